@@ -1,0 +1,1 @@
+"""Authentication: twisted.cred credentials, checkers and realm; TLS (the only pyOpenSSL user)."""

@@ -1,0 +1,66 @@
+"""The realm: turns an authenticated avatar id into the identity a session carries.
+
+Front ends attach themselves (the "mind") to the Broker once the login succeeded; the realm
+only vouches for the name, so it stays the same for every protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.portal import IRealm, Portal
+from zope.interface import Interface, implementer
+
+from brokerd.auth.checkers import (
+    ClientCertificateChecker,
+    OpenLoginChecker,
+    SharedSecretChecker,
+)
+from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
+
+
+class IIdentity(Interface):
+    """An authenticated identity (the avatar brokerd's realm hands out)."""
+
+
+@implementer(IIdentity)
+@dataclass(frozen=True)
+class Identity:
+    name: bytes
+
+
+@implementer(IRealm)
+class BrokerRealm:
+    def requestAvatar(self, avatarId, mind, *interfaces):
+        if IIdentity not in interfaces:
+            raise NotImplementedError("brokerd's realm only hands out IIdentity")
+        return IIdentity, Identity(avatarId), lambda: None
+
+
+SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert"}
+"""Credentials interface -> the scheme name protocols show to clients."""
+
+
+def build_portal(
+    *,
+    open_login: bool = False,
+    secret: bytes | None = None,
+    client_certificates: bool = False,
+    extra_checkers: tuple[ICredentialsChecker, ...] = (),
+) -> Portal:
+    """One Portal for every front end, with a checker for each enabled scheme."""
+    checkers: list[ICredentialsChecker] = []
+    if open_login:
+        checkers.append(OpenLoginChecker())
+    if secret is not None:
+        checkers.append(SharedSecretChecker(secret))
+    if client_certificates:
+        checkers.append(ClientCertificateChecker())
+    checkers.extend(extra_checkers)
+    return Portal(BrokerRealm(), checkers)
+
+
+def enabled_schemes(portal: Portal) -> list[str]:
+    """Names of the schemes the portal has checkers for, in a stable order."""
+    available = set(portal.listCredentialsInterfaces())
+    return [name for iface, name in SCHEME_NAMES.items() if iface in available]

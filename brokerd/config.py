@@ -1,0 +1,139 @@
+"""brokerd's settings: one dataclass built from the command line and/or a TOML file.
+
+Every limit the broker enforces lives here with its default, so docs/ and the code agree on
+one list.  The command line wins over the file.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from brokerd.errors import ConfigurationError
+
+PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq")
+DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 720, "socketmq": 8080}
+
+
+@dataclass
+class Settings:
+    """Everything that shapes a running broker."""
+
+    listeners: dict[str, list[str]] = field(default_factory=dict)
+    """protocol -> endpoint strings; empty means every available protocol on its default port."""
+    data_dir: Path = Path("brokerd-data")
+    open_login: bool = False
+    anonymous: bool = False
+    secret_file: Path | None = None
+    accounts_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+
+    login_timeout: float = 5.0
+    """Seconds a new connection may take to log in before it is closed without a reply."""
+    ping_interval: float = 30.0
+    """Seconds of client silence before the server PINGs (checked with this granularity)."""
+    pong_timeout: float = 30.0
+    """Seconds to wait for any data after a server PING before closing."""
+    max_connections: int = 50_000
+    """Connections of all protocols together; more are refused at once."""
+    max_subscriptions: int = 1024
+    """Topics one session may be subscribed to."""
+    max_output_buffer: int = 1 << 20
+    """Bytes queued for one slow recipient before its messages are dropped and counted."""
+
+    def secret(self) -> bytes | None:
+        """The SSMP shared secret (the file's first line), or None when not configured."""
+        if self.secret_file is None:
+            return None
+        try:
+            data = self.secret_file.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"--secret-file {self.secret_file}: {exc.strerror}") from None
+        secret = data.splitlines()[0].strip() if data.strip() else b""
+        if not secret:
+            raise ConfigurationError(f"--secret-file {self.secret_file}: the file is empty")
+        return secret
+
+
+_PATHS = {"data_dir", "secret_file", "accounts_file", "tls_cert", "tls_key", "tls_ca"}
+
+
+def option_name(attribute: str) -> str:
+    return attribute.replace("_", "-")
+
+
+def settings_from(values: dict[str, Any], config_file: str | None = None) -> Settings:
+    """Build Settings from command-line ``values`` (None = not given) over ``config_file``.
+
+    Keys use the option names (``data-dir``, ``max-output-buffer``); listener keys take a
+    string or a list of endpoint strings.
+    """
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            with open(config_file, "rb") as handle:
+                merged.update(tomllib.load(handle))
+        except OSError as exc:
+            raise ConfigurationError(f"--config {config_file}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigurationError(f"--config {config_file}: {exc}") from None
+    for key, value in values.items():
+        if value is not None and value is not False and value != []:
+            merged[key] = value
+
+    settings = Settings()
+    known = {option_name(f.name): f for f in fields(Settings) if f.name != "listeners"}
+    for key, value in merged.items():
+        if key in PROTOCOLS:
+            endpoints = [value] if isinstance(value, str) else list(value)
+            if not all(isinstance(e, str) for e in endpoints):
+                raise ConfigurationError(f"{key}: endpoints must be strings")
+            settings.listeners[key] = endpoints
+            continue
+        spec = known.get(key)
+        if spec is None:
+            raise ConfigurationError(f"unknown setting {key!r}")
+        setattr(settings, spec.name, _convert(key, spec.name, value))
+    return settings
+
+
+def _convert(key: str, attribute: str, value: Any) -> Any:
+    default = getattr(Settings, attribute, None)
+    if attribute in _PATHS:
+        return Path(value)
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                return value.lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if isinstance(default, int):
+            number = int(value)
+        elif isinstance(default, float):
+            number = float(value)
+        else:
+            return value
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{key}: {value!r} is not a number") from None
+    if number <= 0:
+        raise ConfigurationError(f"{key}: must be positive, not {value!r}")
+    return number
+
+
+@dataclass
+class Runtime:
+    """What a front end's ``build_factory`` gets: the shared pieces of one running broker.
+
+    Typed loosely on purpose: this module sits below every layer it names.
+    """
+
+    settings: Settings
+    broker: Any
+    portal: Any
+    reactor: Any
+    tls: Any = None
+    """brokerd.auth.tls.ServerTLS, or None when no --tls-cert/--tls-key were given."""
+    resources: dict[str, Any] = field(default_factory=dict)
+    """Other shared services by name (the store, the event log) as later parts add them."""

@@ -1,0 +1,58 @@
+"""The small interfaces that keep the Broker core free of protocol knowledge.
+
+A front end (one per wire protocol) gives the core two things:
+
+* an :class:`IWireFormat`: how that protocol renders a broker event (a message, a presence
+  change) as bytes.  The core renders each event once per wire format and hands the same
+  bytes to every recipient of that format ("encode once, write many").
+* one :class:`ISubscriber` per connection, the "mind" in twisted.cred's sense: the object the
+  core pushes rendered bytes to, and closes when a newer login takes its address.
+"""
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IWireFormat(Interface):
+    """Renders broker events for one wire protocol."""
+
+    protocol = Attribute("The protocol's short name, e.g. 'ssmp'.")
+
+    def render_message(message):
+        """Return the bytes that deliver ``message`` (a brokerd.core.message.Message), or None
+        when this protocol cannot carry it (the core counts it as dropped)."""
+
+    def render_presence(topic, member, joined, presence):
+        """Return the bytes that tell a presence watcher that ``member`` (an ISubscriber)
+        joined (``joined`` True) or left ``topic`` (bytes); ``presence`` says whether the member
+        itself asked for presence.  None when this protocol has no way to say it."""
+
+
+class ISubscriber(Interface):
+    """One connected session, as the Broker core sees it."""
+
+    protocol = Attribute("The protocol's short name.")
+    name = Attribute("bytes: how this session is named as a sender and in presence events.")
+    address = Attribute("bytes or None: the unicast address others reach it by (None: unreachable).")
+    wire_format = Attribute("The IWireFormat the core renders this session's events with.")
+
+    def send(data):
+        """Write already-rendered bytes to the peer.  Must not raise and must not re-enter the
+        core synchronously; a congested session may drop and count instead of writing."""
+
+    def replaced():
+        """A newer session logged in with this session's address: close this one."""
+
+
+class IBrokerObserver(Interface):
+    """Optional observer of what the core does (the event log implements it)."""
+
+    def message_routed(message, recipients, dropped):
+        """``message`` was accepted and handed to ``recipients`` sessions; ``dropped`` could
+        not be rendered for their protocol."""
+
+    def session_attached(session):
+        """A session logged in."""
+
+    def session_detached(session):
+        """A session ended (closed, replaced or lost)."""

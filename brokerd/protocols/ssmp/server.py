@@ -1,0 +1,393 @@
+"""The SSMP 1.1 server: one SSMPServerProtocol per connection, one factory per listener.
+
+The protocol object is also the session's "mind" (ISubscriber): the Broker writes rendered
+events straight to it.  Requests are dispatched through one table per connection state
+(before login, named, anonymous), so what a state allows is visible in one place.
+
+Flow control: each connection registers itself as a streaming producer of its own transport.
+When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses us: from then
+on messages for that reader are dropped and counted, and its own requests are no longer read
+(so its responses cannot pile up either) until the buffer drains.
+"""
+from __future__ import annotations
+
+from twisted.cred.error import UnauthorizedLogin
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
+from brokerd.auth.realm import IIdentity, enabled_schemes
+from brokerd.auth.tls import peer_names
+from brokerd.config import Runtime, Settings
+from brokerd.core.broker import Broker
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.interfaces import ISubscriber
+from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
+from brokerd.protocols.ssmp.events import Request
+from brokerd.protocols.ssmp.wire import SSMP_WIRE
+
+OK = b"200\n"
+BAD_REQUEST = b"400\n"
+NOT_FOUND = b"404\n"
+NOT_ALLOWED = b"405\n"
+CONFLICT = b"409\n"
+TOO_MANY = b"413\n"
+NOT_IMPLEMENTED = b"501\n"
+PING_EVENT = b"000 . PING\n"
+PONG_EVENT = b"000 . PONG\n"
+
+
+def _content(payload: bytes) -> tuple[bytes, bool]:
+    """Payload content without the binary length bytes, and whether it was binary."""
+    if payload[0] > 3:
+        return payload, False
+    return payload[2:], True
+
+
+@implementer(ISubscriber, IPushProducer)
+class SSMPServerProtocol(Protocol):
+    """One SSMP connection; also its session as the Broker sees it."""
+
+    _log = Logger()
+    protocol = "ssmp"
+    wire_format = SSMP_WIRE
+    name = b""
+    address: bytes | None = None
+    factory: SSMPServerFactory
+
+    def __init__(self) -> None:
+        self._parser = SSMPParser()
+        self._dispatch = _BEFORE_LOGIN
+        self._admitted = False
+        self._login_timer = None
+        self._fallback = SSMPServerProtocol._not_logged_in
+        self._pending: list[Request] = []
+        self._pending_error: SSMPProtocolError | None = None
+        self._waiting_for_login = False
+        self.closed = False
+        self.dropped = 0
+        """Messages dropped because this connection's reader was too slow."""
+        self.heard = True
+        """Set on every read; the liveness sweep turns it into ``last_heard``."""
+        self.last_heard = 0.0
+        self.pinged_at: float | None = None
+
+    # ------------------------------------------------------------------ connection
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        if not factory.broker.admit():
+            self.closed = True
+            self.transport.loseConnection()
+            return
+        self._admitted = True
+        self.send = self.transport.write
+        _limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        self.transport.registerProducer(self, True)
+        self._login_timer = factory.clock.callLater(
+            factory.settings.login_timeout, self._login_timed_out
+        )
+
+    def connectionLost(self, reason=None) -> None:
+        self.closed = True
+        self._dispatch = _CLOSED
+        if self._login_timer is not None and self._login_timer.active():
+            self._login_timer.cancel()
+        if self._admitted:
+            self._admitted = False
+            self.factory.broker.release()
+            self.factory.live.pop(self, None)
+            self.factory.broker.detach(self)
+
+    def _close(self, reply: bytes | None = None) -> None:
+        """Answer ``reply`` (if any) and close; nothing else is read from this connection."""
+        if self.closed:
+            return
+        self.closed = True
+        self._dispatch = _CLOSED
+        if reply is not None:
+            self.transport.write(reply)
+        self.transport.loseConnection()
+
+    def _login_timed_out(self) -> None:
+        self._login_timer = None
+        self._close()
+
+    # ------------------------------------------------------------------ flow control
+
+    def _drop(self, data: bytes) -> None:
+        self.dropped += 1
+        self.factory.broker.stats.slow_consumer_drops += 1
+
+    def pauseProducing(self) -> None:
+        """Our transport's buffer is over the limit: drop messages, stop reading requests."""
+        if self.closed:
+            return
+        self.send = self._drop
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self.closed:
+            return
+        self.send = self.transport.write
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.send = self._drop
+
+    # ------------------------------------------------------------------ ISubscriber
+
+    def replaced(self) -> None:
+        """A newer connection logged in with our identifier (SSMP: close the older one)."""
+        self._close()
+
+    # ------------------------------------------------------------------ input
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.heard = True
+        requests, error = self._parser.feed(data)
+        if self._waiting_for_login:
+            self._pending.extend(requests)
+            self._pending_error = self._pending_error or error
+            return
+        self._handle(requests, error)
+
+    def _handle(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
+        """Dispatch ``requests`` in order; then answer ``error`` (400 and close)."""
+        for index, request in enumerate(requests):
+            if self.closed:
+                return
+            handler = self._dispatch.get(request.verb)
+            if handler is None:
+                handler = self._fallback
+            handler(self, request)
+            if self._waiting_for_login:
+                self._pending.extend(requests[index + 1:])
+                self._pending_error = error
+                return
+        if error is not None:
+            self._close(error.reply)
+
+    # ------------------------------------------------------------------ login
+
+    def do_LOGIN(self, request: Request) -> None:
+        factory = self.factory
+        identifier = request.target
+        if identifier == ANONYMOUS:
+            if factory.settings.anonymous:
+                self._logged_in(ANONYMOUS, anonymous=True)
+            else:
+                self._refuse_login()
+            return
+        credentials = self._credentials(request)
+        if credentials is None:
+            self._refuse_login()
+            return
+        self._waiting_for_login = True
+        self.transport.pauseProducing()
+        d = factory.portal.login(credentials, self, IIdentity)
+        d.addCallbacks(self._login_succeeded, self._login_failed)
+        d.addErrback(self._log.failure, "SSMP login of {identifier!r}", identifier=identifier)
+
+    def _credentials(self, request: Request):
+        scheme, identifier = request.option, request.target
+        if scheme == b"open":
+            return OpenLogin(identifier)
+        if scheme == b"secret":
+            if request.payload is None:
+                return None
+            return SharedSecret(identifier, _content(request.payload)[0])
+        if scheme == b"cert":
+            return ClientCertificate(identifier, peer_names(self.transport))
+        return None
+
+    def _login_succeeded(self, result) -> None:
+        _interface, identity, _logout = result
+        self._finish_login()
+        if not self.closed:
+            self._logged_in(identity.name, anonymous=False)
+            self._continue_after_login()
+
+    def _login_failed(self, failure) -> None:
+        failure.trap(UnauthorizedLogin, NotImplementedError)
+        self._finish_login()
+        self._refuse_login()
+
+    def _finish_login(self) -> None:
+        self._waiting_for_login = False
+        if not self.closed:
+            self.transport.resumeProducing()
+
+    def _continue_after_login(self) -> None:
+        pending, self._pending = self._pending, []
+        error, self._pending_error = self._pending_error, None
+        self._handle(pending, error)
+
+    def _refuse_login(self) -> None:
+        self._close(self.factory.unauthorized_reply)
+
+    def _logged_in(self, identifier: bytes, anonymous: bool) -> None:
+        if self._login_timer is not None:
+            if self._login_timer.active():
+                self._login_timer.cancel()
+            self._login_timer = None
+        self.name = identifier
+        self.address = None if anonymous else identifier
+        self._dispatch = _ANONYMOUS if anonymous else _NAMED
+        self._fallback = SSMPServerProtocol._not_implemented
+        self.last_heard = self.factory.clock.seconds()
+        self.factory.live[self] = None
+        self.factory.broker.attach(self)
+        self.transport.write(OK)
+
+    def _not_logged_in(self, request: Request) -> None:
+        self._close(BAD_REQUEST)
+
+    def _already_logged_in(self, request: Request) -> None:
+        self.transport.write(NOT_ALLOWED)
+
+    def _not_allowed(self, request: Request) -> None:
+        self.transport.write(NOT_ALLOWED)
+
+    def _not_implemented(self, request: Request) -> None:
+        self.transport.write(NOT_IMPLEMENTED)
+
+    # ------------------------------------------------------------------ requests
+
+    def do_CLOSE(self, request: Request) -> None:
+        self._close(OK)
+
+    def do_PING(self, request: Request) -> None:
+        self.transport.write(PONG_EVENT)
+
+    def do_PONG(self, request: Request) -> None:
+        """Liveness only: ``heard`` was already set; the spec forbids any reply."""
+
+    def do_SUBSCRIBE(self, request: Request) -> None:
+        try:
+            self.factory.broker.subscribe(self, request.target, request.option is not None)
+        except AlreadySubscribed:
+            self.transport.write(CONFLICT)
+        except SubscriptionLimit:
+            self.transport.write(TOO_MANY)
+        else:
+            self.transport.write(OK)
+
+    def do_UNSUBSCRIBE(self, request: Request) -> None:
+        try:
+            self.factory.broker.unsubscribe(self, request.target)
+        except NotSubscribed:
+            self.transport.write(NOT_FOUND)
+        else:
+            self.transport.write(OK)
+
+    def do_MCAST(self, request: Request) -> None:
+        content, binary = _content(request.payload)
+        message = Message(
+            MULTICAST, request.target, content, protocol="ssmp", sender_name=self.name, binary=binary
+        )
+        self.factory.broker.publish(message, self)
+        self.transport.write(OK)
+
+    def do_UCAST(self, request: Request) -> None:
+        content, binary = _content(request.payload)
+        message = Message(
+            UNICAST, request.target, content, protocol="ssmp", sender_name=self.name, binary=binary
+        )
+        self.transport.write(OK if self.factory.broker.unicast(message) else NOT_FOUND)
+
+    def do_BCAST(self, request: Request) -> None:
+        content, binary = _content(request.payload)
+        message = Message(
+            BROADCAST, None, content, protocol="ssmp", sender_name=self.name, binary=binary
+        )
+        self.factory.broker.broadcast(message, self)
+        self.transport.write(OK)
+
+
+def _limit_output_buffer(transport, limit: int) -> None:
+    """Make Twisted pause us when more than ``limit`` bytes are queued.  For TLS the queue that
+    matters is the TCP transport's under the TLS layer."""
+    transport.bufferSize = limit
+    inner = getattr(transport, "transport", None)
+    if inner is not None and hasattr(inner, "bufferSize"):
+        inner.bufferSize = limit
+
+
+P = SSMPServerProtocol
+_BEFORE_LOGIN = {b"LOGIN": P.do_LOGIN}
+_NAMED = {
+    b"LOGIN": P._already_logged_in,
+    b"CLOSE": P.do_CLOSE,
+    b"PING": P.do_PING,
+    b"PONG": P.do_PONG,
+    b"SUBSCRIBE": P.do_SUBSCRIBE,
+    b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
+    b"UCAST": P.do_UCAST,
+    b"MCAST": P.do_MCAST,
+    b"BCAST": P.do_BCAST,
+}
+_ANONYMOUS = dict(_NAMED)
+_ANONYMOUS.update({b"SUBSCRIBE": P._not_allowed, b"UNSUBSCRIBE": P._not_allowed, b"BCAST": P._not_allowed})
+_CLOSED: dict = {}
+# A verb missing from the table goes to the connection's fallback: 400 and close before login
+# (LOGIN must come first), 501 after it (forward compatibility).
+del P
+
+
+class SSMPServerFactory(Factory):
+    """One per SSMP listener; all of them share the Broker, the portal and the settings."""
+
+    protocol = SSMPServerProtocol
+    _log = Logger()
+
+    def __init__(self, broker: Broker, portal, settings: Settings, clock) -> None:
+        self.broker = broker
+        self.portal = portal
+        self.settings = settings
+        self.clock = clock
+        self.live: dict[SSMPServerProtocol, None] = {}
+        """Logged-in connections, for the liveness sweep."""
+        schemes = " ".join(enabled_schemes(portal)).encode("ascii")
+        self.unauthorized_reply = b"401 " + schemes + b"\n" if schemes else b"401\n"
+        self._sweeper: LoopingCall | None = None
+
+    def startFactory(self) -> None:
+        tick = min(self.settings.ping_interval, self.settings.pong_timeout) / 4
+        self._sweeper = LoopingCall(self.sweep)
+        self._sweeper.clock = self.clock
+        self._sweeper.start(tick, now=False)
+
+    def stopFactory(self) -> None:
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
+        self._sweeper = None
+
+    def sweep(self) -> None:
+        """PING connections silent for ``ping_interval``; close those that stay silent for
+        ``pong_timeout`` after the PING."""
+        now = self.clock.seconds()
+        ping_after = self.settings.ping_interval
+        give_up_after = self.settings.pong_timeout
+        for connection in tuple(self.live):
+            if connection.heard:
+                connection.heard = False
+                connection.last_heard = now
+                connection.pinged_at = None
+            elif connection.pinged_at is None:
+                if now - connection.last_heard >= ping_after:
+                    connection.pinged_at = now
+                    connection.transport.write(PING_EVENT)
+            elif now - connection.pinged_at >= give_up_after:
+                connection._close()
+
+
+def build_factory(runtime: Runtime) -> SSMPServerFactory:
+    """The SSMP front end's entry point for brokerd.tap."""
+    return SSMPServerFactory(runtime.broker, runtime.portal, runtime.settings, runtime.reactor)

@@ -1,0 +1,76 @@
+"""How broker events look to SSMP recipients (the SSMP IWireFormat).
+
+One instance, shared by every SSMP connection, so the core renders each message once for all
+SSMP recipients.  Messages and members from other protocols get an SSMP identifier made from
+their protocol and name (see :func:`foreign_id`), since their names need not be SSMP ids.
+"""
+from __future__ import annotations
+
+from zope.interface import implementer
+
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.protocols.ssmp.codec import ID_CHARS, MAX_ID, encode_payload, is_id
+
+_MCAST = b"MCAST"
+_UCAST = b"UCAST"
+_BCAST = b"BCAST"
+_ID_BYTES = frozenset(ID_CHARS)
+
+
+def foreign_id(protocol: str, name: bytes) -> bytes:
+    """The SSMP identifier shown for a sender of another protocol: ``<protocol>:<name>`` with
+    every byte that is not an ID character replaced by ``_``, cut to 64 characters."""
+    cleaned = bytes(b if b in _ID_BYTES else 0x5F for b in name)
+    return (protocol.encode("ascii") + b":" + cleaned)[:MAX_ID]
+
+
+def ssmp_name(protocol: str, name: bytes) -> bytes:
+    """How a session or sender of ``protocol`` called ``name`` appears in SSMP."""
+    if protocol == "ssmp":
+        return name
+    return foreign_id(protocol, name)
+
+
+@implementer(IWireFormat)
+class SSMPWireFormat:
+    protocol = "ssmp"
+
+    def __init__(self) -> None:
+        self.unrepresentable = 0
+        """Messages SSMP cannot carry (empty, over 1024 bytes, or a topic that is no SSMP id)."""
+
+    def render_message(self, message: Message) -> bytes | None:
+        payload = encode_payload(message.payload, message.binary)
+        if payload is None:
+            self.unrepresentable += 1
+            return None
+        sender = message.sender_name
+        if message.protocol != "ssmp":
+            sender = foreign_id(message.protocol, sender)
+        kind = message.kind
+        if kind == MULTICAST:
+            target = message.target
+            if message.protocol != "ssmp" and not is_id(target):  # type: ignore[arg-type]
+                self.unrepresentable += 1
+                return None
+            return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]
+        if kind == UNICAST:
+            return b"".join((b"000 ", sender, b" UCAST ", message.target, b" ", payload, b"\n"))  # type: ignore[arg-type]
+        if kind == BROADCAST:
+            return b"".join((b"000 ", sender, b" BCAST ", payload, b"\n"))
+        return None
+
+    def render_presence(
+        self, topic: bytes, member: ISubscriber, joined: bool, presence: bool
+    ) -> bytes | None:
+        if not is_id(topic):
+            return None
+        name = ssmp_name(member.protocol, member.name)
+        if joined:
+            flag = b" PRESENCE" if presence else b""
+            return b"".join((b"000 ", name, b" SUBSCRIBE ", topic, flag, b"\n"))
+        return b"".join((b"000 ", name, b" UNSUBSCRIBE ", topic, b"\n"))
+
+
+SSMP_WIRE = SSMPWireFormat()

@@ -1,0 +1,245 @@
+"""``twistd brokerd``: the command line, and makeService() for embedding the broker.
+
+makeService builds one Broker, one Portal and one listener service per endpoint, under one
+MultiService, the shape of twisted/words/tap.py.  Front ends are found by name
+(``brokerd.protocols.<name>.server.build_factory``), so this module never needs to know what
+a protocol does.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService
+from twisted.internet import endpoints
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python import usage
+
+from brokerd import __version__
+from brokerd.auth.realm import build_portal
+from brokerd.auth.tls import ServerTLS, listen_endpoint
+from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
+from brokerd.core.broker import Broker
+from brokerd.errors import ConfigurationError
+
+_log = Logger()
+
+
+class Options(usage.Options):
+    """The command-line contract of DESIGN.md (every listener option is repeatable)."""
+
+    synopsis = "[options]"
+    longdesc = (
+        "Run brokerd: SSMP, MCCHAT, SMQP and socket.mq on one broker core. With no listener "
+        "option every available protocol listens on its default port; with any, only those given."
+    )
+    optFlags = [
+        ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
+        ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
+    ]
+    optParameters = [
+        ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],
+        ["secret-file", None, None, "Enable SSMP 'secret' login with the shared secret in FILE."],
+        ["accounts", None, None, "SMQP (and socket.mq HTTP basic) accounts file."],
+        ["tls-cert", None, None, "Server certificate (PEM) for tls: listeners."],
+        ["tls-key", None, None, "Private key (PEM) of --tls-cert."],
+        ["tls-ca", None, None, "CA bundle (PEM): TLS listeners then ask for and verify client certificates."],
+        ["config", None, None, "Read settings from this TOML file (the command line wins)."],
+        ["login-timeout", None, None, "Seconds a connection may take to log in [5]."],
+        ["ping-interval", None, None, "Seconds of client silence before a server PING [30]."],
+        ["pong-timeout", None, None, "Seconds to wait for a client after a PING before closing [30]."],
+        ["max-connections", None, None, "Connections of all protocols together [50000]."],
+        ["max-subscriptions", None, None, "Topics one session may subscribe to [1024]."],
+        ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["listeners"] = {}
+
+    def _listener(self, protocol: str, endpoint: str) -> None:
+        self["listeners"].setdefault(protocol, []).append(endpoint)
+
+    def opt_ssmp(self, endpoint: str) -> None:
+        """Listen for SSMP on ENDPOINT (repeatable) [tcp:8787]."""
+        self._listener("ssmp", endpoint)
+
+    def opt_mcchat(self, endpoint: str) -> None:
+        """Listen for MCCHAT on ENDPOINT (repeatable) [tcp:1502]."""
+        self._listener("mcchat", endpoint)
+
+    def opt_smqp(self, endpoint: str) -> None:
+        """Listen for SMQP on ENDPOINT (repeatable) [tcp:720]."""
+        self._listener("smqp", endpoint)
+
+    def opt_socketmq(self, endpoint: str) -> None:
+        """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080]."""
+        self._listener("socketmq", endpoint)
+
+    def opt_version(self) -> None:
+        print(f"brokerd {__version__}")
+        sys.exit(0)
+
+    def postOptions(self) -> None:
+        values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
+        values.update({key: self[key] for key, *_ in self.optFlags})
+        values.update(self["listeners"])
+        try:
+            self.settings = settings_from(values, self["config"])
+        except ConfigurationError as exc:
+            raise usage.UsageError(str(exc)) from None
+        if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
+            raise usage.UsageError("--tls-cert and --tls-key go together")
+        if self.settings.tls_ca and not self.settings.tls_cert:
+            raise usage.UsageError("--tls-ca needs --tls-cert and --tls-key")
+        try:
+            check_settings(self.settings)
+        except ConfigurationError as exc:
+            raise usage.UsageError(str(exc)) from None
+
+
+def front_end(protocol: str):
+    """The ``build_factory`` of a protocol's front end, or None when it is not available."""
+    try:
+        module = importlib.import_module(f"brokerd.protocols.{protocol}.server")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"brokerd.protocols.{protocol}.server":
+            return None
+        raise
+    return getattr(module, "build_factory", None)
+
+
+class ListenFailed(SystemExit):
+    """A listener could not start.  A SystemExit, so twistd prints the one line and exits 1."""
+
+
+class ListenerService(StreamServerEndpointService):
+    """Listens on one endpoint; a failure to bind is one clear line and a non-zero exit."""
+
+    def __init__(self, option: str, description: str, endpoint, factory, reactor) -> None:
+        super().__init__(endpoint, factory)
+        self.option = option
+        self.description = description
+        self._reactor = reactor
+
+    def privilegedStartService(self) -> None:
+        self.running_port = None
+        failures: list = []
+        d: Deferred = self.endpoint.listen(self.factory)
+        d.addCallbacks(self._listening, failures.append)
+        self._waitingForPort = d
+        if failures:
+            raise ListenFailed(self._failure_line(failures[0]))
+        if self._waitingForPort is d and not d.called:
+            d.addErrback(self._failed_later)
+
+    def startService(self) -> None:
+        self.running = True
+        if getattr(self, "_waitingForPort", None) is None:
+            self.privilegedStartService()
+
+    def _listening(self, port):
+        self.running_port = port
+        return port
+
+    def _failure_line(self, failure) -> str:
+        reason = failure.getErrorMessage() or failure.type.__name__
+        return f"brokerd: --{self.option} {self.description}: cannot listen: {reason}"
+
+    def _failed_later(self, failure) -> None:
+        _log.critical("{line}", line=self._failure_line(failure))
+        if self._reactor.running:
+            self._reactor.stop()
+
+    def stopService(self):
+        self.running = False
+        d = self._waitingForPort
+        self._waitingForPort = None
+        if d is None:
+            return None
+        d.addCallback(lambda port: port.stopListening() if port is not None else None)
+        return d
+
+
+def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str):
+    if description.startswith("tls:"):
+        if tls is None:
+            raise ConfigurationError(f"--{option} {description}: a tls: listener needs --tls-cert and --tls-key")
+        return listen_endpoint(reactor, tls, description)
+    try:
+        return endpoints.serverFromString(reactor, description)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigurationError(f"--{option} {description}: not a valid endpoint ({exc})") from None
+
+
+def check_settings(settings: Settings) -> None:
+    """Raise ConfigurationError for what would make makeService fail: unreadable files,
+    listeners of front ends that are not available."""
+    settings.secret()
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
+    for protocol in settings.listeners:
+        if front_end(protocol) is None:
+            raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+
+
+def build_runtime(settings: Settings, reactor) -> Runtime:
+    """The shared pieces: Broker, Portal, TLS settings."""
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
+    portal = build_portal(
+        open_login=settings.open_login,
+        secret=settings.secret(),
+        client_certificates=tls is not None and tls.verifies_clients,
+    )
+    broker = Broker(
+        max_subscriptions=settings.max_subscriptions, max_connections=settings.max_connections
+    )
+    return Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+
+
+def _listeners(settings: Settings) -> dict[str, list[str]]:
+    if settings.listeners:
+        return settings.listeners
+    return {
+        protocol: [f"tcp:{DEFAULT_PORTS[protocol]}"]
+        for protocol in PROTOCOLS
+        if front_end(protocol) is not None
+    }
+
+
+def makeService(options, reactor=None) -> MultiService:
+    """Build the broker service from ``options`` (an Options, or a Settings).
+
+    Embedders call it with their own reactor and start the returned service (or add it to
+    their application).  Raises ConfigurationError for unusable settings; starting it raises
+    ListenFailed (a SystemExit) when a port cannot be bound.
+    """
+    if reactor is None:
+        from twisted.internet import reactor as default_reactor
+
+        reactor = default_reactor
+    settings = options if isinstance(options, Settings) else options.settings
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"--data-dir {settings.data_dir}: {exc.strerror}") from None
+    runtime = build_runtime(settings, reactor)
+
+    top = MultiService()
+    top.runtime = runtime  # type: ignore[attr-defined]
+    runtime.broker.setServiceParent(top)
+    for protocol, descriptions in _listeners(settings).items():
+        build_factory = front_end(protocol)
+        if build_factory is None:
+            raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+        factory = build_factory(runtime)
+        for description in descriptions:
+            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
+            service = ListenerService(protocol, description, endpoint, factory, reactor)
+            service.setServiceParent(top)
+    return top
