@@ -222,6 +222,41 @@ class Broker(Service):
             self.observer.message_routed(message, delivered, unrenderable)
         return delivered
 
+    def publish_batch(self, messages: list[Message], exclude: ISubscriber | None = None) -> int:
+        """Deliver consecutive multicast ``messages`` that all go to one topic, in order.
+
+        The front end hands over a run it read in one go; each recipient gets the run as one
+        write (the rendered messages joined), which is what makes fan-out cheap in CPython.
+        Returns the number of (message, recipient) deliveries.
+        """
+        stats = self.stats
+        stats.published += len(messages)
+        topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
+        delivered = unrenderable = 0
+        if topic is not None:
+            skip_sender = exclude is not None and exclude in topic.members
+            for fmt, members in topic.fanout():
+                render = fmt.render_message
+                parts = [render(message) for message in messages]
+                if None in parts:
+                    parts = [part for part in parts if part is not None]
+                    unrenderable += (len(messages) - len(parts)) * len(members)
+                if not parts:
+                    continue
+                data = b"".join(parts)
+                count = 0
+                for member in members:
+                    if member is not exclude:
+                        member.send(data)
+                        count += 1
+                delivered += count * len(parts)
+            stats.delivered += delivered
+            stats.unrenderable += unrenderable
+        if self.observer is not None:
+            for message in messages:
+                self.observer.message_routed(message, delivered // len(messages), 0)
+        return delivered
+
     def unicast(self, message: Message) -> bool:
         """Deliver ``message`` to the session at address ``message.target``; False when no
         session has that address."""

@@ -32,7 +32,6 @@ class Message:
         kind: str,
         target: bytes | None,
         payload: bytes,
-        *,
         protocol: str,
         sender_name: bytes,
         binary: bool = False,

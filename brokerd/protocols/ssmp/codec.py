@@ -33,7 +33,6 @@ ANONYMOUS = b"."
 _ID = re.compile(rb"[A-Za-z0-9.:@/_\-+=~]{1,64}")
 _VERB = re.compile(rb"[A-Z]{1,16}")
 _CODE = re.compile(rb"[0-9]{3}")
-_BINARY_MARK = re.compile(rb"[\x00-\x03]")
 _PRESENCE = b"PRESENCE"
 
 
@@ -43,9 +42,25 @@ class SSMPProtocolError(ProtocolError):
     reply = b"400\n"
 
 
+_KNOWN_IDS: dict[bytes, None] = {}
+_KNOWN_IDS_LIMIT = 65_536
+_new = tuple.__new__
+
+
 def is_id(value: bytes) -> bool:
-    """True if ``value`` is 1-64 ID characters."""
-    return _ID.fullmatch(value) is not None
+    """True if ``value`` is 1-64 ID characters.
+
+    Topics and peers repeat on every line, so valid ids are remembered (in a dict bounded to
+    65,536 entries, emptied when full): a dict lookup is several times cheaper than the regex.
+    """
+    if value in _KNOWN_IDS:
+        return True
+    if _ID.fullmatch(value) is None:
+        return False
+    if len(_KNOWN_IDS) >= _KNOWN_IDS_LIMIT:
+        _KNOWN_IDS.clear()
+    _KNOWN_IDS[value] = None
+    return True
 
 
 # ---------------------------------------------------------------------------- payloads
@@ -92,7 +107,7 @@ def _no_args(verb: bytes, rest: bytes, has_rest: bool) -> Request:
 def _parse_login(verb: bytes, rest: bytes, has_rest: bool) -> Request:
     ident, sp, rest = rest.partition(b" ")
     scheme, sp2, credential = rest.partition(b" ")
-    if not (has_rest and sp and _ID.fullmatch(ident) and _ID.fullmatch(scheme)):
+    if not (has_rest and sp and is_id(ident) and is_id(scheme)):
         raise SSMPProtocolError("LOGIN needs an identifier and a scheme")
     if sp2:
         check_payload(credential)
@@ -102,23 +117,25 @@ def _parse_login(verb: bytes, rest: bytes, has_rest: bool) -> Request:
 
 def _parse_subscribe(verb: bytes, rest: bytes, has_rest: bool) -> Request:
     topic, sp, flag = rest.partition(b" ")
-    if not (has_rest and _ID.fullmatch(topic)) or (sp and flag != _PRESENCE):
+    if not (has_rest and is_id(topic)) or (sp and flag != _PRESENCE):
         raise SSMPProtocolError("SUBSCRIBE needs a topic and at most the PRESENCE flag")
     return Request(verb, topic, None, _PRESENCE if sp else None)
 
 
 def _parse_unsubscribe(verb: bytes, rest: bytes, has_rest: bool) -> Request:
-    if not (has_rest and _ID.fullmatch(rest)):
+    if not (has_rest and is_id(rest)):
         raise SSMPProtocolError("UNSUBSCRIBE needs a topic")
     return Request(verb, rest)
 
 
 def _parse_cast(verb: bytes, rest: bytes, has_rest: bool) -> Request:
+    # The hot path of the whole broker: keep it to a partition, a dict lookup and a tuple.
     target, sp, payload = rest.partition(b" ")
-    if not (sp and _ID.fullmatch(target)):
+    if not sp or (target not in _KNOWN_IDS and not is_id(target)):
         raise SSMPProtocolError(f"{verb.decode()} needs an id and a payload")
-    check_payload(payload)
-    return Request(verb, target, payload)
+    if not (payload and payload[0] > 3 and len(payload) <= MAX_PAYLOAD):
+        check_payload(payload)
+    return _new(Request, (verb, target, payload, None, True))
 
 
 def _parse_bcast(verb: bytes, rest: bytes, has_rest: bool) -> Request:
@@ -142,7 +159,7 @@ def _parse_compat(verb: bytes, rest: bytes, has_rest: bool) -> Request:
         raise SSMPProtocolError("not an SSMP request")
     if has_rest and not _is_payload(rest):
         ident, sp, payload = rest.partition(b" ")
-        if not (sp and _ID.fullmatch(ident) and _is_payload(payload)):
+        if not (sp and is_id(ident) and _is_payload(payload)):
             raise SSMPProtocolError("malformed arguments")
     return Request(verb, known=False)
 
@@ -209,7 +226,7 @@ def parse_server_line(line: bytes) -> Response | Event:
             return Response(code, rest)
         return Response(code)
     sender, sp, rest = rest.partition(b" ")
-    if not (sp and (sender == ANONYMOUS or _ID.fullmatch(sender))):
+    if not (sp and (sender == ANONYMOUS or is_id(sender))):
         raise SSMPProtocolError("event without a sender")
     verb, sp, rest = rest.partition(b" ")
     if verb in (b"PING", b"PONG", b"CLOSE"):
@@ -244,7 +261,8 @@ class _LineFramer:
         if self.failed is not None:
             return [], self.failed
         buffer = self._buffer + data if self._buffer else data
-        if _BINARY_MARK.search(buffer) is None:
+        # Four memchr scans are ~8x faster than one regex search for "any of 0x00-0x03".
+        if not (b"\x00" in buffer or b"\x01" in buffer or b"\x02" in buffer or b"\x03" in buffer):
             lines = buffer.split(b"\n")
             rest = lines.pop()
             if len(rest) > self._max_line:
@@ -321,9 +339,13 @@ class SSMPParser:
         grammar, the error (the server answers the requests, then 400 and close)."""
         lines, error = self._framer.frame(data)
         requests = []
+        append = requests.append
+        parsers = _REQUEST_PARSERS
         for line in lines:
+            # parse_request(), inlined: this loop runs once per request the broker serves.
+            verb, sp, rest = line.partition(b" ")
             try:
-                requests.append(parse_request(line))
+                append(parsers.get(verb, _parse_compat)(verb, rest, bool(sp)))
             except SSMPProtocolError as exc:
                 self._framer.failed = exc
                 return requests, exc

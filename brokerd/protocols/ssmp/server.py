@@ -39,6 +39,7 @@ TOO_MANY = b"413\n"
 NOT_IMPLEMENTED = b"501\n"
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
+_MCAST = b"MCAST"
 
 
 def _content(payload: bytes) -> tuple[bytes, bool]:
@@ -65,6 +66,10 @@ class SSMPServerProtocol(Protocol):
         self._admitted = False
         self._login_timer = None
         self._fallback = SSMPServerProtocol._not_logged_in
+        self._replies: list[bytes] = []
+        """Responses to the requests of the current read, written as one."""
+        self._run: list[Message] = []
+        """Consecutive MCASTs to one topic from the current read, published as one batch."""
         self._pending: list[Request] = []
         self._pending_error: SSMPProtocolError | None = None
         self._waiting_for_login = False
@@ -107,10 +112,11 @@ class SSMPServerProtocol(Protocol):
         """Answer ``reply`` (if any) and close; nothing else is read from this connection."""
         if self.closed:
             return
+        if reply is not None:
+            self._replies.append(reply)
+        self._flush()
         self.closed = True
         self._dispatch = _CLOSED
-        if reply is not None:
-            self.transport.write(reply)
         self.transport.loseConnection()
 
     def _login_timed_out(self) -> None:
@@ -159,20 +165,42 @@ class SSMPServerProtocol(Protocol):
         self._handle(requests, error)
 
     def _handle(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
-        """Dispatch ``requests`` in order; then answer ``error`` (400 and close)."""
+        """Dispatch ``requests`` in order, then answer ``error`` (400 and close); the replies
+        and the MCAST runs of this read are written when it is done."""
         for index, request in enumerate(requests):
             if self.closed:
                 return
-            handler = self._dispatch.get(request.verb)
+            verb = request[0]
+            if self._run and verb != _MCAST:
+                self._publish_run()
+            handler = self._dispatch.get(verb)
             if handler is None:
                 handler = self._fallback
             handler(self, request)
             if self._waiting_for_login:
                 self._pending.extend(requests[index + 1:])
                 self._pending_error = error
-                return
-        if error is not None:
+                break
+        if error is not None and not self._waiting_for_login:
             self._close(error.reply)
+        else:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Publish the pending MCAST run and write the pending replies."""
+        if self._run:
+            self._publish_run()
+        replies = self._replies
+        if replies and not self.closed:
+            self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
+            replies.clear()
+
+    def _publish_run(self) -> None:
+        run, self._run = self._run, []
+        if len(run) == 1:
+            self.factory.broker.publish(run[0], self)
+        else:
+            self.factory.broker.publish_batch(run, self)
 
     # ------------------------------------------------------------------ login
 
@@ -213,6 +241,7 @@ class SSMPServerProtocol(Protocol):
         if not self.closed:
             self._logged_in(identity.name, anonymous=False)
             self._continue_after_login()
+            self._flush()
 
     def _login_failed(self, failure) -> None:
         failure.trap(UnauthorizedLogin, NotImplementedError)
@@ -244,19 +273,19 @@ class SSMPServerProtocol(Protocol):
         self.last_heard = self.factory.clock.seconds()
         self.factory.live[self] = None
         self.factory.broker.attach(self)
-        self.transport.write(OK)
+        self._replies.append(OK)
 
     def _not_logged_in(self, request: Request) -> None:
         self._close(BAD_REQUEST)
 
     def _already_logged_in(self, request: Request) -> None:
-        self.transport.write(NOT_ALLOWED)
+        self._replies.append(NOT_ALLOWED)
 
     def _not_allowed(self, request: Request) -> None:
-        self.transport.write(NOT_ALLOWED)
+        self._replies.append(NOT_ALLOWED)
 
     def _not_implemented(self, request: Request) -> None:
-        self.transport.write(NOT_IMPLEMENTED)
+        self._replies.append(NOT_IMPLEMENTED)
 
     # ------------------------------------------------------------------ requests
 
@@ -264,7 +293,7 @@ class SSMPServerProtocol(Protocol):
         self._close(OK)
 
     def do_PING(self, request: Request) -> None:
-        self.transport.write(PONG_EVENT)
+        self._replies.append(PONG_EVENT)
 
     def do_PONG(self, request: Request) -> None:
         """Liveness only: ``heard`` was already set; the spec forbids any reply."""
@@ -273,42 +302,43 @@ class SSMPServerProtocol(Protocol):
         try:
             self.factory.broker.subscribe(self, request.target, request.option is not None)
         except AlreadySubscribed:
-            self.transport.write(CONFLICT)
+            self._replies.append(CONFLICT)
         except SubscriptionLimit:
-            self.transport.write(TOO_MANY)
+            self._replies.append(TOO_MANY)
         else:
-            self.transport.write(OK)
+            self._replies.append(OK)
 
     def do_UNSUBSCRIBE(self, request: Request) -> None:
         try:
             self.factory.broker.unsubscribe(self, request.target)
         except NotSubscribed:
-            self.transport.write(NOT_FOUND)
+            self._replies.append(NOT_FOUND)
         else:
-            self.transport.write(OK)
+            self._replies.append(OK)
 
     def do_MCAST(self, request: Request) -> None:
-        content, binary = _content(request.payload)
-        message = Message(
-            MULTICAST, request.target, content, protocol="ssmp", sender_name=self.name, binary=binary
-        )
-        self.factory.broker.publish(message, self)
-        self.transport.write(OK)
+        # Not published here: queued as part of a run (see _handle), in order.
+        _verb, topic, payload = request[0], request[1], request[2]
+        run = self._run
+        if run and run[0].target != topic:
+            self._publish_run()
+            run = self._run
+        if payload[0] > 3:
+            run.append(Message(MULTICAST, topic, payload, "ssmp", self.name))
+        else:
+            run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True))
+        self._replies.append(OK)
 
     def do_UCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
-        message = Message(
-            UNICAST, request.target, content, protocol="ssmp", sender_name=self.name, binary=binary
-        )
-        self.transport.write(OK if self.factory.broker.unicast(message) else NOT_FOUND)
+        message = Message(UNICAST, request.target, content, "ssmp", self.name, binary)
+        self._replies.append(OK if self.factory.broker.unicast(message) else NOT_FOUND)
 
     def do_BCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
-        message = Message(
-            BROADCAST, None, content, protocol="ssmp", sender_name=self.name, binary=binary
-        )
+        message = Message(BROADCAST, None, content, "ssmp", self.name, binary)
         self.factory.broker.broadcast(message, self)
-        self.transport.write(OK)
+        self._replies.append(OK)
 
 
 def _limit_output_buffer(transport, limit: int) -> None:

@@ -41,19 +41,21 @@ class SSMPWireFormat:
         """Messages SSMP cannot carry (empty, over 1024 bytes, or a topic that is no SSMP id)."""
 
     def render_message(self, message: Message) -> bytes | None:
-        payload = encode_payload(message.payload, message.binary)
-        if payload is None:
-            self.unrepresentable += 1
-            return None
-        sender = message.sender_name
-        if message.protocol != "ssmp":
-            sender = foreign_id(message.protocol, sender)
+        if message.protocol == "ssmp":
+            # Came from SSMP, so the content is already a valid text payload unless binary.
+            sender = message.sender_name
+            payload = message.payload
+            if message.binary:
+                payload = encode_payload(payload, True)  # type: ignore[assignment]
+        else:
+            sender = foreign_id(message.protocol, message.sender_name)
+            payload = encode_payload(message.payload, message.binary)  # type: ignore[assignment]
+            if payload is None or (message.kind == MULTICAST and not is_id(message.target)):  # type: ignore[arg-type]
+                self.unrepresentable += 1
+                return None
         kind = message.kind
         if kind == MULTICAST:
             target = message.target
-            if message.protocol != "ssmp" and not is_id(target):  # type: ignore[arg-type]
-                self.unrepresentable += 1
-                return None
             return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]
         if kind == UNICAST:
             return b"".join((b"000 ", sender, b" UCAST ", message.target, b" ", payload, b"\n"))  # type: ignore[arg-type]
