@@ -81,7 +81,7 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
         except tomllib.TOMLDecodeError as exc:
             raise ConfigurationError(f"--config {config_file}: {exc}") from None
     for key, value in values.items():
-        if value is not None and value is not False and value != []:
+        if value is not None:
             merged[key] = value
 
     settings = Settings()

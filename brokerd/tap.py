@@ -85,7 +85,8 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
-        values.update({key: self[key] for key, *_ in self.optFlags})
+        # An unset flag is 0: only flags given on the command line may override the file.
+        values.update({key: True for key, *_ in self.optFlags if self[key]})
         values.update(self["listeners"])
         try:
             self.settings = settings_from(values, self["config"])
@@ -112,8 +113,16 @@ def front_end(protocol: str):
     return getattr(module, "build_factory", None)
 
 
-class ListenFailed(SystemExit):
-    """A listener could not start.  A SystemExit, so twistd prints the one line and exits 1."""
+class StartupError(SystemExit):
+    """The broker cannot start (unusable settings, a port that cannot be bound).
+
+    A SystemExit carrying one line, so twistd prints that line and exits with status 1 instead
+    of a traceback; an embedding program may catch it like any exception.
+    """
+
+
+class ListenFailed(StartupError):
+    """A listener could not be started."""
 
 
 class ListenerService(StreamServerEndpointService):
@@ -168,7 +177,10 @@ def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: s
     if description.startswith("tls:"):
         if tls is None:
             raise ConfigurationError(f"--{option} {description}: a tls: listener needs --tls-cert and --tls-key")
-        return listen_endpoint(reactor, tls, description)
+        try:
+            return listen_endpoint(reactor, tls, description)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--{option} {exc}") from None
     try:
         return endpoints.serverFromString(reactor, description)
     except (ValueError, TypeError, KeyError) as exc:
@@ -216,9 +228,17 @@ def makeService(options, reactor=None) -> MultiService:
     """Build the broker service from ``options`` (an Options, or a Settings).
 
     Embedders call it with their own reactor and start the returned service (or add it to
-    their application).  Raises ConfigurationError for unusable settings; starting it raises
-    ListenFailed (a SystemExit) when a port cannot be bound.
+    their application).  Unusable settings raise StartupError; starting the service raises
+    ListenFailed (a StartupError) when a port cannot be bound.  Both carry one line.
     """
+    try:
+        return build_service(options, reactor)
+    except ConfigurationError as exc:
+        raise StartupError(f"brokerd: {exc}") from None
+
+
+def build_service(options, reactor=None) -> MultiService:
+    """makeService without the translation of ConfigurationError into StartupError."""
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 

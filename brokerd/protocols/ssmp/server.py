@@ -11,7 +11,7 @@ on messages for that reader are dropped and counted, and its own requests are no
 """
 from __future__ import annotations
 
-from twisted.cred.error import UnauthorizedLogin
+from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
@@ -221,7 +221,7 @@ class SSMPServerProtocol(Protocol):
         self.transport.pauseProducing()
         d = factory.portal.login(credentials, self, IIdentity)
         d.addCallbacks(self._login_succeeded, self._login_failed)
-        d.addErrback(self._log.failure, "SSMP login of {identifier!r}", identifier=identifier)
+        d.addErrback(self._login_broke, identifier)
 
     def _credentials(self, request: Request):
         scheme, identifier = request.option, request.target
@@ -244,8 +244,14 @@ class SSMPServerProtocol(Protocol):
             self._flush()
 
     def _login_failed(self, failure) -> None:
-        failure.trap(UnauthorizedLogin, NotImplementedError)
+        failure.trap(UnauthorizedLogin, UnhandledCredentials)
         self._finish_login()
+        self._refuse_login()
+
+    def _login_broke(self, failure, identifier: bytes) -> None:
+        """A checker failed in an unexpected way: log it, and refuse the login."""
+        self._log.failure("SSMP login of {identifier!r} failed", failure, identifier=identifier)
+        self._waiting_for_login = False
         self._refuse_login()
 
     def _finish_login(self) -> None:

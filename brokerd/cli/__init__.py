@@ -1,0 +1,1 @@
+"""User commands: publish/subscribe clients, accounts and development certificates."""

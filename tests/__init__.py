@@ -1,0 +1,1 @@
+"""brokerd's test suite: it mirrors brokerd/."""

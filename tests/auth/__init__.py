@@ -1,0 +1,1 @@
+"""Tests of brokerd.auth: credentials, checkers, realm and the TLS layer."""

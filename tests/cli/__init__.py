@@ -1,0 +1,1 @@
+"""Tests of brokerd's command-line tools."""

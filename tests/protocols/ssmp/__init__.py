@@ -1,0 +1,1 @@
+"""Tests of SSMP: codec, server and client."""

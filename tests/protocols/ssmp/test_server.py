@@ -1,0 +1,361 @@
+"""The SSMP server adapter on StringTransport: every response code, every state, the limits."""
+from __future__ import annotations
+
+import pytest
+
+from tests.protocols.ssmp.helpers import Harness
+
+
+@pytest.fixture
+def h():
+    return Harness(secret=b"s3cret", anonymous=True)
+
+
+# ------------------------------------------------------------------ login
+
+def test_open_login_ignores_credential(h):
+    c = h.connect()
+    assert c.request("LOGIN alice open whatever") == b"200\n"
+    assert not c.closed
+
+
+def test_first_request_must_be_login(h):
+    c = h.connect()
+    assert c.request("SUBSCRIBE news") == b"400\n"
+    assert c.closed
+
+
+def test_unknown_verb_before_login_is_400(h):
+    c = h.connect()
+    assert c.request("FROB") == b"400\n"
+    assert c.closed
+
+
+def test_unknown_scheme_lists_supported_schemes(h):
+    c = h.connect()
+    assert c.request("LOGIN alice kerberos ticket") == b"401 open secret\n"
+    assert c.closed
+
+
+def test_open_login_needs_the_option():
+    h = Harness(open_login=False, secret=b"x")
+    c = h.connect()
+    assert c.request("LOGIN alice open") == b"401 secret\n"
+    assert c.closed
+
+
+def test_no_scheme_enabled_gives_bare_401():
+    h = Harness(open_login=False)
+    c = h.connect()
+    assert c.request("LOGIN alice open") == b"401\n"
+
+
+def test_secret_login(h):
+    assert h.connect().request("LOGIN alice secret s3cret") == b"200\n"
+    bad = h.connect()
+    assert bad.request("LOGIN alice secret nope") == b"401 open secret\n"
+    assert bad.closed
+    missing = h.connect()
+    assert missing.request("LOGIN alice secret") == b"401 open secret\n"
+
+
+def test_secret_may_be_sent_as_binary_payload(h):
+    c = h.connect()
+    assert c.request(b"LOGIN alice secret \x00\x05s3cret") == b"200\n"
+
+
+def test_cert_login_without_certificate_is_refused(h):
+    c = h.connect()
+    assert c.request("LOGIN alice cert") == b"401 open secret\n"
+    assert c.closed
+
+
+def test_second_login_is_405(h):
+    c = h.login("alice")
+    assert c.request("LOGIN bob open") == b"405\n"
+    assert not c.closed
+
+
+def test_anonymous_login_rules(h):
+    anon = h.connect()
+    assert anon.request("LOGIN . open") == b"200\n"
+    assert anon.request("SUBSCRIBE t") == b"405\n"
+    assert anon.request("UNSUBSCRIBE t") == b"405\n"
+    assert anon.request("BCAST hi") == b"405\n"
+    assert anon.request("MCAST t hi") == b"200\n"
+    second = h.connect()
+    assert second.request("LOGIN . open") == b"200\n"
+    assert h.broker.session_for(b".") is None
+
+
+def test_anonymous_needs_the_option():
+    h = Harness(anonymous=False)
+    c = h.connect()
+    assert c.request("LOGIN . open") == b"401 open\n"
+    assert c.closed
+
+
+def test_anonymous_cannot_receive_ucast(h):
+    anon = h.connect()
+    anon.request("LOGIN . open")
+    alice = h.login("alice")
+    assert alice.request("UCAST . hi") == b"404\n"
+
+
+def test_newer_login_closes_older_connection_and_unsubscribes(h):
+    watcher = h.login("watcher")
+    watcher.request("SUBSCRIBE t PRESENCE")
+    old = h.login("alice")
+    old.request("SUBSCRIBE t")
+    watcher.take()
+    new = h.login("alice")
+    assert old.closed
+    assert watcher.take() == b"000 alice UNSUBSCRIBE t\n"
+    bob = h.login("bob")
+    assert bob.request("UCAST alice hi") == b"200\n"
+    assert new.take() == b"000 bob UCAST alice hi\n"
+    assert old.take() == b""
+    old.lose()  # the old connection's late connectionLost must not detach the new one
+    assert h.broker.session_for(b"alice") is new.protocol
+
+
+def test_login_timeout_closes_silently():
+    h = Harness(login_timeout=3.0)
+    c = h.connect()
+    h.clock.advance(2.9)
+    assert not c.closed
+    h.clock.advance(0.2)
+    assert c.closed
+    assert c.take() == b""
+
+
+def test_login_cancels_the_timeout():
+    h = Harness(login_timeout=3.0)
+    c = h.login("alice")
+    h.clock.advance(10)
+    assert not c.closed
+
+
+# ------------------------------------------------------------------ ping / pong
+
+def test_client_ping_gets_pong_from_anonymous(h):
+    c = h.login("alice")
+    assert c.request("PING") == b"000 . PONG\n"
+    assert c.request("PONG") == b""
+
+
+def test_server_pings_idle_client_and_closes_unresponsive():
+    h = Harness(ping_interval=30.0, pong_timeout=30.0)
+    c = h.login("alice")
+    h.clock.pump([7.5] * 3)
+    assert c.take() == b""
+    h.clock.pump([7.5] * 2)
+    assert c.take() == b"000 . PING\n"
+    h.clock.pump([7.5] * 3)
+    assert not c.closed
+    h.clock.pump([7.5] * 2)
+    assert c.closed
+
+
+def test_pong_keeps_connection_alive():
+    h = Harness(ping_interval=30.0, pong_timeout=30.0)
+    c = h.login("alice")
+    h.clock.pump([7.5] * 5)
+    assert c.take() == b"000 . PING\n"
+    c.send("PONG\n")
+    h.clock.pump([7.5] * 8)
+    assert not c.closed
+    assert c.take() == b"000 . PING\n"
+
+
+def test_traffic_postpones_ping():
+    h = Harness(ping_interval=30.0, pong_timeout=30.0)
+    c = h.login("alice")
+    for _ in range(10):
+        h.clock.advance(7.5)
+        c.send("MCAST t hi\n")
+    assert b"PING" not in c.take()
+
+
+# ------------------------------------------------------------------ subscriptions and presence
+
+def test_subscribe_twice_409_and_unsubscribe_404(h):
+    c = h.login("alice")
+    assert c.request("SUBSCRIBE t") == b"200\n"
+    assert c.request("SUBSCRIBE t") == b"409\n"
+    assert c.request("UNSUBSCRIBE t") == b"200\n"
+    assert c.request("UNSUBSCRIBE t") == b"404\n"
+
+
+def test_subscription_limit_413():
+    h = Harness(max_subscriptions=2)
+    c = h.login("alice")
+    assert c.request("SUBSCRIBE a") == b"200\n"
+    assert c.request("SUBSCRIBE b") == b"200\n"
+    assert c.request("SUBSCRIBE c") == b"413\n"
+    assert c.request("UNSUBSCRIBE a") == b"200\n"
+    assert c.request("SUBSCRIBE c") == b"200\n"
+
+
+def test_presence_initial_batch_then_live_changes(h):
+    a = h.login("alice")
+    a.request("SUBSCRIBE t PRESENCE")
+    b = h.login("bob")
+    b.request("SUBSCRIBE t")
+    w = h.login("watcher")
+    assert w.request("SUBSCRIBE t PRESENCE") == (
+        b"000 alice SUBSCRIBE t PRESENCE\n000 bob SUBSCRIBE t\n200\n"
+    )
+    assert a.take() == b"000 bob SUBSCRIBE t\n000 watcher SUBSCRIBE t PRESENCE\n"
+    b.request("UNSUBSCRIBE t")
+    assert w.take() == b"000 bob UNSUBSCRIBE t\n"
+    b.request("SUBSCRIBE t")
+    assert w.take() == b"000 bob SUBSCRIBE t\n"
+    b.lose()
+    assert w.take() == b"000 bob UNSUBSCRIBE t\n"
+    assert a.take() == b"000 bob UNSUBSCRIBE t\n000 bob SUBSCRIBE t\n000 bob UNSUBSCRIBE t\n"
+
+
+def test_no_presence_without_flag(h):
+    a = h.login("alice")
+    a.request("SUBSCRIBE t")
+    b = h.login("bob")
+    b.request("SUBSCRIBE t")
+    b.request("UNSUBSCRIBE t")
+    assert a.take() == b""
+
+
+# ------------------------------------------------------------------ messages
+
+def test_ucast_delivery_and_404(h):
+    a, b = h.login("alice"), h.login("bob")
+    assert a.request("UCAST bob hi bob") == b"200\n"
+    assert b.take() == b"000 alice UCAST bob hi bob\n"
+    assert a.request("UCAST nobody hi") == b"404\n"
+
+
+def test_mcast_fanout_excludes_sender_and_needs_no_subscription(h):
+    a, b, c = h.login("alice"), h.login("bob"), h.login("carol")
+    for x in (a, b):
+        x.request("SUBSCRIBE t")
+    assert a.request("MCAST t hello") == b"200\n"
+    assert a.take() == b""
+    assert b.take() == b"000 alice MCAST t hello\n"
+    assert c.request("MCAST t from carol") == b"200\n"
+    assert a.take() == b.take() == b"000 carol MCAST t from carol\n"
+    assert c.request("MCAST empty-topic x") == b"200\n"
+
+
+def test_bcast_reaches_each_peer_once(h):
+    a, b, c, d = (h.login(n) for n in ("alice", "bob", "carol", "dave"))
+    for t in ("t1", "t2"):
+        a.request(f"SUBSCRIBE {t}")
+        b.request(f"SUBSCRIBE {t}")
+    c.request("SUBSCRIBE t2")
+    d.request("SUBSCRIBE other")
+    assert a.request("BCAST all") == b"200\n"
+    assert b.take() == b"000 alice BCAST all\n"
+    assert c.take() == b"000 alice BCAST all\n"
+    assert d.take() == b""
+    assert a.take() == b""
+
+
+def test_binary_payload_passes_through_untouched(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t")
+    payload = b"\x00\x04\n\x00\xff\n\x01"
+    assert a.request(b"MCAST t " + payload) == b"200\n"
+    assert b.take() == b"000 alice MCAST t " + payload + b"\n"
+
+
+def test_pipelined_requests_keep_order_across_topics_and_kinds(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t1")
+    b.request("SUBSCRIBE t2")
+    a.take()
+    a.send(b"MCAST t1 1\nMCAST t1 2\nMCAST t2 3\nUCAST bob 4\nMCAST t1 5\nUCAST nobody 6\n")
+    assert b.take() == (
+        b"000 alice MCAST t1 1\n000 alice MCAST t1 2\n000 alice MCAST t2 3\n"
+        b"000 alice UCAST bob 4\n000 alice MCAST t1 5\n"
+    )
+    assert a.take() == b"200\n" * 5 + b"404\n"
+
+
+def test_byte_by_byte_input(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t")
+    for byte in b"MCAST t " + b"\x00\x02a\nb" + b"\nMCAST t plain\n":
+        a.send(bytes([byte]))
+    assert b.take() == b"000 alice MCAST t \x00\x02a\nb\n000 alice MCAST t plain\n"
+
+
+def test_close_answers_200_and_closes(h):
+    a = h.login("alice")
+    a.take()
+    a.send("CLOSE\nPING\n")
+    assert a.take() == b"200\n"
+    assert a.closed
+
+
+def test_unknown_verb_is_501_and_connection_stays(h):
+    a = h.login("alice")
+    assert a.request("FROB thing payload") == b"501\n"
+    assert a.request("PING") == b"000 . PONG\n"
+
+
+def test_grammar_violation_answers_earlier_requests_then_400(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t")
+    a.take()
+    a.send("MCAST t first\nMCAST t\nMCAST t never\n")
+    assert a.take() == b"200\n400\n"
+    assert a.closed
+    assert b.take() == b"000 alice MCAST t first\n"
+
+
+def test_disconnect_unsubscribes_everything(h):
+    a = h.login("alice")
+    a.request("SUBSCRIBE t1")
+    a.request("SUBSCRIBE t2")
+    a.lose()
+    assert h.broker.active_topics() == []
+    assert h.broker.stats.connections == 0
+
+
+# ------------------------------------------------------------------ limits
+
+def test_connection_limit_refuses_extra_connections():
+    h = Harness(max_connections=2)
+    h.login("a"), h.login("b")
+    extra = h.connect()
+    assert extra.closed
+    assert extra.take() == b""
+    assert h.broker.stats.refused_connections == 1
+
+
+def test_overlong_line_is_400(h):
+    a = h.login("alice")
+    assert a.request("MCAST t " + "x" * 2000) == b"400\n"
+    assert a.closed
+
+
+def test_slow_consumer_messages_are_dropped_and_counted(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t")
+    b.protocol.pauseProducing()  # what Twisted does when b's output buffer is over the limit
+    assert b.transport.producerState == "paused"  # and b's own requests are not read meanwhile
+    a.request("MCAST t lost")
+    a.request("MCAST t lost too")
+    assert b.take() == b""
+    assert b.protocol.dropped == 2
+    assert h.broker.stats.slow_consumer_drops == 2
+    b.protocol.resumeProducing()
+    a.request("MCAST t delivered")
+    assert b.take() == b"000 alice MCAST t delivered\n"
+
+
+def test_output_buffer_limit_is_applied_to_the_transport():
+    h = Harness(max_output_buffer=4096)
+    a = h.login("alice")
+    assert a.transport.bufferSize == 4096
+    assert a.transport.producer is a.protocol

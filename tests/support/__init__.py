@@ -1,0 +1,1 @@
+"""Helpers shared by brokerd's tests: a throwaway PKI and its pytest fixture."""

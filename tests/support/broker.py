@@ -1,0 +1,136 @@
+"""Run the real ``twistd brokerd`` as a subprocess on free loopback ports, for end-to-end tests.
+
+Blocking on purpose (subprocess + sockets): these tests talk to the broker the way a
+third-party client does, not through the test's reactor.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def twistd() -> list[str]:
+    """``twistd -n --pidfile= brokerd`` run by the interpreter running the tests."""
+    launcher = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+    return [sys.executable, "-c", launcher, "-n", "--pidfile=", "brokerd"]
+
+
+@dataclass
+class RunningBroker:
+    process: subprocess.Popen
+    ports: dict[str, int]
+    data_dir: Path
+    log_path: Path
+    args: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        return self.process.returncode
+
+
+def start_broker(
+    tmp_path: Path,
+    *options: str,
+    listeners: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    wait_for: tuple[int, ...] = (),
+) -> RunningBroker:
+    """Start ``twistd brokerd``; ``listeners`` maps protocol to an endpoint template in which
+    ``{port}`` is replaced by a free port (default: SSMP on plain TCP).  Returns once every
+    listener port (and the ports in ``wait_for``) accepts connections."""
+    if listeners is None:
+        listeners = {"ssmp": "tcp:{port}:interface=127.0.0.1"}
+    ports: dict[str, int] = {}
+    args = list(twistd())
+    for protocol, template in listeners.items():
+        ports[protocol] = free_port()
+        args += [f"--{protocol}", template.format(port=ports[protocol])]
+    data_dir = tmp_path / "data"
+    args += ["--data-dir", str(data_dir), *options]
+    log_path = tmp_path / "broker.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    broker = RunningBroker(process, ports, data_dir, log_path, args)
+    deadline = time.monotonic() + timeout
+    for port in (*ports.values(), *wait_for):
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"broker exited with {process.returncode}:\n{broker.log()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    broker.stop()
+                    raise AssertionError(f"broker did not listen on {port}:\n{broker.log()}") from None
+                time.sleep(0.05)
+    return broker
+
+
+class LineClient:
+    """A blocking SSMP-ish line client over a socket (plain or TLS) with bounded reads."""
+
+    def __init__(self, sock: socket.socket, timeout: float = 5.0) -> None:
+        self.sock = sock
+        self.sock.settimeout(timeout)
+        self.buffer = b""
+
+    @classmethod
+    def connect(cls, port: int, timeout: float = 5.0) -> LineClient:
+        return cls(socket.create_connection(("127.0.0.1", port), timeout=timeout), timeout)
+
+    def send(self, data: bytes | str) -> None:
+        self.sock.sendall(data.encode() if isinstance(data, str) else data)
+
+    def line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError(f"connection closed; buffered {self.buffer!r}")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def request(self, line: str | bytes) -> bytes:
+        self.send((line.encode() if isinstance(line, str) else line) + b"\n")
+        return self.line()
+
+    def closed(self) -> bool:
+        """True if the server closed the connection (after any buffered data)."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buffer += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except (socket.timeout, TimeoutError):
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
