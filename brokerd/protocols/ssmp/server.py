@@ -87,6 +87,7 @@ class SSMPServerProtocol(Protocol):
         factory = self.factory
         if not factory.broker.admit():
             self.closed = True
+            self._dispatch = _CLOSED
             self.transport.loseConnection()
             return
         self._admitted = True
@@ -117,6 +118,9 @@ class SSMPServerProtocol(Protocol):
         self._flush()
         self.closed = True
         self._dispatch = _CLOSED
+        # A transport with a registered producer (TLS especially) waits for it to go away
+        # before it closes.
+        self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     def _login_timed_out(self) -> None:
