@@ -1,0 +1,99 @@
+"""makeService in another Twisted program: in-process on the test's reactor, and the
+documented example as a real program."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, protocol, reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+
+from brokerd.config import Settings
+from brokerd.core.message import MULTICAST, Message
+from brokerd.tap import ListenFailed, StartupError, makeService
+from tests.support.broker import REPO, LineClient, free_port
+
+
+class Collector(protocol.Protocol):
+    def __init__(self) -> None:
+        self.data = b""
+        self.waiting: list[tuple[bytes, defer.Deferred]] = []
+
+    def dataReceived(self, data: bytes) -> None:
+        self.data += data
+        for marker, d in list(self.waiting):
+            if marker in self.data:
+                self.waiting.remove((marker, d))
+                d.callback(self.data)
+
+    def wait_for(self, marker: bytes) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        if marker in self.data:
+            d.callback(self.data)
+        else:
+            self.waiting.append((marker, d))
+        return d.addTimeout(5, reactor)
+
+
+@pytest_twisted.inlineCallbacks
+def test_make_service_in_process_and_publish_from_host_code():
+    port = free_port()
+    settings = Settings(listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]}, open_login=True)
+    service = makeService(settings, reactor)
+    service.startService()
+    try:
+        client = yield connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), Collector())
+        client.transport.write(b"LOGIN alice open\nSUBSCRIBE app/events\n")
+        yield client.wait_for(b"200\n200\n")
+        broker = service.runtime.broker
+        broker.publish(Message(MULTICAST, b"app/events", b"hello from the host", "app", b"host"))
+        data = yield client.wait_for(b"hello from the host\n")
+        assert data.endswith(b"000 app:host MCAST app/events hello from the host\n")
+        client.transport.loseConnection()
+    finally:
+        yield service.stopService()
+
+
+def test_bad_settings_raise_startup_error(tmp_path):
+    with pytest.raises(StartupError, match="--ssmp bogus:1: not a valid endpoint"):
+        makeService(Settings(listeners={"ssmp": ["bogus:1"]}, data_dir=tmp_path), reactor)
+
+
+@pytest_twisted.inlineCallbacks
+def test_port_in_use_raises_listen_failed(tmp_path):
+    port = free_port()
+    settings = Settings(listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]}, data_dir=tmp_path)
+    first = makeService(settings, reactor)
+    first.startService()
+    try:
+        second = makeService(settings, reactor)
+        with pytest.raises(ListenFailed, match=f"--ssmp tcp:{port}:interface=127.0.0.1: cannot listen"):
+            second.startService()
+    finally:
+        yield first.stopService()
+
+
+@pytest.mark.slow
+def test_documented_example_runs(tmp_path):
+    example = (REPO / "docs" / "examples" / "embed.py").read_text()
+    documented = (REPO / "docs" / "embedding.md").read_text()
+    code = re.search(r"```python\n(.*?)```", documented, re.S).group(1)
+    assert code.strip() == example.split('"""', 2)[2].strip(), "docs/embedding.md and embed.py differ"
+    port = free_port()
+    script = tmp_path / "embed.py"
+    script.write_text(example.replace("8787", str(port)))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    process = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+    try:
+        assert b"brokerd embedded" in process.stderr.readline()
+        client = LineClient.connect(port)
+        assert client.request("LOGIN alice open") == b"200"
+        assert client.request("PING") == b"000 . PONG"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(15)
