@@ -205,7 +205,7 @@ class Broker(Service):
         for fmt, members in topic.fanout():
             data = fmt.render_message(message)
             if data is None:
-                unrenderable += len(members)
+                unrenderable += len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
                 continue
             if skip_sender:
                 for member in members:
@@ -240,7 +240,8 @@ class Broker(Service):
                 parts = [render(message) for message in messages]
                 if None in parts:
                     parts = [part for part in parts if part is not None]
-                    unrenderable += (len(messages) - len(parts)) * len(members)
+                    recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
+                    unrenderable += (len(messages) - len(parts)) * recipients
                 if not parts:
                     continue
                 data = b"".join(parts)

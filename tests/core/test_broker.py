@@ -1,0 +1,247 @@
+"""The Broker core with fake sessions and wire formats: routing, fan-out, presence, limits."""
+from __future__ import annotations
+
+import pytest
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from brokerd.core.broker import Broker
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
+from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+
+
+@implementer(IWireFormat)
+class Format:
+    def __init__(self, protocol: str, refuse: bytes | None = None) -> None:
+        self.protocol = protocol
+        self.refuse = refuse
+        self.rendered = 0
+
+    def render_message(self, message):
+        self.rendered += 1
+        if message.payload == self.refuse:
+            return None
+        return f"{self.protocol}|{message.kind}|{message.target}|".encode() + message.payload
+
+    def render_presence(self, topic, member, joined, presence):
+        return b"%s %s %s%s" % (b"+" if joined else b"-", member.name, topic, b"!" if presence else b"")
+
+
+@implementer(ISubscriber)
+class Session:
+    def __init__(self, name: str, fmt: Format, address: bool = True) -> None:
+        self.protocol = fmt.protocol
+        self.name = name.encode()
+        self.address = self.name if address else None
+        self.wire_format = fmt
+        self.got: list[bytes] = []
+        self.was_replaced = False
+
+    def send(self, data: bytes) -> None:
+        self.got.append(data)
+
+    def replaced(self) -> None:
+        self.was_replaced = True
+
+
+def msg(kind, target, payload=b"x", sender=b"s"):
+    return Message(kind, target, payload, "test", sender)
+
+
+@pytest.fixture
+def broker():
+    return Broker(max_subscriptions=3, max_connections=2)
+
+
+def attached(broker, *sessions):
+    for s in sessions:
+        broker.attach(s)
+    return sessions
+
+
+def test_fakes_provide_the_interfaces():
+    fmt = Format("a")
+    verifyObject(IWireFormat, fmt)
+    verifyObject(ISubscriber, Session("x", fmt))
+
+
+def test_publish_renders_once_per_format_and_skips_the_excluded(broker):
+    one, two = Format("one"), Format("two")
+    a, b, c = attached(broker, Session("a", one), Session("b", one), Session("c", two))
+    for s in (a, b, c):
+        broker.subscribe(s, b"t")
+    assert broker.publish(msg(MULTICAST, b"t", b"hi"), exclude=a) == 2
+    assert one.rendered == 1 and two.rendered == 1
+    assert a.got == []
+    assert b.got == [b"one|multicast|b't'|hi"]
+    assert c.got == [b"two|multicast|b't'|hi"]
+    assert b.got[0] is not c.got[0]
+    assert broker.stats.delivered == 2
+
+
+def test_same_bytes_object_goes_to_every_recipient_of_a_format(broker):
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(a, b"t")
+    broker.subscribe(b, b"t")
+    broker.publish(msg(MULTICAST, b"t"))
+    assert a.got[0] is b.got[0]
+
+
+def test_publish_batch_keeps_order_and_writes_once(broker):
+    fmt = Format("f", refuse=b"bad")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(a, b"t")
+    broker.subscribe(b, b"t")
+    messages = [msg(MULTICAST, b"t", p) for p in (b"1", b"bad", b"2")]
+    assert broker.publish_batch(messages, exclude=a) == 2
+    assert a.got == []
+    assert b.got == [b"f|multicast|b't'|1f|multicast|b't'|2"]
+    assert broker.stats.unrenderable == 1
+    assert broker.stats.published == 3
+
+
+def test_publish_to_topic_without_members(broker):
+    assert broker.publish(msg(MULTICAST, b"nobody")) == 0
+    assert broker.publish_batch([msg(MULTICAST, b"nobody")]) == 0
+
+
+def test_unicast(broker):
+    fmt = Format("f", refuse=b"bad")
+    (a,) = attached(broker, Session("a", fmt))
+    assert broker.unicast(msg(UNICAST, b"a", b"hi"))
+    assert a.got == [b"f|unicast|b'a'|hi"]
+    assert not broker.unicast(msg(UNICAST, b"nobody"))
+    assert broker.unicast(msg(UNICAST, b"a", b"bad"))  # reachable, but not renderable: counted
+    assert broker.stats.unrenderable == 1
+
+
+def test_broadcast_each_peer_once_not_the_sender(broker):
+    fmt = Format("f")
+    a, b, c, d = attached(broker, *(Session(n, fmt) for n in "abcd"))
+    for s in (a, b):
+        broker.subscribe(s, b"t1")
+        broker.subscribe(s, b"t2")
+    broker.subscribe(c, b"t2")
+    broker.subscribe(d, b"t3")
+    assert broker.broadcast(msg(BROADCAST, None), a) == 2
+    assert len(b.got) == len(c.got) == 1
+    assert a.got == d.got == []
+
+
+def test_presence_batch_then_changes(broker):
+    fmt = Format("f")
+    a, b, w = attached(broker, Session("a", fmt), Session("b", fmt), Session("w", fmt))
+    broker.subscribe(a, b"t", presence=True)
+    broker.subscribe(b, b"t")
+    broker.subscribe(w, b"t", presence=True)
+    assert w.got == [b"+ a t!", b"+ b t"]
+    assert a.got == [b"+ b t", b"+ w t!"]
+    broker.unsubscribe(b, b"t")
+    assert w.got[-1] == a.got[-1] == b"- b t"
+    assert b.got == []
+
+
+def test_subscription_errors(broker):
+    fmt = Format("f")
+    (a,) = attached(broker, Session("a", fmt))
+    broker.subscribe(a, b"t")
+    with pytest.raises(AlreadySubscribed):
+        broker.subscribe(a, b"t")
+    with pytest.raises(NotSubscribed):
+        broker.unsubscribe(a, b"other")
+    broker.subscribe(a, b"u")
+    broker.subscribe(a, b"v")
+    with pytest.raises(SubscriptionLimit):
+        broker.subscribe(a, b"w")
+    assert broker.subscriptions(a) == [b"t", b"u", b"v"]
+    with pytest.raises(BrokerError):
+        broker.subscribe(Session("stranger", fmt), b"t")
+
+
+def test_attach_with_same_address_replaces_and_detaches_the_older(broker):
+    fmt = Format("f")
+    w, old = attached(broker, Session("w", fmt), Session("a", fmt))
+    broker.subscribe(w, b"t", presence=True)
+    broker.subscribe(old, b"t")
+    new = Session("a", fmt)
+    broker.attach(new)
+    assert old.was_replaced
+    assert w.got[-1] == b"- a t"
+    assert broker.session_for(b"a") is new
+    broker.detach(old)  # the older connection's late detach changes nothing
+    assert broker.session_for(b"a") is new
+    assert broker.topics.get(b"t") is not None
+
+
+def test_detach_leaves_everything_and_is_idempotent(broker):
+    fmt = Format("f")
+    (a,) = attached(broker, Session("a", fmt))
+    broker.subscribe(a, b"t1")
+    broker.subscribe(a, b"t2")
+    broker.detach(a)
+    broker.detach(a)
+    assert broker.active_topics() == []
+    assert broker.session_for(b"a") is None
+
+
+def test_unaddressed_sessions_are_not_reachable(broker):
+    fmt = Format("f")
+    (anon,) = attached(broker, Session(".", fmt, address=False))
+    assert broker.session_for(b".") is None
+    broker.detach(anon)
+
+
+def test_connection_limit(broker):
+    assert broker.admit() and broker.admit()
+    assert not broker.admit()
+    assert broker.stats.refused_connections == 1
+    broker.release()
+    assert broker.admit()
+
+
+def test_observer_sees_routing_and_sessions():
+    @implementer(IBrokerObserver)
+    class Observer:
+        def __init__(self):
+            self.events = []
+
+        def message_routed(self, message, recipients, dropped):
+            self.events.append(("routed", message.payload, recipients, dropped))
+
+        def session_attached(self, session):
+            self.events.append(("attached", session.name))
+
+        def session_detached(self, session):
+            self.events.append(("detached", session.name))
+
+    observer = Observer()
+    verifyObject(IBrokerObserver, observer)
+    broker = Broker(observer=observer)
+    fmt = Format("f", refuse=b"bad")
+    a = Session("a", fmt)
+    broker.attach(a)
+    broker.subscribe(a, b"t")
+    broker.publish(msg(MULTICAST, b"t", b"ok"))
+    broker.publish(msg(MULTICAST, b"t", b"bad"))
+    broker.detach(a)
+    assert observer.events == [
+        ("attached", b"a"),
+        ("routed", b"ok", 1, 0),
+        ("routed", b"bad", 0, 1),
+        ("detached", b"a"),
+    ]
+
+
+def test_topic_fanout_cache_follows_membership(broker):
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(a, b"t")
+    broker.publish(msg(MULTICAST, b"t", b"1"))
+    broker.subscribe(b, b"t")
+    broker.publish(msg(MULTICAST, b"t", b"2"))
+    broker.unsubscribe(a, b"t")
+    broker.publish(msg(MULTICAST, b"t", b"3"))
+    assert [g[-1:] for g in a.got] == [b"1", b"2"]
+    assert [g[-1:] for g in b.got] == [b"2", b"3"]
