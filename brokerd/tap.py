@@ -104,10 +104,11 @@ class Options(usage.Options):
 
 def front_end(protocol: str):
     """The ``build_factory`` of a protocol's front end, or None when it is not available."""
+    package = f"brokerd.protocols.{protocol}"
     try:
-        module = importlib.import_module(f"brokerd.protocols.{protocol}.server")
+        module = importlib.import_module(f"{package}.server")
     except ModuleNotFoundError as exc:
-        if exc.name == f"brokerd.protocols.{protocol}.server":
+        if exc.name in (package, f"{package}.server"):
             return None
         raise
     return getattr(module, "build_factory", None)

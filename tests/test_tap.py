@@ -1,0 +1,104 @@
+"""brokerd.tap's Options and settings: the command-line contract of DESIGN.md, in memory."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.python import usage
+
+from brokerd.config import Settings, settings_from
+from brokerd.errors import ConfigurationError
+from brokerd.tap import Options, front_end
+
+
+def parse(*args: str) -> Settings:
+    options = Options()
+    options.parseOptions(list(args))
+    return options.settings
+
+
+def test_every_design_option_parses(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("x\n")
+    settings = parse(
+        "--ssmp", "tcp:1", "--ssmp", "unix:/tmp/s", "--data-dir", str(tmp_path), "--open-login",
+        "--anonymous", "--secret-file", str(secret), "--accounts", str(tmp_path / "acc"),
+    )
+    assert settings.listeners == {"ssmp": ["tcp:1", "unix:/tmp/s"]}
+    assert settings.open_login and settings.anonymous
+    assert settings.data_dir == tmp_path
+    assert settings.secret() == b"x"
+    assert settings.accounts_file == tmp_path / "acc"
+
+
+def test_defaults():
+    settings = parse()
+    assert settings.listeners == {}
+    assert settings.data_dir == Path("brokerd-data")
+    assert not settings.open_login
+    assert settings.login_timeout == 5.0
+    assert settings.max_output_buffer == 1 << 20
+
+
+def test_tuning_options_are_numbers():
+    settings = parse("--login-timeout", "1.5", "--max-connections", "10", "--max-output-buffer", "4096")
+    assert settings.login_timeout == 1.5
+    assert settings.max_connections == 10
+    assert settings.max_output_buffer == 4096
+    with pytest.raises(usage.UsageError, match="must be positive"):
+        parse("--max-connections", "0")
+
+
+def test_config_file_and_command_line(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('ssmp = "tcp:9"\nanonymous = true\nping-interval = 12\n')
+    settings = parse("--config", str(config), "--ping-interval", "3")
+    assert settings.listeners == {"ssmp": ["tcp:9"]}
+    assert settings.anonymous
+    assert settings.ping_interval == 3.0
+    assert parse("--config", str(config), "--ssmp", "tcp:10").listeners == {"ssmp": ["tcp:10"]}
+
+
+def test_config_file_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is = = not toml")
+    with pytest.raises(ConfigurationError, match="--config"):
+        settings_from({}, str(bad))
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("colour = 'blue'\n")
+    with pytest.raises(ConfigurationError, match="unknown setting 'colour'"):
+        settings_from({}, str(unknown))
+    lists = tmp_path / "lists.toml"
+    lists.write_text("ssmp = [1, 2]\n")
+    with pytest.raises(ConfigurationError, match="endpoints must be strings"):
+        settings_from({}, str(lists))
+
+
+def test_tls_options_go_together():
+    with pytest.raises(usage.UsageError, match="go together"):
+        parse("--tls-cert", "c.pem")
+    with pytest.raises(usage.UsageError, match="--tls-ca needs"):
+        parse("--tls-ca", "ca.pem")
+
+
+def test_empty_secret_file_is_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(usage.UsageError, match="the file is empty"):
+        parse("--secret-file", str(empty))
+
+
+@pytest.mark.parametrize("protocol", ["ssmp", "mcchat", "smqp", "socketmq"])
+def test_listener_option_of_each_protocol(protocol):
+    if front_end(protocol) is None:
+        with pytest.raises(usage.UsageError, match=f"the {protocol} front end is not available yet"):
+            parse(f"--{protocol}", "tcp:1")
+    else:
+        assert parse(f"--{protocol}", "tcp:1", f"--{protocol}", "tcp:2").listeners == {
+            protocol: ["tcp:1", "tcp:2"]
+        }
+
+
+def test_front_ends_are_found_by_name():
+    assert front_end("ssmp") is not None
+    assert front_end("nosuchprotocol") is None
