@@ -86,6 +86,7 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
 
     settings = Settings()
     known = {option_name(f.name): f for f in fields(Settings) if f.name != "listeners"}
+    known["accounts"] = known.pop("accounts-file")  # DESIGN.md names the option --accounts
     for key, value in merged.items():
         if key in PROTOCOLS:
             endpoints = [value] if isinstance(value, str) else list(value)
