@@ -30,6 +30,10 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
+    socketmq_policy: Path | None = None
+    """socket.mq policy (TOML): security mode, client key ring, allow rules (docs/socketmq.md)."""
+    socketmq_key: Path | None = None
+    """socket.mq server OpenPGP key; default DATA_DIR/socketmq/server-key.asc, made on first use."""
 
     login_timeout: float = 5.0
     """Seconds a new connection may take to log in before it is closed without a reply."""
@@ -58,7 +62,10 @@ class Settings:
         return secret
 
 
-_PATHS = {"data_dir", "secret_file", "accounts_file", "tls_cert", "tls_key", "tls_ca"}
+_PATHS = {
+    "data_dir", "secret_file", "accounts_file", "tls_cert", "tls_key", "tls_ca",
+    "socketmq_policy", "socketmq_key",
+}
 
 
 def option_name(attribute: str) -> str:

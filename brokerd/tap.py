@@ -47,6 +47,8 @@ class Options(usage.Options):
         ["tls-cert", None, None, "Server certificate (PEM) for tls: listeners."],
         ["tls-key", None, None, "Private key (PEM) of --tls-cert."],
         ["tls-ca", None, None, "CA bundle (PEM): TLS listeners then ask for and verify client certificates."],
+        ["socketmq-policy", None, None, "socket.mq policy file (TOML): OpenPGP security, key ring, allow rules."],
+        ["socketmq-key", None, None, "socket.mq server OpenPGP key [DATA_DIR/socketmq/server-key.asc]."],
         ["config", None, None, "Read settings from this TOML file (the command line wins)."],
         ["login-timeout", None, None, "Seconds a connection may take to log in [5]."],
         ["ping-interval", None, None, "Seconds of client silence before a server PING [30]."],

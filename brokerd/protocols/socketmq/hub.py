@@ -1,0 +1,207 @@
+"""What every socket.mq connection of one server shares: the Broker, the security setup, the
+applications that answer requests, and the requests waiting for them.
+
+The same Hub runs in both ways of using socket.mq: inside brokerd (many applications, each a
+WebSocket session that registered for it) and embedded in a program (one local application
+whose callback answers; see :mod:`brokerd.protocols.socketmq.api`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+
+from brokerd.protocols.socketmq import limits
+from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
+from brokerd.protocols.socketmq.policy import Policy
+
+OK = 200
+BAD_GATEWAY = 502
+UNAVAILABLE = 503
+GATEWAY_TIMEOUT = 504
+TEXT = "text/plain; charset=utf-8"
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    496: "No Cert",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+class IncomingRequest:
+    """One request-reply exchange, as the application that serves it sees it.
+
+    The draft's request callback arguments are attributes here; ``respond(status, body)``
+    answers (only the first answer counts: a late one after a timeout is ignored).
+    """
+
+    def __init__(
+        self,
+        application: str,
+        request_id: str,
+        body: bytes,
+        client_id: str | None = None,
+        version: str | None = None,
+        content_type: str | None = None,
+    ) -> None:
+        self.application = application
+        self.request_id = request_id
+        self.body = body
+        self.client_id = client_id
+        self.version = version
+        self.content_type = content_type
+        self.answered: Deferred = Deferred()
+        """Fires with (status, body, content_type) once, on the first respond()."""
+        self._cleanups: list[Callable[[], None]] = []
+
+    @property
+    def responded(self) -> bool:
+        return self.answered.called
+
+    def respond(self, status: int, body: bytes | str = b"", content_type: str | None = None) -> None:
+        """Answer with HTTP ``status`` (100-599) and an optional body."""
+        if self.answered.called:
+            return
+        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+            raise ValueError(f"status must be an HTTP status code, not {status!r}")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        for cleanup in self._cleanups:
+            cleanup()
+        self._cleanups.clear()
+        self.answered.callback((status, bytes(body), content_type))
+
+    def on_done(self, cleanup: Callable[[], None]) -> None:
+        """Call ``cleanup`` when this request is answered (by anyone, timeouts included)."""
+        self._cleanups.append(cleanup)
+
+
+class Application(Protocol):
+    """Whatever serves an application name: a local callback or a registered session."""
+
+    def handle(self, request: IncomingRequest) -> None: ...
+
+
+class LocalApplication:
+    """An application served by a callback in this process (the embedded Server API)."""
+
+    _log = Logger()
+
+    def __init__(self, on_request: Callable[[IncomingRequest], Any]) -> None:
+        self._on_request = on_request
+
+    def handle(self, request: IncomingRequest) -> None:
+        d = maybeDeferred(self._on_request, request)
+
+        def failed(failure: Any) -> None:
+            self._log.failure("socket.mq request callback failed", failure)
+            request.respond(500, b"the application failed\n", TEXT)
+
+        d.addErrback(failed)
+
+
+SubscribeHook = Callable[[str, "str | None"], Deferred]
+"""(event, client id) -> Deferred firing with an HTTP-style status: 200 accepts."""
+
+
+class Hub:
+    """Shared state of one socket.mq server (one per brokerd, one per embedded Server)."""
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        broker: Any,
+        reactor: Any,
+        settings: Any = None,
+        portal: Any = None,
+        policy: Policy | None = None,
+        key: SecretKey | None = None,
+        subscribe_hook: SubscribeHook | None = None,
+    ) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.settings = settings
+        self.portal = portal
+        self.policy = policy or Policy()
+        self.key = key if self.policy.enabled else None
+        self.keyring = Keyring.from_armored(self.policy.keyring_data)
+        self.subscribe_hook = subscribe_hook
+        self.applications: dict[str, Application] = {}
+        self.request_timeout = float(limits.setting(settings, "socketmq_request_timeout", limits.REQUEST_TIMEOUT))
+        self.max_output_buffer = int(limits.setting(settings, "max_output_buffer", 1 << 20))
+        self.stats = {"requests": 0, "timeouts": 0}
+
+    # ------------------------------------------------------------------ security
+
+    @property
+    def security(self) -> str:
+        return self.policy.security if self.key is not None else "disabled"
+
+    def run_crypto(self, function: Callable[..., Any], *args: Any) -> Deferred:
+        """Run OpenPGP work off the reactor thread (in the reactor's thread pool)."""
+        get_pool = getattr(self.reactor, "getThreadPool", None)
+        if get_pool is None:
+            return maybeDeferred(function, *args)
+        return deferToThreadPool(self.reactor, get_pool(), function, *args)
+
+    def add_client_key(self, armored: bytes | str) -> None:
+        """Allow one more client key (embedders add keys at run time)."""
+        for cert in Keyring.from_armored(armored).certs():
+            self.keyring.add(cert)
+
+    # ------------------------------------------------------------------ applications
+
+    def register(self, name: str, application: Application) -> bool:
+        """Serve ``name`` with ``application``; False when someone else already does."""
+        current = self.applications.get(name)
+        if current is not None and current is not application:
+            return False
+        self.applications[name] = application
+        return True
+
+    def unregister(self, name: str, application: Application) -> bool:
+        if self.applications.get(name) is not application:
+            return False
+        del self.applications[name]
+        return True
+
+    def dispatch(self, request: IncomingRequest) -> Deferred:
+        """Hand ``request`` to its application; the Deferred fires with (status, body,
+        content_type): 404 when nobody serves the application, 504 after the timeout."""
+        self.stats["requests"] += 1
+        application = self.applications.get(request.application)
+        if application is None:
+            request.respond(404, f"no application {request.application} is registered\n", TEXT)
+            return request.answered
+        timer = self.reactor.callLater(self.request_timeout, self._timed_out, request)
+        request.on_done(lambda: timer.cancel() if timer.active() else None)
+        application.handle(request)
+        return request.answered
+
+    def _timed_out(self, request: IncomingRequest) -> None:
+        self.stats["timeouts"] += 1
+        request.respond(GATEWAY_TIMEOUT, b"the application did not answer in time\n", TEXT)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def may_subscribe(self, event: str, client_id: str | None) -> Deferred:
+        """The embedder's subscribe decision (200 when there is no hook)."""
+        if self.subscribe_hook is None:
+            return succeed(OK)
+        d = maybeDeferred(self.subscribe_hook, event, client_id)
+        return d.addTimeout(self.request_timeout, self.reactor, onTimeoutCancel=lambda *_: GATEWAY_TIMEOUT)

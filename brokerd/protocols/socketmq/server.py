@@ -1,0 +1,178 @@
+"""The socket.mq front end: one twisted.web Site per ``--socketmq`` listener.
+
+``build_factory(runtime)`` is brokerd's entry point (brokered mode: many applications on one
+port, events are broker topics).  :func:`build_site` is shared with the embedded, brokerless
+Server API in :mod:`brokerd.protocols.socketmq.api`.
+
+The Site's channel and request classes add what twisted.web leaves out: the broker's connection
+limit (the count moves to the WebSocket session when a connection upgrades), a bound on request
+bodies enforced while they arrive, and no per-request access log.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web import http, server
+
+from brokerd.config import Runtime
+from brokerd.protocols.socketmq import limits
+from brokerd.protocols.socketmq.hub import Hub
+from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
+from brokerd.errors import ConfigurationError
+from brokerd.protocols.socketmq.policy import load_policy
+from brokerd.protocols.socketmq.resource import RootResource, SocketMQResource
+from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
+
+SERVER_KEY_USER_ID = "brokerd socket.mq server"
+
+
+class Admission:
+    """One connection counted in the broker's ``max_connections``; release() is idempotent,
+    so the HTTP channel and the WebSocket session that inherits it may both call it."""
+
+    __slots__ = ("_broker",)
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    def release(self) -> None:
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            broker.release()
+
+
+def _raw_response(status: bytes, body: bytes) -> bytes:
+    return b"".join(
+        (
+            b"HTTP/1.1 ", status, b"\r\nContent-Type: text/plain; charset=utf-8\r\n",
+            b"Socket-MQ-Version: ", str(limits.PROTOCOL_VERSION).encode(), b"\r\n",
+            b"Content-Length: ", str(len(body)).encode(), b"\r\nConnection: close\r\n\r\n", body,
+        )
+    )
+
+
+class SocketMQChannel(http.HTTPChannel):
+    """An HTTP connection counted against the broker's connection limit."""
+
+    admission: Admission | None = None
+    refused = False
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        broker = self.site.hub.broker
+        if not broker.admit():
+            self.refused = True
+            self.transport.write(_raw_response(b"503 Service Unavailable", b"too many connections\n"))
+            self.transport.loseConnection()
+            return
+        self.admission = Admission(broker)
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self.refused:
+            super().dataReceived(data)
+
+    def connectionLost(self, reason: Any) -> None:
+        if self.admission is not None:
+            self.admission.release()
+        super().connectionLost(reason)
+
+
+class SocketMQRequest(server.Request):
+    """Refuses a body larger than MAX_BODY as soon as it is announced or has arrived that far
+    (413 and close), without storing more than MAX_BODY bytes of it."""
+
+    max_body = limits.MAX_BODY
+    too_large = False
+    _received = 0
+
+    def gotLength(self, length: int | None) -> None:
+        super().gotLength(min(length, self.max_body) if length is not None else None)
+        if length is not None and length > self.max_body:
+            self._refuse()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self.too_large:
+            return
+        self._received += len(data)
+        if self._received > self.max_body:
+            self._refuse()
+            return
+        super().handleContentChunk(data)
+
+    def _refuse(self) -> None:
+        self.too_large = True
+        body = f"the request body is larger than {self.max_body} bytes\n".encode()
+        self.channel.transport.write(_raw_response(b"413 Payload Too Large", body))
+        self.channel.transport.loseConnection()
+
+    def process(self) -> None:
+        if not self.too_large:
+            super().process()
+
+
+class SocketMQSite(server.Site):
+    """One listener's HTTP + WebSocket site."""
+
+    protocol = SocketMQChannel
+    requestFactory = SocketMQRequest
+    displayTracebacks = False
+    noisy = False
+
+    def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT) -> None:
+        super().__init__(root, timeout=timeout)
+        self.hub = hub
+
+    def log(self, request: Any) -> None:
+        """No access log: nothing is logged per request on the hot path."""
+
+
+def build_site(hub: Hub, settings: Any = None, demo: bool = True) -> SocketMQSite:
+    """The Site serving ``hub`` (brokerd and the embedded Server both use this)."""
+    websocket = SocketMQWebSocketFactory(
+        hub,
+        ping_interval=float(limits.setting(settings, "ping_interval", 30.0)),
+        pong_timeout=float(limits.setting(settings, "pong_timeout", 30.0)),
+    )
+    return SocketMQSite(hub, RootResource(SocketMQResource(hub, websocket, demo=demo)))
+
+
+def server_key_path(settings: Any) -> Path:
+    """``--socketmq-key`` when given, else ``DATA_DIR/socketmq/server-key.asc``."""
+    configured = getattr(settings, "socketmq_key", None)
+    if configured is not None:
+        return Path(configured)
+    return Path(getattr(settings, "data_dir", "brokerd-data")) / "socketmq" / "server-key.asc"
+
+
+def build_hub(runtime: Runtime) -> Hub:
+    """brokerd's Hub: the runtime's broker and portal, the policy file, the server key."""
+    settings = runtime.settings
+    policy = load_policy(getattr(settings, "socketmq_policy", None))
+    key = None
+    if policy.enabled:
+        path = server_key_path(settings)
+        try:
+            key = SecretKey.load_or_create(path, SERVER_KEY_USER_ID)
+        except (OSError, PGPError) as exc:
+            raise ConfigurationError(f"--socketmq-key {path}: {exc}") from None
+    try:
+        return Hub(runtime.broker, runtime.reactor, settings, runtime.portal, policy, key)
+    except PGPError as exc:
+        raise ConfigurationError(f"--socketmq-policy {policy.source}: keyring: {exc}") from None
+
+
+def build_factory(runtime: Runtime) -> SocketMQSite:
+    """The socket.mq front end's entry point for brokerd.tap: one Site shared by every
+    ``--socketmq`` listener (so applications registered on one are served on all)."""
+    hub = runtime.resources.get("socketmq.hub")
+    if hub is None:
+        hub = runtime.resources["socketmq.hub"] = build_hub(runtime)
+    Logger().info(
+        "socket.mq: security {security}, {keys} client keys, server key {fingerprint}",
+        security=hub.security,
+        keys=len(hub.keyring),
+        fingerprint=hub.key.fingerprint if hub.key is not None else "-",
+    )
+    return build_site(hub, runtime.settings)

@@ -1,0 +1,503 @@
+"""One socket.mq WebSocket connection: publish-subscribe, authentication, and (in brokered
+mode) serving an application whose requests the broker forwards here.
+
+The protocol object is also the session's "mind" (ISubscriber): the Broker writes rendered
+frames straight to it.  Client messages are dispatched through one table by message class.
+
+Flow control follows the SSMP front end: the session is the streaming producer of its own
+transport.  When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses
+it: events for that reader are dropped and counted, its own messages are no longer read, and
+once the buffer drains it gets one ``dropped`` message with the count.  A reader that stays
+congested for SLOW_CONSUMER_TIMEOUT seconds is disconnected.
+"""
+from __future__ import annotations
+
+from itertools import count
+from typing import Any, Callable
+
+from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+from autobahn.websocket.types import ConnectionDeny
+from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from brokerd.auth.credentials import OpenLogin, SharedSecret
+from brokerd.auth.realm import IIdentity
+from brokerd.auth.tls import peer_names
+from brokerd.core.message import MULTICAST, Message
+from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.interfaces import ISubscriber
+from brokerd.protocols.socketmq import limits
+from brokerd.protocols.socketmq.codec import (
+    FrameError,
+    InvalidMessage,
+    decode_client,
+    encode,
+    frame,
+)
+from brokerd.protocols.socketmq.events import (
+    Auth,
+    Dropped,
+    Hello,
+    MessageId,
+    Publish,
+    Register,
+    Request,
+    Respond,
+    Result,
+    Subscribe,
+    Unregister,
+    Unsubscribe,
+)
+from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub, IncomingRequest
+from brokerd.protocols.socketmq.pgp import (
+    PGPError,
+    check_client_proof,
+    new_nonce,
+    server_proof,
+)
+from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+
+SLOW_CONSUMER_TIMEOUT = 30.0
+"""Seconds a WebSocket reader may stay congested before it is disconnected."""
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY = 1008
+_ANONYMOUS = b"anonymous"
+_tokens = count(1)
+
+
+def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes:
+    return frame(*encode(Result(id, status, reason or REASONS.get(status, ""), **extra)))
+
+
+@implementer(ISubscriber, IPushProducer)
+class SocketMQSession(WebSocketServerProtocol):
+    """One WebSocket connection; also its session as the Broker sees it."""
+
+    _log = Logger()
+    protocol = "socketmq"
+    wire_format = SOCKETMQ_WIRE
+    name = _ANONYMOUS
+    address = None
+    factory: SocketMQWebSocketFactory
+    admission: Any = None
+    """The connection-count admission handed over by the HTTP channel (see resource.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hub: Hub = None  # type: ignore[assignment]
+        self.names: tuple[str, ...] | None = None
+        """Who the client is (None until it authenticates): the names policy rules match."""
+        self.client_id: str | None = None
+        self.nonce = new_nonce()
+        self.opened = False
+        self.closed = False
+        self.dropped = 0
+        self._unreported = 0
+        self._busy = False
+        self._queue: list[tuple[bytes, bool]] = []
+        self._congested_timer: Any = None
+        self.applications: set[str] = set()
+        self.pending: dict[str, IncomingRequest] = {}
+        self.send: Callable[[bytes], None] = self._discard
+        self._write: Callable[[bytes], None] = self._discard
+        self._open = False
+        """True from onOpen until the first close frame (nothing may follow one)."""
+        self._congested = False
+
+    # ------------------------------------------------------------------ opening
+
+    def onConnect(self, request: Any) -> str:
+        if limits.SUBPROTOCOL not in request.protocols:
+            raise ConnectionDeny(400, f"offer the WebSocket subprotocol {limits.SUBPROTOCOL}")
+        return limits.SUBPROTOCOL
+
+    def onOpen(self) -> None:
+        hub = self.hub = self.factory.hub
+        transport = self.transport
+        self.opened = True
+        self._open = True
+        self._write = transport.write
+        self.send = self._write
+        _limit_output_buffer(transport, hub.max_output_buffer)
+        transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
+        transport.registerProducer(self, True)
+        names = peer_names(transport)
+        if names:
+            self._authenticated(names, names[0])
+        hub.broker.attach(self)
+        fingerprint = hub.key.fingerprint if hub.key is not None else None
+        hello = Hello(limits.PROTOCOL_VERSION, hub.security, self.nonce, fingerprint)
+        transport.write(frame(*encode(hello)))
+
+    def _authenticated(self, names: tuple[str, ...], client_id: str) -> None:
+        self.names = names
+        self.client_id = client_id
+        self.name = client_id.encode("utf-8", "replace")
+
+    # ------------------------------------------------------------------ closing
+
+    def sendCloseFrame(self, code: int | None = None, reasonUtf8: bytes | None = None, isReply: bool = False) -> None:
+        self._stop_sending()  # nothing may follow a close frame
+        super().sendCloseFrame(code, reasonUtf8, isReply)
+
+    def dropConnection(self, abort: bool = False) -> None:
+        self._stop_sending()
+        super().dropConnection(abort)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self._stop_sending()
+        if not self.closed:
+            self.closed = True
+            self._cleanup()
+        super().connectionLost(reason)
+
+    def _cleanup(self) -> None:
+        if self._congested_timer is not None and self._congested_timer.active():
+            self._congested_timer.cancel()
+        self._congested_timer = None
+        admission, self.admission = self.admission, None
+        if admission is not None:
+            admission.release()
+        hub = self.hub
+        if hub is None:
+            return
+        for name in tuple(self.applications):
+            hub.unregister(name, self)
+        self.applications.clear()
+        pending, self.pending = self.pending, {}
+        for request in pending.values():
+            request.respond(502, b"the application went away\n", TEXT)
+        hub.broker.detach(self)
+
+    def _close(self, code: int, reason: str) -> None:
+        """Start the closing handshake with any RFC 6455 code (Autobahn's sendClose only
+        takes 1000 and 3000-4999, but 1007 and 1008 are what the peer deserves here)."""
+        if self.state == self.STATE_OPEN:
+            self.sendCloseFrame(code, reason.encode("utf-8")[:120])
+
+    # ------------------------------------------------------------------ output
+
+    def _stop_sending(self) -> None:
+        self._open = False
+        self.send = self._discard
+
+    def _discard(self, data: bytes) -> None:
+        """``send`` of a session that is not open."""
+
+    def _drop(self, data: bytes) -> None:
+        """``send`` while congested: count instead of writing."""
+        self.dropped += 1
+        self._unreported += 1
+        self.hub.broker.stats.slow_consumer_drops += 1
+
+    def _reply(self, data: bytes) -> None:
+        """Answers to the client's own requests: never dropped (its reads are paused while
+        congested, so these cannot pile up), never after a close frame."""
+        if self._open:
+            self.transport.write(data)
+
+    def pauseProducing(self) -> None:
+        if self.closed or not self._open or self._congested:
+            return
+        self._congested = True
+        self.send = self._drop
+        self.transport.pauseProducing()
+        self._congested_timer = self.hub.reactor.callLater(SLOW_CONSUMER_TIMEOUT, self._too_slow)
+
+    def resumeProducing(self) -> None:
+        if self.closed or not self._congested:
+            return
+        self._congested = False
+        if self._congested_timer is not None and self._congested_timer.active():
+            self._congested_timer.cancel()
+        self._congested_timer = None
+        self.send = self._write
+        if self._unreported:
+            self.transport.write(frame(*encode(Dropped(self._unreported))))
+            self._unreported = 0
+        if not self._busy:
+            self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self._stop_sending()
+
+    def _too_slow(self) -> None:
+        self._congested_timer = None
+        self._log.info("socket.mq: disconnecting {peer}, congested for {seconds} s", peer=self.peer, seconds=SLOW_CONSUMER_TIMEOUT)
+        self.dropConnection(abort=True)
+
+    # ------------------------------------------------------------------ ISubscriber
+
+    def replaced(self) -> None:
+        """Sessions have no address, so the core never replaces one; close if it does."""
+        self._close(CLOSE_GOING_AWAY, "replaced")
+
+    # ------------------------------------------------------------------ input
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        if self.closed or not self._open:
+            return
+        if self._busy:
+            self._queue.append((payload, isBinary))
+            return
+        self._handle(payload, isBinary)
+
+    def _handle(self, payload: bytes, binary: bool) -> None:
+        try:
+            message = decode_client(payload, binary)
+        except FrameError as exc:
+            self._close(exc.close_code, str(exc))
+            return
+        except InvalidMessage as exc:
+            self._reply(frame(exc.reply, False))  # type: ignore[arg-type]
+            return
+        if self.names is None and self.hub.policy.required and type(message) is not Auth:
+            self._reply(_result(message.id, 496, "this server requires authentication"))
+            return
+        _DISPATCH[type(message)](self, message)
+
+    def _wait(self) -> None:
+        """Hold further messages until an asynchronous step (authentication) is done."""
+        self._busy = True
+        self.transport.pauseProducing()
+
+    def _done_waiting(self) -> None:
+        self._busy = False
+        if self.closed:
+            return
+        if not self._congested:
+            self.transport.resumeProducing()
+        while self._queue and not self._busy and not self.closed:
+            payload, binary = self._queue.pop(0)
+            self._handle(payload, binary)
+
+    def _deny(self, id: MessageId, what: str) -> None:
+        """Not allowed by the policy: 496 for a plain connection (authenticate and retry),
+        403 for an authenticated one."""
+        if self.names is None:
+            self._reply(_result(id, 496, f"{what} needs an authenticated client"))
+        else:
+            self._reply(_result(id, 403, f"{self.client_id} may not {what}"))
+
+    def _ok(self, id: MessageId) -> None:
+        if id is not None:
+            self._reply(_result(id, 200))
+
+    # ------------------------------------------------------------------ auth
+
+    def do_auth(self, message: Auth) -> None:
+        if self.names is not None:
+            self._reply(_result(message.id, 409, f"already authenticated as {self.client_id}"))
+            return
+        if message.method == "OpenPGP":
+            self._auth_openpgp(message)
+        else:
+            self._auth_portal(message)
+
+    def _auth_openpgp(self, message: Auth) -> None:
+        hub = self.hub
+        key = hub.key
+        if key is None:
+            self._reply(_result(message.id, 501, "OpenPGP is not enabled on this server"))
+            return
+
+        def check() -> tuple[Any, str]:
+            identity, client_nonce = check_client_proof(key, message.proof, hub.keyring, self.nonce)  # type: ignore[arg-type]
+            return identity, server_proof(key, identity.cert, client_nonce)
+
+        def succeeded(result: tuple[Any, str]) -> None:
+            identity, proof = result
+            self._authenticated((identity.user_id, "fpr:" + identity.fingerprint), identity.user_id)
+            self._reply(_result(message.id, 200, identity=identity.user_id, proof=proof))
+
+        def failed(failure: Any) -> None:
+            failure.trap(PGPError)
+            self._reply(_result(message.id, 401, f"OpenPGP authentication failed: {failure.getErrorMessage()}"))
+
+        self._wait()
+        d = hub.run_crypto(check)
+        d.addCallbacks(succeeded, failed)
+        d.addErrback(self._log.failure, "socket.mq OpenPGP authentication")
+        d.addBoth(lambda _: self._done_waiting())
+
+    def _auth_portal(self, message: Auth) -> None:
+        portal = self.hub.portal
+        identifier = (message.identity or "").encode("utf-8")
+        if portal is None or not identifier:
+            self._reply(_result(message.id, 401, "login is not available"))
+            return
+        if message.method == "secret":
+            credentials: Any = SharedSecret(identifier, (message.secret or "").encode("utf-8"))
+        else:
+            credentials = OpenLogin(identifier)
+
+        def succeeded(result: Any) -> None:
+            _interface, identity, _logout = result
+            name = identity.name.decode("utf-8", "replace")
+            self._authenticated((name,), name)
+            self._reply(_result(message.id, 200, identity=name))
+
+        def failed(failure: Any) -> None:
+            failure.trap(UnauthorizedLogin, UnhandledCredentials, NotImplementedError)
+            self._reply(_result(message.id, 401, f"{message.method} login refused"))
+
+        self._wait()
+        d = portal.login(credentials, self, IIdentity)
+        d.addCallbacks(succeeded, failed)
+        d.addErrback(self._log.failure, "socket.mq login")
+        d.addBoth(lambda _: self._done_waiting())
+
+    # ------------------------------------------------------------------ publish-subscribe
+
+    def do_subscribe(self, message: Subscribe) -> None:
+        hub = self.hub
+        if not hub.policy.allows("subscribe", self.names, message.event):
+            self._deny(message.id, f"subscribe to {message.event}")
+            return
+
+        def decided(status: Any) -> None:
+            if self.closed:
+                return
+            if status != 200:
+                code = status if isinstance(status, int) and 400 <= status <= 599 else 403
+                self._reply(_result(message.id, code, f"subscription to {message.event} rejected"))
+                return
+            try:
+                hub.broker.subscribe(self, message.event.encode("utf-8"))
+            except AlreadySubscribed:
+                self._reply(_result(message.id, 409, f"already subscribed to {message.event}"))
+            except SubscriptionLimit:
+                self._reply(_result(message.id, 413, "too many subscriptions"))
+            else:
+                self._reply(_result(message.id, 200))
+
+        def failed(failure: Any) -> None:
+            self._log.failure("socket.mq subscribe callback failed", failure)
+            if not self.closed:
+                self._reply(_result(message.id, 500, "the subscribe callback failed"))
+
+        d = hub.may_subscribe(message.event, self.client_id)
+        d.addCallbacks(decided, failed)
+
+    def do_unsubscribe(self, message: Unsubscribe) -> None:
+        try:
+            self.hub.broker.unsubscribe(self, message.event.encode("utf-8"))
+        except NotSubscribed:
+            self._reply(_result(message.id, 404, f"not subscribed to {message.event}"))
+        else:
+            self._ok(message.id)
+
+    def do_publish(self, message: Publish) -> None:
+        hub = self.hub
+        if not hub.policy.allows("publish", self.names, message.event):
+            self._deny(message.id, f"publish to {message.event}")
+            return
+        topic = message.event.encode("utf-8")
+        hub.broker.publish(
+            Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary), self
+        )
+        self._ok(message.id)
+
+    # ------------------------------------------------------------------ serving (brokered mode)
+
+    def do_register(self, message: Register) -> None:
+        hub = self.hub
+        name = message.application
+        if not hub.policy.allows("serve", self.names, name):
+            self._deny(message.id, f"serve {name}")
+            return
+        if name not in self.applications and len(self.applications) >= limits.MAX_REGISTRATIONS:
+            self._reply(_result(message.id, 413, "too many applications on one connection"))
+            return
+        if not hub.register(name, self):
+            self._reply(_result(message.id, 409, f"{name} is already served by another client"))
+            return
+        self.applications.add(name)
+        self._ok(message.id)
+
+    def do_unregister(self, message: Unregister) -> None:
+        if message.application not in self.applications:
+            self._reply(_result(message.id, 404, f"not serving {message.application}"))
+            return
+        self.applications.discard(message.application)
+        self.hub.unregister(message.application, self)
+        self._ok(message.id)
+
+    def handle(self, request: IncomingRequest) -> None:
+        """Forward a POST for one of our applications (the Hub's Application interface)."""
+        if self._congested or not self._open:
+            request.respond(503, b"the application is not reading (congested or closing)\n", TEXT)
+            return
+        if len(self.pending) >= limits.MAX_PENDING_PER_APPLICATION:
+            request.respond(503, b"the application has too many unanswered requests\n", TEXT)
+            return
+        token = str(next(_tokens))
+        self.pending[token] = request
+        request.on_done(lambda: self.pending.pop(token, None))
+        forwarded = Request(
+            token,
+            request.application,
+            request.request_id,
+            request.body,
+            request.client_id,
+            request.version,
+            request.content_type,
+        )
+        self.transport.write(frame(*encode(forwarded)))
+
+    def do_respond(self, message: Respond) -> None:
+        request = self.pending.get(message.request)
+        if request is None:
+            self._reply(_result(message.id, 404, "no such request (answered, timed out or unknown)"))
+            return
+        request.respond(message.status, message.data, message.content_type)
+        self._ok(message.id)
+
+
+_DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
+    Auth: SocketMQSession.do_auth,
+    Subscribe: SocketMQSession.do_subscribe,
+    Unsubscribe: SocketMQSession.do_unsubscribe,
+    Publish: SocketMQSession.do_publish,
+    Register: SocketMQSession.do_register,
+    Unregister: SocketMQSession.do_unregister,
+    Respond: SocketMQSession.do_respond,
+}
+
+
+def _limit_output_buffer(transport: Any, limit: int) -> None:
+    """Make Twisted pause us when more than ``limit`` bytes are queued (for TLS, in the TCP
+    transport under the TLS layer too)."""
+    transport.bufferSize = limit
+    inner = getattr(transport, "transport", None)
+    if inner is not None and hasattr(inner, "bufferSize"):
+        inner.bufferSize = limit
+
+
+class SocketMQWebSocketFactory(WebSocketServerFactory):
+    """Builds sessions for one listener; ``pending_admission`` is set by the resource while
+    it upgrades a connection, so the session inherits the channel's connection count."""
+
+    protocol = SocketMQSession
+
+    def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
+        super().__init__()
+        self.hub = hub
+        self.pending_admission: Any = None
+        self.setProtocolOptions(
+            maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
+            maxFramePayloadSize=limits.MAX_WS_MESSAGE,
+            openHandshakeTimeout=limits.OPEN_HANDSHAKE_TIMEOUT,
+            closeHandshakeTimeout=5,
+            failByDrop=False,
+            autoPingInterval=ping_interval,
+            autoPingTimeout=pong_timeout,
+            perMessageCompressionAccept=lambda offers: None,
+        )
+
+    def buildProtocol(self, addr: Any) -> SocketMQSession:
+        session = super().buildProtocol(addr)
+        session.admission, self.pending_admission = self.pending_admission, None
+        return session

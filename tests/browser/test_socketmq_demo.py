@@ -1,0 +1,70 @@
+"""The socket.mq demo page in a real browser: headless Chromium opens /socket.mq/demo/ on a
+real ``twistd brokerd``, the page subscribes over the WebSocket with socketmq.js, a message
+published over SSMP appears on the page, and a message typed into the page reaches an SSMP
+subscriber.  The screenshot is saved as test-artifacts/socketmq-demo.png."""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+
+from tests.browser.cdp import Chromium, chromium_binary
+from tests.protocols.socketmq.support import TwistdBroker
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest_twisted.ensureDeferred
+async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    broker = TwistdBroker(tmp_path / "data")
+    await broker.start()
+    browser = None
+    sam = None
+    try:
+        browser = await Chromium.launch(tmp_path, binary)
+        page = await browser.page()
+        topic = "demo/browser"
+        await page.call("Page.navigate", url=f"{broker.url}/socket.mq/demo/?topic={topic}")
+        assert await page.wait_for("document.body && document.body.dataset.subscribed") == topic
+        assert await page.evaluate("document.getElementById('status').textContent") == f"subscribed to {topic}"
+
+        sam = await broker.ssmp(b"sam")
+        sam.send(b"SUBSCRIBE " + topic.encode())
+        await sam.lines.count(2)
+        text = f"hello from ssmp {uuid.uuid4().hex[:8]}"
+        sam.send(f"MCAST {topic} {text}".encode())
+        shown = await page.wait_for(
+            "Array.from(document.querySelectorAll('#messages li')).map(li => li.textContent)"
+            f".filter(t => t.includes({json.dumps(text)}))"
+        )
+        assert shown == [f"ssmp:sam{text}"]
+
+        # And the other way: typed into the page, published over the WebSocket, read over SSMP.
+        await page.evaluate(
+            "document.getElementById('text').value = 'typed in the browser';"
+            "document.querySelector('#publish-form button').click(); true"
+        )
+        line = await sam.next_line(lambda line: b"typed in the browser" in line)
+        assert line == f"000 socketmq:anonymous MCAST {topic} typed in the browser".encode()
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        png = await page.screenshot()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        (ARTIFACTS / "socketmq-demo.png").write_bytes(png)
+    finally:
+        if sam is not None:
+            await sam.close()
+        if browser is not None:
+            browser.close()
+        broker.stop()

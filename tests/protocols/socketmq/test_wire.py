@@ -1,0 +1,37 @@
+"""The socket.mq IWireFormat: one complete WebSocket frame per message, text when the payload
+is text, binary (intact) otherwise, None for what socket.mq cannot carry."""
+from __future__ import annotations
+
+import json
+
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+
+
+def test_text_message_is_one_text_frame() -> None:
+    data = SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"a/b", b"hello", "ssmp", b"sam"))
+    assert data is not None and data[0] == 0x81 and data[1] == len(data) - 2
+    assert json.loads(data[2:]) == {"type": "event", "event": "a/b", "from": "sam", "protocol": "ssmp", "data": "hello"}
+
+
+def test_binary_and_non_utf8_payloads_are_binary_frames() -> None:
+    for binary in (True, False):
+        data = SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"t", b"\xff\x00\n", "mcchat", b"m", binary))
+        assert data is not None and data[0] == 0x82
+        header, _, payload = data[2:].partition(b"\n")
+        assert json.loads(header)["event"] == "t" and payload == b"\xff\x00\n"
+
+
+def test_large_payload_uses_extended_length() -> None:
+    data = SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"t", b"x" * 70000, "smqp", b"s"))
+    assert data is not None and data[1] == 127 and int.from_bytes(data[2:10], "big") == len(data) - 10
+
+
+def test_unrepresentable_messages() -> None:
+    before = SOCKETMQ_WIRE.unrepresentable
+    assert SOCKETMQ_WIRE.render_message(Message(UNICAST, b"peer", b"x", "ssmp", b"s")) is None
+    assert SOCKETMQ_WIRE.render_message(Message(BROADCAST, None, b"x", "ssmp", b"s")) is None
+    assert SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"\xff", b"x", "ssmp", b"s")) is None
+    assert SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"a\nb", b"x", "ssmp", b"s")) is None
+    assert SOCKETMQ_WIRE.unrepresentable == before + 4
+    assert SOCKETMQ_WIRE.render_presence(b"t", object(), True, False) is None
