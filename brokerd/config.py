@@ -47,6 +47,10 @@ class Settings:
     """Topics one session may be subscribed to."""
     max_output_buffer: int = 1 << 20
     """Bytes queued for one slow recipient before its messages are dropped and counted."""
+    mcchat_idle_timeout: float = 300.0
+    """Seconds an MCCHAT connection with no subscription may stay silent."""
+    mcchat_bind_username: bool = False
+    """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

@@ -39,6 +39,7 @@ class Options(usage.Options):
     optFlags = [
         ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
         ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
+        ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
     ]
     optParameters = [
         ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],
@@ -56,6 +57,7 @@ class Options(usage.Options):
         ["max-connections", None, None, "Connections of all protocols together [50000]."],
         ["max-subscriptions", None, None, "Topics one session may subscribe to [1024]."],
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
+        ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
     ]
 
     def __init__(self) -> None:

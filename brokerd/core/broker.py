@@ -7,7 +7,7 @@ reactor thread and never blocks.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from twisted.application.service import Service
 from twisted.logger import Logger
@@ -67,6 +67,9 @@ class Broker(Service):
         self._sessions: set[ISubscriber] = set()
         self._addresses: dict[bytes, ISubscriber] = {}
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
+        self.topic_listeners: list[Callable[[bytes, bool], None]] = []
+        """Called with (topic, True) when a topic gets its first member and (topic, False)
+        when it loses its last (MCCHAT's "" discovery topic uses it)."""
 
     # ------------------------------------------------------------------ connections
 
@@ -146,7 +149,10 @@ class Broker(Service):
             raise AlreadySubscribed(name)
         if len(joined) >= self.max_subscriptions:
             raise SubscriptionLimit(name)
-        topic = self.topics.get_or_create(name)
+        topic = self.topics.get(name)
+        created = topic is None
+        if topic is None:
+            topic = self.topics.get_or_create(name)
         if topic.watchers:
             self._tell_watchers(topic, session, True, presence)
         if presence:
@@ -157,6 +163,8 @@ class Broker(Service):
                     session.send(data)
         topic.add(session, presence)
         joined[name] = topic
+        if created:
+            self._tell_topic_listeners(name, True)
 
     def unsubscribe(self, session: ISubscriber, name: bytes) -> None:
         """Leave topic ``name``; raises NotSubscribed."""
@@ -169,7 +177,13 @@ class Broker(Service):
         topic.remove(session)
         if topic.watchers:
             self._tell_watchers(topic, session, False, False)
-        self.topics.discard_if_empty(topic)
+        if not topic.members:
+            self.topics.discard_if_empty(topic)
+            self._tell_topic_listeners(topic.name, False)
+
+    def _tell_topic_listeners(self, name: bytes, active: bool) -> None:
+        for listener in tuple(self.topic_listeners):
+            listener(name, active)
 
     def _tell_watchers(self, topic: Topic, member: ISubscriber, joined: bool, presence: bool) -> None:
         rendered: dict[IWireFormat, bytes | None] = {}

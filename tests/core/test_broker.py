@@ -245,3 +245,15 @@ def test_topic_fanout_cache_follows_membership(broker):
     broker.publish(msg(MULTICAST, b"t", b"3"))
     assert [g[-1:] for g in a.got] == [b"1", b"2"]
     assert [g[-1:] for g in b.got] == [b"2", b"3"]
+
+
+def test_topic_listeners_hear_activation_and_deactivation(broker):
+    heard = []
+    broker.topic_listeners.append(lambda name, active: heard.append((name, active)))
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(a, b"t")
+    broker.subscribe(b, b"t")
+    broker.unsubscribe(a, b"t")
+    broker.detach(b)
+    assert heard == [(b"t", True), (b"t", False)]

@@ -31,7 +31,7 @@ def run_kit(group: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("group", ["ssmp"])
+@pytest.mark.parametrize("group", ["ssmp", "mcchat"])
 def test_conformance_group_passes(group):
     result = run_kit(group)
     last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""

@@ -1,0 +1,316 @@
+"""``brokerd-mcchat``: subscribe, publish and list topics over MCCHAT from the shell.
+
+    brokerd-mcchat sub news sport -C 10        print 10 messages as "TOPIC <USERNAME> MESSAGE"
+    brokerd-mcchat sub ''                       watch topics become active (the discovery topic)
+    brokerd-mcchat pub news "hello" -u alice   send one MSG, exit once the server handled it
+    brokerd-mcchat pub news -s < lines.txt     send each line of standard input
+    brokerd-mcchat topics                      list the active topics, one per line
+    brokerd-mcchat --tls --ca ca.pem --cert alice.pem --key alice.key pub news hi
+
+MCCHAT acknowledges nothing, so ``pub`` ends with a TLRQ and waits for its TL: once it is
+back, the server has handled every MSG before it.
+
+Exit codes: 0 done; 1 the broker closed the connection before we were done; 2 a usage,
+configuration or connection problem.
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
+
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
+
+from brokerd.errors import ConfigurationError
+from brokerd.protocols.mcchat.client import MCChatClientProtocol, MCChatError, client_endpoint, connect
+from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, check_string, check_topic
+
+PROG = "brokerd-mcchat"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 1502
+EXIT_CLOSED = 1
+EXIT_ERROR = 2
+_DEFAULT_FORMAT = "{topic} <{username}> {message}"
+
+
+class CommandError(Exception):
+    """Ends the command with one line on stderr and ``code`` as the exit status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------- arguments
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; connection options go before or after the subcommand."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Subscribe, publish and list topics over MCCHAT (brokerd's MCCHAT v1 client).",
+        epilog="Exit codes: 0 ok, 1 the broker closed the connection, 2 usage or connection error.",
+    )
+    _add_connection_options(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub = commands.add_parser("sub", help="Subscribe and print the messages that arrive.")
+    sub.add_argument("topics", nargs="+", metavar="TOPIC", help="'' is the discovery topic")
+    sub.add_argument("-C", "--count", type=int, metavar="COUNT", help="exit after COUNT messages")
+    sub.add_argument(
+        "--format", metavar="FORMAT",
+        help="line format with the fields {topic} {username} {message} [{topic} <{username}> {message}]",
+    )
+    _add_connection_options(sub, suppress=True)
+
+    pub = commands.add_parser("pub", help="Send messages to a topic.")
+    pub.add_argument("topic", metavar="TOPIC")
+    pub.add_argument("message", nargs="?", metavar="MESSAGE")
+    pub.add_argument(
+        "-s", "--stdin", action="store_true",
+        help="send each line of standard input (read to its end) as a message",
+    )
+    pub.add_argument(
+        "-u", "--username", help="the username shown with the messages [your login name]"
+    )
+    _add_connection_options(pub, suppress=True)
+
+    topics = commands.add_parser("topics", help="List the active topics.")
+    _add_connection_options(topics, suppress=True)
+    return parser
+
+
+def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--connect", metavar="ENDPOINT", default=default(None),
+        help=f"Twisted client endpoint string [tcp:{DEFAULT_HOST}:{DEFAULT_PORT}]",
+    )
+    group.add_argument("-H", "--host", default=default(None), help=f"broker host [{DEFAULT_HOST}]")
+    group.add_argument(
+        "-p", "--port", type=int, default=default(None), help=f"broker port [{DEFAULT_PORT}]"
+    )
+    group.add_argument(
+        "--tls", action="store_true", default=default(False),
+        help="connect over TLS (implied by --ca, --cert and --key)",
+    )
+    group.add_argument(
+        "--ca", type=Path, metavar="FILE", default=default(None),
+        help="CA certificates (PEM) to verify the broker with [the system's]",
+    )
+    group.add_argument(
+        "--cert", type=Path, metavar="FILE", default=default(None),
+        help="client certificate (PEM); a broker may bind your username to it",
+    )
+    group.add_argument(
+        "--key", type=Path, metavar="FILE", default=default(None),
+        help="private key (PEM) of --cert [in the --cert file]",
+    )
+    group.add_argument(
+        "--tls-hostname", metavar="NAME", default=default(None),
+        help="name the broker's certificate must carry [the --host]",
+    )
+    group.add_argument(
+        "--timeout", type=float, metavar="SECONDS", default=default(10.0),
+        help="give up when connecting (or, for pub and topics, the answer) takes longer [10]",
+    )
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see; exits 2 through ``parser.error``."""
+    if args.connect is not None and (args.host is not None or args.port is not None):
+        parser.error("give either --connect or --host/--port")
+    if args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    if args.connect is not None and uses_tls(args) and args.tls_hostname is None:
+        parser.error("TLS with --connect needs --tls-hostname")
+    topics = args.topics if args.command == "sub" else [args.topic] if args.command == "pub" else []
+    for topic in topics:
+        try:
+            check_topic(os.fsencode(topic))
+        except ValueError as exc:
+            parser.error(f"topic {topic!r}: {exc}")
+    if args.command == "sub":
+        if args.count is not None and args.count < 1:
+            parser.error("-C/--count must be at least 1")
+        if args.format is not None:
+            try:
+                args.format.format(topic="", username="", message="")
+            except (KeyError, IndexError, ValueError) as exc:
+                parser.error(f"--format {args.format!r}: {exc}")
+    if args.command == "pub":
+        if (args.message is not None) == args.stdin:
+            parser.error("give exactly one of MESSAGE or -s")
+        try:
+            check_string("username", username(args), MAX_USERNAME)
+        except ValueError as exc:
+            parser.error(f"--username: {exc}")
+
+
+def uses_tls(args: argparse.Namespace) -> bool:
+    return bool(args.tls or any(p is not None for p in (args.ca, args.cert, args.key)))
+
+
+def username(args: argparse.Namespace) -> bytes:
+    if args.username is not None:
+        return os.fsencode(args.username)
+    try:
+        return getpass.getuser().encode("utf-8", "replace")
+    except Exception:
+        return PROG.encode("ascii")
+
+
+def endpoint_description(args: argparse.Namespace) -> str:
+    if args.connect is not None:
+        return args.connect
+    host = (args.host or DEFAULT_HOST).replace(":", "\\:")
+    return f"tcp:{host}:{args.port or DEFAULT_PORT}"
+
+
+def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
+    """The messages to send, each checked before connecting, so a bad one is a usage error
+    rather than a half-sent batch."""
+    if args.stdin:
+        messages = stdin.read().splitlines()
+    else:
+        messages = [os.fsencode(args.message)]
+    for number, message in enumerate(messages, 1):
+        try:
+            check_string("message", message, MAX_MESSAGE)
+        except ValueError as exc:
+            raise CommandError(EXIT_ERROR, f"message {number}: {exc}") from None
+    return messages
+
+
+# ---------------------------------------------------------------------------- running
+
+async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = None) -> MCChatClientProtocol:
+    """The connection once the server's INFO arrived, or CommandError (exit 2)."""
+    where = endpoint_description(args)
+    try:
+        endpoint = client_endpoint(
+            reactor,
+            where,
+            tls=uses_tls(args),
+            hostname=args.tls_hostname or args.host or DEFAULT_HOST,
+            ca=args.ca,
+            cert=args.cert,
+            key=args.key,
+        )
+    except (ValueError, ConfigurationError) as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
+    d = defer.ensureDeferred(connect(endpoint, on_message))
+    d.addTimeout(args.timeout, reactor)
+    try:
+        return await d  # type: ignore[no-any-return]
+    except defer.TimeoutError:
+        raise CommandError(EXIT_ERROR, f"{where}: no MCCHAT INFO within {args.timeout:g} s") from None
+    except MCChatError as exc:
+        raise CommandError(EXIT_ERROR, f"{where}: {exc}") from None
+    except Exception as exc:
+        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
+    d.addTimeout(args.timeout, reactor)
+    try:
+        return await d
+    except defer.TimeoutError:
+        raise CommandError(EXIT_ERROR, f"no answer to {what} within {args.timeout:g} s") from None
+    except Exception as exc:
+        raise CommandError(EXIT_CLOSED, f"connection lost before the answer to {what} ({_reason(exc)})") from None
+
+
+class Printer:
+    """Turns MSG packets into output lines and counts them towards ``-C``."""
+
+    def __init__(self, out: BinaryIO, template: str, count: int | None) -> None:
+        self.out = out
+        self.template = template
+        self.left = count
+        self.done: Deferred = Deferred()
+
+    def message(self, topic: str, username: str, message: str) -> None:
+        if self.done.called:
+            return
+        line = self.template.format(topic=topic, username=username, message=message)
+        self.out.write(line.encode("utf-8") + b"\n")
+        self.out.flush()
+        if self.left is not None:
+            self.left -= 1
+            if self.left == 0:
+                self.done.callback(None)
+
+
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+    printer = Printer(out, args.format or _DEFAULT_FORMAT, args.count)
+    protocol = await connected(reactor, args, printer.message)
+    try:
+        for topic in args.topics:
+            protocol.subscribe(os.fsencode(topic))
+        closed = protocol.when_closed()
+        finished = await defer.DeferredList([printer.done, closed], fireOnOneCallback=True)
+        if finished[1] == 1:
+            raise CommandError(EXIT_CLOSED, f"the broker closed the connection ({_reason(finished[0])})")
+    finally:
+        await protocol.close()
+
+
+async def run_pub(reactor: Any, args: argparse.Namespace, stdin: BinaryIO) -> None:
+    messages = read_messages(args, stdin)
+    protocol = await connected(reactor, args)
+    try:
+        topic, name = os.fsencode(args.topic), username(args)
+        for message in messages:
+            protocol.publish(topic, name, message)
+        await _answer(reactor, args, protocol.sync(), "the closing TLRQ")
+    finally:
+        await protocol.close()
+
+
+async def run_topics(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+    protocol = await connected(reactor, args)
+    try:
+        topics = await _answer(reactor, args, protocol.topics(), "TLRQ")
+    finally:
+        await protocol.close()
+    for topic in topics:
+        out.write(topic.encode("utf-8") + b"\n")
+    out.flush()
+
+
+async def run(reactor: Any, args: argparse.Namespace) -> None:
+    """The chosen command; every expected failure leaves as SystemExit with its code."""
+    try:
+        if args.command == "sub":
+            await run_sub(reactor, args, sys.stdout.buffer)
+        elif args.command == "pub":
+            await run_pub(reactor, args, sys.stdin.buffer)
+        else:
+            await run_topics(reactor, args, sys.stdout.buffer)
+    except CommandError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The ``brokerd-mcchat`` entry point."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    main()

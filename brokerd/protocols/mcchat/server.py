@@ -1,0 +1,484 @@
+"""The MCCHAT v1 server: one MCChatServerProtocol per connection, one factory per listener.
+
+MCCHAT has no login: a connection is a session from its first byte, named by the transport
+(``ip:port``, as the spec's section 4 says), and it is sent INFO (version 1) at once.  The
+protocol object is also the session's "mind" (ISubscriber): the Broker writes rendered MSG
+packets straight to it.  Packets are dispatched on their type through one table.
+
+The hot path follows the SSMP server: the MSG packets of one read that go to one topic in a row
+are published as one batch (each subscriber gets them as one write), and the sender is not
+excluded, because the spec says a subscribed sender gets a copy of its own message.
+
+Flow control: from its first read on, each connection is a streaming producer of its own
+transport.  When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses
+us: messages (and TL answers) for it are dropped and counted, and its own packets are no
+longer read, until the buffer drains.
+
+What the spec leaves open, and what brokerd does (docs/mcchat.md):
+
+* SUB to a topic already subscribed, UNSUB of one not subscribed: nothing (no reply exists).
+  A SUB beyond ``max_subscriptions``: ignored and counted.
+* A packet the codec reports as Malformed (a topic holding 0x04, a string that is not UTF-8),
+  INFO or TL sent by a client, MSG to the reserved topic ``""``: dropped and counted; the
+  connection stays.  A stream that cannot be framed (unknown opcode, a string over its limit):
+  the connection is closed, after the packets before it were handled.
+* A connection with no subscription that sends nothing for ``idle_timeout`` seconds is closed.
+* The topic ``""`` is for discovery: see :class:`Discovery`.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from brokerd.auth.tls import peer_names
+from brokerd.config import Runtime, Settings
+from brokerd.core.broker import Broker
+from brokerd.core.message import MULTICAST, Message
+from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.interfaces import ISubscriber
+from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
+from brokerd.protocols.mcchat.events import (
+    EOT_IN_TOPIC,
+    Info,
+    Malformed,
+    Msg,
+    Sub,
+    TopicList,
+    TopicListRequest,
+    Unsub,
+)
+from brokerd.protocols.mcchat.wire import MCCHAT_WIRE, USERNAME, display_name, is_mcchat_topic
+
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection without any subscription may stay silent before it is closed (the
+Settings field ``mcchat_idle_timeout`` overrides it).  A subscriber may stay silent forever:
+MCCHAT has no keepalive packet, so TCP keepalive is switched on to find dead peers."""
+BIND_USERNAME = False
+"""Default of the Settings field ``mcchat_bind_username``: when true, the username of every MSG
+from a connection with a verified TLS client certificate is replaced by the certificate's
+first name (its CN), so that it cannot be spoofed."""
+
+INFO_PACKET = encode_info(VERSION)
+RESERVED_TOPIC = b""
+"""The discovery topic (spec section 4)."""
+_SERVER_USERNAME = b""
+_serials = itertools.count(1)
+
+
+class MCChatStats:
+    """What the MCCHAT front end dropped or refused, by reason; plain ints, cheap to bump."""
+
+    __slots__ = (
+        "eot_in_topic",
+        "not_utf8",
+        "client_only_packets",
+        "reserved_topic",
+        "subscription_limit",
+        "protocol_errors",
+        "idle_closed",
+        "announcements",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def transport_id(address: Any) -> bytes:
+    """The spec's client identifier: ``ip:port`` for TCP (``[ip]:port`` for IPv6); for a
+    transport without ports (UNIX sockets...) ``<kind>#<serial>``, unique in this process."""
+    if isinstance(address, IPv6Address):
+        return f"[{address.host}]:{address.port}".encode("ascii", "replace")
+    if isinstance(address, IPv4Address):
+        return f"{address.host}:{address.port}".encode("ascii", "replace")
+    kind = type(address).__name__.lower().replace("address", "") or "peer"
+    return f"{kind}#{next(_serials)}".encode("ascii", "replace")
+
+
+class Discovery:
+    """The reserved topic ``""``.
+
+    A client that subscribes to ``""`` is sent, at once, one MSG per active topic (topic
+    ``""``, username ``""``, message = the topic's name), and from then on one such MSG
+    whenever a topic becomes active, i.e. gets its first subscriber.  Clients cannot send to
+    ``""``: everything said there comes from the server.  Announcements go through the Broker
+    (topic ``""``), so a subscriber of ``""`` in any protocol gets them.
+
+    Which activations are seen: those caused by MCCHAT SUBs, always; those of every protocol
+    when the Broker offers ``topic_listeners`` (callables ``(topic, active)`` it calls after a
+    topic gained its first or lost its last member), which this class then uses instead.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.stats: MCChatStats | None = None
+        listeners = getattr(broker, "topic_listeners", None)
+        self.core_reports = isinstance(listeners, list)
+        """True when the Broker reports every activation, so MCCHAT need not detect them."""
+        if self.core_reports:
+            listeners.append(self.topic_changed)  # type: ignore[union-attr]
+
+    def topic_changed(self, topic: bytes, active: bool) -> None:
+        """The Broker's report; only activations are announced."""
+        if active:
+            self.activated(topic)
+
+    def activated(self, topic: bytes) -> None:
+        """Tell the subscribers of ``""`` that ``topic`` became active."""
+        if not is_mcchat_topic(topic) or self.broker.topics.get(RESERVED_TOPIC) is None:
+            return
+        if self.stats is not None:
+            self.stats.announcements += 1
+        self.broker.publish(
+            Message(
+                MULTICAST, RESERVED_TOPIC, topic, "mcchat", _SERVER_USERNAME,
+                headers={USERNAME: _SERVER_USERNAME},
+            )
+        )
+
+    def snapshot(self) -> bytes:
+        """The MSG packets announcing every active topic (at most MAX_TL_TOPICS)."""
+        return b"".join(
+            b"\x03\x00\x00" + topic + b"\x00" for topic in active_mcchat_topics(self.broker)
+        )
+
+
+_DISCOVERIES: weakref.WeakKeyDictionary[Broker, Discovery] = weakref.WeakKeyDictionary()
+
+
+def discovery_for(broker: Broker) -> Discovery:
+    """The one Discovery of ``broker`` (shared by all its MCCHAT listeners)."""
+    discovery = _DISCOVERIES.get(broker)
+    if discovery is None:
+        discovery = _DISCOVERIES[broker] = Discovery(broker)
+    return discovery
+
+
+def active_mcchat_topics(broker: Broker) -> list[bytes]:
+    """Active topics an MCCHAT client can name, in creation order, at most MAX_TL_TOPICS;
+    never the reserved ``""``."""
+    topics = [topic for topic in broker.active_topics() if is_mcchat_topic(topic)]
+    return topics[:MAX_TL_TOPICS]
+
+
+def _discard(data: bytes) -> None:
+    """``send`` of a closed connection."""
+
+
+@implementer(ISubscriber, IPushProducer)
+class MCChatServerProtocol(Protocol):
+    """One MCCHAT connection; also its session as the Broker sees it."""
+
+    _log = Logger()
+    protocol = "mcchat"
+    wire_format = MCCHAT_WIRE
+    address = None
+    """MCCHAT sessions have no unicast address: nothing can be sent to one session alone."""
+    name = b""
+    factory: MCChatServerFactory
+
+    def __init__(self) -> None:
+        self._parser = MCChatParser()
+        self._admitted = False
+        self._bound: bytes | None = None
+        """The certificate name that replaces this connection's usernames, when bound."""
+        self._started = False
+        """Set by the first read (see _first_read)."""
+        self._topic_list: bytes | None = None
+        """The TL answer, computed once per read however many TLRQs it holds."""
+        self.closed = False
+        self.subscribed = 0
+        """Topics this session is subscribed to (the idle rule spares subscribers)."""
+        self.dropped = 0
+        """Packets dropped because this connection's reader was too slow."""
+        self.heard = True
+        """Set on every read; the idle sweep turns it into ``last_heard``."""
+        self.last_heard = 0.0
+
+    # ------------------------------------------------------------------ connection
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        if not factory.broker.admit():
+            self.closed = True
+            self.transport.loseConnection()
+            return
+        self._admitted = True
+        self.name = transport_id(self.transport.getPeer())
+        self.send = self.transport.write
+        _limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        keepalive = getattr(self.transport, "setTcpKeepAlive", None)
+        if keepalive is not None:
+            keepalive(1)
+        self.transport.write(INFO_PACKET)
+        self.heard = False  # silence counts from now, not from the sweep's next tick
+        self.last_heard = factory.clock.seconds()
+        factory.live[self] = None
+        factory.broker.attach(self)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.closed = True
+        self.send = _discard
+        if self._admitted:
+            self._admitted = False
+            factory = self.factory
+            factory.live.pop(self, None)
+            factory.broker.detach(self)
+            factory.broker.release()
+
+    def _close(self) -> None:
+        """Leave every topic now and close; nothing more is read or sent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.send = _discard
+        self.factory.live.pop(self, None)
+        self.factory.broker.detach(self)
+        self.transport.loseConnection()
+
+    # ------------------------------------------------------------------ flow control
+
+    def _drop(self, data: bytes) -> None:
+        self.dropped += 1
+        self.factory.broker.stats.slow_consumer_drops += 1
+
+    def pauseProducing(self) -> None:
+        """Our transport's buffer is over the limit: drop what we are sent, stop reading."""
+        if self.closed:
+            return
+        self.send = self._drop
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self.closed:
+            return
+        self.send = self.transport.write
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.send = _discard
+
+    # ------------------------------------------------------------------ ISubscriber
+
+    def replaced(self) -> None:
+        """Never called: MCCHAT sessions have no address another session could take."""
+        self._close()
+
+    # ------------------------------------------------------------------ input
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.heard = True
+        if not self._started:
+            self._first_read()
+        events, error = self._parser.feed(data)
+        name = self.name
+        bound = self._bound
+        run: list[Message] = []
+        run_topic: bytes | None = None
+        for event in events:
+            if event.__class__ is Msg:
+                topic = event[0]
+                if topic != run_topic:
+                    if run:
+                        self._publish(run)
+                        run = []
+                    if not topic:
+                        self.factory.stats.reserved_topic += 1
+                        run_topic = None
+                        continue
+                    run_topic = topic
+                username = event[1] if bound is None else bound
+                run.append(Message(MULTICAST, topic, event[2], "mcchat", name, False, {USERNAME: username}))
+                continue
+            if run:
+                self._publish(run)
+                run = []
+                run_topic = None
+            _HANDLERS[event.__class__](self, event)
+            if self.closed:
+                return
+        if run:
+            self._publish(run)
+        self._topic_list = None
+        if error is not None:
+            self.factory.stats.protocol_errors += 1
+            self._close()
+
+    def _publish(self, run: list[Message]) -> None:
+        if len(run) == 1:
+            self.factory.broker.publish(run[0])
+        else:
+            self.factory.broker.publish_batch(run)
+
+    def _first_read(self) -> None:
+        """What waits for the TLS handshake, which is over once application data flows.
+
+        Flow control starts here: before the handshake, TLS buffers our INFO and pauses its
+        producer, and a paused producer stops reading, so the handshake could never finish.
+        Nothing but INFO can be sent to a connection that has not sent a packet yet.  The
+        verified certificate's first name is read here, once, when usernames are bound.
+        """
+        self._started = True
+        self.transport.registerProducer(self, True)
+        if self.factory.bind_username:
+            names = peer_names(self.transport)
+            if names:
+                self._bound = display_name(names[0])
+
+    # ------------------------------------------------------------------ packets
+
+    def do_SUB(self, packet: Sub) -> None:
+        topic = packet.topic
+        factory = self.factory
+        broker = factory.broker
+        new = broker.topics.get(topic) is None
+        try:
+            broker.subscribe(self, topic)
+        except AlreadySubscribed:
+            return
+        except SubscriptionLimit:
+            factory.stats.subscription_limit += 1
+            return
+        self.subscribed += 1
+        if topic == RESERVED_TOPIC:
+            snapshot = factory.discovery.snapshot()
+            if snapshot:
+                self.send(snapshot)
+        elif new and not factory.discovery.core_reports:
+            factory.discovery.activated(topic)
+
+    def do_UNSUB(self, packet: Unsub) -> None:
+        try:
+            self.factory.broker.unsubscribe(self, packet.topic)
+        except NotSubscribed:
+            return
+        self.subscribed -= 1
+
+    def do_TLRQ(self, packet: TopicListRequest) -> None:
+        """Answer with the active topics (through ``send``: a client that asks faster than it
+        reads loses answers rather than growing our buffer)."""
+        answer = self._topic_list
+        if answer is None:
+            answer = self._topic_list = self.factory.topic_list()
+        self.send(answer)
+
+    def client_only(self, packet: Info | TopicList) -> None:
+        """INFO and TL are what a server sends; from a client they mean nothing."""
+        self.factory.stats.client_only_packets += 1
+
+    def malformed(self, packet: Malformed) -> None:
+        stats = self.factory.stats
+        if packet.reason == EOT_IN_TOPIC:
+            stats.eot_in_topic += 1
+        else:
+            stats.not_utf8 += 1
+
+
+def _limit_output_buffer(transport: Any, limit: int) -> None:
+    """Make Twisted pause us when more than ``limit`` bytes are queued.  For TLS the queue that
+    matters is the TCP transport's under the TLS layer."""
+    transport.bufferSize = limit
+    inner = getattr(transport, "transport", None)
+    if inner is not None and hasattr(inner, "bufferSize"):
+        inner.bufferSize = limit
+
+
+P = MCChatServerProtocol
+_HANDLERS = {
+    Sub: P.do_SUB,
+    Unsub: P.do_UNSUB,
+    TopicListRequest: P.do_TLRQ,
+    Info: P.client_only,
+    TopicList: P.client_only,
+    Malformed: P.malformed,
+}
+del P
+
+
+class MCChatServerFactory(Factory):
+    """One per MCCHAT listener set; all share the Broker and its Discovery.
+
+    ``idle_timeout`` and ``bind_username`` default to the Settings fields
+    ``mcchat_idle_timeout`` and ``mcchat_bind_username`` (see IDLE_TIMEOUT, BIND_USERNAME).
+    """
+
+    protocol = MCChatServerProtocol
+    _log = Logger()
+
+    def __init__(
+        self,
+        broker: Broker,
+        settings: Settings,
+        clock: Any,
+        *,
+        idle_timeout: float | None = None,
+        bind_username: bool | None = None,
+    ) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.clock = clock
+        self.idle_timeout = (
+            idle_timeout
+            if idle_timeout is not None
+            else getattr(settings, "mcchat_idle_timeout", IDLE_TIMEOUT)
+        )
+        self.bind_username = (
+            bind_username
+            if bind_username is not None
+            else bool(getattr(settings, "mcchat_bind_username", BIND_USERNAME))
+        )
+        self.stats = MCChatStats()
+        self.discovery = discovery_for(broker)
+        self.discovery.stats = self.stats
+        self.live: dict[MCChatServerProtocol, None] = {}
+        """Open connections, for the idle sweep."""
+        self._sweeper: LoopingCall | None = None
+
+    def topic_list(self) -> bytes:
+        """The TL packet: the active topics MCCHAT can name (see active_mcchat_topics)."""
+        parts = [b"\x05"]
+        for topic in active_mcchat_topics(self.broker):
+            parts.append(topic)
+            parts.append(b"\x00")
+        parts.append(b"\x04")
+        return b"".join(parts)
+
+    def startFactory(self) -> None:
+        self._sweeper = LoopingCall(self.sweep)
+        self._sweeper.clock = self.clock
+        self._sweeper.start(self.idle_timeout / 4, now=False)
+
+    def stopFactory(self) -> None:
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
+        self._sweeper = None
+
+    def sweep(self) -> None:
+        """Close connections that have no subscription and were silent for idle_timeout."""
+        now = self.clock.seconds()
+        limit = self.idle_timeout
+        for connection in tuple(self.live):
+            if connection.heard:
+                connection.heard = False
+                connection.last_heard = now
+            elif connection.subscribed == 0 and now - connection.last_heard >= limit:
+                self.stats.idle_closed += 1
+                connection._close()
+
+
+def build_factory(runtime: Runtime) -> MCChatServerFactory:
+    """The MCCHAT front end's entry point for brokerd.tap."""
+    return MCChatServerFactory(runtime.broker, runtime.settings, runtime.reactor)
