@@ -44,6 +44,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -177,7 +178,7 @@ def _discard(data: bytes) -> None:
 
 
 @implementer(ISubscriber, IPushProducer)
-class MCChatServerProtocol(Protocol):
+class MCChatServerProtocol(DropWhenCongested, Protocol):
     """One MCCHAT connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -217,7 +218,7 @@ class MCChatServerProtocol(Protocol):
         self._admitted = True
         self.name = transport_id(self.transport.getPeer())
         self.send = self.transport.write
-        _limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
             keepalive(1)
@@ -246,25 +247,6 @@ class MCChatServerProtocol(Protocol):
         self.factory.live.pop(self, None)
         self.factory.broker.detach(self)
         self.transport.loseConnection()
-
-    # ------------------------------------------------------------------ flow control
-
-    def _drop(self, data: bytes) -> None:
-        self.dropped += 1
-        self.factory.broker.stats.slow_consumer_drops += 1
-
-    def pauseProducing(self) -> None:
-        """Our transport's buffer is over the limit: drop what we are sent, stop reading."""
-        if self.closed:
-            return
-        self.send = self._drop
-        self.transport.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        if self.closed:
-            return
-        self.send = self.transport.write
-        self.transport.resumeProducing()
 
     def stopProducing(self) -> None:
         self.send = _discard
@@ -385,15 +367,6 @@ class MCChatServerProtocol(Protocol):
             stats.eot_in_topic += 1
         else:
             stats.not_utf8 += 1
-
-
-def _limit_output_buffer(transport: Any, limit: int) -> None:
-    """Make Twisted pause us when more than ``limit`` bytes are queued.  For TLS the queue that
-    matters is the TCP transport's under the TLS layer."""
-    transport.bufferSize = limit
-    inner = getattr(transport, "transport", None)
-    if inner is not None and hasattr(inner, "bufferSize"):
-        inner.bufferSize = limit
 
 
 P = MCChatServerProtocol

@@ -28,6 +28,7 @@ from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.flow import limit_output_buffer
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -120,7 +121,7 @@ class SocketMQSession(WebSocketServerProtocol):
         self._open = True
         self._write = transport.write
         self.send = self._write
-        _limit_output_buffer(transport, hub.max_output_buffer)
+        limit_output_buffer(transport, hub.max_output_buffer)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
         transport.registerProducer(self, True)
         names = peer_names(transport)
@@ -465,15 +466,6 @@ _DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
     Unregister: SocketMQSession.do_unregister,
     Respond: SocketMQSession.do_respond,
 }
-
-
-def _limit_output_buffer(transport: Any, limit: int) -> None:
-    """Make Twisted pause us when more than ``limit`` bytes are queued (for TLS, in the TCP
-    transport under the TLS layer too)."""
-    transport.bufferSize = limit
-    inner = getattr(transport, "transport", None)
-    if inner is not None and hasattr(inner, "bufferSize"):
-        inner.bufferSize = limit
 
 
 class SocketMQWebSocketFactory(WebSocketServerFactory):

@@ -26,6 +26,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
@@ -50,7 +51,7 @@ def _content(payload: bytes) -> tuple[bytes, bool]:
 
 
 @implementer(ISubscriber, IPushProducer)
-class SSMPServerProtocol(Protocol):
+class SSMPServerProtocol(DropWhenCongested, Protocol):
     """One SSMP connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -92,7 +93,7 @@ class SSMPServerProtocol(Protocol):
             return
         self._admitted = True
         self.send = self.transport.write
-        _limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(
             factory.settings.login_timeout, self._login_timed_out
@@ -126,28 +127,6 @@ class SSMPServerProtocol(Protocol):
     def _login_timed_out(self) -> None:
         self._login_timer = None
         self._close()
-
-    # ------------------------------------------------------------------ flow control
-
-    def _drop(self, data: bytes) -> None:
-        self.dropped += 1
-        self.factory.broker.stats.slow_consumer_drops += 1
-
-    def pauseProducing(self) -> None:
-        """Our transport's buffer is over the limit: drop messages, stop reading requests."""
-        if self.closed:
-            return
-        self.send = self._drop
-        self.transport.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        if self.closed:
-            return
-        self.send = self.transport.write
-        self.transport.resumeProducing()
-
-    def stopProducing(self) -> None:
-        self.send = self._drop
 
     # ------------------------------------------------------------------ ISubscriber
 
@@ -354,15 +333,6 @@ class SSMPServerProtocol(Protocol):
         message = Message(BROADCAST, None, content, "ssmp", self.name, binary)
         self.factory.broker.broadcast(message, self)
         self._replies.append(OK)
-
-
-def _limit_output_buffer(transport, limit: int) -> None:
-    """Make Twisted pause us when more than ``limit`` bytes are queued.  For TLS the queue that
-    matters is the TCP transport's under the TLS layer."""
-    transport.bufferSize = limit
-    inner = getattr(transport, "transport", None)
-    if inner is not None and hasattr(inner, "bufferSize"):
-        inner.bufferSize = limit
 
 
 P = SSMPServerProtocol
