@@ -30,6 +30,14 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
+    ual_file: Path | None = None
+    """SMQP User Access Lists (docs/smqp.md); default DATA_DIR/smqp.ual when that file exists."""
+    smqp_guest_permissions: str | None = None
+    """SMQP guest permissions (letters, docs/smqp.md); default read-only ("s")."""
+    smqp_domain: str | None = None
+    """SMQP server domain for user@domain addresses; default the host name."""
+    smqp_message_timeout: float = 86400.0
+    """SMQP default message timeout in seconds (per topic and per message values override)."""
     socketmq_policy: Path | None = None
     """socket.mq policy (TOML): security mode, client key ring, allow rules (docs/socketmq.md)."""
     socketmq_key: Path | None = None
@@ -68,7 +76,7 @@ class Settings:
 
 _PATHS = {
     "data_dir", "secret_file", "accounts_file", "tls_cert", "tls_key", "tls_ca",
-    "socketmq_policy", "socketmq_key",
+    "ual_file", "socketmq_policy", "socketmq_key",
 }
 
 
@@ -98,6 +106,7 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
     settings = Settings()
     known = {option_name(f.name): f for f in fields(Settings) if f.name != "listeners"}
     known["accounts"] = known.pop("accounts-file")  # DESIGN.md names the option --accounts
+    known["ual"] = known.pop("ual-file")
     for key, value in merged.items():
         if key in PROTOCOLS:
             endpoints = [value] if isinstance(value, str) else list(value)

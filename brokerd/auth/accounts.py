@@ -1,0 +1,352 @@
+"""The accounts file (``--accounts``) and the twisted.cred checker that logs SMQP (and HTTP
+basic) clients in against it.
+
+One account a line, ``name:scrypt$n=16384,r=8,p=1$<salt>$<hash>`` (salt and hash in
+unpadded base64); ``#`` starts a comment line; blank lines are ignored.  Passwords are never
+stored: only a salted scrypt hash, slow on purpose (about 16 MiB and tens of milliseconds per
+check), so a stolen file does not give the passwords away cheaply.  A blank password is a
+password like any other (the SMQP ``guest`` account has one).
+
+Account names are SMQP topic names (each account owns the login topic
+``/accounts/<name>``): 1 to 32 letters, digits or ``_``, a letter first.  They are
+case-insensitive and kept in lower case.
+
+The file is written by ``python -m brokerd.cli.accounts`` (and by SMQP's SET LOGIN PASSWORD)
+through :func:`update_accounts`: under a lock (``FILE.lock``), to a temporary file that then
+replaces the old one, mode 0600.  The broker notices a changed file at the next login.
+
+Password checks hash with scrypt, so :class:`AccountsChecker` runs them (and every read of the
+file) in a thread, never on the reactor.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import hmac
+import os
+import secrets
+import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import IUsernamePassword
+from twisted.cred.error import UnauthorizedLogin
+from twisted.internet.defer import Deferred, maybeDeferred
+from zope.interface import implementer
+
+from brokerd.errors import ConfigurationError
+
+GUEST = "guest"
+"""The draft's guest account: logs in with a blank password."""
+MAX_NAME = 32
+MAX_PASSWORD = 1024
+"""Characters in a password (a bound on what one login can make scrypt chew on)."""
+
+SCRYPT_N = 1 << 14
+SCRYPT_R = 8
+SCRYPT_P = 1
+_MAX_N = 1 << 20
+_SALT_BYTES = 16
+_HASH_BYTES = 32
+_SCHEME = "scrypt"
+
+
+def is_account_name(name: str) -> bool:
+    """1 to 32 characters: a letter first, then letters, digits or ``_`` (an SMQP topic
+    name, since every account has the login topic ``/accounts/<name>``)."""
+    if not 0 < len(name) <= MAX_NAME or not name[0].isalpha():
+        return False
+    return all(c.isalnum() or c == "_" for c in name)
+
+
+def normalize_name(name: str) -> str:
+    """The account name as stored and compared: lower case.  ValueError if invalid."""
+    if not is_account_name(name):
+        raise ValueError(
+            f"bad account name {name!r}: 1 to {MAX_NAME} letters, digits or '_', a letter first"
+        )
+    return name.lower()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+
+
+@dataclass(frozen=True)
+class PasswordHash:
+    """A salted scrypt hash of one password, with the parameters it was made with."""
+
+    n: int
+    r: int
+    p: int
+    salt: bytes
+    digest: bytes
+
+    @classmethod
+    def create(
+        cls, password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P
+    ) -> PasswordHash:
+        salt = secrets.token_bytes(_SALT_BYTES)
+        return cls(n, r, p, salt, _scrypt(password, salt, n, r, p, _HASH_BYTES))
+
+    def verify(self, password: str) -> bool:
+        """True if ``password`` hashes to this digest (compared in constant time)."""
+        if len(password) > MAX_PASSWORD:
+            return False
+        candidate = _scrypt(password, self.salt, self.n, self.r, self.p, len(self.digest))
+        return hmac.compare_digest(candidate, self.digest)
+
+    def encode(self) -> str:
+        return f"{_SCHEME}$n={self.n},r={self.r},p={self.p}${_b64(self.salt)}${_b64(self.digest)}"
+
+    @classmethod
+    def decode(cls, text: str) -> PasswordHash:
+        """Parse :meth:`encode`'s form; ValueError for anything else."""
+        parts = text.split("$")
+        if len(parts) != 4 or parts[0] != _SCHEME:
+            raise ValueError("not an scrypt password hash")
+        try:
+            params = dict(item.split("=", 1) for item in parts[1].split(","))
+            n, r, p = int(params["n"]), int(params["r"]), int(params["p"])
+            salt, digest = _unb64(parts[2]), _unb64(parts[3])
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"malformed scrypt parameters: {exc}") from None
+        if n < 2 or n > _MAX_N or n & (n - 1) or not 0 < r <= 16 or not 0 < p <= 4 or n * r > 1 << 22:
+            raise ValueError("scrypt parameters out of range")
+        if len(salt) < 8 or len(digest) < 16:
+            raise ValueError("scrypt salt or digest too short")
+        return cls(n, r, p, salt, digest)
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, size: int) -> bytes:
+    return hashlib.scrypt(
+        password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=size,
+        maxmem=256 * r * (n + p) + (16 << 20)
+    )
+
+
+# ---------------------------------------------------------------------------- the file
+
+def parse_accounts(text: str, source: str = "accounts file") -> dict[str, PasswordHash]:
+    """The accounts in the file's text; ConfigurationError naming the line for a bad one."""
+    accounts: dict[str, PasswordHash] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, encoded = line.partition(":")
+        try:
+            if not colon:
+                raise ValueError("expected name:hash")
+            key = normalize_name(name)
+            if key in accounts:
+                raise ValueError(f"account {key!r} listed twice")
+            accounts[key] = PasswordHash.decode(encoded)
+        except ValueError as exc:
+            raise ConfigurationError(f"{source}, line {number}: {exc}") from None
+    return accounts
+
+
+def format_accounts(accounts: dict[str, PasswordHash]) -> str:
+    lines = ["# brokerd accounts: name:scrypt hash (managed by python -m brokerd.cli.accounts)"]
+    lines += [f"{name}:{accounts[name].encode()}" for name in sorted(accounts)]
+    return "\n".join(lines) + "\n"
+
+
+def read_accounts(path: Path) -> dict[str, PasswordHash]:
+    """Read and parse the file; ConfigurationError when it is unreadable or malformed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigurationError(f"--accounts {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--accounts {path}: cannot read: {exc}") from None
+    return parse_accounts(text, f"--accounts {path}")
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    lock = Path(str(path) + ".lock")
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def write_accounts(path: Path, accounts: dict[str, PasswordHash]) -> None:
+    """Replace the file atomically (a reader sees the old or the new file, never half)."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), 0o600)
+            out.write(format_accounts(accounts))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def update_accounts(
+    path: Path, change: Callable[[dict[str, PasswordHash]], None], create: bool = False
+) -> None:
+    """Read the file (a missing one counts as empty when ``create``), let ``change`` edit
+    the accounts, and write the result; all under the file's lock."""
+    path = Path(path)
+    with _locked(path):
+        if create and not path.exists():
+            accounts: dict[str, PasswordHash] = {}
+        else:
+            accounts = read_accounts(path)
+        change(accounts)
+        write_accounts(path, accounts)
+
+
+# ---------------------------------------------------------------------------- twisted.cred
+
+class UnknownAccount(UnauthorizedLogin):
+    """No account of that name (SMQP answers 404, not 401)."""
+
+
+Runner = Callable[..., Deferred]
+"""Runs ``f(*args)`` somewhere other than the reactor thread; returns a Deferred."""
+
+
+def _thread_runner(reactor: Any) -> Runner:
+    from twisted.internet.threads import deferToThreadPool
+
+    def run(f: Callable[..., Any], *args: Any) -> Deferred:
+        return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
+
+    return run
+
+
+def run_inline(f: Callable[..., Any], *args: Any) -> Deferred:
+    """A :data:`Runner` that runs on the calling thread (for tests and command-line tools)."""
+    return maybeDeferred(f, *args)
+
+
+@implementer(ICredentialsChecker)
+class AccountsChecker:
+    """Checks ``IUsernamePassword`` credentials against the accounts file.
+
+    The avatar id is the account name in lower case (bytes).  An unknown account fails with
+    :class:`UnknownAccount`, a wrong password with ``UnauthorizedLogin``.  ``guest`` with a
+    blank password is accepted even when the file does not list it, unless ``guest`` is
+    False; a ``guest`` line in the file sets its password.  ``path`` None: no accounts but
+    the guest.
+
+    The file is read again whenever it changed on disk (size, time, inode), in the thread
+    that checks the password.
+    """
+
+    credentialInterfaces = (IUsernamePassword,)
+
+    def __init__(self, path: Path | None, *, guest: bool = True, run: Runner | None = None,
+                 reactor: Any = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.guest = guest
+        if run is None:
+            if reactor is None:
+                from twisted.internet import reactor as default_reactor
+
+                reactor = default_reactor
+            run = _thread_runner(reactor)
+        self._run = run
+        self._stamp: tuple[int, int, int] | None = None
+        self._accounts: dict[str, PasswordHash] = {}
+
+    def _current(self) -> dict[str, PasswordHash]:
+        """The accounts, read again if the file changed (runs in a thread)."""
+        if self.path is None:
+            return {}
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp, self._accounts = None, {}
+            return self._accounts
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            self._accounts = read_accounts(self.path)
+            self._stamp = stamp
+        return self._accounts
+
+    def load(self) -> dict[str, PasswordHash]:
+        """Read the file now (blocking; for start-up checks): ConfigurationError if bad."""
+        return dict(self._current())
+
+    def requestAvatarId(self, credentials: Any) -> Deferred:
+        username = credentials.username
+        password = credentials.password
+        if isinstance(username, bytes):
+            username = username.decode("utf-8", "replace")
+        if isinstance(password, bytes):
+            password = password.decode("utf-8", "replace")
+        return self._run(self._check, username, password)
+
+    def _check(self, username: str, password: str) -> bytes:
+        if not is_account_name(username):
+            raise UnknownAccount(f"no account {username!r}")
+        name = username.lower()
+        stored = self._current().get(name)
+        if stored is None:
+            if name == GUEST and self.guest:
+                if password == "":
+                    return name.encode("utf-8")
+                raise UnauthorizedLogin("the guest password is blank")
+            raise UnknownAccount(f"no account {name!r}")
+        if not stored.verify(password):
+            raise UnauthorizedLogin("wrong password")
+        return name.encode("utf-8")
+
+    def exists(self, username: str) -> Deferred:
+        """Deferred[bool]: is there an account of that name (the guest counts)?"""
+        return self._run(self._exists, username)
+
+    def _exists(self, username: str) -> bool:
+        if not is_account_name(username):
+            return False
+        name = username.lower()
+        return name in self._current() or (name == GUEST and self.guest)
+
+    def listed(self, username: str) -> Deferred:
+        """Deferred[bool]: is the account listed in the file (the built-in guest is not)?"""
+        return self._run(lambda: is_account_name(username) and username.lower() in self._current())
+
+    def set_password(self, username: str, password: str) -> Deferred:
+        """Replace the password of a listed account; fails with UnknownAccount for another
+        name, ConfigurationError (or OSError) when the file cannot be written."""
+        return self._run(self._set_password, username, password)
+
+    def _set_password(self, username: str, password: str) -> None:
+        if self.path is None or not is_account_name(username):
+            raise UnknownAccount(f"no account {username!r}")
+        if len(password) > MAX_PASSWORD:
+            raise ValueError(f"a password has at most {MAX_PASSWORD} characters")
+        name = username.lower()
+        new_hash = PasswordHash.create(password)
+
+        def change(accounts: dict[str, PasswordHash]) -> None:
+            if name not in accounts:
+                raise UnknownAccount(f"no account {name!r}")
+            accounts[name] = new_hash
+
+        update_accounts(self.path, change)
+        self._stamp = None

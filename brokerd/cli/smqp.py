@@ -1,0 +1,274 @@
+"""``brokerd-smqp``: SMQP sessions and the topic tree from the shell.
+
+    brokerd-smqp -u alice login                         log in, print the login attributes
+    brokerd-smqp -u alice create /stocks -k IBM,STOCKS  CREATE TOPIC (--link /target: virtual)
+    brokerd-smqp list /stocks                           LIST TOPIC (as guest by default)
+    brokerd-smqp find /stocks/* -k BLUE --depth 4       FIND TOPIC
+    brokerd-smqp count topic /stocks/*                  COUNT TOPIC|MESSAGE|SUBSCRIBERS
+    brokerd-smqp -u alice rename /old /new | remove /old
+    brokerd-smqp -u alice keywords /stocks [KW ...]     GET (or SET) TOPIC KEYWORDS
+    brokerd-smqp -u alice delivery /stocks [ALL|ONE|NONE]
+    brokerd-smqp -u alice passwd                        SET LOGIN PASSWORD (asks twice)
+    brokerd-smqp -u alice contact [--set FILE|-]        GET (or SET) LOGIN CONTACT
+    brokerd-smqp -u alice channel                       GET LOGIN CHANNEL
+    brokerd-smqp -u alice raw 'COUNT TOPIC /' ...       any command lines; prints the replies
+    brokerd-smqp --tls --ca ca.pem --cert alice.pem --key alice.key -u alice list /
+
+The password comes from --password-file, else $BROKERD_SMQP_PASSWORD, else a prompt on a
+terminal, else it is blank (the guest's).  With --cert the login method is CERT (SMQPS).
+
+Exit codes: 0 done; 1 the server refused a command (the line gives its reply); 2 a usage,
+configuration or connection problem.
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from twisted.internet import defer, task
+from twisted.internet.error import ConnectError, ConnectionClosed
+
+from brokerd.errors import ConfigurationError
+from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
+
+PROG = "brokerd-smqp"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 720
+EXIT_REFUSED = 1
+EXIT_ERROR = 2
+PASSWORD_ENV = "BROKERD_SMQP_PASSWORD"
+
+
+class CommandError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="SMQP sessions and topics from the shell (brokerd's SMQP client).",
+        epilog="Exit codes: 0 ok, 1 the server refused a command, 2 usage or connection error.")
+    group = parser.add_argument_group("connection")
+    group.add_argument("--connect", metavar="ENDPOINT",
+                       help=f"Twisted client endpoint string [tcp:{DEFAULT_HOST}:{DEFAULT_PORT}]")
+    group.add_argument("-H", "--host", help=f"broker host [{DEFAULT_HOST}]")
+    group.add_argument("-p", "--port", type=int, help=f"broker port [{DEFAULT_PORT}]")
+    group.add_argument("-u", "--user", default="guest", help="account [guest]")
+    group.add_argument("-c", "--channel", help="channel [cliXXXX]")
+    group.add_argument("--password-file", type=Path, metavar="FILE",
+                       help="read the password from the first line of FILE")
+    group.add_argument("--tls", action="store_true", help="SMQPS: connect over TLS")
+    group.add_argument("--ca", type=Path, metavar="FILE", help="CA certificates to verify the broker")
+    group.add_argument("--cert", type=Path, metavar="FILE", help="client certificate: CERT login")
+    group.add_argument("--key", type=Path, metavar="FILE", help="the client certificate's key")
+    group.add_argument("--tls-hostname", metavar="NAME", help="the name to verify the broker as")
+    group.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each reply [10]")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("login", help="log in and print the login attributes")
+    sub = commands.add_parser("list", help="LIST TOPIC")
+    sub.add_argument("topic", nargs="?", default="/")
+    sub = commands.add_parser("create", help="CREATE TOPIC")
+    sub.add_argument("topic")
+    sub.add_argument("-k", "--keywords", help="comma-separated keywords")
+    sub.add_argument("--link", metavar="TARGET", help="make it a virtual topic of TARGET")
+    sub = commands.add_parser("remove", help="REMOVE TOPIC (and everything below)")
+    sub.add_argument("topic")
+    sub = commands.add_parser("rename", help="SET TOPIC NAME")
+    sub.add_argument("topic")
+    sub.add_argument("new_topic")
+    sub = commands.add_parser("keywords", help="GET TOPIC KEYWORDS, or SET them when given")
+    sub.add_argument("topic")
+    sub.add_argument("keywords", nargs="*")
+    sub = commands.add_parser("delivery", help="GET TOPIC DELIVERY, or SET it when given")
+    sub.add_argument("topic")
+    sub.add_argument("mode", nargs="?", type=str.upper, choices=["ALL", "ONE", "NONE"])
+    sub = commands.add_parser("find", help="FIND TOPIC")
+    sub.add_argument("topic")
+    sub.add_argument("-k", "--keywords", help="comma-separated keywords to look for")
+    sub.add_argument("--depth", type=int)
+    sub = commands.add_parser("count", help="COUNT TOPIC|MESSAGE|SUBSCRIBERS")
+    sub.add_argument("resource", type=str.upper, choices=["TOPIC", "MESSAGE", "SUBSCRIBERS"])
+    sub.add_argument("topic")
+    sub = commands.add_parser("passwd", help="SET LOGIN PASSWORD (asks for the new one twice)")
+    sub.add_argument("--new-password-file", type=Path, metavar="FILE")
+    sub = commands.add_parser("contact", help="GET LOGIN CONTACT, or SET it with --set")
+    sub.add_argument("--set", metavar="FILE", help="contact data to store ('-': standard input)")
+    sub.add_argument("--mime", default="text/x-vcard")
+    sub.add_argument("--account", help="read another account's contact")
+    commands.add_parser("channel", help="GET LOGIN CHANNEL")
+    sub = commands.add_parser("raw", help="send command lines, print each reply")
+    sub.add_argument("lines", nargs="+", metavar="LINE")
+    return parser
+
+
+def _first_line(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(EXIT_ERROR, f"{path}: {exc}") from None
+    return text.splitlines()[0] if text else ""
+
+
+def password_for(args: argparse.Namespace, stdin: TextIO) -> str:
+    if args.password_file is not None:
+        return _first_line(args.password_file)
+    if PASSWORD_ENV in os.environ:
+        return os.environ[PASSWORD_ENV]
+    if args.user.lower() != "guest" and args.cert is None and stdin.isatty():
+        return getpass.getpass(f"Password for {args.user}: ")
+    return ""
+
+
+def endpoint_for(reactor: Any, args: argparse.Namespace) -> Any:
+    host = (args.host or DEFAULT_HOST).replace(":", "\\:")  # an IPv6 address in a strport
+    description = args.connect or f"tcp:{host}:{args.port or DEFAULT_PORT}"
+    use_tls = args.tls or any(p is not None for p in (args.ca, args.cert, args.key))
+    try:
+        return client_endpoint(reactor, description, tls=use_tls, hostname=args.tls_hostname or args.host,
+                               ca=args.ca, cert=args.cert, key=args.key)
+    except (ValueError, ConfigurationError) as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
+
+
+def _keywords(text: str | None) -> list[str] | None:
+    return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
+
+
+async def session(reactor: Any, args: argparse.Namespace, stdin: TextIO) -> SMQPClientProtocol:
+    """A connected, logged-in client; CommandError otherwise."""
+    endpoint = endpoint_for(reactor, args)
+    channel = args.channel or f"cli{secrets.token_hex(2)}"
+    try:
+        d = connect(endpoint)
+        d.addTimeout(args.timeout, reactor)
+        client = await d
+    except (ConnectError, ConnectionClosed, defer.TimeoutError, OSError) as exc:
+        raise CommandError(EXIT_ERROR, f"cannot connect: {exc}") from None
+    if args.cert is not None:
+        await client.login_cert(args.user, channel)
+    else:
+        await client.login(args.user, channel, password_for(args, stdin))
+    return client
+
+
+async def run_command(client: SMQPClientProtocol, args: argparse.Namespace, stdin: TextIO,
+                      out: TextIO) -> None:
+    command = args.command
+    if command == "login":
+        info = client.login_info
+        for name in ("topic", "timeout", "time", "suid"):
+            out.write(f"{name.capitalize()}: {getattr(info, name)}\n")
+    elif command == "list":
+        for line in await client.list_topics(args.topic):
+            out.write(line + "\n")
+    elif command == "create":
+        await client.create_topic(args.topic, _keywords(args.keywords), args.link)
+    elif command == "remove":
+        pending = await client.remove_topic(args.topic)
+        out.write(f"{pending} messages pending\n")
+    elif command == "rename":
+        await client.rename_topic(args.topic, args.new_topic)
+    elif command == "keywords":
+        if args.keywords:
+            await client.set_keywords(args.topic, args.keywords)
+        else:
+            for keyword in await client.get_keywords(args.topic):
+                out.write(keyword + "\n")
+    elif command == "delivery":
+        if args.mode:
+            await client.set_delivery(args.topic, args.mode)
+        else:
+            out.write(await client.get_delivery(args.topic) + "\n")
+    elif command == "find":
+        for line in await client.find_topics(args.topic, _keywords(args.keywords), args.depth):
+            out.write(line + "\n")
+    elif command == "count":
+        out.write(f"{await client.count(args.resource, args.topic)}\n")
+    elif command == "passwd":
+        await _passwd(client, args, stdin)
+    elif command == "contact":
+        await _contact(client, args, stdin, out)
+    elif command == "channel":
+        out.write(await client.get_channel() + "\n")
+    elif command == "raw":
+        for line in args.lines:
+            try:
+                reply = await client.command(line)
+            except SMQPError as exc:
+                reply = exc.reply
+            for index, text in enumerate(reply.lines):
+                sep = " " if index == len(reply.lines) - 1 else "-"
+                out.write(f"{reply.code}{sep}{text}\n")
+
+
+async def _passwd(client: SMQPClientProtocol, args: argparse.Namespace, stdin: TextIO) -> None:
+    old = password_for(args, stdin)
+    if args.new_password_file is not None:
+        new = _first_line(args.new_password_file)
+    elif stdin.isatty():
+        new = getpass.getpass("New password: ")
+        if getpass.getpass("Again: ") != new:
+            raise CommandError(EXIT_ERROR, "the passwords differ")
+    else:
+        raise CommandError(EXIT_ERROR, "give the new password with --new-password-file")
+    await client.set_password(old, new)
+
+
+async def _contact(client: SMQPClientProtocol, args: argparse.Namespace, stdin: TextIO, out: TextIO) -> None:
+    if args.set is None:
+        data = await client.get_contact(args.mime, args.account)
+        out.write(data.decode("utf-8", "replace").replace("\r\n", "\n") + "\n")
+        return
+    if args.set == "-":
+        text = stdin.read()
+    else:
+        try:
+            text = Path(args.set).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(EXIT_ERROR, f"{args.set}: {exc}") from None
+    try:
+        await client.set_contact(args.mime, text.strip("\n").encode("utf-8"))
+    except ValueError as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
+
+
+async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
+              out: TextIO = sys.stdout) -> None:
+    """The chosen command; expected failures leave as SystemExit with their code."""
+    client = None
+    try:
+        client = await session(reactor, args, stdin)
+        await run_command(client, args, stdin, out)
+        out.flush()
+    except SMQPError as exc:
+        print(f"{PROG}: {exc.code} {' '.join(exc.lines)}", file=sys.stderr)
+        raise SystemExit(EXIT_REFUSED) from None
+    except CommandError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
+    except (ConnectionClosed, defer.TimeoutError) as exc:
+        print(f"{PROG}: connection lost: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    finally:
+        if client is not None and client.is_open:
+            try:
+                await client.quit()
+            except Exception:
+                client.transport.loseConnection()
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The ``brokerd-smqp`` entry point."""
+    args = build_parser().parse_args(argv)
+    task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""The SQLite store: ``DATA_DIR/smqp.sqlite3``, WAL mode, one writer thread, group commit.
+
+Every call becomes an operation ``f(connection, *args)`` queued on the reactor thread.  One
+thread, the only one that touches the database, runs the queued operations in batches: a
+batch is one transaction (each operation inside it a savepoint, so one failing operation does
+not undo the others), committed with ``synchronous=FULL``, and only then do the operations'
+Deferreds fire, in order, on the reactor thread.  While a batch commits, new calls queue up
+and go out together in the next one: under load many publishes share one fsync.
+
+The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the scripts
+that take a database from one version to the next (append, never edit).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from brokerd.store.base import IStore
+from brokerd.store.memory import StoreClosed
+from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
+
+FILENAME = "smqp.sqlite3"
+SYNCHRONOUS = "FULL"
+"""Every commit is on disk before its Deferred fires (a power cut loses nothing acknowledged)."""
+MAX_BATCH = 512
+"""Operations in one transaction at most."""
+_IN_CHUNK = 500
+"""Keys per ``IN (...)`` (SQLite allows 999 parameters in older builds)."""
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: topics, contacts, server settings, retained messages, durable subscriptions
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE topics (
+        key TEXT PRIMARY KEY, name TEXT NOT NULL, keywords TEXT NOT NULL,
+        delivery TEXT NOT NULL, link TEXT, owner TEXT NOT NULL, created REAL NOT NULL,
+        system INTEGER NOT NULL);
+    CREATE TABLE contacts (account TEXT PRIMARY KEY, mime TEXT NOT NULL, data BLOB NOT NULL);
+    CREATE TABLE messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, smuid TEXT NOT NULL UNIQUE, topic TEXT NOT NULL,
+        publisher TEXT NOT NULL, cmuid TEXT NOT NULL, received REAL NOT NULL, expires REAL,
+        priority INTEGER NOT NULL, data BLOB NOT NULL);
+    CREATE INDEX messages_by_topic ON messages (topic, seq);
+    CREATE TABLE subscriptions (
+        subscriber TEXT NOT NULL, kind TEXT NOT NULL, topic TEXT NOT NULL,
+        changes TEXT NOT NULL, since REAL, until REAL,
+        PRIMARY KEY (subscriber, kind, topic));
+    CREATE INDEX subscriptions_by_topic ON subscriptions (topic, kind);
+    """,
+)
+
+Operation = Callable[..., Any]
+
+
+def _chunks(keys: Iterable[str]) -> Iterable[list[str]]:
+    keys = sorted(set(keys))
+    for start in range(0, len(keys), _IN_CHUNK):
+        yield keys[start : start + _IN_CHUNK]
+
+
+def _topic_row(record: TopicRecord) -> tuple:
+    return (record.key, record.name, json.dumps(list(record.keywords)), record.delivery,
+            record.link, record.owner, record.created, int(record.system))
+
+
+def _topic_record(row: tuple) -> TopicRecord:
+    key, name, keywords, delivery, link, owner, created, system = row
+    return TopicRecord(key, name, tuple(json.loads(keywords)), delivery, link, owner, created,
+                       bool(system))
+
+
+def _message_record(row: tuple) -> MessageRecord:
+    seq, smuid, topic, publisher, cmuid, received, expires, priority, data = row
+    return MessageRecord(smuid, topic, publisher, cmuid, received, expires, priority, bytes(data), seq)
+
+
+_MESSAGE_COLUMNS = "seq, smuid, topic, publisher, cmuid, received, expires, priority, data"
+
+
+@implementer(IStore)
+class SQLiteStore:
+    """The durable store in one SQLite file.  ``reactor`` fires the Deferreds."""
+
+    _log = Logger()
+
+    def __init__(self, path: Path, reactor: Any) -> None:
+        self.path = Path(path)
+        self._reactor = reactor
+        self._pool = ThreadPool(minthreads=1, maxthreads=1, name="brokerd-store")
+        self._connection: sqlite3.Connection | None = None
+        self._queue: list[tuple[Operation, tuple, Deferred]] = []
+        self._busy = False
+        self._state = "new"  # new -> open -> closing -> closed
+        self._closed: Deferred | None = None
+        self._trigger: Any = None
+        self.batches = 0
+        """Transactions committed (a batch of operations each)."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> Deferred:
+        if self._state != "new":
+            return fail(StoreClosed(f"the store is {self._state}"))
+        self._state = "open"
+        self._pool.start()
+        self._trigger = self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
+        return self._submit(self._connect)
+
+    def _connect(self, _connection: None) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
+        connection.execute("PRAGMA foreign_keys=ON")
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            connection.close()
+            raise RuntimeError(
+                f"{self.path}: schema version {version} is newer than this brokerd ({len(MIGRATIONS)})"
+            )
+        for number in range(version, len(MIGRATIONS)):
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute(f"PRAGMA user_version={number + 1}")
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                connection.close()
+                raise
+        self._connection = connection
+
+    def close(self) -> Deferred:
+        """Run what is queued, close the database and stop the thread."""
+        if self._state in ("closing", "closed"):
+            return self._closed if self._closed is not None else succeed(None)
+        if self._state == "new":
+            self._state = "closed"
+            return succeed(None)
+        self._state = "closing"
+        if self._trigger is not None:
+            try:
+                self._reactor.removeSystemEventTrigger(self._trigger)
+            except (ValueError, KeyError):
+                pass  # we are being called by that very trigger
+            self._trigger = None
+        d = Deferred()
+        self._queue.append((self._disconnect, (), d))
+        if not self._busy:
+            self._flush()
+        d.addBoth(self._stopped)
+        self._closed = d
+        return d
+
+    def _disconnect(self, connection: sqlite3.Connection | None) -> None:
+        if connection is not None:
+            connection.close()
+        self._connection = None
+
+    def _stopped(self, result: Any) -> Any:
+        self._state = "closed"
+        self._pool.stop()
+        if isinstance(result, Failure):
+            self._log.failure("Closing the store {path}", result, path=str(self.path))
+        return None
+
+    # ------------------------------------------------------------------ the writer
+
+    def _submit(self, operation: Operation, *args: Any) -> Deferred:
+        if self._state != "open":
+            return fail(StoreClosed(f"the store is {self._state}"))
+        d: Deferred = Deferred()
+        self._queue.append((operation, args, d))
+        if not self._busy:
+            self._flush()
+        return d
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        self._busy = True
+        done = deferToThreadPool(self._reactor, self._pool, self._run_batch, batch)
+        done.addBoth(self._batch_done, batch)
+
+    def _run_batch(self, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+        """In the writer thread: one transaction, a savepoint per operation."""
+        connection = self._connection
+        results: list[tuple[bool, Any]] = []
+        while connection is None and batch:
+            # Not connected yet (the first operation is _connect) or no longer (a failed
+            # open): run operations on their own until there is a connection.
+            (operation, args, _d), batch = batch[0], batch[1:]
+            try:
+                results.append((True, operation(None, *args)))
+            except Exception:
+                results.append((False, Failure()))
+            connection = self._connection
+        if not batch:
+            return results
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            for operation, args, _d in batch:
+                if operation == self._disconnect:
+                    connection.execute("COMMIT")
+                    results.append((True, operation(connection, *args)))
+                    return results
+                connection.execute("SAVEPOINT op")
+                try:
+                    value = operation(connection, *args)
+                except Exception:
+                    connection.execute("ROLLBACK TO op")
+                    connection.execute("RELEASE op")
+                    results.append((False, Failure()))
+                else:
+                    connection.execute("RELEASE op")
+                    results.append((True, value))
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return results
+
+    def _batch_done(self, outcome: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
+        self._busy = False
+        self.batches += 1
+        if isinstance(outcome, Failure):
+            self._log.failure("Store transaction failed", outcome)
+            for _operation, _args, d in batch:
+                d.errback(outcome)
+        else:
+            for (ok, value), (_operation, _args, d) in zip(outcome, batch):
+                if ok:
+                    d.callback(value)
+                else:
+                    d.errback(value)
+        if self._queue:
+            self._flush()
+
+    # ------------------------------------------------------------------ meta
+
+    def get_meta(self, key: str) -> Deferred:
+        def get(c: sqlite3.Connection) -> str | None:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            return row[0] if row else None
+
+        return self._submit(get)
+
+    def set_meta(self, key: str, value: str) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)) and None)
+
+    # ------------------------------------------------------------------ topics
+
+    def load_topics(self) -> Deferred:
+        def load(c: sqlite3.Connection) -> list[TopicRecord]:
+            rows = c.execute(
+                "SELECT key, name, keywords, delivery, link, owner, created, system"
+                " FROM topics ORDER BY key").fetchall()
+            return [_topic_record(row) for row in rows]
+
+        return self._submit(load)
+
+    def put_topics(self, records: Iterable[TopicRecord]) -> Deferred:
+        rows = [_topic_row(r) for r in records]
+
+        def put(c: sqlite3.Connection) -> None:
+            c.executemany("INSERT OR REPLACE INTO topics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+        return self._submit(put)
+
+    def delete_topics(self, keys: Iterable[str]) -> Deferred:
+        keys = list(keys)
+
+        def delete(c: sqlite3.Connection) -> int:
+            count = 0
+            for chunk in _chunks(keys):
+                marks = ",".join("?" * len(chunk))
+                count += c.execute(f"DELETE FROM topics WHERE key IN ({marks})", chunk).rowcount
+            return count
+
+        return self._submit(delete)
+
+    def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:
+        renames = list(renames)
+        rows = [_topic_row(record) for _old, record in renames]
+
+        def rename(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM topics WHERE key = ?", [(old,) for old, _r in renames])
+            c.executemany("INSERT OR REPLACE INTO topics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+        return self._submit(rename)
+
+    # ------------------------------------------------------------------ contacts
+
+    def get_contact(self, account: str) -> Deferred:
+        def get(c: sqlite3.Connection) -> Contact | None:
+            row = c.execute("SELECT mime, data FROM contacts WHERE account = ?", (account,)).fetchone()
+            return Contact(row[0], bytes(row[1])) if row else None
+
+        return self._submit(get)
+
+    def set_contact(self, account: str, contact: Contact) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "INSERT OR REPLACE INTO contacts (account, mime, data) VALUES (?, ?, ?)",
+            (account, contact.mime, contact.data)) and None)
+
+    # ------------------------------------------------------------------ messages
+
+    def add_message(self, record: MessageRecord) -> Deferred:
+        row = (record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+               record.expires, record.priority, record.data)
+
+        def add(c: sqlite3.Connection) -> int:
+            try:
+                cursor = c.execute(
+                    "INSERT INTO messages (smuid, topic, publisher, cmuid, received, expires,"
+                    " priority, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.IntegrityError:
+                raise ValueError(f"duplicate smuid {record.smuid!r}") from None
+            return int(cursor.lastrowid)  # type: ignore[arg-type]
+
+        return self._submit(add)
+
+    def remove_message(self, topic: str, smuid: str) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "DELETE FROM messages WHERE topic = ? AND smuid = ?", (topic, smuid)).rowcount > 0)
+
+    def list_messages(self, topic: str) -> Deferred:
+        def get(c: sqlite3.Connection) -> list[MessageRecord]:
+            rows = c.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? ORDER BY seq", (topic,))
+            return [_message_record(row) for row in rows]
+
+        return self._submit(get)
+
+    def count_messages(self, topics: Iterable[str]) -> Deferred:
+        keys = list(topics)
+
+        def count(c: sqlite3.Connection) -> int:
+            total = 0
+            for chunk in _chunks(keys):
+                marks = ",".join("?" * len(chunk))
+                total += c.execute(
+                    f"SELECT COUNT(*) FROM messages WHERE topic IN ({marks})", chunk).fetchone()[0]
+            return total
+
+        return self._submit(count)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def put_subscription(self, record: SubscriptionRecord) -> Deferred:
+        row = (record.subscriber, record.kind, record.topic, ",".join(record.changes),
+               record.since, record.until)
+        return self._submit(lambda c: c.execute(
+            "INSERT OR REPLACE INTO subscriptions VALUES (?, ?, ?, ?, ?, ?)", row) and None)
+
+    def remove_subscription(self, subscriber: str, kind: str, topic: str) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "DELETE FROM subscriptions WHERE subscriber = ? AND kind = ? AND topic = ?",
+            (subscriber, kind, topic)).rowcount > 0)
+
+    def subscriptions_of(self, subscriber: str) -> Deferred:
+        def get(c: sqlite3.Connection) -> list[SubscriptionRecord]:
+            rows = c.execute(
+                "SELECT subscriber, kind, topic, changes, since, until FROM subscriptions"
+                " WHERE subscriber = ? ORDER BY kind, topic", (subscriber,))
+            return [SubscriptionRecord(s, k, t, tuple(filter(None, ch.split(","))), si, un)
+                    for s, k, t, ch, si, un in rows]
+
+        return self._submit(get)
+
+    def count_subscribers(self, topics: Iterable[str]) -> Deferred:
+        keys = list(topics)
+
+        def count(c: sqlite3.Connection) -> int:
+            subscribers: set[str] = set()
+            for chunk in _chunks(keys):
+                marks = ",".join("?" * len(chunk))
+                rows = c.execute(
+                    f"SELECT DISTINCT subscriber FROM subscriptions"
+                    f" WHERE kind = 'MESSAGE' AND topic IN ({marks})", chunk)
+                subscribers.update(row[0] for row in rows)
+            return len(subscribers)
+
+        return self._submit(count)

@@ -1,0 +1,242 @@
+"""The SMQP server on a StringTransport with a Clock and the in-memory store: exact bytes,
+byte-by-byte input, the start-up wait, flow control, store failures (451 and undo), the
+session as the core's ISubscriber, NOTIFY SERVER BYE, and the wire format."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from zope.interface.verify import verifyObject
+
+from brokerd.auth.accounts import AccountsChecker, PasswordHash, run_inline, write_accounts
+from brokerd.auth.ual import AccessList
+from brokerd.config import Settings
+from brokerd.core.broker import Broker
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.protocols.smqp.codec import SMQPClientParser, parse_topic
+from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT, SMQPServerFactory
+from brokerd.protocols.smqp.wire import SMQPWireFormat, core_topic, smqp_topic
+from brokerd.store.memory import MemoryStore
+
+GREETING = f"SMQP/1.0 Ready. {SERVER_IDENT}\r\n".encode()
+
+
+class FlakyStore(MemoryStore):
+    """Fails put_topics while ``broken``."""
+
+    broken = False
+
+    def put_topics(self, records):
+        if self.broken:
+            return fail(OSError("disk full"))
+        return super().put_topics(records)
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> SMQPServerFactory:
+    path = tmp_path / "accounts"
+    write_accounts(path, {"alice": PasswordHash.create("alicepw", n=2)})
+    clock = Clock()
+    settings = Settings(login_timeout=5.0, max_output_buffer=1000)
+    factory = SMQPServerFactory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
+                                ual=AccessList(), domain="test.example", run=run_inline)
+    factory.start()
+    return factory
+
+
+def connect(factory: SMQPServerFactory) -> tuple:
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport
+
+
+def logged_in(factory: SMQPServerFactory, channel: str = "c1") -> tuple:
+    protocol, transport = connect(factory)
+    protocol.dataReceived(f"LOGIN alice:{channel} CLEAR/1.0\r\nPASS alice alicepw\r\n".encode())
+    assert b"200 Suid: " in transport.value()
+    transport.clear()
+    return protocol, transport
+
+
+def test_greeting_and_login_byte_by_byte(factory):
+    protocol, transport = connect(factory)
+    assert transport.value() == GREETING
+    for byte in b"LOGIN alice:c1 CLEAR/1.0\r\nPASS alice alicepw\r\nNOOP\r\n":
+        protocol.dataReceived(bytes([byte]))
+    lines = transport.value()[len(GREETING):].split(b"\r\n")
+    assert lines[0] == b"200 OK"
+    assert lines[1:4] == [b"200-OK", b"200-Topic: /accounts/alice/c1", b"200-Timeout: 01:00:00:00"]
+    assert lines[4] == b"200-Time: D19700101T00000000Z"
+    assert lines[5] == f"200 Suid: {factory.suid}".encode() and factory.suid.startswith("test.example/")
+    assert lines[6:] == [b"200 OK", b""]
+    assert protocol.name == b"alice:c1" and protocol.address == b"smqp:alice:c1"
+    verifyObject(ISubscriber, protocol)
+
+
+def test_connections_wait_for_the_store(tmp_path):
+    gate: Deferred = Deferred()
+
+    class SlowStore(MemoryStore):
+        def load_topics(self):
+            return gate.addCallback(lambda _: [])
+
+    factory = SMQPServerFactory(Broker(), Settings(), Clock(), SlowStore(), AccountsChecker(None, run=run_inline),
+                                run=run_inline)
+    factory.start()
+    protocol, transport = connect(factory)
+    assert transport.value() == b"" and transport.producerState == "paused"
+    gate.callback(None)
+    assert transport.value() == GREETING and transport.producerState == "producing"
+
+
+def test_login_timer_and_connection_limit(factory):
+    protocol, transport = connect(factory)
+    factory.clock.advance(5.0)
+    assert transport.value().endswith(b"421 Login timeout: no login within 5 s\r\n")
+    assert transport.disconnecting
+    factory.broker.max_connections = 0
+    other, other_transport = connect(factory)
+    assert other_transport.value() == f"SMQP/1.0 Not Available. {SERVER_IDENT}\r\n".encode()
+    assert other_transport.disconnecting
+
+
+def test_replies_of_one_read_are_one_write(factory):
+    protocol, transport = logged_in(factory)
+    writes = []
+    transport.write = writes.append  # type: ignore[method-assign]
+    protocol.dataReceived(b"NOOP\r\nNOOP\r\nCREATE TOPIC /a\r\nLIST TOPIC /\r\n")
+    assert writes == [b"200 OK\r\n200 OK\r\n200 OK\r\n200-OK\r\n200 /a\r\n"]
+
+
+def test_a_long_pipeline_pauses_reading(factory):
+    protocol, transport = logged_in(factory)
+    gate: Deferred = Deferred()
+    factory.store.count_messages = lambda keys: gate  # type: ignore[method-assign]
+    protocol.dataReceived(b"COUNT MESSAGE /\r\n" + b"NOOP\r\n" * (MAX_PIPELINE + 1))
+    assert transport.producerState == "paused" and transport.value() == b""
+    gate.callback(7)
+    assert transport.producerState == "producing"
+    assert transport.value() == b"200-OK\r\n200 7\r\n" + b"200 OK\r\n" * (MAX_PIPELINE + 1)
+
+
+def test_a_reader_that_does_not_read_is_not_read_from(factory):
+    protocol, transport = logged_in(factory)
+    protocol.pauseProducing()
+    assert transport.producerState == "paused"
+    protocol.resumeProducing()
+    assert transport.producerState == "producing"
+
+
+def test_store_failure_answers_451_and_undoes(factory):
+    protocol, transport = logged_in(factory)
+    protocol.dataReceived(b"CREATE TOPIC /a (K)\r\n")
+    factory.store.broken = True
+    protocol.dataReceived(b"CREATE TOPIC /b\r\nSET TOPIC KEYWORDS /a (X)\r\n")
+    factory.store.broken = False
+    protocol.dataReceived(b"LIST TOPIC /\r\nGET TOPIC KEYWORDS /a\r\n")
+    assert transport.value().split(b"\r\n")[:-1] == [
+        b"200 OK",
+        b"451 Local error: the change could not be stored",
+        b"451 Local error: the change could not be stored",
+        b"200-OK", b"200 /a", b"200-OK", b"200 (K)"]
+
+
+def test_newer_login_replaces_and_detach_on_close(factory):
+    first, first_transport = logged_in(factory)
+    second, _ = logged_in(factory)
+    assert first_transport.disconnecting
+    assert first_transport.value().endswith(b"421 Replaced by a newer login of alice:c1\r\n")
+    assert factory.broker.session_for(b"smqp:alice:c1") is second
+    second.connectionLost(None)
+    assert factory.broker.session_for(b"smqp:alice:c1") is None
+    assert factory.broker.stats.connections == 1  # the replaced one is still counted until lost
+
+
+def test_stop_factory_says_bye(factory):
+    protocol, transport = logged_in(factory)
+    factory.stopFactory()
+    assert transport.value() == b"NOTIFY SERVER BYE 00:00:00\r\n"
+
+
+def test_client_acknowledgement_without_a_notification(factory):
+    protocol, transport = logged_in(factory)
+    protocol.dataReceived(b"310 ACK\r\nCONNECTTO alice:c1 721\r\nLIST SUBSCRIPTIONS\r\n")
+    codes = [line[:3] for line in transport.value().split(b"\r\n") if line]
+    assert codes == [b"503", b"502", b"502"]
+
+
+# ---------------------------------------------------------------------------- wire format
+
+def test_wire_format_renders_messages_of_other_protocols():
+    wire = SMQPWireFormat("host/abc", "host", lambda: 0.5)
+    verifyObject(IWireFormat, wire)
+    data = wire.render_message(Message(MULTICAST, b"news/eu", b"hello", "ssmp", b"bob"))
+    [notify] = SMQPClientParser(expect_greeting=False).feed(data)
+    assert notify.kind == "MESSAGE" and notify.args == ("/news/eu", "ADD")
+    assert notify.body.get("Smuid") == "host/abc/x1(D19700101T00000050Z)"
+    assert notify.body.get("Cmuid") == "ssmp:bob@host/1(D19700101T00000050Z)"
+    assert notify.body.get("Guarantee") == "NO"
+    assert notify.body.sections[0].content_type == "text/plain; charset=utf-8"
+    assert notify.body.sections[0].data == b"hello"
+    binary = wire.render_message(Message(MULTICAST, b"a", b"\xff\x00", "mcchat", b"x y", binary=True))
+    [notify] = SMQPClientParser(expect_greeting=False).feed(binary)
+    assert notify.body.sections[0].content_type == "application/octet-stream"
+    assert notify.body.get("Cmuid").startswith("mcchat:x_y@host/")
+    direct = wire.render_message(Message(UNICAST, b"smqp:alice:c1", b"hi", "ssmp", b"bob"))
+    assert direct.startswith(b"NOTIFY MESSAGE /accounts/alice/c1 ADD\r\n")
+    assert wire.render_message(Message(MULTICAST, b"9bad", b"x", "ssmp", b"bob")) is None
+    assert wire.render_message(Message(BROADCAST, None, b"x", "ssmp", b"bob")) is None
+    assert wire.unrepresentable == 2
+    assert wire.render_presence(b"a", None, True, False) is None
+
+
+def test_topic_mapping():
+    assert core_topic(parse_topic("/Stocks/IBM")) == b"stocks/ibm"
+    assert smqp_topic(b"stocks/ibm") == "/stocks/ibm"
+    assert smqp_topic(b"kit-1/news") is None and smqp_topic(b"\xff") is None
+
+
+def test_too_many_concurrent_logins(factory, monkeypatch):
+    from brokerd.protocols.smqp import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_LOGINS_PER_ACCOUNT", 1)
+    logged_in(factory, "c1")
+    protocol, transport = connect(factory)
+    protocol.dataReceived(b"LOGIN alice:c2 CLEAR/1.0\r\nPASS alice alicepw\r\n")
+    assert transport.value().endswith(b"403 Forbidden: too many concurrent logins (1)\r\n")
+    assert protocol.account is None and not transport.disconnecting
+
+
+def test_remove_reports_the_messages_still_pending(factory):
+    from brokerd.store.records import MessageRecord
+
+    protocol, transport = logged_in(factory)
+    protocol.dataReceived(b"CREATE TOPIC /a\r\nCREATE TOPIC /a/b\r\n")
+    for n, key in enumerate(("a", "a/b", "a/trash")):
+        factory.store.add_message(MessageRecord(f"s/{n}", key, "alice:c1", "C", 0.0, None, 1, b"x"))
+    transport.clear()
+    protocol.dataReceived(b"COUNT MESSAGE /a/*\r\nCOUNT MESSAGE /a/Trash\r\nREMOVE TOPIC /a\r\n")
+    assert transport.value() == (b"200-OK\r\n200 1\r\n200-OK\r\n200 1\r\n"
+                                 b"200-OK\r\n200 2 messages pending\r\n")
+
+
+def test_the_ual_file_is_watched_on_the_clock(factory, tmp_path):
+    from brokerd.auth.ual import Perm, read_access_list
+
+    ual = tmp_path / "ual"
+    ual.write_text("/ alice psacr\n")
+    watched = SMQPServerFactory(factory.broker, factory.settings, factory.clock, MemoryStore(),
+                                factory.checker, ual=read_access_list(ual), ual_file=ual, run=run_inline)
+    watched.start()
+    watched.startFactory()
+    ual.write_text("/ alice s   # read-only now\n")
+    factory.clock.advance(4.9)
+    assert watched.ual.permissions("alice", ()) != Perm.SUBSCRIBE
+    factory.clock.advance(0.1)
+    assert watched.ual.permissions("alice", ()) == Perm.SUBSCRIBE
+    watched.stopFactory()
