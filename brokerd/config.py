@@ -55,6 +55,12 @@ class Settings:
     """Topics one session may be subscribed to."""
     max_output_buffer: int = 1 << 20
     """Bytes queued for one slow recipient before its messages are dropped and counted."""
+    event_log: bool = True
+    """Keep the event log under DATA_DIR/events/ (docs/events.md)."""
+    event_log_payloads: bool = False
+    """Include message contents (base64) in the event log."""
+    event_log_flush: float = 1.0
+    """Seconds between event-log writes: what a crash may lose."""
     mcchat_idle_timeout: float = 300.0
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False

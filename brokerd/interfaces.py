@@ -51,6 +51,16 @@ class IBrokerObserver(Interface):
         """``message`` was accepted and handed to ``recipients`` sessions; ``dropped`` could
         not be rendered for their protocol."""
 
+    def messages_routed(messages, recipients_each, dropped_each):
+        """A run of ``messages`` to one topic was accepted; each was handed to
+        ``recipients_each`` sessions and could not be rendered for ``dropped_each``."""
+
+    def subscribed(session, topic):
+        """``session`` joined ``topic`` (bytes)."""
+
+    def unsubscribed(session, topic):
+        """``session`` left ``topic``, by request or because it ended."""
+
     def session_attached(session):
         """A session logged in."""
 

@@ -24,6 +24,7 @@ from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
+from brokerd.events.log import NULL_EVENT_LOG, EventLog
 
 _log = Logger()
 
@@ -39,6 +40,8 @@ class Options(usage.Options):
     optFlags = [
         ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
         ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
+        ["no-event-log", None, "Do not keep the event log."],
+        ["event-log-payloads", None, "Include message contents (base64) in the event log."],
         ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
     ]
     optParameters = [
@@ -61,6 +64,7 @@ class Options(usage.Options):
         ["max-connections", None, None, "Connections of all protocols together [50000]."],
         ["max-subscriptions", None, None, "Topics one session may subscribe to [1024]."],
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
+        ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
     ]
 
@@ -94,7 +98,9 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
         # An unset flag is 0: only flags given on the command line may override the file.
-        values.update({key: True for key, *_ in self.optFlags if self[key]})
+        values.update({key: True for key, *_ in self.optFlags if self[key] and key != "no-event-log"})
+        if self["no-event-log"]:
+            values["event-log"] = False
         values.update(self["listeners"])
         try:
             self.settings = settings_from(values, self["config"])
@@ -217,10 +223,22 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
     )
+    event_log = None
+    if settings.event_log:
+        event_log = EventLog(
+            settings.data_dir,
+            reactor=reactor,
+            include_payloads=settings.event_log_payloads,
+            flush_interval=settings.event_log_flush,
+        )
     broker = Broker(
-        max_subscriptions=settings.max_subscriptions, max_connections=settings.max_connections
+        max_subscriptions=settings.max_subscriptions,
+        max_connections=settings.max_connections,
+        observer=event_log,
     )
-    return Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+    runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+    runtime.resources["event_log"] = event_log if event_log is not None else NULL_EVENT_LOG
+    return runtime
 
 
 def _listeners(settings: Settings) -> dict[str, list[str]]:
@@ -261,6 +279,9 @@ def build_service(options, reactor=None) -> MultiService:
 
     top = MultiService()
     top.runtime = runtime  # type: ignore[attr-defined]
+    event_log = runtime.broker.observer
+    if event_log is not None:
+        event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
     runtime.broker.setServiceParent(top)
     for protocol, descriptions in _listeners(settings).items():
         build_factory = front_end(protocol)

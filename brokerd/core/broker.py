@@ -165,6 +165,8 @@ class Broker(Service):
         joined[name] = topic
         if created:
             self._tell_topic_listeners(name, True)
+        if self.observer is not None:
+            self.observer.subscribed(session, name)
 
     def unsubscribe(self, session: ISubscriber, name: bytes) -> None:
         """Leave topic ``name``; raises NotSubscribed."""
@@ -175,6 +177,8 @@ class Broker(Service):
 
     def _leave(self, topic: Topic, session: ISubscriber) -> None:
         topic.remove(session)
+        if self.observer is not None:
+            self.observer.unsubscribed(session, topic.name)
         if topic.watchers:
             self._tell_watchers(topic, session, False, False)
         if not topic.members:
@@ -268,8 +272,8 @@ class Broker(Service):
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:
-            for message in messages:
-                self.observer.message_routed(message, delivered // len(messages), 0)
+            count = len(messages)
+            self.observer.messages_routed(messages, delivered // count, unrenderable // count)
         return delivered
 
     def unicast(self, message: Message) -> bool:

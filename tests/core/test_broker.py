@@ -216,6 +216,15 @@ def test_observer_sees_routing_and_sessions():
         def session_detached(self, session):
             self.events.append(("detached", session.name))
 
+        def messages_routed(self, messages, recipients_each, dropped_each):
+            self.events.append(("run", len(messages), recipients_each, dropped_each))
+
+        def subscribed(self, session, topic):
+            self.events.append(("subscribed", session.name, topic))
+
+        def unsubscribed(self, session, topic):
+            self.events.append(("unsubscribed", session.name, topic))
+
     observer = Observer()
     verifyObject(IBrokerObserver, observer)
     broker = Broker(observer=observer)
@@ -225,11 +234,15 @@ def test_observer_sees_routing_and_sessions():
     broker.subscribe(a, b"t")
     broker.publish(msg(MULTICAST, b"t", b"ok"))
     broker.publish(msg(MULTICAST, b"t", b"bad"))
+    broker.publish_batch([msg(MULTICAST, b"t", b"1"), msg(MULTICAST, b"t", b"2")])
     broker.detach(a)
     assert observer.events == [
         ("attached", b"a"),
+        ("subscribed", b"a", b"t"),
         ("routed", b"ok", 1, 0),
         ("routed", b"bad", 0, 1),
+        ("run", 2, 1, 0),
+        ("unsubscribed", b"a", b"t"),
         ("detached", b"a"),
     ]
 

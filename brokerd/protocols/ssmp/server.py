@@ -25,6 +25,7 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
@@ -41,6 +42,13 @@ NOT_IMPLEMENTED = b"501\n"
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
 _MCAST = b"MCAST"
+
+
+def _peer(transport) -> str:
+    """``host:port`` of the peer (or the address's text for other transports)."""
+    address = transport.getPeer()
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None else str(address)
 
 
 def _content(payload: bytes) -> tuple[bytes, bool]:
@@ -74,6 +82,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._pending: list[Request] = []
         self._pending_error: SSMPProtocolError | None = None
         self._waiting_for_login = False
+        self._login_request: Request | None = None
         self.closed = False
         self.dropped = 0
         """Messages dropped because this connection's reader was too slow."""
@@ -208,15 +217,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def do_LOGIN(self, request: Request) -> None:
         factory = self.factory
         identifier = request.target
+        self._login_request = request
         if identifier == ANONYMOUS:
             if factory.settings.anonymous:
                 self._logged_in(ANONYMOUS, anonymous=True)
             else:
-                self._refuse_login()
+                self._refuse_login("anonymous login is not enabled")
             return
         credentials = self._credentials(request)
         if credentials is None:
-            self._refuse_login()
+            self._refuse_login("unsupported scheme or missing credential")
             return
         self._waiting_for_login = True
         self.transport.pauseProducing()
@@ -247,13 +257,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def _login_failed(self, failure) -> None:
         failure.trap(UnauthorizedLogin, UnhandledCredentials)
         self._finish_login()
-        self._refuse_login()
+        if failure.check(UnhandledCredentials):
+            self._refuse_login("scheme not enabled")
+        else:
+            self._refuse_login(failure.getErrorMessage() or "refused")
 
     def _login_broke(self, failure, identifier: bytes) -> None:
         """A checker failed in an unexpected way: log it, and refuse the login."""
         self._log.failure("SSMP login of {identifier!r} failed", failure, identifier=identifier)
         self._waiting_for_login = False
-        self._refuse_login()
+        self._refuse_login("checker error")
 
     def _finish_login(self) -> None:
         self._waiting_for_login = False
@@ -265,7 +278,11 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         error, self._pending_error = self._pending_error, None
         self._handle(pending, error)
 
-    def _refuse_login(self) -> None:
+    def _refuse_login(self, reason: str) -> None:
+        request = self._login_request
+        self.factory.events.auth_failure(
+            "ssmp", request.target, source=_peer(self.transport), scheme=request.option, reason=reason
+        )
         self._close(self.factory.unauthorized_reply)
 
     def _logged_in(self, identifier: bytes, anonymous: bool) -> None:
@@ -362,11 +379,13 @@ class SSMPServerFactory(Factory):
     protocol = SSMPServerProtocol
     _log = Logger()
 
-    def __init__(self, broker: Broker, portal, settings: Settings, clock) -> None:
+    def __init__(self, broker: Broker, portal, settings: Settings, clock, events=NULL_EVENT_LOG) -> None:
         self.broker = broker
         self.portal = portal
         self.settings = settings
         self.clock = clock
+        self.events = events
+        """The event log's IEventRecorder (auth failures; routing goes through the Broker)."""
         self.live: dict[SSMPServerProtocol, None] = {}
         """Logged-in connections, for the liveness sweep."""
         schemes = " ".join(enabled_schemes(portal)).encode("ascii")
@@ -405,4 +424,10 @@ class SSMPServerFactory(Factory):
 
 def build_factory(runtime: Runtime) -> SSMPServerFactory:
     """The SSMP front end's entry point for brokerd.tap."""
-    return SSMPServerFactory(runtime.broker, runtime.portal, runtime.settings, runtime.reactor)
+    return SSMPServerFactory(
+        runtime.broker,
+        runtime.portal,
+        runtime.settings,
+        runtime.reactor,
+        runtime.resources.get("event_log", NULL_EVENT_LOG),
+    )

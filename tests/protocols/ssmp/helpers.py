@@ -11,6 +11,18 @@ from brokerd.core.broker import Broker
 from brokerd.protocols.ssmp.server import SSMPServerFactory
 
 
+class RecordedEvents:
+    """The front-end half of the event log (IEventRecorder), kept in a list."""
+
+    def __init__(self) -> None:
+        self.auth_failures: list[dict] = []
+
+    def auth_failure(self, protocol, identity, source=None, scheme=None, reason=None) -> None:
+        self.auth_failures.append(
+            {"protocol": protocol, "identity": identity, "source": source, "scheme": scheme, "reason": reason}
+        )
+
+
 class Harness:
     def __init__(self, secret: bytes | None = None, open_login: bool = True, **settings) -> None:
         self.clock = Clock()
@@ -20,7 +32,8 @@ class Harness:
             max_connections=self.settings.max_connections,
         )
         self.portal = build_portal(open_login=open_login, secret=secret)
-        self.factory = SSMPServerFactory(self.broker, self.portal, self.settings, self.clock)
+        self.events = RecordedEvents()
+        self.factory = SSMPServerFactory(self.broker, self.portal, self.settings, self.clock, self.events)
         self.factory.startFactory()
         self._port = 40000
 

@@ -64,6 +64,17 @@ def test_secret_may_be_sent_as_binary_payload(h):
     assert c.request(b"LOGIN alice secret \x00\x05s3cret") == b"200\n"
 
 
+def test_auth_failures_go_to_the_event_log(h):
+    h.connect().request("LOGIN alice secret nope")
+    h.connect().request("LOGIN bob kerberos x")
+    assert [(f["identity"], f["scheme"], f["reason"]) for f in h.events.auth_failures] == [
+        (b"alice", b"secret", "wrong secret"),
+        (b"bob", b"kerberos", "unsupported scheme or missing credential"),
+    ]
+    assert h.events.auth_failures[0]["protocol"] == "ssmp"
+    assert h.events.auth_failures[0]["source"].startswith("127.0.0.1:")
+
+
 def test_cert_login_without_certificate_is_refused(h):
     c = h.connect()
     assert c.request("LOGIN alice cert") == b"401 open secret\n"

@@ -1,0 +1,248 @@
+"""Benchmarks of the event log and the data pipeline (a script, not a test).
+
+    python benchmarks/pipeline_bench.py log-cost [--runs 3] [--messages 20000] [--subscribers 50]
+        SSMP fan-out throughput (pbload, /work/shared/bench/pbload.c or --pbload) of an
+        in-process broker without and with the event log; medians of --runs runs each.
+    python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR]
+        Generate a log of --events events (kept in --data-dir for reuse) and time
+        ``brokerd-report`` on it: events per second on this machine.
+    python benchmarks/pipeline_bench.py serve --port P --data-dir DIR [--event-log]
+        (internal) the broker the log-cost runs use.
+
+Both print one JSON line per result and the machine's load (other people share it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PBLOAD_SOURCE = Path("/work/shared/bench/pbload.c")
+SETTLE_SECONDS = 2.5
+"""Pause before each measured run: more than the event log's flush interval (1 s) plus its write."""
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def serve(port: int, data_dir: str, event_log: bool, batch_hook: bool = False) -> None:
+    """Run an SSMP broker in this process, with or without the event log as its observer.
+    ``batch_hook``: the proposed core change, one ``messages_routed`` call per publish_batch
+    run instead of one ``message_routed`` per message (applied here by wrapping)."""
+    from twisted.internet import reactor
+
+    from brokerd.config import Settings
+    from brokerd.events.log import EventLog
+    from brokerd.tap import makeService
+
+    settings = Settings(
+        listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]}, open_login=True, data_dir=Path(data_dir)
+    )
+    service = makeService(settings, reactor)
+    log = None
+    if event_log:
+        log = EventLog(data_dir, reactor=reactor)
+        log.setServiceParent(service)
+        broker = service.runtime.broker
+        broker.observer = log
+        if batch_hook:
+            original = broker.publish_batch
+
+            def publish_batch(messages, exclude=None):
+                broker.observer = None
+                try:
+                    delivered = original(messages, exclude)
+                finally:
+                    broker.observer = log
+                log.messages_routed(messages, delivered // len(messages), 0)
+                return delivered
+
+            broker.publish_batch = publish_batch
+    elif service.runtime.broker.observer is not None:
+        # once tap.py wires the log in by default, "off" must really be off
+        service.runtime.broker.observer = None
+    service.startService()
+
+    def stop():
+        def report(_result: object) -> None:
+            if log is not None:  # after the log's last batch is written
+                sys.stderr.write(json.dumps({"event_log": log.stats()}) + "\n")
+
+        return service.stopService().addCallback(report)
+
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
+    reactor.run()
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time (ns) all threads of process ``pid`` have used: from schedstat, which has
+    nanosecond resolution and includes the event log's writer thread."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"broker on port {port} did not start")
+
+
+def _pbload(path: str | None) -> str:
+    if path:
+        return path
+    binary = Path(tempfile.gettempdir()) / "pbload"
+    if not binary.exists():
+        subprocess.run(["gcc", "-O2", "-pthread", "-o", str(binary), str(PBLOAD_SOURCE)], check=True)
+    return str(binary)
+
+
+def log_cost(args: argparse.Namespace) -> None:
+    """Both brokers run at once and the runs alternate (off, on, off, on, ...), so drifting
+    load from other users of the machine hits both alike."""
+    pbload = _pbload(args.pbload)
+    modes = ("off", "on", "on+batch-hook") if args.batch_hook else ("off", "on")
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+    events: dict[str, object] = {}
+    servers: dict[str, tuple[subprocess.Popen, int]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            for mode in modes:
+                port = _free_port()
+                command = [sys.executable, __file__, "serve", "--port", str(port),
+                           "--data-dir", str(Path(scratch) / mode)]
+                if mode != "off":
+                    command.append("--event-log")
+                if mode == "on+batch-hook":
+                    command.append("--batch-hook")
+                servers[mode] = (subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True), port)
+            for mode, (_server, port) in servers.items():
+                _wait_for(port)
+                warm_up = _load_command(pbload, port, args.subscribers, max(1, args.messages // 10))
+                subprocess.run(warm_up, check=True, capture_output=True)
+            for _ in range(args.runs):
+                for mode, (server, port) in servers.items():
+                    # a log's writer finishes its last batch up to a flush interval after the
+                    # run: wait it out, so it never runs during the next broker's measurement,
+                    # and count its CPU time with the run that caused it
+                    time.sleep(SETTLE_SECONDS)
+                    before = _cpu_ns(server.pid)
+                    command = _load_command(pbload, port, args.subscribers, args.messages)
+                    out = subprocess.run(command, check=True, capture_output=True, text=True)
+                    results[mode].append(json.loads(out.stdout.strip().splitlines()[-1])["deliv_per_s"])
+                    time.sleep(SETTLE_SECONDS)
+                    cpu[mode].append((_cpu_ns(server.pid) - before) / args.messages / 1000)
+        finally:
+            for mode, (server, _port) in servers.items():
+                server.terminate()
+                _out, err = server.communicate(timeout=30)
+                for line in err.splitlines():
+                    if line.startswith('{"event_log"'):
+                        events[mode] = json.loads(line)["event_log"]
+    off = statistics.median(results["off"])
+    summary: dict[str, object] = {
+        "benchmark": "event-log cost, SSMP fan-out",
+        "workload": f"pbload --proto ssmp -P 1 -S {args.subscribers} -N {args.messages}",
+    }
+    cpu_off = statistics.median(cpu["off"])
+    for mode in modes:
+        median = statistics.median(results[mode])
+        summary[f"deliveries_per_s_{mode}"] = round(median)
+        summary[f"runs_{mode}"] = [round(x) for x in results[mode]]
+        summary[f"broker_cpu_us_per_msg_{mode}"] = round(statistics.median(cpu[mode]), 2)
+        if mode != "off":
+            summary[f"loss_pct_{mode}"] = round(100 * (off - median) / off, 1)
+            summary[f"cpu_overhead_pct_{mode}"] = round(100 * (statistics.median(cpu[mode]) - cpu_off) / cpu_off, 1)
+    summary["event_log"] = events
+    summary["load"] = _load()
+    print(json.dumps(summary))
+
+
+def _load_command(pbload: str, port: int, subscribers: int, messages: int) -> list[str]:
+    return [pbload, "--proto", "ssmp", "--port", str(port), "-P", "1", "-S", str(subscribers), "-N", str(messages)]
+
+
+def report_bench(args: argparse.Namespace) -> None:
+    from brokerd.pipeline.generate import generate
+
+    data_dir = Path(args.data_dir)
+    marker = data_dir / f".generated-{args.events}"
+    if not marker.exists():
+        started = time.monotonic()
+        generate(data_dir, args.events, seed=1)
+        marker.write_text("")
+        print(json.dumps({"generated_events": args.events, "seconds": round(time.monotonic() - started, 1),
+                          "bytes": sum(p.stat().st_size for p in (data_dir / "events").rglob("*.jsonl"))}))
+    out = Path(args.out)
+    command = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(data_dir), "--out", str(out)]
+    if args.master:
+        command += ["--master", args.master]
+    if args.driver_memory:
+        command += ["--driver-memory", args.driver_memory]
+    load_before = _load()
+    started = time.monotonic()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    elapsed = time.monotonic() - started
+    print(json.dumps({
+        "benchmark": "brokerd-report", "events": args.events, "seconds": round(elapsed, 1),
+        "events_per_s": round(args.events / elapsed), "master": args.master or "local[*]",
+        "load_before": load_before, "load_after": _load(), "cpus": os.cpu_count(),
+    }))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    s = commands.add_parser("serve")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--data-dir", required=True)
+    s.add_argument("--event-log", action="store_true")
+    s.add_argument("--batch-hook", action="store_true")
+    c = commands.add_parser("log-cost")
+    c.add_argument("--runs", type=int, default=3)
+    c.add_argument("--messages", type=int, default=20_000)
+    c.add_argument("--subscribers", type=int, default=50)
+    c.add_argument("--pbload")
+    c.add_argument("--batch-hook", action="store_true", help="also measure the proposed messages_routed hook")
+    r = commands.add_parser("report")
+    r.add_argument("--events", type=int, default=10_000_000)
+    r.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-log"))
+    r.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-report"))
+    r.add_argument("--master")
+    r.add_argument("--driver-memory", default="6g")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args.port, args.data_dir, args.event_log, args.batch_hook)
+    elif args.command == "log-cost":
+        log_cost(args)
+    else:
+        report_bench(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,537 @@
+"""The broker's event log: an IBrokerObserver plus a recorder front ends call.
+
+Cost on the hot path is one tuple appended to a list per event (a timestamp and references to
+objects that already exist); everything else happens on the writer thread: turning entries
+into JSON lines, choosing the hourly file, writing.  The list is handed to the thread every
+``flush_interval`` seconds (a reactor timer) or as soon as it holds ``batch_limit`` entries.
+At most ``max_pending`` batches wait for the thread; past that a batch is dropped and counted,
+so memory stays bounded by ``(max_pending + 1) * batch_limit`` entries whatever the disk does.
+
+Durability: a process crash loses what was buffered, at most ``flush_interval`` seconds of
+events (plus whatever the writer had not yet written if it was behind); every batch is flushed
+to the OS when written, and ``fsync=True`` also syncs it to disk (files are always synced when
+they are rotated or closed).  A line cut short by a crash is the last line of its file: the
+writer never appends to a file of an earlier run, nor to one whose write failed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import Interface, implementer
+
+from brokerd.events import schema
+from brokerd.events.writer import HourlyFiles, WriterThread
+from brokerd.interfaces import IBrokerObserver
+
+DEFAULT_FLUSH_INTERVAL = 1.0
+"""Seconds between hand-offs to the writer thread: the most a process crash can lose."""
+DEFAULT_BATCH_LIMIT = 16_384
+"""Entries buffered on the reactor thread before they are handed off early."""
+DEFAULT_MAX_PENDING = 8
+"""Batches waiting for the writer thread before new ones are dropped and counted."""
+STOP_TIMEOUT = 5.0
+"""Seconds shutdown waits to queue the last batch behind a stuck disk before giving up."""
+
+_ROUTED, _ATTACHED, _DETACHED, _RECORD, _RUN = range(5)
+
+_HEADERS = attrgetter("headers")
+_HOUR_US = 3_600_000_000
+
+
+def _yield_gil() -> None:
+    """Let the reactor thread take the GIL now rather than after a whole switch interval."""
+    time.sleep(0)
+
+_RECORD_FIELDS = frozenset(schema.FIELD_NAMES) - {"v", "ts", "broker", "protocol", "kind"}
+_TEXT_FIELDS = frozenset({"session", "sender", "topic", "recipient", "message_id", "source", "scheme"})
+_BROKER_ID_FILE = "broker-id"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class IEventRecorder(Interface):
+    """What a front end calls to log the events only it can see.  Every method returns at
+    once (one append) and never raises for anything but a programming error (an unknown kind
+    or field name)."""
+
+    def record(kind, protocol, **fields):
+        """Log one event of ``kind`` (a brokerd.events.schema kind) seen by ``protocol``;
+        ``fields`` are schema field names (bytes values are fine for names and topics)."""
+
+    def auth_failure(protocol, identity, source=None, scheme=None, reason=None):
+        """A login was refused."""
+
+    def delivery(kind, session, *, topic=None, sender=None, message_id=None, size=None,
+                 reason=None, latency_us=None):
+        """A per-recipient outcome (delivered, dropped, acked, redelivered, expired,
+        trashed) for ``session`` (an ISubscriber)."""
+
+
+def _peer(session: Any) -> str | None:
+    """The peer address of a session's connection, as ``host:port`` (or a unix path)."""
+    transport = getattr(session, "transport", None)
+    if transport is None:
+        return None
+    try:
+        peer = transport.getPeer()
+    except Exception:
+        return None
+    host = getattr(peer, "host", None)
+    if host is not None:
+        return f"{host}:{getattr(peer, 'port', '')}"
+    name = getattr(peer, "name", None)
+    if isinstance(name, bytes):
+        return name.decode("utf-8", "backslashreplace")
+    return None if name is None else str(name)
+
+
+def resolve_broker_id(data_dir: Path) -> str:
+    """The broker id kept in ``DATA_DIR/broker-id`` (made on first use; outside ``events/``,
+    whose every file is a log file); the host name if it cannot be written."""
+    path = data_dir / _BROKER_ID_FILE
+    try:
+        existing = path.read_text("utf-8").strip()
+        if existing:
+            return existing
+    except OSError:
+        pass
+    made = f"{_SAFE.sub('_', socket.gethostname())[:40]}-{uuid.uuid4().hex[:8]}"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(made + "\n", "utf-8")
+    except OSError:
+        return _SAFE.sub("_", socket.gethostname())[:40] or "broker"
+    return made
+
+
+class Encoder:
+    """Turns buffered entries into JSON lines; runs on the writer thread.
+
+    It shares the GIL with the reactor, so it is built for that: consecutive accepted messages
+    that share every field but the time and size (a publisher's run to one topic) become one
+    chunk from one comprehension, with those shared fields rendered once and cached; and it
+    releases the GIL every ``SLICE`` entries, so the reactor never waits long for it.
+    Returns ``(stamps, chunks)``: each chunk is one or more lines of one UTC hour, and its
+    stamp a time (µs) in that hour.
+    """
+
+    CACHE_LIMIT = 4096
+    """Cached renderings of shared fields (one per sender x target x fan-out); emptied when full."""
+    SLICE = 256
+    """Entries encoded between two releases of the GIL (a few hundred microseconds of work)."""
+
+    def __init__(self, broker_id: str, include_payloads: bool) -> None:
+        self.broker_id = broker_id
+        self.include_payloads = include_payloads
+        self._shared: dict[tuple, tuple[str, str]] = {}
+        self._timed_types: dict[type, bool] = {}
+
+    def __call__(self, batch: list[tuple]) -> tuple[list[int], list[bytes]]:
+        simple = not self.include_payloads
+        timed_types = self._timed_types
+        stamps: list[int] = []
+        chunks: list[bytes] = []
+        group: list[tuple] = []
+        group_key: tuple = ()
+        countdown = self.SLICE
+        for entry in batch:
+            countdown -= 1
+            if not countdown:
+                countdown = self.SLICE
+                _yield_gil()
+            tag = entry[0]
+            if tag == _ROUTED:
+                message = entry[2]
+                timed = timed_types.get(type(message))
+                if timed is None:
+                    timed = self._timed(message)
+                if simple and not timed and not message.headers:
+                    key = (message.protocol, message.sender_name, message.target, message.kind, entry[3], entry[4])
+                    if key != group_key:
+                        if group:
+                            self._group(group_key, group, stamps, chunks)
+                            group = []
+                        group_key = key
+                    group.append(entry)
+                    continue
+            if group:
+                self._group(group_key, group, stamps, chunks)
+                group, group_key = [], ()
+            ts = entry[1] // 1000
+            if tag == _RUN:
+                self._run(ts, entry[2], entry[3], entry[4], stamps, chunks)
+                countdown = max(1, countdown - len(entry[2]))
+                continue
+            if tag == _ROUTED:
+                record = self._routed(ts, entry[2], entry[3], entry[4])
+            elif tag == _RECORD:
+                record = self._record(ts, entry[2], entry[3], entry[4])
+            else:
+                record = {
+                    "v": schema.SCHEMA_VERSION,
+                    "ts": ts,
+                    "broker": self.broker_id,
+                    "protocol": entry[2],
+                    "kind": schema.LOGIN if tag == _ATTACHED else schema.LOGOUT,
+                    "session": schema.text(entry[3]),
+                    "outcome": "ok" if tag == _ATTACHED else None,
+                    "source": entry[4],
+                }
+            stamps.append(ts)
+            chunks.append(schema.encode(record).encode("utf-8"))
+        if group:
+            self._group(group_key, group, stamps, chunks)
+        return stamps, chunks
+
+    def _timed(self, message: Any) -> bool:
+        """Whether ``message``'s class has an ``accepted_us`` slot (checked once per class)."""
+        kind = type(message)
+        timed = self._timed_types.get(kind)
+        if timed is None:
+            timed = self._timed_types[kind] = hasattr(kind, "accepted_us")
+        return timed
+
+    def _group(self, key: tuple, entries: list[tuple], stamps: list[int], chunks: list[bytes]) -> None:
+        """Consecutive ``message_routed`` entries with the same shared fields."""
+        head, tail = self._shared.get(key) or self._render_shared(key)
+        times = [entry[1] // 1000 for entry in entries]
+        if min(times) // _HOUR_US != max(times) // _HOUR_US:  # across an hour: line by line
+            for ts, entry in zip(times, entries):
+                stamps.append(ts)
+                chunks.append(f"{head}{ts},\"bytes\":{len(entry[2].payload)}{tail}".encode("utf-8"))
+            return
+        stamps.append(times[0])
+        chunks.append(
+            "".join([f"{head}{ts},\"bytes\":{len(entry[2].payload)}{tail}" for ts, entry in zip(times, entries)]).encode("utf-8")
+        )
+
+    def _run(self, ts: int, messages: list, delivered: int, dropped: int, stamps: list[int], chunks: list[bytes]) -> None:
+        """A run one publisher sent to one topic, routed together (one publish_batch): one
+        line per message, all with the run's time."""
+        first = messages[0]
+        stamps.append(ts)
+        if (
+            self.include_payloads
+            or self._timed(first)
+            or messages[-1].sender_name is not first.sender_name
+            or any(map(_HEADERS, messages))
+        ):
+            chunks.append(
+                "".join([schema.encode(self._routed(ts, m, delivered, dropped)) for m in messages]).encode("utf-8")
+            )
+            return
+        key = (first.protocol, first.sender_name, first.target, first.kind, delivered, dropped)
+        head, tail = self._shared.get(key) or self._render_shared(key)
+        start = f'{head}{ts},"bytes":'
+        chunks.append("".join([f"{start}{len(m.payload)}{tail}" for m in messages]).encode("utf-8"))
+
+    def _render_shared(self, key: tuple) -> tuple[str, str]:
+        """The text before the time and after the size of an accepted record for ``key``."""
+        protocol, sender, target, kind, delivered, dropped = key
+        record = self._routed_fields(protocol, sender, target, kind, delivered, dropped)
+        parts = ('{"v":%d,"ts":' % schema.SCHEMA_VERSION, "," + schema.encode(record)[1:])
+        if len(self._shared) >= self.CACHE_LIMIT:
+            self._shared.clear()
+        self._shared[key] = parts
+        return parts
+
+    def _routed_fields(
+        self, protocol: str, sender: bytes, target: Any, kind: str, delivered: int, dropped: int
+    ) -> dict[str, Any]:
+        if delivered:
+            outcome = "partial" if dropped else "routed"
+        else:
+            outcome = "undeliverable" if dropped else "unrouted"
+        name = schema.text(target)
+        return {
+            "broker": self.broker_id,
+            "protocol": protocol,
+            "kind": schema.ACCEPTED,
+            "session": schema.text(sender),
+            "topic": name if kind == "multicast" else None,
+            "recipient": name if kind == "unicast" else None,
+            "message": kind,
+            "fanout": delivered,
+            "dropped": dropped or None,
+            "outcome": outcome,
+        }
+
+    def _routed(self, ts: int, message: Any, delivered: int, dropped: int) -> dict[str, Any]:
+        accepted_us = getattr(message, "accepted_us", None) if self._timed(message) else None
+        headers = message.headers
+        record: dict[str, Any] = {"v": schema.SCHEMA_VERSION, "ts": ts, "bytes": len(message.payload)}
+        record.update(
+            self._routed_fields(message.protocol, message.sender_name, message.target, message.kind, delivered, dropped)
+        )
+        if headers and headers.get("message_id") is not None:
+            record["message_id"] = schema.text(headers["message_id"])
+        if accepted_us is not None:
+            record["latency_us"] = max(0, ts - accepted_us)
+        if self.include_payloads:
+            record["payload"] = schema.encode_payload(message.payload)
+        return record
+
+    def _record(self, ts: int, kind: str, protocol: str, fields: dict[str, Any]) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "v": schema.SCHEMA_VERSION,
+            "ts": ts,
+            "broker": self.broker_id,
+            "protocol": protocol,
+            "kind": kind,
+        }
+        for key, value in fields.items():
+            if value is None:
+                continue
+            if key in _TEXT_FIELDS:
+                value = schema.text(value)
+            elif key == "payload":
+                if not self.include_payloads:
+                    continue
+                value = schema.encode_payload(value)
+            record[key] = value
+        return record
+
+
+@implementer(IBrokerObserver, IEventRecorder)
+class EventLog(Service):
+    """Appends broker and front-end events to ``DATA_DIR/events/``; a child service of the
+    broker's MultiService (start it before the listeners, stop it after them)."""
+
+    name = "event-log"
+    _log = Logger()
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        reactor: Any = None,
+        broker_id: str | None = None,
+        include_payloads: bool = False,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        batch_limit: int = DEFAULT_BATCH_LIMIT,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        fsync: bool = False,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        if flush_interval <= 0 or batch_limit <= 0 or max_pending <= 0:
+            raise ValueError("flush_interval, batch_limit and max_pending must be positive")
+        self.directory = Path(data_dir) / schema.EVENTS_DIR
+        self.broker_id = broker_id or resolve_broker_id(Path(data_dir))
+        self.include_payloads = include_payloads
+        self.flush_interval = flush_interval
+        self.batch_limit = batch_limit
+        self._reactor = reactor
+        self._now = clock_ns
+        self._buffer: list[tuple] = []
+        run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.files = HourlyFiles(self.directory, run, fsync=fsync)
+        self.writer = WriterThread(
+            self.files, Encoder(self.broker_id, include_payloads), self._report, max_pending
+        )
+        self._timer: LoopingCall | None = None
+        self.reports: list[str] = []
+        """Problems the writer reported (most recent last, at most 20 kept)."""
+
+    # ------------------------------------------------------------------ service
+
+    def startService(self) -> None:
+        super().startService()
+        self.writer.start()
+        if self._reactor is None:
+            from twisted.internet import reactor
+
+            self._reactor = reactor
+        self._timer = LoopingCall(self.flush)
+        self._timer.clock = self._reactor
+        self._timer.start(self.flush_interval, now=False)
+
+    def stopService(self) -> Deferred | None:
+        super().stopService()
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
+        self._timer = None
+        self.flush()
+        call_from_thread = getattr(self._reactor, "callFromThread", None)
+        if call_from_thread is None or not getattr(self._reactor, "running", False):
+            self.close()
+            return None
+        done: Deferred = Deferred()
+        self.writer.stop(lambda: call_from_thread(done.callback, None), STOP_TIMEOUT)
+        return done
+
+    def close(self) -> None:
+        """Write everything buffered and stop the writer thread, blocking until it is done
+        (for scripts and tests that run without a reactor; the service uses stopService)."""
+        self.flush()
+        if self.writer.alive:
+            self.writer.stop(None, STOP_TIMEOUT)
+            self.writer.join(STOP_TIMEOUT)
+
+    def flush(self) -> None:
+        """Hand the buffered entries to the writer thread (the timer calls this)."""
+        if self._buffer:
+            batch, self._buffer = self._buffer, []
+            self.writer.submit(batch)
+
+    def sync(self) -> None:
+        """Flush and block until the writer has written everything (tests, benchmarks)."""
+        self.flush()
+        self.writer.drain()
+
+    def _report(self, text: str) -> None:
+        """Called on the writer thread: keep the message and log it on the reactor thread."""
+        self.reports = (self.reports + [text])[-20:]
+        call_from_thread = getattr(self._reactor, "callFromThread", None)
+        if call_from_thread is not None and getattr(self._reactor, "running", False):
+            call_from_thread(self._log.error, "{text}", text=text)
+        else:
+            self._log.error("{text}", text=text)
+
+    def stats(self) -> dict[str, int | bool]:
+        """Counters for operators and tests."""
+        writer = self.writer
+        return {
+            "buffered": len(self._buffer),
+            "written": writer.written,
+            "overflowed": writer.overflowed,
+            "lost": writer.lost,
+            "failing": writer.failing,
+            "files_opened": self.files.files_opened,
+            "bytes_written": self.files.bytes_written,
+        }
+
+    # ------------------------------------------------------------------ IBrokerObserver
+
+    def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
+        buffer = self._buffer
+        buffer.append((_ROUTED, self._now(), message, recipients, dropped))
+        if len(buffer) >= self.batch_limit:
+            self.flush()
+
+    def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
+        """A run of messages (one ``publish_batch``) was routed, each to ``recipients_each``
+        sessions: one entry for the whole run (proposed IBrokerObserver addition; every
+        message still gets its own record, stamped with the run's time)."""
+        buffer = self._buffer
+        buffer.append((_RUN, self._now(), messages, recipients_each, dropped_each))
+        if len(buffer) >= self.batch_limit:
+            self.flush()
+
+    def session_attached(self, session: Any) -> None:
+        self._append((_ATTACHED, self._now(), session.protocol, session.name, _peer(session)))
+
+    def session_detached(self, session: Any) -> None:
+        self._append((_DETACHED, self._now(), session.protocol, session.name, _peer(session)))
+
+    def subscribed(self, session: Any, topic: bytes) -> None:
+        """``session`` joined ``topic`` (proposed IBrokerObserver addition)."""
+        self.record(schema.SUBSCRIBED, session.protocol, session=session.name, topic=topic)
+
+    def unsubscribed(self, session: Any, topic: bytes) -> None:
+        """``session`` left ``topic`` (proposed IBrokerObserver addition)."""
+        self.record(schema.UNSUBSCRIBED, session.protocol, session=session.name, topic=topic)
+
+    # ------------------------------------------------------------------ IEventRecorder
+
+    def record(self, kind: str, protocol: str, **fields: Any) -> None:
+        if kind not in schema.KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        if not _RECORD_FIELDS.issuperset(fields):
+            unknown = sorted(set(fields) - _RECORD_FIELDS)
+            raise TypeError(f"unknown event fields {unknown}")
+        self._append((_RECORD, self._now(), kind, protocol, fields))
+
+    def auth_failure(
+        self,
+        protocol: str,
+        identity: bytes | str | None,
+        source: str | None = None,
+        scheme: bytes | str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self._append(
+            (
+                _RECORD,
+                self._now(),
+                schema.AUTH_FAILURE,
+                protocol,
+                {"session": identity, "source": source, "scheme": scheme, "outcome": "refused", "reason": reason},
+            )
+        )
+
+    def delivery(
+        self,
+        kind: str,
+        session: Any,
+        *,
+        topic: bytes | str | None = None,
+        sender: bytes | str | None = None,
+        message_id: bytes | str | None = None,
+        size: int | None = None,
+        reason: str | None = None,
+        latency_us: int | None = None,
+    ) -> None:
+        self.record(
+            kind,
+            session.protocol,
+            session=session.name,
+            topic=topic,
+            sender=sender,
+            message_id=message_id,
+            bytes=size,
+            reason=reason,
+            latency_us=latency_us,
+            outcome=kind,
+        )
+
+    def _append(self, entry: tuple) -> None:
+        buffer = self._buffer
+        buffer.append(entry)
+        if len(buffer) >= self.batch_limit:
+            self.flush()
+
+
+@implementer(IBrokerObserver, IEventRecorder)
+class NullEventLog:
+    """The recorder front ends use when the event log is off: every call does nothing."""
+
+    def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
+        pass
+
+    def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
+        pass
+
+    def session_attached(self, session: Any) -> None:
+        pass
+
+    def session_detached(self, session: Any) -> None:
+        pass
+
+    def subscribed(self, session: Any, topic: bytes) -> None:
+        pass
+
+    def unsubscribed(self, session: Any, topic: bytes) -> None:
+        pass
+
+    def record(self, kind: str, protocol: str, **fields: Any) -> None:
+        pass
+
+    def auth_failure(self, protocol: str, identity: Any, source: Any = None, scheme: Any = None, reason: Any = None) -> None:
+        pass
+
+    def delivery(self, kind: str, session: Any, **fields: Any) -> None:
+        pass
+
+
+NULL_EVENT_LOG = NullEventLog()

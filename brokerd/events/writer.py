@@ -1,0 +1,253 @@
+"""Writing event records to hourly JSON-lines files, on a thread of its own.
+
+:class:`HourlyFiles` knows the file layout: a record goes to
+``<root>/date=YYYY-MM-DD/hour=HH/events-<run>-<n>.jsonl`` by its own timestamp, so a batch that
+spans an hour boundary is split correctly, and each file belongs to one broker run (``run``),
+which is never appended to by another.  After a failed write the file is abandoned and the
+next write opens ``n + 1``, so a half-written line can only ever be the last line of a file
+(the pipeline counts and skips it).
+
+:class:`WriterThread` owns one daemon thread that takes batches from a bounded queue, turns
+them into lines (``convert``, run on the thread so the reactor never serialises), and writes
+them.  When the queue is full the reactor side drops the batch and counts it, so a slow or
+stuck disk costs events, never memory or delivery.  A failure to write is reported once per
+episode (and once more when writing works again), never raised to the broker.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from brokerd.events.schema import FILE_SUFFIX, partition_of
+
+Batch = list[Any]
+Converter = Callable[[Batch], tuple[list[int], list[bytes]]]
+"""Turns a batch of buffered entries into chunks of lines and a timestamp (µs) for each, in
+order; every line of a chunk belongs to the hour of the chunk's timestamp."""
+HOUR_US = 3_600_000_000
+
+
+class HourlyFiles:
+    """Appends lines to the file of their hour, rotating as the hours change."""
+
+    def __init__(self, root: Path, run: str, fsync: bool = False) -> None:
+        self.root = Path(root)
+        self.run = run
+        self.fsync = fsync
+        self._handle: Any = None
+        self._partition: tuple[str, str] | None = None
+        self._serial = 0
+        self.files_opened = 0
+        self.bytes_written = 0
+
+    @property
+    def current_path(self) -> Path | None:
+        return None if self._handle is None else Path(self._handle.name)
+
+    def _open(self, partition: tuple[str, str]) -> None:
+        self.close()
+        date, hour = partition
+        directory = self.root / f"date={date}" / f"hour={hour}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._serial += 1
+        path = directory / f"events-{self.run}-{self._serial}{FILE_SUFFIX}"
+        self._handle = open(path, "ab")  # noqa: SIM115 - kept open across batches
+        self._partition = partition
+        self.files_opened += 1
+
+    def write(self, stamps: list[int], lines: list[bytes]) -> int:
+        """Append ``lines`` (chunks of one or more LF-terminated lines, each with a timestamp
+        in µs in its hour); return how many lines were written.  Raises OSError (the file is
+        then abandoned; the next call starts a new one)."""
+        if not lines:
+            return 0
+        try:
+            first_hour = min(stamps) // HOUR_US
+            if first_hour == max(stamps) // HOUR_US:
+                self._write_chunk(first_hour, lines)
+            else:
+                self._write_by_hour(stamps, lines)
+            if self._handle is not None:
+                self._handle.flush()
+                if self.fsync:
+                    os.fsync(self._handle.fileno())
+        except OSError:
+            self._abandon()
+            raise
+        return sum(chunk.count(b"\n") for chunk in lines)
+
+    def _write_by_hour(self, stamps: list[int], lines: list[bytes]) -> None:
+        """A batch across an hour boundary (or a clock step): consecutive runs of one hour."""
+        chunk: list[bytes] = []
+        chunk_hour = stamps[0] // HOUR_US
+        for ts, line in zip(stamps, lines):
+            hour = ts // HOUR_US
+            if hour != chunk_hour:
+                self._write_chunk(chunk_hour, chunk)
+                chunk = []
+                chunk_hour = hour
+            chunk.append(line)
+        self._write_chunk(chunk_hour, chunk)
+
+    def _write_chunk(self, hour: int, lines: list[bytes]) -> None:
+        partition = partition_of(hour * HOUR_US)
+        if partition != self._partition or self._handle is None:
+            self._open(partition)
+        data = b"".join(lines)
+        self._handle.write(data)
+        self.bytes_written += len(data)
+
+    def _abandon(self) -> None:
+        handle, self._handle, self._partition = self._handle, None, None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Flush, sync and close the current file (at rotation and at shutdown)."""
+        handle, self._handle, self._partition = self._handle, None, None
+        if handle is None:
+            return
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            handle.close()
+
+
+_STOP = object()
+
+
+class WriterThread:
+    """A daemon thread draining a bounded queue of batches into :class:`HourlyFiles`.
+
+    ``report(text)`` is called (on this thread) with a one-line message when writing starts
+    failing and when it works again; the caller decides how to get it to the log.
+    """
+
+    def __init__(
+        self,
+        files: HourlyFiles,
+        convert: Converter,
+        report: Callable[[str], None],
+        max_pending: int = 8,
+    ) -> None:
+        self.files = files
+        self.convert = convert
+        self.report = report
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._thread: threading.Thread | None = None
+        self.written = 0
+        """Records written."""
+        self.overflowed = 0
+        """Records dropped because the queue was full (the disk could not keep up)."""
+        self.lost = 0
+        """Records lost to write errors."""
+        self.conversion_errors = 0
+        """Batches whose conversion raised (a bug; reported, never fatal)."""
+        self.failing = False
+        self._lost_in_episode = 0
+
+    def start(self) -> None:
+        if self.alive:
+            return
+        self._thread = threading.Thread(target=self._run, name="brokerd-event-log", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: Batch) -> bool:
+        """Queue ``batch`` for writing; False (and counted) when the queue is full.  Never
+        blocks: called on the reactor thread."""
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            self.overflowed += len(batch)
+            return False
+        return True
+
+    def drain(self) -> None:
+        """Block until every submitted batch has been written (tests, benchmarks, shutdown)."""
+        if not self.alive:
+            raise RuntimeError("the writer thread is not running")
+        self._queue.join()
+
+    def stop(self, on_stopped: Callable[[], None] | None = None, timeout: float | None = None) -> None:
+        """Write what is queued, close the file, end the thread; then call ``on_stopped``
+        (on the writer thread).  Blocks only while the queue is full, at most ``timeout``
+        seconds: behind a stuck disk the queued batches are given up (and reported)."""
+        if not self.alive:
+            if on_stopped is not None:
+                on_stopped()
+            return
+        self._on_stopped = on_stopped
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            self.report(f"event log: {self.files.root} did not keep up; queued events are lost at shutdown")
+            if on_stopped is not None:
+                on_stopped()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        take = self._queue.get
+        done = self._queue.task_done
+        while True:
+            batch = take()
+            try:
+                if batch is _STOP:
+                    self._close()
+                    return
+                self._write(batch)
+            finally:
+                done()
+
+    def _write(self, batch: Batch) -> None:
+        try:
+            stamps, lines = self.convert(batch)
+        except Exception as exc:  # a bug in a converter must not kill the thread
+            self.conversion_errors += 1
+            self.lost += len(batch)
+            self.report(f"event log: could not encode {len(batch)} events ({exc!r}); they are lost")
+            return
+        try:
+            self.written += self.files.write(stamps, lines)
+        except OSError as exc:
+            lost = sum(chunk.count(b"\n") for chunk in lines)
+            self.lost += lost
+            self._lost_in_episode += lost
+            if not self.failing:
+                self.failing = True
+                where = exc.filename or self.files.root
+                self.report(
+                    f"event log: cannot write {where}: {exc.strerror or exc}; events are being "
+                    "dropped until it works again (message delivery is not affected)"
+                )
+            return
+        if self.failing:
+            self.failing = False
+            self.report(
+                f"event log: writing to {self.files.root} works again; "
+                f"{self._lost_in_episode} events were lost"
+            )
+            self._lost_in_episode = 0
+
+    def _close(self) -> None:
+        try:
+            self.files.close()
+        except OSError as exc:
+            self.report(f"event log: closing {self.files.root}: {exc.strerror or exc}")
+        callback = getattr(self, "_on_stopped", None)
+        if callback is not None:
+            callback()

@@ -1,0 +1,88 @@
+"""``brokerd-report`` (and ``python -m brokerd.pipeline report``): the report job's command line.
+
+Exit status: 0 done; 2 bad arguments or PySpark missing; 1 the Spark job failed (one line
+on stderr saying why).  Bad lines in the log are never a failure: they are counted and shown.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from brokerd.pipeline.timespec import parse_time
+
+DEFAULT_TOP = 100
+
+
+def _conf(value: str) -> tuple[str, str]:
+    key, sep, setting = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected KEY=VALUE")
+    return key, setting
+
+
+def _time(value: str) -> int:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Read a broker's event log with Spark; write Parquet tables, an HTML report "
+        "and print a summary.",
+    )
+    parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
+    parser.add_argument("--out", required=True, help="directory for the tables (local path or cluster URI)")
+    parser.add_argument("--master", help="Spark master URL [local[*]; under spark-submit: spark-submit's]")
+    parser.add_argument("--since", type=_time, help="first instant included: ISO time, @EPOCH, or relative as --since=-6h")
+    parser.add_argument("--until", type=_time, help="first instant excluded: ISO time, @EPOCH, or relative as --until=-1h")
+    parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"rows of the top-N tables [{DEFAULT_TOP}]")
+    parser.add_argument("--html-dir", help="where report.html and summary.json go when --out is a cluster URI [.]")
+    parser.add_argument("--driver-memory", help="Spark driver memory for local runs [4g]")
+    parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                        help="any Spark setting (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
+    args = report_parser(prog).parse_args(argv)
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        print(f"{prog}: --since must be before --until", file=sys.stderr)
+        return 2
+    if args.top <= 0:
+        print(f"{prog}: --top must be positive", file=sys.stderr)
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+        return 2
+    from brokerd.pipeline.report import run_report, text_summary, timed
+    from brokerd.pipeline.session import Progress, build_session
+
+    conf = dict(args.conf)
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    spark = build_session(args.master, conf=conf)
+    try:
+        with Progress(spark, enabled=not args.quiet) as progress:
+            summary, elapsed = timed(
+                run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until,
+                top=args.top, html_dir=args.html_dir, progress=progress,
+            )
+    except Exception as exc:  # Spark's errors are long; one line, then the exit status
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{prog}: the report job failed: {first}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(text_summary(summary, elapsed))
+    return 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())

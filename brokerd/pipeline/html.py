@@ -1,0 +1,170 @@
+"""The HTML report: one self-contained file, plots embedded as ``data:image/png;base64``.
+
+It is built from the small, already-collected results of the report job (plain Python
+values), so it neither needs nor touches Spark.  Plots are drawn with matplotlib's
+object API on an Agg canvas (no pyplot, no display).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from datetime import datetime, timezone
+from typing import Any
+
+PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
+
+
+def _png(figure: Any) -> str:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _figure(width: float = 9.0, height: float = 3.6) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height))
+    return figure, figure.add_subplot(1, 1, 1)
+
+
+def _no_data(axes: Any, what: str) -> None:
+    axes.text(0.5, 0.5, f"no {what} in this log", ha="center", va="center", transform=axes.transAxes, color="#666")
+    axes.set_xticks([])
+    axes.set_yticks([])
+
+
+def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> str:
+    """Messages per second over time, one line per protocol."""
+    figure, axes = _figure()
+    if not any(series.values()):
+        _no_data(axes, "accepted messages")
+    else:
+        for protocol, points in sorted(series.items()):
+            points = sorted(points)
+            axes.plot(
+                [t for t, _ in points], [rate for _, rate in points], label=protocol,
+                color=PROTOCOL_COLOURS.get(protocol), marker="." if len(points) < 50 else None,
+            )
+        axes.set_ylabel("messages/s")
+        axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
+        axes.legend(loc="upper right")
+        axes.grid(alpha=0.3)
+        figure.autofmt_xdate()
+    axes.set_title("Accepted messages per second, by protocol")
+    return _png(figure)
+
+
+def latency_plot(rows: list[dict[str, Any]]) -> str:
+    """p50/p90/p99/max per protocol and kind, log scale."""
+    figure, axes = _figure()
+    if not rows:
+        _no_data(axes, "latency measurements")
+    else:
+        labels = [f"{row['protocol']} {row['kind']}" for row in rows]
+        width = 0.2
+        for offset, (key, name) in enumerate((("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))):
+            axes.bar([i + (offset - 1.5) * width for i in range(len(rows))], [max(1, row[key]) for row in rows], width, label=name)
+        axes.set_xlim(-0.6, len(rows) - 0.4)
+        axes.set_xticks(range(len(rows)))
+        axes.set_xticklabels(labels, rotation=20, ha="right")
+        axes.set_yscale("log")
+        axes.set_ylabel("microseconds")
+        axes.legend()
+        axes.grid(alpha=0.3, axis="y")
+    axes.set_title("Delivery latency percentiles")
+    return _png(figure)
+
+
+def topics_plot(rows: list[tuple[str, int]]) -> str:
+    """The busiest topics by accepted messages."""
+    figure, axes = _figure(height=max(2.5, 0.35 * len(rows) + 1))
+    if not rows:
+        _no_data(axes, "topics")
+    else:
+        names = [name for name, _ in rows][::-1]
+        axes.barh(names, [count for _, count in rows][::-1], color="#4c72b0")
+        axes.set_xlabel("messages")
+        axes.grid(alpha=0.3, axis="x")
+    axes.set_title("Top topics")
+    return _png(figure)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "<p class=empty>none</p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in sorted(value.items()))
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.9em; } td, th { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; }
+th { background: #f5f5f5; } .empty { color: #888; } img { max-width: 100%; } .bad { color: #b00; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; } dt { font-weight: 600; }
+"""
+
+
+def render(report: dict[str, Any], plots: dict[str, str]) -> str:
+    """The whole page.  ``report`` is the collected summary (see brokerd.pipeline.report);
+    ``plots`` maps plot names to data: URIs."""
+    quality = report["quality"]
+    bad = sum(v for k, v in quality.items() if k != "ok")
+    facts = [
+        ("data dir", report["data_dir"]),
+        ("window", f"{report['since'] or 'start of log'} — {report['until'] or 'end of log'}"),
+        ("first / last event", f"{report['first_event'] or '—'} / {report['last_event'] or '—'}"),
+        ("events", f"{report['events']:,}"),
+        ("accepted messages", f"{report['messages']:,}"),
+        ("bad lines skipped", f"{bad:,} ({', '.join(f'{k}: {v:,}' for k, v in quality.items() if k != 'ok')})"),
+        ("dead letters", f"{report['dead_letters']:,}"),
+        ("auth failures", f"{report['auth_failure_count']:,}"),
+    ]
+    facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd{' class=bad' if k.startswith('bad') and bad else ''}>{html.escape(v)}</dd>" for k, v in facts)
+    by_kind = _table([{"kind": k, "events": v} for k, v in sorted(report["events_by_kind"].items())], ["kind", "events"])
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>brokerd report</title><style>{_STYLE}</style></head>
+<body>
+<h1>brokerd event log report</h1>
+<p>Generated {html.escape(report['generated'])} by brokerd-report from {html.escape(report['events_path'])}.</p>
+<dl>{facts_html}</dl>
+<h2>Messages per second</h2>
+<img alt="messages per second by protocol" src="{plots['rate']}">
+<h2>Latency</h2>
+<img alt="latency percentiles" src="{plots['latency']}">
+{_table(report['latency_by_protocol'], ['protocol', 'kind', 'count', 'p50_us', 'p90_us', 'p99_us', 'max_us'])}
+<h2>Top topics</h2>
+<img alt="top topics" src="{plots['topics']}">
+<h2>Top publishers</h2>
+{_table(report['top_publishers'], ['rank', 'session', 'protocol', 'messages', 'bytes', 'topics'])}
+<h2>Top subscribers</h2>
+{_table(report['top_subscribers'], ['rank', 'session', 'protocol', 'messages', 'bytes', 'topics'])}
+<h2>Auth failures by source</h2>
+{_table(report['auth_failures'], ['source', 'protocol', 'failures', 'identities', 'first_seen', 'last_seen'])}
+<h2>Events by kind</h2>
+{by_kind}
+<h2>Tables</h2>
+<p>Parquet tables under {html.escape(report['out'])}: {', '.join(html.escape(t) for t in report['tables'])}.</p>
+</body></html>
+"""

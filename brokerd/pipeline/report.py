@@ -1,0 +1,186 @@
+"""The report job: event log in, Parquet tables + HTML report + summary out.
+
+Spark does the heavy part (reading, the tables); what the HTML and the text summary show is
+collected from the written tables, which are small by construction (per minute, per top-N).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from brokerd.pipeline import html, tables
+from brokerd.pipeline.read import OK, read_events
+from brokerd.pipeline.session import Progress
+from brokerd.pipeline.timespec import format_time
+
+TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures")
+MAX_PLOT_POINTS = 1500
+"""Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
+HTML_NAME = "report.html"
+SUMMARY_NAME = "summary.json"
+
+
+def local_dir(out: str) -> Path | None:
+    """``out`` as a local path, or None when it is a cluster URI (hdfs://, s3a://, ...)."""
+    parsed = urlparse(out)
+    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # C:\ on Windows
+        return Path(parsed.path if parsed.scheme == "file" else out)
+    return None
+
+
+def _rows(frame: Any) -> list[dict[str, Any]]:
+    return [row.asDict(recursive=True) for row in frame.collect()]
+
+
+def run_report(
+    spark: Any,
+    data_dir: str,
+    out: str,
+    *,
+    since_us: int | None = None,
+    until_us: int | None = None,
+    top: int = 100,
+    html_dir: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the whole job; return the summary (also written as summary.json)."""
+    from pyspark.sql import functions as F
+
+    progress = progress or Progress(spark, enabled=False)
+    out = out.rstrip("/") or "/"
+    progress.step("reading the event log")
+    log = read_events(spark, data_dir, since_us, until_us)
+    records = log.records
+
+    frames = {
+        "traffic": tables.traffic(records),
+        "latency": tables.latency(records),
+        "top_publishers": tables.top_publishers(records, top),
+        "top_subscribers": tables.top_subscribers(records, top),
+        "dead_letters": tables.dead_letters(records),
+        "auth_failures": tables.auth_failures(records),
+    }
+    for name in TABLES:
+        progress.step(f"writing table {name}")
+        frames[name].write.mode("overwrite").parquet(f"{out}/{name}")
+
+    progress.step("summarising")
+    totals = records.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi")).collect()
+    events_by_kind = {row["kind"]: int(row["n"]) for row in totals}
+    first = min((row["lo"] for row in totals), default=None)
+    last = max((row["hi"] for row in totals), default=None)
+    traffic = spark.read.parquet(f"{out}/traffic")
+    span_minutes = 1 if first is None else max(1, math.ceil((last - first + 1) / 60_000_000))
+    bucket_minutes = max(1, math.ceil(span_minutes / MAX_PLOT_POINTS))
+    bucket_seconds = bucket_minutes * 60
+    bucket = F.timestamp_seconds(F.floor(F.unix_timestamp("minute") / bucket_seconds) * bucket_seconds)
+    rate_rows = (
+        traffic.filter(F.col("messages") > 0)
+        .groupBy(bucket.alias("bucket"), "protocol")
+        .agg(F.sum("messages").alias("messages"))
+        .collect()
+    )
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for row in rate_rows:
+        series.setdefault(row["protocol"], []).append((row["bucket"], row["messages"] / bucket_seconds))
+    messages_by_protocol = {
+        row["protocol"]: int(row["m"])
+        for row in traffic.groupBy("protocol").agg(F.sum("messages").alias("m")).collect()
+        if row["m"]
+    }
+    top_topics = [
+        (row["topic"], int(row["m"]))
+        for row in traffic.filter(F.col("topic").isNotNull())
+        .groupBy("topic").agg(F.sum("messages").alias("m"))
+        .filter(F.col("m") > 0)
+        .orderBy(F.col("m").desc(), "topic").limit(15).collect()
+    ]
+    latency_by_protocol = _rows(tables.latency(records, ("protocol", "kind")))
+    dead = events_by_kind.get("expired", 0) + events_by_kind.get("trashed", 0)
+    auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
+
+    summary: dict[str, Any] = {
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "data_dir": data_dir,
+        "events_path": log.path,
+        "log_found": log.found,
+        "out": out,
+        "since": None if since_us is None else format_time(since_us),
+        "until": None if until_us is None else format_time(until_us),
+        "first_event": None if first is None else format_time(first),
+        "last_event": None if last is None else format_time(last),
+        "quality": log.quality,
+        "lines": sum(log.quality.values()),
+        "events": sum(events_by_kind.values()),
+        "events_by_kind": events_by_kind,
+        "messages": events_by_kind.get("accepted", 0),
+        "messages_by_protocol": messages_by_protocol,
+        "top_topics": top_topics,
+        "latency_by_protocol": latency_by_protocol,
+        "top_publishers": _rows(spark.read.parquet(f"{out}/top_publishers").orderBy("rank").limit(10)),
+        "top_subscribers": _rows(spark.read.parquet(f"{out}/top_subscribers").orderBy("rank").limit(10)),
+        "dead_letters": dead,
+        "auth_failure_count": events_by_kind.get("auth_failure", 0),
+        "auth_failures": auth,
+        "tables": list(TABLES),
+        "bucket_seconds": bucket_seconds,
+    }
+    progress.step("drawing the HTML report")
+    plots = {
+        "rate": html.rate_plot(series, bucket_seconds),
+        "latency": html.latency_plot(latency_by_protocol),
+        "topics": html.topics_plot(top_topics),
+    }
+    target = local_dir(out) or Path(html_dir or ".")
+    target.mkdir(parents=True, exist_ok=True)
+    (target / HTML_NAME).write_text(html.render(summary, plots), "utf-8")
+    summary["html"] = str(target / HTML_NAME)
+    (target / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", "utf-8")
+    return summary
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def text_summary(summary: dict[str, Any], elapsed: float | None = None) -> str:
+    """The summary printed on stdout."""
+    quality = summary["quality"]
+    bad = {k: v for k, v in quality.items() if k != OK and v}
+    lines = [
+        f"brokerd report: {summary['events_path']}" + ("" if summary["log_found"] else " (no event log found)"),
+        f"  window        {summary['since'] or 'start'} .. {summary['until'] or 'end'}",
+        f"  events        {summary['events']:,} valid of {summary['lines']:,} lines"
+        + (f"; skipped {sum(bad.values()):,} bad lines ({', '.join(f'{k} {v:,}' for k, v in bad.items())})" if bad else ""),
+        f"  time range    {summary['first_event'] or '-'} .. {summary['last_event'] or '-'}",
+        "  messages      "
+        + (", ".join(f"{p} {n:,}" for p, n in sorted(summary["messages_by_protocol"].items())) or "none"),
+    ]
+    if summary["top_topics"]:
+        lines.append("  top topics    " + ", ".join(f"{t} ({n:,})" for t, n in summary["top_topics"][:5]))
+    for row in summary["latency_by_protocol"]:
+        lines.append(
+            f"  latency       {row['protocol']} {row['kind']}: p50 {row['p50_us']} us, p90 {row['p90_us']} us, "
+            f"p99 {row['p99_us']} us, max {row['max_us']} us ({row['count']:,})"
+        )
+    lines.append(f"  dead letters  {summary['dead_letters']:,}")
+    lines.append(f"  auth failures {summary['auth_failure_count']:,}"
+                 + (f" (top source {summary['auth_failures'][0]['source']})" if summary["auth_failures"] else ""))
+    lines.append(f"  tables        {summary['out']}/{{{','.join(summary['tables'])}}}")
+    lines.append(f"  html          {summary['html']}")
+    if elapsed is not None:
+        lines.append(f"  took          {elapsed:.1f} s")
+    return "\n".join(lines)
+
+
+def timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    result = function(*args, **kwargs)
+    return result, time.monotonic() - started

@@ -1,0 +1,131 @@
+"""The SparkSession the pipeline runs on, and progress lines while Spark works.
+
+``local[*]`` unless ``--master`` says otherwise; under ``spark-submit`` the master and every
+setting come from spark-submit and are left alone.  Timestamps are handled in UTC whatever
+the machine's zone (the event log is UTC).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+DEFAULT_MASTER = "local[*]"
+LOCAL_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 1))),
+    "spark.driver.memory": "4g",
+}
+"""Settings for an embedded local run (a cluster has its own); --conf overrides them.
+Progress is printed by :class:`Progress`, so Spark's own console bar is off."""
+ALWAYS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+}
+"""Settings the jobs depend on: UTC minutes, and date=/hour= partition values as strings."""
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit launched this Python driver (it then owns master and conf)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    master: str | None = None,
+    app_name: str = "brokerd-report",
+    conf: dict[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> Any:
+    """Create (or join) the SparkSession."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    settings: dict[str, str] = {}
+    if not under_spark_submit():
+        # Python workers must be this interpreter (it has brokerd and pyarrow installed)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(master or DEFAULT_MASTER)
+        if (master or DEFAULT_MASTER).startswith("local"):
+            settings.update(LOCAL_DEFAULTS)
+    elif master:
+        builder = builder.master(master)
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    for key, value in ALWAYS.items():
+        spark.conf.set(key, value)
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+class Progress:
+    """Prints what the pipeline is doing and how far Spark's active stages are, on ``out``
+    (stderr): a line per step and, while a step runs, a line per change at most every
+    ``interval`` seconds (rewritten in place on a terminal)."""
+
+    def __init__(self, spark: Any, out: TextIO | None = None, interval: float = 1.0, enabled: bool = True) -> None:
+        self.spark = spark
+        self.out = out or sys.stderr
+        self.interval = interval
+        self.enabled = enabled
+        self._step = ""
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self._last = ""
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._watch, name="brokerd-report-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._end_line()
+
+    def step(self, name: str) -> None:
+        """A new phase: name Spark's jobs after it and print it."""
+        self._step = name
+        self.spark.sparkContext.setJobDescription(name)
+        if self.enabled:
+            self._end_line()
+            self.out.write(f"[brokerd-report {time.monotonic() - self._started:6.1f}s] {name}\n")
+            self.out.flush()
+
+    def _end_line(self) -> None:
+        if self._tty and self._last:
+            self.out.write("\n")
+            self.out.flush()
+        self._last = ""
+
+    def _watch(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        while not self._stop.wait(self.interval):
+            try:
+                stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
+            except Exception:  # the context is stopping
+                return
+            parts = [
+                f"stage {info.stageId}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                for info in stages
+                if info is not None
+            ]
+            if not parts:
+                continue
+            line = f"    {self._step}: " + ", ".join(parts)
+            if line == self._last:
+                continue
+            self._last = line
+            if self._tty:
+                self.out.write("\r" + line[:150].ljust(150))
+            else:
+                self.out.write(line + "\n")
+            self.out.flush()

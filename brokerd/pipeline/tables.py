@@ -1,0 +1,280 @@
+"""The report's tables, each a function of the valid records (brokerd.pipeline.read).
+
+Definitions (docs/pipeline.md repeats them for readers of the Parquet files):
+
+traffic          per minute x topic x protocol (the publisher's protocol for accepted
+                 messages, the recipient's for per-recipient outcomes; topic null for unicast
+                 and broadcast): messages, bytes, fanout (sessions the core handed them to),
+                 max_fanout, deliveries (fanout + ``delivered`` events - drops after hand-off),
+                 drops and drops_by_reason (``accepted.dropped`` counts as ``unrenderable``).
+latency          per topic x protocol x kind, over records with latency_us: count, p50, p90,
+                 p99 (Spark's percentile_approx, accuracy 10000: the smallest value with at
+                 least that fraction of values at or below it, exact for groups under ~10000
+                 values) and max.
+top_publishers   sessions by accepted messages: messages, bytes, topics, fanout, first/last.
+top_subscribers  sessions by messages routed to them: multicast messages accepted on a topic
+                 while they were subscribed to it (from their ``subscribed`` event to the
+                 ``unsubscribed`` or ``logout`` after it; a session's own messages excluded)
+                 plus ``delivered`` events naming them.
+dead_letters     every ``expired`` and ``trashed`` record.
+auth_failures    per source host x protocol: failures, identities and schemes tried, first/last.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from brokerd.events import schema
+
+FAR_FUTURE_US = 1 << 62
+"""Stands for "still subscribed at the end of the log"."""
+
+
+def _f() -> Any:
+    from pyspark.sql import functions as F
+
+    return F
+
+
+def traffic(records: Any) -> Any:
+    F = _f()
+    kind = F.col("kind")
+    keys = ["minute", "topic", "protocol"]
+    base = records.filter(kind.isin(schema.ACCEPTED, schema.DELIVERED, schema.DROPPED)).withColumn(
+        "minute", F.date_trunc("minute", F.col("time"))
+    )
+    accepted = kind == schema.ACCEPTED
+    main = base.groupBy(*keys).agg(
+        F.sum(F.when(accepted, 1).otherwise(0)).cast("long").alias("messages"),
+        F.sum(F.when(accepted, F.coalesce(F.col("bytes"), F.lit(0))).otherwise(0)).cast("long").alias("bytes"),
+        F.sum(F.when(accepted, F.coalesce(F.col("fanout"), F.lit(0))).otherwise(0)).cast("long").alias("fanout"),
+        F.max(F.when(accepted, F.col("fanout"))).cast("long").alias("max_fanout"),
+        F.sum(F.when(kind == schema.DELIVERED, 1).otherwise(0)).cast("long").alias("_delivered"),
+        F.sum(
+            F.when((kind == schema.DROPPED) & F.col("reason").isin(sorted(schema.AFTER_HANDOFF_REASONS)), 1).otherwise(0)
+        ).cast("long").alias("_after_handoff"),
+    )
+    unrenderable = base.filter(accepted & (F.col("dropped") > 0)).select(
+        *keys, F.lit(schema.UNRENDERABLE).alias("reason"), F.col("dropped").cast("long").alias("n")
+    )
+    reported = base.filter(kind == schema.DROPPED).select(
+        *keys, F.coalesce(F.col("reason"), F.lit("unknown")).alias("reason"), F.lit(1).cast("long").alias("n")
+    )
+    drops = (
+        unrenderable.unionByName(reported)
+        .groupBy(*keys, "reason")
+        .agg(F.sum("n").alias("n"))
+        .groupBy(*keys)
+        .agg(
+            F.sum("n").cast("long").alias("drops"),
+            F.map_from_entries(F.array_sort(F.collect_list(F.struct("reason", "n")))).alias("drops_by_reason"),
+        )
+    )
+    m, d = main.alias("m"), drops.alias("d")
+    joined = m.join(d, [F.col(f"m.{key}").eqNullSafe(F.col(f"d.{key}")) for key in keys], "left")
+    empty_map = F.create_map().cast("map<string,bigint>")
+    return joined.select(
+        *[F.col(f"m.{key}").alias(key) for key in keys],
+        "m.messages",
+        "m.bytes",
+        "m.fanout",
+        "m.max_fanout",
+        (F.col("m.fanout") + F.col("m._delivered") - F.col("m._after_handoff")).alias("deliveries"),
+        F.coalesce(F.col("d.drops"), F.lit(0).cast("long")).alias("drops"),
+        F.coalesce(F.col("d.drops_by_reason"), empty_map).alias("drops_by_reason"),
+    ).orderBy("minute", F.col("topic").asc_nulls_first(), "protocol")
+
+
+PERCENTILES = (0.5, 0.9, 0.99)
+ACCURACY = 10_000
+
+
+def latency(records: Any, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
+    F = _f()
+    values = F.percentile_approx(F.col("latency_us"), list(PERCENTILES), ACCURACY)
+    return (
+        records.filter(F.col("latency_us").isNotNull())
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("count"), values.alias("_p"), F.max("latency_us").alias("max_us"))
+        .select(
+            *keys,
+            "count",
+            F.col("_p")[0].alias("p50_us"),
+            F.col("_p")[1].alias("p90_us"),
+            F.col("_p")[2].alias("p99_us"),
+            "max_us",
+        )
+        .orderBy(*[F.col(key).asc_nulls_first() for key in keys])
+    )
+
+
+def _ranked(frame: Any, order: list[Any], top: int) -> Any:
+    from pyspark.sql import Window
+
+    F = _f()
+    limited = frame.orderBy(*order).limit(top)
+    return limited.withColumn("rank", F.row_number().over(Window.orderBy(*order))).orderBy("rank")
+
+
+def top_publishers(records: Any, top: int = 100) -> Any:
+    F = _f()
+    frame = (
+        records.filter(F.col("kind") == schema.ACCEPTED)
+        .groupBy("session", "protocol")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("bytes"),
+            F.countDistinct("topic").alias("topics"),
+            F.sum(F.coalesce(F.col("fanout"), F.lit(0))).cast("long").alias("fanout"),
+            F.min("time").alias("first_seen"),
+            F.max("time").alias("last_seen"),
+        )
+    )
+    order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
+    return _ranked(frame, order, top)
+
+
+def subscription_intervals(records: Any) -> Any:
+    """One row per subscription: session, protocol, topic, start, end (µs; FAR_FUTURE_US
+    when it lasted to the end of the log)."""
+    F = _f()
+    kind = F.col("kind")
+    subs = records.filter(kind == schema.SUBSCRIBED).select("session", "protocol", "topic", F.col("ts").alias("start"))
+    leaves = records.filter(kind == schema.UNSUBSCRIBED).select(
+        F.col("session").alias("u_session"), F.col("protocol").alias("u_protocol"), F.col("topic").alias("u_topic"),
+        F.col("ts").alias("u_end"),
+    )
+    logouts = records.filter(kind == schema.LOGOUT).select(
+        F.col("session").alias("l_session"), F.col("protocol").alias("l_protocol"), F.col("ts").alias("l_end")
+    )
+    keys = ["session", "protocol", "topic", "start"]
+    with_leave = (
+        subs.join(
+            leaves,
+            (F.col("session") == F.col("u_session")) & (F.col("protocol") == F.col("u_protocol"))
+            & (F.col("topic") == F.col("u_topic")) & (F.col("u_end") > F.col("start")),
+            "left",
+        )
+        .groupBy(*keys)
+        .agg(F.min("u_end").alias("u_end"))
+    )
+    with_logout = (
+        with_leave.join(
+            logouts,
+            (F.col("session") == F.col("l_session")) & (F.col("protocol") == F.col("l_protocol"))
+            & (F.col("l_end") > F.col("start")),
+            "left",
+        )
+        .groupBy(*keys, "u_end")
+        .agg(F.min("l_end").alias("l_end"))
+    )
+    end = F.coalesce(F.least(F.col("u_end"), F.col("l_end")), F.lit(FAR_FUTURE_US))
+    return with_logout.select(*keys, end.alias("end")).withColumn("interval", F.monotonically_increasing_id())
+
+
+def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
+    """Per interval: messages (and bytes) with ``keys`` equal and ``start <= ts < end``.
+
+    One sort instead of a range join: endpoints and messages are merged per key, ordered by
+    time (an endpoint before a message at the same instant), and a running count read at
+    each endpoint is the number of messages strictly before it.
+    """
+    from pyspark.sql import Window
+
+    F = _f()
+    points = messages.select(
+        *keys, F.col("ts").alias("at"), F.lit(1).alias("order"), F.lit(1).cast("long").alias("n"),
+        F.col("b").cast("long").alias("b"), F.lit(None).cast("long").alias("interval"), F.lit(None).cast("string").alias("edge"),
+    )
+    for edge in ("start", "end"):
+        points = points.unionByName(
+            intervals.select(
+                *keys, F.col(edge).alias("at"), F.lit(0).alias("order"), F.lit(0).cast("long").alias("n"),
+                F.lit(0).cast("long").alias("b"), F.col("interval"), F.lit(edge).alias("edge"),
+            )
+        )
+    running = Window.partitionBy(*keys).orderBy("at", "order").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    marks = (
+        points.withColumn("cn", F.sum("n").over(running))
+        .withColumn("cb", F.sum("b").over(running))
+        .filter(F.col("edge").isNotNull())
+    )
+    return marks.groupBy("interval").agg(
+        (F.sum(F.when(F.col("edge") == "end", F.col("cn")).otherwise(-F.col("cn")))).alias("messages"),
+        (F.sum(F.when(F.col("edge") == "end", F.col("cb")).otherwise(-F.col("cb")))).alias("bytes"),
+    )
+
+
+def top_subscribers(records: Any, top: int = 100) -> Any:
+    F = _f()
+    intervals = subscription_intervals(records).persist()
+    multicast = records.filter(
+        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
+    ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), "session", "protocol")
+    on_topic = _counts_between(multicast.select("topic", "ts", "b"), intervals, ["topic"])
+    # the subscriber's own messages on the topic while subscribed are not routed to it
+    own_messages = multicast.join(
+        intervals.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi"
+    )
+    own = _counts_between(own_messages, intervals, ["topic", "session", "protocol"]).select(
+        "interval", F.col("messages").alias("own_messages"), F.col("bytes").alias("own_bytes")
+    )
+    per_interval = (
+        intervals.join(on_topic, "interval", "left")
+        .join(own, "interval", "left")
+        .select(
+            "session", "protocol", "topic",
+            (F.coalesce(F.col("messages"), F.lit(0)) - F.coalesce(F.col("own_messages"), F.lit(0))).alias("messages"),
+            (F.coalesce(F.col("bytes"), F.lit(0)) - F.coalesce(F.col("own_bytes"), F.lit(0))).alias("bytes"),
+        )
+    )
+    routed = per_interval.groupBy("session", "protocol").agg(
+        F.sum("messages").cast("long").alias("routed"),
+        F.sum("bytes").cast("long").alias("routed_bytes"),
+        F.countDistinct("topic").alias("topics"),
+    )
+    delivered = (
+        records.filter(F.col("kind") == schema.DELIVERED)
+        .groupBy("session", "protocol")
+        .agg(
+            F.count(F.lit(1)).cast("long").alias("delivered"),
+            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("delivered_bytes"),
+        )
+    )
+    zero = F.lit(0).cast("long")
+    frame = routed.join(delivered, ["session", "protocol"], "full_outer").select(
+        "session",
+        "protocol",
+        (F.coalesce(F.col("routed"), zero) + F.coalesce(F.col("delivered"), zero)).alias("messages"),
+        (F.coalesce(F.col("routed_bytes"), zero) + F.coalesce(F.col("delivered_bytes"), zero)).alias("bytes"),
+        F.coalesce(F.col("topics"), zero).alias("topics"),
+    )
+    order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
+    return _ranked(frame, order, top)
+
+
+def dead_letters(records: Any) -> Any:
+    F = _f()
+    return (
+        records.filter(F.col("kind").isin(sorted(schema.DEAD_LETTER_KINDS)))
+        .select("time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker")
+        .orderBy("time", "message_id")
+    )
+
+
+def auth_failures(records: Any) -> Any:
+    F = _f()
+    host = F.regexp_extract(F.col("source"), r"^\[?(.*?)\]?:[0-9]+$", 1)
+    source = F.when(host != "", host).otherwise(F.col("source"))
+    return (
+        records.filter(F.col("kind") == schema.AUTH_FAILURE)
+        .withColumn("source", source)
+        .groupBy("source", "protocol")
+        .agg(
+            F.count(F.lit(1)).alias("failures"),
+            F.slice(F.sort_array(F.collect_set("session")), 1, 20).alias("identities"),
+            F.sort_array(F.collect_set("scheme")).alias("schemes"),
+            F.min("time").alias("first_seen"),
+            F.max("time").alias("last_seen"),
+        )
+        .orderBy(F.col("failures").desc(), F.col("source").asc_nulls_last(), "protocol")
+    )

@@ -1,0 +1,225 @@
+"""EventLog as the Broker's observer and the front ends' recorder (in memory, Clock-driven)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet.task import Clock
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from brokerd.core.broker import Broker
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.events import schema
+from brokerd.events.log import NULL_EVENT_LOG, EventLog, IEventRecorder
+from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+
+NOW_US = 1_714_564_800_000_000  # 2024-05-01T12:00:00Z
+
+
+@implementer(IWireFormat)
+class Wire:
+    def __init__(self, protocol: str, limit: int = 1024) -> None:
+        self.protocol = protocol
+        self.limit = limit
+
+    def render_message(self, message: Message) -> bytes | None:
+        return None if len(message.payload) > self.limit else message.payload
+
+    def render_presence(self, topic, member, joined, presence):
+        return None
+
+
+@implementer(ISubscriber)
+class Session:
+    def __init__(self, protocol: str, name: bytes, wire: Wire) -> None:
+        self.protocol = protocol
+        self.name = name
+        self.address = name
+        self.wire_format = wire
+        self.received: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.received.append(data)
+
+    def replaced(self) -> None:
+        pass
+
+
+class Ticker:
+    """A clock_ns that advances one millisecond per call."""
+
+    def __init__(self) -> None:
+        self.now_ns = NOW_US * 1000
+
+    def __call__(self) -> int:
+        self.now_ns += 1_000_000
+        return self.now_ns
+
+
+def _records(data_dir: Path) -> list[dict[str, Any]]:
+    lines = []
+    for path in sorted((data_dir / "events").rglob("*.jsonl")):
+        lines.extend(path.read_text("utf-8").splitlines())
+    return [schema.decode(line) for line in lines]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def _started(tmp_path: Path, clock: Clock, **options: Any) -> EventLog:
+    log = EventLog(tmp_path, reactor=clock, broker_id="test-broker", clock_ns=Ticker(), **options)
+    log.startService()
+    return log
+
+
+def test_it_provides_the_observer_and_recorder_interfaces(tmp_path: Path, clock: Clock) -> None:
+    log = EventLog(tmp_path, reactor=clock, broker_id="b")
+    assert verifyObject(IBrokerObserver, log) and verifyObject(IEventRecorder, log)
+    assert verifyObject(IBrokerObserver, NULL_EVENT_LOG) and verifyObject(IEventRecorder, NULL_EVENT_LOG)
+
+
+def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock)
+    broker = Broker(observer=log)
+    ssmp, mcchat = Wire("ssmp"), Wire("mcchat", limit=4)
+    alice, bob, carol = Session("ssmp", b"alice", ssmp), Session("ssmp", b"bob", ssmp), Session("mcchat", b"carol", mcchat)
+    for session in (alice, bob, carol):
+        broker.attach(session)
+    broker.subscribe(bob, b"news")
+    broker.subscribe(carol, b"news")
+    broker.publish(Message(MULTICAST, b"news", b"hi", "ssmp", b"alice"), alice)
+    broker.publish(Message(MULTICAST, b"news", b"too long for mcchat", "ssmp", b"alice"), alice)
+    broker.publish_batch([Message(MULTICAST, b"news", b"x%d" % i, "ssmp", b"alice") for i in range(3)], alice)
+    broker.publish(Message(MULTICAST, b"empty", b"nobody", "ssmp", b"alice"), alice)
+    broker.unicast(Message(UNICAST, b"bob", b"psst", "ssmp", b"alice"))
+    broker.broadcast(Message(BROADCAST, None, b"all", "mcchat", b"carol"), carol)
+    broker.detach(bob)
+    clock.advance(1.0)  # the timer hands the buffer to the writer thread
+    log.writer.drain()
+    records = _records(tmp_path)
+    assert [r["kind"] for r in records] == (
+        ["login"] * 3 + ["subscribed"] * 2 + ["accepted"] * 8 + ["unsubscribed", "logout"]
+    )
+    assert [(r["session"], r["topic"]) for r in records if r["kind"].endswith("subscribed")] == [
+        ("bob", "news"), ("carol", "news"), ("bob", "news"),
+    ]
+    assert all(r["v"] == 1 and r["broker"] == "test-broker" for r in records)
+    stamps = [r["ts"] for r in records]
+    assert stamps == sorted(stamps) and stamps[0] == NOW_US + 1000
+    accepted = records[5:13]
+    assert [(r["topic"] if "topic" in r else r.get("recipient"), r["fanout"], r.get("dropped"), r["outcome"]) for r in accepted] == [
+        ("news", 2, None, "routed"),
+        ("news", 1, 1, "partial"),
+        ("news", 2, None, "routed"),
+        ("news", 2, None, "routed"),
+        ("news", 2, None, "routed"),
+        ("empty", 0, None, "unrouted"),
+        ("bob", 1, None, "routed"),
+        (None, 1, None, "routed"),
+    ]
+    assert accepted[0]["session"] == "alice" and accepted[0]["bytes"] == 2 and accepted[0]["message"] == "multicast"
+    assert accepted[6]["message"] == "unicast" and accepted[7]["message"] == "broadcast"
+    assert accepted[7]["protocol"] == "mcchat" and "payload" not in accepted[0]
+    assert records[-1] == {"v": 1, "ts": records[-1]["ts"], "broker": "test-broker", "protocol": "ssmp",
+                           "kind": "logout", "session": "bob"}
+    log.stopService()
+    assert not log.writer.alive
+
+
+def test_front_end_events_and_payloads(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock, include_payloads=True)
+    session = Session("smqp", b"dave", Wire("smqp"))
+    log.auth_failure("ssmp", b"mallory", source="127.0.0.1:5000", scheme=b"secret", reason="bad secret")
+    log.delivery(schema.ACKED, session, topic=b"/orders", sender=b"erin", message_id=b"m-1", size=10, latency_us=1500)
+    log.delivery(schema.TRASHED, session, topic=b"/orders", message_id=b"m-2", reason="expired")
+    log.record(schema.DROPPED, "ssmp", session=b"bob", reason=schema.SLOW_CONSUMER)
+    log.subscribed(session, b"/orders")
+    log.unsubscribed(session, b"/orders")
+    message = Message(MULTICAST, b"t", b"\x00binary\n", "ssmp", b"alice", True)
+    message_with_time = Message(MULTICAST, b"t", b"x", "smqp", b"dave", headers={"message_id": b"m-3"})
+    log.message_routed(message, 0, 0)
+    log.message_routed(message_with_time, 1, 0)
+    log.stopService()  # a Clock has no threads: stopping writes everything synchronously
+    records = _records(tmp_path)
+    assert [r["kind"] for r in records] == ["auth_failure", "acked", "trashed", "dropped", "subscribed", "unsubscribed", "accepted", "accepted"]
+    failure = records[0]
+    assert (failure["session"], failure["source"], failure["scheme"], failure["reason"], failure["outcome"]) == (
+        "mallory", "127.0.0.1:5000", "secret", "bad secret", "refused")
+    acked = records[1]
+    assert (acked["protocol"], acked["session"], acked["topic"], acked["sender"], acked["message_id"], acked["bytes"], acked["latency_us"]) == (
+        "smqp", "dave", "/orders", "erin", "m-1", 10, 1500)
+    assert records[3]["reason"] == "slow_consumer"
+    assert schema.decode_payload(records[6]["payload"]) == b"\x00binary\n"
+    assert records[7]["message_id"] == "m-3"
+
+
+def test_records_with_unknown_kinds_or_fields_are_programming_errors(tmp_path: Path, clock: Clock) -> None:
+    log = EventLog(tmp_path, reactor=clock, broker_id="b")
+    with pytest.raises(ValueError):
+        log.record("exploded", "ssmp")
+    with pytest.raises(TypeError):
+        log.record(schema.DROPPED, "ssmp", colour="red")
+
+
+def test_buffer_is_handed_off_when_full_and_bounded_when_the_writer_is_stuck(tmp_path: Path, clock: Clock) -> None:
+    log = EventLog(tmp_path, reactor=clock, broker_id="b", batch_limit=10, max_pending=2, clock_ns=Ticker())
+    # not started: no thread drains the queue, like a writer stuck on a dead disk
+    message = Message(MULTICAST, b"t", b"x", "ssmp", b"a")
+    for _ in range(100):
+        log.message_routed(message, 1, 0)
+    stats = log.stats()
+    assert stats["buffered"] == 0  # every 10th event handed the buffer off
+    assert stats["overflowed"] == 80  # two batches queued, the rest dropped and counted
+    log.startService()
+    log.writer.drain()
+    assert log.stats()["written"] == 20
+    log.stopService()
+
+
+def test_unwritable_directory_is_reported_once_and_delivery_goes_on(tmp_path: Path, clock: Clock) -> None:
+    (tmp_path / "events").write_text("not a directory")
+    log = _started(tmp_path, clock)
+    broker = Broker(observer=log)
+    wire = Wire("ssmp")
+    alice, bob = Session("ssmp", b"alice", wire), Session("ssmp", b"bob", wire)
+    broker.attach(alice)
+    broker.attach(bob)
+    broker.subscribe(bob, b"news")
+    for second in range(3):
+        assert broker.publish(Message(MULTICAST, b"news", b"m%d" % second, "ssmp", b"alice"), alice) == 1
+        clock.advance(1.0)
+        log.writer.drain()
+    assert bob.received == [b"m0", b"m1", b"m2"]
+    assert len(log.reports) == 1 and "cannot write" in log.reports[0]
+    # two logins, one subscription, three messages: none could be written
+    assert log.stats()["lost"] == 6 and log.stats()["failing"]
+    log.stopService()
+
+
+def test_runs_and_groups_across_an_hour_boundary(tmp_path: Path, clock: Clock) -> None:
+    stamps = iter([NOW_US * 1000 - 2000, NOW_US * 1000 + 5000, NOW_US * 1000 + 9000, NOW_US * 1000 + 12000])
+    log = EventLog(tmp_path, reactor=clock, broker_id="b", clock_ns=lambda: next(stamps))
+    log.startService()
+    same = [Message(MULTICAST, b"t%", b"x" * n, "ssmp", b"pub") for n in (1, 2)]
+    log.message_routed(same[0], 3, 0)  # 11:59:59.999998
+    log.message_routed(same[1], 3, 0)  # 12:00:00.000005: same shared fields, next hour
+    run = [Message(MULTICAST, b"t%", b"y" * n, "ssmp", b"pub") for n in (5, 6, 7)]
+    log.messages_routed(run, 2, 0)  # one entry, three records with the run's time
+    mixed = [Message(MULTICAST, b"t", b"z", "ssmp", b"a"), Message(MULTICAST, b"t", b"zz", "ssmp", b"b")]
+    log.messages_routed(mixed, 1, 0)
+    log.stopService()
+    by_hour = {
+        path.parent.name: [schema.decode(line) for line in path.read_text().splitlines()]
+        for path in (tmp_path / "events").rglob("*.jsonl")
+    }
+    assert sorted(by_hour) == ["hour=11", "hour=12"]
+    assert [(r["ts"], r["bytes"], r["fanout"], r["topic"]) for r in by_hour["hour=11"]] == [(NOW_US - 2, 1, 3, "t%")]
+    later = by_hour["hour=12"]
+    assert [(r["ts"], r["bytes"], r["fanout"]) for r in later[:4]] == [
+        (NOW_US + 5, 2, 3), (NOW_US + 9, 5, 2), (NOW_US + 9, 6, 2), (NOW_US + 9, 7, 2)]
+    assert [(r["session"], r["bytes"]) for r in later[4:]] == [("a", 1), ("b", 2)]
+    assert log.stats()["written"] == 7
