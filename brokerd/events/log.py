@@ -334,6 +334,7 @@ class EventLog(Service):
         self._reactor = reactor
         self._now = clock_ns
         self._buffer: list[tuple] = []
+        self._run_weight = 0
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.files = HourlyFiles(self.directory, run, fsync=fsync)
         self.writer = WriterThread(
@@ -382,6 +383,7 @@ class EventLog(Service):
         """Hand the buffered entries to the writer thread (the timer calls this)."""
         if self._buffer:
             batch, self._buffer = self._buffer, []
+            self._run_weight = 0
             self.writer.submit(batch)
 
     def sync(self) -> None:
@@ -425,7 +427,10 @@ class EventLog(Service):
         message still gets its own record, stamped with the run's time)."""
         buffer = self._buffer
         buffer.append((_RUN, self._now(), messages, recipients_each, dropped_each))
-        if len(buffer) >= self.batch_limit:
+        # A run counts for as many entries as it has messages, so batch_limit bounds messages
+        # (and the payloads they keep alive), not runs.
+        self._run_weight += len(messages) - 1
+        if len(buffer) + self._run_weight >= self.batch_limit:
             self.flush()
 
     def session_attached(self, session: Any) -> None:

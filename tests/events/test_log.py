@@ -223,3 +223,17 @@ def test_runs_and_groups_across_an_hour_boundary(tmp_path: Path, clock: Clock) -
         (NOW_US + 5, 2, 3), (NOW_US + 9, 5, 2), (NOW_US + 9, 6, 2), (NOW_US + 9, 7, 2)]
     assert [(r["session"], r["bytes"]) for r in later[4:]] == [("a", 1), ("b", 2)]
     assert log.stats()["written"] == 7
+
+
+def test_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock, batch_limit=10)
+    broker = Broker(observer=log)
+    wire = Wire("ssmp")
+    bob = Session("ssmp", b"bob", wire)
+    broker.attach(bob)  # one entry
+    broker.subscribe(bob, b"news")  # two
+    broker.publish_batch([Message(MULTICAST, b"news", b"m%d" % i, "ssmp", b"alice") for i in range(8)])
+    assert log._buffer == []  # 2 + 8 messages reached the limit: handed to the writer at once
+    log.writer.drain()
+    assert sum(1 for r in _records(tmp_path) if r["kind"] == "accepted") == 8
+    log.stopService()
