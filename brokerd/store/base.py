@@ -46,7 +46,73 @@ class IStore(Interface):
 
     # -- messages
     def add_message(record):
-        """Deferred[int]: store a MessageRecord; its ``seq``."""
+        """Deferred[int]: store a MessageRecord (``seq`` 0: the store picks one); its ``seq``."""
+
+    def next_seq():
+        """Deferred[int]: a message ``seq`` never used before (higher than every seq this
+        store ever held, removed messages included)."""
+
+    def publish(record, deliveries):
+        """Deferred[int]: store a MessageRecord with its ``seq`` (from :meth:`next_seq`
+        onwards) and, in the same transaction, one pending delivery per ``(subscriber,
+        change)`` in ``deliveries``.  ValueError for a duplicate seq or smuid."""
+
+    def find_message(seq):
+        """Deferred[MessageRecord | None], live or in a Trash."""
+
+    def get_messages(topic, seqs=None):
+        """Deferred[list[MessageRecord]] of one topic (key), in ``seq`` order; only those
+        whose seq is in ``seqs`` unless it is None."""
+
+    def delete_message(seq):
+        """Deferred[bool]: remove the message for good (and its deliveries)."""
+
+    def trash_message(seq, now):
+        """Deferred[Settled | None]: move a live message to its topic's Trash: its pending
+        deliveries are dropped (``released``), a due receipt is returned.  None if it was
+        not live."""
+
+    def move_message(seq, topic, deliveries):
+        """Deferred[Settled | None]: move a live message to another topic: its pending
+        deliveries are dropped (``released``) and ``deliveries`` ``(subscriber, change)``
+        added (a subscriber that already acknowledged it keeps that).  None if not live."""
+
+    def expire(now, limit):
+        """Deferred[list[Settled]]: move at most ``limit`` live messages whose ``expires`` is
+        at or before ``now`` to their Trash (as :meth:`trash_message`)."""
+
+    def empty_trash(before):
+        """Deferred[int]: remove for good the messages that went to a Trash at or before
+        ``before``."""
+
+    # -- deliveries (two-phase acknowledged delivery)
+    def pending(subscriber, limit, exclude_topics=()):
+        """Deferred[list[Delivery]]: at most ``limit`` live messages ``subscriber`` has not
+        acknowledged, highest priority first, then in ``seq`` order, leaving out the topics
+        (keys) in ``exclude_topics``."""
+
+    def acknowledge(subscriber, seq):
+        """Deferred[Settled | None]: the subscriber acknowledged the message; it is never
+        delivered to it again.  For a ``ONE`` message every other pending delivery is
+        dropped (``released``).  None when no such pending delivery exists."""
+
+    def attempt(subscriber, seq):
+        """Deferred[int]: count one more delivery attempt; the new count (0: no such
+        pending delivery)."""
+
+    def give_up(subscriber, seq, now):
+        """Deferred[Settled | None]: stop delivering the message to the subscriber (too many
+        attempts); when nobody has it pending any more it goes to the Trash."""
+
+    def backfill(subscriber, topics, since, now):
+        """Deferred[int]: a new subscription: add a pending delivery of every live, unexpired
+        message in ``topics`` (keys) received at or after ``since`` (None: all) that the
+        subscriber does not have yet, and drop its pending deliveries of older ones (the
+        draft's SINCE rule).  How many were added."""
+
+    def drop_pending(subscriber, topics):
+        """Deferred[int]: drop the subscriber's pending deliveries of messages in ``topics``
+        (keys): it unsubscribed."""
 
     def remove_message(topic, smuid):
         """Deferred[bool]: whether it was there."""
@@ -58,6 +124,9 @@ class IStore(Interface):
         """Deferred[int]: messages retained in these topics (keys) together."""
 
     # -- durable subscriptions
+    def load_subscriptions():
+        """Deferred[list[SubscriptionRecord]]: every durable subscription."""
+
     def put_subscription(record):
         """Deferred[None]: insert or replace (same subscriber, kind and topic)."""
 

@@ -12,7 +12,20 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
-from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
+from brokerd.store.records import (
+    ACKED,
+    DEAD,
+    PENDING,
+    Contact,
+    Delivery,
+    MessageRecord,
+    ReceiptDue,
+    Settled,
+    SubscriptionRecord,
+    TopicRecord,
+    receipt_due,
+    trash_key,
+)
 
 
 class StoreClosed(Exception):
@@ -25,7 +38,11 @@ class MemoryStore:
         self._meta: dict[str, str] = {}
         self._topics: dict[str, TopicRecord] = {}
         self._contacts: dict[str, Contact] = {}
-        self._messages: dict[str, dict[str, MessageRecord]] = {}
+        self._messages: dict[int, MessageRecord] = {}
+        self._done: set[int] = set()
+        self._receipted: set[int] = set()
+        self._deliveries: dict[int, dict[str, list]] = {}
+        """seq -> subscriber -> [state, attempts, change]"""
         self._seq = 0
         self._subscriptions: dict[tuple[str, str, str], SubscriptionRecord] = {}
         self._closed = False
@@ -92,34 +109,211 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ messages
 
+    def _insert(self, record: MessageRecord) -> int:
+        if record.seq in self._messages or any(m.smuid == record.smuid for m in self._messages.values()):
+            raise ValueError(f"duplicate message {record.smuid!r} (seq {record.seq})")
+        self._seq = max(self._seq, record.seq)
+        self._messages[record.seq] = record
+        return record.seq
+
     def add_message(self, record: MessageRecord) -> Deferred:
         if self._closed:
             return self._ok()
-        for topic in self._messages.values():
-            if record.smuid in topic:
-                return fail(ValueError(f"duplicate smuid {record.smuid!r}"))
-        self._seq += 1
-        stored = dataclasses.replace(record, seq=self._seq)
-        self._messages.setdefault(record.topic, {})[record.smuid] = stored
-        return self._ok(self._seq)
+        if not record.seq:
+            record = dataclasses.replace(record, seq=self._seq + 1)
+        try:
+            return self._ok(self._insert(record))
+        except ValueError as exc:
+            return fail(exc)
 
-    def remove_message(self, topic: str, smuid: str) -> Deferred:
-        found = False
-        if not self._closed:
-            messages = self._messages.get(topic, {})
-            found = messages.pop(smuid, None) is not None
-            if not messages:
-                self._messages.pop(topic, None)
+    def next_seq(self) -> Deferred:
+        return self._ok(self._seq + 1)
+
+    def publish(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> Deferred:
+        if self._closed:
+            return self._ok()
+        try:
+            seq = self._insert(record)
+        except ValueError as exc:
+            return fail(exc)
+        rows = self._deliveries.setdefault(seq, {})
+        for subscriber, change in deliveries:
+            rows.setdefault(subscriber, [PENDING, 0, change])
+        return self._ok(seq)
+
+    def _live(self, seq: int) -> MessageRecord | None:
+        record = self._messages.get(seq)
+        return record if record is not None and record.trashed is None else None
+
+    def find_message(self, seq: int) -> Deferred:
+        return self._ok(self._messages.get(seq))
+
+    def get_messages(self, topic: str, seqs: Iterable[int] | None = None) -> Deferred:
+        wanted = None if seqs is None else set(seqs)
+        found = [m for seq, m in sorted(self._messages.items())
+                 if m.topic == topic and (wanted is None or seq in wanted)]
         return self._ok(found)
 
     def list_messages(self, topic: str) -> Deferred:
-        messages = sorted(self._messages.get(topic, {}).values(), key=lambda m: m.seq)
-        return self._ok(messages)
+        return self.get_messages(topic)
+
+    def delete_message(self, seq: int) -> Deferred:
+        found = False
+        if not self._closed:
+            found = self._messages.pop(seq, None) is not None
+            self._deliveries.pop(seq, None)
+        return self._ok(found)
+
+    def remove_message(self, topic: str, smuid: str) -> Deferred:
+        for seq, record in list(self._messages.items()):
+            if record.topic == topic and record.smuid == smuid:
+                return self.delete_message(seq)
+        return self._ok(False)
+
+    def _pending_of(self, seq: int) -> tuple[str, ...]:
+        return tuple(sorted(s for s, row in self._deliveries.get(seq, {}).items() if row[0] == PENDING))
+
+    def _receipt(self, seq: int, final: bool) -> ReceiptDue | None:
+        record = self._messages.get(seq)
+        if record is None or record.receipt == "NONE" or seq in self._receipted:
+            return None
+        rows = self._deliveries.get(seq, {}).values()
+        total, acked = len(rows), sum(row[0] == ACKED for row in rows)
+        if not receipt_due(record.receipt, acked, total, final):
+            return None
+        self._receipted.add(seq)
+        return ReceiptDue(seq, record.topic, record.publisher, record.cmuid, record.data, acked, total)
+
+    def _trash(self, seq: int, now: float) -> Settled | None:
+        record = self._live(seq)
+        if record is None:
+            return None
+        receipt = self._receipt(seq, final=True)
+        released = self._pending_of(seq)
+        self._deliveries.pop(seq, None)
+        self._messages[seq] = dataclasses.replace(record, topic=trash_key(record.topic), trashed=now)
+        return Settled(seq, record.topic, receipt, released, trashed=True)
+
+    def trash_message(self, seq: int, now: float) -> Deferred:
+        return self._ok(None if self._closed else self._trash(seq, now))
+
+    def move_message(self, seq: int, topic: str, deliveries: Iterable[tuple[str, str]]) -> Deferred:
+        record = self._live(seq)
+        if record is None or self._closed:
+            return self._ok(None)
+        released = self._pending_of(seq)
+        rows = {s: row for s, row in self._deliveries.get(seq, {}).items() if row[0] != PENDING}
+        for subscriber, change in deliveries:
+            rows.setdefault(subscriber, [PENDING, 0, change])
+        self._deliveries[seq] = rows
+        self._messages[seq] = dataclasses.replace(record, topic=topic)
+        return self._ok(Settled(seq, record.topic, None, released))
+
+    def expire(self, now: float, limit: int) -> Deferred:
+        if self._closed:
+            return self._ok([])
+        due = sorted((m.expires, seq) for seq, m in self._messages.items()
+                     if m.trashed is None and m.expires is not None and m.expires <= now)[:limit]
+        return self._ok([settled for _e, seq in due if (settled := self._trash(seq, now)) is not None])
+
+    def empty_trash(self, before: float) -> Deferred:
+        gone = [seq for seq, m in self._messages.items() if m.trashed is not None and m.trashed <= before]
+        if not self._closed:
+            for seq in gone:
+                del self._messages[seq]
+                self._deliveries.pop(seq, None)
+        return self._ok(len(gone))
 
     def count_messages(self, topics: Iterable[str]) -> Deferred:
-        return self._ok(sum(len(self._messages.get(key, ())) for key in set(topics)))
+        wanted = set(topics)
+        return self._ok(sum(m.topic in wanted for m in self._messages.values()))
+
+    # ------------------------------------------------------------------ deliveries
+
+    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = ()) -> Deferred:
+        excluded = set(exclude_topics)
+        found = []
+        for seq, rows in self._deliveries.items():
+            row = rows.get(subscriber)
+            record = self._messages.get(seq)
+            if (row is None or row[0] != PENDING or record is None or record.trashed is not None
+                    or seq in self._done or record.topic in excluded):
+                continue
+            found.append(Delivery(seq, record.topic, record.priority, row[2], row[1], record.mode, record.data))
+        found.sort(key=lambda d: (-d.priority, d.seq))
+        return self._ok(found[:limit])
+
+    def acknowledge(self, subscriber: str, seq: int) -> Deferred:
+        row = self._deliveries.get(seq, {}).get(subscriber)
+        if row is None or row[0] != PENDING or self._closed:
+            return self._ok(None)
+        row[0] = ACKED
+        record = self._messages.get(seq)
+        if record is None:
+            return self._ok(Settled(seq, ""))
+        receipt = self._receipt(seq, final=False)
+        released: tuple[str, ...] = ()
+        if record.mode == "ONE":
+            released = self._pending_of(seq)
+            for other in released:
+                del self._deliveries[seq][other]
+            self._done.add(seq)
+        return self._ok(Settled(seq, record.topic, receipt, released))
+
+    def attempt(self, subscriber: str, seq: int) -> Deferred:
+        row = self._deliveries.get(seq, {}).get(subscriber)
+        if row is None or row[0] != PENDING or self._closed:
+            return self._ok(0)
+        row[1] += 1
+        return self._ok(row[1])
+
+    def give_up(self, subscriber: str, seq: int, now: float) -> Deferred:
+        row = self._deliveries.get(seq, {}).get(subscriber)
+        if row is None or row[0] != PENDING or self._closed:
+            return self._ok(None)
+        row[0] = DEAD
+        record = self._messages.get(seq)
+        if record is None:
+            return self._ok(None)
+        if self._pending_of(seq):
+            return self._ok(Settled(seq, record.topic))
+        return self._ok(self._trash(seq, now))
+
+    def backfill(self, subscriber: str, topics: Iterable[str], since: float | None, now: float) -> Deferred:
+        keys = set(topics)
+        added = 0
+        if self._closed:
+            return self._ok(0)
+        for seq, record in self._messages.items():
+            if record.topic not in keys:
+                continue
+            rows = self._deliveries.setdefault(seq, {})
+            if since is not None and record.received < since:
+                if rows.get(subscriber, [None])[0] == PENDING:
+                    del rows[subscriber]
+                continue
+            if (record.trashed is None and seq not in self._done and subscriber not in rows
+                    and (record.expires is None or record.expires > now)):
+                rows[subscriber] = [PENDING, 0, "ADD"]
+                added += 1
+        return self._ok(added)
+
+    def drop_pending(self, subscriber: str, topics: Iterable[str]) -> Deferred:
+        keys = set(topics)
+        dropped = 0
+        if self._closed:
+            return self._ok(0)
+        for seq, rows in self._deliveries.items():
+            record = self._messages.get(seq)
+            if record is not None and record.topic in keys and rows.get(subscriber, [None])[0] == PENDING:
+                del rows[subscriber]
+                dropped += 1
+        return self._ok(dropped)
 
     # ------------------------------------------------------------------ subscriptions
+
+    def load_subscriptions(self) -> Deferred:
+        return self._ok([record for _key, record in sorted(self._subscriptions.items())])
 
     def put_subscription(self, record: SubscriptionRecord) -> Deferred:
         if not self._closed:

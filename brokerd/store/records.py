@@ -29,7 +29,13 @@ class TopicRecord:
 @dataclass(frozen=True)
 class MessageRecord:
     """A retained message.  ``data`` is the message as the front end encoded it (opaque to
-    the store); ``seq`` orders messages and is assigned by the store on insert."""
+    the store); ``seq`` orders messages: given by the front end to :meth:`IStore.publish`
+    (it is part of the SMUID), or assigned by :meth:`IStore.add_message` when 0.
+
+    ``mode`` is the effective delivery (``ALL`` or ``ONE``: one subscriber's acknowledgement
+    settles it for everybody); ``receipt`` is ``NONE``, ``ONE`` or ``ALL``; ``trashed`` is
+    when the message went to its topic's Trash (its ``topic`` is then ``<key>/trash``).
+    """
 
     smuid: str
     topic: str
@@ -40,6 +46,56 @@ class MessageRecord:
     priority: int
     data: bytes
     seq: int = 0
+    mode: str = "ALL"
+    receipt: str = "NONE"
+    trashed: float | None = None
+
+
+PENDING, ACKED, DEAD = 0, 2, 3
+"""Delivery states: not yet acknowledged; acknowledged (never sent again); given up after
+the maximum number of attempts."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message a subscriber still has to acknowledge, as :meth:`IStore.pending` returns
+    it: enough to send it without another read."""
+
+    seq: int
+    topic: str
+    priority: int
+    change: str
+    attempts: int
+    mode: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ReceiptDue:
+    """A publisher asked for a receipt and it is due now: ``acked`` of ``total`` subscribers
+    acknowledged message ``seq`` (the store marks the receipt as given, so it is due once)."""
+
+    seq: int
+    topic: str
+    publisher: str
+    cmuid: str
+    data: bytes
+    acked: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What an acknowledgement, a give-up or an expiry changed: ``receipt`` when one became
+    due, ``released`` the other subscribers whose pending delivery of the message was
+    dropped (a ONE message acknowledged by someone, a message that went to the Trash),
+    ``trashed`` whether the message went to the Trash."""
+
+    seq: int
+    topic: str
+    receipt: ReceiptDue | None = None
+    released: tuple[str, ...] = ()
+    trashed: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,3 +117,21 @@ class Contact:
 
     mime: str
     data: bytes
+
+
+def trash_key(topic: str) -> str:
+    """The queue key of a topic's Trash (``a/b`` -> ``a/b/trash``; the root's: ``trash``)."""
+    return f"{topic}/trash" if topic else "trash"
+
+
+def receipt_due(receipt: str, acked: int, total: int, final: bool) -> bool:
+    """Whether a receipt (``ONE`` or ``ALL``) is due: ONE at the first acknowledgement, ALL
+    once every subscriber acknowledged, and either when the message leaves its queue
+    (``final``: expiry or Trash) with whatever was reached (the draft's "X/Y" receipt)."""
+    if receipt not in ("ONE", "ALL"):
+        return False
+    if final:
+        return True
+    if receipt == "ONE":
+        return acked >= 1
+    return total > 0 and acked >= total

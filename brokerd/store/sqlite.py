@@ -27,7 +27,20 @@ from zope.interface import implementer
 
 from brokerd.store.base import IStore
 from brokerd.store.memory import StoreClosed
-from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
+from brokerd.store.records import (
+    ACKED,
+    DEAD,
+    PENDING,
+    Contact,
+    Delivery,
+    MessageRecord,
+    ReceiptDue,
+    Settled,
+    SubscriptionRecord,
+    TopicRecord,
+    receipt_due,
+    trash_key,
+)
 
 FILENAME = "smqp.sqlite3"
 SYNCHRONOUS = "FULL"
@@ -57,6 +70,21 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (subscriber, kind, topic));
     CREATE INDEX subscriptions_by_topic ON subscriptions (topic, kind);
     """,
+    # 2: two-phase delivery state, receipts, Trash
+    """
+    ALTER TABLE messages ADD COLUMN mode TEXT NOT NULL DEFAULT 'ALL';
+    ALTER TABLE messages ADD COLUMN receipt TEXT NOT NULL DEFAULT 'NONE';
+    ALTER TABLE messages ADD COLUMN receipted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN done INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN trashed REAL;
+    CREATE INDEX messages_by_expiry ON messages (expires) WHERE trashed IS NULL;
+    CREATE INDEX messages_by_trashed ON messages (trashed) WHERE trashed IS NOT NULL;
+    CREATE TABLE deliveries (
+        subscriber TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL,
+        attempts INTEGER NOT NULL, change TEXT NOT NULL,
+        PRIMARY KEY (subscriber, seq)) WITHOUT ROWID;
+    CREATE INDEX deliveries_by_seq ON deliveries (seq, state);
+    """,
 )
 
 Operation = Callable[..., Any]
@@ -80,11 +108,61 @@ def _topic_record(row: tuple) -> TopicRecord:
 
 
 def _message_record(row: tuple) -> MessageRecord:
-    seq, smuid, topic, publisher, cmuid, received, expires, priority, data = row
-    return MessageRecord(smuid, topic, publisher, cmuid, received, expires, priority, bytes(data), seq)
+    seq, smuid, topic, publisher, cmuid, received, expires, priority, data, mode, receipt, trashed = row
+    return MessageRecord(smuid, topic, publisher, cmuid, received, expires, priority, bytes(data), seq,
+                         mode, receipt, trashed)
 
 
-_MESSAGE_COLUMNS = "seq, smuid, topic, publisher, cmuid, received, expires, priority, data"
+_MESSAGE_COLUMNS = ("seq, smuid, topic, publisher, cmuid, received, expires, priority, data, mode,"
+                    " receipt, trashed")
+_LIVE = "trashed IS NULL"
+
+
+def _marks(keys: list) -> str:
+    return ",".join("?" * len(keys))
+
+
+def _insert_message(c: sqlite3.Connection, record: MessageRecord, seq: int | None) -> int:
+    row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+           record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
+    try:
+        cursor = c.execute(
+            "INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires,"
+            " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+    except sqlite3.IntegrityError:
+        raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
+    return int(cursor.lastrowid)  # type: ignore[arg-type]
+
+
+def _receipt(c: sqlite3.Connection, seq: int, final: bool) -> ReceiptDue | None:
+    """The receipt of message ``seq`` if it is due now (and mark it given)."""
+    row = c.execute("SELECT topic, publisher, cmuid, receipt, receipted FROM messages WHERE seq = ?",
+                    (seq,)).fetchone()
+    if row is None or row[3] == "NONE" or row[4]:
+        return None
+    total, acked = c.execute(
+        f"SELECT COUNT(*), COALESCE(SUM(state = {ACKED}), 0) FROM deliveries WHERE seq = ?", (seq,)).fetchone()
+    if not receipt_due(row[3], acked, total, final):
+        return None
+    c.execute("UPDATE messages SET receipted = 1 WHERE seq = ?", (seq,))
+    data = c.execute("SELECT data FROM messages WHERE seq = ?", (seq,)).fetchone()[0]
+    return ReceiptDue(seq, row[0], row[1], row[2], bytes(data), int(acked), int(total))
+
+
+def _pending_of(c: sqlite3.Connection, seq: int) -> tuple[str, ...]:
+    rows = c.execute(f"SELECT subscriber FROM deliveries WHERE seq = ? AND state = {PENDING}", (seq,))
+    return tuple(row[0] for row in rows)
+
+
+def _trash(c: sqlite3.Connection, seq: int, now: float) -> Settled | None:
+    row = c.execute(f"SELECT topic FROM messages WHERE seq = ? AND {_LIVE}", (seq,)).fetchone()
+    if row is None:
+        return None
+    receipt = _receipt(c, seq, final=True)
+    released = _pending_of(c, seq)
+    c.execute("DELETE FROM deliveries WHERE seq = ?", (seq,))
+    c.execute("UPDATE messages SET topic = ?, trashed = ? WHERE seq = ?", (trash_key(row[0]), now, seq))
+    return Settled(seq, row[0], receipt, released, trashed=True)
 
 
 @implementer(IStore)
@@ -319,31 +397,102 @@ class SQLiteStore:
     # ------------------------------------------------------------------ messages
 
     def add_message(self, record: MessageRecord) -> Deferred:
-        row = (record.smuid, record.topic, record.publisher, record.cmuid, record.received,
-               record.expires, record.priority, record.data)
+        return self._submit(lambda c: _insert_message(c, record, record.seq or None))
 
-        def add(c: sqlite3.Connection) -> int:
-            try:
-                cursor = c.execute(
-                    "INSERT INTO messages (smuid, topic, publisher, cmuid, received, expires,"
-                    " priority, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-            except sqlite3.IntegrityError:
-                raise ValueError(f"duplicate smuid {record.smuid!r}") from None
-            return int(cursor.lastrowid)  # type: ignore[arg-type]
+    def next_seq(self) -> Deferred:
+        def get(c: sqlite3.Connection) -> int:
+            used = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+            highest = c.execute("SELECT MAX(seq) FROM messages").fetchone()[0]
+            return max(used[0] if used else 0, highest or 0) + 1
 
-        return self._submit(add)
+        return self._submit(get)
 
-    def remove_message(self, topic: str, smuid: str) -> Deferred:
-        return self._submit(lambda c: c.execute(
-            "DELETE FROM messages WHERE topic = ? AND smuid = ?", (topic, smuid)).rowcount > 0)
+    def publish(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> Deferred:
+        rows = [(subscriber, record.seq, PENDING, 0, change) for subscriber, change in deliveries]
 
-    def list_messages(self, topic: str) -> Deferred:
+        def publish(c: sqlite3.Connection) -> int:
+            seq = _insert_message(c, record, record.seq)
+            c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", rows)
+            return seq
+
+        return self._submit(publish)
+
+    def find_message(self, seq: int) -> Deferred:
+        def get(c: sqlite3.Connection) -> MessageRecord | None:
+            row = c.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE seq = ?", (seq,)).fetchone()
+            return _message_record(row) if row else None
+
+        return self._submit(get)
+
+    def get_messages(self, topic: str, seqs: Iterable[int] | None = None) -> Deferred:
+        wanted = None if seqs is None else sorted(set(seqs))
+
         def get(c: sqlite3.Connection) -> list[MessageRecord]:
-            rows = c.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? ORDER BY seq", (topic,))
+            if wanted is None:
+                rows = c.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? ORDER BY seq", (topic,)).fetchall()
+            else:
+                rows = []
+                for start in range(0, len(wanted), _IN_CHUNK):
+                    chunk = wanted[start:start + _IN_CHUNK]
+                    rows += c.execute(
+                        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? AND seq IN ({_marks(chunk)})"
+                        " ORDER BY seq", (topic, *chunk)).fetchall()
             return [_message_record(row) for row in rows]
 
         return self._submit(get)
+
+    def list_messages(self, topic: str) -> Deferred:
+        return self.get_messages(topic)
+
+    def delete_message(self, seq: int) -> Deferred:
+        def delete(c: sqlite3.Connection) -> bool:
+            c.execute("DELETE FROM deliveries WHERE seq = ?", (seq,))
+            return c.execute("DELETE FROM messages WHERE seq = ?", (seq,)).rowcount > 0
+
+        return self._submit(delete)
+
+    def remove_message(self, topic: str, smuid: str) -> Deferred:
+        def remove(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT seq FROM messages WHERE topic = ? AND smuid = ?", (topic, smuid)).fetchone()
+            if row is None:
+                return False
+            c.execute("DELETE FROM deliveries WHERE seq = ?", (row[0],))
+            c.execute("DELETE FROM messages WHERE seq = ?", (row[0],))
+            return True
+
+        return self._submit(remove)
+
+    def trash_message(self, seq: int, now: float) -> Deferred:
+        return self._submit(lambda c: _trash(c, seq, now))
+
+    def move_message(self, seq: int, topic: str, deliveries: Iterable[tuple[str, str]]) -> Deferred:
+        rows = [(subscriber, seq, PENDING, 0, change) for subscriber, change in deliveries]
+
+        def move(c: sqlite3.Connection) -> Settled | None:
+            row = c.execute(f"SELECT topic FROM messages WHERE seq = ? AND {_LIVE}", (seq,)).fetchone()
+            if row is None:
+                return None
+            released = _pending_of(c, seq)
+            c.execute(f"DELETE FROM deliveries WHERE seq = ? AND state = {PENDING}", (seq,))
+            c.execute("UPDATE messages SET topic = ? WHERE seq = ?", (topic, seq))
+            c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", rows)
+            return Settled(seq, row[0], None, released)
+
+        return self._submit(move)
+
+    def expire(self, now: float, limit: int) -> Deferred:
+        def expire(c: sqlite3.Connection) -> list[Settled]:
+            seqs = [row[0] for row in c.execute(
+                f"SELECT seq FROM messages WHERE {_LIVE} AND expires IS NOT NULL AND expires <= ?"
+                " ORDER BY expires LIMIT ?", (now, limit))]
+            return [settled for seq in seqs if (settled := _trash(c, seq, now)) is not None]
+
+        return self._submit(expire)
+
+    def empty_trash(self, before: float) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "DELETE FROM messages WHERE trashed IS NOT NULL AND trashed <= ?", (before,)).rowcount)
 
     def count_messages(self, topics: Iterable[str]) -> Deferred:
         keys = list(topics)
@@ -351,14 +500,117 @@ class SQLiteStore:
         def count(c: sqlite3.Connection) -> int:
             total = 0
             for chunk in _chunks(keys):
-                marks = ",".join("?" * len(chunk))
                 total += c.execute(
-                    f"SELECT COUNT(*) FROM messages WHERE topic IN ({marks})", chunk).fetchone()[0]
+                    f"SELECT COUNT(*) FROM messages WHERE topic IN ({_marks(chunk)})", chunk).fetchone()[0]
             return total
 
         return self._submit(count)
 
+    # ------------------------------------------------------------------ deliveries
+
+    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = ()) -> Deferred:
+        excluded = sorted(set(exclude_topics))
+
+        def get(c: sqlite3.Connection) -> list[Delivery]:
+            where = f" AND m.topic NOT IN ({_marks(excluded)})" if excluded else ""
+            rows = c.execute(
+                "SELECT d.seq, m.topic, m.priority, d.change, d.attempts, m.mode, m.data"
+                " FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                f" WHERE d.subscriber = ? AND d.state = {PENDING} AND m.trashed IS NULL AND m.done = 0"
+                f"{where} ORDER BY m.priority DESC, d.seq LIMIT ?", (subscriber, *excluded, limit))
+            return [Delivery(seq, topic, priority, change, attempts, mode, bytes(data))
+                    for seq, topic, priority, change, attempts, mode, data in rows]
+
+        return self._submit(get)
+
+    def acknowledge(self, subscriber: str, seq: int) -> Deferred:
+        def ack(c: sqlite3.Connection) -> Settled | None:
+            if c.execute(f"UPDATE deliveries SET state = {ACKED} WHERE subscriber = ? AND seq = ?"
+                         f" AND state = {PENDING}", (subscriber, seq)).rowcount == 0:
+                return None
+            row = c.execute("SELECT topic, mode, receipt FROM messages WHERE seq = ?", (seq,)).fetchone()
+            if row is None:
+                return Settled(seq, "")
+            topic, mode, receipt = row
+            due = _receipt(c, seq, final=False) if receipt != "NONE" else None
+            released: tuple[str, ...] = ()
+            if mode == "ONE":
+                released = _pending_of(c, seq)
+                c.execute(f"DELETE FROM deliveries WHERE seq = ? AND state = {PENDING}", (seq,))
+                c.execute("UPDATE messages SET done = 1 WHERE seq = ?", (seq,))
+            return Settled(seq, topic, due, released)
+
+        return self._submit(ack)
+
+    def attempt(self, subscriber: str, seq: int) -> Deferred:
+        def count(c: sqlite3.Connection) -> int:
+            c.execute(f"UPDATE deliveries SET attempts = attempts + 1 WHERE subscriber = ? AND seq = ?"
+                      f" AND state = {PENDING}", (subscriber, seq))
+            row = c.execute(f"SELECT attempts FROM deliveries WHERE subscriber = ? AND seq = ?"
+                            f" AND state = {PENDING}", (subscriber, seq)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._submit(count)
+
+    def give_up(self, subscriber: str, seq: int, now: float) -> Deferred:
+        def give_up(c: sqlite3.Connection) -> Settled | None:
+            if c.execute(f"UPDATE deliveries SET state = {DEAD} WHERE subscriber = ? AND seq = ?"
+                         f" AND state = {PENDING}", (subscriber, seq)).rowcount == 0:
+                return None
+            row = c.execute("SELECT topic FROM messages WHERE seq = ?", (seq,)).fetchone()
+            if row is None:
+                return None
+            if _pending_of(c, seq):
+                return Settled(seq, row[0])
+            return _trash(c, seq, now)
+
+        return self._submit(give_up)
+
+    def backfill(self, subscriber: str, topics: Iterable[str], since: float | None, now: float) -> Deferred:
+        keys = list(topics)
+
+        def backfill(c: sqlite3.Connection) -> int:
+            added = 0
+            for chunk in _chunks(keys):
+                marks = _marks(chunk)
+                added += c.execute(
+                    f"INSERT OR IGNORE INTO deliveries SELECT ?, seq, {PENDING}, 0, 'ADD' FROM messages"
+                    f" WHERE topic IN ({marks}) AND {_LIVE} AND done = 0"
+                    " AND (expires IS NULL OR expires > ?) AND received >= ?",
+                    (subscriber, *chunk, now, since if since is not None else float("-inf"))).rowcount
+                if since is not None:
+                    c.execute(
+                        f"DELETE FROM deliveries WHERE subscriber = ? AND state = {PENDING} AND seq IN"
+                        f" (SELECT seq FROM messages WHERE topic IN ({marks}) AND received < ?)",
+                        (subscriber, *chunk, since))
+            return added
+
+        return self._submit(backfill)
+
+    def drop_pending(self, subscriber: str, topics: Iterable[str]) -> Deferred:
+        keys = list(topics)
+
+        def drop(c: sqlite3.Connection) -> int:
+            dropped = 0
+            for chunk in _chunks(keys):
+                dropped += c.execute(
+                    f"DELETE FROM deliveries WHERE subscriber = ? AND state = {PENDING} AND seq IN"
+                    f" (SELECT seq FROM messages WHERE topic IN ({_marks(chunk)}))",
+                    (subscriber, *chunk)).rowcount
+            return dropped
+
+        return self._submit(drop)
+
     # ------------------------------------------------------------------ subscriptions
+
+    def load_subscriptions(self) -> Deferred:
+        def get(c: sqlite3.Connection) -> list[SubscriptionRecord]:
+            rows = c.execute("SELECT subscriber, kind, topic, changes, since, until FROM subscriptions"
+                             " ORDER BY subscriber, kind, topic")
+            return [SubscriptionRecord(s, k, t, tuple(filter(None, ch.split(","))), si, un)
+                    for s, k, t, ch, si, un in rows]
+
+        return self._submit(get)
 
     def put_subscription(self, record: SubscriptionRecord) -> Deferred:
         row = (record.subscriber, record.kind, record.topic, ",".join(record.changes),

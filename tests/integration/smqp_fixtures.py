@@ -101,3 +101,77 @@ async def smqp_server(tmp_path: Path):
     yield start
     for server in running:
         await server.stop()
+
+
+class BlockingSMQP:
+    """A blocking SMQP client over a plain socket, for tests against a ``twistd`` subprocess
+    (crash tests, benchmarks): the real codec parses what the server sends."""
+
+    def __init__(self, port: int, timeout: float = 10.0) -> None:
+        import socket
+
+        from brokerd.protocols.smqp.codec import SMQPClientParser
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.parser = SMQPClientParser()
+        self.events: list[Any] = []
+        self.greeting = self._next()
+
+    def _next(self) -> Any:
+        while not self.events:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("the server closed the connection")
+            self.events.extend(self.parser.feed(data))
+        return self.events.pop(0)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reply(self) -> Any:
+        """The next reply; notifications met first are kept for :meth:`notify`."""
+        from brokerd.protocols.smqp.events import Reply
+
+        kept = []
+        while True:
+            event = self._next()
+            if isinstance(event, Reply):
+                self.events[:0] = kept
+                return event
+            kept.append(event)
+
+    def notify(self) -> Any:
+        from brokerd.protocols.smqp.events import Notify
+
+        for index, event in enumerate(self.events):
+            if isinstance(event, Notify):
+                return self.events.pop(index)
+        while True:
+            event = self._next()
+            if isinstance(event, Notify):
+                return event
+            self.events.append(event)
+
+    def command(self, line: str) -> Any:
+        self.send(line.encode("utf-8") + b"\r\n")
+        return self.reply()
+
+    def login(self, account: str, channel: str) -> Any:
+        assert self.command(f"LOGIN {account}:{channel} CLEAR/1.0").code == 200
+        password = ACCOUNTS[account]
+        reply = self.command(f"PASS {account} {password}" if password else f"PASS {account}")
+        assert reply.code == 200, reply
+        return reply
+
+    def publish_bytes(self, topic: str, cmuid: str, data: bytes, *headers: tuple[str, str]) -> bytes:
+        from brokerd.protocols.smqp.codec import encode_publish, format_datetime
+        from brokerd.protocols.smqp.events import Body, Section
+
+        import time
+
+        body = Body((("Created", format_datetime(time.time())), *headers),
+                    (Section((("Content-Type", "application/octet-stream"),), data),))
+        return encode_publish(topic, cmuid, body)
+
+    def close(self) -> None:
+        self.sock.close()

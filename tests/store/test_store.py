@@ -24,6 +24,12 @@ def message(smuid: str, topic_key: str = "news", data: bytes = b"x") -> MessageR
     return MessageRecord(smuid, topic_key, "alice:c1", "A1", 1000.0, None, 1, data)
 
 
+def numbered(seq: int, topic_key: str, priority: int = 1, mode: str = "ALL", receipt: str = "NONE",
+             expires: float | None = None, received: float = 1.0) -> MessageRecord:
+    return MessageRecord(f"h/{seq}", topic_key, "alice:c1", f"C{seq}", received, expires, priority, b"d",
+                         seq, mode, receipt)
+
+
 class StoreContract:
     """Every test gets a fresh, open ``store``."""
 
@@ -108,6 +114,83 @@ class StoreContract:
         assert await store.count_subscribers(["news", "other"]) == 1
 
     @pytest_twisted.ensureDeferred
+    async def test_publish_pending_acknowledge_in_priority_order(self, store):
+        first = await store.next_seq()
+        await store.publish(numbered(first, "news", priority=1), [("bob:c1", "ADD"), ("eve:c1", "ADD")])
+        await store.publish(numbered(first + 1, "news", priority=5), [("bob:c1", "REPLACE")])
+        await store.publish(numbered(first + 2, "other"), [("bob:c1", "ADD")])
+        assert await store.next_seq() == first + 3
+        pending = await store.pending("bob:c1", 10)
+        assert [(d.seq, d.change) for d in pending] == [(first + 1, "REPLACE"), (first, "ADD"), (first + 2, "ADD")]
+        assert pending[0].data == b"d" and pending[0].mode == "ALL"
+        assert [d.seq for d in await store.pending("bob:c1", 10, ["other"])] == [first + 1, first]
+        assert [d.seq for d in await store.pending("bob:c1", 1)] == [first + 1]
+        settled = await store.acknowledge("bob:c1", first + 1)
+        assert settled.seq == first + 1 and settled.released == () and settled.receipt is None
+        assert await store.acknowledge("bob:c1", first + 1) is None
+        assert [d.seq for d in await store.pending("bob:c1", 10)] == [first, first + 2]
+        with pytest.raises(ValueError):
+            await store.publish(numbered(first, "news"), [])
+
+    @pytest_twisted.ensureDeferred
+    async def test_one_delivery_receipts_and_give_up(self, store):
+        seq = await store.next_seq()
+        await store.publish(numbered(seq, "jobs", mode="ONE", receipt="ONE"), [("a:1", "ADD"), ("b:1", "ADD")])
+        settled = await store.acknowledge("b:1", seq)
+        assert settled.released == ("a:1",)
+        assert (settled.receipt.acked, settled.receipt.total) == (1, 2)
+        assert await store.pending("a:1", 10) == []
+        await store.backfill("c:1", ["jobs"], None, 0.0)
+        assert await store.pending("c:1", 10) == []  # a settled ONE message is done
+        seq2 = await store.next_seq()
+        await store.publish(numbered(seq2, "all", receipt="ALL"), [("a:1", "ADD"), ("b:1", "ADD")])
+        assert (await store.acknowledge("a:1", seq2)).receipt is None
+        assert await store.attempt("b:1", seq2) == 1
+        assert await store.attempt("b:1", seq2) == 2
+        assert await store.attempt("nobody", seq2) == 0
+        gave_up = await store.give_up("b:1", seq2, 50.0)
+        assert gave_up.trashed and (gave_up.receipt.acked, gave_up.receipt.total) == (1, 2)
+        assert await store.count_messages(["all/trash"]) == 1
+        assert (await store.find_message(seq2)).trashed == 50.0
+
+    @pytest_twisted.ensureDeferred
+    async def test_expire_trash_empty_and_backfill_since(self, store):
+        seq = await store.next_seq()
+        await store.publish(numbered(seq, "news", expires=10.0, received=1.0), [("bob:c1", "ADD")])
+        await store.publish(numbered(seq + 1, "news", expires=None, received=5.0), [])
+        await store.publish(numbered(seq + 2, "news", expires=None, received=7.0), [])
+        assert await store.backfill("eve:c1", ["news"], 5.0, 2.0) == 2
+        assert [d.seq for d in await store.pending("eve:c1", 10)] == [seq + 1, seq + 2]
+        assert await store.backfill("eve:c1", ["news"], 6.0, 2.0) == 0
+        assert [d.seq for d in await store.pending("eve:c1", 10)] == [seq + 2]
+        assert await store.drop_pending("eve:c1", ["news"]) == 1
+        assert await store.expire(9.0, 10) == []
+        [settled] = await store.expire(10.0, 10)
+        assert settled.trashed and settled.released == ("bob:c1",) and settled.topic == "news"
+        assert await store.pending("bob:c1", 10) == []
+        assert [m.seq for m in await store.get_messages("news/trash")] == [seq]
+        assert [m.seq for m in await store.get_messages("news", [seq + 2, 999])] == [seq + 2]
+        assert await store.empty_trash(9.0) == 0
+        assert await store.empty_trash(10.0) == 1
+        assert await store.find_message(seq) is None
+
+    @pytest_twisted.ensureDeferred
+    async def test_move_trash_delete_and_load_subscriptions(self, store):
+        seq = await store.next_seq()
+        await store.publish(numbered(seq, "a"), [("x:1", "ADD"), ("y:1", "ADD")])
+        await store.acknowledge("y:1", seq)
+        moved = await store.move_message(seq, "b", [("y:1", "ADD"), ("z:1", "ADD")])
+        assert moved.released == ("x:1",) and moved.topic == "a"
+        assert [d.seq for d in await store.pending("z:1", 10)] == [seq]
+        assert await store.pending("y:1", 10) == []  # acknowledged before the move
+        trashed = await store.trash_message(seq, 3.0)
+        assert trashed.released == ("z:1",) and await store.trash_message(seq, 3.0) is None
+        assert await store.move_message(seq, "c", []) is None
+        assert await store.delete_message(seq) is True
+        await store.put_subscription(SubscriptionRecord("x:1", "MESSAGE", "a/*", ("ADD",)))
+        assert [r.topic for r in await store.load_subscriptions()] == ["a/*"]
+
+    @pytest_twisted.ensureDeferred
     async def test_calls_take_effect_in_order(self, store):
         results = await gatherResults([
             store.put_topics([topic("a")]),
@@ -167,6 +250,52 @@ class TestSQLiteStore(StoreContract):
             await second.close()
         version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
         assert version == len(MIGRATIONS)
+
+    @pytest_twisted.ensureDeferred
+    async def test_publishes_made_together_share_a_commit_off_the_reactor(self, store):
+        """Group commit: 500 concurrent publishes take a few transactions, and the reactor
+        thread spends almost no time while the writer thread commits them."""
+        import time
+
+        first = await store.next_seq()
+        before = store.batches
+        started = time.perf_counter()
+        cpu = time.thread_time()
+        calls = [store.publish(numbered(first + i, "bench"), [("s:1", "ADD")]) for i in range(500)]
+        submit_cpu = time.thread_time() - cpu
+        await gatherResults(calls)
+        elapsed = time.perf_counter() - started
+        assert store.batches - before <= 5
+        assert submit_cpu < elapsed
+        assert await store.count_messages(["bench"]) == 500
+
+    @pytest_twisted.ensureDeferred
+    async def test_the_reactor_keeps_running_while_the_store_writes(self, store):
+        """Disk work is in the writer thread: a 5 ms timer on the reactor keeps firing while
+        2000 publishes with 10 deliveries each are committed (the longest gap is measured)."""
+        import time
+
+        from twisted.internet.task import LoopingCall
+
+        gaps: list[float] = []
+        last = [time.perf_counter()]
+
+        def tick() -> None:
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        loop = LoopingCall(tick)
+        loop.start(0.005)
+        first = await store.next_seq()
+        targets = [(f"s:{n}", "ADD") for n in range(10)]
+        for start in range(0, 2000, 100):
+            await gatherResults([store.publish(numbered(first + i, "lag"), targets)
+                                 for i in range(start, start + 100)])
+        loop.stop()
+        assert len(gaps) > 5
+        print(f"reactor: {len(gaps)} ticks, longest gap {max(gaps) * 1000:.1f} ms")
+        assert max(gaps) < 0.25, f"the reactor stalled {max(gaps) * 1000:.0f} ms"
 
     @pytest_twisted.ensureDeferred
     async def test_calls_made_together_share_transactions(self, store):

@@ -30,10 +30,12 @@ from brokerd.protocols.smqp.codec import (
     SMQPProtocolError,
     encode_command,
     encode_contact,
+    encode_publish,
+    format_datetime,
     format_keywords,
     parse_keywords,
 )
-from brokerd.protocols.smqp.events import Greeting, Notify, Reply
+from brokerd.protocols.smqp.events import Body, Greeting, Notify, Reply, Section
 
 NotifyHandler = Callable[[Notify], object]
 
@@ -265,6 +267,31 @@ class SMQPClientProtocol(Protocol):
         words = ["GET", "LOGIN", "CONTACT", mime] + ([account] if account else [])
         d = self.command(*words)
         return d.addCallback(lambda reply: "\r\n".join(reply.values).encode("utf-8"))
+
+    def publish(self, target: str, cmuid: str, sections: Iterable[tuple[str, bytes]] = (),
+                headers: Iterable[tuple[str, str]] = (), mode: str = "NEW",
+                created: float | None = None) -> Deferred:
+        """PUBLISH MESSAGE [mode] target cmuid with a Created attribute (now, or
+        ``created``), ``headers`` and one data section per ``(content type, data)``;
+        Deferred[Reply] (``reply.values``: the CMUID and the SMUID)."""
+        import time
+
+        attributes = (("Created", format_datetime(time.time() if created is None else created)),
+                      *tuple(headers))
+        body = Body(attributes, tuple(Section((("Content-Type", kind),), data) for kind, data in sections))
+        return self.send_raw(encode_publish(target, cmuid, body, mode))
+
+    def subscribe(self, topic: str, *options: str) -> Deferred:
+        """SUBSCRIBE MESSAGE [options...] topic; Deferred[list[str]]: the topics it covers."""
+        return self._values(self.command("SUBSCRIBE", "MESSAGE", *options, topic))
+
+    def unsubscribe(self, topic: str, resource: str = "MESSAGE") -> Deferred:
+        return self._values(self.command("UNSUBSCRIBE", resource, topic))
+
+    def acknowledge(self, code: str = "310 ACK") -> Deferred:
+        """The first phase of a delivery (``310 ACK``, ``312 wait``, ``416 ...``):
+        Deferred[Reply], the server's ``310 ACK`` for 310 and 312."""
+        return self.send_raw(code.encode("utf-8") + b"\r\n")
 
     def get_channel(self) -> Deferred:
         d = self.command("GET", "LOGIN", "CHANNEL")

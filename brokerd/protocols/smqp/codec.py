@@ -1311,5 +1311,20 @@ def encode_contact(mime: str, data: bytes) -> bytes:
     return out + b"".join(line + CRLF for line in lines) + b"." + CRLF
 
 
+def decode_body(data: bytes) -> Body:
+    """The :class:`Body` of bytes written by :func:`encode_body` (a stored message).
+    Raises ValueError."""
+    source = _Input(MAX_SERVER_LINE)
+    source.add(data)
+    reader = _BodyReader(source, True, max(len(data), 1))
+    try:
+        result = reader.step()
+    except _BodyError as exc:
+        raise ValueError(exc.text) from None
+    if not isinstance(result, Body):
+        raise ValueError("truncated message body")
+    return result
+
+
 def attributes_of(pairs: Iterable[tuple[str, str]]) -> Attributes:
     return tuple((str(k), str(v)) for k, v in pairs)

@@ -16,6 +16,7 @@ See docs/smqp.md for the commands, the reply codes and the permission model.
 """
 from __future__ import annotations
 
+import itertools
 import secrets
 import socket
 from collections import deque
@@ -61,7 +62,10 @@ from brokerd.protocols.smqp.codec import (
     format_keywords,
     format_timeout,
 )
+from brokerd.protocols.smqp.delivery import MessageService
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
+from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
+from brokerd.protocols.smqp.subscriptions import MESSAGE
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import Contact, TopicRecord
@@ -94,17 +98,19 @@ _PERM_NAMES = {Perm.PUBLISH: "publish", Perm.SUBSCRIBE: "subscribe", Perm.ADMINI
 _BEFORE_LOGIN = {"LOGIN", "PASSWORD", "NOOP", "QUIT"}
 
 
-class Refused(Exception):
-    """A command refused with ``code text`` (the session goes on)."""
+class _Slot:
+    """The reply of one command: written once it and every earlier one are ready."""
 
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
+    __slots__ = ("data", "ready", "after")
+
+    def __init__(self, ready: bool = True) -> None:
+        self.data: list[bytes] = []
+        self.ready = ready
+        self.after: list[Callable[[], None]] = []
 
 
 @implementer(ISubscriber, IPushProducer, IHandshakeListener)
-class SMQPServerProtocol(Protocol):
+class SMQPServerProtocol(MessagingCommands, Protocol):
     """One SMQP connection; once logged in also its session as the Broker sees it."""
 
     _log = Logger()
@@ -116,7 +122,8 @@ class SMQPServerProtocol(Protocol):
     def __init__(self) -> None:
         self._parser = SMQPParser()
         self._queue: deque[Command | ClientReply | Rejected] = deque()
-        self._out: list[bytes] = []
+        self._slots: deque[_Slot] = deque()
+        self._slot: _Slot | None = None
         self._busy = False
         self._running = False
         self._admitted = False
@@ -131,6 +138,10 @@ class SMQPServerProtocol(Protocol):
         self.channel: str | None = None
         self.closed = False
         self.dropped = 0
+        self.outbox: Any = None
+        self.server_bye = True
+        """NOTIFY SERVER BYE at shutdown (every client is subscribed by default)."""
+        self.server_timeout = False
 
     @property
     def wire_format(self) -> SMQPWireFormat:  # type: ignore[override]
@@ -146,7 +157,6 @@ class SMQPServerProtocol(Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
-        self.send = self.transport.write
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(
@@ -186,6 +196,8 @@ class SMQPServerProtocol(Protocol):
         self.closed = True
         self._queue.clear()
         self._cancel_login_timer()
+        if self.outbox is not None:
+            self.factory.service.detach(self.outbox)
         if self._admitted:
             self._admitted = False
             self.factory.broker.release()
@@ -202,8 +214,9 @@ class SMQPServerProtocol(Protocol):
         if self.closed:
             return
         if code is not None:
+            self._slot = None
             self._reply(code, text)
-        self._flush()
+        self._flush(closing=True)
         self.closed = True
         self._queue.clear()
         self.transport.loseConnection()
@@ -223,9 +236,18 @@ class SMQPServerProtocol(Protocol):
         """A newer login of this account and channel took over."""
         self._close(421, f"Replaced by a newer login of {self.account}:{self.channel}")
 
-    def _drop(self, data: bytes) -> None:
-        self.dropped += 1
-        self.factory.broker.stats.slow_consumer_drops += 1
+    def send(self, data: bytes) -> None:
+        """A message from the core (another protocol's UCAST to this session): queued with
+        the notifications that need no acknowledgement."""
+        if self.outbox is not None:
+            self.outbox.offer_volatile(data)
+
+    def write_notify(self, parts: list[bytes]) -> None:
+        if not self.closed:
+            self.transport.writeSequence(parts)
+
+    def can_notify(self) -> bool:
+        return not self.closed and not self._paused_output
 
     # ------------------------------------------------------------------ flow control
 
@@ -234,28 +256,30 @@ class SMQPServerProtocol(Protocol):
         if self.closed:
             return
         self._paused_output = True
-        self.send = self._drop
         self._regulate()
 
     def resumeProducing(self) -> None:
         if self.closed:
             return
         self._paused_output = False
-        self.send = self.transport.write
         self._regulate()
+        if self.outbox is not None:
+            self.outbox.pump()
 
     def stopProducing(self) -> None:
-        self.send = self._drop
+        """The transport is going away; connectionLost follows."""
+        self._paused_output = True
 
     def _regulate(self) -> None:
         """Read while the output drains and few commands wait; pause otherwise."""
         if self.closed:
             return
-        wanted = self._paused_output or len(self._queue) > MAX_PIPELINE
+        waiting = len(self._queue) + len(self._slots)
+        wanted = self._paused_output or waiting > MAX_PIPELINE
         if wanted and not self._paused_reading:
             self._paused_reading = True
             self.transport.pauseProducing()
-        elif not wanted and self._paused_reading and len(self._queue) <= MAX_PIPELINE // 2:
+        elif not wanted and self._paused_reading and waiting <= MAX_PIPELINE // 2:
             self._paused_reading = False
             self.transport.resumeProducing()
 
@@ -274,20 +298,49 @@ class SMQPServerProtocol(Protocol):
         self._running = True
         try:
             while self._queue and not self._busy and not self.closed:
+                slot = self._slot = _Slot()
+                self._slots.append(slot)
                 result = self._handle(self._queue.popleft())
-                if isinstance(result, Deferred):
+                if isinstance(result, Overlap):
+                    slot.ready = False
+                    self._slot = None
+                    result.d.addCallbacks(self._overlap_done, self._overlap_failed,
+                                          callbackArgs=(slot,), errbackArgs=(slot,))
+                elif isinstance(result, Deferred):
+                    slot.ready = False
                     self._busy = True
                     result.addErrback(self._failed)
-                    result.addBoth(self._resume)
+                    result.addBoth(self._resume, slot)
+                else:
+                    self._slot = None
         finally:
             self._running = False
         self._flush()
         self._regulate()
 
-    def _resume(self, _result: Any) -> None:
+    def _resume(self, _result: Any, slot: _Slot) -> None:
         self._busy = False
+        slot.ready = True
+        self._slot = None
         if not self._running:
             self._run()
+
+    def _overlap_done(self, data: bytes, slot: _Slot) -> None:
+        if data:
+            slot.data.append(data)
+        slot.ready = True
+        if not self._running:
+            self._flush()
+            self._regulate()
+
+    def _overlap_failed(self, failure: Failure, slot: _Slot) -> None:
+        error = failure.value
+        if isinstance(error, (Refused, TopicError)):
+            slot.data.append(encode_reply(error.code, error.text))
+        else:
+            self._log.failure("SMQP publish failed", failure)
+            slot.data.append(encode_reply(451, "Local error: the message was not stored"))
+        self._overlap_done(b"", slot)
 
     def _handle(self, event: Command | ClientReply | Rejected) -> Deferred | None:
         try:
@@ -295,8 +348,9 @@ class SMQPServerProtocol(Protocol):
                 self._reply(event.code, event.text)
                 return None
             if isinstance(event, ClientReply):
-                self._reply(503, "Bad sequence: no notification to acknowledge")
-                return None
+                if self.outbox is None:
+                    raise Refused(503, "Bad sequence: no notification to acknowledge")
+                return self.client_reply(event)
             if event.name != "PASSWORD":
                 self._password_change = None
             if self.account is None and event.name not in _BEFORE_LOGIN:
@@ -325,14 +379,40 @@ class SMQPServerProtocol(Protocol):
     # ------------------------------------------------------------------ output
 
     def _reply(self, code: int, *lines: str) -> None:
-        if not self.closed:
-            self._out.append(encode_reply(code, *lines))
+        self._reply_raw(encode_reply(code, *lines))
 
-    def _flush(self) -> None:
-        out = self._out
+    def _reply_raw(self, data: bytes) -> None:
+        """Bytes of the current command's reply (or, outside a command, a reply of its own)."""
+        if self.closed:
+            return
+        slot = self._slot
+        if slot is None:
+            slot = _Slot()
+            self._slots.append(slot)
+        slot.data.append(data)
+
+    def _after_reply(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the current reply has been written (the server's 310
+        before the next NOTIFY)."""
+        slot = self._slot
+        if slot is None:
+            callback()
+        else:
+            slot.after.append(callback)
+
+    def _flush(self, closing: bool = False) -> None:
+        """Write the replies that are ready, in command order (all of them when closing)."""
+        slots = self._slots
+        out: list[bytes] = []
+        after: list[Callable[[], None]] = []
+        while slots and (slots[0].ready or closing):
+            slot = slots.popleft()
+            out.extend(slot.data)
+            after.extend(slot.after)
         if out and not self.closed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-        out.clear()
+        for callback in after:
+            callback()
 
     # ------------------------------------------------------------------ login
 
@@ -424,6 +504,8 @@ class SMQPServerProtocol(Protocol):
         self.address = b"smqp:" + self.name
         factory.logged_in(self)
         factory.broker.attach(self)
+        self.outbox = factory.service.attach(self)
+        self._after_reply(self.outbox.pump)
         now = factory.clock.seconds()
         self._reply(
             OK, "OK",
@@ -544,10 +626,14 @@ class SMQPServerProtocol(Protocol):
             line += " > " + (target.display if target is not None else "/" + node.link)
         return line
 
-    def _persist(self, d: Deferred, undo: Callable[[], None]) -> Deferred:
-        """Answer 200 once the store has the change; undo it in memory if the store fails."""
+    def _persist(self, d: Deferred, undo: Callable[[], None],
+                 then: Callable[[], None] | None = None) -> Deferred:
+        """Answer 200 once the store has the change (and run ``then``: notices); undo it in
+        memory if the store fails."""
         def stored(_result: Any) -> None:
             self._reply(OK, "OK")
+            if then is not None:
+                then()
 
         def failed(failure: Failure) -> None:
             undo()
@@ -574,8 +660,15 @@ class SMQPServerProtocol(Protocol):
         tree = self.factory.tree
         node = tree.create(parent, ref.leaves[-1], keywords=command.keywords or (), link=link,  # type: ignore[union-attr]
                            owner=self.account or "", now=self.factory.clock.seconds())
+        service = self.factory.service
+
+        def created() -> None:
+            if node.link is None and service.index.matching(MESSAGE, node.key):
+                service.bridge([node.key])
+            service.topic_notice(parent.key, "ADD", node.display)
+
         return self._persist(self.factory.store.put_topics([node.record()]),
-                             lambda: tree.remove(node))
+                             lambda: tree.remove(node), created)
 
     def do_REMOVE_TOPIC(self, command: Command) -> Deferred:
         found = self._resolve(command.topic, follow=False, need=Perm.CREATE)  # type: ignore[arg-type]
@@ -590,6 +683,8 @@ class SMQPServerProtocol(Protocol):
 
         def done(_result: Any) -> None:
             self._reply(OK, "OK", f"{pending[0]} messages pending")
+            for key in keys:
+                self.factory.service.topic_notice(key, "DELETE")
 
         def failed(failure: Failure) -> None:
             tree.restore(removed)
@@ -606,10 +701,13 @@ class SMQPServerProtocol(Protocol):
         parent = self._resolve(TopicRef(new.leaves[:-1]), need=Perm.CREATE).node  # type: ignore[union-attr]
         tree = self.factory.tree
         old_parent, old_name = source.parent, source.name
+        old_key = source.key
         changed = tree.rename(source, parent, new.leaves[-1])  # type: ignore[union-attr]
-        renames = [(old_key, node.record()) for old_key, node in changed]
+        renames = [(old, node.record()) for old, node in changed]
+        service = self.factory.service
         return self._persist(self.factory.store.rename_topics(renames),
-                             lambda: tree.rename(source, old_parent, old_name))  # type: ignore[arg-type]
+                             lambda: tree.rename(source, old_parent, old_name),  # type: ignore[arg-type]
+                             lambda: service.topic_notice(old_key, "RENAME", source.display))
 
     def do_SET_TOPIC_KEYWORDS(self, command: Command) -> Deferred:
         node = self._resolve(command.topic, follow=False, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
@@ -619,7 +717,9 @@ class SMQPServerProtocol(Protocol):
         def undo() -> None:
             node.keywords = old
 
-        return self._persist(self.factory.store.put_topics([node.record()]), undo)
+        return self._persist(self.factory.store.put_topics([node.record()]), undo,
+                             lambda: self.factory.service.topic_notice(node.key, "KEYWORDS",
+                                                                      format_keywords(node.keywords)))
 
     def do_SET_TOPIC_DELIVERY(self, command: Command) -> Deferred:
         node = self._resolve(command.topic, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
@@ -629,7 +729,8 @@ class SMQPServerProtocol(Protocol):
         def undo() -> None:
             node.delivery = old
 
-        return self._persist(self.factory.store.put_topics([node.record()]), undo)
+        return self._persist(self.factory.store.put_topics([node.record()]), undo,
+                             lambda: self.factory.service.set_delivery(node.key, node.delivery))
 
     def _changeable(self, node: Node) -> None:
         if node.key == "" or node.transient or (node.system and node.key == ACCOUNTS):
@@ -734,11 +835,17 @@ class SMQPServerFactory(Factory):
         self.tree = TopicTree()
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
+        self.service = MessageService(store, clock, broker, self.wire, self.display)
+        self.service.default_timeout = message_timeout
+        self.domains = {self.domain.lower(), "localhost"}
+        """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
+        self.volatile_numbers = itertools.count(1)
         self.sessions: dict[str, set[SMQPServerProtocol]] = {}
         self.start_error: Failure | None = None
         self.started: Deferred = Deferred()
         self._ual_stamp: tuple[int, int, int] | None = _stamp(ual_file) if ual_file else None
         self._ual_loop: LoopingCall | None = None
+        self._factory_started = False
 
     # ------------------------------------------------------------------ start-up
 
@@ -749,6 +856,7 @@ class SMQPServerFactory(Factory):
         d.addCallback(self._topics_loaded)
         d.addCallback(lambda _: self.store.get_meta("suid"))
         d.addCallback(self._suid_loaded)
+        d.addCallback(lambda _: self.service.start())
         d.addCallbacks(self._ready, self._start_failed)
         return self.started
 
@@ -768,7 +876,26 @@ class SMQPServerFactory(Factory):
 
     def _ready(self, _result: Any) -> None:
         self.wire.server_id = self.suid
+        self.service.suid = self.suid
+        self.domains.add(self.suid.partition("/")[0].lower())
+        service = self.service
+        for node in self.tree.descendants_all(self.tree.root):
+            if node.delivery == "NONE":
+                service.none_topics.add(node.key)
+            if node.link is None and service.index.matching(MESSAGE, node.key):
+                service.bridge([node.key])
+        if self._factory_started:
+            service.start_sweeps()
         self.started.callback(None)
+
+    def display(self, key: str) -> str:
+        """The path of a topic key as notifications show it (the names as created)."""
+        base, trash, _rest = key.rpartition("/trash") if key.endswith("/trash") or key == "trash" else (key, "", "")
+        if key == "trash":
+            base = ""
+        node = self.tree.get(base)
+        path = node.display if node is not None and base else "/" + base
+        return path.rstrip("/") + "/Trash" if trash or key == "trash" else path
 
     def _start_failed(self, failure: Failure) -> None:
         self._log.failure("The SMQP front end could not start", failure)
@@ -792,6 +919,9 @@ class SMQPServerFactory(Factory):
     # ------------------------------------------------------------------ factory life
 
     def startFactory(self) -> None:
+        self._factory_started = True
+        if self.started.called and self.start_error is None:
+            self.service.start_sweeps()
         if self.ual_file is not None and self._ual_loop is None:
             self._ual_loop = LoopingCall(self.reload_ual)
             self._ual_loop.clock = self.clock
@@ -803,10 +933,12 @@ class SMQPServerFactory(Factory):
         if self._ual_loop is not None and self._ual_loop.running:
             self._ual_loop.stop()
         self._ual_loop = None
+        self._factory_started = False
+        self.service.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
         for sessions in list(self.sessions.values()):
             for session in list(sessions):
-                if not session.closed:
+                if not session.closed and session.server_bye:
                     session.transport.write(bye)
 
     def reload_ual(self) -> Deferred:

@@ -165,9 +165,9 @@ def test_stop_factory_says_bye(factory):
 
 def test_client_acknowledgement_without_a_notification(factory):
     protocol, transport = logged_in(factory)
-    protocol.dataReceived(b"310 ACK\r\nCONNECTTO alice:c1 721\r\nLIST SUBSCRIPTIONS\r\n")
+    protocol.dataReceived(b"310 ACK\r\nCONNECTTO alice:c1 721\r\nLIST SUBSCRIPTIONS\r\n200 OK\r\n")
     codes = [line[:3] for line in transport.value().split(b"\r\n") if line]
-    assert codes == [b"503", b"502", b"502"]
+    assert codes == [b"503", b"502", b"200", b"400"]
 
 
 # ---------------------------------------------------------------------------- wire format
@@ -240,3 +240,54 @@ def test_the_ual_file_is_watched_on_the_clock(factory, tmp_path):
     factory.clock.advance(0.1)
     assert watched.ual.permissions("alice", ()) == Perm.SUBSCRIBE
     watched.stopFactory()
+
+
+# ---------------------------------------------------------------------------- messages
+
+PUB = (b"PUB MESSAGE /a %s\r\nCreated: D20020101T000000Z\r\n\r\n"
+       b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n%s\r\n.\r\n")
+
+
+def test_get_message_returns_the_stored_messages(factory):
+    protocol, transport = logged_in(factory)
+    protocol.dataReceived(b"CREATE TOPIC /a\r\n" + PUB % (b"C1", b"m1") + PUB % (b"C2", b"m2"))
+    transport.clear()
+    protocol.dataReceived(b"GET MESSAGE /a *\r\nLIST MESSAGE /a\r\nGET MESSAGE /a 99\r\n")
+    out = transport.value()
+    assert out.startswith(b"200 OK\r\nTopic: /a\r\nCreated: D20020101T000000Z\r\nSmuid: ")
+    assert out.count(b"Topic: /a\r\n") == 2 and b"\r\nm1\r\n.\r\n" in out and b"\r\nm2\r\n.\r\n.\r\n" in out
+    assert out.endswith(b"200-OK\r\n200 1-2\r\n404 Not found: no such message in the topic\r\n")
+
+
+def test_unacknowledged_notifications_are_retried_then_trashed(factory):
+    from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
+
+    subscriber, sub_transport = logged_in(factory, "s1")
+    subscriber.dataReceived(b"CREATE TOPIC /a\r\nSUB MESSAGE /a\r\n")
+    publisher, pub_transport = logged_in(factory, "p1")
+    publisher.dataReceived(PUB % (b"C1", b"m1"))
+    assert pub_transport.value().startswith(b"200-OK\r\n200-alice:p1@test.example/C1(")
+    sub_transport.clear()
+    factory.clock.advance(0)
+    for attempt in range(MAX_ATTEMPTS - 1):
+        factory.clock.advance(RETRY_TIMEOUT)
+        assert sub_transport.value().count(b"NOTIFY MESSAGE /a ADD\r\n") == attempt + 1
+    factory.clock.advance(RETRY_TIMEOUT)
+    assert sub_transport.value().count(b"NOTIFY MESSAGE /a ADD\r\n") == MAX_ATTEMPTS - 1
+    assert factory.service.stats["redelivered"] == MAX_ATTEMPTS - 1
+    assert factory.service.stats["trashed"] == 1
+    transport = sub_transport
+    transport.clear()
+    subscriber.dataReceived(b"COUNT MESSAGE /a/Trash\r\n310 ACK\r\n")
+    assert transport.value() == b"200-OK\r\n200 1\r\n503 Bad sequence: no notification to acknowledge\r\n"
+
+
+def test_server_ack_comes_before_the_next_notification(factory):
+    subscriber, transport = logged_in(factory, "s1")
+    subscriber.dataReceived(b"CREATE TOPIC /a\r\nSUB MESSAGE /a\r\n")
+    publisher, _ = logged_in(factory, "p1")
+    publisher.dataReceived(PUB % (b"C1", b"m1") + PUB % (b"C2", b"m2"))
+    transport.clear()
+    subscriber.dataReceived(b"310 ACK\r\n")
+    out = transport.value()
+    assert out.startswith(b"310 ACK\r\nNOTIFY MESSAGE /a ADD\r\n") and b"\r\nm2\r\n" in out

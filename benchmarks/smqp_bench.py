@@ -1,0 +1,224 @@
+"""SMQP durable publish with acknowledged delivery: throughput and latency.
+
+    python benchmarks/smqp_bench.py                      # 1 and 10 publishers, group commit on and off
+    python benchmarks/smqp_bench.py --publishers 10 --messages 500 --no-compare
+
+A real ``twistd brokerd --smqp`` runs in its own process on a fresh data dir (SQLite,
+synchronous=FULL).  Each publisher is its own process with a blocking socket that keeps
+``--window`` PUBLISH commands in flight (pipelined); one durable subscriber process takes
+every NOTIFY MESSAGE through the two-phase commit (``310 ACK`` -> ``310 ACK``) before the
+next.  So the client side is never the bottleneck: every process does little but parse.
+
+Reported per run: publish rate (200 replies per second, all publishers together), publish
+latency (command sent -> its 200: persisted), end-to-end latency (publish sent -> NOTIFY at
+the subscriber) as p50/p99, the acknowledged delivery rate, and how many store transactions
+were needed.  "group commit off" runs the same broker with one operation per transaction
+(``brokerd.store.sqlite.MAX_BATCH = 1``, patched in the broker process only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from brokerd.auth.accounts import PasswordHash, write_accounts  # noqa: E402
+from brokerd.protocols.smqp.codec import SMQPClientParser, encode_body, format_datetime  # noqa: E402
+from brokerd.protocols.smqp.events import Body, Notify, Reply, Section  # noqa: E402
+
+TOPIC = "/bench"
+LAUNCH = """
+import sys
+import brokerd.store.sqlite as store
+store.MAX_BATCH = int(sys.argv[1])
+from twisted.scripts.twistd import run
+sys.argv = ["twistd"] + sys.argv[2:]
+run()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Conn:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.parser = SMQPClientParser()
+        self.events: list = []
+        self.next()
+
+    def next(self):
+        while not self.events:
+            data = self.sock.recv(262144)
+            if not data:
+                raise EOFError("closed")
+            self.events.extend(self.parser.feed(data))
+        return self.events.pop(0)
+
+    def command(self, line: str) -> Reply:
+        self.sock.sendall(line.encode() + b"\r\n")
+        event = self.next()
+        assert isinstance(event, Reply), event
+        return event
+
+    def login(self, account: str, channel: str, password: str) -> None:
+        assert self.command(f"LOGIN {account}:{channel} CLEAR/1.0").code == 200
+        assert self.command(f"PASS {account} {password}").code == 200
+
+
+def publish_command(cmuid: str, size: int) -> bytes:
+    payload = repr(time.time()).encode().ljust(size, b".")
+    body = Body((("Created", format_datetime(time.time())),),
+                (Section((("Content-Type", "text/plain"),), payload),))
+    return f"PUB MESSAGE {TOPIC} {cmuid}\r\n".encode() + encode_body(body)
+
+
+def publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
+    conn = Conn(port)
+    conn.login("alice", f"p{index}", "alicepw")
+    while time.time() < start:
+        time.sleep(0.001)
+    sent: list[float] = []
+    latencies: list[float] = []
+    in_flight = 0
+    while len(latencies) < count:
+        burst = []
+        while in_flight < window and len(sent) < count:
+            burst.append(publish_command(f"B{index}x{len(sent)}", size))
+            sent.append(time.perf_counter())
+            in_flight += 1
+        if burst:
+            conn.sock.sendall(b"".join(burst))
+        event = conn.next()
+        assert isinstance(event, Reply) and event.code == 200, event
+        latencies.append(time.perf_counter() - sent[len(latencies)])
+        in_flight -= 1
+    out.put(("publisher", index, time.time(), latencies))
+
+
+def subscriber(port: int, total: int, ready, out) -> None:
+    conn = Conn(port)
+    conn.login("bob", "sub", "bobpw")
+    conn.command(f"SUB MESSAGE {TOPIC}")
+    ready.set()
+    latencies: list[float] = []
+    first = None
+    while len(latencies) < total:
+        event = conn.next()
+        if not isinstance(event, Notify):
+            continue
+        now = time.time()
+        first = first or now
+        sent = float(event.body.sections[0].data.rstrip(b"."))
+        latencies.append(now - sent)
+        conn.sock.sendall(b"310 ACK\r\n")
+        reply = conn.next()
+        while not isinstance(reply, Reply):
+            reply = conn.next()
+        assert reply.code == 310, reply
+    out.put(("subscriber", 0, time.time(), (first, latencies)))
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
+    accounts = work / "accounts"
+    write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
+    port = free_port()
+    args = [sys.executable, "-c", LAUNCH, "512" if group_commit else "1", "-n", "--pidfile=", "brokerd",
+            "--smqp", f"tcp:{port}:interface=127.0.0.1", "--data-dir", str(work / "data"),
+            "--accounts", str(accounts)]
+    log = open(work / "broker.log", "wb")
+    broker = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or broker.poll() is not None:
+                    raise RuntimeError((work / "broker.log").read_text())
+                time.sleep(0.05)
+        setup = Conn(port)
+        setup.login("alice", "setup", "alicepw")
+        setup.command(f"CREATE TOPIC {TOPIC}")
+        total = publishers * messages
+        queue: multiprocessing.Queue = multiprocessing.Queue()
+        ready = multiprocessing.Event()
+        sub = multiprocessing.Process(target=subscriber, args=(port, total, ready, queue))
+        sub.start()
+        ready.wait(30)
+        start = time.time() + 0.5
+        procs = [multiprocessing.Process(target=publisher, args=(port, i, messages, window, size, start, queue))
+                 for i in range(publishers)]
+        for proc in procs:
+            proc.start()
+        results = [queue.get(timeout=600) for _ in range(publishers + 1)]
+        for proc in procs + [sub]:
+            proc.join(30)
+        published_at = max(r[2] for r in results if r[0] == "publisher")
+        publish_latencies = [x for r in results if r[0] == "publisher" for x in r[3]]
+        done_at, (first, e2e) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
+        return {
+            "publishers": publishers, "messages": total, "window": window, "size": size,
+            "group_commit": group_commit,
+            "publish_rate": round(total / (published_at - start), 1),
+            "publish_p50_ms": round(percentile(publish_latencies, 50) * 1000, 2),
+            "publish_p99_ms": round(percentile(publish_latencies, 99) * 1000, 2),
+            "delivered_acked_rate": round(total / (done_at - start), 1),
+            "e2e_p50_ms": round(percentile(e2e, 50) * 1000, 2),
+            "e2e_p99_ms": round(percentile(e2e, 99) * 1000, 2),
+            "e2e_mean_ms": round(statistics.fmean(e2e) * 1000, 2),
+        }
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(15)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--publishers", type=int, action="append", help="repeatable [1 and 10]")
+    parser.add_argument("--messages", type=int, default=1000, help="per publisher [1000]")
+    parser.add_argument("--window", type=int, default=16, help="publishes in flight per publisher [16]")
+    parser.add_argument("--size", type=int, default=64, help="payload bytes [64]")
+    parser.add_argument("--no-compare", action="store_true", help="group commit on only")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    options = parser.parse_args()
+    results = []
+    for count in options.publishers or [1, 10]:
+        modes = [True] if options.no_compare else [True, False]
+        for group_commit in modes:
+            per = max(1, options.messages // count) if count > 1 else options.messages
+            result = run_once(count, per, options.window, options.size, group_commit)
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+"""One SMQP session's notification queue: the two-phase commit of NOTIFY MESSAGE.
+
+The durable truth is the store (a pending delivery row per message the subscriber has not
+acknowledged); the outbox is the cursor over it.  It holds a window of at most
+:data:`WINDOW` pending deliveries (highest priority first, then in order), sends one, and
+sends the next only after the client's ``310 ACK`` has been stored and the server's ``310``
+written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
+
+- No acknowledgement within :data:`RETRY_TIMEOUT` seconds: the notification is sent again,
+  up to :data:`MAX_ATTEMPTS` attempts in all; then the delivery is given up (the message
+  goes to its topic's Trash once nobody has it pending).
+- ``416`` (not available): the delivery is offered again after :data:`RETRY_TIMEOUT`
+  (counting an attempt), and a ``ONE`` message is offered to the other subscribers at once.
+- ``312`` (wait): acknowledged, and the message's topic is suspended for this session.
+- A topic suspended by SET NOTIFY SUSPEND, or whose delivery mode is NONE, is skipped; its
+  deliveries stay in the store and come back when it is resumed.
+- Messages that never went through the store (Guarantee: NO, other protocols' messages,
+  topic/subscriber notices) wait in a bounded FIFO (:data:`MAX_VOLATILE`, then dropped and
+  counted) and need no acknowledgement; they too wait for an outstanding acknowledgement.
+
+New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
+window only marks the outbox ``stale``, and the store is read again when the window drains.
+"""
+from __future__ import annotations
+
+import fnmatch
+import heapq
+from collections import deque
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from brokerd.store.records import Delivery
+
+WINDOW = 256
+"""Pending deliveries one session holds in memory (the rest stay in the store)."""
+RETRY_TIMEOUT = 30.0
+"""Seconds to wait for a 310 ACK before sending a notification again (and before offering
+a refused (416) delivery again)."""
+MAX_ATTEMPTS = 5
+"""Delivery attempts of one message to one subscriber before it is given up."""
+MAX_VOLATILE = 4096
+"""Unacknowledged-kind notifications (Guarantee: NO, other protocols, notices) queued per
+session before new ones are dropped."""
+
+
+class Session(Protocol):
+    subscriber: str
+
+    def write_notify(self, parts: list[bytes]) -> None: ...
+
+    def can_notify(self) -> bool: ...
+
+
+class NoNotification(Exception):
+    """A 310/312/416 with no notification outstanding."""
+
+
+class Outbox:
+    _log = Logger()
+
+    def __init__(self, session: Session, service: Any) -> None:
+        self.session = session
+        self.service = service
+        self.name = session.subscriber
+        self.heap: list[tuple[int, int, Delivery]] = []
+        self.known: set[int] = set()
+        """Seqs in the heap, in flight, waiting for a ONE claim, or refused for now."""
+        self.volatile: deque[bytes] = deque()
+        self.inflight: Delivery | None = None
+        self.inflight_parts: list[bytes] | None = None
+        self.settling = False
+        self._retry_call: Any = None
+        self._later: dict[int, Any] = {}
+        self.waiting_one: dict[int, Delivery] = {}
+        self.stale = True
+        self.loading = False
+        self.suspended_all = False
+        self.suspended: set[str] = set()
+        self.closed = False
+        self.dropped = 0
+
+    # ------------------------------------------------------------------ suspension
+
+    def blocked(self, topic: str) -> bool:
+        if topic in self.suspended or self.service.delivery_mode(topic) == "NONE":
+            return True
+        return any("*" in s and _covers(s, topic) for s in self.suspended)
+
+    def suspend(self, topic: str | None) -> None:
+        """SET NOTIFY SUSPEND (None: everything) or a 312 wait on ``topic``."""
+        if topic is None:
+            self.suspended_all = True
+        else:
+            self.suspended.add(topic)
+
+    def resume(self, topic: str | None) -> None:
+        """SET NOTIFY RESUME (None: everything); ignored when nothing was suspended."""
+        if topic is None:
+            if not self.suspended_all and not self.suspended:
+                return
+            self.suspended_all = False
+            self.suspended.clear()
+        elif topic in self.suspended:
+            self.suspended.discard(topic)
+        else:
+            return
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the store again (a topic became deliverable, subscriptions changed)."""
+        self.stale = True
+        self.pump()
+
+    # ------------------------------------------------------------------ input
+
+    def offer(self, delivery: Delivery) -> None:
+        """A new pending delivery, committed in the store."""
+        if self.closed or delivery.seq in self.known:
+            return
+        if self.blocked(delivery.topic):
+            return
+        if len(self.heap) >= WINDOW:
+            self.stale = True
+            return
+        self._push(delivery)
+        self.pump()
+
+    def offer_volatile(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if len(self.volatile) >= MAX_VOLATILE:
+            self.dropped += 1
+            self.service.volatile_dropped(self)
+            return
+        self.volatile.append(data)
+        self.pump()
+
+    def discard(self, seq: int) -> None:
+        """The delivery is no longer pending (settled elsewhere, trashed, moved)."""
+        self.known.discard(seq)
+        self.waiting_one.pop(seq, None)
+        call = self._later.pop(seq, None)
+        if call is not None and call.active():
+            call.cancel()
+
+    def reoffer(self, seq: int) -> None:
+        """A ONE message another session held is free again."""
+        delivery = self.waiting_one.pop(seq, None)
+        if delivery is not None and not self.closed:
+            self.known.discard(seq)
+            self.offer(delivery)
+
+    def _push(self, delivery: Delivery) -> None:
+        self.known.add(delivery.seq)
+        heapq.heappush(self.heap, (-delivery.priority, delivery.seq, delivery))
+
+    # ------------------------------------------------------------------ output
+
+    def pump(self) -> None:
+        """Send what may be sent now."""
+        if self.closed or self.inflight is not None or self.settling or not self.session.can_notify():
+            return
+        if self.suspended_all:
+            return
+        volatile = self.volatile
+        if volatile:
+            parts = list(volatile)
+            volatile.clear()
+            self.session.write_notify(parts)
+        heap = self.heap
+        while heap:
+            _p, seq, delivery = heapq.heappop(heap)
+            if seq not in self.known or seq in self.waiting_one:
+                continue
+            if self.blocked(delivery.topic):
+                self.known.discard(seq)
+                continue
+            if delivery.mode == "ONE" and not self.service.claim(seq, self):
+                self.waiting_one[seq] = delivery
+                continue
+            self._send(delivery)
+            return
+        if self.stale and not self.loading:
+            self._reload()
+
+    def _send(self, delivery: Delivery) -> None:
+        self.inflight = delivery
+        self.inflight_parts = self.service.render(delivery)
+        self.session.write_notify(self.inflight_parts)
+        self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+
+    def _reload(self) -> None:
+        self.loading = True
+        self.stale = False
+        exclude = [t for t in self.suspended if "*" not in t] + self.service.undeliverable_topics()
+        limit = WINDOW + len(self.known)
+        d = self.service.store.pending(self.name, limit, exclude)
+        d.addCallbacks(self._loaded, self._load_failed, callbackArgs=(limit,))
+
+    def _loaded(self, deliveries: list[Delivery], limit: int) -> None:
+        self.loading = False
+        if self.closed:
+            return
+        added = 0
+        for delivery in deliveries:
+            if delivery.seq in self.known or self.blocked(delivery.topic):
+                continue
+            if len(self.heap) >= WINDOW:
+                self.stale = True
+                break
+            self._push(delivery)
+            added += 1
+        if added and len(deliveries) >= limit:
+            self.stale = True
+        self.pump()
+
+    def _load_failed(self, failure: Failure) -> None:
+        self.loading = False
+        self._log.failure("Reading the pending notifications of {name}", failure, name=self.name)
+        self.stale = True
+
+    # ------------------------------------------------------------------ the client's answer
+
+    def acknowledge(self, wait: bool = False) -> Deferred:
+        """The client's ``310 ACK`` (``wait``: its ``312``): fires once stored."""
+        delivery = self._take()
+        self.settling = True
+        if wait:
+            self.suspend(delivery.topic)
+        d = self.service.acknowledged(self, delivery)
+
+        def done(result: Any) -> Any:
+            self.settling = False
+            self.known.discard(delivery.seq)
+            return result
+
+        return d.addBoth(done)
+
+    def refuse(self) -> Deferred:
+        """The client's ``416``: try again later (a ONE message: someone else first)."""
+        delivery = self._take()
+        if delivery.mode == "ONE":
+            self.service.release(delivery.seq, self)
+        self.settling = True
+        d = self.service.store.attempt(self.name, delivery.seq)
+
+        def counted(attempts: int) -> Deferred | None:
+            self.settling = False
+            if attempts == 0:
+                self.known.discard(delivery.seq)
+                return None
+            if attempts >= MAX_ATTEMPTS:
+                return self._give_up(delivery)
+            self._later[delivery.seq] = self.service.clock.callLater(RETRY_TIMEOUT, self._again, delivery)
+            return None
+
+        def failed(failure: Failure) -> None:
+            self.settling = False
+            self.known.discard(delivery.seq)
+            self._log.failure("Counting a refused delivery", failure)
+
+        return d.addCallbacks(counted, failed)
+
+    def _take(self) -> Delivery:
+        delivery = self.inflight
+        if delivery is None or self.settling:
+            raise NoNotification()
+        self.inflight = self.inflight_parts = None
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+        return delivery
+
+    def _again(self, delivery: Delivery) -> None:
+        self._later.pop(delivery.seq, None)
+        if self.closed or delivery.seq not in self.known:
+            return
+        self.known.discard(delivery.seq)
+        self.offer(delivery)
+
+    def _retry(self) -> None:
+        """No acknowledgement in time: count the attempt, send again or give up."""
+        self._retry_call = None
+        delivery = self.inflight
+        if delivery is None or self.closed:
+            return
+        self.settling = True
+        d = self.service.store.attempt(self.name, delivery.seq)
+
+        def counted(attempts: int) -> Deferred | None:
+            self.settling = False
+            if self.closed or self.inflight is not delivery:
+                return None
+            if attempts == 0:
+                self._abandon(delivery)
+                return None
+            if attempts >= MAX_ATTEMPTS:
+                self.inflight = self.inflight_parts = None
+                return self._give_up(delivery)
+            self.service.redelivered(self.name, delivery.seq, attempts + 1)
+            self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
+            self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+            return None
+
+        def failed(failure: Failure) -> None:
+            self.settling = False
+            self._log.failure("Counting a delivery attempt", failure)
+            if self.inflight is delivery and not self.closed:
+                self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+
+        d.addCallbacks(counted, failed)
+
+    def _abandon(self, delivery: Delivery) -> None:
+        """The delivery vanished from the store (expired, removed): move on."""
+        self.inflight = self.inflight_parts = None
+        if delivery.mode == "ONE":
+            self.service.release(delivery.seq, self)
+        self.known.discard(delivery.seq)
+        self.pump()
+
+    def _give_up(self, delivery: Delivery) -> Deferred:
+        if delivery.mode == "ONE":
+            self.service.release(delivery.seq, self)
+        self.settling = True
+
+        def done(result: Any) -> Any:
+            self.settling = False
+            self.known.discard(delivery.seq)
+            self.pump()
+            return result
+
+        return self.service.give_up(self, delivery).addBoth(done)
+
+    # ------------------------------------------------------------------ end
+
+    def close(self) -> None:
+        """The connection is gone: what was not acknowledged stays pending in the store."""
+        self.closed = True
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        for call in self._later.values():
+            if call.active():
+                call.cancel()
+        self._later.clear()
+        inflight = self.inflight
+        self.inflight = self.inflight_parts = None
+        if inflight is not None and inflight.mode == "ONE":
+            self.service.release(inflight.seq, self)
+        for seq in list(self.waiting_one):
+            self.service.unwait(seq, self)
+        self.heap.clear()
+        self.known.clear()
+        self.volatile.clear()
+        self.waiting_one.clear()
+
+
+def _covers(pattern_topic: str, key: str) -> bool:
+    """A suspended wildcard (``base/pattern``) covers ``key``."""
+    base, _slash, pattern = pattern_topic.rpartition("/")
+    if base.startswith("/"):
+        base = ""
+    if base and not key.startswith(base + "/"):
+        return False
+    return bool(key) and fnmatch.fnmatchcase(key.rsplit("/", 1)[-1], pattern)
+

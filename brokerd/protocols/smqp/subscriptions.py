@@ -1,0 +1,132 @@
+"""Durable SMQP subscriptions in memory: who is subscribed to what, matched per topic.
+
+The store keeps every subscription (it outlives the connection); this index is loaded from
+it at start-up and changed together with it, so a publish finds its subscribers without a
+read.  A subscription names a topic key (``stocks/ibm``) or a wildcard: a base key and a
+pattern for the last component (stored as ``stocks/quotes/*``; the root's as ``/*``).
+
+A wildcard covers every topic below its base, at any depth, whose own name matches the
+pattern (``*``: all of them); TOPIC subscriptions cover the base itself too (the draft:
+"changes to the topic and its children").
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from brokerd.store.records import SubscriptionRecord
+
+MESSAGE, TOPIC, SUBSCRIBERS = "MESSAGE", "TOPIC", "SUBSCRIBERS"
+
+
+def stored_topic(key: str, pattern: str | None) -> str:
+    """The store's form of a subscription topic."""
+    if pattern is None:
+        return key
+    return f"{key}/{pattern}" if key else f"/{pattern}"
+
+
+def split_topic(topic: str) -> tuple[str, str | None]:
+    """``(base key, pattern or None)`` of a stored subscription topic."""
+    base, _slash, last = topic.rpartition("/")
+    if "*" in last:
+        return base, last
+    return topic, None
+
+
+@dataclass(frozen=True)
+class Subscription:
+    record: SubscriptionRecord
+    base: str
+    pattern: str | None
+
+    @property
+    def subscriber(self) -> str:
+        return self.record.subscriber
+
+    def covers(self, key: str) -> bool:
+        if self.pattern is None:
+            return key == self.base
+        if self.record.kind == TOPIC and key == self.base:
+            return True
+        if self.base and not key.startswith(self.base + "/"):
+            return False
+        if not key:
+            return False
+        leaf = key.rsplit("/", 1)[-1]
+        return self.pattern == "*" or fnmatch.fnmatchcase(leaf, self.pattern.lower())
+
+    def wants(self, change: str) -> bool:
+        return change in self.record.changes
+
+
+class SubscriptionIndex:
+    def __init__(self) -> None:
+        self._of: dict[str, dict[tuple[str, str], Subscription]] = {}
+        self._exact: dict[tuple[str, str], dict[str, Subscription]] = {}
+        self._wild: dict[str, dict[tuple[str, str], Subscription]] = {}
+
+    def load(self, records: Iterable[SubscriptionRecord]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add(self, record: SubscriptionRecord) -> Subscription:
+        """Add or replace (same subscriber, kind and topic)."""
+        self.remove(record.subscriber, record.kind, record.topic)
+        base, pattern = split_topic(record.topic)
+        sub = Subscription(record, base, pattern)
+        self._of.setdefault(record.subscriber, {})[(record.kind, record.topic)] = sub
+        if pattern is None:
+            self._exact.setdefault((record.kind, base), {})[record.subscriber] = sub
+        else:
+            self._wild.setdefault(record.kind, {})[(record.subscriber, record.topic)] = sub
+        return sub
+
+    def remove(self, subscriber: str, kind: str, topic: str) -> Subscription | None:
+        mine = self._of.get(subscriber)
+        sub = mine.pop((kind, topic), None) if mine else None
+        if sub is None:
+            return None
+        if not mine:
+            del self._of[subscriber]
+        if sub.pattern is None:
+            exact = self._exact.get((kind, sub.base), {})
+            exact.pop(subscriber, None)
+            if not exact:
+                self._exact.pop((kind, sub.base), None)
+        else:
+            self._wild.get(kind, {}).pop((subscriber, topic), None)
+        return sub
+
+    def get(self, subscriber: str, kind: str, topic: str) -> Subscription | None:
+        return self._of.get(subscriber, {}).get((kind, topic))
+
+    def of(self, subscriber: str) -> list[Subscription]:
+        """A subscriber's subscriptions, by kind and topic."""
+        return [sub for _key, sub in sorted(self._of.get(subscriber, {}).items())]
+
+    def count_of(self, subscriber: str) -> int:
+        return len(self._of.get(subscriber, ()))
+
+    def matching(self, kind: str, key: str) -> list[Subscription]:
+        """Every subscription of ``kind`` that covers topic ``key``."""
+        found = list(self._exact.get((kind, key), {}).values())
+        for sub in self._wild.get(kind, {}).values():
+            if sub.covers(key):
+                found.append(sub)
+        return found
+
+    def covered(self, subscriber: str, key: str, kind: str = MESSAGE) -> bool:
+        """Whether any of the subscriber's ``kind`` subscriptions covers ``key``."""
+        return any(sub.record.kind == kind and sub.covers(key) for sub in self._of.get(subscriber, {}).values())
+
+    def exact_count(self, key: str) -> int:
+        """Subscribers with a MESSAGE subscription naming ``key`` itself (COUNT SUBSCRIBERS,
+        NOTIFY SUBSCRIBERS)."""
+        return len(self._exact.get((MESSAGE, key), ()))
+
+    def account_channels(self, account: str) -> set[str]:
+        """``account:channel`` subscribers known for an account."""
+        prefix = account + ":"
+        return {name for name in self._of if name.startswith(prefix)}
