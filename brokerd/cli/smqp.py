@@ -11,6 +11,8 @@
     brokerd-smqp -u alice passwd                        SET LOGIN PASSWORD (asks twice)
     brokerd-smqp -u alice contact [--set FILE|-]        GET (or SET) LOGIN CONTACT
     brokerd-smqp -u alice channel                       GET LOGIN CHANNEL
+    brokerd-smqp -u alice pub /stocks 'IBM 132.5'       PUBLISH MESSAGE (text/plain; -t TYPE, -f FILE)
+    brokerd-smqp -u alice sub /stocks -C 10             SUBSCRIBE MESSAGE; print and acknowledge each
     brokerd-smqp -u alice raw 'COUNT TOPIC /' ...       any command lines; prints the replies
     brokerd-smqp --tls --ca ca.pem --cert alice.pem --key alice.key -u alice list /
 
@@ -102,6 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--mime", default="text/x-vcard")
     sub.add_argument("--account", help="read another account's contact")
     commands.add_parser("channel", help="GET LOGIN CHANNEL")
+    sub = commands.add_parser("pub", help="PUBLISH MESSAGE: one data section; prints the SMUID")
+    sub.add_argument("topic", help="a topic, or user[:channel]@domain")
+    sub.add_argument("message", nargs="?", help="the data (or -f FILE)")
+    sub.add_argument("-f", "--file", type=Path, help="read the data from FILE ('-': standard input)")
+    sub.add_argument("-t", "--type", default="text/plain", help="Content-Type [text/plain]")
+    sub.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                     help="a header attribute (Priority:3, Timeout:60, Guarantee:NO ...); repeatable")
+    sub = commands.add_parser("sub", help="SUBSCRIBE MESSAGE; print each notification and acknowledge it")
+    sub.add_argument("topic")
+    sub.add_argument("-C", "--count", type=int, help="exit after COUNT messages")
+    sub.add_argument("-v", "--verbose", action="store_true", help="print the header attributes too")
+    sub.add_argument("--keep", action="store_true",
+                     help="keep the (durable) subscription when exiting [UNSUBSCRIBE at exit]")
     sub = commands.add_parser("raw", help="send command lines, print each reply")
     sub.add_argument("lines", nargs="+", metavar="LINE")
     return parser
@@ -196,6 +211,10 @@ async def run_command(client: SMQPClientProtocol, args: argparse.Namespace, stdi
         await _contact(client, args, stdin, out)
     elif command == "channel":
         out.write(await client.get_channel() + "\n")
+    elif command == "pub":
+        await _publish(client, args, stdin, out)
+    elif command == "sub":
+        await _subscribe(client, args, out)
     elif command == "raw":
         for line in args.lines:
             try:
@@ -205,6 +224,74 @@ async def run_command(client: SMQPClientProtocol, args: argparse.Namespace, stdi
             for index, text in enumerate(reply.lines):
                 sep = " " if index == len(reply.lines) - 1 else "-"
                 out.write(f"{reply.code}{sep}{text}\n")
+
+
+def _headers(values: list[str]) -> list[tuple[str, str]]:
+    headers = []
+    for value in values:
+        name, sep, text = value.partition(":")
+        if not sep or not name.strip():
+            raise CommandError(EXIT_ERROR, f"--header {value!r}: use NAME:VALUE")
+        headers.append((name.strip(), text.strip()))
+    return headers
+
+
+async def _publish(client: SMQPClientProtocol, args: argparse.Namespace, stdin: TextIO, out: TextIO) -> None:
+    if (args.message is None) == (args.file is None):
+        raise CommandError(EXIT_ERROR, "give the data either as MESSAGE or with -f FILE")
+    if args.file is None:
+        data = args.message.encode("utf-8")
+    elif str(args.file) == "-":
+        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode("utf-8")
+    else:
+        try:
+            data = args.file.read_bytes()
+        except OSError as exc:
+            raise CommandError(EXIT_ERROR, f"{args.file}: {exc.strerror}") from None
+    headers = _headers(args.header)
+    cmuid = f"cli{secrets.token_hex(4)}"
+    unacknowledged = any(n.lower() in ("guarantee", "guar") and v.upper() == "NO" for n, v in headers)
+    d = client.publish(args.topic, cmuid, [(args.type, data)], headers)
+    if unacknowledged:
+        # Guarantee: NO publishes get no reply (the draft): nothing to wait for.
+        out.write(f"{cmuid} sent without acknowledgement\n")
+        return
+    reply = await d
+    out.write(" ".join(reply.values) + "\n")
+
+
+async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: TextIO) -> None:
+    notifications: defer.DeferredQueue = defer.DeferredQueue()
+    client.notifyReceived = notifications.put  # type: ignore[method-assign]
+    await client.subscribe(args.topic)
+    received = 0
+    try:
+        while args.count is None or received < args.count:
+            notify = await notifications.get()
+            if notify.kind != "MESSAGE" or notify.body is None:
+                continue
+            received += 1
+            _print_message(notify, args.verbose, out)
+            if (notify.body.get("Guarantee") or "YES").upper() != "NO":
+                await client.acknowledge()
+    finally:
+        if not args.keep and client.is_open:
+            await client.unsubscribe(args.topic)
+
+
+def _print_message(notify: Any, verbose: bool, out: TextIO) -> None:
+    body = notify.body
+    topic = notify.args[0] if notify.args else "?"
+    if verbose:
+        for name, value in body.attributes:
+            out.write(f"{name}: {value}\n")
+    text = next((s.data for s in body.sections if s.content_type.startswith("text/")), None)
+    if text is None:
+        sizes = ", ".join(f"{s.content_type or '?'} {len(s.data)} bytes" for s in body.sections)
+        out.write(f"{topic} [{sizes}]\n")
+    else:
+        out.write(f"{topic} {text.decode('utf-8', 'replace')}\n")
+    out.flush()
 
 
 async def _passwd(client: SMQPClientProtocol, args: argparse.Namespace, stdin: TextIO) -> None:

@@ -77,3 +77,26 @@ def test_usage_errors(argv):
     with pytest.raises(SystemExit) as exc:
         cli.build_parser().parse_args(argv)
     assert exc.value.code == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_pub_and_sub(smqp_server, tmp_path, monkeypatch):
+    server = await smqp_server()
+    monkeypatch.setenv(cli.PASSWORD_ENV, "alicepw")
+    alice = ("-u", "alice", "-c", "pubsub")
+    assert await run(server, *alice, "create", "/quotes") == (0, "")
+    code, out = await run(server, *alice, "pub", "/quotes", "IBM 132.5")
+    assert code == 0 and len(out.split()) == 2  # CMUID and SMUID
+    data = tmp_path / "blob"
+    data.write_bytes(b"\x00\x01binary")
+    code, _ = await run(server, *alice, "pub", "/quotes", "-f", str(data), "-t", "application/octet-stream",
+                        "--header", "Priority:1")
+    assert code == 0
+    # The subscription is durable: both messages wait for the subscriber, in priority order.
+    code, out = await run(server, *alice, "sub", "/quotes", "-C", "2")
+    assert code == 0
+    assert out.splitlines() == ["/quotes IBM 132.5", "/quotes [application/octet-stream 8 bytes]"] or \
+        out.splitlines() == ["/quotes [application/octet-stream 8 bytes]", "/quotes IBM 132.5"]
+    assert (await run(server, *alice, "pub", "/quotes"))[0] == cli.EXIT_ERROR
+    assert (await run(server, *alice, "pub", "/quotes", "x", "--header", "bad"))[0] == cli.EXIT_ERROR
+    assert (await run(server, *alice, "pub", "/nowhere", "x"))[0] == cli.EXIT_REFUSED
