@@ -71,6 +71,13 @@ class Broker(Service):
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
 
+    def stopService(self):
+        """Detach every session still connected, so their topics are left and the event log
+        (stopped after the broker) records their logout."""
+        super().stopService()
+        for session in list(self._sessions):
+            self.detach(session)
+
     # ------------------------------------------------------------------ connections
 
     def admit(self) -> bool:

@@ -26,7 +26,9 @@ message        str       the message kind: multicast, unicast, broadcast
 message_id     str       the protocol's message id where it has one (SMQP)
 bytes          int       payload size in bytes
 fanout         int       ``accepted``: sessions the core handed the message to
-dropped        int       ``accepted``: recipients whose protocol could not carry it
+dropped        int       ``accepted``: recipients whose protocol could not carry it;
+                         ``dropped`` records: how many drops the record stands for
+                         (one record per congestion episode; absent = 1)
 outcome        str       short result: routed/unrouted/partial, ok, refused, ...
 reason         str       why (drops, auth failures, trash): see ``DROP_REASONS``
 latency_us     int       microseconds from acceptance to this outcome, where known
@@ -113,8 +115,12 @@ REJECTED = "rejected"
 """The front end refused the message (not allowed, too large, bad target)."""
 CONNECTION_LOST = "connection_lost"
 """The recipient's connection ended before the message was written."""
+UNACKNOWLEDGED = "unacknowledged"
+"""SMQP: the subscriber never acknowledged the notification within the allowed attempts."""
 
-DROP_REASONS = frozenset({UNRENDERABLE, NO_RECIPIENT, SLOW_CONSUMER, QUEUE_FULL, REJECTED, CONNECTION_LOST})
+DROP_REASONS = frozenset(
+    {UNRENDERABLE, NO_RECIPIENT, SLOW_CONSUMER, QUEUE_FULL, REJECTED, CONNECTION_LOST, UNACKNOWLEDGED}
+)
 """Reasons the broker writes.  A reader must accept others (a newer front end may add some)."""
 AFTER_HANDOFF_REASONS = frozenset({SLOW_CONSUMER, QUEUE_FULL, CONNECTION_LOST})
 """Drops that happen after the core handed the message to the recipient's session, so they

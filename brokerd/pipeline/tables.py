@@ -50,14 +50,19 @@ def traffic(records: Any) -> Any:
         F.max(F.when(accepted, F.col("fanout"))).cast("long").alias("max_fanout"),
         F.sum(F.when(kind == schema.DELIVERED, 1).otherwise(0)).cast("long").alias("_delivered"),
         F.sum(
-            F.when((kind == schema.DROPPED) & F.col("reason").isin(sorted(schema.AFTER_HANDOFF_REASONS)), 1).otherwise(0)
+            F.when(
+                (kind == schema.DROPPED) & F.col("reason").isin(sorted(schema.AFTER_HANDOFF_REASONS)),
+                F.coalesce(F.col("dropped"), F.lit(1)),
+            ).otherwise(0)
         ).cast("long").alias("_after_handoff"),
     )
     unrenderable = base.filter(accepted & (F.col("dropped") > 0)).select(
         *keys, F.lit(schema.UNRENDERABLE).alias("reason"), F.col("dropped").cast("long").alias("n")
     )
     reported = base.filter(kind == schema.DROPPED).select(
-        *keys, F.coalesce(F.col("reason"), F.lit("unknown")).alias("reason"), F.lit(1).cast("long").alias("n")
+        *keys,
+        F.coalesce(F.col("reason"), F.lit("unknown")).alias("reason"),
+        F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("n"),
     )
     drops = (
         unrenderable.unionByName(reported)

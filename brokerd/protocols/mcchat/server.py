@@ -24,6 +24,13 @@ What the spec leaves open, and what brokerd does (docs/mcchat.md):
   the connection is closed, after the packets before it were handled.
 * A connection with no subscription that sends nothing for ``idle_timeout`` seconds is closed.
 * The topic ``""`` is for discovery: see :class:`Discovery`.
+
+Event log (docs/events.md): the core logs each connection's login/logout, subscriptions and
+accepted MSGs (a message MCCHAT cannot carry is in ``accepted.dropped``).  This module adds,
+per connection and never per message: one ``dropped``/``slow_consumer`` record per congestion
+episode (brokerd.protocols.flow), and when the connection ends one ``dropped``/``rejected``
+record counting the MSG packets it sent that were not published (malformed, to ``""``), plus
+the packet that could not be framed when that closed it (``outcome`` ``closed``).
 """
 from __future__ import annotations
 
@@ -43,11 +50,14 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
+    MSG,
     Info,
     Malformed,
     Msg,
@@ -203,6 +213,10 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         """Topics this session is subscribed to (the idle rule spares subscribers)."""
         self.dropped = 0
         """Packets dropped because this connection's reader was too slow."""
+        self.rejected = 0
+        """MSG packets from this connection that were not published (not yet logged)."""
+        self.bad_stream = False
+        """The connection is closed because its input could not be framed."""
         self.heard = True
         """Set on every read; the idle sweep turns it into ``last_heard``."""
         self.last_heard = 0.0
@@ -234,6 +248,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         if self._admitted:
             self._admitted = False
             factory = self.factory
+            self._report()
             factory.live.pop(self, None)
             factory.broker.detach(self)
             factory.broker.release()
@@ -244,9 +259,23 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self.closed = True
         self.send = _discard
+        self._report()
         self.factory.live.pop(self, None)
         self.factory.broker.detach(self)
         self.transport.loseConnection()
+
+    def _report(self) -> None:
+        """Log what this connection lost (before its logout): the current slow-consumer
+        episode, and its rejected MSGs as one record.  Idempotent."""
+        self.report_drops()
+        rejected = self.rejected + (1 if self.bad_stream else 0)
+        if rejected:
+            self.rejected = 0
+            self.factory.events.record(
+                DROPPED, "mcchat", session=self.name, reason=REJECTED, dropped=rejected,
+                outcome="closed" if self.bad_stream else DROPPED,
+            )
+            self.bad_stream = False
 
     def stopProducing(self) -> None:
         self.send = _discard
@@ -279,6 +308,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
                         run = []
                     if not topic:
                         self.factory.stats.reserved_topic += 1
+                        self.rejected += 1
                         run_topic = None
                         continue
                     run_topic = topic
@@ -297,6 +327,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self._topic_list = None
         if error is not None:
             self.factory.stats.protocol_errors += 1
+            self.bad_stream = True
             self._close()
 
     def _publish(self, run: list[Message]) -> None:
@@ -362,6 +393,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.factory.stats.client_only_packets += 1
 
     def malformed(self, packet: Malformed) -> None:
+        if packet.opcode == MSG:
+            self.rejected += 1
         stats = self.factory.stats
         if packet.reason == EOT_IN_TOPIC:
             stats.eot_in_topic += 1
@@ -399,10 +432,13 @@ class MCChatServerFactory(Factory):
         *,
         idle_timeout: float | None = None,
         bind_username: bool | None = None,
+        events: Any = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
         self.settings = settings
         self.clock = clock
+        self.events = events
+        """The event log's IEventRecorder (drops by reason; routing goes through the Broker)."""
         self.idle_timeout = (
             idle_timeout
             if idle_timeout is not None
@@ -454,4 +490,7 @@ class MCChatServerFactory(Factory):
 
 def build_factory(runtime: Runtime) -> MCChatServerFactory:
     """The MCCHAT front end's entry point for brokerd.tap."""
-    return MCChatServerFactory(runtime.broker, runtime.settings, runtime.reactor)
+    return MCChatServerFactory(
+        runtime.broker, runtime.settings, runtime.reactor,
+        events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+    )

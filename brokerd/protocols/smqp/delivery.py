@@ -5,14 +5,19 @@ each logged-in session's :class:`~brokerd.protocols.smqp.outbox.Outbox`, message
 fan-out after a publish committed, the ``ONE`` delivery claims, receipts, expiry into the
 Trash, periodic Trash emptying, and the bridge to the other protocols through the core.
 
-Outcomes have one method each (:meth:`MessageService.acked`, :meth:`~MessageService.redelivered`,
-:meth:`~MessageService.expired`, :meth:`~MessageService.trashed`): they count in
-:attr:`MessageService.stats`, and are where an event log hooks in.
+Outcomes have one method each (:meth:`MessageService.delivered`, :meth:`~MessageService.acked`,
+:meth:`~MessageService.redelivered`, :meth:`~MessageService.given_up`,
+:meth:`~MessageService.expired`, :meth:`~MessageService.trashed`, and slow readers'
+:meth:`~MessageService.volatile_dropped`): they count in :attr:`MessageService.stats` and write
+the event log (docs/events.md), with the message's SMUID, topic, publisher, size and the time
+since it was published.  Those come from :attr:`MessageService.published`, a bounded memory of
+recent messages; a message it no longer holds (older, or from before a restart) is read back
+from the store once, off the reactor thread, and its event is written when that read is done.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
@@ -20,6 +25,8 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, Message
+from brokerd.events import schema
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.smqp.codec import decode_body, encode_notify, format_datetime
 from brokerd.protocols.smqp.events import Body
@@ -38,6 +45,48 @@ TRASH_RETENTION = 3600.0
 """Seconds a message stays in a Trash before it is removed for good."""
 SERVER_SENDER = "server"
 """The publisher named in receipts' records."""
+PUBLISHED_MEMORY = 16_384
+"""Recent messages whose SMUID, publisher, time and size outcome events take from memory
+(the oldest is forgotten first; a forgotten one is read back from the store)."""
+PROTOCOL = "smqp"
+BRIDGE_PROTOCOL = "smqp-bridge"
+"""The protocol of the core sessions that carry other protocols' messages to SMQP topics, so
+that their logins, logouts and subscriptions in the event log are not taken for clients'."""
+UNACKNOWLEDGED = schema.UNACKNOWLEDGED
+"""The drop reason of a delivery given up after MAX_ATTEMPTS sends without a 310 ACK."""
+STORED = "stored"
+"""The ``outcome`` of an SMQP ``accepted`` record: kept for the topic's SMQP subscribers."""
+
+
+class Published(NamedTuple):
+    """What outcome events say about a stored message."""
+
+    smuid: str
+    publisher: str
+    received: float
+    size: int
+
+
+def content_size(body: Body) -> int:
+    """The size an event reports for an SMQP message: its data sections' bytes."""
+    return sum(len(section.data) for section in body.sections)
+
+
+def message_id(body: Body) -> str | None:
+    """The server's Smuid of a stored body (the last one: a REPLY carries earlier ones first)."""
+    found = None
+    for name, value in body.attributes:
+        if name.lower() == "smuid":
+            found = value
+    return found
+
+
+def _published_of(record: MessageRecord) -> Published:
+    try:
+        size = content_size(decode_body(record.data))
+    except ValueError:
+        size = len(record.data)
+    return Published(record.smuid, record.publisher, record.received, size)
 
 
 def login_key(subscriber: str) -> str:
@@ -51,7 +100,7 @@ class TopicBridge:
     """The SMQP side of one core topic: messages other protocols publish to it arrive here
     (rendered once by the SMQP wire format) and go to the SMQP subscribers of the topic."""
 
-    protocol = "smqp"
+    protocol = BRIDGE_PROTOCOL
     address = None
 
     def __init__(self, service: MessageService, key: str) -> None:
@@ -71,8 +120,12 @@ class MessageService:
     _log = Logger()
 
     def __init__(self, store: Any, clock: Any, broker: Any, wire: Any,
-                 display: Callable[[str], str]) -> None:
+                 display: Callable[[str], str], events: Any = NULL_EVENT_LOG) -> None:
         self.store = store
+        self.events = events
+        """The event log's IEventRecorder."""
+        self.published: dict[int, Published] = {}
+        """seq -> recent stored message, at most PUBLISHED_MEMORY (see the module docstring)."""
         self.clock = clock
         self.broker = broker
         self.wire = wire
@@ -90,7 +143,7 @@ class MessageService:
         self._loops: list[LoopingCall] = []
         self.stats = {"published": 0, "volatile": 0, "acked": 0, "redelivered": 0, "expired": 0,
                       "trashed": 0, "receipts": 0, "volatile_dropped": 0, "foreign_in": 0,
-                      "foreign_out": 0, "not_forwarded": 0}
+                      "foreign_out": 0, "not_forwarded": 0, "delivered": 0, "given_up": 0}
 
     # ------------------------------------------------------------------ life
 
@@ -183,19 +236,40 @@ class MessageService:
     # ------------------------------------------------------------------ publishing
 
     def publish(self, record: MessageRecord, deliveries: list[tuple[str, str]],
-                body: Body | None = None) -> Deferred:
+                body: Body | None = None, size: int = 0) -> Deferred:
         """Store ``record`` with its pending ``deliveries``; once committed, hand them to
-        the connected subscribers and (``body`` given) to the other protocols."""
+        the connected subscribers and (``body`` given) to the other protocols.  ``size`` is
+        what the event log reports (:func:`content_size`).
+
+        A message the core routes (forwarded) gets its ``accepted`` event from the core;
+        any other (a login topic, nothing the other protocols can carry, a receipt) gets
+        one here."""
         d = self.store.publish(record, deliveries)
 
         def committed(seq: int) -> int:
             self.stats["published"] += 1
+            self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
+            # The other protocols first, so the message's ``accepted`` precedes its SMQP
+            # ``delivered`` events in the log.
+            routed = body is not None and self.forward(record.topic, record.publisher, body, record.smuid)
+            if not routed:
+                self.accepted(record.topic, record.publisher, record.smuid, size, bool(deliveries))
             self._offer(record, deliveries)
-            if body is not None:
-                self.forward(record.topic, record.publisher, body)
             return seq
 
         return d.addCallback(committed)
+
+    def remember(self, seq: int, published: Published) -> None:
+        memory = self.published
+        if len(memory) >= PUBLISHED_MEMORY:
+            del memory[next(iter(memory))]
+        memory[seq] = published
+
+    def accepted(self, key: str, publisher: str, smuid: str | None, size: int, stored: bool) -> None:
+        """The ``accepted`` event of a message the core did not route."""
+        self.events.record(schema.ACCEPTED, PROTOCOL, session=publisher, topic=key, message=MULTICAST,
+                           message_id=smuid, bytes=size, fanout=0,
+                           outcome=STORED if stored else "unrouted")
 
     def _offer(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> None:
         made: dict[str, Delivery] = {}
@@ -213,26 +287,32 @@ class MessageService:
         """A Guarantee: NO message: straight to the connected subscribers, never stored."""
         data = encode_notify("MESSAGE", self.display(key), "ADD", body=body)
         self.stats["volatile"] += 1
+        reached = False
         for subscriber in subscribers:
             outbox = self.outboxes.get(subscriber)
             if outbox is not None:
+                reached = True
                 outbox.offer_volatile(data)
-        self.forward(key, publisher, body)
+        smuid = message_id(body)
+        if not self.forward(key, publisher, body, smuid):
+            self.accepted(key, publisher, smuid, content_size(body), reached)
 
-    def forward(self, key: str, publisher: str, body: Body) -> None:
+    def forward(self, key: str, publisher: str, body: Body, smuid: str | None = None) -> bool:
         """The message to SSMP, MCCHAT and socket.mq subscribers of the same topic: the first
-        text/* section as the payload (see :func:`~brokerd.protocols.smqp.messages.first_text`)."""
+        text/* section as the payload (see :func:`~brokerd.protocols.smqp.messages.first_text`).
+        False when it is not for them (a login topic, no section they can carry)."""
         if key.startswith("accounts/") or key == "accounts":
-            return
+            return False
         carried = first_text(body)
         if carried is None:
             self.stats["not_forwarded"] += 1
-            return
+            return False
         payload, binary = carried
         message = Message(MULTICAST, key.encode("utf-8"), payload, "smqp", publisher.encode("utf-8"),
-                          binary=binary, headers={"smqp": body})
+                          binary=binary, headers={"smqp": body, "message_id": smuid})
         if self.broker.publish(message, exclude=self.bridges.get(key)):
             self.stats["foreign_out"] += 1
+        return True
 
     def render(self, delivery: Delivery) -> list[bytes]:
         if delivery.change == "RAW":
@@ -249,7 +329,7 @@ class MessageService:
             if delivery.mode == "ONE":
                 self.claims.pop(delivery.seq, None)
             if settled is not None:
-                self.acked(outbox.name, delivery.seq)
+                self.acked(outbox, delivery)
                 self.settle(settled)
             if delivery.mode == "ONE":
                 for waiter in self.waiters.pop(delivery.seq, ()):
@@ -259,7 +339,13 @@ class MessageService:
 
     def give_up(self, outbox: Outbox, delivery: Delivery) -> Deferred:
         d = self.store.give_up(outbox.name, delivery.seq, self.clock.seconds())
-        return d.addCallback(lambda settled: self.settle(settled) if settled is not None else None)
+
+        def stored(settled: Settled | None) -> None:
+            if settled is not None:
+                self.given_up(outbox, delivery)
+                self.settle(settled, "undeliverable")
+
+        return d.addCallback(stored)
 
     def claim(self, seq: int, outbox: Outbox) -> bool:
         """A ONE message goes to one session at a time."""
@@ -285,8 +371,10 @@ class MessageService:
             if not waiting:
                 del self.waiters[seq]
 
-    def settle(self, settled: Settled) -> None:
-        """Apply what the store reports: drop released deliveries, send a due receipt."""
+    def settle(self, settled: Settled, reason: str | None = None) -> None:
+        """Apply what the store reports: drop released deliveries, send a due receipt.
+        ``reason`` says why a message went to the Trash (expired, undeliverable, removed,
+        recalled, replaced)."""
         for subscriber in settled.released:
             outbox = self.outboxes.get(subscriber)
             if outbox is not None:
@@ -294,7 +382,7 @@ class MessageService:
         if settled.trashed:
             self.claims.pop(settled.seq, None)
             self.waiters.pop(settled.seq, None)
-            self.trashed(settled)
+            self.trashed(settled, reason)
         if settled.receipt is not None:
             self.send_receipt(settled.receipt)
 
@@ -313,7 +401,7 @@ class MessageService:
         record = MessageRecord(self.smuid(seq, stamp), login_key(due.publisher), SERVER_SENDER,
                                f"receipt/{due.seq}", now, expires, 1, data, seq)
         self.stats["receipts"] += 1
-        d = self.publish(record, [(due.publisher, "RAW")])
+        d = self.publish(record, [(due.publisher, "RAW")], size=len(data))
         return d.addErrback(self._log.failure, "Storing a receipt for {p}", p=due.publisher)
 
     # ------------------------------------------------------------------ expiry and Trash
@@ -325,7 +413,7 @@ class MessageService:
         def expired(found: list[Settled]) -> Deferred | None:
             for settled in found:
                 self.expired(settled)
-                self.settle(settled)
+                self.settle(settled, "expired")
             if len(found) >= EXPIRY_BATCH:
                 return self.sweep()
             return None
@@ -336,27 +424,77 @@ class MessageService:
         d = self.store.empty_trash(self.clock.seconds() - TRASH_RETENTION)
         return d.addErrback(self._log.failure, "Emptying the SMQP Trash")
 
-    # ------------------------------------------------------------------ outcomes (hook here)
+    # ------------------------------------------------------------------ outcomes
 
-    def acked(self, subscriber: str, seq: int) -> None:
-        """Message ``seq`` was acknowledged by ``subscriber`` (never sent to it again)."""
+    def delivered(self, outbox: Outbox, delivery: Delivery) -> None:
+        """A stored message was written to the subscriber's connection (not a resend after
+        an acknowledgement timed out: that is :meth:`redelivered`)."""
+        self.stats["delivered"] += 1
+        self._outcome(schema.DELIVERED, outbox.session, delivery.seq, delivery.topic)
+
+    def acked(self, outbox: Outbox, delivery: Delivery) -> None:
+        """The subscriber's 310 ACK of ``delivery`` is stored (never sent to it again)."""
         self.stats["acked"] += 1
+        self._outcome(schema.ACKED, outbox.session, delivery.seq, delivery.topic)
 
-    def redelivered(self, subscriber: str, seq: int, attempt: int) -> None:
-        """Message ``seq`` was sent to ``subscriber`` again (attempt number ``attempt``)."""
+    def redelivered(self, outbox: Outbox, delivery: Delivery, attempt: int) -> None:
+        """``delivery`` was sent again (attempt number ``attempt``): no 310 ACK in time."""
         self.stats["redelivered"] += 1
+        self._outcome(schema.REDELIVERED, outbox.session, delivery.seq, delivery.topic)
+
+    def given_up(self, outbox: Outbox, delivery: Delivery) -> None:
+        """No 310 ACK after MAX_ATTEMPTS sends: never sent to this subscriber again."""
+        self.stats["given_up"] += 1
+        self._outcome(schema.DROPPED, outbox.session, delivery.seq, delivery.topic, UNACKNOWLEDGED)
 
     def expired(self, settled: Settled) -> None:
-        """Message ``settled.seq`` reached its timeout (it goes to the Trash)."""
+        """Message ``settled.seq`` reached its timeout (it goes to the Trash): one event for
+        each subscriber that had not acknowledged it yet."""
         self.stats["expired"] += 1
+        for subscriber in settled.released:
+            self._outcome(schema.EXPIRED, subscriber, settled.seq, settled.topic, "expired")
 
-    def trashed(self, settled: Settled) -> None:
+    def trashed(self, settled: Settled, reason: str | None = None) -> None:
         """Message ``settled.seq`` went to the Trash of ``settled.topic``."""
         self.stats["trashed"] += 1
+        self._outcome(schema.TRASHED, None, settled.seq, settled.topic, reason)
+        self.published.pop(settled.seq, None)
 
     def volatile_dropped(self, outbox: Outbox) -> None:
-        """A session's queue of unacknowledged-kind notifications was full."""
+        """A session's queue of unacknowledged-kind notifications was full (counted here;
+        the outbox logs each episode through :meth:`volatile_drops`)."""
         self.stats["volatile_dropped"] += 1
+
+    def volatile_drops(self, outbox: Outbox, count: int) -> None:
+        """One event for ``count`` notifications a slow session lost (MAX_VOLATILE)."""
+        self.events.record(schema.DROPPED, PROTOCOL, session=outbox.name, reason=schema.QUEUE_FULL,
+                           dropped=count, outcome=schema.DROPPED)
+
+    def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None) -> None:
+        """Write one outcome event about message ``seq`` for ``session`` (the subscriber's
+        ISubscriber, its name, or None for an event about the message itself)."""
+        published = self.published.get(seq)
+        now = self.clock.seconds()
+        if published is not None:
+            self._write(kind, session, topic, reason, now, published)
+            return
+        d = self.store.find_message(seq)
+
+        def found(record: MessageRecord | None) -> None:
+            self._write(kind, session, topic, reason, now, None if record is None else _published_of(record))
+
+        d.addCallback(found).addErrback(self._log.failure, "Reading message {seq} for the event log", seq=seq)
+
+    def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
+               published: Published | None) -> None:
+        name = getattr(session, "name", session)
+        fields: dict[str, Any] = {"session": name, "topic": topic, "reason": reason, "outcome": kind}
+        if published is not None:
+            fields["sender"] = published.publisher
+            fields["message_id"] = published.smuid
+            fields["bytes"] = published.size
+            fields["latency_us"] = max(0, int((now - published.received) * 1_000_000))
+        self.events.record(kind, PROTOCOL, **fields)
 
     # ------------------------------------------------------------------ notices
 

@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from brokerd.auth.ual import Perm
 from brokerd.protocols.smqp.codec import encode_body, encode_reply, format_datetime
+from brokerd.protocols.smqp.delivery import content_size
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.messages import (
     ABSENT,
@@ -193,7 +194,8 @@ class MessagingCommands:
         record = MessageRecord(smuid, key, self.subscriber, cmuid, now, self._expiry(publication, now),
                                publication.priority, encode_body(stored), seq, mode, publication.receipt)
         forward = stored if not key.startswith(ACCOUNTS) else None
-        d = self.service.publish(record, [(name, change) for name in subscribers], forward)
+        d = self.service.publish(record, [(name, change) for name in subscribers], forward,
+                                 content_size(stored))
         return d.addCallback(lambda _: encode_reply(200, "OK", cmuid, smuid))
 
     def _publish_volatile(self, key: str, body: Body, publication: Publication, command: Command,
@@ -230,7 +232,7 @@ class MessagingCommands:
 
             def gone(settled: Any) -> Deferred:
                 if settled is not None:
-                    self.service.settle(settled)
+                    self.service.settle(settled, "replaced")
                 return self._publish(key, body, publication, command, [], node_mode, "REPLACE", False)
 
             return trashed.addCallback(gone)
@@ -256,7 +258,7 @@ class MessagingCommands:
 
         def gone(settled: Any, record: MessageRecord) -> None:
             if settled is not None:
-                self.service.settle(settled)
+                self.service.settle(settled, "recalled")
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
             self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)
@@ -494,7 +496,7 @@ class MessagingCommands:
 
         def removed(settled: Any, record: MessageRecord) -> None:
             if settled is not None:
-                service.settle(settled)
+                service.settle(settled, "removed")
             service.message_notice(key, "DELETE", record)
             self._reply(200, "OK")
 

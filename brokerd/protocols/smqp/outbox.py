@@ -16,7 +16,8 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
   deliveries stay in the store and come back when it is resumed.
 - Messages that never went through the store (Guarantee: NO, other protocols' messages,
   topic/subscriber notices) wait in a bounded FIFO (:data:`MAX_VOLATILE`, then dropped and
-  counted) and need no acknowledgement; they too wait for an outstanding acknowledgement.
+  counted, one event-log record per run of drops) and need no acknowledgement; they too wait
+  for an outstanding acknowledgement.
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
@@ -81,6 +82,10 @@ class Outbox:
         self.suspended: set[str] = set()
         self.closed = False
         self.dropped = 0
+        self.unreported = 0
+        """Volatile notifications dropped since the queue last drained (not logged yet)."""
+        self._resending: set[int] = set()
+        """Refused (416) deliveries offered again: their next send is a redelivery."""
 
     # ------------------------------------------------------------------ suspension
 
@@ -133,6 +138,7 @@ class Outbox:
             return
         if len(self.volatile) >= MAX_VOLATILE:
             self.dropped += 1
+            self.unreported += 1
             self.service.volatile_dropped(self)
             return
         self.volatile.append(data)
@@ -141,6 +147,7 @@ class Outbox:
     def discard(self, seq: int) -> None:
         """The delivery is no longer pending (settled elsewhere, trashed, moved)."""
         self.known.discard(seq)
+        self._resending.discard(seq)
         self.waiting_one.pop(seq, None)
         call = self._later.pop(seq, None)
         if call is not None and call.active():
@@ -170,6 +177,8 @@ class Outbox:
             parts = list(volatile)
             volatile.clear()
             self.session.write_notify(parts)
+            if self.unreported:
+                self._report_drops()
         heap = self.heap
         while heap:
             _p, seq, delivery = heapq.heappop(heap)
@@ -191,6 +200,15 @@ class Outbox:
         self.inflight_parts = self.service.render(delivery)
         self.session.write_notify(self.inflight_parts)
         self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+        if delivery.seq in self._resending or delivery.attempts:
+            self._resending.discard(delivery.seq)
+            self.service.redelivered(self, delivery, delivery.attempts + 1)
+        else:
+            self.service.delivered(self, delivery)
+
+    def _report_drops(self) -> None:
+        count, self.unreported = self.unreported, 0
+        self.service.volatile_drops(self, count)
 
     def _reload(self) -> None:
         self.loading = True
@@ -279,7 +297,10 @@ class Outbox:
         if self.closed or delivery.seq not in self.known:
             return
         self.known.discard(delivery.seq)
+        self._resending.add(delivery.seq)
         self.offer(delivery)
+        if delivery.seq not in self.known:  # not taken (suspended, full window): forget it
+            self._resending.discard(delivery.seq)
 
     def _retry(self) -> None:
         """No acknowledgement in time: count the attempt, send again or give up."""
@@ -300,7 +321,7 @@ class Outbox:
             if attempts >= MAX_ATTEMPTS:
                 self.inflight = self.inflight_parts = None
                 return self._give_up(delivery)
-            self.service.redelivered(self.name, delivery.seq, attempts + 1)
+            self.service.redelivered(self, delivery, attempts + 1)
             self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
             self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
             return None
@@ -355,6 +376,9 @@ class Outbox:
         self.known.clear()
         self.volatile.clear()
         self.waiting_one.clear()
+        self._resending.clear()
+        if self.unreported:
+            self._report_drops()
 
 
 def _covers(pattern_topic: str, key: str) -> bool:

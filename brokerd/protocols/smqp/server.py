@@ -13,6 +13,11 @@ output buffer holds more than ``max_output_buffer`` bytes (the client does not r
 replies): memory per connection stays bounded either way.
 
 See docs/smqp.md for the commands, the reply codes and the permission model.
+
+Event log (docs/events.md): the core logs sessions and the messages it routes; every refused
+login (unknown account, wrong password, unsupported method, a certificate that does not name
+the account, too many logins) is an ``auth_failure`` logged here, and the message outcomes are
+logged by the message service (brokerd.protocols.smqp.delivery).
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ from brokerd.auth.ual import (
 )
 from brokerd.config import Runtime, Settings
 from brokerd.errors import ConfigurationError
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import limit_output_buffer
 from brokerd.protocols.smqp.codec import (
@@ -96,6 +102,16 @@ OK = 200
 _PERM_NAMES = {Perm.PUBLISH: "publish", Perm.SUBSCRIBE: "subscribe", Perm.ADMINISTER: "administer",
                Perm.CREATE: "create/rename/remove", Perm.REPLY: "reply"}
 _BEFORE_LOGIN = {"LOGIN", "PASSWORD", "NOOP", "QUIT"}
+
+
+def _peer_text(transport: Any) -> str | None:
+    """``host:port`` of the peer (the event log's ``source``)."""
+    try:
+        address = transport.getPeer()
+    except Exception:
+        return None
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None else str(address)
 
 
 class _Slot:
@@ -434,14 +450,21 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         names = peer_names(self.transport) if method == CERT else ()
         if method == CERT and names:
             d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
-            d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel,),
-                           errbackArgs=("Unauthorized: the client certificate does not name " + account,))
+            d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
+                           errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
             return d
+        reason = "no client certificate" if method == CERT else "unsupported method"
+        self._auth_failure(account, method, reason)
         self._reply(405, "Not allowed", "Methods: " + ", ".join(self._methods()))
         return None
 
+    def _auth_failure(self, account: str, method: str, reason: str) -> None:
+        self.factory.events.auth_failure("smqp", account, source=_peer_text(self.transport), scheme=method,
+                                         reason=reason)
+
     def _login_account_checked(self, exists: bool, account: str, channel: str) -> None:
         if not exists:
+            self._auth_failure(account, CLEAR, "unknown account")
             self._login_failure(404, f"Not found: no account {account}")
             return
         self._pending_login = (account.lower(), channel)
@@ -461,15 +484,18 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self._pending_login = None
         credentials = UsernamePassword(account.encode("utf-8"), password.encode("utf-8"))
         d = self.factory.portal.login(credentials, self, IIdentity)
-        d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel,))
+        d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CLEAR),
+                       errbackArgs=(account, CLEAR))
         return d
 
-    def _login_refused(self, failure: Failure,
+    def _login_refused(self, failure: Failure, account: str, method: str,
                        text: str = "Unauthorized: password not correct") -> None:
         failure.trap(UnauthorizedLogin, NotImplementedError)
         if isinstance(failure.value, UnknownAccount):
+            self._auth_failure(account, method, "unknown account")
             self._login_failure(404, "Not found: no such account")
         else:
+            self._auth_failure(account, method, "wrong password" if method == CLEAR else "certificate refused")
             self._login_failure(401, text)
 
     def _login_failure(self, code: int, text: str) -> None:
@@ -480,13 +506,14 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         else:
             self._reply(code, text)
 
-    def _logged_in(self, result: tuple, channel: str) -> Deferred | None:
+    def _logged_in(self, result: tuple, channel: str, method: str) -> Deferred | None:
         _interface, identity, _logout = result
         account = identity.name.decode("utf-8").lower()
         if self.closed:
             return None
         factory = self.factory
         if len(factory.sessions.get(account, ())) >= MAX_LOGINS_PER_ACCOUNT:
+            self._auth_failure(account, method, "too many concurrent logins")
             raise Refused(403, f"Forbidden: too many concurrent logins ({MAX_LOGINS_PER_ACCOUNT})")
         records = factory.tree.ensure_account(account, factory.clock.seconds())
         d = factory.store.put_topics(records) if records else succeed(None)
@@ -541,6 +568,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
 
             def wrong(failure: Failure) -> None:
                 failure.trap(UnauthorizedLogin)
+                self._auth_failure(account, CLEAR, "wrong password (SET LOGIN PASSWORD)")
                 self._reply(401, "Unauthorized: password not correct")
 
             return d.addCallbacks(confirmed, wrong)
@@ -820,8 +848,11 @@ class SMQPServerFactory(Factory):
         domain: str | None = None,
         message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
         run: Callable[..., Deferred] = run_inline,
+        events: Any = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
+        self.events = events
+        """The event log's IEventRecorder (auth failures here, outcomes in the service)."""
         self.settings = settings
         self.clock = clock
         self.store = store
@@ -835,7 +866,7 @@ class SMQPServerFactory(Factory):
         self.tree = TopicTree()
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
-        self.service = MessageService(store, clock, broker, self.wire, self.display)
+        self.service = MessageService(store, clock, broker, self.wire, self.display, events)
         self.service.default_timeout = message_timeout
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
@@ -1014,7 +1045,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         runtime.broker, settings, reactor, store, checker, ual=ual, ual_file=ual_file,
         domain=getattr(settings, "smqp_domain", None),
         message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
-        run=run,
+        run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
     return factory

@@ -14,6 +14,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
 from brokerd.protocols.socketmq.policy import Policy
@@ -40,6 +41,18 @@ REASONS = {
     503: "Service Unavailable",
     504: "Gateway Timeout",
 }
+
+
+PROTOCOL = "socketmq"
+"""The protocol name sessions carry and the event log records."""
+
+
+def peer_text(address: Any) -> str | None:
+    """``host:port`` of a peer address (the event log's ``source``), its text for others."""
+    if address is None:
+        return None
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None else str(address)
 
 
 class IncomingRequest:
@@ -132,8 +145,12 @@ class Hub:
         policy: Policy | None = None,
         key: SecretKey | None = None,
         subscribe_hook: SubscribeHook | None = None,
+        events: Any = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
+        self.events = events
+        """The event log's IEventRecorder: auth failures, logins by authentication and
+        slow-consumer drops (routing and sessions go through the Broker)."""
         self.reactor = reactor
         self.settings = settings
         self.portal = portal
@@ -151,6 +168,11 @@ class Hub:
     @property
     def security(self) -> str:
         return self.policy.security if self.key is not None else "disabled"
+
+    def auth_failure(self, address: Any, identity: str | None, scheme: str | None, reason: str) -> None:
+        """A refused authentication or a request the policy refused (401, 403, 496) from the
+        peer at ``address``."""
+        self.events.auth_failure(PROTOCOL, identity, source=peer_text(address), scheme=scheme, reason=reason)
 
     def run_crypto(self, function: Callable[..., Any], *args: Any) -> Deferred:
         """Run OpenPGP work off the reactor thread (in the reactor's thread pool)."""

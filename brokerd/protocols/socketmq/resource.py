@@ -133,6 +133,7 @@ class RequestResource(resource.Resource):
         if method is None:
             names = peer_names(request.transport) or None
             if names is None and hub.policy.required:
+                hub.auth_failure(request.getClientAddress(), None, None, "authentication required")
                 return error(request, 496, "this server accepts secure requests only (Security-Method: OpenPGP)")
             client_id = names[0] if names else None
             self._authorized(request, application, request_id, body, names, client_id, interface, content_type, None)
@@ -150,6 +151,7 @@ class RequestResource(resource.Resource):
 
         def refused(failure: Failure) -> None:
             failure.trap(PGPError)
+            hub.auth_failure(request.getClientAddress(), None, SECURITY_METHOD, failure.getErrorMessage())
             finish(request, 401, f"cannot open the request: {failure.getErrorMessage()}\n".encode())
 
         d = hub.run_crypto(key.open, body, hub.keyring)
@@ -171,9 +173,13 @@ class RequestResource(resource.Resource):
     ) -> None:
         hub = self.hub
         if not hub.policy.allows("request", names, f"{application}/{request_id}"):
+            what = f"request {application}/{request_id}"
             if names is None:
+                hub.auth_failure(request.getClientAddress(), None, None, f"not allowed without authentication: {what}")
                 finish(request, 496, b"this request needs an authenticated client\n")
             else:
+                scheme = SECURITY_METHOD if identity is not None else "cert"
+                hub.auth_failure(request.getClientAddress(), client_id, scheme, f"not allowed: {what}")
                 finish(request, 403, f"{client_id} may not request {application}/{request_id}\n".encode())
             return
         incoming = IncomingRequest(application, request_id, body, client_id, interface, content_type)

@@ -17,6 +17,7 @@ from twisted.logger import Logger
 from twisted.web import http, server
 
 from brokerd.config import Runtime
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
@@ -158,7 +159,10 @@ def build_hub(runtime: Runtime) -> Hub:
         except (OSError, PGPError) as exc:
             raise ConfigurationError(f"--socketmq-key {path}: {exc}") from None
     try:
-        return Hub(runtime.broker, runtime.reactor, settings, runtime.portal, policy, key)
+        return Hub(
+            runtime.broker, runtime.reactor, settings, runtime.portal, policy, key,
+            events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+        )
     except PGPError as exc:
         raise ConfigurationError(f"--socketmq-policy {policy.source}: keyring: {exc}") from None
 

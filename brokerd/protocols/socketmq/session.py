@@ -9,6 +9,13 @@ transport.  When more than ``max_output_buffer`` bytes wait for a slow reader, T
 it: events for that reader are dropped and counted, its own messages are no longer read, and
 once the buffer drains it gets one ``dropped`` message with the count.  A reader that stays
 congested for SLOW_CONSUMER_TIMEOUT seconds is disconnected.
+
+Event log (docs/events.md): the core logs the session's login (at WebSocket open, as
+``anonymous`` or its certificate's name), logout, subscriptions and publishes.  This module adds
+a ``login`` with the scheme when the client authenticates later (the session takes that name),
+an ``auth_failure`` for every refused authentication (401) and every message the policy refused
+(496: authenticate first; 403: this client may not), and per congestion episode one
+``dropped``/``slow_consumer`` record with the count (``dropped``), when it ends.
 """
 from __future__ import annotations
 
@@ -27,8 +34,9 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import limit_output_buffer
+from brokerd.protocols.flow import limit_output_buffer, record_drops
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -51,7 +59,7 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
-from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub, IncomingRequest
+from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest, peer_text
 from brokerd.protocols.socketmq.pgp import (
     PGPError,
     check_client_proof,
@@ -64,6 +72,9 @@ SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
+CERT = "cert"
+"""The scheme of a session named by its verified TLS client certificate."""
+OPENPGP = "OpenPGP"
 _ANONYMOUS = b"anonymous"
 _tokens = count(1)
 
@@ -91,6 +102,8 @@ class SocketMQSession(WebSocketServerProtocol):
         self.names: tuple[str, ...] | None = None
         """Who the client is (None until it authenticates): the names policy rules match."""
         self.client_id: str | None = None
+        self.scheme: str | None = None
+        """How the client authenticated (cert, OpenPGP, open, secret); None until it does."""
         self.nonce = new_nonce()
         self.opened = False
         self.closed = False
@@ -126,16 +139,29 @@ class SocketMQSession(WebSocketServerProtocol):
         transport.registerProducer(self, True)
         names = peer_names(transport)
         if names:
-            self._authenticated(names, names[0])
+            self._authenticated(names, names[0], CERT)
         hub.broker.attach(self)
         fingerprint = hub.key.fingerprint if hub.key is not None else None
         hello = Hello(limits.PROTOCOL_VERSION, hub.security, self.nonce, fingerprint)
         transport.write(frame(*encode(hello)))
 
-    def _authenticated(self, names: tuple[str, ...], client_id: str) -> None:
+    def _authenticated(self, names: tuple[str, ...], client_id: str, scheme: str) -> None:
         self.names = names
         self.client_id = client_id
+        self.scheme = scheme
         self.name = client_id.encode("utf-8", "replace")
+
+    def _logged_in(self, names: tuple[str, ...], client_id: str, scheme: str) -> None:
+        """An ``auth`` message succeeded: the session takes the name, and that is logged."""
+        self._authenticated(names, client_id, scheme)
+        transport = self.transport
+        source = peer_text(transport.getPeer()) if transport is not None else None
+        self.hub.events.record(LOGIN, PROTOCOL, session=self.name, source=source, scheme=scheme, outcome="ok")
+
+    def _refused(self, identity: str | None, scheme: str | None, reason: str) -> None:
+        """Log an auth failure (or a policy refusal) of this connection."""
+        transport = self.transport
+        self.hub.auth_failure(transport.getPeer() if transport is not None else None, identity, scheme, reason)
 
     # ------------------------------------------------------------------ closing
 
@@ -170,6 +196,9 @@ class SocketMQSession(WebSocketServerProtocol):
         pending, self.pending = self.pending, {}
         for request in pending.values():
             request.respond(502, b"the application went away\n", TEXT)
+        if self._unreported:
+            record_drops(hub.events, PROTOCOL, self.name, self._unreported)
+            self._unreported = 0
         hub.broker.detach(self)
 
     def _close(self, code: int, reason: str) -> None:
@@ -217,6 +246,7 @@ class SocketMQSession(WebSocketServerProtocol):
         self.send = self._write
         if self._unreported:
             self.transport.write(frame(*encode(Dropped(self._unreported))))
+            record_drops(self.hub.events, PROTOCOL, self.name, self._unreported)
             self._unreported = 0
         if not self._busy:
             self.transport.resumeProducing()
@@ -255,6 +285,7 @@ class SocketMQSession(WebSocketServerProtocol):
             self._reply(frame(exc.reply, False))  # type: ignore[arg-type]
             return
         if self.names is None and self.hub.policy.required and type(message) is not Auth:
+            self._refused(None, None, "authentication required")
             self._reply(_result(message.id, 496, "this server requires authentication"))
             return
         _DISPATCH[type(message)](self, message)
@@ -278,8 +309,10 @@ class SocketMQSession(WebSocketServerProtocol):
         """Not allowed by the policy: 496 for a plain connection (authenticate and retry),
         403 for an authenticated one."""
         if self.names is None:
+            self._refused(None, None, f"not allowed without authentication: {what}")
             self._reply(_result(id, 496, f"{what} needs an authenticated client"))
         else:
+            self._refused(self.client_id, self.scheme, f"not allowed: {what}")
             self._reply(_result(id, 403, f"{self.client_id} may not {what}"))
 
     def _ok(self, id: MessageId) -> None:
@@ -310,11 +343,12 @@ class SocketMQSession(WebSocketServerProtocol):
 
         def succeeded(result: tuple[Any, str]) -> None:
             identity, proof = result
-            self._authenticated((identity.user_id, "fpr:" + identity.fingerprint), identity.user_id)
+            self._logged_in((identity.user_id, "fpr:" + identity.fingerprint), identity.user_id, OPENPGP)
             self._reply(_result(message.id, 200, identity=identity.user_id, proof=proof))
 
         def failed(failure: Any) -> None:
             failure.trap(PGPError)
+            self._refused(None, OPENPGP, failure.getErrorMessage())
             self._reply(_result(message.id, 401, f"OpenPGP authentication failed: {failure.getErrorMessage()}"))
 
         self._wait()
@@ -327,6 +361,7 @@ class SocketMQSession(WebSocketServerProtocol):
         portal = self.hub.portal
         identifier = (message.identity or "").encode("utf-8")
         if portal is None or not identifier:
+            self._refused(message.identity or None, message.method, "login is not available")
             self._reply(_result(message.id, 401, "login is not available"))
             return
         if message.method == "secret":
@@ -337,11 +372,16 @@ class SocketMQSession(WebSocketServerProtocol):
         def succeeded(result: Any) -> None:
             _interface, identity, _logout = result
             name = identity.name.decode("utf-8", "replace")
-            self._authenticated((name,), name)
+            self._logged_in((name,), name, message.method)
             self._reply(_result(message.id, 200, identity=name))
 
         def failed(failure: Any) -> None:
             failure.trap(UnauthorizedLogin, UnhandledCredentials, NotImplementedError)
+            if failure.check(UnhandledCredentials):
+                reason = "scheme not enabled"
+            else:
+                reason = failure.getErrorMessage() or "refused"
+            self._refused(message.identity, message.method, reason)
             self._reply(_result(message.id, 401, f"{message.method} login refused"))
 
         self._wait()

@@ -7,7 +7,9 @@ events straight to it.  Requests are dispatched through one table per connection
 Flow control: each connection registers itself as a streaming producer of its own transport.
 When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses us: from then
 on messages for that reader are dropped and counted, and its own requests are no longer read
-(so its responses cannot pile up either) until the buffer drains.
+(so its responses cannot pile up either) until the buffer drains.  Each such episode is one
+``dropped`` record (reason ``slow_consumer``, with the count) in the event log, written when it
+ends (brokerd.protocols.flow).
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._login_timer.cancel()
         if self._admitted:
             self._admitted = False
+            self.report_drops()
             self.factory.broker.release()
             self.factory.live.pop(self, None)
             self.factory.broker.detach(self)
@@ -385,7 +388,8 @@ class SSMPServerFactory(Factory):
         self.settings = settings
         self.clock = clock
         self.events = events
-        """The event log's IEventRecorder (auth failures; routing goes through the Broker)."""
+        """The event log's IEventRecorder (auth failures, slow-consumer drops; routing goes
+        through the Broker)."""
         self.live: dict[SSMPServerProtocol, None] = {}
         """Logged-in connections, for the liveness sweep."""
         schemes = " ".join(enabled_schemes(portal)).encode("ascii")

@@ -18,6 +18,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, Message
 from brokerd.core.topics import Topic
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.mcchat import server as mcchat_server
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, encode_unsub
@@ -30,6 +31,7 @@ from brokerd.protocols.mcchat.server import (
 )
 from brokerd.config import Runtime
 from brokerd.protocols.ssmp.server import SSMPServerFactory
+from tests.protocols.recording import RecordingEvents
 
 TLRQ = b"\x04"
 
@@ -153,6 +155,9 @@ def test_build_factory_uses_the_runtime(server: Server) -> None:
     factory = build_factory(runtime)
     assert factory.broker is runtime.broker and factory.clock is runtime.reactor
     assert factory.idle_timeout == IDLE_TIMEOUT and factory.bind_username is False
+    assert factory.events is NULL_EVENT_LOG
+    runtime.resources["event_log"] = events = RecordingEvents()
+    assert build_factory(runtime).events is events
 
 
 # ---------------------------------------------------------------------------- SUB, MSG, UNSUB
@@ -393,6 +398,65 @@ def test_a_congested_reader_loses_messages_and_is_not_read(server: Server) -> No
     assert a.take() == encode_msg(b"t", b"b", b"kept")
 
 
+# ---------------------------------------------------------------------------- the event log
+
+
+def test_a_congestion_episode_is_one_event_when_it_ends() -> None:
+    events = RecordingEvents()
+    server = Server(events=events)
+    a, b = server.connect(), server.connect()
+    a.send(encode_sub(b"t"))
+    a.protocol.pauseProducing()
+    b.send(encode_msg(b"t", b"b", b"lost") * 3, bytewise=False)
+    a.send(TLRQ, bytewise=False)
+    assert events.records == []  # nothing per message
+    a.protocol.resumeProducing()
+    # counted in writes, like broker.stats: the run of three MSGs was one write, the TL another
+    assert server.broker.stats.slow_consumer_drops == 2
+    expected = {"protocol": "mcchat", "kind": "dropped", "session": a.protocol.name.decode(),
+                "reason": "slow_consumer", "dropped": 2, "outcome": "dropped"}
+    assert events.records == [expected]
+    a.protocol.pauseProducing()
+    b.send(encode_msg(b"t", b"b", b"lost at the end"))
+    a.lose()  # the episode ends with the connection
+    assert events.records == [expected, dict(expected, dropped=1)]
+    b.lose()
+    assert len(events.records) == 2
+
+
+def test_rejected_msgs_are_one_event_when_the_connection_ends() -> None:
+    events = RecordingEvents()
+    server = Server(events=events)
+    a = server.connect()
+    a.send(encode_msg(b"", b"m", b"to the discovery topic") + b"\x03t\x04\x00b\x00x\x00" + b"\x03t\x00\xc3\x00x\x00")
+    a.send(b"\x01\xff\x00" + b"\x00\x01" + encode_sub(b"t"))  # a bad SUB, an INFO: not messages
+    a.send(encode_msg(b"t", b"a", b"fine"))
+    assert events.records == []
+    a.lose()
+    assert events.records == [
+        {"protocol": "mcchat", "kind": "dropped", "session": a.protocol.name.decode(), "reason": "rejected",
+         "dropped": 3, "outcome": "dropped"}
+    ]
+    quiet = server.connect()
+    quiet.send(encode_msg(b"t", b"q", b"fine"))
+    quiet.lose()
+    assert len(events.records) == 1
+
+
+def test_input_that_cannot_be_framed_closes_with_an_event() -> None:
+    events = RecordingEvents()
+    server = Server(events=events)
+    a = server.connect()
+    a.send(encode_msg(b"", b"m", b"x") + b"\x07")
+    assert a.closed
+    assert events.records == [
+        {"protocol": "mcchat", "kind": "dropped", "session": a.protocol.name.decode(), "reason": "rejected",
+         "dropped": 2, "outcome": "closed"}
+    ]
+    a.lose()
+    assert len(events.records) == 1
+
+
 def test_flow_control_starts_with_the_first_read(server: Server) -> None:
     a = server.connect()
     assert a.transport.bufferSize == Settings().max_output_buffer  # type: ignore[attr-defined]
@@ -598,17 +662,21 @@ def test_broadcasts_from_other_protocols_cannot_reach_mcchat(server: Server) -> 
 )
 @settings(max_examples=200, deadline=None)
 def test_any_input_in_any_chunking_has_the_same_effect(data: bytes, cuts: list[int]) -> None:
-    """Never an exception; what an observer of topic t receives, what the client itself gets
-    and whether it is closed do not depend on how the bytes were cut."""
+    """Never an exception; what an observer of topic t receives, what the client itself gets,
+    whether it is closed and what the event log gets when it ends do not depend on how the
+    bytes were cut."""
     outcomes = []
     for pieces in ([data], _chunks(data, cuts)):
-        server = Server()
+        events = RecordingEvents()
+        server = Server(events=events)
         observer, client = server.connect(), server.connect()
         observer.send(encode_sub(b"t"))
         for piece in pieces:
             if not client.closed:
                 client.send(piece, bytewise=False)
-        outcomes.append((observer.take(), client.take(), client.closed, server.factory.stats.as_dict()))
+        closed = client.closed
+        client.lose()
+        outcomes.append((observer.take(), client.take(), closed, server.factory.stats.as_dict(), events.records))
     assert outcomes[0] == outcomes[1]
 
 

@@ -96,7 +96,8 @@ class LineClient(Protocol):
 class LiveBrokerd:
     """SSMP and socket.mq front ends on 127.0.0.1 (OS-chosen ports) around one Broker."""
 
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
+    def __init__(self, data_dir: Path, events: Any = None, **settings: Any) -> None:
+        """``events``: an IEventRecorder for the front ends (the runtime's ``event_log``)."""
         extra = {k: settings.pop(k) for k in list(settings) if k.startswith("socketmq_")}
         self.settings = Settings(open_login=True, data_dir=data_dir, **settings)
         for name, value in extra.items():
@@ -104,6 +105,8 @@ class LiveBrokerd:
         self.broker = Broker(max_connections=self.settings.max_connections)
         portal = build_portal(open_login=True)
         self.runtime = Runtime(self.settings, self.broker, portal, reactor())
+        if events is not None:
+            self.runtime.resources["event_log"] = events
         self.ssmp_factory = SSMPServerFactory(self.broker, portal, self.settings, reactor())
         self.site = build_factory(self.runtime)
         self.hub = self.runtime.resources["socketmq.hub"]

@@ -9,18 +9,21 @@ from brokerd.auth.realm import build_portal
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.ssmp.server import SSMPServerFactory
+from tests.protocols.recording import RecordingEvents
 
 
-class RecordedEvents:
-    """The front-end half of the event log (IEventRecorder), kept in a list."""
+class RecordedEvents(RecordingEvents):
+    """The front-end half of the event log (IEventRecorder), kept in lists."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.auth_failures: list[dict] = []
 
     def auth_failure(self, protocol, identity, source=None, scheme=None, reason=None) -> None:
         self.auth_failures.append(
             {"protocol": protocol, "identity": identity, "source": source, "scheme": scheme, "reason": reason}
         )
+        super().auth_failure(protocol, identity, source, scheme, reason)
 
 
 class Harness:

@@ -360,9 +360,31 @@ def test_slow_consumer_messages_are_dropped_and_counted(h):
     assert b.take() == b""
     assert b.protocol.dropped == 2
     assert h.broker.stats.slow_consumer_drops == 2
+    assert h.events.of("dropped") == []  # nothing is logged per message
     b.protocol.resumeProducing()
     a.request("MCAST t delivered")
     assert b.take() == b"000 alice MCAST t delivered\n"
+    # the episode is one event, written when it ends
+    assert h.events.of("dropped") == [
+        {"protocol": "ssmp", "kind": "dropped", "session": "bob", "reason": "slow_consumer", "dropped": 2,
+         "outcome": "dropped"}
+    ]
+    b.protocol.pauseProducing()
+    a.request("MCAST t lost again")
+    b.protocol.resumeProducing()
+    assert [r["dropped"] for r in h.events.of("dropped")] == [2, 1]
+
+
+def test_slow_consumer_drops_are_logged_when_the_connection_ends(h):
+    a, b = h.login("alice"), h.login("bob")
+    b.request("SUBSCRIBE t")
+    b.protocol.pauseProducing()
+    for _ in range(3):
+        a.request("MCAST t lost")
+    b.lose()
+    assert [(r["session"], r["reason"], r["dropped"]) for r in h.events.of("dropped")] == [("bob", "slow_consumer", 3)]
+    b.protocol.connectionLost(None)  # a second call logs nothing more
+    assert len(h.events.of("dropped")) == 1
 
 
 def test_output_buffer_limit_is_applied_to_the_transport():

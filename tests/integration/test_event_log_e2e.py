@@ -1,0 +1,220 @@
+"""The event log end to end: a real ``twistd brokerd`` with SSMP, MCCHAT and SMQP listeners,
+traffic in each protocol over raw sockets (logins, a refused login per protocol that has one,
+subscriptions, publishes that cross protocols, an SMQP 310 ACK), SIGTERM, and then what
+DATA_DIR/events/ holds, read with the schema's own decoder."""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokerd.events import schema
+from tests.support.broker import LineClient, start_broker
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 10.0
+
+
+class SMQPLines:
+    """A blocking SMQP client over a raw socket: CRLF lines, multi-line replies."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.buffer = b""
+        greeting = self.line()
+        assert greeting.startswith(b"SMQP/1.0 Ready."), greeting
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError(f"connection closed; buffered {self.buffer!r}")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    def reply(self) -> list[bytes]:
+        """The lines of one reply (``NNN-...`` continues, ``NNN ...`` ends it)."""
+        lines = [self.line()]
+        while lines[-1][3:4] == b"-":
+            lines.append(self.line())
+        return lines
+
+    def command(self, text: bytes) -> list[bytes]:
+        self.sock.sendall(text)
+        return self.reply()
+
+    def login(self, channel: str, password: str = "alicepw") -> list[bytes]:
+        assert self.command(f"LOGIN alice:{channel} CLEAR/1.0\r\n".encode()) == [b"200 OK"]
+        return self.command(f"PASS alice {password}\r\n".encode())
+
+    def notification(self) -> list[bytes]:
+        """A NOTIFY MESSAGE with its body, up to the final ``.`` line."""
+        lines = [self.line()]
+        assert lines[0].startswith(b"NOTIFY MESSAGE "), lines
+        while lines[-1] != b".":
+            lines.append(self.line())
+        return lines
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _records(data_dir: Path, live: bool = False) -> list[dict[str, Any]]:
+    """Every record, in time order.  ``live``: the broker is still writing, so a last line
+    may be cut short; skip it (once it stopped, every line must decode)."""
+    records = []
+    for path in sorted((data_dir / schema.EVENTS_DIR).rglob("*" + schema.FILE_SUFFIX)):
+        for line in path.read_text("utf-8", errors="replace").splitlines():
+            try:
+                records.append(schema.decode(line))
+            except schema.SchemaError:
+                if not live:
+                    raise
+    return sorted(records, key=lambda record: record["ts"])
+
+
+def _mcchat(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    info = b""
+    while len(info) < 2:
+        info += sock.recv(2 - len(info))
+    assert info == b"\x00\x01"
+    return sock
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise EOFError(data)
+        data += chunk
+    return data
+
+
+def test_every_protocol_writes_its_events(tmp_path: Path) -> None:
+    accounts = tmp_path / "accounts"
+    subprocess.run([sys.executable, "-m", "brokerd.cli.accounts", "add", str(accounts), "alice", "alicepw"],
+                   check=True, capture_output=True, timeout=60)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    listeners = {name: "tcp:{port}:interface=127.0.0.1" for name in ("ssmp", "mcchat", "smqp")}
+    broker = start_broker(tmp_path, "--open-login", "--secret-file", str(secret), "--accounts", str(accounts),
+                          "--event-log-flush", "0.2", listeners=listeners)
+    clients: list[Any] = []
+    try:
+        ports = broker.ports
+        # refused logins
+        bad = LineClient.connect(ports["ssmp"])
+        clients.append(bad)
+        assert bad.request("LOGIN alice secret wrong") == b"401 open secret"
+        smqp_bad = SMQPLines(ports["smqp"])
+        clients.append(smqp_bad)
+        assert smqp_bad.login("x", "wrongpw")[0].startswith(b"401 ")
+
+        # subscribers in every protocol
+        sam = LineClient.connect(ports["ssmp"])
+        clients.append(sam)
+        assert sam.request("LOGIN sam open") == b"200"
+        assert sam.request("SUBSCRIBE news") == b"200"
+        carol = _mcchat(ports["mcchat"])
+        clients.append(carol)
+        carol_name = "127.0.0.1:%d" % carol.getsockname()[1]  # MCCHAT names a session by its transport
+        carol.sendall(b"\x01news\x00")
+        sub = SMQPLines(ports["smqp"])
+        clients.append(sub)
+        assert sub.login("sub")[-1].startswith(b"200 Suid: ")
+        assert sub.command(b"CREATE TOPIC /news\r\n") == [b"200 OK"]
+        assert sub.command(b"SUB MESSAGE /news\r\n")[-1].startswith(b"200 ")
+        carol.sendall(b"\x04")  # TLRQ: its answer shows the SUB was handled
+        assert b"news\x00" in _read_until(carol, b"\x04")
+
+        # one message from each protocol
+        assert sam.request("MCAST news from-ssmp") == b"200"
+        carol.sendall(b"\x03news\x00carol\x00from-mcchat\x00")
+        pub = SMQPLines(ports["smqp"])
+        clients.append(pub)
+        assert pub.login("pub")[-1].startswith(b"200 Suid: ")
+        published = pub.command(b"PUB MESSAGE /news C1\r\nCreated: D20240501T120000Z\r\n\r\n"
+                                b"Content-Type: text/plain\r\nContent-Length: 9\r\n\r\nfrom-smqp\r\n.\r\n")
+        assert published[0] == b"200-OK" and published[-1].startswith(b"200 "), published
+        smuid = published[-1][4:].decode()
+
+        # SMQP gets all three (the foreign ones need no acknowledgement); ACK its own
+        bodies = [b"\n".join(sub.notification()) for _ in range(3)]
+        assert sum(b"from-smqp" in body for body in bodies) == 1
+        assert sub.command(b"310 ACK\r\n") == [b"310 ACK"]
+        assert sam.line().endswith(b"from-mcchat") and sam.line().endswith(b"from-smqp")
+        assert b"from-smqp" in _read_until(carol, b"from-smqp")
+        assert sam.request("CLOSE") == b"200"
+        for client in clients:
+            client.close()
+        # Sessions still open at shutdown get no logout (the reactor drops their connections
+        # after the event log stopped), so wait until the broker has seen every close.
+        wanted = {("ssmp", "sam"), ("mcchat", carol_name), ("smqp", "alice:sub"), ("smqp", "alice:pub")}
+        deadline = time.monotonic() + TIMEOUT
+        while not wanted <= {(r["protocol"], r.get("session")) for r in _records(broker.data_dir, live=True)
+                             if r["kind"] == "logout"}:
+            assert time.monotonic() < deadline, _records(broker.data_dir, live=True)
+            time.sleep(0.1)
+    finally:
+        for client in clients:
+            client.close()
+        code = broker.stop(signal.SIGTERM)
+    assert code in (0, -signal.SIGTERM), broker.log()  # twistd may end by re-raising the signal
+    assert "Server Shut Down." in broker.log()
+
+    records = _records(broker.data_dir)
+    assert records, broker.log()
+    by = lambda protocol, kind: [r for r in records if r["protocol"] == protocol and r["kind"] == kind]  # noqa: E731
+
+    # SSMP
+    [failure] = by("ssmp", "auth_failure")
+    assert (failure["session"], failure["scheme"], failure["reason"]) == ("alice", "secret", "wrong secret")
+    assert failure["source"].startswith("127.0.0.1:")
+    assert [(r["session"], r["outcome"]) for r in by("ssmp", "login")] == [("sam", "ok")]
+    assert by("ssmp", "login")[0]["source"].startswith("127.0.0.1:")
+    [accepted] = by("ssmp", "accepted")
+    # to carol (MCCHAT) and the SMQP bridge; the sender itself is excluded
+    assert (accepted["session"], accepted["topic"], accepted["fanout"], accepted["bytes"]) == ("sam", "news", 2, 9)
+    assert [r["session"] for r in by("ssmp", "logout")] == ["sam"]
+
+    # MCCHAT (a subscribed sender gets its own message: sam, carol and the bridge); its other
+    # sessions are start_broker's port probes (MCCHAT has no login: a connection is a session)
+    [login] = [r for r in by("mcchat", "login") if r["session"] == carol_name]
+    assert login["source"] == carol_name
+    assert [(r["session"], r["topic"]) for r in by("mcchat", "subscribed")] == [(carol_name, "news")]
+    [accepted] = by("mcchat", "accepted")
+    assert (accepted["session"], accepted["fanout"], accepted["bytes"]) == (carol_name, 3, 11)
+    assert [r["session"] for r in by("mcchat", "logout")].count(carol_name) == 1
+    assert by("mcchat", "dropped") == []  # no bad input, no slow reader
+
+    # SMQP
+    [failure] = by("smqp", "auth_failure")
+    assert (failure["session"], failure["scheme"], failure["reason"]) == ("alice", "CLEAR", "wrong password")
+    assert failure["source"].startswith("127.0.0.1:")
+    assert sorted(r["session"] for r in by("smqp", "login")) == ["alice:pub", "alice:sub"]
+    [accepted] = by("smqp", "accepted")  # the core routed it: to sam and carol
+    assert (accepted["message_id"], accepted["session"], accepted["topic"], accepted["fanout"]) == (
+        smuid, "alice:pub", "news", 2)
+    [delivered] = by("smqp", "delivered")
+    [acked] = by("smqp", "acked")
+    for outcome in (delivered, acked):
+        assert (outcome["session"], outcome["message_id"], outcome["topic"], outcome["sender"], outcome["bytes"]) == (
+            "alice:sub", smuid, "news", "alice:pub", 9)
+        assert outcome["latency_us"] >= 0
+    assert acked["latency_us"] >= delivered["latency_us"] and acked["ts"] > delivered["ts"] > accepted["ts"]
+    assert sorted(r["session"] for r in by("smqp", "logout")) == ["alice:pub", "alice:sub"]
+
+    # the bridge's core session is not a client: it has a protocol name of its own
+    assert [(r["session"], r["topic"]) for r in by("smqp-bridge", "subscribed")] == [("smqp-topic:news", "news")]
+    assert {r["protocol"] for r in records} == {"ssmp", "mcchat", "smqp", "smqp-bridge"}
+    assert all(r["broker"] == records[0]["broker"] for r in records)
