@@ -38,6 +38,14 @@ class Settings:
     """SMQP server domain for user@domain addresses; default the host name."""
     smqp_message_timeout: float = 86400.0
     """SMQP default message timeout in seconds (per topic and per message values override)."""
+    smqp_retry_timeout: float = 30.0
+    """SMQP: seconds to wait for a client's 310 ACK before a NOTIFY is sent again (and before a
+    delivery the client refused with 416 is offered again)."""
+    smqp_max_attempts: int = 5
+    """SMQP: sends of one NOTIFY to one subscriber before its delivery is given up (the message
+    goes to the topic's Trash once no subscriber has it pending)."""
+    smqp_trash_retention: float = 3600.0
+    """SMQP: seconds a message stays in a topic's Trash before it is deleted for good."""
     socketmq_policy: Path | None = None
     """socket.mq policy (TOML): security mode, client key ring, allow rules (docs/socketmq.md)."""
     socketmq_key: Path | None = None

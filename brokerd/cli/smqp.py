@@ -8,6 +8,7 @@
     brokerd-smqp -u alice rename /old /new | remove /old
     brokerd-smqp -u alice keywords /stocks [KW ...]     GET (or SET) TOPIC KEYWORDS
     brokerd-smqp -u alice delivery /stocks [ALL|ONE|NONE]
+    brokerd-smqp -u alice timeout /stocks [SECONDS|INFINITE|DEFAULT]
     brokerd-smqp -u alice passwd                        SET LOGIN PASSWORD (asks twice)
     brokerd-smqp -u alice contact [--set FILE|-]        GET (or SET) LOGIN CONTACT
     brokerd-smqp -u alice channel                       GET LOGIN CHANNEL
@@ -37,6 +38,7 @@ from twisted.internet.error import ConnectError, ConnectionClosed
 
 from brokerd.errors import ConfigurationError
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
+from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 
 PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
@@ -90,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("delivery", help="GET TOPIC DELIVERY, or SET it when given")
     sub.add_argument("topic")
     sub.add_argument("mode", nargs="?", type=str.upper, choices=["ALL", "ONE", "NONE"])
+    sub = commands.add_parser("timeout", help="GET TOPIC TIMEOUT, or SET it when given (brokerd's extension)")
+    sub.add_argument("topic")
+    sub.add_argument("value", nargs="?", type=_timeout_value,
+                     help="seconds, HH:MM:SS, DD:HH:MM:SS, INFINITE, or DEFAULT (inherit again)")
     sub = commands.add_parser("find", help="FIND TOPIC")
     sub.add_argument("topic")
     sub.add_argument("-k", "--keywords", help="comma-separated keywords to look for")
@@ -120,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("raw", help="send command lines, print each reply")
     sub.add_argument("lines", nargs="+", metavar="LINE")
     return parser
+
+
+def _timeout_value(text: str) -> str:
+    """A SET TOPIC TIMEOUT value, checked before connecting (argparse: exit 2 if bad)."""
+    try:
+        parse_topic_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _first_line(path: Path) -> str:
@@ -200,6 +215,12 @@ async def run_command(client: SMQPClientProtocol, args: argparse.Namespace, stdi
             await client.set_delivery(args.topic, args.mode)
         else:
             out.write(await client.get_delivery(args.topic) + "\n")
+    elif command == "timeout":
+        if args.value:
+            await client.set_timeout(args.topic, args.value)
+        else:
+            seconds, source = await client.get_timeout(args.topic)
+            out.write(f"{format_timeout(seconds)} (from {source})\n")
     elif command == "find":
         for line in await client.find_topics(args.topic, _keywords(args.keywords), args.depth):
             out.write(line + "\n")

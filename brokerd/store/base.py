@@ -30,8 +30,10 @@ class IStore(Interface):
     def put_topics(records):
         """Deferred[None]: insert or replace these topics."""
 
-    def delete_topics(keys):
-        """Deferred[int]: remove these topics; how many existed."""
+    def delete_topics(keys, subscriptions=()):
+        """Deferred[int]: remove these topics; how many existed.  In the same transaction,
+        remove the durable subscriptions ``(subscriber, kind, topic)`` in ``subscriptions``
+        (REMOVE TOPIC drops the subscriptions of the topics it removes)."""
 
     def rename_topics(renames):
         """Deferred[None]: ``[(old_key, new_record), ...]`` in one transaction: each old row

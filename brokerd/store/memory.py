@@ -81,11 +81,14 @@ class MemoryStore:
                 self._topics[record.key] = record
         return self._ok()
 
-    def delete_topics(self, keys: Iterable[str]) -> Deferred:
+    def delete_topics(self, keys: Iterable[str],
+                      subscriptions: Iterable[tuple[str, str, str]] = ()) -> Deferred:
         count = 0
         if not self._closed:
             for key in keys:
                 count += self._topics.pop(key, None) is not None
+            for entry in subscriptions:
+                self._subscriptions.pop(tuple(entry), None)  # type: ignore[arg-type]
         return self._ok(count)
 
     def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:

@@ -13,7 +13,9 @@ class TopicRecord:
     ``key`` is the lower-case path without the leading slash (``stocks/ibm``); the root is
     never stored.  ``name`` is the leaf as it was created (``IBM``).  ``link`` is the key of
     the target of a virtual topic.  ``system`` marks topics the server manages (the login
-    topics under ``/accounts``).
+    topics under ``/accounts``).  ``timeout`` is the topic's default message timeout in
+    seconds (SET TOPIC TIMEOUT): None when the topic sets none (it inherits), ``math.inf``
+    for INFINITE.
     """
 
     key: str
@@ -24,6 +26,7 @@ class TopicRecord:
     owner: str = ""
     created: float = 0.0
     system: bool = False
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)

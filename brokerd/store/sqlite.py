@@ -85,6 +85,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (subscriber, seq)) WITHOUT ROWID;
     CREATE INDEX deliveries_by_seq ON deliveries (seq, state);
     """,
+    # 3: per-topic default message timeouts (NULL: none set, the topic inherits)
+    """
+    ALTER TABLE topics ADD COLUMN timeout REAL;
+    """,
 )
 
 Operation = Callable[..., Any]
@@ -96,15 +100,19 @@ def _chunks(keys: Iterable[str]) -> Iterable[list[str]]:
         yield keys[start : start + _IN_CHUNK]
 
 
+_TOPIC_COLUMNS = "key, name, keywords, delivery, link, owner, created, system, timeout"
+_PUT_TOPIC = f"INSERT OR REPLACE INTO topics ({_TOPIC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
 def _topic_row(record: TopicRecord) -> tuple:
     return (record.key, record.name, json.dumps(list(record.keywords)), record.delivery,
-            record.link, record.owner, record.created, int(record.system))
+            record.link, record.owner, record.created, int(record.system), record.timeout)
 
 
 def _topic_record(row: tuple) -> TopicRecord:
-    key, name, keywords, delivery, link, owner, created, system = row
+    key, name, keywords, delivery, link, owner, created, system, timeout = row
     return TopicRecord(key, name, tuple(json.loads(keywords)), delivery, link, owner, created,
-                       bool(system))
+                       bool(system), timeout)
 
 
 def _message_record(row: tuple) -> MessageRecord:
@@ -343,9 +351,7 @@ class SQLiteStore:
 
     def load_topics(self) -> Deferred:
         def load(c: sqlite3.Connection) -> list[TopicRecord]:
-            rows = c.execute(
-                "SELECT key, name, keywords, delivery, link, owner, created, system"
-                " FROM topics ORDER BY key").fetchall()
+            rows = c.execute(f"SELECT {_TOPIC_COLUMNS} FROM topics ORDER BY key").fetchall()
             return [_topic_record(row) for row in rows]
 
         return self._submit(load)
@@ -354,18 +360,21 @@ class SQLiteStore:
         rows = [_topic_row(r) for r in records]
 
         def put(c: sqlite3.Connection) -> None:
-            c.executemany("INSERT OR REPLACE INTO topics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            c.executemany(_PUT_TOPIC, rows)
 
         return self._submit(put)
 
-    def delete_topics(self, keys: Iterable[str]) -> Deferred:
+    def delete_topics(self, keys: Iterable[str],
+                      subscriptions: Iterable[tuple[str, str, str]] = ()) -> Deferred:
         keys = list(keys)
+        doomed = list(subscriptions)
 
         def delete(c: sqlite3.Connection) -> int:
             count = 0
             for chunk in _chunks(keys):
                 marks = ",".join("?" * len(chunk))
                 count += c.execute(f"DELETE FROM topics WHERE key IN ({marks})", chunk).rowcount
+            c.executemany("DELETE FROM subscriptions WHERE subscriber = ? AND kind = ? AND topic = ?", doomed)
             return count
 
         return self._submit(delete)
@@ -376,7 +385,7 @@ class SQLiteStore:
 
         def rename(c: sqlite3.Connection) -> None:
             c.executemany("DELETE FROM topics WHERE key = ?", [(old,) for old, _r in renames])
-            c.executemany("INSERT OR REPLACE INTO topics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            c.executemany(_PUT_TOPIC, rows)
 
         return self._submit(rename)
 

@@ -40,6 +40,12 @@ async def test_topic_commands(smqp_server, tmp_path, monkeypatch):
     assert await run(server, *alice, "keywords", "/stocks/ibm") == (0, "IBM\nBIG BLUE\n")
     assert await run(server, *alice, "delivery", "/stocks/ibm", "one") == (0, "")
     assert await run(server, *alice, "delivery", "/ibm") == (0, "ONE\n")
+    assert await run(server, *alice, "timeout", "/ibm") == (0, "01:00:00:00 (from SERVER)\n")
+    assert await run(server, *alice, "timeout", "/stocks", "90") == (0, "")
+    assert await run(server, *alice, "timeout", "/ibm") == (0, "00:00:01:30 (from /stocks)\n")
+    assert await run(server, *alice, "timeout", "/stocks/ibm", "inf") == (0, "")
+    assert await run(server, *alice, "timeout", "/stocks/ibm") == (0, "INFINITE (from /stocks/ibm)\n")
+    assert (await run(server, "timeout", "/stocks", "60"))[0] == cli.EXIT_REFUSED  # the guest
     assert await run(server, *alice, "rename", "/stocks/ibm", "/stocks/IBM2") == (0, "")
     assert await run(server, *alice, "remove", "/stocks") == (0, "0 messages pending\n")
     assert await run(server, *alice, "channel") == (0, "cli1\n")
@@ -72,7 +78,7 @@ async def test_password_and_contact(smqp_server, tmp_path, monkeypatch):
     assert (await run(server, "-u", "bob", "contact", "--mime", "text/html"))[0] == cli.EXIT_REFUSED
 
 
-@pytest.mark.parametrize("argv", [["count", "lots", "/"], ["delivery", "/a", "SOME"], []])
+@pytest.mark.parametrize("argv", [["count", "lots", "/"], ["delivery", "/a", "SOME"], ["timeout", "/a", "soon"], []])
 def test_usage_errors(argv):
     with pytest.raises(SystemExit) as exc:
         cli.build_parser().parse_args(argv)

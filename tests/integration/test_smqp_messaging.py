@@ -10,7 +10,6 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from brokerd.protocols.smqp import outbox as outbox_module
 from brokerd.protocols.smqp.client import SMQPError
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
 
@@ -239,10 +238,8 @@ async def test_expiry_receipt_and_trash(smqp_server):
 
 
 @pytest_twisted.ensureDeferred
-async def test_receipt_one_and_retries_into_the_trash(smqp_server, monkeypatch):
-    monkeypatch.setattr(outbox_module, "RETRY_TIMEOUT", 0.2)
-    monkeypatch.setattr(outbox_module, "MAX_ATTEMPTS", 2)
-    server = await smqp_server()
+async def test_receipt_one_and_retries_into_the_trash(smqp_server):
+    server = await smqp_server(smqp_retry_timeout=0.2, smqp_max_attempts=2)
     alice, inbox = await session(server)
     await alice.create_topic("/flaky")
     bob, bob_inbox = await session(server, "bob")
@@ -346,3 +343,27 @@ async def test_suspend_resume_and_312(smqp_server):
     assert await inbox.quiet()
     await alice.set_delivery("/b", "ALL")
     assert data_of(await inbox.next()) == b"held"
+
+
+@pytest_twisted.ensureDeferred
+async def test_reply_permission_is_the_answered_messages_topics(smqp_server, tmp_path):
+    ual = tmp_path / "ual"
+    ual.write_text("/ @accounts psacr\n/announce bob s\n/support bob sr\n")
+    server = await smqp_server(ual_file=ual)
+    alice, alice_inbox = await session(server)
+    await alice.create_topic("/announce")
+    await alice.create_topic("/support")
+    announced = (await alice.publish("/announce", "A1", [("text/plain", b"read only")])).values
+    asked = (await alice.publish("/support", "A2", [("text/plain", b"any questions?")])).values
+    bob, _ = await session(server, "bob", "b1")
+    to_alice = f"alice:c1@{server.factory.domain}"
+    error = await refused(bob.publish(to_alice, "R1", [("text/plain", b"no")],
+                                      [("Smuid", announced[1]), ("Cmuid", announced[0])], mode="REPLY"), 403)
+    assert error.lines == ("Forbidden: no reply permission on /announce",)
+    await bob.publish(to_alice, "R2", [("text/plain", b"yes")], [("Smuid", asked[1]), ("Cmuid", asked[0])],
+                      mode="REPLY")
+    answer = await alice_inbox.next()
+    assert answer.args == ("/accounts/alice/c1", "ADD") and data_of(answer) == b"yes"
+    await alice.acknowledge()
+    await refused(bob.publish(to_alice, "R3", [("text/plain", b"?")], [("Smuid", "424242")], mode="REPLY"), 404)
+    await refused(bob.publish(to_alice, "R4", [("text/plain", b"?")], mode="REPLY"), 400)

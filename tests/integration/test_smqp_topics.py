@@ -1,10 +1,15 @@
 """The SMQP topic tree end to end: CREATE/REMOVE/LIST/FIND/COUNT, names, keywords, delivery,
-virtual topics, durability across restarts, and the User Access List (a UAL file, guest
+per-topic message timeouts (our extension), virtual topics, durability across restarts,
+REMOVE TOPIC dropping subscriptions, and the User Access List (a UAL file, guest
 permissions, hidden topics), over real sockets with the real client."""
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.topictree import MAX_CHILDREN
@@ -199,3 +204,88 @@ async def test_guest_permissions_setting(smqp_server):
     guest = await server.login("guest", "g1")
     await guest.create_topic("/guests")
     assert await guest.list_topics("/") == ["/guests"]
+
+
+async def settle(check, deadline: float = 5.0) -> None:
+    """Wait (polling every 0.1 s, at most ``deadline`` s) until ``check()`` (or what it
+    returns, awaited) is true."""
+    waited = 0.0
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        assert waited < deadline, "the condition did not come true in time"
+        await deferLater(reactor, 0.1, lambda: None)
+        waited += 0.1
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_timeout_expires_messages_into_the_trash_and_survives_restart(smqp_server):
+    server = await smqp_server()
+    alice = await server.login()
+    for path in ("/short", "/short/child", "/long"):
+        await alice.create_topic(path)
+    assert await alice.get_timeout("/short/child") == (86400.0, "SERVER")
+    await alice.set_timeout("/short", 1)
+    assert await alice.get_timeout("/short/child") == (1.0, "/short")  # inherited
+    bob = await server.login("bob", "b1")
+    await bob.subscribe("/short/child")
+    await bob.quit()  # away: the deliveries stay pending until the messages expire
+    await alice.publish("/short", "S1", [("text/plain", b"gone in a second")])
+    await alice.publish("/short/child", "S2", [("text/plain", b"gone too")])
+    await alice.publish("/short", "S3", [("text/plain", b"state")], [("Timeout", "INFINITE")])
+    await alice.publish("/long", "L1", [("text/plain", b"the server default")])
+
+    async def expired() -> bool:
+        return await alice.count("MESSAGE", "/short/Trash") == 1 and \
+            await alice.count("MESSAGE", "/short/child/Trash") == 1
+
+    await settle(expired)
+    assert await alice.count("MESSAGE", "/short") == 1  # the INFINITE one stays
+    assert await alice.count("MESSAGE", "/short/child") == 0
+    assert await alice.count("MESSAGE", "/long") == 1
+    await alice.set_timeout("/short/child", None)
+    await server.stop()
+    restarted = await smqp_server()
+    again = await restarted.login("alice", "c2")
+    assert await again.get_timeout("/short") == (1.0, "/short")
+    assert await again.get_timeout("/short/child") == (None, "/short/child")
+    await again.set_timeout("/short/child", "DEFAULT")
+    assert await again.get_timeout("/short/child") == (1.0, "/short")
+    bob = await restarted.login("bob", "b1")
+    await refused(bob.command("GET", "TOPIC", "TIMEOUT", "/nothere"), 404)
+    await refused(bob.command("SET", "TOPIC", "TIMEOUT", "/short", "forever"), 400)
+
+
+@pytest_twisted.ensureDeferred
+async def test_remove_topic_drops_subscriptions_durably(smqp_server):
+    server = await smqp_server()
+    alice = await server.login()
+    for path in ("/news", "/news/eu", "/weather"):
+        await alice.create_topic(path)
+    bob = await server.login("bob", "b1")
+    notices = []
+    bob.notifyReceived = notices.append
+    await bob.subscribe("/news/eu")
+    await bob.subscribe("/weather")
+    await bob.command("SUB", "TOPIC", "DELETE", "/news/eu")
+    away = await server.login("alice", "away")  # a subscriber not logged in when the topic goes
+    await away.subscribe("/news/*")
+    await away.quit()
+    assert await alice.count("SUBSCRIBERS", "/news/eu") == 1
+    assert await alice.remove_topic("/news") == 0
+    await settle(lambda: notices)
+    assert [(n.kind, n.args) for n in notices] == [("TOPIC", ("/news/eu", "DELETE"))]
+    assert list((await bob.command("LIST", "SUBSCRIPTIONS")).values) == ["/weather"]
+    await alice.create_topic("/news")
+    await alice.create_topic("/news/eu")
+    assert await alice.count("SUBSCRIBERS", "/news/eu") == 0
+    await server.stop()
+    restarted = await smqp_server()
+    bob = await restarted.login("bob", "b1")
+    assert list((await bob.command("LIST", "SUBSCRIPTIONS")).values) == ["/weather"]
+    away = await restarted.login("alice", "away")
+    assert (await away.command("LIST", "SUBSCRIPTIONS")).values == ()
+

@@ -3,6 +3,7 @@ store promises: durability across reopening, group commit, isolation of a failin
 operation inside a batch, and the schema version."""
 from __future__ import annotations
 
+import math
 import sqlite3
 from pathlib import Path
 
@@ -49,6 +50,26 @@ class StoreContract:
         loaded = await store.load_topics()
         assert [r.key for r in loaded] == ["news", "stocks", "stocks/ibm"]
         assert loaded[2] == full
+
+    @pytest_twisted.ensureDeferred
+    async def test_topic_timeouts(self, store):
+        """None: the topic sets none (it inherits); seconds; math.inf: INFINITE."""
+        await store.put_topics([topic("a"), topic("b", timeout=1.5), topic("c", timeout=math.inf)])
+        assert [r.timeout for r in await store.load_topics()] == [None, 1.5, math.inf]
+        await store.put_topics([topic("b")])
+        await store.rename_topics([("c", topic("d", timeout=math.inf))])
+        assert [(r.key, r.timeout) for r in await store.load_topics()] == [("a", None), ("b", None), ("d", math.inf)]
+
+    @pytest_twisted.ensureDeferred
+    async def test_deleting_topics_drops_the_given_subscriptions(self, store):
+        await store.put_topics([topic("a"), topic("a/b"), topic("c")])
+        for record in (SubscriptionRecord("x:1", "MESSAGE", "a/b"), SubscriptionRecord("x:1", "TOPIC", "a/*"),
+                       SubscriptionRecord("y:1", "MESSAGE", "a/b"), SubscriptionRecord("y:1", "MESSAGE", "c")):
+            await store.put_subscription(record)
+        doomed = [("x:1", "MESSAGE", "a/b"), ("x:1", "TOPIC", "a/*"), ("y:1", "MESSAGE", "a/b"), ("z:1", "TOPIC", "a")]
+        assert await store.delete_topics(["a", "a/b"], doomed) == 2
+        assert [(r.subscriber, r.topic) for r in await store.load_subscriptions()] == [("y:1", "c")]
+        assert [r.key for r in await store.load_topics()] == ["c"]
 
     @pytest_twisted.ensureDeferred
     async def test_put_replaces_and_delete_counts(self, store):
@@ -314,6 +335,29 @@ class TestSQLiteStore(StoreContract):
         ])
         assert outcomes[1] == "dup"
         assert [r.key for r in await store.load_topics()] == ["a", "b"]
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_version_2_database_is_migrated(self, tmp_path):
+        """Migration 3 adds the topics' timeout column: rows written by the previous schema
+        load with no timeout (they inherit), and the new column is written from then on."""
+        path = tmp_path / FILENAME
+        connection = sqlite3.connect(path)
+        for script in MIGRATIONS[:2]:
+            connection.executescript(script)
+        connection.execute("INSERT INTO topics VALUES ('news', 'News', '[\"K\"]', 'ONE', NULL, 'alice', 5.0, 0)")
+        connection.execute("PRAGMA user_version=2")
+        connection.commit()
+        connection.close()
+        store = SQLiteStore(path, reactor)
+        await store.open()
+        try:
+            [loaded] = await store.load_topics()
+            assert loaded == TopicRecord("news", "News", ("K",), "ONE", None, "alice", 5.0, False, None)
+            await store.put_topics([TopicRecord("news", "News", timeout=60.0)])
+            assert [r.timeout for r in await store.load_topics()] == [60.0]
+        finally:
+            await store.close()
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3 == len(MIGRATIONS)
 
     @pytest_twisted.ensureDeferred
     async def test_newer_schema_is_refused(self, tmp_path):

@@ -34,6 +34,7 @@ from brokerd.protocols.smqp.codec import (
     format_datetime,
     format_keywords,
     parse_keywords,
+    parse_timeout,
 )
 from brokerd.protocols.smqp.events import Body, Greeting, Notify, Reply, Section
 
@@ -230,6 +231,31 @@ class SMQPClientProtocol(Protocol):
     def get_delivery(self, topic: str) -> Deferred:
         d = self.command("GET", "TOPIC", "DELIVERY", topic)
         return d.addCallback(lambda reply: reply.values[0] if reply.values else "")
+
+    def set_timeout(self, topic: str, timeout: float | str | None) -> Deferred:
+        """SET TOPIC TIMEOUT (brokerd's extension): ``timeout`` in seconds, None for
+        INFINITE, or ``"DEFAULT"`` to drop the topic's own value (it inherits again)."""
+        if timeout is None:
+            value = "INFINITE"
+        elif isinstance(timeout, str):
+            value = timeout
+        else:
+            value = str(int(timeout))
+        return self.command("SET", "TOPIC", "TIMEOUT", topic, value)
+
+    def get_timeout(self, topic: str) -> Deferred:
+        """Deferred[tuple[float | None, str]]: GET TOPIC TIMEOUT: the timeout (seconds; None
+        for INFINITE) of a message without Timeout in the topic, and where it comes from
+        (the path of the topic that sets it, or ``SERVER`` for the server default)."""
+        d = self.command("GET", "TOPIC", "TIMEOUT", topic)
+
+        def values(reply: Reply) -> tuple[float | None, str]:
+            try:
+                return parse_timeout(reply.values[0]), reply.attributes()["from"]
+            except (IndexError, KeyError, ValueError):
+                raise SMQPProtocolError(f"GET TOPIC TIMEOUT: unexpected reply {reply.lines!r}") from None
+
+        return d.addCallback(values)
 
     def list_topics(self, topic: str) -> Deferred:
         """Deferred[list[str]]: one line per child (``/a/b`` or ``/a/v > /target``)."""

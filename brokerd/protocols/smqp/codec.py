@@ -21,6 +21,10 @@ after most commands.
 Nothing here touches a socket, a reactor or a clock.  The grammar's keywords are
 case-insensitive and every abbreviation the draft lists is accepted (PASS, MESS, SUB, UNSUB,
 REM, SUS, RES, KEY, PUB; REN, DEL, SERV in notifications).
+
+One extension: ``SET TOPIC TIMEOUT topic seconds|INFINITE|DEFAULT`` and ``GET TOPIC TIMEOUT
+topic`` (per-topic default message timeouts, which the draft describes but names no command
+for; docs/smqp.md).
 """
 from __future__ import annotations
 
@@ -191,6 +195,26 @@ def parse_timeout(text: str) -> float | None:
     if minutes > 59 or seconds > 59:
         raise ValueError(f"not an SMQP timeout: {text!r}")
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+MAX_TOPIC_TIMEOUT_DIGITS = 10
+"""Digits of SET TOPIC TIMEOUT's plain-seconds form (at most 9,999,999,999 s)."""
+TOPIC_TIMEOUT_MODES = {"INFINITE": "INFINITE", "INF": "INFINITE", "DEFAULT": "DEFAULT"}
+
+
+def parse_topic_timeout(text: str) -> tuple[str, float | None]:
+    """SET TOPIC TIMEOUT's value (our extension): whole seconds (``3600``) or a draft
+    timeout (``01:00:00``, ``00:01:00:00``) -> ``("SECONDS", seconds)``; ``INFINITE``/``INF``
+    -> ``("INFINITE", None)``; ``DEFAULT`` (drop the topic's own value) -> ``("DEFAULT",
+    None)``.  Raises ValueError."""
+    mode = TOPIC_TIMEOUT_MODES.get(text.upper())
+    if mode is not None:
+        return mode, None
+    if text.isascii() and text.isdigit():
+        if len(text) > MAX_TOPIC_TIMEOUT_DIGITS:
+            raise ValueError(f"at most {MAX_TOPIC_TIMEOUT_DIGITS} digits of seconds")
+        return "SECONDS", float(int(text))
+    return "SECONDS", parse_timeout(text)
 
 
 def format_timeout(seconds: float | None) -> str:
@@ -441,7 +465,8 @@ def _p_set(w: _Words) -> Command:
                     "TOPIC, LOGIN or NOTIFY")
     if what == "TOPIC":
         item = w.choice({"NAME": "NAME", "KEYWORDS": "KEYWORDS", "KEY": "KEYWORDS",
-                         "DELIVERY": "DELIVERY"}, "NAME, KEYWORDS or DELIVERY")
+                         "DELIVERY": "DELIVERY", "TIMEOUT": "TIMEOUT"},
+                        "NAME, KEYWORDS, DELIVERY or TIMEOUT")
         topic = w.topic()
         if item == "NAME":
             other = w.topic()
@@ -453,6 +478,14 @@ def _p_set(w: _Words) -> Command:
                 raise _Bad("SET TOPIC KEYWORDS: expected (keyword,...)")
             w.end()
             return Command("SET TOPIC KEYWORDS", topic=topic, keywords=keywords)
+        if item == "TIMEOUT":
+            value = w.word("seconds, INFINITE or DEFAULT")
+            w.end()
+            try:
+                mode, seconds = parse_topic_timeout(value)
+            except ValueError as exc:
+                raise _Bad(f"SET TOPIC TIMEOUT: {exc}") from None
+            return Command("SET TOPIC TIMEOUT", topic=topic, mode=mode, timeout=seconds)
         mode = w.choice(_DELIVERY, "NONE, ALL or ONE")
         w.end()
         return Command("SET TOPIC DELIVERY", topic=topic, mode=mode)
@@ -600,8 +633,8 @@ def _p_get(w: _Words) -> Command:
         w.end()
         return Command("GET MESSAGE", topic=topic, args=(which,))
     if what == "TOPIC":
-        item = w.choice({"KEYWORDS": "KEYWORDS", "KEY": "KEYWORDS", "DELIVERY": "DELIVERY"},
-                        "KEYWORDS or DELIVERY")
+        item = w.choice({"KEYWORDS": "KEYWORDS", "KEY": "KEYWORDS", "DELIVERY": "DELIVERY",
+                         "TIMEOUT": "TIMEOUT"}, "KEYWORDS, DELIVERY or TIMEOUT")
         topic = w.topic()
         w.end()
         return Command(f"GET TOPIC {item}", topic=topic)

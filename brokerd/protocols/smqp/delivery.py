@@ -31,7 +31,7 @@ from brokerd.interfaces import ISubscriber
 from brokerd.protocols.smqp.codec import decode_body, encode_notify, format_datetime
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.messages import first_text, receipt_body
-from brokerd.protocols.smqp.outbox import Outbox
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT, Outbox
 from brokerd.protocols.smqp.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC, SubscriptionIndex
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled
 
@@ -42,7 +42,8 @@ EXPIRY_BATCH = 1000
 TRASH_INTERVAL = 60.0
 """Seconds between Trash emptyings."""
 TRASH_RETENTION = 3600.0
-"""Seconds a message stays in a Trash before it is removed for good."""
+"""Seconds a message stays in a Trash before it is removed for good (the default of
+``--smqp-trash-retention``)."""
 SERVER_SENDER = "server"
 """The publisher named in receipts' records."""
 PUBLISHED_MEMORY = 16_384
@@ -53,7 +54,7 @@ BRIDGE_PROTOCOL = "smqp-bridge"
 """The protocol of the core sessions that carry other protocols' messages to SMQP topics, so
 that their logins, logouts and subscriptions in the event log are not taken for clients'."""
 UNACKNOWLEDGED = schema.UNACKNOWLEDGED
-"""The drop reason of a delivery given up after MAX_ATTEMPTS sends without a 310 ACK."""
+"""The drop reason of a delivery given up after ``max_attempts`` sends without a 310 ACK."""
 STORED = "stored"
 """The ``outcome`` of an SMQP ``accepted`` record: kept for the topic's SMQP subscribers."""
 
@@ -117,6 +118,13 @@ class TopicBridge:
 
 
 class MessageService:
+    """The delivery constants are per service: ``retry_timeout`` (seconds before an
+    unacknowledged NOTIFY is sent again), ``max_attempts`` (sends before a delivery is given
+    up) and ``trash_retention`` (seconds a message stays in a Trash); the factory sets them
+    from the settings, the module constants are their defaults.  ``timeout_for`` gives the
+    default timeout of a message kept in a queue (topic key), None for INFINITE; the factory
+    makes it apply topic timeouts."""
+
     _log = Logger()
 
     def __init__(self, store: Any, clock: Any, broker: Any, wire: Any,
@@ -139,6 +147,10 @@ class MessageService:
         self.none_topics: set[str] = set()
         self.suid = ""
         self.default_timeout: float | None = 86400.0
+        self.timeout_for: Callable[[str], float | None] = lambda _key: self.default_timeout
+        self.retry_timeout: float = RETRY_TIMEOUT
+        self.max_attempts: int = MAX_ATTEMPTS
+        self.trash_retention: float = TRASH_RETENTION
         self._seq = 0
         self._loops: list[LoopingCall] = []
         self.stats = {"published": 0, "volatile": 0, "acked": 0, "redelivered": 0, "expired": 0,
@@ -397,8 +409,10 @@ class MessageService:
         data = encode_notify("RECEIPT", self.display(due.topic), body=body)
         seq = self.next_seq()
         stamp = format_datetime(now)
-        expires = None if self.default_timeout is None else now + self.default_timeout
-        record = MessageRecord(self.smuid(seq, stamp), login_key(due.publisher), SERVER_SENDER,
+        key = login_key(due.publisher)
+        timeout = self.timeout_for(key)
+        expires = None if timeout is None else now + timeout
+        record = MessageRecord(self.smuid(seq, stamp), key, SERVER_SENDER,
                                f"receipt/{due.seq}", now, expires, 1, data, seq)
         self.stats["receipts"] += 1
         d = self.publish(record, [(due.publisher, "RAW")], size=len(data))
@@ -421,7 +435,7 @@ class MessageService:
         return d.addCallback(expired).addErrback(self._log.failure, "Expiring SMQP messages")
 
     def empty_trash(self) -> Deferred:
-        d = self.store.empty_trash(self.clock.seconds() - TRASH_RETENTION)
+        d = self.store.empty_trash(self.clock.seconds() - self.trash_retention)
         return d.addErrback(self._log.failure, "Emptying the SMQP Trash")
 
     # ------------------------------------------------------------------ outcomes
@@ -443,7 +457,7 @@ class MessageService:
         self._outcome(schema.REDELIVERED, outbox.session, delivery.seq, delivery.topic)
 
     def given_up(self, outbox: Outbox, delivery: Delivery) -> None:
-        """No 310 ACK after MAX_ATTEMPTS sends: never sent to this subscriber again."""
+        """No 310 ACK after ``max_attempts`` sends: never sent to this subscriber again."""
         self.stats["given_up"] += 1
         self._outcome(schema.DROPPED, outbox.session, delivery.seq, delivery.topic, UNACKNOWLEDGED)
 
@@ -521,9 +535,29 @@ class MessageService:
         body = Body(attributes + (("Guarantee", "NO"),), ())
         self.notice(MESSAGE, key, change, encode_notify("MESSAGE", self.display(key), change, body=body))
 
-    def topic_notice(self, key: str, change: str, *value: str) -> None:
-        data = encode_notify("TOPIC", self.display(key), change, *value)
+    def topic_notice(self, key: str, change: str, *value: str, path: str | None = None) -> None:
+        """NOTIFY TOPIC <topic> <change> [value] to the TOPIC subscribers of ``key``
+        (``path``: how to show the topic when it is no longer in the tree)."""
+        data = encode_notify("TOPIC", path or self.display(key), change, *value)
         self.notice(TOPIC, key, change, data)
+
+    def topics_removed(self, removed: Iterable[tuple[str, str]], dropped: Iterable[Any]) -> None:
+        """REMOVE TOPIC committed: ``removed`` are ``(key, path)`` of the topics gone,
+        ``dropped`` the subscriptions (:class:`~brokerd.protocols.smqp.subscriptions.Subscription`)
+        the store no longer has.  The TOPIC subscribers that take DELETE get NOTIFY TOPIC
+        <topic> DELETE (before their own subscriptions to the topic go); then the dropped
+        subscriptions leave the index, and other protocols' messages to the removed topics
+        stop reaching SMQP.  Pending deliveries stay: messages already published are still
+        delivered (the draft: a topic goes once its last message has been delivered)."""
+        removed = list(removed)
+        for key, path in removed:
+            self.topic_notice(key, "DELETE", path=path)
+        for sub in dropped:
+            self.index.remove(sub.record.subscriber, sub.record.kind, sub.record.topic)
+        for key, _path in removed:
+            bridge = self.bridges.pop(key, None)
+            if bridge is not None:
+                self.broker.detach(bridge)
 
     def subscribers_changed(self, key: str) -> None:
         """NOTIFY SUBSCRIBERS <topic> <count> to the watchers of the topic."""

@@ -105,7 +105,8 @@ class Command:
       another server.
     - ``keywords``: a ``(...)`` keyword list; ``depth``: FIND TOPIC's depth.
     - ``mode``: PUBLISH's NEW/REPLY/REPLACE/RECALL, SET TOPIC DELIVERY's NONE/ALL/ONE,
-      SUBSCRIBE/UNSUBSCRIBE SERVER's TIMEOUT/BYE.
+      SUBSCRIBE/UNSUBSCRIBE SERVER's TIMEOUT/BYE, SET TOPIC TIMEOUT's SECONDS/INFINITE/DEFAULT.
+    - ``timeout``: SET TOPIC TIMEOUT's seconds (mode SECONDS).
     - ``changes``: the notification types of SUBSCRIBE MESSAGE/TOPIC (ALL expanded).
     - ``since``/``until``: SUBSCRIBE MESSAGE's bounds, as POSIX seconds (GMT).
     - ``body``: the message of PUBLISH MESSAGE; ``data``: the lines of SET LOGIN CONTACT.
@@ -123,6 +124,7 @@ class Command:
     until: float | None = None
     body: Body | None = None
     data: bytes | None = None
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

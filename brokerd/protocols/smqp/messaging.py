@@ -122,7 +122,7 @@ class MessagingCommands:
             return self._publish_to(key, [], body, publication, command, node_mode, mode)
         if mode == "REPLACE":
             raise Refused(400, "Bad request: REPLACE names the topic of the message")
-        key, explicit, account = self._address(command.args[0], need)
+        key, explicit, account = self._address(command.args[0], Perm.NONE if mode == "REPLY" else need)
 
         def known(exists: bool) -> bytes | Deferred:
             if not exists:
@@ -130,7 +130,33 @@ class MessagingCommands:
             result = self._publish_to(key, explicit, body, publication, command, "ALL", mode)
             return result.d if isinstance(result, Overlap) else b""
 
-        return Overlap(self.factory.checker.exists(account).addCallback(known))
+        d = self._may_reply(publication) if mode == "REPLY" else succeed(None)
+        d.addCallback(lambda _: self.factory.checker.exists(account))
+        return Overlap(d.addCallback(known))
+
+    def _may_reply(self, publication: Publication) -> Deferred:
+        """A REPLY to an address needs reply permission (UAL ``r``) on the topic of the
+        message it answers: the last Smuid of its header (a reply carries the history first,
+        the answered message last).  That message must still be on the server (in its topic
+        or its Trash): 404 otherwise, and also when the login may not see its topic."""
+        given = publication.smuids[-1].strip()
+        seq = smuid_number(given)
+        if seq is None:
+            raise Refused(400, f"Bad request: Smuid {given!r} names no message")
+
+        def found(record: MessageRecord | None) -> None:
+            if record is None or not _same_message(given, record.smuid):
+                raise Refused(404, "Not found: the message answered is not on the server")
+            key = record.topic
+            if record.trashed is not None:
+                key = key[: -len("/trash")] if key.endswith("/trash") else ""
+            perms = self.factory.ual.permissions(self.account, tuple(key.split("/")) if key else ())
+            if not perms:
+                raise Refused(404, "Not found: the message answered is not on the server")
+            if Perm.REPLY not in perms:
+                raise Refused(403, f"Forbidden: no reply permission on {self.service.display(key)}")
+
+        return self.factory.store.find_message(seq).addCallback(found)
 
     def _publish_to(self, key: str, explicit: list[str], body: Body, publication: Publication,
                     command: Command, node_mode: str, mode: str) -> Overlap | None:
@@ -153,13 +179,15 @@ class MessagingCommands:
 
     def _address(self, target: str, need: Perm) -> tuple[str, list[str], str]:
         """``user[:channel]@domain``: the login topic key, the subscribers it reaches and
-        the account (whose existence the caller checks)."""
+        the account (whose existence the caller checks).  ``need`` is checked on ``/`` (a
+        new message to an account needs publish there; a REPLY is checked against the
+        message it answers instead, Perm.NONE here)."""
         who, _at, domain = target.partition("@")
         account, colon, channel = who.partition(":")
         account = account.lower()
         if domain.lower() not in self.factory.domains:
             raise Refused(405, f"Not allowed: {domain} is not this server's domain (no server links)")
-        if need not in self._permissions(self.factory.tree.root):  # type: ignore[attr-defined]
+        if need and need not in self._permissions(self.factory.tree.root):  # type: ignore[attr-defined]
             raise Refused(403, "Forbidden: no permission to send to accounts")
         if colon:
             if not channel:
@@ -178,10 +206,12 @@ class MessagingCommands:
         cmuid = f"{self.subscriber}@{factory.domain}/{client_cmuid}({stamp})"
         return seq, smuid, cmuid, stamp, now
 
-    def _expiry(self, publication: Publication, now: float) -> float | None:
+    def _expiry(self, publication: Publication, key: str, now: float) -> float | None:
+        """When a message kept in ``key`` expires: its Timeout, else the topic's default
+        (inherited from the nearest ancestor that sets one), else the server's."""
         timeout = publication.timeout
         if timeout is ABSENT:
-            timeout = self.factory.message_timeout
+            timeout = self.factory.message_timeout_for(key)
         return None if timeout is None else now + timeout  # type: ignore[operator]
 
     def _publish(self, key: str, body: Body, publication: Publication, command: Command,
@@ -191,7 +221,7 @@ class MessagingCommands:
         subscribers = dict.fromkeys(explicit)
         subscribers.update(dict.fromkeys(self.service.recipients(key, change, now)))
         mode = "ONE" if "ONE" in (node_mode, publication.delivery) else "ALL"
-        record = MessageRecord(smuid, key, self.subscriber, cmuid, now, self._expiry(publication, now),
+        record = MessageRecord(smuid, key, self.subscriber, cmuid, now, self._expiry(publication, key, now),
                                publication.priority, encode_body(stored), seq, mode, publication.receipt)
         forward = stored if not key.startswith(ACCOUNTS) else None
         d = self.service.publish(record, [(name, change) for name in subscribers], forward,
@@ -536,6 +566,14 @@ class MessagingCommands:
             self._reply(200, "OK")
 
         return store.find_message(seq).addCallback(found)
+
+
+def _same_message(given: str, smuid: str) -> bool:
+    """A client's Smuid names stored message ``smuid``: the same SMUID without its
+    date-time, or only its number (the number was matched already)."""
+    if "/" not in given:
+        return True
+    return given.partition("(")[0] == smuid.partition("(")[0]
 
 
 def _below(base: str, pattern: str, key: str) -> bool:

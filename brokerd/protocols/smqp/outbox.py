@@ -6,11 +6,12 @@ acknowledged); the outbox is the cursor over it.  It holds a window of at most
 sends the next only after the client's ``310 ACK`` has been stored and the server's ``310``
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
 
-- No acknowledgement within :data:`RETRY_TIMEOUT` seconds: the notification is sent again,
-  up to :data:`MAX_ATTEMPTS` attempts in all; then the delivery is given up (the message
-  goes to its topic's Trash once nobody has it pending).
-- ``416`` (not available): the delivery is offered again after :data:`RETRY_TIMEOUT`
-  (counting an attempt), and a ``ONE`` message is offered to the other subscribers at once.
+- No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
+  seconds: the notification is sent again, up to ``max_attempts`` (default
+  :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is given up (the message goes to
+  its topic's Trash once nobody has it pending).
+- ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
+  an attempt), and a ``ONE`` message is offered to the other subscribers at once.
 - ``312`` (wait): acknowledged, and the message's topic is suspended for this session.
 - A topic suspended by SET NOTIFY SUSPEND, or whose delivery mode is NONE, is skipped; its
   deliveries stay in the store and come back when it is resumed.
@@ -39,9 +40,10 @@ WINDOW = 256
 """Pending deliveries one session holds in memory (the rest stay in the store)."""
 RETRY_TIMEOUT = 30.0
 """Seconds to wait for a 310 ACK before sending a notification again (and before offering
-a refused (416) delivery again)."""
+a refused (416) delivery again): the default of ``--smqp-retry-timeout``."""
 MAX_ATTEMPTS = 5
-"""Delivery attempts of one message to one subscriber before it is given up."""
+"""Delivery attempts of one message to one subscriber before it is given up: the default
+of ``--smqp-max-attempts``."""
 MAX_VOLATILE = 4096
 """Unacknowledged-kind notifications (Guarantee: NO, other protocols, notices) queued per
 session before new ones are dropped."""
@@ -199,7 +201,7 @@ class Outbox:
         self.inflight = delivery
         self.inflight_parts = self.service.render(delivery)
         self.session.write_notify(self.inflight_parts)
-        self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+        self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
         if delivery.seq in self._resending or delivery.attempts:
             self._resending.discard(delivery.seq)
             self.service.redelivered(self, delivery, delivery.attempts + 1)
@@ -270,9 +272,10 @@ class Outbox:
             if attempts == 0:
                 self.known.discard(delivery.seq)
                 return None
-            if attempts >= MAX_ATTEMPTS:
+            if attempts >= self.service.max_attempts:
                 return self._give_up(delivery)
-            self._later[delivery.seq] = self.service.clock.callLater(RETRY_TIMEOUT, self._again, delivery)
+            service = self.service
+            self._later[delivery.seq] = service.clock.callLater(service.retry_timeout, self._again, delivery)
             return None
 
         def failed(failure: Failure) -> None:
@@ -318,19 +321,19 @@ class Outbox:
             if attempts == 0:
                 self._abandon(delivery)
                 return None
-            if attempts >= MAX_ATTEMPTS:
+            if attempts >= self.service.max_attempts:
                 self.inflight = self.inflight_parts = None
                 return self._give_up(delivery)
             self.service.redelivered(self, delivery, attempts + 1)
             self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
-            self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+            self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
             return None
 
         def failed(failure: Failure) -> None:
             self.settling = False
             self._log.failure("Counting a delivery attempt", failure)
             if self.inflight is delivery and not self.closed:
-                self._retry_call = self.service.clock.callLater(RETRY_TIMEOUT, self._retry)
+                self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
 
         d.addCallbacks(counted, failed)
 

@@ -22,6 +22,7 @@ logged by the message service (brokerd.protocols.smqp.delivery).
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 import socket
 from collections import deque
@@ -68,10 +69,11 @@ from brokerd.protocols.smqp.codec import (
     format_keywords,
     format_timeout,
 )
-from brokerd.protocols.smqp.delivery import MessageService
+from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
-from brokerd.protocols.smqp.subscriptions import MESSAGE
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
+from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import Contact, TopicRecord
@@ -699,20 +701,26 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
                              lambda: tree.remove(node), created)
 
     def do_REMOVE_TOPIC(self, command: Command) -> Deferred:
+        """Remove the topic, its subtree and the virtual topics linking into it, with every
+        subscription to them (any subscriber, any kind, wildcards based on them) in the same
+        transaction.  Their messages are still delivered and expire as usual."""
         found = self._resolve(command.topic, follow=False, need=Perm.CREATE)  # type: ignore[arg-type]
         tree = self.factory.tree
         store = self.factory.store
+        service = self.factory.service
         removed = tree.remove(found.node)
         keys = [node.key for node in removed]
+        paths = [(node.key, node.display) for node in removed]
+        dropped: list[Subscription] = service.index.based_on(keys)
+        entries = [(sub.record.subscriber, sub.record.kind, sub.record.topic) for sub in dropped]
         pending: list[int] = []
         d = store.count_messages(keys)
         d.addCallback(pending.append)
-        d.addCallback(lambda _: store.delete_topics(keys))
+        d.addCallback(lambda _: store.delete_topics(keys, entries))
 
         def done(_result: Any) -> None:
             self._reply(OK, "OK", f"{pending[0]} messages pending")
-            for key in keys:
-                self.factory.service.topic_notice(key, "DELETE")
+            service.topics_removed(paths, dropped)
 
         def failed(failure: Failure) -> None:
             tree.restore(removed)
@@ -759,6 +767,35 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
 
         return self._persist(self.factory.store.put_topics([node.record()]), undo,
                              lambda: self.factory.service.set_delivery(node.key, node.delivery))
+
+    def do_SET_TOPIC_TIMEOUT(self, command: Command) -> Deferred:
+        """Our extension: the default timeout of messages published to the topic (and,
+        unless they set their own, to the topics below it) without a Timeout attribute.
+        Like DELIVERY it acts on the target of a virtual topic and needs administer."""
+        node = self._resolve(command.topic, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
+        self._changeable(node)
+        old = node.timeout
+        if command.mode == "INFINITE":
+            node.timeout = math.inf
+        elif command.mode == "DEFAULT":
+            node.timeout = None
+        else:
+            node.timeout = command.timeout
+
+        def undo() -> None:
+            node.timeout = old
+
+        return self._persist(self.factory.store.put_topics([node.record()]), undo)
+
+    def do_GET_TOPIC_TIMEOUT(self, command: Command) -> None:
+        """``200-OK``, the timeout a message without Timeout gets in the topic, and where
+        it comes from: ``From: /path`` (the topic or the ancestor that sets it) or ``From:
+        SERVER`` (the server default)."""
+        node = self._resolve(command.topic).node  # type: ignore[arg-type]
+        factory = self.factory
+        source = factory.tree.timeout_source(node.key)
+        origin = "SERVER" if source is None else source.display
+        self._reply(OK, "OK", format_timeout(factory.message_timeout_for(node.key)), f"From: {origin}")
 
     def _changeable(self, node: Node) -> None:
         if node.key == "" or node.transient or (node.system and node.key == ACCOUNTS):
@@ -847,6 +884,9 @@ class SMQPServerFactory(Factory):
         ual_file: Path | None = None,
         domain: str | None = None,
         message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
+        retry_timeout: float = RETRY_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
+        trash_retention: float = TRASH_RETENTION,
         run: Callable[..., Deferred] = run_inline,
         events: Any = NULL_EVENT_LOG,
     ) -> None:
@@ -868,6 +908,10 @@ class SMQPServerFactory(Factory):
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
         self.service = MessageService(store, clock, broker, self.wire, self.display, events)
         self.service.default_timeout = message_timeout
+        self.service.timeout_for = self.message_timeout_for
+        self.service.retry_timeout = retry_timeout
+        self.service.max_attempts = max_attempts
+        self.service.trash_retention = trash_retention
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
@@ -918,6 +962,15 @@ class SMQPServerFactory(Factory):
         if self._factory_started:
             service.start_sweeps()
         self.started.callback(None)
+
+    def message_timeout_for(self, key: str) -> float | None:
+        """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
+        has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
+        ancestor's, else the server default (``--smqp-message-timeout``)."""
+        source = self.tree.timeout_source(key)
+        if source is None:
+            return self.message_timeout
+        return None if source.timeout == math.inf else source.timeout
 
     def display(self, key: str) -> str:
         """The path of a topic key as notifications show it (the names as created)."""
@@ -1013,7 +1066,8 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
     there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
     from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
-    unreadable or malformed raise ConfigurationError now, not at the first login.
+    unreadable or malformed raise ConfigurationError now, not at the first login.  The
+    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
     """
     settings = runtime.settings
     reactor = runtime.reactor
@@ -1045,6 +1099,8 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         runtime.broker, settings, reactor, store, checker, ual=ual, ual_file=ual_file,
         domain=getattr(settings, "smqp_domain", None),
         message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
+        retry_timeout=settings.smqp_retry_timeout, max_attempts=settings.smqp_max_attempts,
+        trash_retention=settings.smqp_trash_retention,
         run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)

@@ -117,6 +117,21 @@ class SubscriptionIndex:
                 found.append(sub)
         return found
 
+    def based_on(self, keys: Iterable[str]) -> list[Subscription]:
+        """Every subscription (any kind, any subscriber) whose topic, or wildcard base, is
+        one of ``keys`` or below one of them (REMOVE TOPIC drops these)."""
+        roots = set(keys)
+        found = []
+        for mine in self._of.values():
+            for sub in mine.values():
+                base = sub.base
+                while base:
+                    if base in roots:
+                        found.append(sub)
+                        break
+                    base = base.rpartition("/")[0]
+        return found
+
     def covered(self, subscriber: str, key: str, kind: str = MESSAGE) -> bool:
         """Whether any of the subscriber's ``kind`` subscriptions covers ``key``."""
         return any(sub.record.kind == kind and sub.covers(key) for sub in self._of.get(subscriber, {}).values())

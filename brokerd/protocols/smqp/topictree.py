@@ -1,4 +1,5 @@
-"""The SMQP topic tree, in memory: names, keywords, delivery modes, virtual topics.
+"""The SMQP topic tree, in memory: names, keywords, delivery modes, default message
+timeouts, virtual topics.
 
 The tree answers every topic question synchronously (LIST, FIND, COUNT and each permission
 check walk it); the store keeps a copy of every node (:meth:`Node.record`) so the tree
@@ -42,14 +43,17 @@ class TopicError(Exception):
 
 
 class Node:
-    """One topic.  ``transient`` nodes are implicit channel login topics (never stored)."""
+    """One topic.  ``transient`` nodes are implicit channel login topics (never stored).
+    ``timeout`` is the topic's own default message timeout (None: it sets none and inherits,
+    see :meth:`TopicTree.timeout_source`; ``math.inf``: INFINITE)."""
 
     __slots__ = ("key", "name", "parent", "children", "keywords", "delivery", "link", "owner",
-                 "created", "system", "transient")
+                 "created", "system", "transient", "timeout")
 
     def __init__(self, key: str, name: str, parent: Node | None, *, keywords: tuple[str, ...] = (),
                  delivery: str = "ALL", link: str | None = None, owner: str = "",
-                 created: float = 0.0, system: bool = False, transient: bool = False) -> None:
+                 created: float = 0.0, system: bool = False, transient: bool = False,
+                 timeout: float | None = None) -> None:
         self.key = key
         self.name = name
         self.parent = parent
@@ -61,6 +65,7 @@ class Node:
         self.created = created
         self.system = system
         self.transient = transient
+        self.timeout = timeout
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -83,7 +88,7 @@ class Node:
 
     def record(self) -> TopicRecord:
         return TopicRecord(self.key, self.name, self.keywords, self.delivery, self.link,
-                           self.owner, self.created, self.system)
+                           self.owner, self.created, self.system, self.timeout)
 
     def __repr__(self) -> str:
         return f"<Node {self.display}{' > ' + self.link if self.link else ''}>"
@@ -136,7 +141,7 @@ class TopicTree:
     def _attach(self, parent: Node, record: TopicRecord) -> Node:
         node = Node(record.key, record.name, parent, keywords=record.keywords,
                     delivery=record.delivery, link=record.link, owner=record.owner,
-                    created=record.created, system=record.system)
+                    created=record.created, system=record.system, timeout=record.timeout)
         parent.children[record.key] = node
         self._nodes[record.key] = node
         return node
@@ -184,6 +189,25 @@ class TopicTree:
         """``/accounts/<name>/<channel>`` exists for every channel of a known account."""
         if node.system and node.depth == 2 and node.key.startswith(ACCOUNTS + "/"):
             return Node(_key(node.key, leaf), leaf, node, system=True, transient=True)
+        return None
+
+    def timeout_source(self, key: str) -> Node | None:
+        """The topic whose default message timeout applies to messages kept in queue
+        ``key``: the topic itself if it sets one, else its nearest ancestor that does
+        (a topic inherits its parent's timeout, as it inherits its permissions); None when
+        no topic on the way sets one (the server default applies).  A key that names no
+        stored node (an implicit channel login topic) starts at its nearest stored
+        ancestor."""
+        while True:
+            node = self._nodes.get(key)
+            if node is not None:
+                break
+            key = key.rpartition("/")[0]
+        walk: Node | None = node
+        while walk is not None:
+            if walk.timeout is not None:
+                return walk
+            walk = walk.parent
         return None
 
     def login_topic(self, account: str, channel: str) -> str:

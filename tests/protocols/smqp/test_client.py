@@ -15,7 +15,7 @@ from brokerd.auth.accounts import AccountsChecker, PasswordHash, run_inline, wri
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp.client import LoginInfo, SMQPClientFactory, SMQPError
-from brokerd.protocols.smqp.codec import encode_notify, encode_reply
+from brokerd.protocols.smqp.codec import SMQPProtocolError, encode_notify, encode_reply
 from brokerd.protocols.smqp.events import Body, Notify, Section
 from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
@@ -61,6 +61,22 @@ def test_errors_and_values():
     assert outcome(listing) == ["/a", "/b > /a"]
     assert outcome(count) == 3
     assert outcome(keywords) == ("x,y", "Z")
+
+
+def test_topic_timeouts():
+    protocol, transport, _ = connected()
+    sets = [protocol.set_timeout("/a", 90), protocol.set_timeout("/a", None), protocol.set_timeout("/a", "DEFAULT")]
+    got = protocol.get_timeout("/a/b")
+    inherited = protocol.get_timeout("/c")
+    broken = protocol.get_timeout("/d")
+    assert transport.value() == (b"SET TOPIC TIMEOUT /a 90\r\nSET TOPIC TIMEOUT /a INFINITE\r\n"
+                                 b"SET TOPIC TIMEOUT /a DEFAULT\r\nGET TOPIC TIMEOUT /a/b\r\n"
+                                 b"GET TOPIC TIMEOUT /c\r\nGET TOPIC TIMEOUT /d\r\n")
+    protocol.dataReceived(b"200 OK\r\n" * 3 + b"200-OK\r\n200-00:00:01:30\r\n200 From: /a\r\n"
+                          b"200-OK\r\n200-INFINITE\r\n200 From: SERVER\r\n200-OK\r\n200 soon\r\n")
+    assert [outcome(d).code for d in sets] == [200, 200, 200]
+    assert outcome(got) == (90.0, "/a") and outcome(inherited) == (None, "SERVER")
+    assert outcome(broken).check(SMQPProtocolError)
 
 
 def test_notifications_and_greeting_refusal():

@@ -29,6 +29,7 @@ from brokerd.protocols.smqp.codec import (
     parse_keywords,
     parse_timeout,
     parse_topic,
+    parse_topic_timeout,
 )
 from brokerd.protocols.smqp.events import (
     Body,
@@ -81,6 +82,8 @@ def one(line: str) -> Command:
     ("SET TOPIC KEYWORDS /stocks/ibm (BLUE,IBM,STOCKS)", "SET TOPIC KEYWORDS"),
     ("SET TOPIC KEY /stocks/ibm (BLUE)", "SET TOPIC KEYWORDS"),
     ("SET TOPIC DELIVERY /a ONE", "SET TOPIC DELIVERY"),
+    ("SET TOPIC TIMEOUT /a 3600", "SET TOPIC TIMEOUT"),
+    ("set topic timeout /a inf", "SET TOPIC TIMEOUT"),
     ("SET LOGIN PASSWORD CLEAR/1.0", "SET LOGIN PASSWORD"),
     ("SET LOGIN PASS KERBEROS/4.0", "SET LOGIN PASSWORD"),
     ("SET NOTIFY SUSPEND", "SET NOTIFY SUSPEND"),
@@ -108,6 +111,7 @@ def one(line: str) -> Command:
     ("GET TOPIC KEYWORDS /stocks/quotes/ibm", "GET TOPIC KEYWORDS"),
     ("GET TOPIC KEY /a", "GET TOPIC KEYWORDS"),
     ("GET TOPIC DELIVERY /a", "GET TOPIC DELIVERY"),
+    ("GET TOPIC TIMEOUT /a", "GET TOPIC TIMEOUT"),
     ("GET LOGIN CHANNEL", "GET LOGIN CHANNEL"),
     ("GET LOGIN CONTACT text/x-vcard", "GET LOGIN CONTACT"),
     ("GET LOGIN CONTACT text/x-vcard jayne", "GET LOGIN CONTACT"),
@@ -142,6 +146,22 @@ def test_command_parameters() -> None:
     assert one("UNSUB MESSAGE *").topic == TopicRef((), "*")
 
 
+def test_set_topic_timeout_values() -> None:
+    """Our extension: whole seconds, the draft's timeout forms, INFINITE, or DEFAULT."""
+    assert (one("SET TOPIC TIMEOUT /a 3600").mode, one("SET TOPIC TIMEOUT /a 3600").timeout) == ("SECONDS", 3600.0)
+    assert one("SET TOPIC TIMEOUT /a 00:01:00").timeout == 60.0
+    assert one("SET TOPIC TIMEOUT /a 01:00:00:00").timeout == 86400.0
+    assert one("SET TOPIC TIMEOUT /a 0").timeout == 0.0
+    infinite = one("SET TOPIC TIMEOUT /A/b INFINITE")
+    assert (infinite.mode, infinite.timeout, infinite.topic) == ("INFINITE", None, TopicRef(("A", "b")))
+    assert one("SET TOPIC TIMEOUT /a Default").mode == "DEFAULT"
+    assert parse_topic_timeout("9999999999") == ("SECONDS", 9999999999.0)
+    assert parse_topic_timeout(format_timeout(90061)) == ("SECONDS", 90061.0)
+    for bad in ("", "١٢", "1e3", "10000000000"):
+        with pytest.raises(ValueError):
+            parse_topic_timeout(bad)
+
+
 def test_password_takes_the_rest_of_the_line() -> None:
     assert one("PASS alice my secret pw ").args == ("alice", "my secret pw ")
     assert one("PASS guest").args == ("guest", "")
@@ -160,6 +180,16 @@ def test_password_takes_the_rest_of_the_line() -> None:
     ("CREATE TOPIC /a (unbalanced", 400),
     ("CREATE TOPIC /a (x) extra", 400),
     ("SET TOPIC DELIVERY /a SOME", 400),
+    ("SET TOPIC TIMEOUT /a", 400),
+    ("SET TOPIC TIMEOUT /a soon", 400),
+    ("SET TOPIC TIMEOUT /a -5", 400),
+    ("SET TOPIC TIMEOUT /a 1.5", 400),
+    ("SET TOPIC TIMEOUT /a 12345678901", 400),
+    ("SET TOPIC TIMEOUT /a 00:61:00", 400),
+    ("SET TOPIC TIMEOUT /a 60 60", 400),
+    ("SET TOPIC TIMEOUT /a/* 60", 400),
+    ("GET TOPIC TIMEOUT /a 60", 400),
+    ("GET TOPIC TIMEOUT", 400),
     ("FIND TOPIC /a (x) deep", 400),
     ("SUB MESSAGE BOGUS /a", 400),
     ("SUB MESSAGE /a SINCE yesterday", 400),

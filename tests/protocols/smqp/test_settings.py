@@ -1,0 +1,73 @@
+"""The SMQP delivery settings (--smqp-retry-timeout, --smqp-max-attempts,
+--smqp-trash-retention) go from the command line and the TOML file through Settings into
+the factory that build_factory makes, and the module constants stay their defaults."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.python import usage
+
+from brokerd.config import Runtime, Settings
+from brokerd.core.broker import Broker
+from brokerd.protocols.smqp.delivery import TRASH_RETENTION
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
+from brokerd.protocols.smqp.server import build_factory
+from brokerd.store.memory import MemoryStore
+from brokerd.tap import Options
+
+
+class ReactorClock(Clock):
+    """What build_factory needs of a reactor: the clock and a thread pool it never uses
+    here (the accounts file is read in the test's thread)."""
+
+    def getThreadPool(self):  # noqa: N802 - the reactor's name
+        raise AssertionError("no thread work expected")
+
+
+def factory_for(settings: Settings):
+    runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=ReactorClock())
+    runtime.resources["store"] = MemoryStore()
+    factory = build_factory(runtime)
+    assert factory.started.called and factory.start_error is None
+    return factory
+
+
+def parsed(tmp_path: Path, *args: str) -> Settings:
+    options = Options()
+    options.parseOptions(["--data-dir", str(tmp_path), *args])
+    return options.settings
+
+
+def test_the_options_reach_the_factory(tmp_path):
+    settings = parsed(tmp_path, "--smqp-retry-timeout", "2.5", "--smqp-max-attempts", "3",
+                      "--smqp-trash-retention", "600")
+    assert (settings.smqp_retry_timeout, settings.smqp_max_attempts, settings.smqp_trash_retention) == (2.5, 3, 600.0)
+    service = factory_for(settings).service
+    assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (2.5, 3, 600.0)
+
+
+def test_the_defaults_are_the_module_constants(tmp_path):
+    service = factory_for(parsed(tmp_path)).service
+    assert (service.retry_timeout, service.max_attempts, service.trash_retention) == \
+        (RETRY_TIMEOUT, MAX_ATTEMPTS, TRASH_RETENTION) == (30.0, 5, 3600.0)
+
+
+def test_the_config_file_sets_them_and_the_command_line_wins(tmp_path):
+    config = tmp_path / "brokerd.toml"
+    config.write_text('smqp-retry-timeout = 4\nsmqp-max-attempts = 7\nsmqp-trash-retention = 90.5\n')
+    settings = parsed(tmp_path, "--config", str(config), "--smqp-max-attempts", "2")
+    service = factory_for(settings).service
+    assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (4.0, 2, 90.5)
+
+
+@pytest.mark.parametrize("args", [
+    ["--smqp-retry-timeout", "0"],
+    ["--smqp-max-attempts", "-1"],
+    ["--smqp-max-attempts", "many"],
+    ["--smqp-trash-retention", "soon"],
+])
+def test_bad_values_are_usage_errors(tmp_path, args):
+    with pytest.raises(usage.UsageError):
+        parsed(tmp_path, *args)
