@@ -101,7 +101,7 @@ def listen_endpoint(reactor: Any, tls: ServerTLS, description: str) -> IStreamSe
 
 def _parse_tls_description(description: str) -> tuple[int, str, int]:
     """(port, interface, backlog) from a ``tls:`` description, or ConfigurationError."""
-    fields = _split_escaped(description)
+    fields = split_escaped(description)
     if fields[0] != "tls" or len(fields) < 2:
         raise _bad_endpoint(description, "expected tls:PORT[:interface=ADDR][:backlog=N]")
     port = _number(description, "port", fields[1], 0, 65535)
@@ -119,8 +119,9 @@ def _parse_tls_description(description: str) -> tuple[int, str, int]:
     return port, options.get("interface", ""), backlog
 
 
-def _split_escaped(description: str) -> list[str]:
-    """Split on ``:`` except where escaped with a backslash (``\\:`` is a literal colon)."""
+def split_escaped(description: str) -> list[str]:
+    """Split on ``:`` except where escaped with a backslash (``\\:`` is a literal colon), as
+    Twisted's endpoint strings do (server and client ones alike)."""
     fields, current, characters = [], [], iter(description)
     for character in characters:
         if character == "\\":

@@ -19,13 +19,13 @@ import argparse
 import getpass
 import os
 import sys
-from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 
-from brokerd.errors import ConfigurationError
+from brokerd.cli import common
+from brokerd.cli.common import EXIT_ERROR, CommandError, error_text, uses_tls
 from brokerd.protocols.mcchat.client import MCChatClientProtocol, MCChatError, client_endpoint, connect
 from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, check_string, check_topic
 
@@ -33,16 +33,7 @@ PROG = "brokerd-mcchat"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1502
 EXIT_CLOSED = 1
-EXIT_ERROR = 2
 _DEFAULT_FORMAT = "{topic} <{username}> {message}"
-
-
-class CommandError(Exception):
-    """Ends the command with one line on stderr and ``code`` as the exit status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -84,48 +75,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    def default(value: Any) -> Any:
-        return argparse.SUPPRESS if suppress else value
-
     group = parser.add_argument_group("connection")
-    group.add_argument(
-        "--connect", metavar="ENDPOINT", default=default(None),
-        help=f"Twisted client endpoint string [tcp:{DEFAULT_HOST}:{DEFAULT_PORT}]",
-    )
-    group.add_argument("-H", "--host", default=default(None), help=f"broker host [{DEFAULT_HOST}]")
-    group.add_argument(
-        "-p", "--port", type=int, default=default(None), help=f"broker port [{DEFAULT_PORT}]"
-    )
-    group.add_argument(
-        "--tls", action="store_true", default=default(False),
-        help="connect over TLS (implied by --ca, --cert and --key)",
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress)
+    common.add_tls_options(
+        group,
+        cert_help="client certificate (PEM); a broker may bind your username to it",
+        hostname_help="name the broker's certificate must carry [the --host]",
+        suppress=suppress,
     )
     group.add_argument(
-        "--ca", type=Path, metavar="FILE", default=default(None),
-        help="CA certificates (PEM) to verify the broker with [the system's]",
-    )
-    group.add_argument(
-        "--cert", type=Path, metavar="FILE", default=default(None),
-        help="client certificate (PEM); a broker may bind your username to it",
-    )
-    group.add_argument(
-        "--key", type=Path, metavar="FILE", default=default(None),
-        help="private key (PEM) of --cert [in the --cert file]",
-    )
-    group.add_argument(
-        "--tls-hostname", metavar="NAME", default=default(None),
-        help="name the broker's certificate must carry [the --host]",
-    )
-    group.add_argument(
-        "--timeout", type=float, metavar="SECONDS", default=default(10.0),
+        "--timeout", type=float, metavar="SECONDS", default=common.option_default(10.0, suppress),
         help="give up when connecting (or, for pub and topics, the answer) takes longer [10]",
     )
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see; exits 2 through ``parser.error``."""
-    if args.connect is not None and (args.host is not None or args.port is not None):
-        parser.error("give either --connect or --host/--port")
+    common.check_address(parser, args)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
     if args.connect is not None and uses_tls(args) and args.tls_hostname is None:
@@ -153,10 +119,6 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error(f"--username: {exc}")
 
 
-def uses_tls(args: argparse.Namespace) -> bool:
-    return bool(args.tls or any(p is not None for p in (args.ca, args.cert, args.key)))
-
-
 def username(args: argparse.Namespace) -> bytes:
     if args.username is not None:
         return os.fsencode(args.username)
@@ -167,10 +129,7 @@ def username(args: argparse.Namespace) -> bytes:
 
 
 def endpoint_description(args: argparse.Namespace) -> str:
-    if args.connect is not None:
-        return args.connect
-    host = (args.host or DEFAULT_HOST).replace(":", "\\:")
-    return f"tcp:{host}:{args.port or DEFAULT_PORT}"
+    return common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
 
 
 def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
@@ -193,18 +152,9 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = None) -> MCChatClientProtocol:
     """The connection once the server's INFO arrived, or CommandError (exit 2)."""
     where = endpoint_description(args)
-    try:
-        endpoint = client_endpoint(
-            reactor,
-            where,
-            tls=uses_tls(args),
-            hostname=args.tls_hostname or args.host or DEFAULT_HOST,
-            ca=args.ca,
-            cert=args.cert,
-            key=args.key,
-        )
-    except (ValueError, ConfigurationError) as exc:
-        raise CommandError(EXIT_ERROR, str(exc)) from None
+    endpoint = common.build_endpoint(
+        client_endpoint, reactor, where, args, args.tls_hostname or args.host or DEFAULT_HOST
+    )
     d = defer.ensureDeferred(connect(endpoint, on_message))
     d.addTimeout(args.timeout, reactor)
     try:
@@ -214,11 +164,7 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
     except MCChatError as exc:
         raise CommandError(EXIT_ERROR, f"{where}: {exc}") from None
     except Exception as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}") from None
 
 
 async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
@@ -228,7 +174,7 @@ async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str
     except defer.TimeoutError:
         raise CommandError(EXIT_ERROR, f"no answer to {what} within {args.timeout:g} s") from None
     except Exception as exc:
-        raise CommandError(EXIT_CLOSED, f"connection lost before the answer to {what} ({_reason(exc)})") from None
+        raise CommandError(EXIT_CLOSED, f"connection lost before the answer to {what} ({error_text(exc)})") from None
 
 
 class Printer:
@@ -261,7 +207,7 @@ async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None
         closed = protocol.when_closed()
         finished = await defer.DeferredList([printer.done, closed], fireOnOneCallback=True)
         if finished[1] == 1:
-            raise CommandError(EXIT_CLOSED, f"the broker closed the connection ({_reason(finished[0])})")
+            raise CommandError(EXIT_CLOSED, f"the broker closed the connection ({error_text(finished[0])})")
     finally:
         await protocol.close()
 

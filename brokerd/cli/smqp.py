@@ -36,7 +36,8 @@ from typing import Any, NoReturn, TextIO
 from twisted.internet import defer, task
 from twisted.internet.error import ConnectError, ConnectionClosed
 
-from brokerd.errors import ConfigurationError
+from brokerd.cli import common
+from brokerd.cli.common import EXIT_ERROR, CommandError
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
 from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 
@@ -44,14 +45,7 @@ PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 720
 EXIT_REFUSED = 1
-EXIT_ERROR = 2
 PASSWORD_ENV = "BROKERD_SMQP_PASSWORD"
-
-
-class CommandError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,19 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="SMQP sessions and topics from the shell (brokerd's SMQP client).",
         epilog="Exit codes: 0 ok, 1 the server refused a command, 2 usage or connection error.")
     group = parser.add_argument_group("connection")
-    group.add_argument("--connect", metavar="ENDPOINT",
-                       help=f"Twisted client endpoint string [tcp:{DEFAULT_HOST}:{DEFAULT_PORT}]")
-    group.add_argument("-H", "--host", help=f"broker host [{DEFAULT_HOST}]")
-    group.add_argument("-p", "--port", type=int, help=f"broker port [{DEFAULT_PORT}]")
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT)
     group.add_argument("-u", "--user", default="guest", help="account [guest]")
     group.add_argument("-c", "--channel", help="channel [cliXXXX]")
     group.add_argument("--password-file", type=Path, metavar="FILE",
                        help="read the password from the first line of FILE")
-    group.add_argument("--tls", action="store_true", help="SMQPS: connect over TLS")
-    group.add_argument("--ca", type=Path, metavar="FILE", help="CA certificates to verify the broker")
-    group.add_argument("--cert", type=Path, metavar="FILE", help="client certificate: CERT login")
-    group.add_argument("--key", type=Path, metavar="FILE", help="the client certificate's key")
-    group.add_argument("--tls-hostname", metavar="NAME", help="the name to verify the broker as")
+    common.add_tls_options(group, tls_help="SMQPS: connect over TLS",
+                           ca_help="CA certificates to verify the broker",
+                           cert_help="client certificate: CERT login",
+                           key_help="the client certificate's key",
+                           hostname_help="the name to verify the broker as")
     group.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each reply [10]")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("login", help="log in and print the login attributes")
@@ -156,14 +147,8 @@ def password_for(args: argparse.Namespace, stdin: TextIO) -> str:
 
 
 def endpoint_for(reactor: Any, args: argparse.Namespace) -> Any:
-    host = (args.host or DEFAULT_HOST).replace(":", "\\:")  # an IPv6 address in a strport
-    description = args.connect or f"tcp:{host}:{args.port or DEFAULT_PORT}"
-    use_tls = args.tls or any(p is not None for p in (args.ca, args.cert, args.key))
-    try:
-        return client_endpoint(reactor, description, tls=use_tls, hostname=args.tls_hostname or args.host,
-                               ca=args.ca, cert=args.cert, key=args.key)
-    except (ValueError, ConfigurationError) as exc:
-        raise CommandError(EXIT_ERROR, str(exc)) from None
+    description = args.connect or common.tcp_description(args.host, args.port, DEFAULT_HOST, DEFAULT_PORT)
+    return common.build_endpoint(client_endpoint, reactor, description, args, args.tls_hostname or args.host)
 
 
 def _keywords(text: str | None) -> list[str] | None:

@@ -24,7 +24,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.logger import Logger
 
-from brokerd.errors import ConfigurationError
+from brokerd.cli import common
+from brokerd.cli.common import EXIT_ERROR, CommandError, error_text
 from brokerd.protocols.ssmp.client import (
     SSMPClient,
     SSMPClientProtocol,
@@ -40,7 +41,6 @@ PROG = "brokerd-ssmp"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
 EXIT_REFUSED = 1
-EXIT_ERROR = 2
 
 _CODE_MEANINGS = {
     b"400": "bad request",
@@ -53,14 +53,6 @@ _CODE_MEANINGS = {
 }
 _DEFAULT_FORMAT = "{topic} {payload}"
 _VERBOSE_FORMAT = "{sender} {topic} {payload}"
-
-
-class CommandError(Exception):
-    """Ends the command with one line on stderr and ``code`` as the exit status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -122,17 +114,10 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
     given before the subcommand is not overwritten by the subcommand's default."""
 
     def default(value: Any) -> Any:
-        return argparse.SUPPRESS if suppress else value
+        return common.option_default(value, suppress)
 
     group = parser.add_argument_group("connection")
-    group.add_argument(
-        "--connect", metavar="ENDPOINT", default=default(None),
-        help=f"Twisted client endpoint string [tcp:{DEFAULT_HOST}:{DEFAULT_PORT}]",
-    )
-    group.add_argument("-H", "--host", default=default(None), help=f"broker host [{DEFAULT_HOST}]")
-    group.add_argument(
-        "-p", "--port", type=int, default=default(None), help=f"broker port [{DEFAULT_PORT}]"
-    )
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress)
     group.add_argument(
         "-i", "--id", dest="identifier", metavar="ID", default=default(None),
         help="identifier to log in with [brokerd-ssmp-XXXX]; '.' is anonymous (publish only)",
@@ -146,25 +131,11 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
         "--secret-file", type=Path, metavar="FILE", default=default(None),
         help="send the first line of FILE as the login credential",
     )
-    group.add_argument(
-        "--tls", action="store_true", default=default(False),
-        help="connect over TLS (implied by --ca, --cert and --key)",
-    )
-    group.add_argument(
-        "--ca", type=Path, metavar="FILE", default=default(None),
-        help="CA certificates (PEM) to verify the broker with [the system's]",
-    )
-    group.add_argument(
-        "--cert", type=Path, metavar="FILE", default=default(None),
-        help="client certificate (PEM) for 'cert' login",
-    )
-    group.add_argument(
-        "--key", type=Path, metavar="FILE", default=default(None),
-        help="private key (PEM) of --cert [in the --cert file]",
-    )
-    group.add_argument(
-        "--tls-hostname", metavar="NAME", default=default(None),
-        help="name the broker's certificate must carry [the host connected to]",
+    common.add_tls_options(
+        group,
+        cert_help="client certificate (PEM) for 'cert' login",
+        hostname_help="name the broker's certificate must carry [the host connected to]",
+        suppress=suppress,
     )
     group.add_argument(
         "--timeout", type=float, metavar="SECONDS", default=default(10.0),
@@ -214,8 +185,7 @@ def _add_send(send: argparse.ArgumentParser, target: tuple[str, str] | None) -> 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors that argparse cannot see; exits 2 through ``parser.error``."""
-    if args.connect is not None and (args.host is not None or args.port is not None):
-        parser.error("give either --connect or --host/--port")
+    common.check_address(parser, args)
     if args.identifier is not None and not _is_identifier(args.identifier):
         parser.error(f"--id {args.identifier!r}: 1 to 64 letters, digits or .:@/_-+=~")
     if args.timeout <= 0:
@@ -271,10 +241,7 @@ def scheme(args: argparse.Namespace) -> str:
 
 
 def endpoint_description(args: argparse.Namespace) -> str:
-    if args.connect is not None:
-        return args.connect
-    host = (args.host or DEFAULT_HOST).replace(":", "\\:")
-    return f"tcp:{host}:{args.port or DEFAULT_PORT}"
+    return common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
 
 
 def read_secret(path: Path) -> bytes:
@@ -314,20 +281,9 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 
 def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMPClient:
     """An SSMPClient for the connection options; CommandError for unusable ones."""
-    description = endpoint_description(args)
-    use_tls = args.tls or any(p is not None for p in (args.ca, args.cert, args.key))
-    try:
-        endpoint = client_endpoint(
-            reactor,
-            description,
-            tls=use_tls,
-            hostname=args.tls_hostname or args.host,
-            ca=args.ca,
-            cert=args.cert,
-            key=args.key,
-        )
-    except (ValueError, ConfigurationError) as exc:
-        raise CommandError(EXIT_ERROR, str(exc)) from None
+    endpoint = common.build_endpoint(
+        client_endpoint, reactor, endpoint_description(args), args, args.tls_hostname or args.host
+    )
     identifier = args.identifier or f"brokerd-ssmp-{secrets.token_hex(2)}"
     credential = read_secret(args.secret_file) if args.secret_file is not None else None
     return SSMPClient(
@@ -361,12 +317,7 @@ async def connected(
             EXIT_ERROR, f"{where}: no login answer within {args.timeout:g} s"
         ) from None
     except Exception as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
+        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}") from None
 
 
 def _login_refused(error: SSMPError, client: SSMPClient) -> str:
@@ -508,7 +459,7 @@ async def _settle(requests: list[tuple[str, Deferred]]) -> None:
         except SSMPError as exc:
             refused = refused or f"{what} refused: {_describe(exc)}"
         except Exception as exc:
-            lost = lost or f"{what}: connection lost before the answer ({_reason(exc)})"
+            lost = lost or f"{what}: connection lost before the answer ({error_text(exc)})"
     if refused is not None:
         raise CommandError(EXIT_REFUSED, refused)
     if lost is not None:

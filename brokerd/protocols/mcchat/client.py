@@ -14,12 +14,14 @@
 Strings are given and received as ``str`` (UTF-8 on the wire); each is checked before it is
 sent, because a packet the server cannot frame costs the whole connection.  Messages arrive at
 :meth:`~MCChatClientProtocol.on_message`, or at the factory's ``on_message`` callable.
+
+:func:`client_endpoint` (the clients' shared one, from brokerd.protocols.endpoints) makes the
+endpoint for :func:`connect` from a string; for TLS it needs the server's host name.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -30,6 +32,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.errors import BrokerError
+from brokerd.protocols.closing import ClosedNotifier, abort_connection
+from brokerd.protocols.endpoints import client_endpoint
 from brokerd.protocols.mcchat.codec import (
     VERSION,
     MCChatParser,
@@ -60,7 +64,7 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8")  # the parser only lets valid UTF-8 through
 
 
-class MCChatClientProtocol(Protocol):
+class MCChatClientProtocol(ClosedNotifier, Protocol):
     """One MCCHAT connection seen from the client side."""
 
     _log = Logger()
@@ -97,9 +101,7 @@ class MCChatClientProtocol(Protocol):
         self._topic_requests = deque()
         for d in waiting:
             d.errback(reason if reason is not None else Failure(self._lost))
-        waiters, self._lost_waiters = self._lost_waiters, []
-        for d in waiters:
-            d.callback(self._lost)
+        self._notify_closed()
 
     def when_ready(self) -> Deferred:
         """Fires with this protocol once the server's INFO (version 1) arrived."""
@@ -109,14 +111,6 @@ class MCChatClientProtocol(Protocol):
             return fail(self._lost)
         d: Deferred = Deferred()
         self._ready.append(d)
-        return d
-
-    def when_closed(self) -> Deferred:
-        """Fires with the reason (an exception) once the connection is gone."""
-        if self._lost is not None:
-            return succeed(self._lost)
-        d: Deferred = Deferred()
-        self._lost_waiters.append(d)
         return d
 
     def close(self) -> Deferred:
@@ -135,11 +129,7 @@ class MCChatClientProtocol(Protocol):
         ready, self._ready = self._ready, []
         for d in ready:
             d.errback(error)
-        abort = getattr(self.transport, "abortConnection", None)
-        if abort is not None:
-            abort()
-        else:
-            self.transport.loseConnection()
+        abort_connection(self.transport)
 
     # ------------------------------------------------------------------ input
 
@@ -240,32 +230,3 @@ async def connect(
     protocol = await endpoint.connect(MCChatClientFactory(on_message))
     return await protocol.when_ready()  # type: ignore[no-any-return]
 
-
-def client_endpoint(
-    reactor: Any,
-    description: str,
-    *,
-    tls: bool = False,
-    hostname: str | None = None,
-    ca: Path | None = None,
-    cert: Path | None = None,
-    key: Path | None = None,
-) -> IStreamClientEndpoint:
-    """The endpoint for a Twisted client endpoint string (``tcp:HOST:PORT``...), wrapped in
-    TLS when ``tls`` is set: the server is verified as ``hostname`` against ``ca`` (the
-    system's trust store when None) and ``cert`` (key in ``key`` or in the same file) is
-    presented.  ValueError for a description Twisted cannot parse or a TLS connection whose
-    host name is unknown; ConfigurationError for unreadable certificate files."""
-    from twisted.internet.endpoints import clientFromString, wrapClientTLS
-
-    try:
-        endpoint = clientFromString(reactor, description)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
-    if not tls:
-        return endpoint
-    from brokerd.auth.tls import client_context
-
-    if hostname is None:
-        raise ValueError(f"TLS over {description!r}: give the server's hostname to verify")
-    return wrapClientTLS(client_context(hostname, ca, cert, key), endpoint)

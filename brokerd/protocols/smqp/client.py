@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionClosed
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol
@@ -25,6 +25,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.errors import BrokerError
+from brokerd.protocols import endpoints
+from brokerd.protocols.closing import ClosedNotifier
 from brokerd.protocols.smqp.codec import (
     SMQPClientParser,
     SMQPProtocolError,
@@ -61,7 +63,7 @@ class LoginInfo:
     suid: str | None
 
 
-class SMQPClientProtocol(Protocol):
+class SMQPClientProtocol(ClosedNotifier, Protocol):
     _log = Logger()
     factory: SMQPClientFactory | None = None  # type: ignore[assignment]
 
@@ -96,17 +98,7 @@ class SMQPClientProtocol(Protocol):
         pending, self._pending = self._pending, deque()
         for d in pending:
             d.errback(reason)
-        waiters, self._lost_waiters = self._lost_waiters, []
-        for d in waiters:
-            d.callback(self._lost)
-
-    def when_closed(self) -> Deferred:
-        """Fires with the reason once the connection is gone."""
-        if self._lost is not None:
-            return succeed(self._lost)
-        d: Deferred = Deferred()
-        self._lost_waiters.append(d)
-        return d
+        self._notify_closed()
 
     def dataReceived(self, data: bytes) -> None:
         try:
@@ -344,20 +336,13 @@ def client_endpoint(reactor: Any, description: str, *, tls: bool = False, hostna
     ``tls``: the server is verified as ``hostname`` (default: the host of a ``tcp:``
     description) against ``ca``, and ``cert``/``key`` are presented for CERT login.
     ValueError for an unusable description."""
-    from twisted.internet.endpoints import clientFromString, wrapClientTLS
+    return endpoints.client_endpoint(reactor, description, tls=tls, hostname=hostname, ca=ca,
+                                     cert=cert, key=key, default_host=_positional_tcp_host)
 
-    try:
-        endpoint = clientFromString(reactor, description)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
-    if not tls:
-        return endpoint
-    from brokerd.auth.tls import client_context
 
-    if hostname is None:
-        fields = description.split(":")
-        if fields[0] == "tcp" and len(fields) >= 3 and "=" not in fields[1]:
-            hostname = fields[1]
-        else:
-            raise ValueError(f"TLS over {description!r}: give the server's hostname to verify")
-    return wrapClientTLS(client_context(hostname, ca, cert, key), endpoint)
+def _positional_tcp_host(description: str) -> str | None:
+    """HOST of ``tcp:HOST:PORT...`` (split on every colon, ``host=`` not read), else None."""
+    fields = description.split(":")
+    if fields[0] == "tcp" and len(fields) >= 3 and "=" not in fields[1]:
+        return fields[1]
+    return None

@@ -35,6 +35,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.errors import BrokerError
+from brokerd.protocols import endpoints
+from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.ssmp.codec import (
     SSMPClientParser,
     encode_payload,
@@ -116,7 +118,7 @@ def wire_payload(content: bytes, binary: bool = False) -> bytes:
     return payload
 
 
-class SSMPClientProtocol(Protocol):
+class SSMPClientProtocol(ClosedNotifier, Protocol):
     """One SSMP connection seen from the client side.
 
     ``reactor`` provides the time for the keepalive (a ``Clock`` in tests; the global reactor
@@ -179,28 +181,14 @@ class SSMPClientProtocol(Protocol):
         pings, self._pings = self._pings, deque()
         for _sent, d in pings:
             d.errback(reason)
-        waiters, self._lost_waiters = self._lost_waiters, []
-        for d in waiters:
-            d.callback(self._lost)
-
-    def when_closed(self) -> Deferred:
-        """A Deferred that fires with the reason (an exception) once the connection is gone."""
-        if self._lost is not None:
-            return succeed(self._lost)
-        d: Deferred = Deferred()
-        self._lost_waiters.append(d)
-        return d
+        self._notify_closed()
 
     def _abort(self) -> None:
         """Stop reading and drop the connection now, without waiting for buffered output."""
         self._usable = False
         self._reading = False
         self._cancel_timers()
-        abort = getattr(self.transport, "abortConnection", None)
-        if abort is not None:
-            abort()
-        else:
-            self.transport.loseConnection()
+        abort_connection(self.transport)
 
     def _violation(self, why: str, **fields: Any) -> None:
         self._log.warn("SSMP server broke the protocol, closing: " + why, **fields)
@@ -692,54 +680,18 @@ def client_endpoint(
     Raises ValueError for a description Twisted cannot parse and
     :class:`~brokerd.errors.ConfigurationError` for unreadable certificate files.
     """
-    from twisted.internet.endpoints import clientFromString, wrapClientTLS
-
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
-    try:
-        endpoint = clientFromString(reactor, description)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
-    if not tls:
-        return endpoint
-    from brokerd.auth.tls import client_context
+    return endpoints.client_endpoint(
+        reactor,
+        description,
+        tls=tls,
+        hostname=hostname or None,  # an empty name, too, means "the host of the description"
+        ca=ca,
+        cert=cert,
+        key=key,
+        default_host=endpoints.endpoint_host,
+    )
 
-    name = hostname or endpoint_host(description)
-    if name is None:
-        raise ValueError(f"TLS over {description!r}: give the server's hostname to verify")
-    return wrapClientTLS(client_context(name, ca, cert, key), endpoint)
-
-
-def endpoint_host(description: str) -> str | None:
-    """The host named by a ``tcp:`` client endpoint string (positional or ``host=``), else
-    None: the name TLS should verify when nobody gave one."""
-    fields = _split_description(description)
-    if fields[0] not in ("tcp", "tcp6") or len(fields) < 2:
-        return None
-    positional = []
-    for field in fields[1:]:
-        name, equals, value = field.partition("=")
-        if equals and name == "host":
-            return value or None
-        if not equals:
-            positional.append(field)
-    return positional[0] if positional else None
-
-
-def _split_description(description: str) -> list[str]:
-    """Split on ``:`` except where backslash-escaped, as Twisted's endpoint strings do."""
-    fields: list[str] = []
-    current: list[str] = []
-    characters = iter(description)
-    for character in characters:
-        if character == "\\":
-            current.append(next(characters, ""))
-        elif character == ":":
-            fields.append("".join(current))
-            current = []
-        else:
-            current.append(character)
-    fields.append("".join(current))
-    return fields

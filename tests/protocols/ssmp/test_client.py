@@ -24,13 +24,13 @@ from zope.interface import implementer
 from brokerd.auth.realm import build_portal
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
+from brokerd.protocols.endpoints import endpoint_host
 from brokerd.protocols.ssmp.client import (
     SSMPClient,
     SSMPClientFactory,
     SSMPClientProtocol,
     SSMPError,
     client_endpoint,
-    endpoint_host,
 )
 from brokerd.protocols.ssmp.events import Event
 from brokerd.protocols.ssmp.server import SSMPServerFactory

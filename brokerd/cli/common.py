@@ -1,0 +1,139 @@
+"""What the protocol command-line clients (brokerd-ssmp, brokerd-mcchat, brokerd-smqp) share:
+the options that say where and how to connect, the endpoint they describe, and the error that
+ends a command.
+
+Each command keeps its own default host and port, and the help texts that speak of its own
+protocol (what a client certificate is for, which name TLS verifies).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.interfaces import IStreamClientEndpoint
+
+from brokerd.errors import ConfigurationError
+
+EXIT_ERROR = 2
+"""The exit status of a usage, configuration or connection problem."""
+
+
+class CommandError(Exception):
+    """Ends the command with one line on stderr and ``code`` as the exit status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def option_default(value: Any, suppress: bool) -> Any:
+    """``value``, or SUPPRESS for options repeated on a subcommand's parser (``suppress``), so
+    that an option given before the subcommand is not overwritten by the subcommand's
+    default."""
+    return argparse.SUPPRESS if suppress else value
+
+
+def add_address_options(
+    group: Any, default_host: str, default_port: int, suppress: bool = False
+) -> None:
+    """``--connect ENDPOINT``, or ``-H/--host`` and ``-p/--port`` (see
+    :func:`endpoint_description`)."""
+    group.add_argument(
+        "--connect", metavar="ENDPOINT", default=option_default(None, suppress),
+        help=f"Twisted client endpoint string [tcp:{default_host}:{default_port}]",
+    )
+    group.add_argument(
+        "-H", "--host", default=option_default(None, suppress), help=f"broker host [{default_host}]"
+    )
+    group.add_argument(
+        "-p", "--port", type=int, default=option_default(None, suppress),
+        help=f"broker port [{default_port}]",
+    )
+
+
+def add_tls_options(
+    group: Any,
+    *,
+    cert_help: str,
+    hostname_help: str,
+    tls_help: str = "connect over TLS (implied by --ca, --cert and --key)",
+    ca_help: str = "CA certificates (PEM) to verify the broker with [the system's]",
+    key_help: str = "private key (PEM) of --cert [in the --cert file]",
+    suppress: bool = False,
+) -> None:
+    """``--tls``, ``--ca``, ``--cert``, ``--key`` and ``--tls-hostname`` (see
+    :func:`uses_tls` and :func:`build_endpoint`)."""
+    group.add_argument(
+        "--tls", action="store_true", default=option_default(False, suppress), help=tls_help
+    )
+    group.add_argument(
+        "--ca", type=Path, metavar="FILE", default=option_default(None, suppress), help=ca_help
+    )
+    group.add_argument(
+        "--cert", type=Path, metavar="FILE", default=option_default(None, suppress),
+        help=cert_help,
+    )
+    group.add_argument(
+        "--key", type=Path, metavar="FILE", default=option_default(None, suppress), help=key_help
+    )
+    group.add_argument(
+        "--tls-hostname", metavar="NAME", default=option_default(None, suppress),
+        help=hostname_help,
+    )
+
+
+def check_address(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (exit 2 through ``parser.error``) for --connect with --host or --port."""
+    if args.connect is not None and (args.host is not None or args.port is not None):
+        parser.error("give either --connect or --host/--port")
+
+
+def tcp_description(host: str | None, port: int | None, default_host: str, default_port: int) -> str:
+    """``tcp:HOST:PORT``, the defaults standing in for what is not given; a colon in the host
+    (an IPv6 address) is escaped as endpoint strings want it."""
+    escaped = (host or default_host).replace(":", "\\:")
+    return f"tcp:{escaped}:{port or default_port}"
+
+
+def endpoint_description(args: argparse.Namespace, default_host: str, default_port: int) -> str:
+    """The endpoint string the options name: ``--connect`` as given, else ``tcp:`` with
+    ``--host`` and ``--port``."""
+    if args.connect is not None:
+        return args.connect  # type: ignore[no-any-return]
+    return tcp_description(args.host, args.port, default_host, default_port)
+
+
+def uses_tls(args: argparse.Namespace) -> bool:
+    """``--tls``, or any of the certificate options that only make sense with it."""
+    return bool(args.tls or any(p is not None for p in (args.ca, args.cert, args.key)))
+
+
+def build_endpoint(
+    make: Callable[..., IStreamClientEndpoint],
+    reactor: Any,
+    description: str,
+    args: argparse.Namespace,
+    hostname: str | None,
+) -> IStreamClientEndpoint:
+    """``make(reactor, description, tls=..., hostname=..., ca=..., cert=..., key=...)`` (the
+    protocol client's ``client_endpoint``) for the TLS options, verifying the broker as
+    ``hostname``; an unusable description or certificate file is a CommandError (exit 2)."""
+    try:
+        return make(
+            reactor,
+            description,
+            tls=uses_tls(args),
+            hostname=hostname,
+            ca=args.ca,
+            cert=args.cert,
+            key=args.key,
+        )
+    except (ValueError, ConfigurationError) as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as one line for an error message (its type when it says nothing)."""
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -1,0 +1,69 @@
+"""Client endpoints from Twisted endpoint strings, wrapped in TLS when asked.
+
+The SSMP, MCCHAT and SMQP clients (and so their command-line tools) all connect this way.  The
+front ends never import each other, so the one implementation lives here, and each client's
+``client_endpoint`` only adds its own rule for the TLS host name nobody gave.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.interfaces import IStreamClientEndpoint
+
+
+def client_endpoint(
+    reactor: Any,
+    description: str,
+    *,
+    tls: bool = False,
+    hostname: str | None = None,
+    ca: Path | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
+    default_host: Callable[[str], str | None] | None = None,
+) -> IStreamClientEndpoint:
+    """The endpoint for a Twisted client endpoint string (``tcp:HOST:PORT``, ``unix:PATH``...),
+    wrapped in TLS when ``tls`` is set: the server is verified as ``hostname`` (when None, as
+    ``default_host(description)`` if that is given) against ``ca`` (the system's trust store
+    when None) and ``cert`` (its key in ``key``, or in the same file) is presented.
+
+    ValueError for a description Twisted cannot parse or a TLS connection whose host name is
+    unknown; :class:`~brokerd.errors.ConfigurationError` for unreadable certificate files.
+    brokerd.auth.tls (and with it OpenSSL) is imported only for TLS.
+    """
+    from twisted.internet.endpoints import clientFromString, wrapClientTLS
+
+    try:
+        endpoint = clientFromString(reactor, description)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
+    if not tls:
+        return endpoint
+    from brokerd.auth.tls import client_context
+
+    if hostname is None and default_host is not None:
+        hostname = default_host(description)
+    if hostname is None:
+        raise ValueError(f"TLS over {description!r}: give the server's hostname to verify")
+    return wrapClientTLS(client_context(hostname, ca, cert, key), endpoint)
+
+
+def endpoint_host(description: str) -> str | None:
+    """The host named by a ``tcp:`` client endpoint string (positional or ``host=``), else
+    None: the name TLS should verify when nobody gave one."""
+    # Imported here: splitting a string should not load OpenSSL for a plain-TCP client.
+    from brokerd.auth.tls import split_escaped
+
+    fields = split_escaped(description)
+    if fields[0] not in ("tcp", "tcp6") or len(fields) < 2:
+        return None
+    positional = []
+    for field in fields[1:]:
+        name, equals, value = field.partition("=")
+        if equals and name == "host":
+            return value or None
+        if not equals:
+            positional.append(field)
+    return positional[0] if positional else None
