@@ -337,12 +337,4 @@ def client_endpoint(reactor: Any, description: str, *, tls: bool = False, hostna
     description) against ``ca``, and ``cert``/``key`` are presented for CERT login.
     ValueError for an unusable description."""
     return endpoints.client_endpoint(reactor, description, tls=tls, hostname=hostname, ca=ca,
-                                     cert=cert, key=key, default_host=_positional_tcp_host)
-
-
-def _positional_tcp_host(description: str) -> str | None:
-    """HOST of ``tcp:HOST:PORT...`` (split on every colon, ``host=`` not read), else None."""
-    fields = description.split(":")
-    if fields[0] == "tcp" and len(fields) >= 3 and "=" not in fields[1]:
-        return fields[1]
-    return None
+                                     cert=cert, key=key, default_host=endpoints.endpoint_host)

@@ -11,6 +11,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.test import iosim
 
+from tests.support.fixtures import pki  # noqa: F401
 from brokerd.auth.accounts import AccountsChecker, PasswordHash, run_inline, write_accounts
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
@@ -129,3 +130,13 @@ def test_conversation_with_the_real_server(tmp_path: Path):
     pump.flush()
     assert outcome(quit).code == 200
     assert not client.is_open and server.closed
+
+
+def test_tls_endpoint_verifies_the_host_of_any_tcp_form(pki):  # noqa: F811
+    from twisted.internet.testing import MemoryReactor
+
+    from brokerd.protocols.smqp.client import client_endpoint
+
+    # Before, only the positional form had a host to verify: the others raised ValueError.
+    for description in ("tcp:localhost:720", "tcp:host=localhost:port=720", r"tcp:\:\:1:720"):
+        client_endpoint(MemoryReactor(), description, tls=True, ca=pki.ca)
