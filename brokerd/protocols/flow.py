@@ -13,18 +13,49 @@ slow reader costs the hot path an integer increment per write, never a log entry
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+
+from twisted.internet.tcp import Connection
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
 
 
 def limit_output_buffer(transport: Any, limit: int) -> None:
     """Make Twisted pause the producer when more than ``limit`` bytes are queued.  For TLS the
-    queue that matters is the TCP transport's under the TLS layer."""
-    transport.bufferSize = limit
+    queue that matters is the TCP transport's under the TLS layer.
+
+    Twisted compares its queue with ``bufferSize``, which is also the size of every recv();
+    a 1 MiB limit would make each read up to 1 MiB, so one reactor iteration could parse
+    megabytes from every publisher before it wrote anything.  On a real transport the
+    comparison is replaced instead, and reads stay at Twisted's 64 KiB."""
     inner = getattr(transport, "transport", None)
-    if inner is not None and hasattr(inner, "bufferSize"):
-        inner.bufferSize = limit
+    for layer in (transport, inner):
+        if layer is None:
+            continue
+        if hasattr(layer, "_isSendBufferFull") and hasattr(layer, "_tempDataLen"):
+            layer._isSendBufferFull = partial(_queued_over, layer, limit)
+        elif layer is transport or hasattr(layer, "bufferSize"):
+            layer.bufferSize = limit
+
+
+def _queued_over(transport: Any, limit: int) -> bool:
+    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen > limit
+
+
+_QUEUE_ATTRIBUTES = ("_tempDataLen", "dataBuffer", "offset", "socket", "disconnecting")
+"""What write_now reads of a Twisted TCP transport.  They are Twisted internals: if a Twisted
+release drops one, connections simply fall back to transport.write (slower, still correct)."""
+
+
+def direct_writes(transport: Any) -> bool:
+    """True for a plain TCP transport, whose socket :meth:`DropWhenCongested.write_now` may
+    write itself (not TLS: its bytes must go through the TLS layer)."""
+    return (
+        isinstance(transport, Connection)
+        and not getattr(transport, "TLS", False)
+        and all(hasattr(transport, name) for name in _QUEUE_ATTRIBUTES)
+    )
 
 
 def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
@@ -44,6 +75,29 @@ class DropWhenCongested:
     episode_drops = 0
     """Messages dropped since the last pause that are not logged yet."""
 
+    _direct = False
+    """Set from :func:`direct_writes` when the connection is made."""
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` with one send() when nothing is queued for this connection; else,
+        or for what the kernel did not take, queue it behind the rest as transport.write
+        does.  transport.write always waits for the next reactor iteration and costs two
+        epoll_ctl calls and a doWrite round per write; for a reader that keeps up, the queue
+        is empty and one send() is all a delivery needs."""
+        transport = self.transport
+        if not self._direct or transport._tempDataLen or transport.dataBuffer or transport.disconnecting:
+            transport.write(data)
+            return
+        try:
+            sent = transport.socket.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            transport.write(data)  # Twisted finds and reports the broken connection
+            return
+        if sent < len(data):
+            transport.write(data[sent:])
+
     def _drop(self, data: bytes) -> None:
         """``send`` while congested: count instead of writing."""
         self.dropped += 1
@@ -59,7 +113,7 @@ class DropWhenCongested:
     def resumeProducing(self) -> None:
         if self.closed:
             return
-        self.send = self.transport.write
+        self.send = self.write_now
         self.transport.resumeProducing()
         if self.episode_drops:
             self.report_drops()

@@ -29,7 +29,7 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
+from brokerd.protocols.flow import DropWhenCongested, direct_writes, limit_output_buffer
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
@@ -103,7 +103,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
-        self.send = self.transport.write
+        self._direct = direct_writes(self.transport)
+        self.send = self.write_now
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(
@@ -205,7 +206,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._publish_run()
         replies = self._replies
         if replies and not self.closed:
-            self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
+            self.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
             replies.clear()
 
     def _publish_run(self) -> None:
