@@ -217,8 +217,9 @@ class Encoder:
         )
 
     def _run(self, ts: int, messages: list, delivered: int, dropped: int, stamps: list[int], chunks: list[bytes]) -> None:
-        """A run one publisher sent to one topic, routed together (one publish_batch): one
-        line per message, all with the run's time."""
+        """A run one publisher sent to one topic, routed together (one publish_batch), with
+        the run's time: one record with ``count`` when the messages carry nothing of their own
+        (no payloads logged, no headers, no per-message time), else one line per message."""
         first = messages[0]
         stamps.append(ts)
         if (
@@ -231,10 +232,13 @@ class Encoder:
                 "".join([schema.encode(self._routed(ts, m, delivered, dropped)) for m in messages]).encode("utf-8")
             )
             return
+        # One record for the run ("no per-message logging" on the hot path): its size is the
+        # run's total and ``count`` says how many messages it stands for.
         key = (first.protocol, first.sender_name, first.target, first.kind, delivered, dropped)
         head, tail = self._shared.get(key) or self._render_shared(key)
-        start = f'{head}{ts},"bytes":'
-        chunks.append("".join([f"{start}{len(m.payload)}{tail}" for m in messages]).encode("utf-8"))
+        size = sum([len(m.payload) for m in messages])
+        count = f',"count":{len(messages)}' if len(messages) > 1 else ""
+        chunks.append(f'{head}{ts},"bytes":{size}{count}{tail}'.encode("utf-8"))
 
     def _render_shared(self, key: tuple) -> tuple[str, str]:
         """The text before the time and after the size of an accepted record for ``key``."""

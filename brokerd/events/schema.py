@@ -24,7 +24,10 @@ topic          str       the topic (multicast), as the core names it (``a/b``)
 recipient      str       the target address of a unicast message
 message        str       the message kind: multicast, unicast, broadcast
 message_id     str       the protocol's message id where it has one (SMQP)
-bytes          int       payload size in bytes
+bytes          int       payload size in bytes (of all the messages a record stands for)
+count          int       ``accepted``: how many messages the record stands for: a run one
+                         sender published to one topic in one read is one record (absent = 1);
+                         ``fanout`` and ``dropped`` are then per message
 fanout         int       ``accepted``: sessions the core handed the message to
 dropped        int       ``accepted``: recipients whose protocol could not carry it;
                          ``dropped`` records: how many drops the record stands for
@@ -141,6 +144,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("message", "string"),
     ("message_id", "string"),
     ("bytes", "long"),
+    ("count", "long"),
     ("fanout", "long"),
     ("dropped", "long"),
     ("outcome", "string"),

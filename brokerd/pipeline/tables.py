@@ -35,6 +35,12 @@ def _f() -> Any:
     return F
 
 
+def _count() -> Any:
+    """How many messages an ``accepted`` record stands for (a run is one record)."""
+    F = _f()
+    return F.coalesce(F.col("count"), F.lit(1))
+
+
 def traffic(records: Any) -> Any:
     F = _f()
     kind = F.col("kind")
@@ -43,10 +49,11 @@ def traffic(records: Any) -> Any:
         "minute", F.date_trunc("minute", F.col("time"))
     )
     accepted = kind == schema.ACCEPTED
+    count = _count()
     main = base.groupBy(*keys).agg(
-        F.sum(F.when(accepted, 1).otherwise(0)).cast("long").alias("messages"),
+        F.sum(F.when(accepted, count).otherwise(0)).cast("long").alias("messages"),
         F.sum(F.when(accepted, F.coalesce(F.col("bytes"), F.lit(0))).otherwise(0)).cast("long").alias("bytes"),
-        F.sum(F.when(accepted, F.coalesce(F.col("fanout"), F.lit(0))).otherwise(0)).cast("long").alias("fanout"),
+        F.sum(F.when(accepted, F.coalesce(F.col("fanout"), F.lit(0)) * count).otherwise(0)).cast("long").alias("fanout"),
         F.max(F.when(accepted, F.col("fanout"))).cast("long").alias("max_fanout"),
         F.sum(F.when(kind == schema.DELIVERED, 1).otherwise(0)).cast("long").alias("_delivered"),
         F.sum(
@@ -57,7 +64,7 @@ def traffic(records: Any) -> Any:
         ).cast("long").alias("_after_handoff"),
     )
     unrenderable = base.filter(accepted & (F.col("dropped") > 0)).select(
-        *keys, F.lit(schema.UNRENDERABLE).alias("reason"), F.col("dropped").cast("long").alias("n")
+        *keys, F.lit(schema.UNRENDERABLE).alias("reason"), (F.col("dropped") * count).cast("long").alias("n")
     )
     reported = base.filter(kind == schema.DROPPED).select(
         *keys,
@@ -126,10 +133,10 @@ def top_publishers(records: Any, top: int = 100) -> Any:
         records.filter(F.col("kind") == schema.ACCEPTED)
         .groupBy("session", "protocol")
         .agg(
-            F.count(F.lit(1)).alias("messages"),
+            F.sum(_count()).cast("long").alias("messages"),
             F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("bytes"),
             F.countDistinct("topic").alias("topics"),
-            F.sum(F.coalesce(F.col("fanout"), F.lit(0))).cast("long").alias("fanout"),
+            F.sum(F.coalesce(F.col("fanout"), F.lit(0)) * _count()).cast("long").alias("fanout"),
             F.min("time").alias("first_seen"),
             F.max("time").alias("last_seen"),
         )
@@ -187,7 +194,7 @@ def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
 
     F = _f()
     points = messages.select(
-        *keys, F.col("ts").alias("at"), F.lit(1).alias("order"), F.lit(1).cast("long").alias("n"),
+        *keys, F.col("ts").alias("at"), F.lit(1).alias("order"), F.col("c").cast("long").alias("n"),
         F.col("b").cast("long").alias("b"), F.lit(None).cast("long").alias("interval"), F.lit(None).cast("string").alias("edge"),
     )
     for edge in ("start", "end"):
@@ -214,8 +221,8 @@ def top_subscribers(records: Any, top: int = 100) -> Any:
     intervals = subscription_intervals(records).persist()
     multicast = records.filter(
         (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
-    ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), "session", "protocol")
-    on_topic = _counts_between(multicast.select("topic", "ts", "b"), intervals, ["topic"])
+    ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol")
+    on_topic = _counts_between(multicast.select("topic", "ts", "b", "c"), intervals, ["topic"])
     # the subscriber's own messages on the topic while subscribed are not routed to it
     own_messages = multicast.join(
         intervals.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi"

@@ -102,7 +102,7 @@ def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
     log.writer.drain()
     records = _records(tmp_path)
     assert [r["kind"] for r in records] == (
-        ["login"] * 3 + ["subscribed"] * 2 + ["accepted"] * 8 + ["unsubscribed", "logout"]
+        ["login"] * 3 + ["subscribed"] * 2 + ["accepted"] * 6 + ["unsubscribed", "logout"]
     )
     assert [(r["session"], r["topic"]) for r in records if r["kind"].endswith("subscribed")] == [
         ("bob", "news"), ("carol", "news"), ("bob", "news"),
@@ -110,20 +110,22 @@ def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
     assert all(r["v"] == 1 and r["broker"] == "test-broker" for r in records)
     stamps = [r["ts"] for r in records]
     assert stamps == sorted(stamps) and stamps[0] == NOW_US + 1000
-    accepted = records[5:13]
-    assert [(r["topic"] if "topic" in r else r.get("recipient"), r["fanout"], r.get("dropped"), r["outcome"]) for r in accepted] == [
-        ("news", 2, None, "routed"),
-        ("news", 1, 1, "partial"),
-        ("news", 2, None, "routed"),
-        ("news", 2, None, "routed"),
-        ("news", 2, None, "routed"),
-        ("empty", 0, None, "unrouted"),
-        ("bob", 1, None, "routed"),
-        (None, 1, None, "routed"),
+    accepted = records[5:11]
+    assert [
+        (r["topic"] if "topic" in r else r.get("recipient"), r.get("count"), r["fanout"], r.get("dropped"), r["outcome"])
+        for r in accepted
+    ] == [
+        ("news", None, 2, None, "routed"),
+        ("news", None, 1, 1, "partial"),
+        ("news", 3, 2, None, "routed"),  # the run of three: one record, fan-out per message
+        ("empty", None, 0, None, "unrouted"),
+        ("bob", None, 1, None, "routed"),
+        (None, None, 1, None, "routed"),
     ]
+    assert accepted[2]["bytes"] == 6
     assert accepted[0]["session"] == "alice" and accepted[0]["bytes"] == 2 and accepted[0]["message"] == "multicast"
-    assert accepted[6]["message"] == "unicast" and accepted[7]["message"] == "broadcast"
-    assert accepted[7]["protocol"] == "mcchat" and "payload" not in accepted[0]
+    assert accepted[4]["message"] == "unicast" and accepted[5]["message"] == "broadcast"
+    assert accepted[5]["protocol"] == "mcchat" and "payload" not in accepted[0]
     assert records[-1] == {"v": 1, "ts": records[-1]["ts"], "broker": "test-broker", "protocol": "ssmp",
                            "kind": "logout", "session": "bob"}
     log.stopService()
@@ -208,7 +210,7 @@ def test_runs_and_groups_across_an_hour_boundary(tmp_path: Path, clock: Clock) -
     log.message_routed(same[0], 3, 0)  # 11:59:59.999998
     log.message_routed(same[1], 3, 0)  # 12:00:00.000005: same shared fields, next hour
     run = [Message(MULTICAST, b"t%", b"y" * n, "ssmp", b"pub") for n in (5, 6, 7)]
-    log.messages_routed(run, 2, 0)  # one entry, three records with the run's time
+    log.messages_routed(run, 2, 0)  # one entry, one record standing for three messages
     mixed = [Message(MULTICAST, b"t", b"z", "ssmp", b"a"), Message(MULTICAST, b"t", b"zz", "ssmp", b"b")]
     log.messages_routed(mixed, 1, 0)
     log.stopService()
@@ -219,10 +221,11 @@ def test_runs_and_groups_across_an_hour_boundary(tmp_path: Path, clock: Clock) -
     assert sorted(by_hour) == ["hour=11", "hour=12"]
     assert [(r["ts"], r["bytes"], r["fanout"], r["topic"]) for r in by_hour["hour=11"]] == [(NOW_US - 2, 1, 3, "t%")]
     later = by_hour["hour=12"]
-    assert [(r["ts"], r["bytes"], r["fanout"]) for r in later[:4]] == [
-        (NOW_US + 5, 2, 3), (NOW_US + 9, 5, 2), (NOW_US + 9, 6, 2), (NOW_US + 9, 7, 2)]
-    assert [(r["session"], r["bytes"]) for r in later[4:]] == [("a", 1), ("b", 2)]
-    assert log.stats()["written"] == 7
+    assert [(r["ts"], r["bytes"], r.get("count"), r["fanout"]) for r in later[:2]] == [
+        (NOW_US + 5, 2, None, 3), (NOW_US + 9, 5 + 6 + 7, 3, 2)]
+    # a run of several senders carries per-message fields: one record each
+    assert [(r["session"], r["bytes"], r.get("count")) for r in later[2:]] == [("a", 1, None), ("b", 2, None)]
+    assert log.stats()["written"] == 5
 
 
 def test_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Path, clock: Clock) -> None:
@@ -235,5 +238,5 @@ def test_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Path, cl
     broker.publish_batch([Message(MULTICAST, b"news", b"m%d" % i, "ssmp", b"alice") for i in range(8)])
     assert log._buffer == []  # 2 + 8 messages reached the limit: handed to the writer at once
     log.writer.drain()
-    assert sum(1 for r in _records(tmp_path) if r["kind"] == "accepted") == 8
+    assert [r.get("count") for r in _records(tmp_path) if r["kind"] == "accepted"] == [8]
     log.stopService()
