@@ -6,7 +6,7 @@ Python broker: subscribers ``recv()`` up to 256 KiB at a time and count MSG pack
 NUL bytes (three per MSG) in C; publishers write pre-built batches.  Latency is sampled once per
 read (the last complete MSG of the read: receive time minus the send time stamped in it).
 
-Payload (as /work/shared/bench/pbload.c): ASCII ``<pub>:<seq>:<send time ns>:`` padded with
+Payload (as ../shared/bench/pbload.c): ASCII ``<pub>:<seq>:<send time ns>:`` padded with
 ``x`` to ``-B`` bytes, CLOCK_MONOTONIC, so SSMP messages from pbload parse the same way.
 
 With ``--rate`` each MCCHAT publisher sends at a fixed rate (latency figures; saturation p99

@@ -1,7 +1,7 @@
 """Benchmarks of the event log and the data pipeline (a script, not a test).
 
     python benchmarks/pipeline_bench.py log-cost [--runs 3] [--messages 20000] [--subscribers 50]
-        SSMP fan-out throughput (pbload, /work/shared/bench/pbload.c or --pbload) of an
+        SSMP fan-out throughput (pbload, ../shared/bench/pbload.c or --pbload) of an
         in-process broker without and with the event log; medians of --runs runs each.
     python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR]
         Generate a log of --events events (kept in --data-dir for reuse) and time
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PBLOAD_SOURCE = Path("/work/shared/bench/pbload.c")
+PBLOAD_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pbload.c"
 SETTLE_SECONDS = 2.5
 """Pause before each measured run: more than the event log's flush interval (1 s) plus its write."""
 
