@@ -33,10 +33,14 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
     for layer in (transport, inner):
         if layer is None:
             continue
-        if hasattr(layer, "_isSendBufferFull") and hasattr(layer, "_tempDataLen"):
+        if all(hasattr(layer, name) for name in _QUEUE_CHECK_ATTRIBUTES):
             layer._isSendBufferFull = partial(_queued_over, layer, limit)
         elif layer is transport or hasattr(layer, "bufferSize"):
             layer.bufferSize = limit
+
+
+_QUEUE_CHECK_ATTRIBUTES = ("_isSendBufferFull", "dataBuffer", "offset", "_tempDataLen")
+"""The Twisted internals _queued_over reads; without any of them, bufferSize is used instead."""
 
 
 def _queued_over(transport: Any, limit: int) -> bool:
