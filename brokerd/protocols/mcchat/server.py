@@ -53,7 +53,7 @@ from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested, limit_output_buffer
+from brokerd.protocols.flow import DropWhenCongested, direct_writes, limit_output_buffer
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -231,7 +231,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self._admitted = True
         self.name = transport_id(self.transport.getPeer())
-        self.send = self.transport.write
+        self._direct = direct_writes(self.transport)
+        self.send = self.write_now  # as after a congestion episode (DropWhenCongested)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
