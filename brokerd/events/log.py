@@ -1,11 +1,14 @@
 """The broker's event log: an IBrokerObserver plus a recorder front ends call.
 
-Cost on the hot path is one tuple appended to a list per event (a timestamp and references to
-objects that already exist); everything else happens on the writer thread: turning entries
-into JSON lines, choosing the hourly file, writing.  The list is handed to the thread every
-``flush_interval`` seconds (a reactor timer) or as soon as it holds ``batch_limit`` entries.
-At most ``max_pending`` batches wait for the thread; past that a batch is dropped and counted,
-so memory stays bounded by ``(max_pending + 1) * batch_limit`` entries whatever the disk does.
+Cost on the hot path is one small tuple appended to a list per event; a run of messages one
+publisher sent to one topic (one ``publish_batch``) is one entry holding its count and total
+size, not the messages, so routed messages are freed as soon as they are delivered (keeping
+them alive for the encoder made every garbage collection walk them: measured, most of the
+log's cost).  Every ENCODE_INTERVAL the reactor turns the entries into JSON lines, and every
+``flush_interval`` seconds (or at ``batch_limit`` entries) hands the bytes to the writer
+thread, which only chooses the hourly file and writes.  At most ``max_pending`` batches wait
+for the thread; past that a batch is dropped and counted, so memory stays bounded by
+``(max_pending + 1) * batch_limit`` entries whatever the disk does.
 
 Durability: a process crash loses what was buffered, at most ``flush_interval`` seconds of
 events (plus whatever the writer had not yet written if it was behind); every batch is flushed
@@ -40,21 +43,20 @@ DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_BATCH_LIMIT = 16_384
 """Entries buffered on the reactor thread before they are handed off early."""
 DEFAULT_MAX_PENDING = 8
-ENCODE_INTERVAL = 0.05
-"""Seconds between two encodings of the buffer on the reactor thread (small slices)."""
 """Batches waiting for the writer thread before new ones are dropped and counted."""
+ENCODE_INTERVAL = 0.05
+"""Seconds from the first entry in an empty buffer to its encoding on the reactor thread."""
 STOP_TIMEOUT = 5.0
 """Seconds shutdown waits to queue the last batch behind a stuck disk before giving up."""
 
-_ROUTED, _ATTACHED, _DETACHED, _RECORD, _RUN = range(5)
+_ROUTED, _ATTACHED, _DETACHED, _RECORD, _RUN, _SUMMARY = range(6)
+"""Entry tags.  _SUMMARY: ``(tag, ts_ns, shared_key, count, total_bytes)`` for one message or a
+run that carries nothing of its own; _ROUTED and _RUN keep the message(s) (headers, a
+per-message time, or logged payloads)."""
 
 _HEADERS = attrgetter("headers")
+_PAYLOAD = attrgetter("payload")
 _HOUR_US = 3_600_000_000
-
-
-def _yield_gil() -> None:
-    """Let the reactor thread take the GIL now rather than after a whole switch interval."""
-    time.sleep(0)
 
 _RECORD_FIELDS = frozenset(schema.FIELD_NAMES) - {"v", "ts", "broker", "protocol", "kind"}
 _TEXT_FIELDS = frozenset({"session", "sender", "topic", "recipient", "message_id", "source", "scheme"})
@@ -136,65 +138,57 @@ class EncodedBatch:
 
 
 class Encoder:
-    """Turns buffered entries into JSON lines; runs on the writer thread.
+    """Turns buffered entries into JSON lines, on the reactor thread (see EventLog.encode).
 
-    It shares the GIL with the reactor, so it is built for that: consecutive accepted messages
-    that share every field but the time and size (a publisher's run to one topic) become one
-    chunk from one comprehension, with those shared fields rendered once and cached; and it
-    releases the GIL every ``SLICE`` entries, so the reactor never waits long for it.
-    Returns ``(stamps, chunks)``: each chunk is one or more lines of one UTC hour, and its
-    stamp a time (µs) in that hour.
+    Consecutive summaries with the same shared fields (sender, target, fan-out...) become one
+    chunk from one comprehension, with those fields rendered once and cached.  Returns
+    ``(stamps, chunks)``: each chunk is one or more lines of one UTC hour, and its stamp a time
+    (µs) in that hour.
     """
 
     CACHE_LIMIT = 4096
     """Cached renderings of shared fields (one per sender x target x fan-out); emptied when full."""
-    SLICE = 256
-    """Entries encoded between two releases of the GIL (a few hundred microseconds of work)."""
 
-    def __init__(self, broker_id: str, include_payloads: bool, yield_gil: bool = True) -> None:
+    def __init__(self, broker_id: str, include_payloads: bool) -> None:
         self.broker_id = broker_id
         self.include_payloads = include_payloads
-        self.yield_gil = yield_gil
-        """Release the GIL every SLICE entries: only useful when encoding off the reactor."""
         self._shared: dict[tuple, tuple[str, str]] = {}
         self._timed_types: dict[type, bool] = {}
 
+    def summarizes(self, message: Any) -> bool:
+        """Whether messages like ``message`` can be logged as a summary: nothing of their own
+        (payload, per-message time) is logged, headers aside (the caller checks those)."""
+        if self.include_payloads:
+            return False
+        timed = self._timed_types.get(type(message))
+        if timed is None:
+            timed = self._timed(message)
+        return not timed
+
     def __call__(self, batch: list[tuple]) -> tuple[list[int], list[bytes]]:
-        simple = not self.include_payloads
-        timed_types = self._timed_types
         stamps: list[int] = []
         chunks: list[bytes] = []
         group: list[tuple] = []
         group_key: tuple = ()
-        countdown = self.SLICE
         for entry in batch:
-            countdown -= 1
-            if not countdown:
-                countdown = self.SLICE
-                if self.yield_gil:
-                    _yield_gil()
             tag = entry[0]
-            if tag == _ROUTED:
-                message = entry[2]
-                timed = timed_types.get(type(message))
-                if timed is None:
-                    timed = self._timed(message)
-                if simple and not timed and not message.headers:
-                    key = (message.protocol, message.sender_name, message.target, message.kind, entry[3], entry[4])
-                    if key != group_key:
-                        if group:
-                            self._group(group_key, group, stamps, chunks)
-                            group = []
-                        group_key = key
-                    group.append(entry)
-                    continue
+            if tag == _SUMMARY:
+                if entry[2] != group_key:
+                    if group:
+                        self._group(group_key, group, stamps, chunks)
+                        group = []
+                    group_key = entry[2]
+                group.append(entry)
+                continue
             if group:
                 self._group(group_key, group, stamps, chunks)
                 group, group_key = [], ()
             ts = entry[1] // 1000
             if tag == _RUN:
-                self._run(ts, entry[2], entry[3], entry[4], stamps, chunks)
-                countdown = max(1, countdown - len(entry[2]))
+                stamps.append(ts)
+                chunks.append(
+                    "".join([schema.encode(self._routed(ts, m, entry[3], entry[4])) for m in entry[2]]).encode("utf-8")
+                )
                 continue
             if tag == _ROUTED:
                 record = self._routed(ts, entry[2], entry[3], entry[4])
@@ -226,42 +220,21 @@ class Encoder:
         return timed
 
     def _group(self, key: tuple, entries: list[tuple], stamps: list[int], chunks: list[bytes]) -> None:
-        """Consecutive ``message_routed`` entries with the same shared fields."""
+        """Consecutive summaries with the same shared fields: one ``accepted`` record each,
+        its size the run's total and ``count`` how many messages it stands for (when > 1)."""
         head, tail = self._shared.get(key) or self._render_shared(key)
         times = [entry[1] // 1000 for entry in entries]
-        if min(times) // _HOUR_US != max(times) // _HOUR_US:  # across an hour: line by line
-            for ts, entry in zip(times, entries):
-                stamps.append(ts)
-                chunks.append(f"{head}{ts},\"bytes\":{len(entry[2].payload)}{tail}".encode("utf-8"))
+        lines = [
+            f'{head}{ts},"bytes":{entry[4]}{tail}' if entry[3] == 1 else f'{head}{ts},"bytes":{entry[4]},"count":{entry[3]}{tail}'
+            for ts, entry in zip(times, entries)
+        ]
+        if min(times) // _HOUR_US == max(times) // _HOUR_US:
+            stamps.append(times[0])
+            chunks.append("".join(lines).encode("utf-8"))
             return
-        stamps.append(times[0])
-        chunks.append(
-            "".join([f"{head}{ts},\"bytes\":{len(entry[2].payload)}{tail}" for ts, entry in zip(times, entries)]).encode("utf-8")
-        )
-
-    def _run(self, ts: int, messages: list, delivered: int, dropped: int, stamps: list[int], chunks: list[bytes]) -> None:
-        """A run one publisher sent to one topic, routed together (one publish_batch), with
-        the run's time: one record with ``count`` when the messages carry nothing of their own
-        (no payloads logged, no headers, no per-message time), else one line per message."""
-        first = messages[0]
-        stamps.append(ts)
-        if (
-            self.include_payloads
-            or self._timed(first)
-            or messages[-1].sender_name is not first.sender_name
-            or any(map(_HEADERS, messages))
-        ):
-            chunks.append(
-                "".join([schema.encode(self._routed(ts, m, delivered, dropped)) for m in messages]).encode("utf-8")
-            )
-            return
-        # One record for the run ("no per-message logging" on the hot path): its size is the
-        # run's total and ``count`` says how many messages it stands for.
-        key = (first.protocol, first.sender_name, first.target, first.kind, delivered, dropped)
-        head, tail = self._shared.get(key) or self._render_shared(key)
-        size = sum([len(m.payload) for m in messages])
-        count = f',"count":{len(messages)}' if len(messages) > 1 else ""
-        chunks.append(f'{head}{ts},"bytes":{size}{count}{tail}'.encode("utf-8"))
+        for ts, line in zip(times, lines):  # across an hour: line by line
+            stamps.append(ts)
+            chunks.append(line.encode("utf-8"))
 
     def _render_shared(self, key: tuple) -> tuple[str, str]:
         """The text before the time and after the size of an accepted record for ``key``."""
@@ -366,10 +339,12 @@ class EventLog(Service):
         self._lines: list[bytes] = []
         """Encoded, not yet handed to the writer (bounded: flush() hands them over at
         batch_limit buffered messages or every flush_interval)."""
-        self._encode_timer: LoopingCall | None = None
+        self._encode_call: Any = None
+        """The pending encode() (an IDelayedCall), scheduled when the buffer stops being empty,
+        so an idle broker does not wake up for the log more than once a flush interval."""
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.files = HourlyFiles(self.directory, run, fsync=fsync)
-        self.encoder = Encoder(self.broker_id, include_payloads, yield_gil=False)
+        self.encoder = Encoder(self.broker_id, include_payloads)
         self.writer = WriterThread(self.files, EncodedBatch.unpack, self._report, max_pending)
         self._timer: LoopingCall | None = None
         self.reports: list[str] = []
@@ -387,16 +362,17 @@ class EventLog(Service):
         self._timer = LoopingCall(self.flush)
         self._timer.clock = self._reactor
         self._timer.start(self.flush_interval, now=False)
-        self._encode_timer = LoopingCall(self.encode)
-        self._encode_timer.clock = self._reactor
-        self._encode_timer.start(min(ENCODE_INTERVAL, self.flush_interval), now=False)
+        if self._buffer:
+            self._encode_soon()
 
     def stopService(self) -> Deferred | None:
         super().stopService()
-        for timer in (self._timer, self._encode_timer):
-            if timer is not None and timer.running:
-                timer.stop()
-        self._timer = self._encode_timer = None
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
+        self._timer = None
+        if self._encode_call is not None and self._encode_call.active():
+            self._encode_call.cancel()
+        self._encode_call = None
         self.flush()
         call_from_thread = getattr(self._reactor, "callFromThread", None)
         if call_from_thread is None or not getattr(self._reactor, "running", False):
@@ -423,12 +399,22 @@ class EventLog(Service):
         self._stamps, self._lines = [], []
         self.writer.submit(EncodedBatch(stamps, lines))
 
+    def _encode_soon(self) -> None:
+        """Called as the first entry goes into an empty buffer: encode it ENCODE_INTERVAL later."""
+        if self._encode_call is None and self.running:
+            self._encode_call = self._reactor.callLater(min(ENCODE_INTERVAL, self.flush_interval), self._encode_due)
+
+    def _encode_due(self) -> None:
+        self._encode_call = None
+        self.encode()
+
     def encode(self) -> None:
         """Turn the buffered entries into JSON lines, on the reactor thread.
 
         A writer thread encoding in Python would take the GIL at every syscall the reactor
         makes (measured: a third of the throughput), so the thread only writes bytes.  Encoding
-        runs every ENCODE_INTERVAL in small slices, so it never stalls the reactor for long.
+        runs ENCODE_INTERVAL after the buffer receives its first entry, so each run is a small
+        slice that never stalls the reactor for long, and an idle broker never runs it.
         """
         if not self._buffer:
             return
@@ -477,19 +463,37 @@ class EventLog(Service):
 
     def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
         buffer = self._buffer
-        buffer.append((_ROUTED, self._now(), message, recipients, dropped))
+        if not buffer:
+            self._encode_soon()
+        if not message.headers and self.encoder.summarizes(message):
+            key = (message.protocol, message.sender_name, message.target, message.kind, recipients, dropped)
+            buffer.append((_SUMMARY, self._now(), key, 1, len(message.payload)))
+        else:
+            buffer.append((_ROUTED, self._now(), message, recipients, dropped))
         if len(buffer) >= self.batch_limit:
             self.flush()
 
     def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
         """A run of messages (one ``publish_batch``) was routed, each to ``recipients_each``
-        sessions: one entry for the whole run (proposed IBrokerObserver addition; every
-        message still gets its own record, stamped with the run's time)."""
+        sessions: one entry for the whole run, stamped with the run's time.  A run from one
+        sender whose messages carry nothing of their own is summarized here (count and total
+        size, one record); otherwise the entry keeps the messages for one record each."""
         buffer = self._buffer
-        buffer.append((_RUN, self._now(), messages, recipients_each, dropped_each))
-        # A run counts for as many entries as it has messages, so batch_limit bounds messages
-        # (and the payloads they keep alive), not runs.
-        self._run_weight += len(messages) - 1
+        if not buffer:
+            self._encode_soon()
+        first = messages[0]
+        if (
+            self.encoder.summarizes(first)
+            and messages[-1].sender_name is first.sender_name
+            and not any(map(_HEADERS, messages))
+        ):
+            key = (first.protocol, first.sender_name, first.target, first.kind, recipients_each, dropped_each)
+            buffer.append((_SUMMARY, self._now(), key, len(messages), sum(map(len, map(_PAYLOAD, messages)))))
+        else:
+            buffer.append((_RUN, self._now(), messages, recipients_each, dropped_each))
+            # A kept run counts for as many entries as it has messages, so batch_limit bounds
+            # the messages (and payloads) the buffer keeps alive, not runs.
+            self._run_weight += len(messages) - 1
         if len(buffer) + self._run_weight >= self.batch_limit:
             self.flush()
 
@@ -562,6 +566,8 @@ class EventLog(Service):
 
     def _append(self, entry: tuple) -> None:
         buffer = self._buffer
+        if not buffer:
+            self._encode_soon()
         buffer.append(entry)
         if len(buffer) >= self.batch_limit:
             self.flush()

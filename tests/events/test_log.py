@@ -12,7 +12,7 @@ from zope.interface.verify import verifyObject
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.events import schema
-from brokerd.events.log import NULL_EVENT_LOG, EventLog, IEventRecorder
+from brokerd.events.log import ENCODE_INTERVAL, NULL_EVENT_LOG, EventLog, IEventRecorder
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
 
 NOW_US = 1_714_564_800_000_000  # 2024-05-01T12:00:00Z
@@ -228,15 +228,51 @@ def test_runs_and_groups_across_an_hour_boundary(tmp_path: Path, clock: Clock) -
     assert log.stats()["written"] == 5
 
 
-def test_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Path, clock: Clock) -> None:
+def test_a_plain_run_is_one_small_entry_and_keeps_no_message_alive(tmp_path: Path, clock: Clock) -> None:
     log = _started(tmp_path, clock, batch_limit=10)
     broker = Broker(observer=log)
     wire = Wire("ssmp")
     bob = Session("ssmp", b"bob", wire)
+    broker.attach(bob)
+    broker.subscribe(bob, b"news")
+    run = [Message(MULTICAST, b"news", b"m%d" % i, "ssmp", b"alice") for i in range(8)]
+    broker.publish_batch(run)
+    assert len(log._buffer) == 3  # login, subscription, and the whole run as one summary
+    assert not any(isinstance(field, Message) for entry in log._buffer for field in entry)
+    clock.advance(1.0)
+    log.writer.drain()
+    accepted = [r for r in _records(tmp_path) if r["kind"] == "accepted"]
+    assert [(r.get("count"), r["bytes"], r["fanout"]) for r in accepted] == [(8, 16, 1)]
+    log.stopService()
+
+
+def test_kept_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock, batch_limit=10)
+    broker = Broker(observer=log)
+    wire = Wire("smqp")
+    bob = Session("smqp", b"bob", wire)
     broker.attach(bob)  # one entry
     broker.subscribe(bob, b"news")  # two
-    broker.publish_batch([Message(MULTICAST, b"news", b"m%d" % i, "ssmp", b"alice") for i in range(8)])
-    assert log._buffer == []  # 2 + 8 messages reached the limit: handed to the writer at once
+    # messages with headers are kept for one record each (their message_id)
+    run = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", headers={"message_id": str(i)}) for i in range(8)]
+    broker.publish_batch(run)
+    assert log._buffer == []  # 2 + 8 kept messages reached the limit: handed to the writer at once
     log.writer.drain()
-    assert [r.get("count") for r in _records(tmp_path) if r["kind"] == "accepted"] == [8]
+    accepted = [r for r in _records(tmp_path) if r["kind"] == "accepted"]
+    assert [(r.get("count"), r["message_id"]) for r in accepted] == [(None, str(i)) for i in range(8)]
+    log.stopService()
+
+
+def test_an_idle_log_schedules_no_encoding_and_a_busy_one_encodes_soon(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock)
+    assert len(clock.getDelayedCalls()) == 1  # only the flush timer: nothing to encode
+    log.record(schema.SUBSCRIBED, "ssmp", session=b"bob", topic=b"news")
+    log.record(schema.UNSUBSCRIBED, "ssmp", session=b"bob", topic=b"news")
+    assert len(clock.getDelayedCalls()) == 2  # one encoding for both entries
+    clock.advance(ENCODE_INTERVAL)
+    assert log._buffer == [] and len(log._lines) == 2  # encoded, not yet handed to the writer
+    assert len(clock.getDelayedCalls()) == 1
+    clock.advance(1.0)
+    log.writer.drain()
+    assert [r["kind"] for r in _records(tmp_path)] == [schema.SUBSCRIBED, schema.UNSUBSCRIBED]
     log.stopService()
