@@ -34,42 +34,22 @@ def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def serve(port: int, data_dir: str, event_log: bool, batch_hook: bool = False) -> None:
-    """Run an SSMP broker in this process, with or without the event log as its observer.
-    ``batch_hook``: the proposed core change, one ``messages_routed`` call per publish_batch
-    run instead of one ``message_routed`` per message (applied here by wrapping)."""
+def serve(port: int, data_dir: str, event_log: bool) -> None:
+    """Run an SSMP broker in this process exactly as ``twistd brokerd`` builds it, with the
+    event log on (the default) or off (``--no-event-log``)."""
     from twisted.internet import reactor
 
     from brokerd.config import Settings
-    from brokerd.events.log import EventLog
     from brokerd.tap import makeService
 
     settings = Settings(
-        listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]}, open_login=True, data_dir=Path(data_dir)
+        listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]},
+        open_login=True,
+        data_dir=Path(data_dir),
+        event_log=event_log,
     )
     service = makeService(settings, reactor)
-    log = None
-    if event_log:
-        log = EventLog(data_dir, reactor=reactor)
-        log.setServiceParent(service)
-        broker = service.runtime.broker
-        broker.observer = log
-        if batch_hook:
-            original = broker.publish_batch
-
-            def publish_batch(messages, exclude=None):
-                broker.observer = None
-                try:
-                    delivered = original(messages, exclude)
-                finally:
-                    broker.observer = log
-                log.messages_routed(messages, delivered // len(messages), 0)
-                return delivered
-
-            broker.publish_batch = publish_batch
-    elif service.runtime.broker.observer is not None:
-        # once tap.py wires the log in by default, "off" must really be off
-        service.runtime.broker.observer = None
+    log = service.runtime.broker.observer
     service.startService()
 
     def stop():
@@ -122,10 +102,10 @@ def _pbload(path: str | None) -> str:
 
 
 def log_cost(args: argparse.Namespace) -> None:
-    """Both brokers run at once and the runs alternate (off, on, off, on, ...), so drifting
+    """Both brokers run at once and the runs alternate (off, on, on, off, ...), so drifting
     load from other users of the machine hits both alike."""
     pbload = _pbload(args.pbload)
-    modes = ("off", "on", "on+batch-hook") if args.batch_hook else ("off", "on")
+    modes = ("off", "on")
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     events: dict[str, object] = {}
@@ -138,15 +118,15 @@ def log_cost(args: argparse.Namespace) -> None:
                            "--data-dir", str(Path(scratch) / mode)]
                 if mode != "off":
                     command.append("--event-log")
-                if mode == "on+batch-hook":
-                    command.append("--batch-hook")
                 servers[mode] = (subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True), port)
             for mode, (_server, port) in servers.items():
                 _wait_for(port)
                 warm_up = _load_command(pbload, port, args.subscribers, max(1, args.messages // 10))
                 subprocess.run(warm_up, check=True, capture_output=True)
-            for _ in range(args.runs):
-                for mode, (server, port) in servers.items():
+            for round_ in range(args.runs):
+                # ABBA order: whichever broker runs second in a round is not always the same
+                order = list(servers.items()) if round_ % 2 == 0 else list(reversed(servers.items()))
+                for mode, (server, port) in order:
                     # a log's writer finishes its last batch up to a flush interval after the
                     # run: wait it out, so it never runs during the next broker's measurement,
                     # and count its CPU time with the run that caused it
@@ -175,6 +155,7 @@ def log_cost(args: argparse.Namespace) -> None:
         summary[f"deliveries_per_s_{mode}"] = round(median)
         summary[f"runs_{mode}"] = [round(x) for x in results[mode]]
         summary[f"broker_cpu_us_per_msg_{mode}"] = round(statistics.median(cpu[mode]), 2)
+        summary[f"cpu_runs_{mode}"] = [round(x, 2) for x in cpu[mode]]
         if mode != "off":
             summary[f"loss_pct_{mode}"] = round(100 * (off - median) / off, 1)
             summary[f"cpu_overhead_pct_{mode}"] = round(100 * (statistics.median(cpu[mode]) - cpu_off) / cpu_off, 1)
@@ -222,13 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--data-dir", required=True)
     s.add_argument("--event-log", action="store_true")
-    s.add_argument("--batch-hook", action="store_true")
     c = commands.add_parser("log-cost")
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--messages", type=int, default=20_000)
     c.add_argument("--subscribers", type=int, default=50)
     c.add_argument("--pbload")
-    c.add_argument("--batch-hook", action="store_true", help="also measure the proposed messages_routed hook")
     r = commands.add_parser("report")
     r.add_argument("--events", type=int, default=10_000_000)
     r.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-log"))
@@ -237,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--driver-memory", default="6g")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        serve(args.port, args.data_dir, args.event_log, args.batch_hook)
+        serve(args.port, args.data_dir, args.event_log)
     elif args.command == "log-cost":
         log_cost(args)
     else:
