@@ -2,9 +2,9 @@
 
 Cost on the hot path is one small tuple appended to a list per event; a run of messages one
 publisher sent to one topic (one ``publish_batch``) is one entry holding its count and total
-size, not the messages, so routed messages are freed as soon as they are delivered (keeping
-them alive for the encoder made every garbage collection walk them: measured, most of the
-log's cost).  Every ENCODE_INTERVAL the reactor turns the entries into JSON lines, and every
+size, not the messages, so routed messages and their payloads are freed as soon as they are
+delivered and the buffer's memory does not grow with message sizes.  ENCODE_INTERVAL after
+the buffer receives its first entry the reactor turns the entries into JSON lines, and every
 ``flush_interval`` seconds (or at ``batch_limit`` entries) hands the bytes to the writer
 thread, which only chooses the hourly file and writes.  At most ``max_pending`` batches wait
 for the thread; past that a batch is dropped and counted, so memory stays bounded by
