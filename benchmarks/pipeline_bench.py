@@ -1,8 +1,9 @@
 """Benchmarks of the event log and the data pipeline (a script, not a test).
 
-    python benchmarks/pipeline_bench.py log-cost [--runs 3] [--messages 20000] [--subscribers 50]
-        SSMP fan-out throughput (pbload, ../shared/bench/pbload.c or --pbload) of an
-        in-process broker without and with the event log; medians of --runs runs each.
+    python benchmarks/pipeline_bench.py log-cost [--runs 3] [--messages 20000] [--subscribers 50] [--rate R]
+        SSMP fan-out throughput (pbload, ../shared/bench/pbload.c or --pbload) and broker CPU per
+        message of two brokers, without and with the event log, in ABBA order; medians of --runs
+        runs each; then each broker's CPU while idle.
     python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR]
         Generate a log of --events events (kept in --data-dir for reuse) and time
         ``brokerd-report`` on it: events per second on this machine.
@@ -27,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PBLOAD_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pbload.c"
 SETTLE_SECONDS = 2.5
+IDLE_SECONDS = 10.0
+"""How long each broker's CPU is measured with no traffic, after the runs."""
 """Pause before each measured run: more than the event log's flush interval (1 s) plus its write."""
 
 
@@ -109,6 +112,7 @@ def log_cost(args: argparse.Namespace) -> None:
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     events: dict[str, object] = {}
+    idle_ms_per_s: dict[str, float] = {}
     servers: dict[str, tuple[subprocess.Popen, int]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         try:
@@ -132,11 +136,15 @@ def log_cost(args: argparse.Namespace) -> None:
                     # and count its CPU time with the run that caused it
                     time.sleep(SETTLE_SECONDS)
                     before = _cpu_ns(server.pid)
-                    command = _load_command(pbload, port, args.subscribers, args.messages)
+                    command = _load_command(pbload, port, args.subscribers, args.messages, args.rate)
                     out = subprocess.run(command, check=True, capture_output=True, text=True)
                     results[mode].append(json.loads(out.stdout.strip().splitlines()[-1])["deliv_per_s"])
                     time.sleep(SETTLE_SECONDS)
                     cpu[mode].append((_cpu_ns(server.pid) - before) / args.messages / 1000)
+            for mode, (server, _port) in servers.items():  # what each costs doing nothing
+                before = _cpu_ns(server.pid)
+                time.sleep(IDLE_SECONDS)
+                idle_ms_per_s[mode] = (_cpu_ns(server.pid) - before) / IDLE_SECONDS / 1e6
         finally:
             for mode, (server, _port) in servers.items():
                 server.terminate()
@@ -147,7 +155,8 @@ def log_cost(args: argparse.Namespace) -> None:
     off = statistics.median(results["off"])
     summary: dict[str, object] = {
         "benchmark": "event-log cost, SSMP fan-out",
-        "workload": f"pbload --proto ssmp -P 1 -S {args.subscribers} -N {args.messages}",
+        "workload": f"pbload --proto ssmp -P 1 -S {args.subscribers} -N {args.messages}"
+        + (f" --rate {args.rate}" if args.rate else ""),
     }
     cpu_off = statistics.median(cpu["off"])
     for mode in modes:
@@ -156,6 +165,7 @@ def log_cost(args: argparse.Namespace) -> None:
         summary[f"runs_{mode}"] = [round(x) for x in results[mode]]
         summary[f"broker_cpu_us_per_msg_{mode}"] = round(statistics.median(cpu[mode]), 2)
         summary[f"cpu_runs_{mode}"] = [round(x, 2) for x in cpu[mode]]
+        summary[f"idle_cpu_ms_per_s_{mode}"] = round(idle_ms_per_s[mode], 3)
         if mode != "off":
             summary[f"loss_pct_{mode}"] = round(100 * (off - median) / off, 1)
             summary[f"cpu_overhead_pct_{mode}"] = round(100 * (statistics.median(cpu[mode]) - cpu_off) / cpu_off, 1)
@@ -164,8 +174,9 @@ def log_cost(args: argparse.Namespace) -> None:
     print(json.dumps(summary))
 
 
-def _load_command(pbload: str, port: int, subscribers: int, messages: int) -> list[str]:
-    return [pbload, "--proto", "ssmp", "--port", str(port), "-P", "1", "-S", str(subscribers), "-N", str(messages)]
+def _load_command(pbload: str, port: int, subscribers: int, messages: int, rate: int | None = None) -> list[str]:
+    command = [pbload, "--proto", "ssmp", "--port", str(port), "-P", "1", "-S", str(subscribers), "-N", str(messages)]
+    return command + ["--rate", str(rate)] if rate else command
 
 
 def report_bench(args: argparse.Namespace) -> None:
@@ -208,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--messages", type=int, default=20_000)
     c.add_argument("--subscribers", type=int, default=50)
     c.add_argument("--pbload")
+    c.add_argument("--rate", type=int, help="messages/s the publisher sends (pbload --rate); default: as fast as it can")
     r = commands.add_parser("report")
     r.add_argument("--events", type=int, default=10_000_000)
     r.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-log"))
