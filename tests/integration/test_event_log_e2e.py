@@ -218,3 +218,68 @@ def test_every_protocol_writes_its_events(tmp_path: Path) -> None:
     assert [(r["session"], r["topic"]) for r in by("smqp-bridge", "subscribed")] == [("smqp-topic:news", "news")]
     assert {r["protocol"] for r in records} == {"ssmp", "mcchat", "smqp", "smqp-bridge"}
     assert all(r["broker"] == records[0]["broker"] for r in records)
+
+
+def _ssmp_pair(port: int) -> tuple[LineClient, LineClient]:
+    """A logged-in publisher and a subscriber of ``news``."""
+    publisher, subscriber = LineClient.connect(port), LineClient.connect(port)
+    assert publisher.request("LOGIN pub open") == b"200"
+    assert subscriber.request("LOGIN sub open") == b"200"
+    assert subscriber.request("SUBSCRIBE news") == b"200"
+    return publisher, subscriber
+
+
+def _publish(publisher: LineClient, subscriber: LineClient, count: int, start: int = 0) -> None:
+    """``count`` pipelined MCASTs, each acknowledged and delivered."""
+    publisher.send(b"".join(b"MCAST news m%d\n" % i for i in range(start, start + count)))
+    assert [publisher.line() for _ in range(count)] == [b"200"] * count
+    delivered = [subscriber.line() for _ in range(count)]
+    assert delivered[-1].endswith(b" m%d" % (start + count - 1)), delivered[-1]
+
+
+def _accepted_on_news(records: list[dict[str, Any]]) -> int:
+    return sum(r.get("count") or 1 for r in records if r["kind"] == schema.ACCEPTED and r.get("topic") == "news")
+
+
+def test_a_kill_9_loses_at_most_the_flush_interval(tmp_path: Path) -> None:
+    """Events older than the flush interval survive SIGKILL, every line written is whole, and
+    the restarted broker writes a file of its own next to the dead run's."""
+    broker = start_broker(tmp_path, "--open-login", "--event-log-flush", "0.2")
+    try:
+        publisher, subscriber = _ssmp_pair(broker.ports["ssmp"])
+        _publish(publisher, subscriber, 500)
+        time.sleep(1.0)  # several flush intervals: everything above is on its way to the disk
+        _publish(publisher, subscriber, 500, start=500)  # may be lost: within the last interval
+    finally:
+        broker.stop(signal.SIGKILL)
+    records = _records(broker.data_dir)  # raises on a line cut short
+    assert 500 <= _accepted_on_news(records) <= 1000
+    assert {r["session"] for r in records if r["kind"] == schema.LOGIN} == {"pub", "sub"}
+    first_run = {path.name for path in (broker.data_dir / schema.EVENTS_DIR).rglob("*" + schema.FILE_SUFFIX)}
+
+    restarted = start_broker(tmp_path, "--open-login", "--event-log-flush", "0.2")
+    try:
+        publisher, subscriber = _ssmp_pair(restarted.ports["ssmp"])
+        _publish(publisher, subscriber, 10, start=1000)
+    finally:
+        restarted.stop()
+    files = {path.name for path in (restarted.data_dir / schema.EVENTS_DIR).rglob("*" + schema.FILE_SUFFIX)}
+    assert first_run < files  # a new file; the killed run's files were not appended to
+    assert _accepted_on_news(_records(restarted.data_dir)) >= 510
+
+
+def test_an_unwritable_event_directory_is_reported_once_and_delivery_goes_on(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / schema.EVENTS_DIR).write_text("not a directory\n")  # works as root too, unlike chmod
+    broker = start_broker(tmp_path, "--open-login", "--event-log-flush", "0.1")
+    try:
+        publisher, subscriber = _ssmp_pair(broker.ports["ssmp"])
+        for round_ in range(5):  # several flushes, each of which fails
+            _publish(publisher, subscriber, 100, start=100 * round_)
+            time.sleep(0.25)
+    finally:
+        broker.stop()
+    log = broker.log()
+    assert log.count("event log: cannot write") == 1, log
+    assert "Traceback" not in log, log
