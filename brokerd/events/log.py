@@ -119,24 +119,6 @@ def resolve_broker_id(data_dir: Path) -> str:
     return made
 
 
-class EncodedBatch:
-    """Lines encoded on the reactor thread, on their way to the writer thread."""
-
-    __slots__ = ("stamps", "lines")
-
-    def __init__(self, stamps: list[int], lines: list[bytes]) -> None:
-        self.stamps = stamps
-        self.lines = lines
-
-    def __len__(self) -> int:
-        """Records in the batch (what the writer counts when it has to drop it)."""
-        return sum(chunk.count(b"\n") for chunk in self.lines)
-
-    @staticmethod
-    def unpack(batch: EncodedBatch) -> tuple[list[int], list[bytes]]:
-        return batch.stamps, batch.lines
-
-
 class Encoder:
     """Turns buffered entries into JSON lines, on the reactor thread (see EventLog.encode).
 
@@ -345,7 +327,9 @@ class EventLog(Service):
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.files = HourlyFiles(self.directory, run, fsync=fsync)
         self.encoder = Encoder(self.broker_id, include_payloads)
-        self.writer = WriterThread(self.files, EncodedBatch.unpack, self._report, max_pending)
+        self.writer = WriterThread(self.files, self._report, max_pending)
+        self._unencodable = 0
+        """Events lost because encoding them raised (a bug; reported, never fatal)."""
         self._timer: LoopingCall | None = None
         self.reports: list[str] = []
         """Problems the writer reported (most recent last, at most 20 kept)."""
@@ -397,7 +381,7 @@ class EventLog(Service):
             return
         stamps, lines = self._stamps, self._lines
         self._stamps, self._lines = [], []
-        self.writer.submit(EncodedBatch(stamps, lines))
+        self.writer.submit(stamps, lines)
 
     def _encode_soon(self) -> None:
         """Called as the first entry goes into an empty buffer: encode it ENCODE_INTERVAL later."""
@@ -423,8 +407,7 @@ class EventLog(Service):
         try:
             stamps, lines = self.encoder(batch)
         except Exception as exc:  # a bug in the encoder must not stop message delivery
-            self.writer.conversion_errors += 1
-            self.writer.lost += len(batch)
+            self._unencodable += len(batch)
             self._report(f"event log: could not encode {len(batch)} events ({exc!r}); they are lost")
             return
         self._stamps.extend(stamps)
@@ -453,7 +436,7 @@ class EventLog(Service):
             "buffered": len(self._buffer),
             "written": writer.written,
             "overflowed": writer.overflowed,
-            "lost": writer.lost,
+            "lost": writer.lost + self._unencodable,
             "failing": writer.failing,
             "files_opened": self.files.files_opened,
             "bytes_written": self.files.bytes_written,

@@ -7,10 +7,11 @@ which is never appended to by another.  After a failed write the file is abandon
 next write opens ``n + 1``, so a half-written line can only ever be the last line of a file
 (the pipeline counts and skips it).
 
-:class:`WriterThread` owns one daemon thread that takes batches from a bounded queue, turns
-them into lines (``convert``, run on the thread so the reactor never serialises), and writes
-them.  When the queue is full the reactor side drops the batch and counts it, so a slow or
-stuck disk costs events, never memory or delivery.  A failure to write is reported once per
+:class:`WriterThread` owns one daemon thread that takes batches of encoded lines from a
+bounded queue and writes them (the lines are encoded on the reactor thread: a thread running
+Python would take the GIL at each of the reactor's syscalls).  When the queue is full the
+reactor side drops the batch and counts it, so a slow or stuck disk costs events, never memory
+or delivery.  A failure to write is reported once per
 episode (and once more when writing works again), never raised to the broker.
 """
 from __future__ import annotations
@@ -24,11 +25,12 @@ from typing import Any
 
 from brokerd.events.schema import FILE_SUFFIX, partition_of
 
-Batch = list[Any]
-Converter = Callable[[Batch], tuple[list[int], list[bytes]]]
-"""Turns a batch of buffered entries into chunks of lines and a timestamp (µs) for each, in
-order; every line of a chunk belongs to the hour of the chunk's timestamp."""
 HOUR_US = 3_600_000_000
+
+
+def count_lines(chunks: list[bytes]) -> int:
+    """Lines in ``chunks`` (each chunk holds one or more LF-terminated lines)."""
+    return sum(chunk.count(b"\n") for chunk in chunks)
 
 
 class HourlyFiles:
@@ -78,7 +80,7 @@ class HourlyFiles:
         except OSError:
             self._abandon()
             raise
-        return sum(chunk.count(b"\n") for chunk in lines)
+        return count_lines(lines)
 
     def _write_by_hour(self, stamps: list[int], lines: list[bytes]) -> None:
         """A batch across an hour boundary (or a clock step): consecutive runs of one hour."""
@@ -125,7 +127,9 @@ _STOP = object()
 
 
 class WriterThread:
-    """A daemon thread draining a bounded queue of batches into :class:`HourlyFiles`.
+    """A daemon thread draining a bounded queue of batches into :class:`HourlyFiles`.  A batch
+    is what :meth:`HourlyFiles.write` takes: chunks of lines, and a timestamp (µs) for each
+    chunk, every line of a chunk in the hour of its timestamp.
 
     ``report(text)`` is called (on this thread) with a one-line message when writing starts
     failing and when it works again; the caller decides how to get it to the log.
@@ -134,12 +138,10 @@ class WriterThread:
     def __init__(
         self,
         files: HourlyFiles,
-        convert: Converter,
         report: Callable[[str], None],
         max_pending: int = 8,
     ) -> None:
         self.files = files
-        self.convert = convert
         self.report = report
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None
@@ -149,8 +151,6 @@ class WriterThread:
         """Records dropped because the queue was full (the disk could not keep up)."""
         self.lost = 0
         """Records lost to write errors."""
-        self.conversion_errors = 0
-        """Batches whose conversion raised (a bug; reported, never fatal)."""
         self.failing = False
         self._lost_in_episode = 0
 
@@ -160,13 +160,13 @@ class WriterThread:
         self._thread = threading.Thread(target=self._run, name="brokerd-event-log", daemon=True)
         self._thread.start()
 
-    def submit(self, batch: Batch) -> bool:
-        """Queue ``batch`` for writing; False (and counted) when the queue is full.  Never
+    def submit(self, stamps: list[int], lines: list[bytes]) -> bool:
+        """Queue a batch for writing; False (and counted) when the queue is full.  Never
         blocks: called on the reactor thread."""
         try:
-            self._queue.put_nowait(batch)
+            self._queue.put_nowait((stamps, lines))
         except queue.Full:
-            self.overflowed += len(batch)
+            self.overflowed += count_lines(lines)
             return False
         return True
 
@@ -209,22 +209,15 @@ class WriterThread:
                 if batch is _STOP:
                     self._close()
                     return
-                self._write(batch)
+                self._write(*batch)
             finally:
                 done()
 
-    def _write(self, batch: Batch) -> None:
-        try:
-            stamps, lines = self.convert(batch)
-        except Exception as exc:  # a bug in a converter must not kill the thread
-            self.conversion_errors += 1
-            self.lost += len(batch)
-            self.report(f"event log: could not encode {len(batch)} events ({exc!r}); they are lost")
-            return
+    def _write(self, stamps: list[int], lines: list[bytes]) -> None:
         try:
             self.written += self.files.write(stamps, lines)
         except OSError as exc:
-            lost = sum(chunk.count(b"\n") for chunk in lines)
+            lost = count_lines(lines)
             self.lost += lost
             self._lost_in_episode += lost
             if not self.failing:

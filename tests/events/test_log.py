@@ -276,3 +276,24 @@ def test_an_idle_log_schedules_no_encoding_and_a_busy_one_encodes_soon(tmp_path:
     log.writer.drain()
     assert [r["kind"] for r in _records(tmp_path)] == [schema.SUBSCRIBED, schema.UNSUBSCRIBED]
     log.stopService()
+
+
+def test_an_encoder_bug_loses_those_events_but_not_the_log(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock)
+    encode = log.encoder
+
+    def broken_once(batch: list[tuple]) -> Any:
+        log.encoder = encode
+        raise KeyError("boom")
+
+    log.encoder = broken_once
+    log.record(schema.SUBSCRIBED, "ssmp", session=b"bob", topic=b"news")
+    log.record(schema.UNSUBSCRIBED, "ssmp", session=b"bob", topic=b"news")
+    clock.advance(1.0)
+    log.record(schema.SUBSCRIBED, "ssmp", session=b"bob", topic=b"later")
+    clock.advance(1.0)
+    log.writer.drain()
+    assert log.stats()["lost"] == 2 and log.stats()["written"] == 1
+    assert len(log.reports) == 1 and "could not encode 2 events" in log.reports[0]
+    assert [r["topic"] for r in _records(tmp_path)] == ["later"]
+    log.stopService()

@@ -16,11 +16,6 @@ def _lines(*stamps: int) -> tuple[list[int], list[bytes]]:
     return list(stamps), [schema.encode({"v": 1, "ts": ts, "protocol": "ssmp", "kind": "login"}).encode() for ts in stamps]
 
 
-def _encode(batch: list[int]) -> tuple[list[int], list[bytes]]:
-    """The converter the tests give WriterThread: batches are lists of timestamps."""
-    return _lines(*batch)
-
-
 def _read(root: Path) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for path in sorted(root.rglob("*.jsonl")):
@@ -62,16 +57,16 @@ def test_writer_reports_a_failure_once_and_the_recovery(tmp_path: Path) -> None:
     root = tmp_path / "events"
     root.write_text("a file where the directory should be")
     reports: list[str] = []
-    writer = WriterThread(HourlyFiles(root, "r"), _encode, reports.append)
+    writer = WriterThread(HourlyFiles(root, "r"), reports.append)
     writer.start()
     for _ in range(3):
-        writer.submit([T0])
+        writer.submit(*_lines(T0))
     writer.drain()
     assert writer.lost == 3 and writer.written == 0 and writer.failing
     assert len(reports) == 1 and "cannot write" in reports[0] and "not affected" in reports[0]
 
     root.unlink()
-    writer.submit([T0, T0 + 1])
+    writer.submit(*_lines(T0, T0 + 1))
     writer.drain()
     assert writer.written == 2 and not writer.failing
     assert len(reports) == 2 and "works again" in reports[1] and "3 events were lost" in reports[1]
@@ -83,13 +78,14 @@ def test_writer_reports_a_failure_once_and_the_recovery(tmp_path: Path) -> None:
 def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:
     release = threading.Event()
 
-    def slow(batch):
-        release.wait(10)
-        return _encode(batch)
+    class StuckDisk(HourlyFiles):
+        def write(self, stamps: list[int], lines: list[bytes]) -> int:
+            release.wait(10)
+            return super().write(stamps, lines)
 
-    writer = WriterThread(HourlyFiles(tmp_path, "r"), slow, lambda text: None, max_pending=2)
+    writer = WriterThread(StuckDisk(tmp_path, "r"), lambda text: None, max_pending=2)
     writer.start()
-    accepted = [writer.submit([T0 + i]) for i in range(6)]
+    accepted = [writer.submit(*_lines(T0 + i)) for i in range(6)]
     # one batch is on the thread, two wait in the queue; the rest are dropped at once
     assert accepted.count(False) >= 3
     assert writer.overflowed == accepted.count(False)
@@ -99,21 +95,3 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> No
     writer.stop(None, timeout=5)
     writer.join(5)
     assert not writer.alive
-
-
-def test_a_converter_bug_loses_the_batch_but_not_the_thread(tmp_path: Path) -> None:
-    reports: list[str] = []
-
-    def convert(batch):
-        if batch == ["boom"]:
-            raise KeyError("boom")
-        return _encode(batch)
-
-    writer = WriterThread(HourlyFiles(tmp_path, "r"), convert, reports.append)
-    writer.start()
-    writer.submit(["boom"])
-    writer.submit([T0])
-    writer.drain()
-    assert writer.conversion_errors == 1 and writer.lost == 1 and writer.written == 1
-    assert "could not encode" in reports[0]
-    writer.stop(None, timeout=5)
