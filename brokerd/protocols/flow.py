@@ -82,6 +82,30 @@ class DropWhenCongested:
     _direct = False
     """Set from :func:`direct_writes` when the connection is made."""
 
+    def start_flow_control(self, limit: int) -> None:
+        """From ``connectionMade``: deliveries go through :meth:`write_now`, and Twisted
+        pauses this producer once more than ``limit`` bytes wait to be written."""
+        self._direct = direct_writes(self.transport)
+        self.send = self.write_now
+        limit_output_buffer(self.transport, limit)
+
+    _registered = False
+    """Whether this session is its transport's producer (see :meth:`register_producer`)."""
+
+    def register_producer(self) -> None:
+        """Become the transport's streaming producer: paused past the output limit."""
+        self.transport.registerProducer(self, True)
+        self._registered = True
+
+    def close_transport(self) -> None:
+        """Close the connection once its queued output is written.  A transport with a
+        registered producer (TLS especially) waits for the producer to go away before it
+        closes, so unregister it first."""
+        if self._registered:
+            self._registered = False
+            self.transport.unregisterProducer()
+        self.transport.loseConnection()
+
     def write_now(self, data: bytes) -> None:
         """Write ``data`` with one send() when nothing is queued for this connection; else,
         or for what the kernel did not take, queue it behind the rest as transport.write

@@ -68,3 +68,20 @@ async def test_without_the_option_usernames_pass_as_sent_over_tls(tmp_path: Path
         assert await listener.topics() == ["room"]
     finally:
         await live.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_protocol_error_closes_a_tls_connection(tmp_path: Path, pki: TestPKI) -> None:  # noqa: F811
+    """The broker closes a connection that sent an unknown opcode.  Over TLS the close must
+    unregister the connection's producer first, or the TLS layer waits for it forever."""
+    from twisted.internet import reactor
+
+    live = start(tmp_path, pki, bind=False)
+    try:
+        client = await live.mcchat(**with_cert(pki))
+        client.subscribe("room")
+        await synced(client)  # the broker has read from it: its producer is registered
+        client.transport.write(b"\x09")
+        await client.when_closed().addTimeout(5, reactor)
+    finally:
+        await live.stop()

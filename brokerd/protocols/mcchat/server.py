@@ -53,7 +53,7 @@ from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested, direct_writes, limit_output_buffer
+from brokerd.protocols.flow import DropWhenCongested
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -231,9 +231,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self._admitted = True
         self.name = transport_id(self.transport.getPeer())
-        self._direct = direct_writes(self.transport)
-        self.send = self.write_now  # as after a congestion episode (DropWhenCongested)
-        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
             keepalive(1)
@@ -244,26 +242,28 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         factory.broker.attach(self)
 
     def connectionLost(self, reason: Any = None) -> None:
-        self.closed = True
-        self.send = _discard
         if self._admitted:
             self._admitted = False
-            factory = self.factory
-            self._report()
-            factory.live.pop(self, None)
-            factory.broker.detach(self)
-            factory.broker.release()
+            self._leave()
+            self.factory.broker.release()
+        self.closed = True
+        self.send = _discard
 
     def _close(self) -> None:
         """Leave every topic now and close; nothing more is read or sent."""
         if self.closed:
             return
+        self._leave()
+        self.close_transport()
+
+    def _leave(self) -> None:
+        """Stop sending, log what was lost, and leave the broker (safe to repeat: a closed
+        connection leaves again when its connection is lost)."""
         self.closed = True
         self.send = _discard
         self._report()
         self.factory.live.pop(self, None)
         self.factory.broker.detach(self)
-        self.transport.loseConnection()
 
     def _report(self) -> None:
         """Log what this connection lost (before its logout): the current slow-consumer
@@ -346,7 +346,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         verified certificate's first name is read here, once, when usernames are bound.
         """
         self._started = True
-        self.transport.registerProducer(self, True)
+        self.register_producer()
         if self.factory.bind_username:
             names = peer_names(self.transport)
             if names:

@@ -29,7 +29,7 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested, direct_writes, limit_output_buffer
+from brokerd.protocols.flow import DropWhenCongested
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
@@ -103,10 +103,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
-        self._direct = direct_writes(self.transport)
-        self.send = self.write_now
-        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
-        self.transport.registerProducer(self, True)
+        self.start_flow_control(factory.settings.max_output_buffer)
+        self.register_producer()
         self._login_timer = factory.clock.callLater(
             factory.settings.login_timeout, self._login_timed_out
         )
@@ -132,10 +130,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._flush()
         self.closed = True
         self._dispatch = _CLOSED
-        # A transport with a registered producer (TLS especially) waits for it to go away
-        # before it closes.
-        self.transport.unregisterProducer()
-        self.transport.loseConnection()
+        self.close_transport()
 
     def _login_timed_out(self) -> None:
         self._login_timer = None
