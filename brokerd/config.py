@@ -76,16 +76,21 @@ class Settings:
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
-        if self.secret_file is None:
-            return None
-        try:
-            data = self.secret_file.read_bytes()
-        except OSError as exc:
-            raise ConfigurationError(f"--secret-file {self.secret_file}: {exc.strerror}") from None
-        secret = data.splitlines()[0].strip() if data.strip() else b""
-        if not secret:
-            raise ConfigurationError(f"--secret-file {self.secret_file}: the file is empty")
-        return secret
+        return None if self.secret_file is None else read_secret_file(self.secret_file)
+
+
+def read_secret_file(path: Path) -> bytes:
+    """The first line of an SSMP secret file, without surrounding whitespace: what the broker
+    checks ``secret`` logins against and what brokerd-ssmp sends.  ConfigurationError if the
+    file cannot be read or that line is empty."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"--secret-file {path}: {exc.strerror}") from None
+    secret = data.splitlines()[0].strip() if data.strip() else b""
+    if not secret:
+        raise ConfigurationError(f"--secret-file {path}: the file is empty")
+    return secret
 
 
 _PATHS = {

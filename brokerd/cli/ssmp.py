@@ -26,6 +26,8 @@ from twisted.logger import Logger
 
 from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError, error_text
+from brokerd.config import read_secret_file
+from brokerd.errors import ConfigurationError
 from brokerd.protocols.ssmp.client import (
     SSMPClient,
     SSMPClientProtocol,
@@ -245,16 +247,11 @@ def endpoint_description(args: argparse.Namespace) -> str:
 
 
 def read_secret(path: Path) -> bytes:
-    """The first line of the secret file, without surrounding whitespace (as the broker reads
-    its own --secret-file)."""
+    """The secret file's first line, read exactly as the broker reads its own --secret-file."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CommandError(EXIT_ERROR, f"--secret-file {path}: {exc.strerror}") from None
-    lines = data.strip().splitlines()
-    if not lines or not lines[0].strip():
-        raise CommandError(EXIT_ERROR, f"--secret-file {path}: the file is empty")
-    return lines[0].strip()
+        return read_secret_file(path)
+    except ConfigurationError as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
 
 
 def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
