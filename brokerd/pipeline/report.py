@@ -118,7 +118,7 @@ def run_report(
         "lines": sum(log.quality.values()),
         "events": sum(events_by_kind.values()),
         "events_by_kind": events_by_kind,
-        "messages": events_by_kind.get("accepted", 0),
+        "messages": sum(messages_by_protocol.values()),  # weighted by count, unlike events_by_kind
         "messages_by_protocol": messages_by_protocol,
         "top_topics": top_topics,
         "latency_by_protocol": latency_by_protocol,

@@ -407,13 +407,15 @@ class EventLogStreamReader(DataSourceStreamReader):
             if topic is None or (topics is not None and topic not in topics):
                 continue
             payload = record.get("payload")
-            yield (
+            row = (
                 topic,
                 record.get("session"),
                 None if payload is None else schema.decode_payload(payload),
                 datetime.fromtimestamp(record["ts"] / 1_000_000, timezone.utc),
                 record["protocol"],
             )
+            for _ in range(record.get("count") or 1):  # a run's record stands for its messages
+                yield row
         if bad:
             sys.stderr.write(f"brokerd: skipped {bad} bad lines in {part.path}\n")
 

@@ -189,6 +189,21 @@ def test_html_report_is_self_contained_with_the_plots(report: dict[str, Any]) ->
     assert summary["top_topics"] == [["news", 5], ["orders", 1]]
 
 
+def test_a_run_record_counts_as_the_messages_it_stands_for(spark: Any, tmp_path: Path) -> None:
+    hour = tmp_path / "data" / "events" / "date=2024-05-01" / "hour=10"
+    hour.mkdir(parents=True)
+    hour.joinpath("events-b1-run1-1.jsonl").write_text(
+        rec(H0 + S, "ssmp", "accepted", session="alice", topic="news", message="multicast", bytes=12, fanout=2, count=3)
+        + rec(H0 + 2 * S, "ssmp", "accepted", session="alice", topic="news", message="multicast", bytes=5, fanout=2),
+        "utf-8",
+    )
+    summary = run_report(spark, str(tmp_path / "data"), str(tmp_path / "out"))
+    assert summary["events_by_kind"] == {"accepted": 2}
+    assert summary["messages"] == 4 and summary["messages_by_protocol"] == {"ssmp": 4}
+    traffic = [row.asDict() for row in spark.read.parquet(str(tmp_path / "out" / "traffic")).collect()]
+    assert [(r["topic"], r["messages"], r["bytes"], r["fanout"]) for r in traffic] == [("news", 4, 17, 8)]
+
+
 def test_an_empty_or_missing_log_gives_an_empty_report(spark: Any, tmp_path: Path) -> None:
     missing = run_report(spark, str(tmp_path / "nothing-here"), str(tmp_path / "out1"))
     assert not missing["log_found"] and missing["events"] == 0 and missing["lines"] == 0

@@ -170,6 +170,19 @@ def test_event_log_offsets_cover_complete_lines_only(tmp_path: Path) -> None:
     assert latest_reader.initialOffset() == later  # 'latest' starts after what is there
 
 
+def test_a_run_record_yields_one_row_per_message(tmp_path: Path) -> None:
+    directory = tmp_path / "events" / "date=2024-05-01" / "hour=10"
+    directory.mkdir(parents=True)
+    run = json.loads(_line(1, "a"))
+    run["count"], run["bytes"] = 3, 12  # three messages one publisher sent in one read
+    (directory / "events-b-r-1.jsonl").write_text(schema.encode(run) + "\n" + _line(2, "a"))
+    reader = EventLogStreamReader({"dataDir": str(tmp_path), "startingOffsets": "earliest"})
+    start = reader.initialOffset()
+    [partition] = reader.partitions(start, reader.latestOffset(start, None))
+    rows = list(reader.read(partition))
+    assert [(r[0], r[3].microsecond) for r in rows] == [("a", 1)] * 3 + [("a", 2)]
+
+
 def test_sender_names_tell_the_origin_protocol() -> None:
     assert origin(b"alice") == ("alice", "ssmp")
     assert origin(b"mcchat:bob") == ("mcchat:bob", "mcchat")
