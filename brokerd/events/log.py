@@ -310,7 +310,6 @@ class EventLog(Service):
             raise ValueError("flush_interval, batch_limit and max_pending must be positive")
         self.directory = Path(data_dir) / schema.EVENTS_DIR
         self.broker_id = broker_id or resolve_broker_id(Path(data_dir))
-        self.include_payloads = include_payloads
         self.flush_interval = flush_interval
         self.batch_limit = batch_limit
         self._reactor = reactor
@@ -415,11 +414,6 @@ class EventLog(Service):
         if len(self._lines) >= self.batch_limit:  # memory stays bounded between two flushes
             self.flush()
 
-    def sync(self) -> None:
-        """Flush and block until the writer has written everything (tests, benchmarks)."""
-        self.flush()
-        self.writer.drain()
-
     def _report(self, text: str) -> None:
         """Called on the writer thread: keep the message and log it on the reactor thread."""
         self.reports = (self.reports + [text])[-20:]
@@ -445,25 +439,17 @@ class EventLog(Service):
     # ------------------------------------------------------------------ IBrokerObserver
 
     def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
-        buffer = self._buffer
-        if not buffer:
-            self._encode_soon()
         if not message.headers and self.encoder.summarizes(message):
             key = (message.protocol, message.sender_name, message.target, message.kind, recipients, dropped)
-            buffer.append((_SUMMARY, self._now(), key, 1, len(message.payload)))
+            self._append((_SUMMARY, self._now(), key, 1, len(message.payload)))
         else:
-            buffer.append((_ROUTED, self._now(), message, recipients, dropped))
-        if len(buffer) >= self.batch_limit:
-            self.flush()
+            self._append((_ROUTED, self._now(), message, recipients, dropped))
 
     def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
         """A run of messages (one ``publish_batch``) was routed, each to ``recipients_each``
         sessions: one entry for the whole run, stamped with the run's time.  A run from one
         sender whose messages carry nothing of their own is summarized here (count and total
         size, one record); otherwise the entry keeps the messages for one record each."""
-        buffer = self._buffer
-        if not buffer:
-            self._encode_soon()
         first = messages[0]
         if (
             self.encoder.summarizes(first)
@@ -471,14 +457,12 @@ class EventLog(Service):
             and not any(map(_HEADERS, messages))
         ):
             key = (first.protocol, first.sender_name, first.target, first.kind, recipients_each, dropped_each)
-            buffer.append((_SUMMARY, self._now(), key, len(messages), sum(map(len, map(_PAYLOAD, messages)))))
+            self._append((_SUMMARY, self._now(), key, len(messages), sum(map(len, map(_PAYLOAD, messages)))))
         else:
-            buffer.append((_RUN, self._now(), messages, recipients_each, dropped_each))
             # A kept run counts for as many entries as it has messages, so batch_limit bounds
             # the messages (and payloads) the buffer keeps alive, not runs.
             self._run_weight += len(messages) - 1
-        if len(buffer) + self._run_weight >= self.batch_limit:
-            self.flush()
+            self._append((_RUN, self._now(), messages, recipients_each, dropped_each))
 
     def session_attached(self, session: Any) -> None:
         self._append((_ATTACHED, self._now(), session.protocol, session.name, _peer(session)))
@@ -548,11 +532,13 @@ class EventLog(Service):
         )
 
     def _append(self, entry: tuple) -> None:
+        """Every event goes through here: schedule its encoding, and hand the buffer over
+        once it holds ``batch_limit`` messages (a kept run counting for its messages)."""
         buffer = self._buffer
         if not buffer:
             self._encode_soon()
         buffer.append(entry)
-        if len(buffer) >= self.batch_limit:
+        if len(buffer) + self._run_weight >= self.batch_limit:
             self.flush()
 
 

@@ -46,10 +46,6 @@ class HourlyFiles:
         self.files_opened = 0
         self.bytes_written = 0
 
-    @property
-    def current_path(self) -> Path | None:
-        return None if self._handle is None else Path(self._handle.name)
-
     def _open(self, partition: tuple[str, str]) -> None:
         self.close()
         date, hour = partition

@@ -297,3 +297,16 @@ def test_an_encoder_bug_loses_those_events_but_not_the_log(tmp_path: Path, clock
     assert len(log.reports) == 1 and "could not encode 2 events" in log.reports[0]
     assert [r["topic"] for r in _records(tmp_path)] == ["later"]
     log.stopService()
+
+
+def test_single_messages_after_a_kept_run_count_towards_the_same_limit(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock, batch_limit=10)
+    kept = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", headers={"message_id": str(i)}) for i in range(8)]
+    log.messages_routed(kept, 1, 0)
+    log.message_routed(Message(MULTICAST, b"news", b"x", "smqp", b"alice", headers={"message_id": "8"}), 1, 0)
+    assert len(log._buffer) == 2  # 9 messages held
+    log.message_routed(Message(MULTICAST, b"news", b"y", "smqp", b"alice", headers={"message_id": "9"}), 1, 0)
+    assert log._buffer == []  # the 10th message reached the limit: handed over at once
+    log.writer.drain()
+    assert len([r for r in _records(tmp_path) if r["kind"] == "accepted"]) == 10
+    log.stopService()
