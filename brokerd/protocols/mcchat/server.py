@@ -126,19 +126,14 @@ class Discovery:
     ``""``: everything said there comes from the server.  Announcements go through the Broker
     (topic ``""``), so a subscriber of ``""`` in any protocol gets them.
 
-    Which activations are seen: those caused by MCCHAT SUBs, always; those of every protocol
-    when the Broker offers ``topic_listeners`` (callables ``(topic, active)`` it calls after a
-    topic gained its first or lost its last member), which this class then uses instead.
+    Activations by every protocol are seen: the Broker calls its ``topic_listeners``
+    (callables ``(topic, active)``) after a topic gained its first or lost its last member.
     """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.stats: MCChatStats | None = None
-        listeners = getattr(broker, "topic_listeners", None)
-        self.core_reports = isinstance(listeners, list)
-        """True when the Broker reports every activation, so MCCHAT need not detect them."""
-        if self.core_reports:
-            listeners.append(self.topic_changed)  # type: ignore[union-attr]
+        broker.topic_listeners.append(self.topic_changed)
 
     def topic_changed(self, topic: bytes, active: bool) -> None:
         """The Broker's report; only activations are announced."""
@@ -358,7 +353,6 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         topic = packet.topic
         factory = self.factory
         broker = factory.broker
-        new = broker.topics.get(topic) is None
         try:
             broker.subscribe(self, topic)
         except AlreadySubscribed:
@@ -371,8 +365,6 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             snapshot = factory.discovery.snapshot()
             if snapshot:
                 self.send(snapshot)
-        elif new and not factory.discovery.core_reports:
-            factory.discovery.activated(topic)
 
     def do_UNSUB(self, packet: Unsub) -> None:
         try:

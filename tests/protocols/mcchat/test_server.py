@@ -17,7 +17,6 @@ from brokerd.auth.realm import build_portal
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, Message
-from brokerd.core.topics import Topic
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.mcchat import server as mcchat_server
@@ -502,35 +501,8 @@ def test_topics_that_become_active_are_announced_once(server: Server) -> None:
     assert server.factory.stats.announcements == 2
 
 
-class ReportingBroker(Broker):
-    """A Broker with the ``topic_listeners`` hook Discovery uses when the core offers it."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.topic_listeners: list = []
-
-    def subscribe(self, session: Any, name: bytes, presence: bool = False) -> None:
-        new = self.topics.get(name) is None
-        super().subscribe(session, name, presence)
-        if new:
-            for listener in tuple(self.topic_listeners):
-                listener(name, True)
-
-    def _leave(self, topic: Topic, session: Any) -> None:
-        super()._leave(topic, session)
-        if not topic.members:
-            for listener in tuple(self.topic_listeners):
-                listener(topic.name, False)
-
-
-def hooked_broker() -> Broker:
-    """The core's Broker once it has the hook, else the stand-in above."""
-    return Broker() if hasattr(Broker(), "topic_listeners") else ReportingBroker()
-
-
-def test_with_the_core_hook_activations_by_any_protocol_are_announced() -> None:
-    server = Server(broker=hooked_broker())
-    assert server.factory.discovery.core_reports
+def test_activations_by_any_protocol_are_announced() -> None:
+    server = Server(broker=Broker())
     watcher, a = server.connect(), server.connect()
     watcher.send(encode_sub(b""))
     other = Foreign()
@@ -540,22 +512,6 @@ def test_with_the_core_hook_activations_by_any_protocol_are_announced() -> None:
     server.broker.unsubscribe(other, b"from-ssmp")
     assert watcher.take() == encode_msg(b"", b"", b"from-ssmp") + encode_msg(b"", b"", b"from-mcchat")
     assert server.factory.stats.announcements == 2
-
-
-def test_without_the_core_hook_only_mcchat_activations_are_seen() -> None:
-    broker = Broker()
-    broker.topic_listeners = ()  # type: ignore[attr-defined]  # no hook (or an empty one)
-    server = Server(broker=broker)
-    assert not server.factory.discovery.core_reports
-    fresh = server.connect()
-    watcher = server.connect()
-    watcher.send(encode_sub(b""))
-    other = Foreign()
-    server.broker.attach(other)
-    server.broker.subscribe(other, b"from-ssmp")
-    assert watcher.take() == b""
-    fresh.send(encode_sub(b"from-mcchat"))
-    assert watcher.take() == encode_msg(b"", b"", b"from-mcchat")
 
 
 def test_one_discovery_per_broker(server: Server) -> None:
