@@ -82,22 +82,33 @@ class IEventRecorder(Interface):
         trashed) for ``session`` (an ISubscriber)."""
 
 
-def _peer(session: Any) -> str | None:
-    """The peer address of a session's connection, as ``host:port`` (or a unix path)."""
-    transport = getattr(session, "transport", None)
-    if transport is None:
+def peer_text(address: Any) -> str | None:
+    """An event's ``source``: ``host:port`` of a peer address, or a UNIX socket's path; None
+    when there is nothing to tell."""
+    if address is None:
         return None
-    try:
-        peer = transport.getPeer()
-    except Exception:
-        return None
-    host = getattr(peer, "host", None)
+    host = getattr(address, "host", None)
     if host is not None:
-        return f"{host}:{getattr(peer, 'port', '')}"
-    name = getattr(peer, "name", None)
+        return f"{host}:{getattr(address, 'port', '')}"
+    name = getattr(address, "name", None)
     if isinstance(name, bytes):
         return name.decode("utf-8", "backslashreplace")
     return None if name is None else str(name)
+
+
+def transport_source(transport: Any) -> str | None:
+    """:func:`peer_text` of a transport's peer (None without a transport or a peer)."""
+    if transport is None:
+        return None
+    try:
+        return peer_text(transport.getPeer())
+    except Exception:
+        return None
+
+
+def _peer(session: Any) -> str | None:
+    """The ``source`` of a session's connection."""
+    return transport_source(getattr(session, "transport", None))
 
 
 def resolve_broker_id(data_dir: Path) -> str:

@@ -57,7 +57,7 @@ from brokerd.auth.ual import (
 )
 from brokerd.config import Runtime, Settings
 from brokerd.errors import ConfigurationError
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import limit_output_buffer
 from brokerd.protocols.smqp.codec import (
@@ -104,16 +104,6 @@ OK = 200
 _PERM_NAMES = {Perm.PUBLISH: "publish", Perm.SUBSCRIBE: "subscribe", Perm.ADMINISTER: "administer",
                Perm.CREATE: "create/rename/remove", Perm.REPLY: "reply"}
 _BEFORE_LOGIN = {"LOGIN", "PASSWORD", "NOOP", "QUIT"}
-
-
-def _peer_text(transport: Any) -> str | None:
-    """``host:port`` of the peer (the event log's ``source``)."""
-    try:
-        address = transport.getPeer()
-    except Exception:
-        return None
-    host, port = getattr(address, "host", None), getattr(address, "port", None)
-    return f"{host}:{port}" if host is not None else str(address)
 
 
 class _Slot:
@@ -461,7 +451,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         return None
 
     def _auth_failure(self, account: str, method: str, reason: str) -> None:
-        self.factory.events.auth_failure("smqp", account, source=_peer_text(self.transport), scheme=method,
+        self.factory.events.auth_failure("smqp", account, source=transport_source(self.transport), scheme=method,
                                          reason=reason)
 
     def _login_account_checked(self, exists: bool, account: str, channel: str) -> None:

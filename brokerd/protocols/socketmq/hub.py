@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, peer_text
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
 from brokerd.protocols.socketmq.policy import Policy
@@ -45,14 +45,6 @@ REASONS = {
 
 PROTOCOL = "socketmq"
 """The protocol name sessions carry and the event log records."""
-
-
-def peer_text(address: Any) -> str | None:
-    """``host:port`` of a peer address (the event log's ``source``), its text for others."""
-    if address is None:
-        return None
-    host, port = getattr(address, "host", None), getattr(address, "port", None)
-    return f"{host}:{port}" if host is not None else str(address)
 
 
 class IncomingRequest:

@@ -34,6 +34,7 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import limit_output_buffer, record_drops
@@ -59,7 +60,7 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
-from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest, peer_text
+from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     PGPError,
     check_client_proof,
@@ -154,8 +155,7 @@ class SocketMQSession(WebSocketServerProtocol):
     def _logged_in(self, names: tuple[str, ...], client_id: str, scheme: str) -> None:
         """An ``auth`` message succeeded: the session takes the name, and that is logged."""
         self._authenticated(names, client_id, scheme)
-        transport = self.transport
-        source = peer_text(transport.getPeer()) if transport is not None else None
+        source = transport_source(self.transport)
         self.hub.events.record(LOGIN, PROTOCOL, session=self.name, source=source, scheme=scheme, outcome="ok")
 
     def _refused(self, identity: str | None, scheme: str | None, reason: str) -> None:

@@ -27,7 +27,7 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
@@ -44,13 +44,6 @@ NOT_IMPLEMENTED = b"501\n"
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
 _MCAST = b"MCAST"
-
-
-def _peer(transport) -> str:
-    """``host:port`` of the peer (or the address's text for other transports)."""
-    address = transport.getPeer()
-    host, port = getattr(address, "host", None), getattr(address, "port", None)
-    return f"{host}:{port}" if host is not None else str(address)
 
 
 def _content(payload: bytes) -> tuple[bytes, bool]:
@@ -280,7 +273,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def _refuse_login(self, reason: str) -> None:
         request = self._login_request
         self.factory.events.auth_failure(
-            "ssmp", request.target, source=_peer(self.transport), scheme=request.option, reason=reason
+            "ssmp", request.target, source=transport_source(self.transport), scheme=request.option, reason=reason
         )
         self._close(self.factory.unauthorized_reply)
 
