@@ -326,10 +326,6 @@ class AccountsChecker:
         name = username.lower()
         return name in self._current() or (name == GUEST and self.guest)
 
-    def listed(self, username: str) -> Deferred:
-        """Deferred[bool]: is the account listed in the file (the built-in guest is not)?"""
-        return self._run(lambda: is_account_name(username) and username.lower() in self._current())
-
     def set_password(self, username: str, password: str) -> Deferred:
         """Replace the password of a listed account; fails with UnknownAccount for another
         name, ConfigurationError (or OSError) when the file cannot be written."""

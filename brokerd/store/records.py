@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DELIVERY_MODES = ("ALL", "ONE", "NONE")
-
-
 @dataclass(frozen=True)
 class TopicRecord:
     """One SMQP topic.

@@ -2,7 +2,6 @@
 and direct writes keep every byte in order."""
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest_twisted

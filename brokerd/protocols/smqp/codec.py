@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable
 
 from brokerd.errors import ProtocolError
 from brokerd.protocols.smqp.events import (
-    Attributes,
     Body,
     ClientReply,
     Command,
@@ -352,7 +351,6 @@ class _Words:
 
 
 _MESSAGE = {"MESSAGE": "MESSAGE", "MESS": "MESSAGE"}
-_MESSAGES = {"MESSAGE": "MESSAGE", "MESS": "MESSAGE", "MESSAGES": "MESSAGE"}
 _TOPIC = {"TOPIC": "TOPIC"}
 _MESSAGE_CHANGES = {"ADD", "MOVE", "DELETE", "REPLACE"}
 _TOPIC_CHANGES = {"ADD": "ADD", "RENAME": "RENAME", "REN": "RENAME", "DELETE": "DELETE",
@@ -1357,7 +1355,3 @@ def decode_body(data: bytes) -> Body:
     if not isinstance(result, Body):
         raise ValueError("truncated message body")
     return result
-
-
-def attributes_of(pairs: Iterable[tuple[str, str]]) -> Attributes:
-    return tuple((str(k), str(v)) for k, v in pairs)

@@ -28,6 +28,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.flow import record_drops
 from brokerd.protocols.smqp.codec import decode_body, encode_notify, format_datetime
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.messages import first_text, receipt_body
@@ -68,11 +69,6 @@ class Published(NamedTuple):
     size: int
 
 
-def content_size(body: Body) -> int:
-    """The size an event reports for an SMQP message: its data sections' bytes."""
-    return sum(len(section.data) for section in body.sections)
-
-
 def message_id(body: Body) -> str | None:
     """The server's Smuid of a stored body (the last one: a REPLY carries earlier ones first)."""
     found = None
@@ -84,7 +80,7 @@ def message_id(body: Body) -> str | None:
 
 def _published_of(record: MessageRecord) -> Published:
     try:
-        size = content_size(decode_body(record.data))
+        size = decode_body(record.data).size
     except ValueError:
         size = len(record.data)
     return Published(record.smuid, record.publisher, record.received, size)
@@ -251,7 +247,7 @@ class MessageService:
                 body: Body | None = None, size: int = 0) -> Deferred:
         """Store ``record`` with its pending ``deliveries``; once committed, hand them to
         the connected subscribers and (``body`` given) to the other protocols.  ``size`` is
-        what the event log reports (:func:`content_size`).
+        what the event log reports (``Body.size``).
 
         A message the core routes (forwarded) gets its ``accepted`` event from the core;
         any other (a login topic, nothing the other protocols can carry, a receipt) gets
@@ -307,7 +303,7 @@ class MessageService:
                 outbox.offer_volatile(data)
         smuid = message_id(body)
         if not self.forward(key, publisher, body, smuid):
-            self.accepted(key, publisher, smuid, content_size(body), reached)
+            self.accepted(key, publisher, smuid, body.size, reached)
 
     def forward(self, key: str, publisher: str, body: Body, smuid: str | None = None) -> bool:
         """The message to SSMP, MCCHAT and socket.mq subscribers of the same topic: the first
@@ -481,8 +477,7 @@ class MessageService:
 
     def volatile_drops(self, outbox: Outbox, count: int) -> None:
         """One event for ``count`` notifications a slow session lost (MAX_VOLATILE)."""
-        self.events.record(schema.DROPPED, PROTOCOL, session=outbox.name, reason=schema.QUEUE_FULL,
-                           dropped=count, outcome=schema.DROPPED)
+        record_drops(self.events, PROTOCOL, outbox.name, count, schema.QUEUE_FULL)
 
     def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None) -> None:
         """Write one outcome event about message ``seq`` for ``session`` (the subscriber's

@@ -16,7 +16,6 @@ from twisted.internet.defer import Deferred, succeed
 
 from brokerd.auth.ual import Perm
 from brokerd.protocols.smqp.codec import encode_body, encode_reply, format_datetime
-from brokerd.protocols.smqp.delivery import content_size
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.messages import (
     ABSENT,
@@ -225,7 +224,7 @@ class MessagingCommands:
                                publication.priority, encode_body(stored), seq, mode, publication.receipt)
         forward = stored if not key.startswith(ACCOUNTS) else None
         d = self.service.publish(record, [(name, change) for name in subscribers], forward,
-                                 content_size(stored))
+                                 stored.size)
         return d.addCallback(lambda _: encode_reply(200, "OK", cmuid, smuid))
 
     def _publish_volatile(self, key: str, body: Body, publication: Publication, command: Command,

@@ -386,11 +386,6 @@ _SIMPLE: dict[type, Callable[[Any], dict[str, Any]]] = {
 }
 
 
-def encode_result(result: Result) -> bytes:
-    """A result always carries its ``id`` (null when the request had none)."""
-    return encode(result)[0]
-
-
 # ---------------------------------------------------------------------- framing
 
 

@@ -36,10 +36,6 @@ class Identity:
     """The certificate's first User ID (the application name), or its fingerprint."""
     cert: pysequoia.Cert
 
-    @property
-    def name(self) -> str:
-        return self.user_id
-
 
 def _identity(cert: pysequoia.Cert) -> Identity:
     user_ids = cert.user_ids
@@ -94,7 +90,6 @@ class SecretKey:
     def __init__(self, tsk: pysequoia.Tsk) -> None:
         self._tsk = tsk
         self.cert = tsk.extract_certificate()
-        self.identity = _identity(self.cert)
 
     @classmethod
     def generate(cls, user_id: str) -> SecretKey:

@@ -106,7 +106,6 @@ class SocketMQSession(WebSocketServerProtocol):
         self.scheme: str | None = None
         """How the client authenticated (cert, OpenPGP, open, secret); None until it does."""
         self.nonce = new_nonce()
-        self.opened = False
         self.closed = False
         self.dropped = 0
         self._unreported = 0
@@ -131,7 +130,6 @@ class SocketMQSession(WebSocketServerProtocol):
     def onOpen(self) -> None:
         hub = self.hub = self.factory.hub
         transport = self.transport
-        self.opened = True
         self._open = True
         self._write = transport.write
         self.send = self._write
