@@ -25,16 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from run_ssmp import DEFAULT_CACHE_DIR, DEFAULT_PBLOAD_SRC, build_pbload, free_port, loadavg, proc_schedstat
+
 ROOT = Path(__file__).resolve().parent.parent
-PBLOAD_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pbload.c"
 SETTLE_SECONDS = 2.5
+"""Pause before each measured run: more than the event log's flush interval (1 s) plus its write."""
 IDLE_SECONDS = 10.0
 """How long each broker's CPU is measured with no traffic, after the runs."""
-"""Pause before each measured run: more than the event log's flush interval (1 s) plus its write."""
 
 
 def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return " ".join(map(str, loadavg()))
 
 
 def serve(port: int, data_dir: str, event_log: bool) -> None:
@@ -67,21 +68,12 @@ def serve(port: int, data_dir: str, event_log: bool) -> None:
 
 
 def _cpu_ns(pid: int) -> int:
-    """CPU time (ns) all threads of process ``pid`` have used: from schedstat, which has
-    nanosecond resolution and includes the event log's writer thread."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that just ended
-    return total
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """CPU time (ns) all threads of process ``pid`` have used, the event log's writer
+    included (scheduler clocks, nanosecond resolution)."""
+    clocks = proc_schedstat(pid)
+    if clocks is None:
+        raise SystemExit(f"broker process {pid} is gone")
+    return clocks[0]
 
 
 def _wait_for(port: int, timeout: float = 15.0) -> None:
@@ -96,12 +88,7 @@ def _wait_for(port: int, timeout: float = 15.0) -> None:
 
 
 def _pbload(path: str | None) -> str:
-    if path:
-        return path
-    binary = Path(tempfile.gettempdir()) / "pbload"
-    if not binary.exists():
-        subprocess.run(["gcc", "-O2", "-pthread", "-o", str(binary), str(PBLOAD_SOURCE)], check=True)
-    return str(binary)
+    return path or str(build_pbload(DEFAULT_PBLOAD_SRC, DEFAULT_CACHE_DIR))
 
 
 def log_cost(args: argparse.Namespace) -> None:
@@ -117,7 +104,7 @@ def log_cost(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         try:
             for mode in modes:
-                port = _free_port()
+                port = free_port()
                 command = [sys.executable, __file__, "serve", "--port", str(port),
                            "--data-dir", str(Path(scratch) / mode)]
                 if mode != "off":

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PBLOAD_SRC = REPO.parent / "shared" / "bench" / "pbload.c"
+DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "brokerd-bench"
 DEFAULT_RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_BROKER_CMD = (
     "{twistd} -n --pidfile= brokerd --ssmp tcp:{port}:interface=127.0.0.1 --open-login "
@@ -907,8 +908,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="print the summary of a raw py-spy file written by --profile, and exit")
     parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second [250]")
     parser.add_argument("--pbload-src", type=Path, default=DEFAULT_PBLOAD_SRC, help="pbload.c [%(default)s]")
-    parser.add_argument("--cache-dir", type=Path,
-                        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "brokerd-bench",
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                         help="where the compiled pbload is kept [%(default)s]")
     parser.add_argument("--broker-cmd", default=DEFAULT_BROKER_CMD,
                         help="broker command; {port}, {data_dir} and {twistd} are filled in [%(default)s]")
