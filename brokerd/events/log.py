@@ -56,7 +56,6 @@ per-message time, or logged payloads)."""
 
 _HEADERS = attrgetter("headers")
 _PAYLOAD = attrgetter("payload")
-_HOUR_US = 3_600_000_000
 
 _RECORD_FIELDS = frozenset(schema.FIELD_NAMES) - {"v", "ts", "broker", "protocol", "kind"}
 _TEXT_FIELDS = frozenset({"session", "sender", "topic", "recipient", "message_id", "source", "scheme"})
@@ -221,7 +220,7 @@ class Encoder:
             f'{head}{ts},"bytes":{entry[4]}{tail}' if entry[3] == 1 else f'{head}{ts},"bytes":{entry[4]},"count":{entry[3]}{tail}'
             for ts, entry in zip(times, entries)
         ]
-        if min(times) // _HOUR_US == max(times) // _HOUR_US:
+        if min(times) // schema.HOUR_US == max(times) // schema.HOUR_US:
             stamps.append(times[0])
             chunks.append("".join(lines).encode("utf-8"))
             return

@@ -244,6 +244,10 @@ def decode(line: str | bytes) -> dict[str, Any]:
     return validate(record)
 
 
+HOUR_US = 3_600_000_000
+"""Microseconds in an hour: the log's files are partitioned by UTC hour."""
+
+
 def partition_of(ts_us: int) -> tuple[str, str]:
     """(date, hour) strings of the partition a record with timestamp ``ts_us`` belongs to."""
     parts = time.gmtime(ts_us // 1_000_000)

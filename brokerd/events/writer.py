@@ -23,9 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from brokerd.events.schema import FILE_SUFFIX, partition_of
+from brokerd.events.schema import FILE_SUFFIX, HOUR_US, partition_of
 
-HOUR_US = 3_600_000_000
 
 
 def count_lines(chunks: list[bytes]) -> int:

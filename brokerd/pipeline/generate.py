@@ -18,7 +18,6 @@ from brokerd.events import schema
 
 DEFAULT_START_US = 1_714_521_600_000_000
 """2024-05-01T00:00:00Z."""
-HOUR_US = 3_600_000_000
 PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq")
 TOPICS = 100
 PUBLISHERS = 200
@@ -39,7 +38,7 @@ def _hour(args: tuple[Path, int, int, int, int, str]) -> int:
     for topics in subscriptions.values():
         for topic in topics:
             fanout[topic] += 1
-    hour_start = start_us + hour * HOUR_US
+    hour_start = start_us + hour * schema.HOUR_US
     directory = data_dir / schema.EVENTS_DIR / schema.partition_path(hour_start)
     directory.mkdir(parents=True, exist_ok=True)
     encode = schema.encode
@@ -55,7 +54,7 @@ def _hour(args: tuple[Path, int, int, int, int, str]) -> int:
                 lines.append(encode({**base, "ts": hour_start + s, "protocol": protocol, "kind": schema.SUBSCRIBED,
                                      "session": name, "topic": f"t/{topic}"}))
     remaining = count - len(lines)
-    step = HOUR_US / max(1, remaining)
+    step = schema.HOUR_US / max(1, remaining)
     for i in range(remaining):
         ts = hour_start + int(i * step)
         roll = rng.random()

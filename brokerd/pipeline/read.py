@@ -12,6 +12,8 @@ missing or an unknown kind).  Only ``ok`` records within the bounds reach the ta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 from typing import Any
 
 from brokerd.events import schema
@@ -109,7 +111,7 @@ def read_events(spark: Any, data_dir: str, since_us: int | None = None, until_us
         F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED))
         .when(F.col("v").isNull() | ~F.col("v").isin(sorted(schema.SUPPORTED_VERSIONS)), F.lit(schema.UNSUPPORTED_VERSION))
         .when(
-            F.col("ts").isNull() | F.col("protocol").isNull() | F.col("kind").isNull() | ~F.col("kind").isin(kinds),
+            reduce(or_, [F.col(name).isNull() for name in schema.REQUIRED if name != "v"]) | ~F.col("kind").isin(kinds),
             F.lit(schema.INVALID),
         )
         .otherwise(F.lit(OK))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from brokerd.events import schema
 from brokerd.pipeline import html, tables
 from brokerd.pipeline.read import OK, read_events
 from brokerd.pipeline.session import Progress
@@ -101,7 +102,7 @@ def run_report(
         .orderBy(F.col("m").desc(), "topic").limit(15).collect()
     ]
     latency_by_protocol = _rows(tables.latency(records, ("protocol", "kind")))
-    dead = events_by_kind.get("expired", 0) + events_by_kind.get("trashed", 0)
+    dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
     auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
 
     summary: dict[str, Any] = {
