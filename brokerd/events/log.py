@@ -49,10 +49,11 @@ ENCODE_INTERVAL = 0.05
 STOP_TIMEOUT = 5.0
 """Seconds shutdown waits to queue the last batch behind a stuck disk before giving up."""
 
-_ROUTED, _ATTACHED, _DETACHED, _RECORD, _RUN, _SUMMARY = range(6)
+_ROUTED, _RECORD, _RUN, _SUMMARY = range(4)
 """Entry tags.  _SUMMARY: ``(tag, ts_ns, shared_key, count, total_bytes)`` for one message or a
 run that carries nothing of its own; _ROUTED and _RUN keep the message(s) (headers, a
-per-message time, or logged payloads)."""
+per-message time, or logged payloads); _RECORD: ``(tag, ts_ns, kind, protocol, fields)`` for
+every other event, logins and logouts included."""
 
 _HEADERS = attrgetter("headers")
 _PAYLOAD = attrgetter("payload")
@@ -184,19 +185,8 @@ class Encoder:
                 continue
             if tag == _ROUTED:
                 record = self._routed(ts, entry[2], entry[3], entry[4])
-            elif tag == _RECORD:
-                record = self._record(ts, entry[2], entry[3], entry[4])
             else:
-                record = {
-                    "v": schema.SCHEMA_VERSION,
-                    "ts": ts,
-                    "broker": self.broker_id,
-                    "protocol": entry[2],
-                    "kind": schema.LOGIN if tag == _ATTACHED else schema.LOGOUT,
-                    "session": schema.text(entry[3]),
-                    "outcome": "ok" if tag == _ATTACHED else None,
-                    "source": entry[4],
-                }
+                record = self._record(ts, entry[2], entry[3], entry[4])
             stamps.append(ts)
             chunks.append(schema.encode(record).encode("utf-8"))
         if group:
@@ -475,10 +465,12 @@ class EventLog(Service):
             self._append((_RUN, self._now(), messages, recipients_each, dropped_each))
 
     def session_attached(self, session: Any) -> None:
-        self._append((_ATTACHED, self._now(), session.protocol, session.name, _peer(session)))
+        fields = {"session": session.name, "outcome": "ok", "source": _peer(session)}
+        self._append((_RECORD, self._now(), schema.LOGIN, session.protocol, fields))
 
     def session_detached(self, session: Any) -> None:
-        self._append((_DETACHED, self._now(), session.protocol, session.name, _peer(session)))
+        fields = {"session": session.name, "source": _peer(session)}
+        self._append((_RECORD, self._now(), schema.LOGOUT, session.protocol, fields))
 
     def subscribed(self, session: Any, topic: bytes) -> None:
         """``session`` joined ``topic`` (proposed IBrokerObserver addition)."""
