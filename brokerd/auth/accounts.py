@@ -229,7 +229,9 @@ Runner = Callable[..., Deferred]
 """Runs ``f(*args)`` somewhere other than the reactor thread; returns a Deferred."""
 
 
-def _thread_runner(reactor: Any) -> Runner:
+def thread_runner(reactor: Any) -> Runner:
+    """A Runner that calls ``f(*args)`` in ``reactor``'s thread pool (file reads and scrypt
+    stay off the reactor thread)."""
     from twisted.internet.threads import deferToThreadPool
 
     def run(f: Callable[..., Any], *args: Any) -> Deferred:
@@ -268,7 +270,7 @@ class AccountsChecker:
                 from twisted.internet import reactor as default_reactor
 
                 reactor = default_reactor
-            run = _thread_runner(reactor)
+            run = thread_runner(reactor)
         self._run = run
         self._stamp: tuple[int, int, int] | None = None
         self._accounts: dict[str, PasswordHash] = {}

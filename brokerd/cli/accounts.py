@@ -25,11 +25,11 @@ from brokerd.auth.accounts import (
     read_accounts,
     update_accounts,
 )
+from brokerd.cli.common import EXIT_ERROR
 from brokerd.errors import ConfigurationError
 
 PROG = "python -m brokerd.cli.accounts"
 EXIT_MISSING = 1
-EXIT_ERROR = 2
 
 
 class _Missing(Exception):

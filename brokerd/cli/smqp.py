@@ -147,7 +147,7 @@ def password_for(args: argparse.Namespace, stdin: TextIO) -> str:
 
 
 def endpoint_for(reactor: Any, args: argparse.Namespace) -> Any:
-    description = args.connect or common.tcp_description(args.host, args.port, DEFAULT_HOST, DEFAULT_PORT)
+    description = common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
     return common.build_endpoint(client_endpoint, reactor, description, args, args.tls_hostname or args.host)
 
 

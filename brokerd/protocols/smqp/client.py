@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 
 from brokerd.errors import BrokerError
 from brokerd.protocols import endpoints
-from brokerd.protocols.closing import ClosedNotifier
+from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.smqp.codec import (
     SMQPClientParser,
     SMQPProtocolError,
@@ -106,7 +106,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         except SMQPProtocolError as exc:
             self._log.warn("SMQP server broke the protocol, closing: {error}", error=exc)
             self._open = False
-            self.transport.abortConnection()
+            abort_connection(self.transport)
             return
         for event in events:
             if isinstance(event, Greeting):

@@ -42,7 +42,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd import __version__
-from brokerd.auth.accounts import GUEST, AccountsChecker, UnknownAccount, run_inline
+from brokerd.auth.accounts import GUEST, AccountsChecker, UnknownAccount, run_inline, thread_runner
 from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import BrokerRealm, IIdentity
@@ -1061,11 +1061,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     """
     settings = runtime.settings
     reactor = runtime.reactor
-    from twisted.internet.threads import deferToThreadPool
-
-    def run(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Deferred:
-        return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args, **kwargs)
-
+    run = thread_runner(reactor)
     checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
                               run=run)
     checker.load()
