@@ -8,7 +8,6 @@ come back in order.  See docs/smqp.md for the reply codes.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from brokerd.protocols.smqp.subscriptions import (
     TOPIC,
     Subscription,
     stored_topic,
+    wildcard_covers,
 )
 from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicError
 from brokerd.store.records import Delivery, MessageRecord, SubscriptionRecord
@@ -388,7 +388,7 @@ class MessagingCommands:
         for sub in service.index.of(name):
             if sub.record.kind not in kinds:
                 continue
-            if sub.record.topic == wanted or (pattern is not None and _below(base, pattern, sub.base)):
+            if sub.record.topic == wanted or (pattern is not None and wildcard_covers(base, pattern, sub.base)):
                 selected.append(sub)
         if not selected:
             if pattern is None:
@@ -573,15 +573,6 @@ def _same_message(given: str, smuid: str) -> bool:
     if "/" not in given:
         return True
     return given.partition("(")[0] == smuid.partition("(")[0]
-
-
-def _below(base: str, pattern: str, key: str) -> bool:
-    """An UNSUBSCRIBE wildcard (base, pattern) selects subscription topic ``key``."""
-    if base and not (key == base or key.startswith(base + "/")):
-        return False
-    if key == base:
-        return False
-    return pattern == "*" or fnmatch.fnmatchcase(key.rsplit("/", 1)[-1], pattern)
 
 
 def parse_ids(text: str) -> list[int] | None:

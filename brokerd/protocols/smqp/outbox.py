@@ -25,7 +25,6 @@ window only marks the outbox ``stale``, and the store is read again when the win
 """
 from __future__ import annotations
 
-import fnmatch
 import heapq
 from collections import deque
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.protocols.smqp.subscriptions import wildcard_covers
 from brokerd.store.records import Delivery
 
 WINDOW = 256
@@ -389,7 +389,5 @@ def _covers(pattern_topic: str, key: str) -> bool:
     base, _slash, pattern = pattern_topic.rpartition("/")
     if base.startswith("/"):
         base = ""
-    if base and not key.startswith(base + "/"):
-        return False
-    return bool(key) and fnmatch.fnmatchcase(key.rsplit("/", 1)[-1], pattern)
+    return wildcard_covers(base, pattern, key)
 

@@ -35,6 +35,14 @@ def split_topic(topic: str) -> tuple[str, str | None]:
     return topic, None
 
 
+def wildcard_covers(base: str, pattern: str, key: str) -> bool:
+    """Whether the wildcard ``base/pattern`` covers topic ``key``: a topic anywhere below
+    ``base`` whose last segment matches ``pattern`` (``*`` matches every one)."""
+    if base and not key.startswith(base + "/"):
+        return False
+    return bool(key) and (pattern == "*" or fnmatch.fnmatchcase(key.rsplit("/", 1)[-1], pattern))
+
+
 @dataclass(frozen=True)
 class Subscription:
     record: SubscriptionRecord
@@ -50,12 +58,7 @@ class Subscription:
             return key == self.base
         if self.record.kind == TOPIC and key == self.base:
             return True
-        if self.base and not key.startswith(self.base + "/"):
-            return False
-        if not key:
-            return False
-        leaf = key.rsplit("/", 1)[-1]
-        return self.pattern == "*" or fnmatch.fnmatchcase(leaf, self.pattern.lower())
+        return wildcard_covers(self.base, self.pattern.lower(), key)
 
     def wants(self, change: str) -> bool:
         return change in self.record.changes
