@@ -62,9 +62,9 @@ class IStore(Interface):
     def find_message(seq):
         """Deferred[MessageRecord | None], live or in a Trash."""
 
-    def get_messages(topic, seqs=None):
+    def get_messages(topic, seqs=None, limit=None):
         """Deferred[list[MessageRecord]] of one topic (key), in ``seq`` order; only those
-        whose seq is in ``seqs`` unless it is None."""
+        whose seq is in ``seqs`` unless it is None; at most the first ``limit`` (None: all)."""
 
     def delete_message(seq):
         """Deferred[bool]: remove the message for good (and its deliveries)."""
@@ -120,7 +120,8 @@ class IStore(Interface):
         """Deferred[bool]: whether it was there."""
 
     def list_messages(topic):
-        """Deferred[list[MessageRecord]] of one topic (key), in ``seq`` order."""
+        """Deferred[list[int]]: the seq numbers of one topic's (key's) messages, in order
+        (no message is read)."""
 
     def count_messages(topics):
         """Deferred[int]: messages retained in these topics (keys) together."""

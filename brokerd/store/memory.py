@@ -151,14 +151,14 @@ class MemoryStore:
     def find_message(self, seq: int) -> Deferred:
         return self._ok(self._messages.get(seq))
 
-    def get_messages(self, topic: str, seqs: Iterable[int] | None = None) -> Deferred:
+    def get_messages(self, topic: str, seqs: Iterable[int] | None = None, limit: int | None = None) -> Deferred:
         wanted = None if seqs is None else set(seqs)
         found = [m for seq, m in sorted(self._messages.items())
                  if m.topic == topic and (wanted is None or seq in wanted)]
-        return self._ok(found)
+        return self._ok(found[:limit])
 
     def list_messages(self, topic: str) -> Deferred:
-        return self.get_messages(topic)
+        return self._ok([seq for seq, m in sorted(self._messages.items()) if m.topic == topic])
 
     def delete_message(self, seq: int) -> Deferred:
         found = False

@@ -433,26 +433,34 @@ class SQLiteStore:
 
         return self._submit(get)
 
-    def get_messages(self, topic: str, seqs: Iterable[int] | None = None) -> Deferred:
+    def get_messages(self, topic: str, seqs: Iterable[int] | None = None, limit: int | None = None) -> Deferred:
         wanted = None if seqs is None else sorted(set(seqs))
+        most = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
 
         def get(c: sqlite3.Connection) -> list[MessageRecord]:
             if wanted is None:
                 rows = c.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? ORDER BY seq", (topic,)).fetchall()
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? ORDER BY seq LIMIT ?",
+                    (topic, most)).fetchall()
             else:
                 rows = []
                 for start in range(0, len(wanted), _IN_CHUNK):
+                    if limit is not None and len(rows) >= limit:
+                        break
                     chunk = wanted[start:start + _IN_CHUNK]
                     rows += c.execute(
                         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? AND seq IN ({_marks(chunk)})"
                         " ORDER BY seq", (topic, *chunk)).fetchall()
+                rows = rows[:limit]
             return [_message_record(row) for row in rows]
 
         return self._submit(get)
 
     def list_messages(self, topic: str) -> Deferred:
-        return self.get_messages(topic)
+        def seqs(c: sqlite3.Connection) -> list[int]:
+            return [row[0] for row in c.execute("SELECT seq FROM messages WHERE topic = ? ORDER BY seq", (topic,))]
+
+        return self._submit(seqs)
 
     def delete_message(self, seq: int) -> Deferred:
         def delete(c: sqlite3.Connection) -> bool:

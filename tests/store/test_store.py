@@ -105,8 +105,11 @@ class StoreContract:
         second = await store.add_message(message("h/2"))
         await store.add_message(message("h/3", "other"))
         assert second > first
-        listed = await store.list_messages("news")
+        listed = await store.get_messages("news")
         assert [(m.smuid, m.seq) for m in listed] == [("h/1", first), ("h/2", second)]
+        assert await store.list_messages("news") == [first, second]
+        assert [m.seq for m in await store.get_messages("news", limit=1)] == [first]
+        assert [m.seq for m in await store.get_messages("news", [second, first], limit=1)] == [first]
         assert listed[0].data == b"\x00\r\n."
         assert await store.count_messages(["news", "other", "none"]) == 3
         assert await store.remove_message("news", "h/1") is True

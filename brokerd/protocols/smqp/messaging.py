@@ -480,8 +480,8 @@ class MessagingCommands:
 
     def do_LIST_MESSAGE(self, command: Command) -> Deferred:
         key, _display = self._message_queue(command.topic, Perm.SUBSCRIBE)  # type: ignore[arg-type]
-        d = self.factory.store.get_messages(key)
-        return d.addCallback(lambda records: self._reply(200, "OK", format_ranges([r.seq for r in records])))
+        d = self.factory.store.list_messages(key)
+        return d.addCallback(lambda seqs: self._reply(200, "OK", format_ranges(seqs)))
 
     def do_GET_MESSAGE(self, command: Command) -> Deferred:
         key, display = self._message_queue(command.topic, Perm.SUBSCRIBE)  # type: ignore[arg-type]
@@ -489,7 +489,8 @@ class MessagingCommands:
             wanted = parse_ids(command.args[0])
         except ValueError as exc:
             raise Refused(400, f"Bad request: {exc}") from None
-        d = self.factory.store.get_messages(key, wanted)
+        # one more than may be sent, so that too many are refused without reading them all
+        d = self.factory.store.get_messages(key, wanted, MAX_GET_MESSAGES + 1)
 
         def found(records: list[MessageRecord]) -> None:
             if not records and wanted is not None and len(wanted) == 1:

@@ -259,6 +259,19 @@ def test_get_message_returns_the_stored_messages(factory):
     assert out.endswith(b"200-OK\r\n200 1-2\r\n404 Not found: no such message in the topic\r\n")
 
 
+def test_get_message_refuses_more_than_its_limit_and_sends_up_to_it(factory, monkeypatch):
+    from brokerd.protocols.smqp import messaging
+
+    monkeypatch.setattr(messaging, "MAX_GET_MESSAGES", 2)
+    protocol, transport = logged_in(factory)
+    protocol.dataReceived(b"CREATE TOPIC /a\r\n" + b"".join(PUB % (b"C%d" % i, b"m%d" % i) for i in range(3)))
+    transport.clear()
+    protocol.dataReceived(b"GET MESSAGE /a *\r\nGET MESSAGE /a 1-2\r\n")
+    out = transport.value()
+    assert out.startswith(b"510 Maximum quantities exceeded: more than 2 messages\r\n200 OK\r\n")
+    assert out.count(b"Topic: /a\r\n") == 2 and b"\r\nm1\r\n.\r\n.\r\n" in out
+
+
 def test_unacknowledged_notifications_are_retried_then_trashed(factory):
     from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 
