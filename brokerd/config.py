@@ -93,10 +93,8 @@ def read_secret_file(path: Path) -> bytes:
     return secret
 
 
-_PATHS = {
-    "data_dir", "secret_file", "accounts_file", "tls_cert", "tls_key", "tls_ca",
-    "ual_file", "socketmq_policy", "socketmq_key",
-}
+_PATHS = frozenset(f.name for f in fields(Settings) if f.type in ("Path", "Path | None"))
+"""Settings given as file names (read from options and config files as paths)."""
 
 
 def option_name(attribute: str) -> str:

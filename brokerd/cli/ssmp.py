@@ -33,11 +33,14 @@ from brokerd.protocols.ssmp.client import (
     SSMPClientProtocol,
     SSMPError,
     client_endpoint,
-    require_id,
+    is_id,
     wire_payload,
 )
 
 _log = Logger()
+
+ID_RULE = "1 to 64 letters, digits or .:@/_-+=~"
+"""What an SSMP identifier, topic or recipient may be (the usage errors say it)."""
 
 PROG = "brokerd-ssmp"
 DEFAULT_HOST = "127.0.0.1"
@@ -189,7 +192,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Usage errors that argparse cannot see; exits 2 through ``parser.error``."""
     common.check_address(parser, args)
     if args.identifier is not None and not _is_identifier(args.identifier):
-        parser.error(f"--id {args.identifier!r}: 1 to 64 letters, digits or .:@/_-+=~")
+        parser.error(f"--id {args.identifier!r}: {ID_RULE}")
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
     if scheme(args) == "secret" and args.secret_file is None:
@@ -201,17 +204,13 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def _is_identifier(text: str) -> bool:
-    try:
-        require_id("identifier", os.fsencode(text))
-    except ValueError:
-        return False
-    return True
+    return is_id(os.fsencode(text))
 
 
 def _check_sub(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for topic in args.topics:
         if not _is_identifier(topic):
-            parser.error(f"topic {topic!r}: 1 to 64 letters, digits or .:@/_-+=~")
+            parser.error(f"topic {topic!r}: {ID_RULE}")
     if args.count is not None and args.count < 1:
         parser.error("-C/--count must be at least 1")
     if args.format is not None:
@@ -228,7 +227,7 @@ def _check_send(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     for name in ("topic", "recipient"):
         value = getattr(args, name, None)
         if value is not None and not _is_identifier(value):
-            parser.error(f"{name} {value!r}: 1 to 64 letters, digits or .:@/_-+=~")
+            parser.error(f"{name} {value!r}: {ID_RULE}")
 
 
 def scheme(args: argparse.Namespace) -> str:
