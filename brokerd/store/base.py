@@ -139,7 +139,3 @@ class IStore(Interface):
     def subscriptions_of(subscriber):
         """Deferred[list[SubscriptionRecord]] of one ``account:channel``, ordered by kind and
         topic."""
-
-    def count_subscribers(topics):
-        """Deferred[int]: distinct subscribers with a MESSAGE subscription to any of these
-        topics (keys)."""

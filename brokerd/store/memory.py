@@ -332,11 +332,3 @@ class MemoryStore:
     def subscriptions_of(self, subscriber: str) -> Deferred:
         found = [r for key, r in sorted(self._subscriptions.items()) if key[0] == subscriber]
         return self._ok(found)
-
-    def count_subscribers(self, topics: Iterable[str]) -> Deferred:
-        wanted = set(topics)
-        subscribers = {
-            r.subscriber for r in self._subscriptions.values()
-            if r.kind == "MESSAGE" and r.topic in wanted
-        }
-        return self._ok(len(subscribers))

@@ -649,18 +649,3 @@ class SQLiteStore:
                     for s, k, t, ch, si, un in rows]
 
         return self._submit(get)
-
-    def count_subscribers(self, topics: Iterable[str]) -> Deferred:
-        keys = list(topics)
-
-        def count(c: sqlite3.Connection) -> int:
-            subscribers: set[str] = set()
-            for chunk in _chunks(keys):
-                marks = ",".join("?" * len(chunk))
-                rows = c.execute(
-                    f"SELECT DISTINCT subscriber FROM subscriptions"
-                    f" WHERE kind = 'MESSAGE' AND topic IN ({marks})", chunk)
-                subscribers.update(row[0] for row in rows)
-            return len(subscribers)
-
-        return self._submit(count)

@@ -847,11 +847,11 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         return self.factory.store.count_messages(keys).addCallback(
             lambda count: self._reply(OK, "OK", str(count)))
 
-    def do_COUNT_SUBSCRIBERS(self, command: Command) -> Deferred:
+    def do_COUNT_SUBSCRIBERS(self, command: Command) -> None:
+        """Answered from the subscription index, which mirrors the store's subscriptions."""
         found, selected = self._selected(command.topic)  # type: ignore[arg-type]
         keys = [node.key for node in selected] if command.topic.wildcard else [found.key]  # type: ignore[union-attr]
-        return self.factory.store.count_subscribers(keys).addCallback(
-            lambda count: self._reply(OK, "OK", str(count)))
+        self._reply(OK, "OK", str(len(self.factory.service.index.exact_subscribers(keys))))
 
 
 class SMQPServerFactory(Factory):

@@ -140,9 +140,16 @@ class SubscriptionIndex:
         return any(sub.record.kind == kind and sub.covers(key) for sub in self._of.get(subscriber, {}).values())
 
     def exact_count(self, key: str) -> int:
-        """Subscribers with a MESSAGE subscription naming ``key`` itself (COUNT SUBSCRIBERS,
-        NOTIFY SUBSCRIBERS)."""
+        """Subscribers with a MESSAGE subscription naming ``key`` itself (NOTIFY SUBSCRIBERS)."""
         return len(self._exact.get((MESSAGE, key), ()))
+
+    def exact_subscribers(self, keys: Iterable[str]) -> set[str]:
+        """Subscribers with a MESSAGE subscription naming one of ``keys`` itself (COUNT
+        SUBSCRIBERS: each counts once however many of the topics it subscribes to)."""
+        found: set[str] = set()
+        for key in keys:
+            found.update(self._exact.get((MESSAGE, key), ()))
+        return found
 
     def account_channels(self, account: str) -> set[str]:
         """``account:channel`` subscribers known for an account."""

@@ -102,6 +102,9 @@ def test_subscription_index_matching():
     assert index.matching("MESSAGE", "stocks") == []
     assert sorted(s.subscriber for s in index.matching("TOPIC", "stocks")) == ["c:1", "d:1"]
     assert index.exact_count("stocks/quotes/ibm") == 1
+    index.add(SubscriptionRecord("a:1", "MESSAGE", "stocks/quotes/xyz", ("ADD",)))
+    assert index.exact_subscribers(["stocks/quotes/ibm", "stocks/quotes/xyz", "stocks"]) == {"a:1"}
+    assert index.remove("a:1", "MESSAGE", "stocks/quotes/xyz") is not None
     assert index.remove("a:1", "MESSAGE", "stocks/quotes/ibm") is not None
     assert index.exact_count("stocks/quotes/ibm") == 0 and index.of("a:1") == []
     assert index.account_channels("b") == {"b:1"}

@@ -272,6 +272,17 @@ def test_get_message_refuses_more_than_its_limit_and_sends_up_to_it(factory, mon
     assert out.count(b"Topic: /a\r\n") == 2 and b"\r\nm1\r\n.\r\n.\r\n" in out
 
 
+def test_count_subscribers_counts_message_subscribers_of_the_topic(factory):
+    first, first_transport = logged_in(factory, "s1")
+    first.dataReceived(b"CREATE TOPIC /a\r\nCREATE TOPIC /a/b\r\nSUB MESSAGE /a\r\nSUB MESSAGE /a/b\r\n")
+    second, _ = logged_in(factory, "s2")
+    second.dataReceived(b"SUB MESSAGE /a\r\nSUB TOPIC /a/b\r\n")
+    first_transport.clear()
+    first.dataReceived(b"COUNT SUBSCRIBERS /a\r\nCOUNT SUBSCRIBERS /a/b\r\nUNSUB MESSAGE /a\r\nCOUNT SUBSCRIBERS /a\r\n")
+    # /a: s1 and s2; /a/b: s1 (s2's TOPIC subscription does not count); /a after s1 left: s2
+    assert first_transport.value() == b"200-OK\r\n200 2\r\n200-OK\r\n200 1\r\n200 OK\r\n200-OK\r\n200 1\r\n"
+
+
 def test_unacknowledged_notifications_are_retried_then_trashed(factory):
     from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 
