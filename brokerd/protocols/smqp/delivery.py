@@ -71,11 +71,8 @@ class Published(NamedTuple):
 
 def message_id(body: Body) -> str | None:
     """The server's Smuid of a stored body (the last one: a REPLY carries earlier ones first)."""
-    found = None
-    for name, value in body.attributes:
-        if name.lower() == "smuid":
-            found = value
-    return found
+    smuids = body.get_all("Smuid")
+    return smuids[-1] if smuids else None
 
 
 def _published_of(record: MessageRecord) -> Published:
@@ -509,7 +506,8 @@ class MessageService:
 
     def notice(self, kind: str, key: str, change: str, data: bytes) -> None:
         """A header-only or one-line notification to the connected sessions whose ``kind``
-        subscriptions cover ``key`` and take ``change`` (DELETE, MOVE; NOTIFY TOPIC)."""
+        subscriptions cover ``key`` and take ``change`` (DELETE, MOVE; NOTIFY TOPIC; another
+        protocol's message, rendered once, as an ADD)."""
         sent: set[str] = set()
         for sub in self.index.matching(kind, key):
             name = sub.record.subscriber
@@ -592,15 +590,7 @@ class MessageService:
     def foreign(self, key: str, data: bytes) -> None:
         """A message from another protocol (rendered once): to every connected subscriber."""
         self.stats["foreign_in"] += 1
-        sent: set[str] = set()
-        for sub in self.index.matching(MESSAGE, key):
-            name = sub.record.subscriber
-            if name in sent or not sub.wants("ADD"):
-                continue
-            outbox = self.outboxes.get(name)
-            if outbox is not None:
-                sent.add(name)
-                outbox.offer_volatile(data)
+        self.notice(MESSAGE, key, "ADD", data)
 
     def stop(self) -> None:
         self.stop_sweeps()
