@@ -275,9 +275,13 @@ async def test_get_list_remove_move_recall_replace(smqp_server):
     await alice.command("REMOVE", "MESSAGE", "/chat", smuids[0])
     deleted = await inbox.next()
     assert deleted.args == ("/chat", "DELETE") and deleted.body.sections == ()
+    await alice.command("SUB", "MESSAGE", "/chat/old")
     await alice.command("MOVE", "MESSAGE", "/chat", smuids[1], "/chat/old")
     moved = await inbox.next()
     assert moved.args == ("/chat", "MOVE")
+    arrived = await inbox.next()  # the destination's subscribers get the message itself
+    assert arrived.args == ("/chat/old", "ADD") and data_of(arrived) == b"g1"
+    await alice.acknowledge()
     assert (await alice.command("LIST", "MESSAGE", "/chat/old")).values == (str(numbers[1]),)
     assert (await alice.command("LIST", "MESSAGE", "/chat/Trash")).values == (str(numbers[0]),)
     await alice.publish("/chat", "G9", [("text/plain", b"new g2")], [("Smuid", smuids[2])], mode="REPLACE")

@@ -259,7 +259,7 @@ class MessageService:
             routed = body is not None and self.forward(record.topic, record.publisher, body, record.smuid)
             if not routed:
                 self.accepted(record.topic, record.publisher, record.smuid, size, bool(deliveries))
-            self._offer(record, deliveries)
+            self.offer(record, deliveries)
             return seq
 
         return d.addCallback(committed)
@@ -276,7 +276,9 @@ class MessageService:
                            message_id=smuid, bytes=size, fanout=0,
                            outcome=STORED if stored else "unrouted")
 
-    def _offer(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> None:
+    def offer(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> None:
+        """Offer stored ``record`` to the connected sessions among ``deliveries``
+        (``(subscriber, change)``), one Delivery per change."""
         made: dict[str, Delivery] = {}
         for subscriber, change in deliveries:
             outbox = self.outboxes.get(subscriber)

@@ -8,7 +8,7 @@ come back in order.  See docs/smqp.md for the reply codes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -33,7 +33,7 @@ from brokerd.protocols.smqp.subscriptions import (
     wildcard_covers,
 )
 from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicError
-from brokerd.store.records import Delivery, MessageRecord, SubscriptionRecord
+from brokerd.store.records import MessageRecord, SubscriptionRecord
 
 if TYPE_CHECKING:
     from brokerd.protocols.smqp.delivery import MessageService
@@ -549,20 +549,16 @@ class MessagingCommands:
                 raise Refused(404, "Not found: no such message in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator moves a message")
-            targets = service.recipients(destination, "ADD", now)
-            d = store.move_message(seq, destination, [(name, "ADD") for name in targets])
-            return d.addCallback(moved, record, targets)
+            deliveries = [(name, "ADD") for name in service.recipients(destination, "ADD", now)]
+            d = store.move_message(seq, destination, deliveries)
+            return d.addCallback(moved, record, deliveries)
 
-        def moved(settled: Any, record: MessageRecord, targets: list[str]) -> None:
+        def moved(settled: Any, record: MessageRecord, deliveries: list[tuple[str, str]]) -> None:
             if settled is None:
                 raise Refused(404, "Not found: no such message in the topic")
             service.settle(settled)
             service.message_notice(key, "MOVE", record)
-            delivery = Delivery(seq, destination, record.priority, "ADD", 0, record.mode, record.data)
-            for name in targets:
-                outbox = service.outboxes.get(name)
-                if outbox is not None:
-                    outbox.offer(delivery)
+            service.offer(replace(record, topic=destination), deliveries)
             self._reply(200, "OK")
 
         return store.find_message(seq).addCallback(found)
