@@ -124,6 +124,14 @@ def trash_key(topic: str) -> str:
     return f"{topic}/trash" if topic else "trash"
 
 
+def trash_owner(key: str) -> str | None:
+    """The topic whose Trash queue ``key`` is (the inverse of :func:`trash_key`), or None
+    when ``key`` is not a Trash."""
+    if key == "trash":
+        return ""
+    return key[: -len("/trash")] if key.endswith("/trash") else None
+
+
 def receipt_due(receipt: str, acked: int, total: int, final: bool) -> bool:
     """Whether a receipt (``ONE`` or ``ALL``) is due: ONE at the first acknowledgement, ALL
     once every subscriber acknowledged, and either when the message leaves its queue

@@ -33,7 +33,7 @@ from brokerd.protocols.smqp.subscriptions import (
     wildcard_covers,
 )
 from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicError
-from brokerd.store.records import MessageRecord, SubscriptionRecord
+from brokerd.store.records import MessageRecord, SubscriptionRecord, trash_owner
 
 if TYPE_CHECKING:
     from brokerd.protocols.smqp.delivery import MessageService
@@ -148,7 +148,7 @@ class MessagingCommands:
                 raise Refused(404, "Not found: the message answered is not on the server")
             key = record.topic
             if record.trashed is not None:
-                key = key[: -len("/trash")] if key.endswith("/trash") else ""
+                key = trash_owner(key) or ""
             perms = self.factory.ual.permissions(self.account, tuple(key.split("/")) if key else ())
             if not perms:
                 raise Refused(404, "Not found: the message answered is not on the server")
@@ -517,7 +517,8 @@ class MessagingCommands:
         def found(record: MessageRecord | None) -> Any:
             if record is None or record.topic != key:
                 raise Refused(404, "Not found: no such message in the topic")
-            owner_key = key[: -len("/trash")] if record.trashed is not None and key.endswith("/trash") else key
+            owner = trash_owner(key) if record.trashed is not None else None
+            owner_key = key if owner is None else owner
             if not self._owned(record, owner_key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator removes a message")
             if record.trashed is not None:

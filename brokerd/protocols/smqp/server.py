@@ -76,7 +76,7 @@ from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
-from brokerd.store.records import Contact, TopicRecord
+from brokerd.store.records import Contact, TopicRecord, trash_owner
 from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 SERVER_IDENT = f"brokerd SMQP Server/{__version__}"
@@ -964,12 +964,11 @@ class SMQPServerFactory(Factory):
 
     def display(self, key: str) -> str:
         """The path of a topic key as notifications show it (the names as created)."""
-        base, trash, _rest = key.rpartition("/trash") if key.endswith("/trash") or key == "trash" else (key, "", "")
-        if key == "trash":
-            base = ""
+        owner = trash_owner(key)
+        base = key if owner is None else owner
         node = self.tree.get(base)
         path = node.display if node is not None and base else "/" + base
-        return path.rstrip("/") + "/Trash" if trash or key == "trash" else path
+        return path if owner is None else path.rstrip("/") + "/Trash"
 
     def _start_failed(self, failure: Failure) -> None:
         self._log.failure("The SMQP front end could not start", failure)

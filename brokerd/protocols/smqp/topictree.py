@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from brokerd.protocols.smqp.events import TopicRef
-from brokerd.store.records import TopicRecord
+from brokerd.store.records import TopicRecord, trash_key
 
 TRASH = "trash"
 ACCOUNTS = "accounts"
@@ -105,9 +105,7 @@ class Found:
     @property
     def key(self) -> str:
         """The queue key: the node's, or ``<key>/trash``."""
-        if not self.trash:
-            return self.node.key
-        return f"{self.node.key}/{TRASH}" if self.node.key else TRASH
+        return trash_key(self.node.key) if self.trash else self.node.key
 
 
 def _key(parent_key: str, leaf: str) -> str:
