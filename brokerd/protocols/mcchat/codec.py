@@ -89,17 +89,28 @@ def is_utf8(value: bytes) -> bool:
     return True
 
 
-def topic_problem(topic: bytes) -> str | None:
-    """Why ``topic`` cannot be an MCCHAT topic name, or None when it can."""
-    if len(topic) > MAX_TOPIC:
-        return f"topic longer than {MAX_TOPIC} bytes"
-    if _NUL in topic:
-        return "topic contains a NUL byte"
-    if _EOT in topic:
-        return "topic contains the byte 0x04"
-    if not is_utf8(topic):
-        return "topic is not UTF-8"
+def string_problem(what: str, value: bytes, limit: int) -> str | None:
+    """Why ``value`` cannot be an MCCHAT string of at most ``limit`` bytes (a NUL would end
+    it early, and the peer would lose the stream), or None when it can."""
+    if len(value) > limit:
+        return f"{what} longer than {limit} bytes"
+    if _NUL in value:
+        return f"{what} contains a NUL byte"
+    if not is_utf8(value):
+        return f"{what} is not UTF-8"
     return None
+
+
+def topic_problem(topic: bytes) -> str | None:
+    """Why ``topic`` cannot be an MCCHAT topic name (a string without 0x04, which ends a
+    topic list), or None when it can."""
+    problem = string_problem("topic", topic, MAX_TOPIC)
+    if problem is None and _EOT in topic:
+        return _EOT_PROBLEM
+    return problem
+
+
+_EOT_PROBLEM = "topic contains the byte 0x04"
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -164,7 +175,7 @@ class MCChatParser:
     def _scan(self, data: bytes, pos: int, events: list[Event]) -> None:
         """Packets from ``data[pos:]``: complete ones inline, the rest by :meth:`_continue`."""
         size = len(data)
-        valid = data.isascii() or is_utf8(data)
+        valid = is_utf8(data)
         find = data.find
         append = events.append
         max_topic = self._max_topic
@@ -291,23 +302,20 @@ def _malformed(op: int, fields: Iterable[bytes]) -> Malformed:
 
 def check_string(what: str, value: bytes, limit: int) -> bytes:
     """``value`` if it can be an MCCHAT string of at most ``limit`` bytes, else ValueError
-    (a NUL would end it early, and the peer would lose the stream)."""
+    saying why (:func:`string_problem`)."""
     if not isinstance(value, bytes):
         raise TypeError(f"MCCHAT strings are bytes here, not {type(value).__name__}")
-    if len(value) > limit:
-        raise ValueError(f"{what} longer than {limit} bytes")
-    if _NUL in value:
-        raise ValueError(f"{what} contains a NUL byte")
-    if not is_utf8(value):
-        raise ValueError(f"{what} is not UTF-8")
+    problem = string_problem(what, value, limit)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
 def check_topic(topic: bytes) -> bytes:
-    """``topic`` if it can be an MCCHAT topic name, else ValueError."""
+    """``topic`` if it can be an MCCHAT topic name, else ValueError (:func:`topic_problem`)."""
     check_string("topic", topic, MAX_TOPIC)
     if _EOT in topic:
-        raise ValueError("topic contains the byte 0x04")
+        raise ValueError(_EOT_PROBLEM)
     return topic
 
 
