@@ -159,7 +159,7 @@ class Broker(Service):
         topic = self.topics.get(name)
         created = topic is None
         if topic is None:
-            topic = self.topics.get_or_create(name)
+            topic = self.topics.create(name)
         if topic.watchers:
             self._tell_watchers(topic, session, True, presence)
         if presence:
@@ -189,7 +189,7 @@ class Broker(Service):
         if topic.watchers:
             self._tell_watchers(topic, session, False, False)
         if not topic.members:
-            self.topics.discard_if_empty(topic)
+            self.topics.discard(topic)
             self._tell_topic_listeners(topic.name, False)
 
     def _tell_topic_listeners(self, name: bytes, active: bool) -> None:

@@ -61,15 +61,14 @@ class TopicRegistry:
     def get(self, name: bytes) -> Topic | None:
         return self._topics.get(name)
 
-    def get_or_create(self, name: bytes) -> Topic:
-        topic = self._topics.get(name)
-        if topic is None:
-            topic = self._topics[name] = Topic(name)
+    def create(self, name: bytes) -> Topic:
+        """A new topic ``name`` (the caller found none: the Broker looks it up first)."""
+        topic = self._topics[name] = Topic(name)
         return topic
 
-    def discard_if_empty(self, topic: Topic) -> None:
-        if not topic.members:
-            self._topics.pop(topic.name, None)
+    def discard(self, topic: Topic) -> None:
+        """Forget ``topic`` (the Broker does when its last member left)."""
+        self._topics.pop(topic.name, None)
 
     def active(self) -> Iterator[bytes]:
         """Names of topics with at least one member, in creation order."""
