@@ -346,10 +346,9 @@ class TopicTree:
         node.name = new_name
         node.parent = new_parent
         new_parent.children[node.key] = node
-        for current in moved:
+        for current in moved:  # re-key every moved node's children once (they all moved)
             self._nodes[current.key] = current
-            if current is not node:
-                current.parent.children = {c.key: c for c in current.parent.children.values()}  # type: ignore[union-attr]
+            current.children = {c.key: c for c in current.children.values()}
         moved_keys = {n.key for n in moved}
         for other in self._nodes.values():
             link = other.link

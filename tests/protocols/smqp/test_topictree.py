@@ -103,6 +103,8 @@ def test_rename_moves_subtrees_and_rewrites_links():
     changed = tree.rename(node, tree.lookup(ref("/stocks/ibm")).node, "Quote")
     assert sorted(old for old, _ in changed) == ["stocks/quotes", "stocks/quotes/ibm", "v"]
     assert tree.lookup(ref("/stocks/ibm/quote/ibm")).node.display == "/stocks/ibm/Quote/ibm"
+    assert list(tree.lookup(ref("/stocks/ibm/quote")).node.children) == ["stocks/ibm/quote/ibm"]
+    assert list(tree.lookup(ref("/stocks/ibm")).node.children) == ["stocks/ibm/quote"]
     assert tree.lookup(ref("/v")).node.key == "stocks/ibm/quote/ibm"
     assert code(lambda: tree.lookup(ref("/stocks/quotes"))) == 404
     stocks = tree.lookup(ref("/stocks")).node
