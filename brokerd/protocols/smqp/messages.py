@@ -72,7 +72,7 @@ def _choice(name: str, value: str, table: dict) -> object:
     return found
 
 
-def read_publication(body: Body, require_created: bool = True) -> Publication:
+def read_publication(body: Body) -> Publication:
     """Check the header of a published message.  ValueError names the bad attribute."""
     values: dict[str, object] = {}
     smuids: list[str] = []
@@ -122,9 +122,7 @@ def read_publication(body: Body, require_created: bool = True) -> Publication:
             if name.lower() == "content-encryption" and "/" not in value:
                 raise ValueError(f"Content-Encryption: expected method/version, not {value!r}")
     if created is None:
-        if require_created:
-            raise ValueError("the REQUIRED Created attribute is missing")
-        created = 0.0
+        raise ValueError("the REQUIRED Created attribute is missing")
     return Publication(created=created, smuids=tuple(smuids), cmuids=tuple(cmuids),
                        **values)  # type: ignore[arg-type]
 
@@ -136,7 +134,7 @@ def smuid_number(smuid: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def stored_body(body: Body, smuid: str, cmuid: str, history: bool, created: str | None = None) -> Body:
+def stored_body(body: Body, smuid: str, cmuid: str, history: bool) -> Body:
     """The message as subscribers get it: ``Created`` first, then the Smuid and Cmuid
     history (a REPLY's, when ``history``) with the server's own appended, then the client's
     other attributes in their order; the sections unchanged."""
@@ -156,8 +154,6 @@ def stored_body(body: Body, smuid: str, cmuid: str, history: bool, created: str 
                 cmuids.append(("Cmuid", value))
         elif key != "created":
             rest.append((name, value))
-    if not first and created is not None:
-        first.append(("Created", created))
     attributes: Attributes = tuple(first + smuids + [("Smuid", smuid)] + cmuids + [("Cmuid", cmuid)] + rest)
     return Body(attributes, body.sections)
 

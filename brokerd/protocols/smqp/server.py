@@ -145,7 +145,6 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self.account: str | None = None
         self.channel: str | None = None
         self.closed = False
-        self.dropped = 0
         self.outbox: Any = None
         self.server_bye = True
         """NOTIFY SERVER BYE at shutdown (every client is subscribed by default)."""
