@@ -117,8 +117,11 @@ async def test_brokerless_subscribe_callback_accepts_and_rejects() -> None:
         assert (event.data, event.sender) == (b"21.5", "sensor")
         assert decisions == [("public/temperature", None), ("private/secrets", None)]
     finally:
+        connection = client.connection
         await client.close()
         await server.close()
+    code, _reason = await connection.closed  # close() leaves the code for others waiting
+    assert code == 1000
 
 
 class RawWebSocket(WebSocketClientProtocol):

@@ -646,11 +646,20 @@ class ClientConnection(WebSocketClientProtocol):
             incoming.respond(500, b"the application failed")
 
     def close(self) -> Deferred:
+        """Fires with None once the connection is closed; ``closed`` keeps its own result
+        (the close code and reason) for whoever else waits on it."""
         if self.state == self.STATE_OPEN:
             self.sendClose(1000)
         elif self.state == self.STATE_CLOSED:
             return succeed(None)
-        return self.closed.addCallback(lambda _: None)
+        done: Deferred = Deferred()
+
+        def passed_on(result: Any) -> Any:
+            done.callback(None)
+            return result
+
+        self.closed.addBoth(passed_on)
+        return done
 
 
 class _ClientFactory(WebSocketClientFactory):
