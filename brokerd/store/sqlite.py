@@ -94,7 +94,8 @@ MIGRATIONS: tuple[str, ...] = (
 Operation = Callable[..., Any]
 
 
-def _chunks(keys: Iterable[str]) -> Iterable[list[str]]:
+def _chunks(keys: Iterable[Any]) -> Iterable[list[Any]]:
+    """``keys`` sorted, without repeats, in lists short enough for one ``IN (...)``."""
     keys = sorted(set(keys))
     for start in range(0, len(keys), _IN_CHUNK):
         yield keys[start : start + _IN_CHUNK]
@@ -372,8 +373,7 @@ class SQLiteStore:
         def delete(c: sqlite3.Connection) -> int:
             count = 0
             for chunk in _chunks(keys):
-                marks = ",".join("?" * len(chunk))
-                count += c.execute(f"DELETE FROM topics WHERE key IN ({marks})", chunk).rowcount
+                count += c.execute(f"DELETE FROM topics WHERE key IN ({_marks(chunk)})", chunk).rowcount
             c.executemany("DELETE FROM subscriptions WHERE subscriber = ? AND kind = ? AND topic = ?", doomed)
             return count
 
@@ -434,7 +434,7 @@ class SQLiteStore:
         return self._submit(get)
 
     def get_messages(self, topic: str, seqs: Iterable[int] | None = None, limit: int | None = None) -> Deferred:
-        wanted = None if seqs is None else sorted(set(seqs))
+        wanted = None if seqs is None else list(seqs)
         most = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
 
         def get(c: sqlite3.Connection) -> list[MessageRecord]:
@@ -444,10 +444,9 @@ class SQLiteStore:
                     (topic, most)).fetchall()
             else:
                 rows = []
-                for start in range(0, len(wanted), _IN_CHUNK):
+                for chunk in _chunks(wanted):
                     if limit is not None and len(rows) >= limit:
                         break
-                    chunk = wanted[start:start + _IN_CHUNK]
                     rows += c.execute(
                         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = ? AND seq IN ({_marks(chunk)})"
                         " ORDER BY seq", (topic, *chunk)).fetchall()
