@@ -11,8 +11,11 @@ excluded, because the spec says a subscribed sender gets a copy of its own messa
 
 Flow control: from its first read on, each connection is a streaming producer of its own
 transport.  When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses
-us: messages (and TL answers) for it are dropped and counted, and its own packets are no
-longer read, until the buffer drains.
+us: messages for it are dropped and counted, and its own packets are no longer read, until the
+buffer drains.  Topic lists (TL answers, the discovery snapshot) are never dropped: they are
+written in pieces while the reader takes them (brokerd.protocols.mcchat.listing); messages
+that arrive while a list is half written wait behind it, at most ``max_output_buffer`` bytes
+of them (the rest are dropped and counted).
 
 What the spec leaves open, and what brokerd does (docs/mcchat.md):
 
@@ -35,7 +38,6 @@ the packet that could not be framed when that closed it (``outcome`` ``closed``)
 from __future__ import annotations
 
 import itertools
-import weakref
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -66,6 +68,7 @@ from brokerd.protocols.mcchat.events import (
     TopicListRequest,
     Unsub,
 )
+from brokerd.protocols.mcchat.listing import DISCOVERY, TL, PendingLists
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE, USERNAME, display_name, is_mcchat_topic
 
 IDLE_TIMEOUT = 300.0
@@ -128,17 +131,29 @@ class Discovery:
 
     Activations by every protocol are seen: the Broker calls its ``topic_listeners``
     (callables ``(topic, active)``) after a topic gained its first or lost its last member.
+    The same reports keep :meth:`topics`, the list TL answers and snapshots are made of, up to
+    date.  The Discovery is one of its Broker's topic listeners and lives as long as it.
     """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.stats: MCChatStats | None = None
+        self._topics: tuple[bytes, ...] | None = None
         broker.topic_listeners.append(self.topic_changed)
 
     def topic_changed(self, topic: bytes, active: bool) -> None:
         """The Broker's report; only activations are announced."""
+        self._topics = None
         if active:
             self.activated(topic)
+
+    def topics(self) -> tuple[bytes, ...]:
+        """The active topics an MCCHAT client can name (see active_mcchat_topics), kept until
+        a topic becomes active or inactive: every connection listing them shares this tuple."""
+        topics = self._topics
+        if topics is None:
+            topics = self._topics = tuple(active_mcchat_topics(self.broker))
+        return topics
 
     def activated(self, topic: bytes) -> None:
         """Tell the subscribers of ``""`` that ``topic`` became active."""
@@ -153,22 +168,17 @@ class Discovery:
             )
         )
 
-    def snapshot(self) -> bytes:
-        """The MSG packets announcing every active topic (at most MAX_TL_TOPICS)."""
-        return b"".join(
-            b"\x03\x00\x00" + topic + b"\x00" for topic in active_mcchat_topics(self.broker)
-        )
-
-
-_DISCOVERIES: weakref.WeakKeyDictionary[Broker, Discovery] = weakref.WeakKeyDictionary()
 
 
 def discovery_for(broker: Broker) -> Discovery:
-    """The one Discovery of ``broker`` (shared by all its MCCHAT listeners)."""
-    discovery = _DISCOVERIES.get(broker)
-    if discovery is None:
-        discovery = _DISCOVERIES[broker] = Discovery(broker)
-    return discovery
+    """The one Discovery of ``broker`` (shared by all its MCCHAT listeners): found among the
+    broker's topic listeners, so that nothing outside the broker keeps it (or the broker)
+    alive."""
+    for listener in broker.topic_listeners:
+        owner = getattr(listener, "__self__", None)
+        if isinstance(owner, Discovery):
+            return owner
+    return Discovery(broker)
 
 
 def active_mcchat_topics(broker: Broker) -> list[bytes]:
@@ -201,8 +211,13 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         """The certificate name that replaces this connection's usernames, when bound."""
         self._started = False
         """Set by the first read (see _first_read)."""
-        self._topic_list: bytes | None = None
-        """The TL answer, computed once per read however many TLRQs it holds."""
+        self._lists = PendingLists()
+        """TL answers and discovery snapshots not written yet (see _write_lists)."""
+        self._held: list[bytes] = []
+        """Messages that arrived while a list was half written, sent after it."""
+        self._held_bytes = 0
+        self._paused = False
+        """Twisted paused us: more than max_output_buffer bytes wait for the reader."""
         self.closed = False
         self.subscribed = 0
         """Topics this session is subscribed to (the idle rule spares subscribers)."""
@@ -256,6 +271,9 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         connection leaves again when its connection is lost)."""
         self.closed = True
         self.send = _discard
+        self._lists.clear()
+        self._held = []
+        self._held_bytes = 0
         self._report()
         self.factory.live.pop(self, None)
         self.factory.broker.detach(self)
@@ -275,6 +293,66 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def stopProducing(self) -> None:
         self.send = _discard
+
+    def pauseProducing(self) -> None:
+        """Over the output limit: stop reading; drop messages, except that those arriving
+        while a list is half written are held (bounded) to follow it."""
+        if self.closed:
+            return
+        self._paused = True
+        if not self._lists.writing:
+            self.send = self._drop
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self.closed:
+            return
+        self._paused = False
+        self.transport.resumeProducing()
+        if self._lists.busy:
+            self._write_lists()
+        else:
+            self.send = self.write_now
+        if self.episode_drops:
+            self.report_drops()
+
+    # ------------------------------------------------------------------ topic lists
+
+    def _write_lists(self) -> None:
+        """Write the pending topic lists, a piece at a time, until they are done or the
+        transport is over its limit (resumeProducing goes on).  While a list is half
+        written, ``send`` holds messages, to be written after it."""
+        lists = self._lists
+        snapshot = self.factory.discovery.topics
+        while lists.busy and not self._paused and not self.closed:
+            self.send = self._hold
+            piece = lists.next_piece(snapshot)
+            if piece:
+                self.write_now(piece)
+            if not lists.writing:
+                self._release_held()
+        if self.closed:
+            return
+        if lists.writing:
+            self.send = self._hold
+        else:
+            self.send = self._drop if self._paused else self.write_now
+
+    def _hold(self, data: bytes) -> None:
+        """``send`` while a list is half written: keep up to max_output_buffer bytes."""
+        if self._held_bytes + len(data) > self.factory.settings.max_output_buffer:
+            self._drop(data)
+            return
+        self._held.append(data)
+        self._held_bytes += len(data)
+
+    def _release_held(self) -> None:
+        held = self._held
+        if held:
+            data = held[0] if len(held) == 1 else b"".join(held)
+            self._held = []
+            self._held_bytes = 0
+            self.write_now(data)
 
     # ------------------------------------------------------------------ ISubscriber
 
@@ -320,7 +398,6 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
                 return
         if run:
             self._publish(run)
-        self._topic_list = None
         if error is not None:
             self.factory.stats.protocol_errors += 1
             self.bad_stream = True
@@ -362,9 +439,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self.subscribed += 1
         if topic == RESERVED_TOPIC:
-            snapshot = factory.discovery.snapshot()
-            if snapshot:
-                self.send(snapshot)
+            self._lists.request(DISCOVERY)
+            self._write_lists()
 
     def do_UNSUB(self, packet: Unsub) -> None:
         try:
@@ -374,12 +450,10 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.subscribed -= 1
 
     def do_TLRQ(self, packet: TopicListRequest) -> None:
-        """Answer with the active topics (through ``send``: a client that asks faster than it
-        reads loses answers rather than growing our buffer)."""
-        answer = self._topic_list
-        if answer is None:
-            answer = self._topic_list = self.factory.topic_list()
-        self.send(answer)
+        """Answer with the active topics, written as the client reads (see _write_lists):
+        every TLRQ is answered, and a client that asks without reading costs a counter."""
+        self._lists.request(TL)
+        self._write_lists()
 
     def client_only(self, packet: Info | TopicList) -> None:
         """INFO and TL are what a server sends; from a client they mean nothing."""
@@ -448,15 +522,6 @@ class MCChatServerFactory(Factory):
         self.live: dict[MCChatServerProtocol, None] = {}
         """Open connections, for the idle sweep."""
         self._sweeper: LoopingCall | None = None
-
-    def topic_list(self) -> bytes:
-        """The TL packet: the active topics MCCHAT can name (see active_mcchat_topics)."""
-        parts = [b"\x05"]
-        for topic in active_mcchat_topics(self.broker):
-            parts.append(topic)
-            parts.append(b"\x00")
-        parts.append(b"\x04")
-        return b"".join(parts)
 
     def startFactory(self) -> None:
         self._sweeper = LoopingCall(self.sweep)
