@@ -684,13 +684,16 @@ _PASSWORD_VERBS = ("PASSWORD", "PASS")
 _CLIENT_REPLY = re.compile(r"([0-9]{3})(?:[ \t]+(.*))?")
 
 BODY_NONE, BODY_MESSAGE, BODY_CONTACT = 0, 1, 2
+_BODY_COMMANDS = {"PUBLISH MESSAGE": BODY_MESSAGE, "SET LOGIN CONTACT": BODY_CONTACT}
 
 
 def body_follows(line: bytes) -> int:
     """Whether the command line announces a message body (PUBLISH MESSAGE), contact lines
     (SET LOGIN CONTACT) or nothing, judged from its first words alone so that it holds even
-    for a line that is otherwise malformed (its body must still be skipped)."""
-    words = line[:64].split()
+    for a line that is otherwise malformed (its body must still be skipped).  Words are
+    separated by any run of blanks, leading blanks ignored, as :func:`parse_command` reads
+    them: a body is never taken for commands."""
+    words = line.split(None, 3)
     if len(words) >= 2:
         first, second = words[0].upper(), words[1].upper()
         if first in (b"PUBLISH", b"PUB") and second in (b"MESSAGE", b"MESS"):
@@ -744,13 +747,15 @@ def _parse_password(rest: str) -> Command | Rejected:
 _LONG = object()
 """What :meth:`_Input.line` returns for a line longer than the limit (already discarded)."""
 _PREFIX = 64
+_BLANKS = re.compile(rb"[ \t]+")
 _ATTRIBUTE = re.compile(rb"([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*(.*?)[ \t]*")
 
 
 class _Input:
     """A byte buffer consumed from the front: lines (CRLF or LF) and counted bytes.  A line
-    longer than ``max_line`` is discarded as it arrives (only its first bytes are kept, in
-    ``long_prefix``), so the buffer never holds more than one line's worth of it."""
+    longer than ``max_line`` is discarded as it arrives (only its first words are kept, in
+    ``long_prefix``: enough to tell whether a body follows), so the buffer never holds more
+    than one line's worth of it."""
 
     def __init__(self, max_line: int) -> None:
         self.max_line = max_line
@@ -775,6 +780,7 @@ class _Input:
         buf = self.buf
         if self.skipping:
             i = buf.find(b"\n", self.pos)
+            self._note_long(bytes(buf[self.pos : len(buf) if i < 0 else i]))
             if i < 0:
                 self.pos = self.scan = len(buf)
                 return None
@@ -784,7 +790,8 @@ class _Input:
         i = buf.find(b"\n", max(self.scan, self.pos))
         if i < 0:
             if len(buf) - self.pos > self.max_line + 1:
-                self.long_prefix = bytes(buf[self.pos : self.pos + _PREFIX])
+                self.long_prefix = b""
+                self._note_long(bytes(buf[self.pos :]))
                 self.pos = self.scan = len(buf)
                 self.skipping = True
             else:
@@ -795,9 +802,17 @@ class _Input:
         if line.endswith(b"\r"):
             line = line[:-1]
         if len(line) > self.max_line:
-            self.long_prefix = line[:_PREFIX]
+            self.long_prefix = b""
+            self._note_long(line)
             return _LONG
         return line
+
+    def _note_long(self, piece: bytes) -> None:
+        """Keep the first words of a long line (blank runs made one space, leading blanks
+        dropped), whatever the blanks before and between them, across reads."""
+        if len(self.long_prefix) >= _PREFIX:
+            return
+        self.long_prefix = _BLANKS.sub(b" ", self.long_prefix + piece).lstrip(b" ")[:_PREFIX]
 
     def take(self, n: int) -> bytes:
         data = bytes(self.buf[self.pos : self.pos + n])
@@ -1008,6 +1023,10 @@ class _BodyReader:
                 return self._finish()
 
 
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""Bytes a contact line may not hold (a tab may)."""
+
+
 class _ContactReader:
     """Reads SET LOGIN CONTACT lines up to a ``.`` line; the data is the lines joined with
     CRLF (line ends normalised, the text otherwise byte for byte)."""
@@ -1031,6 +1050,10 @@ class _ContactReader:
                 return b"\r\n".join(self.lines)
             if line is _LONG:
                 self.error = self.error or _BodyError(BAD_REQUEST, "contact line too long")
+                continue
+            if _CONTROL.search(line):  # type: ignore[arg-type]
+                # a bare CR, NUL...: no reply line could carry it back (GET LOGIN CONTACT)
+                self.error = self.error or _BodyError(BAD_REQUEST, "control characters in contact data")
                 continue
             self.size += len(line) + 2  # type: ignore[arg-type]
             if self.size > self.max_size:
@@ -1104,6 +1127,8 @@ class SMQPParser:
                     event = Rejected(BAD_REQUEST, "control characters in the command line")
                 else:
                     event = parse_command(text)
+            if isinstance(event, Command) and event.name in _BODY_COMMANDS:
+                kind = _BODY_COMMANDS[event.name]  # a parsed command's body is never run as commands
             if kind == BODY_NONE or isinstance(event, ClientReply):
                 events.append(event)
             else:

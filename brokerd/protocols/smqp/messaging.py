@@ -42,6 +42,8 @@ MAX_GET_MESSAGES = 1000
 """Messages one GET MESSAGE returns (510 beyond)."""
 MAX_ID_RANGE = 100_000
 """Message numbers one GET MESSAGE range may span (400 beyond)."""
+MAX_ID_DIGITS = 18
+"""Digits of a message number (longer ones could not be stored: 400)."""
 _KIND_WORDS = {MESSAGE: "MESSAGE", TOPIC: "TOPIC", SUBSCRIBERS: "SUB"}
 
 
@@ -585,7 +587,7 @@ def parse_ids(text: str) -> list[int] | None:
         if not part:
             continue
         low, dash, high = part.partition("-")
-        if not (low.isascii() and low.isdigit()) or (dash and not (high.isascii() and high.isdigit())):
+        if not _is_number(low) or (dash and not _is_number(high)):
             raise ValueError(f"expected message numbers such as 1845-1890,1905, not {part!r}")
         first, last = int(low), int(high) if dash else int(low)
         if last < first or last - first >= MAX_ID_RANGE:
@@ -596,6 +598,11 @@ def parse_ids(text: str) -> list[int] | None:
     if not found:
         raise ValueError("no message number")
     return sorted(found)
+
+
+def _is_number(text: str) -> bool:
+    """A message number: 1 to 18 ASCII digits (the store's numbers are 64-bit)."""
+    return text.isascii() and text.isdigit() and len(text) <= MAX_ID_DIGITS
 
 
 def format_ranges(numbers: list[int]) -> str:
