@@ -73,6 +73,8 @@ class Settings:
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
+    smqp_max_topics_per_account: int = 10_000
+    """SMQP: topics one account may have created (and not removed); 414 beyond."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

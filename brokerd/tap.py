@@ -69,6 +69,7 @@ class Options(usage.Options):
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
+        ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create [10000]."],
     ]
 
     def __init__(self) -> None:

@@ -77,3 +77,39 @@ async def test_get_message_numbers_too_long_for_the_store_are_a_bad_request(smqp
         await refused(alice.command("GET", "MESSAGE", "/public", ids), 400)
     assert (await alice.command("LIST", "MESSAGE", "/public")).values == (number,)
     await innocent_is_served(server)
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_account_cannot_take_every_topic(smqp_server):
+    server = await smqp_server(smqp_max_topics_per_account=5)
+    alice = await server.login()
+    await alice.create_topic("/public")
+    for i in range(4):
+        await alice.create_topic(f"/public/t{i}")
+    await refused(alice.create_topic("/public/t4"), 414)  # alice's quota
+    await innocent_is_served(server)
+    bob = await server.login("bob", "c1")
+    await bob.create_topic("/public/bobs")  # the others' topics are not hers
+    await alice.remove_topic("/public/t0")
+    await alice.create_topic("/public/t4")  # a removed topic frees its place
+    await refused(alice.create_topic("/public/t5"), 414)
+    await server.stop()  # the quota survives a restart: it is counted from the stored topics
+    restarted = await smqp_server(smqp_max_topics_per_account=5)
+    again = await restarted.login()
+    await refused(again.create_topic("/public/t6"), 414)
+
+
+@pytest_twisted.ensureDeferred
+async def test_timeout_infinite_needs_administer_permission(smqp_server, tmp_path):
+    ual = tmp_path / "smqp.ual"
+    ual.write_text("/  @accounts  psacr\n/public  bob  ps\n")
+    server = await smqp_server(ual_file=ual)
+    alice = await server.login()
+    await alice.create_topic("/public")
+    bob = await server.login("bob", "c1")
+    await refused(bob.publish("/public", "b1", [("text/plain", b"forever")], [("Timeout", "INFINITE")]), 403)
+    await refused(bob.publish("/public", "b2", [("text/plain", b"forever")], [("Timeout", "INF")]), 403)
+    assert (await bob.publish("/public", "b3", [("text/plain", b"a day")], [("Timeout", "01:00:00:00")])).code == 200
+    assert (await alice.publish("/public", "a1", [("text/plain", b"state")], [("Timeout", "INFINITE")])).code == 200
+    assert await alice.count("MESSAGE", "/public") == 2
+    await innocent_is_served(server)

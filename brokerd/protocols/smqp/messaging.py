@@ -161,6 +161,8 @@ class MessagingCommands:
 
     def _publish_to(self, key: str, explicit: list[str], body: Body, publication: Publication,
                     command: Command, node_mode: str, mode: str) -> Overlap | None:
+        if publication.timeout is None:
+            self._may_keep_forever(key)
         if not publication.guarantee:
             self._publish_volatile(key, body, publication, command, explicit, mode)
             return None
@@ -168,6 +170,15 @@ class MessagingCommands:
             return Overlap(self._replace(key, body, publication, command, node_mode))
         return Overlap(self._publish(key, body, publication, command, explicit, node_mode, "ADD",
                                      history=mode == "REPLY"))
+
+    def _may_keep_forever(self, key: str) -> None:
+        """``Timeout: INFINITE`` (a state message, kept until removed) needs administer
+        permission (UAL ``a``) on the queue that keeps it, like SET TOPIC TIMEOUT INFINITE:
+        otherwise any publisher could fill the store with messages that never expire."""
+        perms = self.factory.ual.permissions(self.account, tuple(key.split("/")) if key else ())
+        if Perm.ADMINISTER not in perms:
+            raise Refused(403, f"Forbidden: Timeout INFINITE needs administer permission on "
+                               f"{self.service.display(key)}")
 
     def _publish_topic(self, ref: TopicRef, need: Perm) -> tuple[str, str]:
         if not ref.leaves:

@@ -74,7 +74,7 @@ from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicR
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
-from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError, TopicTree
+from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import Contact, TopicRecord, trash_owner
 from brokerd.store.sqlite import FILENAME, SQLiteStore
@@ -892,7 +892,8 @@ class SMQPServerFactory(Factory):
         self.domain = domain or socket.gethostname() or "localhost"
         self.message_timeout = message_timeout
         self._run_in_thread = run
-        self.tree = TopicTree()
+        self.max_topics_per_account = int(getattr(settings, "smqp_max_topics_per_account", MAX_OWNED))
+        self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
         self.service = MessageService(store, clock, broker, self.wire, self.display, events)
@@ -925,7 +926,7 @@ class SMQPServerFactory(Factory):
         return self.started
 
     def _topics_loaded(self, records: list[TopicRecord]) -> Deferred:
-        self.tree, skipped = TopicTree.from_records(records)
+        self.tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
         for record in skipped:
             self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
         return self.store.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))

@@ -31,6 +31,9 @@ MAX_CHILDREN = 1024
 """Child topics of one parent, system topics (``/accounts``) not counted (414 beyond)."""
 MAX_TOPICS = 100_000
 """Topics in the whole tree (414 beyond)."""
+MAX_OWNED = 10_000
+"""Topics one account may have created and not removed (414 beyond): one account cannot use
+up MAX_TOPICS for everyone (``--smqp-max-topics-per-account``)."""
 
 
 class TopicError(Exception):
@@ -113,11 +116,15 @@ def _key(parent_key: str, leaf: str) -> str:
 
 
 class TopicTree:
-    def __init__(self, max_children: int = MAX_CHILDREN, max_topics: int = MAX_TOPICS) -> None:
+    def __init__(self, max_children: int = MAX_CHILDREN, max_topics: int = MAX_TOPICS,
+                 max_owned: int = MAX_OWNED) -> None:
         self.max_children = max_children
         self.max_topics = max_topics
+        self.max_owned = max_owned
         self.root = Node("", "", None, system=True)
         self._nodes: dict[str, Node] = {"": self.root}
+        self._owned: dict[str, int] = {}
+        """Topics (not system ones) by the account that created them."""
 
     # ------------------------------------------------------------------ loading
 
@@ -142,7 +149,16 @@ class TopicTree:
                     created=record.created, system=record.system, timeout=record.timeout)
         parent.children[record.key] = node
         self._nodes[record.key] = node
+        self._count(node, 1)
         return node
+
+    def _count(self, node: Node, change: int) -> None:
+        if node.owner and not node.system:
+            self._owned[node.owner] = self._owned.get(node.owner, 0) + change
+
+    def owned(self, account: str) -> int:
+        """Topics ``account`` created that are still there (its quota's use)."""
+        return self._owned.get(account, 0)
 
     def __len__(self) -> int:
         """Stored topics (the root excluded)."""
@@ -256,6 +272,8 @@ class TopicTree:
         414 too many, 405 a link to a virtual topic, 409 a link to itself."""
         key = _key(parent.key, name)
         self._check_new_child(parent, name, key)
+        if owner and self.owned(owner) >= self.max_owned:
+            raise TopicError(414, f"Resource too large: {owner} has created {self.max_owned} topics")
         if link is not None:
             if link.link is not None:
                 raise TopicError(405, "Not allowed: a virtual topic cannot link to another virtual topic")
@@ -296,7 +314,8 @@ class TopicTree:
                 doomed.append(other)
                 doomed.extend(n for n in self.descendants_all(other) if n.key not in keys)
         for gone in doomed:
-            self._nodes.pop(gone.key, None)
+            if self._nodes.pop(gone.key, None) is not None:
+                self._count(gone, -1)
             if gone.parent is not None:
                 gone.parent.children.pop(gone.key, None)
         return doomed
@@ -314,6 +333,8 @@ class TopicTree:
     def restore(self, nodes: Iterable[Node]) -> None:
         """Put removed nodes back (undo :meth:`remove` when the store failed)."""
         for node in sorted(nodes, key=lambda n: n.depth):
+            if node.key not in self._nodes:
+                self._count(node, 1)
             self._nodes[node.key] = node
             if node.parent is not None:
                 node.parent.children[node.key] = node
