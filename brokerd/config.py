@@ -75,6 +75,8 @@ class Settings:
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
+    smqp_max_message_size: int = 2 << 20
+    """SMQP: bytes of one message body as received (attribute lines and data); 413 beyond."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

@@ -70,6 +70,7 @@ class Options(usage.Options):
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create [10000]."],
+        ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
     ]
 
     def __init__(self) -> None:

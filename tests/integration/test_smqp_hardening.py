@@ -3,10 +3,18 @@ commands, input that could never be answered, numbers the store cannot hold.  Af
 server keeps serving the attacker's next command and an innocent client."""
 from __future__ import annotations
 
+import gc
+import socket
 import time
+import weakref
 
 import pytest
 import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import deferLater
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import encode_body, format_datetime
@@ -28,9 +36,10 @@ def smuggling_body() -> bytes:
 
 
 async def innocent_is_served(server) -> None:
+    """Another account logs in and is answered (the topics the test made are listed)."""
     bob = await server.login("bob", "innocent")
     assert (await bob.noop()).code == 200
-    assert "/public" in await bob.list_topics("/")
+    assert set(await bob.list_topics("/")) & {"/public", "/big"}
 
 
 @pytest_twisted.ensureDeferred
@@ -113,3 +122,103 @@ async def test_timeout_infinite_needs_administer_permission(smqp_server, tmp_pat
     assert (await alice.publish("/public", "a1", [("text/plain", b"state")], [("Timeout", "INFINITE")])).code == 200
     assert await alice.count("MESSAGE", "/public") == 2
     await innocent_is_served(server)
+
+
+class Raw(Protocol):
+    """An SMQP client that writes bytes and collects what comes back; it can stop reading."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.waits: list[tuple[object, Deferred]] = []
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+        for condition, d in list(self.waits):
+            if condition(self.received):
+                self.waits.remove((condition, d))
+                d.callback(None)
+
+    def until(self, condition) -> Deferred:
+        d: Deferred = Deferred()
+        self.waits.append((condition, d))
+        self.dataReceived(b"")
+        return d.addTimeout(10, reactor)
+
+
+async def raw_guest(server, read: bool = True) -> Raw:
+    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", server.port_number)
+    client = await connectProtocol(endpoint, Raw())
+    client.transport.write(b"LOGIN guest:g1 CLEAR/1.0\r\nPASS guest\r\n")
+    await client.until(lambda got: got.count(b"\r\n200 OK\r\n") >= 1 and b"200 Suid" in got)
+    if not read:
+        client.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 128 * 1024)
+        client.transport.pauseProducing()
+    del client.received[:]
+    return client
+
+
+async def eventually(condition, what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await deferLater(reactor, 0.02, lambda: None)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_whole_message_is_bounded_in_bytes(smqp_server):
+    server = await smqp_server()
+    alice = await server.login()
+    await alice.create_topic("/public")
+    attribute = "v" * 4000
+    headers = [(f"X-H{i}", attribute) for i in range(60)]
+    sections = [("text/plain", b"d" * 60_000) for _ in range(16)]  # 960 KB of data: under 1 MiB
+    section_attributes = b"".join(b"X-S%d: %s\r\n" % (i, attribute.encode()) for i in range(14))
+    body = encode_body(Body((("Created", format_datetime(time.time())), *headers),
+                            tuple(Section((("Content-Type", kind),), data) for kind, data in sections)))
+    body = body.replace(b"Content-Type: text/plain\r\n", b"Content-Type: text/plain\r\n" + section_attributes)
+    assert len(body) > 2 << 20  # attributes and data: 2.2 MB
+    await refused(alice.send_raw(b"PUBLISH MESSAGE /public big\r\n" + body), 413)
+    assert (await alice.noop()).code == 200
+    assert await alice.count("MESSAGE", "/public") == 0
+    small = await alice.publish("/public", "ok", [("text/plain", b"d" * 60_000)], headers[:10])
+    assert small.code == 200
+    await innocent_is_served(server)
+
+
+@pytest_twisted.ensureDeferred
+async def test_get_message_is_written_as_the_client_reads(smqp_server):
+    limit = 64 * 1024
+    server = await smqp_server(max_output_buffer=limit)
+    alice = await server.login()
+    await alice.create_topic("/big")
+    size = 900_000
+    for i in range(12):  # ~10.8 MB in the topic
+        await alice.publish("/big", f"m{i}", [("application/octet-stream", b"%02d" % i + b"x" * size)])
+    greedy = await raw_guest(server, read=False)
+    greedy.transport.write(b"GET MESSAGE /big *\r\n" * 3 + b"NOOP\r\n")
+    session = next(iter(server.factory.sessions["guest"]))
+    await eventually(lambda: session._paused_output, "the reply to pause")
+    transport = session.transport
+    queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+    assert queued <= limit + size + 64 * 1024  # the output limit and one message
+
+    # an innocent client is served meanwhile, and a reader gets the whole answer
+    await innocent_is_served(server)
+    reader = await raw_guest(server)
+    reader.transport.write(b"GET MESSAGE /big 1-9999\r\nNOOP\r\n")
+    await reader.until(lambda got: got.endswith(b"\r\n.\r\n.\r\n200 OK\r\n"))
+    assert reader.received.startswith(b"200 OK\r\nTopic: /big\r\n")
+    assert reader.received.count(b"Topic: /big\r\n") == 12
+    assert [reader.received.find(b"\r\n\r\n%02d" % i) > 0 for i in range(12)] == [True] * 12
+
+    # the greedy client leaves: its reply is dropped, nothing of it is kept
+    kept = weakref.ref(session)
+    greedy.transport.abortConnection()
+    await eventually(lambda: "guest" not in server.factory.sessions or session not in
+                     server.factory.sessions["guest"], "the session to end")
+    assert session._stream is None or session._stream._finished
+    del session, transport
+    await deferLater(reactor, 0.1, lambda: None)  # a store read in flight comes back
+    gc.collect()
+    assert kept() is None

@@ -862,10 +862,14 @@ class _BodyReader:
     refused) the structure is followed but no data is kept.
     """
 
-    def __init__(self, source: _Input, keep: bool = True, max_message: int = MAX_MESSAGE) -> None:
+    def __init__(self, source: _Input, keep: bool = True, max_message: int = MAX_MESSAGE,
+                 max_body: int | None = None) -> None:
         self.input = source
         self.keep = keep
         self.max_message = max_message
+        self.max_body = max_body
+        """Bytes of the whole body (attribute lines, blank lines, data); None: no limit."""
+        self.size = 0
         self.state = self._head
         self.header: list[tuple[str, str]] = []
         self.sections: list[Section] = []
@@ -890,13 +894,26 @@ class _BodyReader:
         if scan:
             self.state = self._scan
 
+    def _next_line(self) -> bytes | object | None:
+        line = self.input.line()
+        if line is not None and line is not _LONG:
+            self._grow(len(line) + 2)  # type: ignore[arg-type]
+        return line
+
+    def _grow(self, count: int) -> None:
+        """Count ``count`` more bytes of the body; past ``max_body`` the rest is followed
+        (data skipped by its Content-Length) but not kept, and the answer is 413."""
+        self.size += count
+        if self.max_body is not None and self.size > self.max_body:
+            self._fail(TOO_LARGE, f"message over {self.max_body} bytes", scan=False)
+
     def _finish(self) -> object:
         if self.error is not None:
             raise self.error
         return Body(tuple(self.header), tuple(self.sections))
 
     def _head(self) -> object:
-        line = self.input.line()
+        line = self._next_line()
         if line is None:
             return _NEED
         if line is _LONG:
@@ -928,7 +945,7 @@ class _BodyReader:
         self.state = self._section_head
 
     def _section_head(self) -> object:
-        line = self.input.line()
+        line = self._next_line()
         if line is None:
             return _NEED
         if line is _LONG:
@@ -959,6 +976,7 @@ class _BodyReader:
             self._fail(BAD_REQUEST, "data section without a Content-Type", scan=False)
         self.remaining = int(length)
         self.total += self.remaining
+        self._grow(self.remaining)
         if self.total > self.max_message:
             self._fail(TOO_LARGE, f"message data over {self.max_message} bytes", scan=False)
         self.data = []
@@ -996,7 +1014,7 @@ class _BodyReader:
         return None
 
     def _between(self) -> object:
-        line = self.input.line()
+        line = self._next_line()
         if line is None:
             return _NEED
         if line is _LONG:
@@ -1067,10 +1085,12 @@ class SMQPParser:
     :class:`Rejected` events out, one per command (a command's body included)."""
 
     def __init__(
-        self, max_line: int = MAX_LINE, max_message: int = MAX_MESSAGE, max_contact: int = MAX_CONTACT
+        self, max_line: int = MAX_LINE, max_message: int = MAX_MESSAGE, max_contact: int = MAX_CONTACT,
+        max_body: int | None = None,
     ) -> None:
         self._input = _Input(max_line)
         self._max_message = max_message
+        self._max_body = max_body
         self._max_contact = max_contact
         self._reader: _BodyReader | _ContactReader | None = None
         self._pending: Command | Rejected | None = None
@@ -1139,7 +1159,7 @@ class SMQPParser:
         keep = isinstance(pending, Command)
         self._pending = pending
         if kind == BODY_MESSAGE:
-            self._reader = _BodyReader(self._input, keep, self._max_message)
+            self._reader = _BodyReader(self._input, keep, self._max_message, self._max_body)
         else:
             self._reader = _ContactReader(self._input, keep, self._max_contact)
 

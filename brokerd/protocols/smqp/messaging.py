@@ -502,22 +502,33 @@ class MessagingCommands:
             wanted = parse_ids(command.args[0])
         except ValueError as exc:
             raise Refused(400, f"Bad request: {exc}") from None
-        # one more than may be sent, so that too many are refused without reading them all
-        d = self.factory.store.get_messages(key, wanted, MAX_GET_MESSAGES + 1)
+        store = self.factory.store
 
-        def found(records: list[MessageRecord]) -> None:
-            if not records and wanted is not None and len(wanted) == 1:
+        def listed(numbers: list[int]) -> Deferred:
+            if wanted is None:
+                chosen = numbers
+            else:
+                present = set(numbers)
+                chosen = [seq for seq in wanted if seq in present]
+            if not chosen and wanted is not None and len(wanted) == 1:
                 raise Refused(404, "Not found: no such message in the topic")
-            if len(records) > MAX_GET_MESSAGES:
+            if len(chosen) > MAX_GET_MESSAGES:
                 raise Refused(510, f"Maximum quantities exceeded: more than {MAX_GET_MESSAGES} messages")
             topic_line = f"Topic: {display}\r\n".encode("utf-8")
-            parts = [encode_reply(200, "OK")]
-            for record in records:
-                parts += [topic_line, record.data]
-            parts.append(b".\r\n")
-            self._reply_raw(b"".join(parts))  # type: ignore[attr-defined]
+            left = iter(chosen)
 
-        return d.addCallback(found)
+            def next_message() -> Deferred:
+                """One message at a time (one gone meanwhile is skipped)."""
+                seq = next(left, None)
+                if seq is None:
+                    return succeed(None)
+                d = store.get_messages(key, [seq])
+                return d.addCallback(lambda records: b"".join(topic_line + r.data for r in records))
+
+            return self.stream_reply(encode_reply(200, "OK"), next_message, b".\r\n")  # type: ignore[attr-defined]
+
+        # the numbers first: too many are refused, and only one message is read at a time
+        return store.list_messages(key).addCallback(listed)
 
     def do_REMOVE_MESSAGE(self, command: Command) -> Deferred:
         key, _display = self._message_queue(command.topic, Perm.NONE)  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
+from brokerd.protocols.smqp.streaming import ReplyStream
 from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
 from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
@@ -80,6 +81,9 @@ from brokerd.store.records import Contact, TopicRecord, trash_owner
 from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 SERVER_IDENT = f"brokerd SMQP Server/{__version__}"
+MAX_MESSAGE_SIZE = 2 << 20
+"""Bytes of one message body as received, attribute lines included (413 beyond): the default
+of ``--smqp-max-message-size``."""
 MAX_PIPELINE = 64
 """Commands parsed but not yet answered before the connection stops reading."""
 MAX_LOGIN_FAILURES = 3
@@ -107,14 +111,16 @@ _BEFORE_LOGIN = {"LOGIN", "PASSWORD", "NOOP", "QUIT"}
 
 
 class _Slot:
-    """The reply of one command: written once it and every earlier one are ready."""
+    """The reply of one command: written once it and every earlier one are ready (a
+    streamed reply: its pieces are written while it is first in line, see ReplyStream)."""
 
-    __slots__ = ("data", "ready", "after")
+    __slots__ = ("data", "ready", "after", "stream")
 
     def __init__(self, ready: bool = True) -> None:
         self.data: list[bytes] = []
         self.ready = ready
         self.after: list[Callable[[], None]] = []
+        self.stream: ReplyStream | None = None
 
 
 @implementer(ISubscriber, IPushProducer, IHandshakeListener)
@@ -146,6 +152,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self.channel: str | None = None
         self.closed = False
         self.outbox: Any = None
+        self._stream: ReplyStream | None = None
+        """The reply being written a piece at a time (GET MESSAGE), if any."""
         self.server_bye = True
         """NOTIFY SERVER BYE at shutdown (every client is subscribed by default)."""
         self.server_timeout = False
@@ -164,6 +172,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
+        self._parser = SMQPParser(max_body=factory.max_message_size)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(
@@ -203,6 +212,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self.closed = True
         self._queue.clear()
         self._cancel_login_timer()
+        if self._stream is not None:
+            self._stream.stop()
         if self.outbox is not None:
             self.factory.service.detach(self.outbox)
         if self._admitted:
@@ -254,7 +265,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             self.transport.writeSequence(parts)
 
     def can_notify(self) -> bool:
-        return not self.closed and not self._paused_output
+        """NOTIFYs wait while the output is full and while a reply is being streamed."""
+        return not self.closed and not self._paused_output and self._stream is None
 
     # ------------------------------------------------------------------ flow control
 
@@ -270,6 +282,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             return
         self._paused_output = False
         self._regulate()
+        if self._stream is not None:
+            self._stream.pump()
         if self.outbox is not None:
             self.outbox.pump()
 
@@ -408,18 +422,58 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             slot.after.append(callback)
 
     def _flush(self, closing: bool = False) -> None:
-        """Write the replies that are ready, in command order (all of them when closing)."""
+        """Write the replies that are ready, in command order (all of them when closing).
+        A streamed reply first in line gets its head written and goes on by itself; the
+        replies behind it wait until it is done."""
         slots = self._slots
         out: list[bytes] = []
         after: list[Callable[[], None]] = []
-        while slots and (slots[0].ready or closing):
-            slot = slots.popleft()
+        stream = None
+        while slots:
+            slot = slots[0]
+            if slot.stream is not None and not closing:
+                out.extend(slot.data)
+                slot.data = []
+                stream = slot.stream
+                break
+            if not (slot.ready or closing):
+                break
+            slots.popleft()
             out.extend(slot.data)
             after.extend(slot.after)
         if out and not self.closed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         for callback in after:
             callback()
+        if stream is not None:
+            stream.pump()
+
+    def stream_reply(self, head: bytes, source: Callable[[], Deferred], tail: bytes) -> Deferred:
+        """Answer the current command with ``head``, then the pieces ``source`` gives, then
+        ``tail``, written as the client reads (see brokerd.protocols.smqp.streaming); the
+        Deferred fires once all of it is written or the connection is gone."""
+        slot = self._slot
+        if slot is None:
+            slot = _Slot(ready=False)
+            self._slots.append(slot)
+        stream = self._stream = slot.stream = ReplyStream(self, source, tail)
+        slot.data.append(head)
+
+        def ended(result: Any) -> Any:
+            slot.stream = None
+            if self._stream is stream:
+                self._stream = None
+            if self.outbox is not None and not self.closed:
+                self.outbox.pump()
+            return result
+
+        stream.done.addCallback(ended)
+        self._flush()
+        return stream.done
+
+    def may_stream(self, stream: ReplyStream) -> bool:
+        """Whether ``stream`` may write now: first in line and the output under its limit."""
+        return not self._paused_output and bool(self._slots) and self._slots[0].stream is stream
 
     # ------------------------------------------------------------------ login
 
@@ -893,6 +947,7 @@ class SMQPServerFactory(Factory):
         self.message_timeout = message_timeout
         self._run_in_thread = run
         self.max_topics_per_account = int(getattr(settings, "smqp_max_topics_per_account", MAX_OWNED))
+        self.max_message_size = int(getattr(settings, "smqp_max_message_size", MAX_MESSAGE_SIZE))
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
