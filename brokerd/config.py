@@ -77,6 +77,9 @@ class Settings:
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20
     """SMQP: bytes of one message body as received (attribute lines and data); 413 beyond."""
+    smqp_max_queued_bytes: int = 4 << 20
+    """SMQP: bytes of notifications one session holds in memory, in its window of pending
+    messages and in its queue of notifications that need no acknowledgement (each)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

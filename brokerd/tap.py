@@ -71,6 +71,7 @@ class Options(usage.Options):
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create [10000]."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
+        ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory [4194304]."],
     ]
 
     def __init__(self) -> None:

@@ -39,7 +39,7 @@ async def innocent_is_served(server) -> None:
     """Another account logs in and is answered (the topics the test made are listed)."""
     bob = await server.login("bob", "innocent")
     assert (await bob.noop()).code == 200
-    assert set(await bob.list_topics("/")) & {"/public", "/big"}
+    assert set(await bob.list_topics("/")) & {"/public", "/big", "/news"}
 
 
 @pytest_twisted.ensureDeferred
@@ -222,3 +222,61 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
     await deferLater(reactor, 0.1, lambda: None)  # a store read in flight comes back
     gc.collect()
     assert kept() is None
+
+
+async def raw_login(server, account: str, channel: str, *commands: bytes) -> Raw:
+    """A raw connection logged in as ``account`` that sent ``commands`` and got their 200s."""
+    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", server.port_number)
+    client = await connectProtocol(endpoint, Raw())
+    password = {"alice": b"alicepw", "bob": b"bobpw"}[account]
+    client.transport.write(b"LOGIN %s:%s CLEAR/1.0\r\nPASS %s %s\r\n" % (
+        account.encode(), channel.encode(), account.encode(), password) + b"".join(commands) + b"NOOP\r\n")
+    await client.until(lambda got: got.count(b"\n200 ") >= 3 + len(commands))  # each last reply line
+    del client.received[:]
+    return client
+
+
+def volatile_publish(topic: str, cmuid: str, data: bytes) -> bytes:
+    body = Body((("Created", format_datetime(time.time())), ("Guarantee", "NO")),
+                (Section((("Content-Type", "application/octet-stream"),), data),))
+    return b"PUBLISH MESSAGE %s %s\r\n" % (topic.encode(), cmuid.encode()) + encode_body(body)
+
+
+@pytest_twisted.ensureDeferred
+async def test_notification_queues_are_bounded_in_bytes_and_respect_the_output_limit(smqp_server):
+    limit, queued_limit, size = 64 * 1024, 1 << 20, 200_000
+    server = await smqp_server(max_output_buffer=limit, smqp_max_queued_bytes=queued_limit)
+    alice = await server.login()
+    await alice.create_topic("/news")
+    slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n")
+    slow.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 128 * 1024)
+    slow.transport.pauseProducing()
+    session = server.factory.service.outboxes["alice:slow"].session
+    outbox = session.outbox
+
+    # 40 notifications that need no acknowledgement: 8 MB for a client that does not read
+    bob = await server.login("bob", "c1")
+    bob.transport.write(b"".join(volatile_publish("/news", f"v{i}", b"%02d" % i + b"v" * size)
+                                 for i in range(40)))
+    assert (await bob.noop()).code == 200
+    await eventually(lambda: session._paused_output, "the slow session to pause")
+    transport = session.transport
+    queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+    assert queued <= limit + 64 * 1024 + size  # the output limit, one batch, one notification
+    assert outbox.volatile_bytes <= queued_limit
+    assert outbox.dropped >= 1
+
+    # guaranteed messages wait in the store; the window holds at most queued_limit of them
+    for i in range(8):
+        await bob.publish("/news", f"g{i}", [("application/octet-stream", b"g" * 900_000)])
+    assert outbox.window_bytes <= queued_limit + 900_000
+
+    await innocent_is_served(server)
+
+    # once it reads, it gets what was kept, whole and in order
+    kept = 40 - outbox.dropped
+    slow.transport.resumeProducing()
+    await slow.until(lambda got: got.count(b"NOTIFY MESSAGE /news ADD\r\n") >= kept + 1)
+    numbers = [int(slow.received[i + 4:i + 6]) for i in range(len(slow.received))
+               if slow.received.startswith(b"\r\n\r\n", i) and slow.received[i + 6:i + 7] == b"v"]
+    assert numbers == sorted(numbers) and len(numbers) == kept

@@ -32,7 +32,7 @@ from brokerd.protocols.flow import record_drops
 from brokerd.protocols.smqp.codec import decode_body, encode_notify, format_datetime
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.messages import first_text, receipt_body
-from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT, Outbox
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT, Outbox
 from brokerd.protocols.smqp.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC, SubscriptionIndex
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled
 
@@ -144,6 +144,7 @@ class MessageService:
         self.retry_timeout: float = RETRY_TIMEOUT
         self.max_attempts: int = MAX_ATTEMPTS
         self.trash_retention: float = TRASH_RETENTION
+        self.max_queued_bytes: int = MAX_QUEUED_BYTES
         self._seq = 0
         self._loops: list[LoopingCall] = []
         self.stats = {"published": 0, "volatile": 0, "acked": 0, "redelivered": 0, "expired": 0,

@@ -16,9 +16,14 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
 - A topic suspended by SET NOTIFY SUSPEND, or whose delivery mode is NONE, is skipped; its
   deliveries stay in the store and come back when it is resumed.
 - Messages that never went through the store (Guarantee: NO, other protocols' messages,
-  topic/subscriber notices) wait in a bounded FIFO (:data:`MAX_VOLATILE`, then dropped and
-  counted, one event-log record per run of drops) and need no acknowledgement; they too wait
-  for an outstanding acknowledgement.
+  topic/subscriber notices) wait in a bounded FIFO (:data:`MAX_VOLATILE` notifications and
+  the service's ``max_queued_bytes`` bytes, then dropped and counted, one event-log record
+  per run of drops) and need no acknowledgement; they too wait for an outstanding
+  acknowledgement.
+- Bytes, not only counts: the window holds at most ``max_queued_bytes`` of message bodies
+  (always at least one message), and :meth:`Outbox.pump` writes only while the session's
+  output is under ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about
+  :data:`BATCH` bytes; the rest waits for the session's resumeProducing.
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
@@ -47,6 +52,11 @@ of ``--smqp-max-attempts``."""
 MAX_VOLATILE = 4096
 """Unacknowledged-kind notifications (Guarantee: NO, other protocols, notices) queued per
 session before new ones are dropped."""
+MAX_QUEUED_BYTES = 4 << 20
+"""Bytes of message bodies in one session's window, and bytes of its FIFO of notifications
+that need no acknowledgement (each): the default of ``--smqp-max-queued-bytes``."""
+BATCH = 64 * 1024
+"""Bytes of the FIFO written at once before the session's output limit is checked again."""
 
 
 class Session(Protocol):
@@ -72,6 +82,10 @@ class Outbox:
         self.known: set[int] = set()
         """Seqs in the heap, in flight, waiting for a ONE claim, or refused for now."""
         self.volatile: deque[bytes] = deque()
+        self.volatile_bytes = 0
+        self.window_bytes = 0
+        """Bytes of the message bodies in the heap."""
+        self.max_bytes: int = getattr(service, "max_queued_bytes", MAX_QUEUED_BYTES)
         self.inflight: Delivery | None = None
         self.inflight_parts: list[bytes] | None = None
         self.settling = False
@@ -129,21 +143,25 @@ class Outbox:
             return
         if self.blocked(delivery.topic):
             return
-        if len(self.heap) >= WINDOW:
+        if self._window_full():
             self.stale = True
             return
         self._push(delivery)
         self.pump()
 
+    def _window_full(self) -> bool:
+        return len(self.heap) >= WINDOW or (bool(self.heap) and self.window_bytes >= self.max_bytes)
+
     def offer_volatile(self, data: bytes) -> None:
         if self.closed:
             return
-        if len(self.volatile) >= MAX_VOLATILE:
+        if len(self.volatile) >= MAX_VOLATILE or self.volatile_bytes + len(data) > self.max_bytes:
             self.dropped += 1
             self.unreported += 1
             self.service.volatile_dropped(self)
             return
         self.volatile.append(data)
+        self.volatile_bytes += len(data)
         self.pump()
 
     def discard(self, seq: int) -> None:
@@ -164,7 +182,13 @@ class Outbox:
 
     def _push(self, delivery: Delivery) -> None:
         self.known.add(delivery.seq)
+        self.window_bytes += len(delivery.data)
         heapq.heappush(self.heap, (-delivery.priority, delivery.seq, delivery))
+
+    def _pop(self) -> tuple[int, int, Delivery]:
+        entry = heapq.heappop(self.heap)
+        self.window_bytes -= len(entry[2].data)
+        return entry
 
     # ------------------------------------------------------------------ output
 
@@ -175,15 +199,24 @@ class Outbox:
         if self.suspended_all:
             return
         volatile = self.volatile
-        if volatile:
-            parts = list(volatile)
-            volatile.clear()
+        while volatile:
+            if not self.session.can_notify():
+                return  # the session's resumeProducing pumps again
+            parts: list[bytes] = []
+            size = 0
+            while volatile and size < BATCH:
+                data = volatile.popleft()
+                parts.append(data)
+                size += len(data)
+            self.volatile_bytes -= size
             self.session.write_notify(parts)
-            if self.unreported:
-                self._report_drops()
+        if self.unreported:
+            self._report_drops()
+        if not self.session.can_notify():
+            return
         heap = self.heap
         while heap:
-            _p, seq, delivery = heapq.heappop(heap)
+            _p, seq, delivery = self._pop()
             if seq not in self.known or seq in self.waiting_one:
                 continue
             if self.blocked(delivery.topic):
@@ -228,7 +261,7 @@ class Outbox:
         for delivery in deliveries:
             if delivery.seq in self.known or self.blocked(delivery.topic):
                 continue
-            if len(self.heap) >= WINDOW:
+            if self._window_full():
                 self.stale = True
                 break
             self._push(delivery)
@@ -376,8 +409,10 @@ class Outbox:
         for seq in list(self.waiting_one):
             self.service.unwait(seq, self)
         self.heap.clear()
+        self.window_bytes = 0
         self.known.clear()
         self.volatile.clear()
+        self.volatile_bytes = 0
         self.waiting_one.clear()
         self._resending.clear()
         if self.unreported:

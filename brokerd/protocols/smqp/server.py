@@ -72,7 +72,7 @@ from brokerd.protocols.smqp.codec import (
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
-from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
 from brokerd.protocols.smqp.streaming import ReplyStream
 from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
 from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, Found, Node, TopicError, TopicTree
@@ -957,6 +957,7 @@ class SMQPServerFactory(Factory):
         self.service.retry_timeout = retry_timeout
         self.service.max_attempts = max_attempts
         self.service.trash_retention = trash_retention
+        self.service.max_queued_bytes = int(getattr(settings, "smqp_max_queued_bytes", MAX_QUEUED_BYTES))
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
