@@ -332,6 +332,43 @@ def test_contact_lines() -> None:
     assert events[0].code == 413 and MAX_CONTACT < 100 * 200 + 400 and events[1].name == "NOOP"
 
 
+SMUGGLED = (b"Created: D20261121T070932\r\n\r\nContent-Type: text/plain\r\nContent-Length: 31\r\n\r\n"
+            b"CREATE TOPIC /public/smuggled\r\n\r\n.\r\n")
+
+
+@pytest.mark.parametrize("prefix", [b" " * 64, b"\t " * 40, b"PUBLISH" + b" " * 80 + b"MESSAGE", b" " * 5000])
+def test_blanks_before_or_between_the_words_never_make_a_body_commands(prefix: bytes) -> None:
+    line = prefix + (b"" if b"MESSAGE" in prefix else b"PUBLISH MESSAGE") + b" /public x1\r\n"
+    whole = feed(line + SMUGGLED + b"NOOP\r\n")
+    parser = SMQPParser()
+    bytewise = [event for i in range(len(line + SMUGGLED)) for event in parser.feed((line + SMUGGLED)[i:i + 1])]
+    bytewise += parser.feed(b"NOOP\r\n")
+    for events in (whole, bytewise):
+        assert len(events) == 2 and events[1].name == "NOOP"
+        if len(line) > MAX_LINE:
+            assert events[0].code == 400
+        else:
+            assert events[0].name == "PUBLISH MESSAGE"
+            assert events[0].body.sections[0].data == b"CREATE TOPIC /public/smuggled\r\n"
+
+
+def test_contact_lines_with_control_characters_are_refused() -> None:
+    for bad in (b"n:Smythe\rJayne", b"n:\x00", b"n:\x1b[31m"):
+        events = feed(b"SET LOGIN CONTACT text/x-vcard\r\n" + bad + b"\r\n.\r\nNOOP\r\n")
+        assert events[0].code == 400 and events[1].name == "NOOP"
+    [event] = feed(b"SET LOGIN CONTACT text/x-vcard\r\nn:Smythe;\tJayne\r\n.\r\n")
+    assert event.data == b"n:Smythe;\tJayne"
+
+
+def test_a_whole_message_over_max_body_is_413_and_skipped() -> None:
+    parser = SMQPParser(max_body=1000)
+    header = b"".join(b"X-A%d: %s\r\n" % (i, b"v" * 90) for i in range(12))
+    events = parser.feed(b"PUBLISH MESSAGE /a x\r\n" + header + SMUGGLED + b"NOOP\r\n")
+    assert [getattr(e, "code", None) for e in events] == [413, None] and events[1].name == "NOOP"
+    [event, _] = parser.feed(b"PUBLISH MESSAGE /a x\r\n" + header[:300] + SMUGGLED + b"NOOP\r\n")
+    assert event.name == "PUBLISH MESSAGE"
+
+
 def test_blank_lines_between_commands_are_ignored() -> None:
     assert [e.name for e in feed(b"\r\n  \r\nNOOP\r\n\r\nQUIT\r\n")] == ["NOOP", "QUIT"]
 
