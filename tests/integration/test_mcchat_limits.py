@@ -15,7 +15,8 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub
-from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, reactor, synced
+from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
+from tests.support.collect import eventually
 
 
 class Raw(Protocol):
@@ -42,22 +43,6 @@ class Raw(Protocol):
 async def raw(live: LiveBroker, read: bool = True) -> Raw:
     endpoint = TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("mcchat"))
     return await connectProtocol(endpoint, Raw(read))  # type: ignore[no-any-return]
-
-
-async def eventually(condition, what: str) -> None:
-    for _ in range(int(TIMEOUT / 0.02)):
-        if condition():
-            return
-        await deferLater(reactor(), 0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def server_side(live: LiveBroker, client: Raw):
-    port = client.transport.getHost().port
-    for protocol in live.mcchat_factory().live:
-        if protocol.name == f"127.0.0.1:{port}".encode():
-            return protocol
-    raise LookupError(port)
 
 
 @pytest_twisted.ensureDeferred
@@ -117,7 +102,7 @@ async def _flood(live: LiveBroker, packet: bytes, setup: bytes) -> None:
     for _ in range(16 * 1024 * 1024 // len(packet)):
         flooder.transport.write(packet)
     await eventually(lambda: any(s.send == s._drop for s in live.mcchat_factory().live), "a pause")
-    session = server_side(live, flooder)
+    session = mcchat_session(live, flooder)
     transport = session.transport
     queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
     assert queued <= live.settings.max_output_buffer + 512 * 1024  # plus what one read makes

@@ -4,84 +4,27 @@ TLRQ is answered with the topics of its moment; the Discovery goes away with its
 from __future__ import annotations
 
 import gc
-import socket
 import weakref
 from pathlib import Path
 
 import pytest_twisted
-from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol
-from twisted.internet.task import deferLater
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, encode_unsub
 from brokerd.protocols.mcchat.listing import CHUNK
 from brokerd.protocols.mcchat.server import MCChatServerFactory
-from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, reactor, synced
+from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
+from tests.support.collect import Collector, eventually
 
 INFO = b"\x00\x01"
 LIMIT = 64 * 1024
 
 
-class Raw(Protocol):
-    """A client that writes what the test says, reads only when told, and wakes waiters
-    when it has received a given number of bytes."""
-
-    def __init__(self, read: bool = True) -> None:
-        self.read = read
-        self.received = bytearray()
-        self._wanted: list[tuple[object, Deferred]] = []
-
-    def connectionMade(self) -> None:
-        if not self.read:
-            # A receive buffer that absorbs little of the answers, yet holds two loopback
-            # segments (below that, the window would only open by the sender's probes).
-            self.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 128 * 1024)
-            self.transport.pauseProducing()
-
-    def start_reading(self) -> None:
-        self.transport.resumeProducing()
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-        for condition, d in list(self._wanted):
-            if condition(self.received):
-                self._wanted.remove((condition, d))
-                d.callback(None)
-
-    def until(self, size: int) -> Deferred:
-        """Fires once ``size`` bytes came."""
-        return self.until_one_of([size])
-
-    def until_one_of(self, candidates: list) -> Deferred:
-        """Fires once what came is one of ``candidates`` (byte strings, or sizes)."""
-        def condition(received: bytearray) -> bool:
-            return any(received == c if isinstance(c, bytes) else len(received) >= c for c in candidates)
-
-        d: Deferred = Deferred()
-        self._wanted.append((condition, d))
-        self.dataReceived(b"")
-        return d.addTimeout(TIMEOUT, reactor())
-
-
-async def raw(live: LiveBroker, read: bool = True) -> Raw:
+async def raw(live: LiveBroker, read: bool = True) -> Collector:
     endpoint = TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("mcchat"))
-    return await connectProtocol(endpoint, Raw(read))  # type: ignore[no-any-return]
-
-
-async def eventually(condition, what: str) -> None:
-    for _ in range(int(TIMEOUT / 0.02)):
-        if condition():
-            return
-        await deferLater(reactor(), 0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def server_side(live: LiveBroker, client: Raw):
-    name = f"127.0.0.1:{client.transport.getHost().port}".encode()
-    return next(p for p in live.mcchat_factory().live if p.name == name)
+    return await connectProtocol(endpoint, Collector(read))  # type: ignore[no-any-return]
 
 
 def queued(session) -> int:
@@ -103,7 +46,7 @@ async def test_lists_asked_for_and_never_read_stay_within_the_output_limit(tmp_p
             asker.transport.write(b"\x04" * 10)  # ten TLRQs, ~7.6 MB of answers
         for asker in askers[2:]:  # ten discovery snapshots, ~7.8 MB
             asker.transport.write((encode_sub(b"") + encode_unsub(b"")) * 9 + encode_sub(b""))
-        sessions = [server_side(live, asker) for asker in askers]
+        sessions = [mcchat_session(live, asker) for asker in askers]
         await eventually(lambda: all(s.transport.producerPaused for s in sessions), "every asker paused")
         for session in sessions:
             assert queued(session) <= LIMIT + CHUNK + 1024
@@ -161,7 +104,7 @@ async def test_the_discovery_goes_with_its_broker() -> None:
     factory.noisy = False
     port = reactor().listenTCP(0, factory, interface="127.0.0.1")
     endpoint = TCP4ClientEndpoint(reactor(), "127.0.0.1", port.getHost().port)
-    watcher = await connectProtocol(endpoint, Raw())
+    watcher = await connectProtocol(endpoint, Collector())
     watcher.transport.write(encode_sub(b"") + encode_sub(b"t") + b"\x04")
     await watcher.until(len(INFO + encode_msg(b"", b"", b"t") + encode_tl([b"t"])))
     watcher.transport.loseConnection()

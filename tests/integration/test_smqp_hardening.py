@@ -4,22 +4,20 @@ server keeps serving the attacker's next command and an innocent client."""
 from __future__ import annotations
 
 import gc
-import socket
 import time
 import weakref
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import encode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.support.collect import Collector, eventually
 
 
 async def refused(d, code: int) -> SMQPError:
@@ -40,6 +38,28 @@ async def innocent_is_served(server) -> None:
     bob = await server.login("bob", "innocent")
     assert (await bob.noop()).code == 200
     assert set(await bob.list_topics("/")) & {"/public", "/big", "/news"}
+
+
+async def raw_login(server, account: str, channel: str, *commands: bytes, read: bool = True) -> Collector:
+    """A raw connection logged in as ``account`` that sent ``commands`` and got their
+    replies; with ``read=False`` it reads nothing more afterwards."""
+    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", server.port_number)
+    client = await connectProtocol(endpoint, Collector(read))
+    client.start_reading()
+    password = {"alice": b" alicepw", "bob": b" bobpw", "guest": b""}[account]
+    client.transport.write(b"LOGIN %s:%s CLEAR/1.0\r\nPASS %s%s\r\n" % (
+        account.encode(), channel.encode(), account.encode(), password) + b"".join(commands) + b"NOOP\r\n")
+    await client.until(lambda got: got.count(b"\n200 ") >= 3 + len(commands))  # each last reply line
+    if not read:
+        client.transport.pauseProducing()
+    del client.received[:]
+    return client
+
+
+def volatile_publish(topic: str, cmuid: str, data: bytes) -> bytes:
+    body = Body((("Created", format_datetime(time.time())), ("Guarantee", "NO")),
+                (Section((("Content-Type", "application/octet-stream"),), data),))
+    return b"PUBLISH MESSAGE %s %s\r\n" % (topic.encode(), cmuid.encode()) + encode_body(body)
 
 
 @pytest_twisted.ensureDeferred
@@ -124,47 +144,6 @@ async def test_timeout_infinite_needs_administer_permission(smqp_server, tmp_pat
     await innocent_is_served(server)
 
 
-class Raw(Protocol):
-    """An SMQP client that writes bytes and collects what comes back; it can stop reading."""
-
-    def __init__(self) -> None:
-        self.received = bytearray()
-        self.waits: list[tuple[object, Deferred]] = []
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-        for condition, d in list(self.waits):
-            if condition(self.received):
-                self.waits.remove((condition, d))
-                d.callback(None)
-
-    def until(self, condition) -> Deferred:
-        d: Deferred = Deferred()
-        self.waits.append((condition, d))
-        self.dataReceived(b"")
-        return d.addTimeout(10, reactor)
-
-
-async def raw_guest(server, read: bool = True) -> Raw:
-    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", server.port_number)
-    client = await connectProtocol(endpoint, Raw())
-    client.transport.write(b"LOGIN guest:g1 CLEAR/1.0\r\nPASS guest\r\n")
-    await client.until(lambda got: got.count(b"\r\n200 OK\r\n") >= 1 and b"200 Suid" in got)
-    if not read:
-        client.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 128 * 1024)
-        client.transport.pauseProducing()
-    del client.received[:]
-    return client
-
-
-async def eventually(condition, what: str) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await deferLater(reactor, 0.02, lambda: None)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_whole_message_is_bounded_in_bytes(smqp_server):
     server = await smqp_server()
@@ -195,7 +174,7 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
     size = 900_000
     for i in range(12):  # ~10.8 MB in the topic
         await alice.publish("/big", f"m{i}", [("application/octet-stream", b"%02d" % i + b"x" * size)])
-    greedy = await raw_guest(server, read=False)
+    greedy = await raw_login(server, "guest", "g1", read=False)
     greedy.transport.write(b"GET MESSAGE /big *\r\n" * 3 + b"NOOP\r\n")
     session = next(iter(server.factory.sessions["guest"]))
     await eventually(lambda: session._paused_output, "the reply to pause")
@@ -205,7 +184,7 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
 
     # an innocent client is served meanwhile, and a reader gets the whole answer
     await innocent_is_served(server)
-    reader = await raw_guest(server)
+    reader = await raw_login(server, "guest", "g2")
     reader.transport.write(b"GET MESSAGE /big 1-9999\r\nNOOP\r\n")
     await reader.until(lambda got: got.endswith(b"\r\n.\r\n.\r\n200 OK\r\n"))
     assert reader.received.startswith(b"200 OK\r\nTopic: /big\r\n")
@@ -224,33 +203,13 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
     assert kept() is None
 
 
-async def raw_login(server, account: str, channel: str, *commands: bytes) -> Raw:
-    """A raw connection logged in as ``account`` that sent ``commands`` and got their 200s."""
-    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", server.port_number)
-    client = await connectProtocol(endpoint, Raw())
-    password = {"alice": b"alicepw", "bob": b"bobpw"}[account]
-    client.transport.write(b"LOGIN %s:%s CLEAR/1.0\r\nPASS %s %s\r\n" % (
-        account.encode(), channel.encode(), account.encode(), password) + b"".join(commands) + b"NOOP\r\n")
-    await client.until(lambda got: got.count(b"\n200 ") >= 3 + len(commands))  # each last reply line
-    del client.received[:]
-    return client
-
-
-def volatile_publish(topic: str, cmuid: str, data: bytes) -> bytes:
-    body = Body((("Created", format_datetime(time.time())), ("Guarantee", "NO")),
-                (Section((("Content-Type", "application/octet-stream"),), data),))
-    return b"PUBLISH MESSAGE %s %s\r\n" % (topic.encode(), cmuid.encode()) + encode_body(body)
-
-
 @pytest_twisted.ensureDeferred
 async def test_notification_queues_are_bounded_in_bytes_and_respect_the_output_limit(smqp_server):
     limit, queued_limit, size = 64 * 1024, 1 << 20, 200_000
     server = await smqp_server(max_output_buffer=limit, smqp_max_queued_bytes=queued_limit)
     alice = await server.login()
     await alice.create_topic("/news")
-    slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n")
-    slow.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 128 * 1024)
-    slow.transport.pauseProducing()
+    slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n", read=False)
     session = server.factory.service.outboxes["alice:slow"].session
     outbox = session.outbox
 

@@ -136,3 +136,12 @@ async def synced(*clients: MCChatClientProtocol) -> None:
     """Wait until the server handled everything each client sent so far (TLRQ barrier)."""
     for client in clients:
         await client.sync().addTimeout(TIMEOUT, reactor())
+
+
+def mcchat_session(live: LiveBroker, client: Any) -> Any:
+    """The server's protocol object for a client connection (found by its ``ip:port``)."""
+    name = f"127.0.0.1:{client.transport.getHost().port}".encode()
+    for protocol in live.mcchat_factory().live:
+        if protocol.name == name:
+            return protocol
+    raise LookupError(name)
