@@ -73,6 +73,8 @@ class Settings:
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
+    socketmq_max_frames: int = 1024
+    """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

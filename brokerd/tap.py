@@ -69,6 +69,7 @@ class Options(usage.Options):
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
+        ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
     ]
 
     def __init__(self) -> None:

@@ -4,16 +4,20 @@ client on another connection keeps being served."""
 from __future__ import annotations
 
 import json
+import os
+import struct
 from typing import Any
 
 import pytest
 import pytest_twisted
+from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import globalLogPublisher
 
 from brokerd.protocols.socketmq.api import Client
 from tests.integration.test_socketmq_pubsub import raw_ws
-from tests.protocols.socketmq.support import LiveBrokerd, Waiter
+from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor
 
 
 @pytest.fixture
@@ -97,3 +101,144 @@ async def test_lone_surrogate_as_request_id_is_a_400_result_with_null_id(brokerd
     assert brokerd.broker.is_subscribed(session, b"allowed")
     assert not brokerd.broker.is_subscribed(session, b"hijack")  # refused requests change nothing
     assert failures == []
+
+
+# ---------------------------------------------------------------------- WebSocket fragments
+
+UPGRADE = (
+    b"GET /socket.mq/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Protocol: socketmq.v1\r\n\r\n"
+)
+
+
+def client_frame(opcode: int, payload: bytes = b"", fin: bool = True) -> bytes:
+    """One masked client-to-server frame (RFC 6455 section 5.2)."""
+    mask = os.urandom(4)
+    size = len(payload)
+    if size < 126:
+        header = bytes((opcode | (0x80 if fin else 0), 0x80 | size))
+    else:
+        header = struct.pack("!BBH", opcode | (0x80 if fin else 0), 0x80 | 126, size)
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+class FrameClient(Protocol):
+    """A WebSocket client at the frame level: sends whatever frames the test writes, parses
+    the server's frames into (opcode, payload)."""
+
+    def __init__(self) -> None:
+        self.frames = Waiter()
+        self.opened: Deferred = Deferred()
+        self.lost: Deferred = Deferred()
+        self._buffer = b""
+        self._open = False
+
+    def connectionMade(self) -> None:
+        self.transport.write(UPGRADE)
+
+    def dataReceived(self, data: bytes) -> None:
+        self._buffer += data
+        if not self._open:
+            head, found, rest = self._buffer.partition(b"\r\n\r\n")
+            if not found:
+                return
+            assert head.startswith(b"HTTP/1.1 101 "), head
+            self._open, self._buffer = True, rest
+            self.opened.callback(self)
+        while len(self._buffer) >= 2:
+            opcode, size = self._buffer[0] & 0x0F, self._buffer[1] & 0x7F
+            start = 2
+            if size == 126:
+                (size,), start = struct.unpack("!H", self._buffer[2:4]), 4
+            elif size == 127:
+                (size,), start = struct.unpack("!Q", self._buffer[2:10]), 10
+            if len(self._buffer) < start + size:
+                return
+            self.frames((opcode, self._buffer[start : start + size]))
+            self._buffer = self._buffer[start + size :]
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.lost.callback(None)
+
+    def close_code(self) -> Deferred:
+        """Fires with the code of the server's close frame."""
+        d = self.frames.until(lambda frames: any(opcode == 8 for opcode, _ in frames))
+        return d.addCallback(lambda frames: struct.unpack("!H", next(p for o, p in frames if o == 8)[:2])[0])
+
+
+async def frame_client(brokerd: LiveBrokerd) -> FrameClient:
+    port = brokerd.http_port.getHost().port
+    client: FrameClient = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(
+        Factory.forProtocol(FrameClient)
+    )
+    await client.opened.addTimeout(TIMEOUT, reactor())
+    await client.frames.count(1)  # hello
+    return client
+
+
+async def flood_empty_continuations(client: FrameClient, batches: int = 400, batch: int = 1000) -> int:
+    """Start a text message and send empty continuation frames until the server closes
+    (or ``batches * batch`` frames went out); the number of frames sent."""
+    client.transport.write(client_frame(0x1, b"", fin=False))
+    closing = client.close_code()
+    sent = 0
+    empty = client_frame(0x0, b"", fin=False)
+    for _ in range(batches):
+        if closing.called:
+            break
+        client.transport.write(empty * batch)
+        sent += batch
+        await sleep_turn()
+    return sent
+
+
+def sleep_turn() -> Deferred:
+    """Let the reactor run once (so the broker reads what was written)."""
+    d: Deferred = Deferred()
+    reactor().callLater(0, d.callback, None)
+    return d
+
+
+@pytest_twisted.ensureDeferred
+async def test_endless_empty_continuation_frames_close_with_1009(brokerd: LiveBrokerd) -> None:
+    innocent = await innocent_subscriber(brokerd, "calm")
+    attacker = await frame_client(brokerd)
+    sent = await flood_empty_continuations(attacker)
+    code = await attacker.close_code().addTimeout(TIMEOUT, reactor())
+    assert code == 1009
+    assert sent < 400 * 1000  # closed long before the flood ended
+    await innocent_is_served(brokerd, innocent, "calm", b"served during the flood")
+
+
+@pytest_twisted.ensureDeferred
+async def test_frame_overhead_counts_against_the_message_budget(tmp_path: Any) -> None:
+    """With the frame count limit lifted, the bytes charged per frame still end the message."""
+    brokerd = LiveBrokerd(tmp_path, socketmq_max_frames=10_000_000)
+    await brokerd.start()
+    try:
+        innocent = await innocent_subscriber(brokerd, "calm")
+        attacker = await frame_client(brokerd)
+        await flood_empty_continuations(attacker)
+        code = await attacker.close_code().addTimeout(TIMEOUT, reactor())
+        assert code == 1009
+        (reason,) = [payload[2:] for opcode, payload in attacker.frames.items if opcode == 8]
+        assert b"bytes" in reason
+        await innocent_is_served(brokerd, innocent, "calm", b"served during the flood")
+    finally:
+        await brokerd.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fragmented_message_within_the_limits_is_delivered(brokerd: LiveBrokerd) -> None:
+    client = await frame_client(brokerd)
+    text = json.dumps({"type": "subscribe", "id": 7, "event": "pieces"}).encode()
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    frames = [client_frame(0x1, pieces[0], fin=False)]
+    frames += [client_frame(0x0, piece, fin=False) for piece in pieces[1:-1]]
+    frames += [client_frame(0x0, pieces[-1], fin=True)]
+    client.transport.write(b"".join(frames))
+    (_hello, (opcode, payload)) = await client.frames.count(2)
+    assert opcode == 1 and json.loads(payload)["status"] == 200
+    client.transport.loseConnection()
+    await client.lost.addTimeout(TIMEOUT, reactor())

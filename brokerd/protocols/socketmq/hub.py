@@ -153,6 +153,7 @@ class Hub:
         self.applications: dict[str, Application] = {}
         self.request_timeout = float(limits.setting(settings, "socketmq_request_timeout", limits.REQUEST_TIMEOUT))
         self.max_output_buffer = int(limits.setting(settings, "max_output_buffer", 1 << 20))
+        self.max_frames = int(limits.setting(settings, "socketmq_max_frames", limits.MAX_FRAMES))
         self.stats = {"requests": 0, "timeouts": 0}
 
     # ------------------------------------------------------------------ security

@@ -16,6 +16,8 @@ MAX_BODY = 1 << 20
 """Bytes of one POST body (after transfer decoding); larger requests get 413 and a close."""
 MAX_WS_MESSAGE = MAX_BODY + 4096
 """Bytes of one WebSocket message (a JSON header plus a payload); larger ones close with 1009."""
+MAX_FRAMES = 1024
+"""Frames one incoming WebSocket message may have (``--socketmq-max-frames``); more close 1009."""
 MAX_HEADER = 4096
 """Bytes of the JSON header that starts a binary WebSocket message."""
 MAX_EVENT_NAME = 255

@@ -60,6 +60,7 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
+from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     PGPError,
@@ -85,7 +86,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(WebSocketServerProtocol):
+class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
