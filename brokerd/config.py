@@ -75,6 +75,10 @@ class Settings:
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
     socketmq_max_frames: int = 1024
     """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
+    socketmq_request_read_timeout: float = 30.0
+    """socket.mq: seconds from an HTTP request's first byte until its headers and body arrived."""
+    socketmq_handshake_timeout: float = 10.0
+    """socket.mq: seconds from the first byte of a WebSocket upgrade request until it is open."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

@@ -70,6 +70,8 @@ class Options(usage.Options):
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
         ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
+        ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
+        ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
     ]
 
     def __init__(self) -> None:

@@ -242,3 +242,108 @@ async def test_a_fragmented_message_within_the_limits_is_delivered(brokerd: Live
     assert opcode == 1 and json.loads(payload)["status"] == 200
     client.transport.loseConnection()
     await client.lost.addTimeout(TIMEOUT, reactor())
+
+
+# ---------------------------------------------------------------------- slow requests (slowloris)
+
+
+class Trickle(Protocol):
+    """Sends ``head`` at once, then ``rest`` one byte every ``interval`` seconds, until done or
+    the server closes; records what the server answered."""
+
+    def __init__(self, head: bytes, rest: bytes, interval: float = 0.05) -> None:
+        self.head, self.rest, self.interval = head, rest, interval
+        self.received = b""
+        self.lost: Deferred = Deferred()
+        self._call: Any = None
+
+    def connectionMade(self) -> None:
+        self.transport.write(self.head)
+        self._next()
+
+    def _next(self) -> None:
+        if self.rest:
+            self.transport.write(self.rest[:1])
+            self.rest = self.rest[1:]
+            self._call = reactor().callLater(self.interval, self._next)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self.lost.callback(None)
+
+
+async def trickle(brokerd: LiveBrokerd, head: bytes, rest: bytes) -> Trickle:
+    port = brokerd.http_port.getHost().port
+    endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port)
+    return await endpoint.connect(Factory.forProtocol(lambda: Trickle(head, rest)))
+
+
+PAD = b"X-Pad: " + b"a" * 400 + b"\r\n"
+"""400 header bytes at 20 per second: 20 s, twice the test's bound on any wait."""
+SLOW_REQUESTS = {
+    "request line": (b"", b"POST /socket.mq/echo/slow-request-line-" + b"x" * 400 + b" HTTP/1.1\r\n\r\n"),
+    "POST headers": (b"POST /socket.mq/echo/x HTTP/1.1\r\n", b"Host: a\r\n" + PAD + b"\r\n"),
+    "POST body": (b"POST /socket.mq/echo/x HTTP/1.1\r\nHost: a\r\nContent-Length: 400\r\n\r\n", b"b" * 400),
+    "WebSocket upgrade": (b"GET /socket.mq/ws HTTP/1.1\r\n", UPGRADE.split(b"\r\n", 1)[1][:-2] + PAD + b"\r\n"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(SLOW_REQUESTS))
+@pytest_twisted.ensureDeferred
+async def test_slow_request_is_408_and_closed_while_others_are_served(tmp_path: Any, attack: str) -> None:
+    """Each deadline on its own: the handshake limit is far above the test's bound when the
+    read limit is under test, and the other way round."""
+    from tests.integration.test_socketmq_request_reply import application, echo
+
+    upgrade = attack in ("WebSocket upgrade", "request line")
+    brokerd = LiveBrokerd(
+        tmp_path,
+        socketmq_request_read_timeout=600.0 if upgrade else 1.0,
+        socketmq_handshake_timeout=1.0 if upgrade else 600.0,
+    )
+    await brokerd.start()
+    try:
+        await application(brokerd, "echo", echo)
+        innocent = await innocent_subscriber(brokerd, "calm")
+        head, rest = SLOW_REQUESTS[attack]
+        attacker = await trickle(brokerd, head, rest)
+        caller = brokerd.track(Client(brokerd.url))
+        reply = await caller.request("echo", "honest", b"hi")  # served while the attack runs
+        assert (reply.status, reply.body) == (200, b"echo honest: hi")
+        await innocent_is_served(brokerd, innocent, "calm", b"served during the attack")
+        await attacker.lost.addTimeout(TIMEOUT, reactor())
+        assert attacker.received.startswith(b"HTTP/1.1 408 ")
+        assert attacker.rest  # closed before the request was complete
+    finally:
+        await brokerd.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(tmp_path: Any) -> None:
+    from tests.integration.test_socketmq_request_reply import application, echo
+    from tests.protocols.socketmq.support import LineClient, sleep
+
+    brokerd = LiveBrokerd(tmp_path, socketmq_request_read_timeout=0.5, socketmq_handshake_timeout=0.5)
+    await brokerd.start()
+    try:
+        await application(brokerd, "echo", echo)
+        port = brokerd.http_port.getHost().port
+        client: LineClient = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(
+            Factory.forProtocol(LineClient)
+        )
+        request = b"POST /socket.mq/echo/%d HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"
+        statuses = lambda lines: [line[line.index(b"HTTP/1.1 "):] for line in lines if b"HTTP/1.1 " in line]  # noqa: E731
+        client.transport.write(request % 1)
+        await client.lines.until(lambda lines: len(statuses(lines)) == 1)
+        await sleep(1.0)  # idle longer than the read deadline, well under the idle timeout
+        client.transport.write(request % 2)
+        lines = await client.lines.until(lambda lines: len(statuses(lines)) == 2)
+        assert [status.strip() for status in statuses(lines)] == [b"HTTP/1.1 200 OK"] * 2
+        client.transport.loseConnection()
+        await client.lost.addTimeout(TIMEOUT, reactor())
+    finally:
+        await brokerd.stop()

@@ -39,7 +39,11 @@ REQUEST_TIMEOUT = 30.0
 HTTP_IDLE_TIMEOUT = 60.0
 """Seconds an idle HTTP connection is kept open."""
 OPEN_HANDSHAKE_TIMEOUT = 10.0
-"""Seconds the WebSocket opening handshake may take."""
+"""Seconds the WebSocket opening handshake may take, from the first byte of the upgrade
+request (``--socketmq-handshake-timeout``); also the bound on any request line."""
+REQUEST_READ_TIMEOUT = 30.0
+"""Seconds from the first byte of an HTTP request until its headers and body have all arrived
+(``--socketmq-request-read-timeout``); then 408 and close."""
 MAX_POLICY_FILE = 1 << 20
 """Bytes of the policy file and of the key ring it names."""
 

@@ -520,7 +520,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
-            openHandshakeTimeout=limits.OPEN_HANDSHAKE_TIMEOUT,
+            openHandshakeTimeout=hub.handshake_timeout,
             closeHandshakeTimeout=5,
             failByDrop=False,
             autoPingInterval=ping_interval,
