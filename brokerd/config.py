@@ -79,6 +79,9 @@ class Settings:
     """socket.mq: seconds from an HTTP request's first byte until its headers and body arrived."""
     socketmq_handshake_timeout: float = 10.0
     """socket.mq: seconds from the first byte of a WebSocket upgrade request until it is open."""
+    socketmq_origins: str | list[str] = "self"
+    """socket.mq: browser origins that may open the WebSocket and POST (``self``, origins,
+    patterns, ``*``; separated by commas or spaces, or a TOML list)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

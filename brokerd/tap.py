@@ -72,6 +72,7 @@ class Options(usage.Options):
         ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
+        ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com' [self]."],
     ]
 
     def __init__(self) -> None:

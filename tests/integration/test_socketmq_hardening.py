@@ -18,6 +18,7 @@ from twisted.logger import globalLogPublisher
 from brokerd.protocols.socketmq.api import Client
 from tests.integration.test_socketmq_pubsub import raw_ws
 from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor
+from tests.support.fixtures import pki  # noqa: F401
 
 
 @pytest.fixture
@@ -127,7 +128,8 @@ class FrameClient(Protocol):
     """A WebSocket client at the frame level: sends whatever frames the test writes, parses
     the server's frames into (opcode, payload)."""
 
-    def __init__(self) -> None:
+    def __init__(self, upgrade: bytes = UPGRADE) -> None:
+        self.upgrade = upgrade
         self.frames = Waiter()
         self.opened: Deferred = Deferred()
         self.lost: Deferred = Deferred()
@@ -135,7 +137,7 @@ class FrameClient(Protocol):
         self._open = False
 
     def connectionMade(self) -> None:
-        self.transport.write(UPGRADE)
+        self.transport.write(self.upgrade)
 
     def dataReceived(self, data: bytes) -> None:
         self._buffer += data
@@ -345,5 +347,151 @@ async def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(tmp_p
         assert [status.strip() for status in statuses(lines)] == [b"HTTP/1.1 200 OK"] * 2
         client.transport.loseConnection()
         await client.lost.addTimeout(TIMEOUT, reactor())
+    finally:
+        await brokerd.stop()
+
+
+# ---------------------------------------------------------------------- browsers: Origin and CORS
+
+
+class HeadClient(Protocol):
+    """Sends one request; ``head`` fires with the response's status line and headers."""
+
+    def __init__(self, request: bytes) -> None:
+        self.request = request
+        self.head: Deferred = Deferred()
+        self._buffer = b""
+
+    def connectionMade(self) -> None:
+        self.transport.write(self.request)
+
+    def dataReceived(self, data: bytes) -> None:
+        self._buffer += data
+        if b"\r\n\r\n" in self._buffer and not self.head.called:
+            self.head.callback(self._buffer.partition(b"\r\n\r\n")[0])
+            self.transport.loseConnection()
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if not self.head.called:
+            self.head.callback(self._buffer)
+
+
+async def response_head(port: int, request: bytes, tls: Any = None) -> bytes:
+    if tls is None:
+        endpoint: Any = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port)
+    else:
+        endpoint = endpoints.SSL4ClientEndpoint(reactor(), "127.0.0.1", port, tls)
+    client: HeadClient = await endpoint.connect(Factory.forProtocol(lambda: HeadClient(request)))
+    return await client.head.addTimeout(TIMEOUT, reactor())
+
+
+def upgrade_from(host: str, origin: str | None) -> bytes:
+    request = UPGRADE.replace(b"Host: 127.0.0.1\r\n", b"Host: " + host.encode() + b"\r\n")
+    if origin is not None:
+        request = request.replace(b"\r\n\r\n", b"\r\nOrigin: " + origin.encode() + b"\r\n\r\n")
+    return request
+
+
+def post_from(host: str, origin: str | None, method: bytes = b"POST", extra: bytes = b"") -> bytes:
+    lines = [method + b" /socket.mq/echo/cors HTTP/1.1", b"Host: " + host.encode(), b"Content-Length: 2", b"Connection: close"]
+    if origin is not None:
+        lines.append(b"Origin: " + origin.encode())
+    return b"\r\n".join(lines) + b"\r\n" + extra + b"\r\nhi"
+
+
+def header(head: bytes, name: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+@pytest_twisted.ensureDeferred
+async def test_websocket_from_another_site_is_refused(tmp_path: Any) -> None:
+    brokerd = LiveBrokerd(tmp_path, socketmq_origins="self https://app.example")
+    await brokerd.start()
+    try:
+        innocent = await innocent_subscriber(brokerd, "calm")
+        port = brokerd.http_port.getHost().port
+        host = f"127.0.0.1:{port}"
+        refused = await response_head(port, upgrade_from(host, "https://evil.example"))
+        assert refused.startswith(b"HTTP/1.1 403 ")
+        assert len(brokerd.broker.sessions()) == 1  # only the innocent one
+        for origin in (f"http://{host}", "https://app.example", None):  # self, listed, a program
+            accepted = await response_head(port, upgrade_from(host, origin))
+            assert accepted.startswith(b"HTTP/1.1 101 "), (origin, accepted)
+        await innocent_is_served(brokerd, innocent, "calm", b"served during the attack")
+    finally:
+        await brokerd.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_wss_with_a_client_certificate_refuses_another_site(tmp_path: Any, pki: Any) -> None:  # noqa: F811
+    """The hijacking of RFC 6455 section 10.2: the browser presents alice's certificate to a
+    page of any site; only a page of the broker's own origin gets alice's session."""
+    from brokerd.auth.tls import ServerTLS, client_context, listen_endpoint
+    from tests.support.certs import CLIENT_NAME, SERVER_HOSTNAME
+
+    brokerd = LiveBrokerd(tmp_path)
+    tls = ServerTLS.from_files(pki.server.cert, pki.server.key, pki.ca)
+    await brokerd.start(listen_endpoint(reactor(), tls, "tls:0:interface=127.0.0.1"))
+    try:
+        port = brokerd.tls_port.getHost().port
+        alice = client_context(SERVER_HOSTNAME, pki.ca, pki.client.cert, pki.client.key)
+        host = f"{SERVER_HOSTNAME}:{port}"
+        refused = await response_head(port, upgrade_from(host, "https://evil.example"), alice)
+        assert refused.startswith(b"HTTP/1.1 403 ")
+        assert brokerd.broker.sessions() == []
+        endpoint = endpoints.SSL4ClientEndpoint(reactor(), "127.0.0.1", port, alice)
+        same_origin = upgrade_from(host, f"https://{host}")
+        page: FrameClient = await endpoint.connect(Factory.forProtocol(lambda: FrameClient(same_origin)))
+        await page.frames.count(1)  # hello: the WebSocket is open
+        assert [s.client_id for s in brokerd.broker.sessions()] == [CLIENT_NAME]
+        page.transport.loseConnection()
+        await page.lost.addTimeout(TIMEOUT, reactor())
+    finally:
+        await brokerd.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_post_and_preflight_from_another_site(tmp_path: Any) -> None:
+    from tests.integration.test_socketmq_request_reply import application
+
+    seen: list[Any] = []
+
+    def echo(request: Any) -> None:
+        seen.append(request.body)
+        request.respond(200, b"echo " + request.body)
+
+    brokerd = LiveBrokerd(tmp_path, socketmq_origins="self https://app.example")
+    await brokerd.start()
+    try:
+        await application(brokerd, "echo", echo)
+        port = brokerd.http_port.getHost().port
+        host = f"127.0.0.1:{port}"
+
+        forged = await response_head(port, post_from(host, "https://evil.example"))
+        assert forged.startswith(b"HTTP/1.1 403 ") and header(forged, b"Access-Control-Allow-Origin") is None
+        same = await response_head(port, post_from(host, f"http://{host}"))
+        assert same.startswith(b"HTTP/1.1 200 ") and header(same, b"Access-Control-Allow-Origin") is None
+        program = await response_head(port, post_from(host, None))
+        assert program.startswith(b"HTTP/1.1 200 ")
+        listed = await response_head(port, post_from(host, "https://app.example"))
+        assert listed.startswith(b"HTTP/1.1 200 ")
+        assert header(listed, b"Access-Control-Allow-Origin") == b"https://app.example"
+        assert header(listed, b"Access-Control-Allow-Credentials") == b"true"
+        assert header(listed, b"Vary") == b"Origin"
+        assert seen == [b"hi", b"hi", b"hi"]  # the forged POST never reached the application
+
+        asks = b"Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type, interface-version\r\n"
+        allowed = await response_head(port, post_from(host, "https://app.example", b"OPTIONS", asks))
+        assert allowed.startswith(b"HTTP/1.1 204 ")
+        assert header(allowed, b"Access-Control-Allow-Origin") == b"https://app.example"
+        assert header(allowed, b"Access-Control-Allow-Methods") == b"POST"
+        assert header(allowed, b"Access-Control-Allow-Headers") == b"content-type, interface-version"
+        refused = await response_head(port, post_from(host, "https://evil.example", b"OPTIONS", asks))
+        assert refused.startswith(b"HTTP/1.1 403 ") and header(refused, b"Access-Control-Allow-Origin") is None
+        assert seen == [b"hi", b"hi", b"hi"]
     finally:
         await brokerd.stop()

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -124,6 +124,10 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     # ------------------------------------------------------------------ opening
 
     def onConnect(self, request: Any) -> str:
+        hub, origin = self.factory.hub, request.headers.get("origin")
+        if not hub.origins.allows(origin, request.headers.get("host"), ISSLTransport.providedBy(self.transport)):
+            hub.auth_failure(self.transport.getPeer(), None, None, f"origin not allowed: {origin[:200]}")
+            raise ConnectionDeny(403, "pages of this origin may not use this server")
         if limits.SUBPROTOCOL not in request.protocols:
             raise ConnectionDeny(400, f"offer the WebSocket subprotocol {limits.SUBPROTOCOL}")
         return limits.SUBPROTOCOL
