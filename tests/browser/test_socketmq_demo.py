@@ -21,13 +21,19 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-@pytest_twisted.ensureDeferred
-async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
+def chromium() -> str:
+    """The Chromium binary; skips the test without one (fails it on CI)."""
     binary = chromium_binary()
     if binary is None:
         if os.environ.get("CI"):
             pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return binary
+
+
+@pytest_twisted.ensureDeferred
+async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
+    binary = chromium()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None
@@ -76,11 +82,7 @@ async def test_a_page_of_another_origin_cannot_open_the_websocket(tmp_path: Path
     """Cross-site WebSocket hijacking in a real browser: the demo page (origin
     http://127.0.0.1:PORT) connects to the same broker under another origin's name
     (localhost:PORT) and is refused, while its own origin connects."""
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    binary = chromium()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None

@@ -16,17 +16,9 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import globalLogPublisher
 
 from brokerd.protocols.socketmq.api import Client
-from tests.integration.test_socketmq_pubsub import raw_ws
+from tests.integration.test_socketmq_pubsub import brokerd, raw_ws  # noqa: F401 - fixture
 from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor
 from tests.support.fixtures import pki  # noqa: F401
-
-
-@pytest.fixture
-def brokerd(tmp_path: Any) -> Any:
-    broker = LiveBrokerd(tmp_path)
-    pytest_twisted.blockon(Deferred.fromCoroutine(broker.start()))
-    yield broker
-    pytest_twisted.blockon(Deferred.fromCoroutine(broker.stop()))
 
 
 @pytest.fixture
