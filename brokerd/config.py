@@ -80,6 +80,15 @@ class Settings:
     smqp_max_queued_bytes: int = 4 << 20
     """SMQP: bytes of notifications one session holds in memory, in its window of pending
     messages and in its queue of notifications that need no acknowledgement (each)."""
+    socketmq_max_frames: int = 1024
+    """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
+    socketmq_request_read_timeout: float = 30.0
+    """socket.mq: seconds from an HTTP request's first byte until its headers and body arrived."""
+    socketmq_handshake_timeout: float = 10.0
+    """socket.mq: seconds from the first byte of a WebSocket upgrade request until it is open."""
+    socketmq_origins: str | list[str] = "self"
+    """socket.mq: browser origins that may open the WebSocket and POST (``self``, origins,
+    patterns, ``*``; separated by commas or spaces, or a TOML list)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

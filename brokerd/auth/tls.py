@@ -8,6 +8,10 @@ With a CA the server asks every client for a certificate and verifies it.  It do
 a client without one still connects and may use another login scheme.  A certificate that does
 not verify (another CA, expired) fails the handshake, so every certificate :func:`peer_names`
 sees has been verified.
+
+Listeners and brokerd's own clients speak TLS 1.2 and 1.3 with the cipher suites of Mozilla's
+"intermediate" profile minus its DHE ones (:data:`TLS12_CIPHERS`): forward secrecy and AEAD only,
+so no CBC suite (Lucky13-style padding oracles) is ever negotiated (docs/tls.md).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from twisted.internet.interfaces import (
     IStreamServerEndpoint,
 )
 from twisted.internet.ssl import (
+    AcceptableCiphers,
     Certificate,
     CertificateOptions,
     KeyPair,
@@ -41,6 +46,22 @@ from twisted.logger import Logger, LogLevel
 from brokerd.errors import ConfigurationError
 
 _log = Logger()
+
+TLS12_CIPHERS = ":".join(
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+    )
+)
+"""The TLS 1.2 suites offered and accepted, in preference order: ECDHE key exchange with an
+AEAD cipher.  TLS 1.3 has its own suites (OpenSSL's defaults, all AEAD), not set here."""
+_CIPHERS = AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS)
+_PROFILE: dict[str, Any] = {"raiseMinimumTo": TLSVersion.TLSv1_2, "acceptableCiphers": _CIPHERS}
+"""The CertificateOptions every server and client context of brokerd is built with."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ def _server_options(
         privateKey=private_key,
         certificate=crypto.X509.from_cryptography(chain[0]),
         extraCertChain=[crypto.X509.from_cryptography(c) for c in chain[1:]],
-        raiseMinimumTo=TLSVersion.TLSv1_2,
+        **_PROFILE,
         **verify_options,
     )
 
@@ -201,7 +222,7 @@ def client_context(
     if cert is None:
         if key is not None:
             raise ConfigurationError(f"client key {key}: given without a client certificate")
-        return optionsForClientTLS(hostname, trustRoot=trust)
+        return optionsForClientTLS(hostname, trustRoot=trust, extraCertificateOptions=_PROFILE)
     chain, pkey = _read_identity("client certificate", cert, "client key", key or cert)
     identity = PrivateCertificate.fromCertificateAndKeyPair(
         Certificate(crypto.X509.from_cryptography(chain[0])), KeyPair(pkey)
@@ -211,7 +232,8 @@ def client_context(
         trustRoot=trust,
         clientCertificate=identity,
         extraCertificateOptions={
-            "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]]
+            "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]],
+            **_PROFILE,
         },
     )
 

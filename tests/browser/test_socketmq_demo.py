@@ -1,7 +1,8 @@
 """The socket.mq demo page in a real browser: headless Chromium opens /socket.mq/demo/ on a
 real ``twistd brokerd``, the page subscribes over the WebSocket with socketmq.js, a message
 published over SSMP appears on the page, and a message typed into the page reaches an SSMP
-subscriber.  The screenshot is saved as test-artifacts/socketmq-demo.png."""
+subscriber.  The screenshot is saved as test-artifacts/socketmq-demo.png.  A page that reaches
+the broker under another origin's name is refused the WebSocket (the Origin check)."""
 from __future__ import annotations
 
 import json
@@ -20,13 +21,19 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-@pytest_twisted.ensureDeferred
-async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
+def chromium() -> str:
+    """The Chromium binary; skips the test without one (fails it on CI)."""
     binary = chromium_binary()
     if binary is None:
         if os.environ.get("CI"):
             pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return binary
+
+
+@pytest_twisted.ensureDeferred
+async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
+    binary = chromium()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None
@@ -65,6 +72,35 @@ async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
     finally:
         if sam is not None:
             await sam.close()
+        if browser is not None:
+            browser.close()
+        broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_page_of_another_origin_cannot_open_the_websocket(tmp_path: Path) -> None:
+    """Cross-site WebSocket hijacking in a real browser: the demo page (origin
+    http://127.0.0.1:PORT) connects to the same broker under another origin's name
+    (localhost:PORT) and is refused, while its own origin connects."""
+    binary = chromium()
+    broker = TwistdBroker(tmp_path / "data")
+    await broker.start()
+    browser = None
+    try:
+        browser = await Chromium.launch(tmp_path, binary)
+        page = await browser.page()
+        await page.call("Page.navigate", url=f"{broker.url}/socket.mq/demo/?topic=demo/origin")
+        assert await page.wait_for("document.body && document.body.dataset.subscribed") == "demo/origin"
+        attempt = (
+            "import('/socket.mq/socketmq.js').then(m => m.connect({base}))"
+            ".then(c => {{ window.{name} = 'open'; c.close(); }}, e => {{ window.{name} = 'refused ' + e.status; }}); true"
+        )
+        other = f"http://localhost:{broker.http_port}"
+        await page.evaluate(attempt.format(base=json.dumps(other), name="other"))
+        await page.evaluate(attempt.format(base="undefined", name="own"))
+        assert await page.wait_for("window.own") == "open"
+        assert (await page.wait_for("window.other")).startswith("refused ")
+    finally:
         if browser is not None:
             browser.close()
         broker.stop()

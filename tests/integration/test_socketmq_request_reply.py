@@ -189,7 +189,7 @@ async def test_oversized_chunked_body_is_413(brokerd: LiveBrokerd) -> None:
 @pytest_twisted.ensureDeferred
 async def test_get_on_a_request_url_is_405_and_bad_version_is_400(brokerd: LiveBrokerd) -> None:
     response = await raw_http(brokerd, b"GET /socket.mq/echo/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-    assert response.startswith(b"HTTP/1.1 405 ") and b"Allow: POST" in response
+    assert response.startswith(b"HTTP/1.1 405 ") and b"Allow: OPTIONS, POST" in response
     response = await raw_http(
         brokerd, b"POST /socket.mq/echo/x HTTP/1.1\r\nHost: a\r\nSocket-MQ-Version: 7\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )

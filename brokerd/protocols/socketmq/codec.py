@@ -88,6 +88,16 @@ def is_event_name(name: object) -> bool:
         return False
 
 
+def is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (JSON may spell one, ``"\\ud800"``; UTF-8
+    cannot encode it, so it could be neither used nor echoed back)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def is_application_name(name: object) -> bool:
     """1-64 of ``[A-Za-z0-9._-]``, not a reserved resource name, not ``.`` or ``..``."""
     return (
@@ -139,7 +149,7 @@ def decode_server(payload: bytes, binary: bool) -> ServerMessage:
 def _decode(obj: dict[str, Any], data: bytes | None, table: dict[str, Callable]) -> Any:
     raw_id = obj.get("id")
     if raw_id is not None and not _valid_id(raw_id):
-        raise InvalidMessage("id must be an integer or a string of 1-64 characters")
+        raise InvalidMessage("id must be an integer or a string of 1-64 Unicode characters")
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise InvalidMessage("missing type", 400, raw_id)
@@ -157,7 +167,7 @@ def _valid_id(value: object) -> bool:
         return False
     if isinstance(value, int):
         return -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT
-    return isinstance(value, str) and 0 < len(value) <= MAX_MESSAGE_ID
+    return isinstance(value, str) and 0 < len(value) <= MAX_MESSAGE_ID and is_unicode(value)
 
 
 class _BadField(Exception):
@@ -180,6 +190,8 @@ class _Fields:
             return None
         if not isinstance(value, str) or len(value) > limit:
             raise _BadField(f"{name} must be a string of at most {limit} characters")
+        if not is_unicode(value):
+            raise _BadField(f"{name} is not valid Unicode (a lone surrogate)")
         return value
 
     def event(self) -> str:

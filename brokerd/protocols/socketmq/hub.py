@@ -16,6 +16,7 @@ from twisted.logger import Logger
 
 from brokerd.events.log import NULL_EVENT_LOG, peer_text
 from brokerd.protocols.socketmq import limits
+from brokerd.protocols.socketmq.origin import OriginPolicy
 from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
 from brokerd.protocols.socketmq.policy import Policy
 
@@ -26,6 +27,7 @@ GATEWAY_TIMEOUT = 504
 TEXT = "text/plain; charset=utf-8"
 REASONS = {
     200: "OK",
+    204: "No Content",
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
@@ -153,6 +155,11 @@ class Hub:
         self.applications: dict[str, Application] = {}
         self.request_timeout = float(limits.setting(settings, "socketmq_request_timeout", limits.REQUEST_TIMEOUT))
         self.max_output_buffer = int(limits.setting(settings, "max_output_buffer", 1 << 20))
+        self.max_frames = int(limits.setting(settings, "socketmq_max_frames", limits.MAX_FRAMES))
+        self.read_timeout = float(limits.setting(settings, "socketmq_request_read_timeout", limits.REQUEST_READ_TIMEOUT))
+        self.handshake_timeout = float(limits.setting(settings, "socketmq_handshake_timeout", limits.OPEN_HANDSHAKE_TIMEOUT))
+        self.origins = OriginPolicy.from_setting(getattr(settings, "socketmq_origins", None))
+        """The browser origins that may use this server (docs/socketmq.md, Browsers)."""
         self.stats = {"requests": 0, "timeouts": 0}
 
     # ------------------------------------------------------------------ security

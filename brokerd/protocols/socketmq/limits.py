@@ -16,6 +16,8 @@ MAX_BODY = 1 << 20
 """Bytes of one POST body (after transfer decoding); larger requests get 413 and a close."""
 MAX_WS_MESSAGE = MAX_BODY + 4096
 """Bytes of one WebSocket message (a JSON header plus a payload); larger ones close with 1009."""
+MAX_FRAMES = 1024
+"""Frames one incoming WebSocket message may have (``--socketmq-max-frames``); more close 1009."""
 MAX_HEADER = 4096
 """Bytes of the JSON header that starts a binary WebSocket message."""
 MAX_EVENT_NAME = 255
@@ -37,7 +39,11 @@ REQUEST_TIMEOUT = 30.0
 HTTP_IDLE_TIMEOUT = 60.0
 """Seconds an idle HTTP connection is kept open."""
 OPEN_HANDSHAKE_TIMEOUT = 10.0
-"""Seconds the WebSocket opening handshake may take."""
+"""Seconds the WebSocket opening handshake may take, from the first byte of the upgrade
+request (``--socketmq-handshake-timeout``); also the bound on any request line."""
+REQUEST_READ_TIMEOUT = 30.0
+"""Seconds from the first byte of an HTTP request until its headers and body have all arrived
+(``--socketmq-request-read-timeout``); then 408 and close."""
 MAX_POLICY_FILE = 1 << 20
 """Bytes of the policy file and of the key ring it names."""
 

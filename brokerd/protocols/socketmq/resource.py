@@ -25,6 +25,7 @@ from brokerd.auth.tls import peer_names
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import is_application_name
 from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub, IncomingRequest
+from brokerd.protocols.socketmq.origin import answer_preflight, check_request_origin
 from brokerd.protocols.socketmq.pgp import CONTENT_TYPE, SECURITY_METHOD, Identity, PGPError
 from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 
@@ -103,13 +104,24 @@ class RequestResource(resource.Resource):
         self.application = application
 
     def render(self, request: Any) -> bytes:
+        if request.method == b"OPTIONS":
+            request.setHeader(VERSION_HEADER, _VERSION)
+            return b"" if answer_preflight(request, self.hub.origins) else self._foreign(request)
         if request.method != b"POST":
-            request.setHeader(b"Allow", b"POST")
+            request.setHeader(b"Allow", b"OPTIONS, POST")
             return error(request, 405, "socket.mq requests are POSTs")
         return self.render_POST(request)
 
+    def _foreign(self, request: Any) -> bytes:
+        """403 for a page whose origin may not use this server (see origin.py)."""
+        origin = _header(request, b"Origin") or ""
+        self.hub.auth_failure(request.getClientAddress(), None, None, f"origin not allowed: {origin[:200]}")
+        return error(request, 403, "pages of this origin may not POST here")
+
     def render_POST(self, request: Any) -> bytes:
         hub = self.hub
+        if not check_request_origin(request, hub.origins):
+            return self._foreign(request)
         version = _header(request, VERSION_HEADER)
         if version is not None and version != _VERSION.decode():
             return error(request, 400, f"unsupported {VERSION_HEADER.decode()} {version[:16]!r}; this server speaks {limits.PROTOCOL_VERSION}")

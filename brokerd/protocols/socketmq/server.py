@@ -6,7 +6,14 @@ Server API in :mod:`brokerd.protocols.socketmq.api`.
 
 The Site's channel and request classes add what twisted.web leaves out: the broker's connection
 limit (the count moves to the WebSocket session when a connection upgrades), a bound on request
-bodies enforced while they arrive, and no per-request access log.
+bodies enforced while they arrive, deadlines for receiving a request, and no per-request
+access log.
+
+twisted.web's own timeout is an idle timeout: every byte restarts it, so a request sent one byte
+every few seconds (slowloris) would hold its connection forever.  The channel therefore gives
+each request a deadline from its first byte: its request line within the handshake timeout, the
+WebSocket upgrade (a request for WEBSOCKET_PATH) whole within the handshake timeout, any other
+request's headers and body within the read timeout; then 408 and close.
 """
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ from brokerd.protocols.socketmq.resource import RootResource, SocketMQResource
 from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 
 SERVER_KEY_USER_ID = "brokerd socket.mq server"
+WEBSOCKET_PATH = b"/socket.mq/ws"
+"""The path whose request is a WebSocket opening handshake (resource.py serves it)."""
 
 
 class Admission:
@@ -54,11 +63,24 @@ def _raw_response(status: bytes, body: bytes) -> bytes:
     )
 
 
-class SocketMQChannel(http.HTTPChannel):
-    """An HTTP connection counted against the broker's connection limit."""
+def _request_target(line: bytes) -> bytes:
+    """The path of a request line (``GET /socket.mq/ws?x HTTP/1.1`` -> ``/socket.mq/ws``)."""
+    parts = line.split(b" ")
+    return parts[1].partition(b"?")[0] if len(parts) == 3 else b""
 
+
+class SocketMQChannel(http.HTTPChannel):
+    """An HTTP connection counted against the broker's connection limit, whose requests must
+    arrive within their deadline (see the module docstring)."""
+
+    _log = Logger()
     admission: Admission | None = None
     refused = False
+    _deadline: Any = None
+    """The IDelayedCall of the request being received, None between requests."""
+    _started = 0.0
+    _handling = False
+    """True from a request's last byte until its response is done (no deadline then)."""
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -71,10 +93,51 @@ class SocketMQChannel(http.HTTPChannel):
         self.admission = Admission(broker)
 
     def dataReceived(self, data: bytes) -> None:
-        if not self.refused:
-            super().dataReceived(data)
+        if self.refused:
+            return
+        if self._deadline is None and not self._handling:
+            hub = self.site.hub
+            self._started = self.site.reactor.seconds()
+            first_line = min(hub.read_timeout, hub.handshake_timeout)
+            self._deadline = self.site.reactor.callLater(first_line, self._too_slow)
+        super().dataReceived(data)
+
+    def lineReceived(self, line: bytes) -> None:
+        requests = len(self.requests)
+        super().lineReceived(line)
+        deadline = self._deadline
+        if len(self.requests) > requests and deadline is not None and deadline.active():
+            hub = self.site.hub
+            upgrade = _request_target(line) == WEBSOCKET_PATH
+            limit = hub.handshake_timeout if upgrade else hub.read_timeout
+            deadline.reset(max(0.0, self._started + limit - self.site.reactor.seconds()))
+
+    def allContentReceived(self) -> None:
+        self._cancel_deadline()
+        self._handling = True
+        super().allContentReceived()
+
+    def requestDone(self, request: Any) -> None:
+        self._handling = False  # before the next pipelined request is read
+        super().requestDone(request)
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        transport = self.transport
+        if transport is None or transport.disconnecting:
+            return
+        self.refused = True
+        self._log.info("socket.mq: closing {peer}: request not received in time", peer=str(transport.getPeer()))
+        transport.write(_raw_response(b"408 Request Timeout", b"the request did not arrive in time\n"))
+        transport.loseConnection()
+
+    def _cancel_deadline(self) -> None:
+        deadline, self._deadline = self._deadline, None
+        if deadline is not None and deadline.active():
+            deadline.cancel()
 
     def connectionLost(self, reason: Any) -> None:
+        self._cancel_deadline()
         if self.admission is not None:
             self.admission.release()
         super().connectionLost(reason)
@@ -122,7 +185,7 @@ class SocketMQSite(server.Site):
     noisy = False
 
     def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT) -> None:
-        super().__init__(root, timeout=timeout)
+        super().__init__(root, timeout=timeout, reactor=hub.reactor)
         self.hub = hub
 
     def log(self, request: Any) -> None:

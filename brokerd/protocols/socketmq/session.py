@@ -25,7 +25,7 @@ from typing import Any, Callable
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -60,6 +60,7 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
+from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     PGPError,
@@ -85,7 +86,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(WebSocketServerProtocol):
+class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -123,6 +124,10 @@ class SocketMQSession(WebSocketServerProtocol):
     # ------------------------------------------------------------------ opening
 
     def onConnect(self, request: Any) -> str:
+        hub, origin = self.factory.hub, request.headers.get("origin")
+        if not hub.origins.allows(origin, request.headers.get("host"), ISSLTransport.providedBy(self.transport)):
+            hub.auth_failure(self.transport.getPeer(), None, None, f"origin not allowed: {origin[:200]}")
+            raise ConnectionDeny(403, "pages of this origin may not use this server")
         if limits.SUBPROTOCOL not in request.protocols:
             raise ConnectionDeny(400, f"offer the WebSocket subprotocol {limits.SUBPROTOCOL}")
         return limits.SUBPROTOCOL
@@ -519,7 +524,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
-            openHandshakeTimeout=limits.OPEN_HANDSHAKE_TIMEOUT,
+            openHandshakeTimeout=hub.handshake_timeout,
             closeHandshakeTimeout=5,
             failByDrop=False,
             autoPingInterval=ping_interval,

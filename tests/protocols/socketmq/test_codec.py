@@ -196,3 +196,20 @@ def test_names() -> None:
     assert not is_event_name("") and not is_event_name("a\nb") and not is_event_name(5)
     assert is_application_name("echo-1.v2_x") and not is_application_name("ws")
     assert not is_application_name("..") and not is_application_name("a b") and not is_application_name("x" * 65)
+
+
+@pytest.mark.parametrize(
+    "message, id, field",
+    [
+        ({"type": "auth", "id": 1, "method": "secret", "identity": "\ud800", "secret": "s"}, 1, "identity"),
+        ({"type": "auth", "id": 1, "method": "OpenPGP", "proof": "\udc00"}, 1, "proof"),
+        ({"type": "respond", "id": 3, "request": "\ud800", "status": 200}, 3, "request"),
+        ({"type": "subscribe", "id": "a\ud800", "event": "e"}, None, "id"),
+    ],
+)
+def test_lone_surrogates_are_invalid_messages(message: dict, id: object, field: str) -> None:
+    with pytest.raises(InvalidMessage) as invalid:
+        decode_client(json.dumps(message).encode(), False)
+    assert (invalid.value.status, invalid.value.id) == (400, id)
+    assert invalid.value.reason.startswith(field)
+    json.loads(invalid.value.reply)  # the answer itself encodes
