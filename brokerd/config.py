@@ -73,6 +73,18 @@ class Settings:
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
+    admin: str | None = None
+    """Endpoint of the admin listener (metrics, JSON API, dashboard; docs/admin.md); off when None."""
+    admin_token_file: Path | None = None
+    """File whose first line is the admin listener's bearer token."""
+    admin_cert_names: str | None = None
+    """Comma-separated client-certificate names allowed on a tls: admin listener."""
+    sys_interval: float | None = None
+    """Seconds between statistics on the ~sys/brokerd/ topics; None: not published."""
+    log_level: str = "info"
+    """Lowest level twistd logs: debug, info, warn, error, critical."""
+    log_format: str = "text"
+    """twistd's log lines: text, or json (one JSON object per line)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
@@ -138,8 +150,14 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
     return settings
 
 
+_OPTIONAL_NUMBERS = {"sys_interval": float}
+"""Numbers whose default is None (off)."""
+
+
 def _convert(key: str, attribute: str, value: Any) -> Any:
     default = getattr(Settings, attribute, None)
+    if attribute in _OPTIONAL_NUMBERS:
+        default = _OPTIONAL_NUMBERS[attribute]()
     if attribute in _PATHS:
         return Path(value)
     try:

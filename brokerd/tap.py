@@ -19,6 +19,9 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from brokerd import __version__
+from brokerd.admin.logs import choose as choose_log_observer
+from brokerd.admin.logs import wants_own_observer
+from brokerd.admin.service import Operations, check_operations_settings, warn_if_exposed
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
@@ -69,6 +72,12 @@ class Options(usage.Options):
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
+        ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
+        ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
+        ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
+        ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
+        ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
+        ["log-format", None, None, "Log lines as text or json [text]."],
     ]
 
     def __init__(self) -> None:
@@ -107,16 +116,20 @@ class Options(usage.Options):
         values.update(self["listeners"])
         try:
             self.settings = settings_from(values, self["config"])
-        except ConfigurationError as exc:
-            raise usage.UsageError(str(exc)) from None
-        if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
-            raise usage.UsageError("--tls-cert and --tls-key go together")
-        if self.settings.tls_ca and not self.settings.tls_cert:
-            raise usage.UsageError("--tls-ca needs --tls-cert and --tls-key")
-        try:
+            if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
+                raise ConfigurationError("--tls-cert and --tls-key go together")
+            if self.settings.tls_ca and not self.settings.tls_cert:
+                raise ConfigurationError("--tls-ca needs --tls-cert and --tls-key")
             check_settings(self.settings)
         except ConfigurationError as exc:
-            raise usage.UsageError(str(exc)) from None
+            # One line and a non-zero exit: a UsageError would make twistd print its whole
+            # help text first.
+            raise StartupError(f"brokerd: {exc}") from None
+        twistd = getattr(self, "parent", None)
+        if twistd is not None and wants_own_observer(self.settings):
+            if twistd.get("logger") is not None:
+                raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
+            twistd["logger"] = choose_log_observer(self.settings, twistd)
 
 
 def front_end(protocol: str):
@@ -209,6 +222,7 @@ def check_settings(settings: Settings) -> None:
     """Raise ConfigurationError for what would make makeService fail: unreadable files,
     listeners of front ends that are not available."""
     settings.secret()
+    check_operations_settings(settings)
     if settings.tls_cert is not None and settings.tls_key is not None:
         ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
     for protocol in settings.listeners:
@@ -237,10 +251,12 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     broker = Broker(
         max_subscriptions=settings.max_subscriptions,
         max_connections=settings.max_connections,
-        observer=event_log,
     )
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
-    runtime.resources["event_log"] = event_log if event_log is not None else NULL_EVENT_LOG
+    operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
+    broker.observer = runtime.resources["event_log"] = operations.operator_log
+    runtime.resources["operations"] = operations
+    runtime.resources["event_log_service"] = event_log
     return runtime
 
 
@@ -282,17 +298,27 @@ def build_service(options, reactor=None) -> MultiService:
 
     top = MultiService()
     top.runtime = runtime  # type: ignore[attr-defined]
-    event_log = runtime.broker.observer
+    event_log = runtime.resources["event_log_service"]
     if event_log is not None:
         event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
     runtime.broker.setServiceParent(top)
-    for protocol, descriptions in _listeners(settings).items():
+    operations = runtime.resources["operations"]
+    listeners = _listeners(settings)
+    warn_if_exposed(settings, listeners)
+    for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
         factory = build_factory(runtime)
+        runtime.resources.setdefault("factories", {})[protocol] = factory
         for description in descriptions:
             endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
-            service = ListenerService(protocol, description, endpoint, factory, reactor)
+            service = ListenerService(protocol, description, endpoint, operations.counted(protocol, factory), reactor)
             service.setServiceParent(top)
+    if settings.admin is not None:
+        endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
+        ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
+    statistics = operations.statistics_topics()
+    if statistics is not None:
+        statistics.setServiceParent(top)
     return top

@@ -1,0 +1,203 @@
+"""The admin listener on a real socket: every endpoint, the token, and refusals.
+
+The broker runs in-process on the test's reactor (makeService); the clients are blocking
+sockets in a thread, as an operator's tools would be.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet import reactor, threads
+
+from brokerd.config import Settings
+from brokerd.tap import StartupError, makeService
+from tests.admin.support import http, post_json
+from tests.support.broker import LineClient, free_port
+
+TOKEN = "s3cret-token"
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def _start(tmp_path: Path, **overrides: Any) -> tuple[Any, int, int]:
+    ssmp, admin = free_port(), free_port()
+    token = tmp_path / "admin-token"
+    token.write_text(TOKEN + "\n")
+    values: dict[str, Any] = dict(
+        listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True, data_dir=tmp_path / "data",
+        admin=f"tcp:{admin}:interface=127.0.0.1", admin_token_file=token, event_log=False,
+    )
+    values.update(overrides)
+    service = makeService(Settings(**values), reactor)
+    service.startService()
+    return service, ssmp, admin
+
+
+def _traffic(ssmp: int, admin: int) -> dict[str, Any]:
+    """Two subscribers, one publisher of five messages, one refused login; then scrape."""
+    subscribers = []
+    for name in ("sub1", "sub2"):
+        client = LineClient.connect(ssmp)
+        assert client.request(f"LOGIN {name} open") == b"200"
+        assert client.request("SUBSCRIBE news") == b"200"
+        subscribers.append(client)
+    publisher = LineClient.connect(ssmp)
+    assert publisher.request("LOGIN pub open") == b"200"
+    for n in range(5):
+        assert publisher.request(f"MCAST news m{n}") == b"200"
+    for client in subscribers:
+        assert [client.line() for _ in range(5)] == [b"000 pub MCAST news m%d" % n for n in range(5)]
+    refused = LineClient.connect(ssmp)
+    assert refused.request("LOGIN mallory secret guess") != b"200"
+    assert refused.closed()
+    metrics = http(admin, "GET", "/metrics", TOKEN)
+    sessions = http(admin, "GET", "/api/sessions", TOKEN)
+    topics = http(admin, "GET", "/api/topics", TOKEN)
+    status = http(admin, "GET", "/api/status", TOKEN)
+    index = http(admin, "GET", "/", TOKEN)
+    for client in (*subscribers, publisher):
+        client.close()
+    return {"metrics": metrics, "sessions": sessions, "topics": topics, "status": status, "index": index}
+
+
+@pytest_twisted.inlineCallbacks
+def test_metrics_and_api_match_a_scripted_traffic_run(tmp_path: Path) -> None:
+    service, ssmp, admin = _start(tmp_path)
+    try:
+        replies = yield threads.deferToThread(_traffic, ssmp, admin)
+    finally:
+        yield service.stopService()
+    metrics = replies["metrics"]
+    assert metrics.status == 200
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = _samples(metrics.body.decode())
+    ssmp_label = (("protocol", "ssmp"),)
+    assert samples["brokerd_messages_accepted_total", ssmp_label] == 5
+    assert samples["brokerd_messages_delivered_total", ssmp_label] == 10
+    assert samples["brokerd_messages_routed_total", (("protocol", "ssmp"), ("receiver", "ssmp"))] == 10
+    assert samples["brokerd_logins_total", ssmp_label] == 3
+    assert samples["brokerd_auth_failures_total", ssmp_label] == 1
+    assert samples["brokerd_sessions", ssmp_label] == 3
+    assert samples["brokerd_connections", ssmp_label] == 3  # the refused one is gone
+    assert samples["brokerd_connections_total", ssmp_label] == 4
+    assert samples["brokerd_topics", ()] == 1
+    assert samples["brokerd_subscriptions", ()] == 2
+    assert samples["brokerd_messages_dropped_total", (("reason", "slow_consumer"),)] == 0
+    assert samples["brokerd_process_resident_memory_bytes", ()] > 0
+    assert samples["brokerd_process_open_fds", ()] > 0
+    assert ("brokerd_thread_pool_queue", (("pool", "reactor"),)) in samples
+    assert all(name.startswith("brokerd_") for name, _labels in samples)
+
+    sessions = replies["sessions"].json()["sessions"]
+    assert [(s["protocol"], s["name"], s["subscriptions"]) for s in sessions] == [
+        ("ssmp", "pub", []), ("ssmp", "sub1", ["news"]), ("ssmp", "sub2", ["news"])]
+    assert all(s["source"].startswith("127.0.0.1:") and s["queued_bytes"] == 0 for s in sessions)
+    assert replies["topics"].json() == {"topics": [{"name": "news", "subscribers": 2, "by_protocol": {"ssmp": 2}}]}
+    status = replies["status"].json()
+    assert status["messages"]["accepted"] == 5 and status["sessions"] == {"ssmp": 3}
+    assert [(f["protocol"], f["identity"], f["scheme"]) for f in status["recent_auth_failures"]] == [
+        ("ssmp", "mallory", "secret")]
+    assert "GET /metrics" in replies["index"].json()["endpoints"]
+
+
+def _refusals(admin: int) -> dict[str, Any]:
+    return {
+        "none": http(admin, "GET", "/metrics"),
+        "wrong": http(admin, "GET", "/api/status", "not-the-token"),
+        "basic": http(admin, "GET", "/api/sessions", None),
+        "allowed": http(admin, "GET", "/api/topics", TOKEN),
+        "status": http(admin, "GET", "/api/status", TOKEN),
+    }
+
+
+@pytest_twisted.inlineCallbacks
+def test_requests_without_the_token_are_refused_and_counted(tmp_path: Path) -> None:
+    service, _ssmp, admin = _start(tmp_path)
+    try:
+        replies = yield threads.deferToThread(_refusals, admin)
+    finally:
+        yield service.stopService()
+    for key in ("none", "wrong", "basic"):
+        assert replies[key].status == 401
+        assert replies[key].headers["www-authenticate"] == 'Bearer realm="brokerd"'
+        assert b"brokerd_" not in replies[key].body
+    assert replies["allowed"].status == 200
+    failures = replies["status"].json()["recent_auth_failures"]
+    assert [(f["protocol"], f["scheme"]) for f in failures] == [("admin", None), ("admin", "bearer"), ("admin", None)]
+
+
+def _close_and_reload(ssmp: int, admin: int) -> dict[str, Any]:
+    victim = LineClient.connect(ssmp)
+    assert victim.request("LOGIN victim open") == b"200"
+    other = LineClient.connect(ssmp)
+    assert other.request("LOGIN other open") == b"200"
+    sessions = http(admin, "GET", "/api/sessions", TOKEN).json()["sessions"]
+    victim_id = next(s["id"] for s in sessions if s["name"] == "victim")
+    replies = {
+        "form": http(admin, "POST", f"/api/sessions/{victim_id}/close", TOKEN, b"x", "text/plain"),
+        "unknown": post_json(admin, "/api/sessions/ffff/close", TOKEN),
+        "get_close": http(admin, "GET", f"/api/sessions/{victim_id}/close", TOKEN),
+        "close": post_json(admin, f"/api/sessions/{victim_id}/close", TOKEN),
+        "reload": post_json(admin, "/api/reload", TOKEN),
+        "delete": http(admin, "DELETE", "/api/reload", TOKEN),
+        "missing": http(admin, "GET", "/api/nothing", TOKEN),
+    }
+    replies["victim_closed"] = victim.closed()
+    replies["other_alive"] = other.request("SUBSCRIBE still-here")
+    replies["after"] = [s["name"] for s in http(admin, "GET", "/api/sessions", TOKEN).json()["sessions"]]
+    other.close()
+    return replies
+
+
+@pytest_twisted.inlineCallbacks
+def test_close_a_session_and_reload(tmp_path: Path) -> None:
+    service, ssmp, admin = _start(tmp_path)
+    try:
+        replies = yield threads.deferToThread(_close_and_reload, ssmp, admin)
+    finally:
+        yield service.stopService()
+    assert replies["form"].status == 415  # a cross-site form post cannot set a JSON type
+    assert replies["unknown"].status == 404
+    assert replies["get_close"].status == 404
+    assert replies["close"].status == 200 and replies["close"].json()["closed"]
+    assert replies["victim_closed"]
+    assert replies["other_alive"] == b"200"
+    assert replies["after"] == ["other"]
+    assert replies["reload"].status == 200 and replies["reload"].json() == {"reloaded": []}
+    assert replies["delete"].status == 405
+    assert replies["missing"].status == 404
+
+
+def test_admin_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
+    settings = Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path, admin="tcp:0")
+    with pytest.raises(StartupError, match="--admin tcp:0: reachable from the network without a token"):
+        makeService(settings, reactor)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    settings.admin_token_file = empty
+    with pytest.raises(StartupError, match="--admin-token-file .*: the file is empty"):
+        makeService(settings, reactor)
+
+
+def _open_loopback(admin: int) -> int:
+    return http(admin, "GET", "/api/topics").status
+
+
+@pytest_twisted.inlineCallbacks
+def test_loopback_admin_without_a_token_is_open(tmp_path: Path) -> None:
+    service, _ssmp, admin = _start(tmp_path, admin_token_file=None)
+    try:
+        status = yield threads.deferToThread(_open_loopback, admin)
+    finally:
+        yield service.stopService()
+    assert status == 200
