@@ -201,3 +201,35 @@ def test_loopback_admin_without_a_token_is_open(tmp_path: Path) -> None:
     finally:
         yield service.stopService()
     assert status == 200
+
+
+def _reload_and_scrape(admin: int, accounts: Path) -> dict[str, Any]:
+    replies = {"good": post_json(admin, "/api/reload", TOKEN)}
+    accounts.write_text("this is not an accounts file\n")
+    replies["bad"] = post_json(admin, "/api/reload", TOKEN)
+    replies["metrics"] = http(admin, "GET", "/metrics", TOKEN)
+    return replies
+
+
+@pytest_twisted.inlineCallbacks
+def test_reload_reads_smqp_files_and_metrics_show_the_store(tmp_path: Path) -> None:
+    from tests.integration.smqp_fixtures import write_test_accounts
+
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    smqp = free_port()
+    service, _ssmp, admin = _start(tmp_path, accounts_file=accounts, listeners={
+        "smqp": [f"tcp:{smqp}:interface=127.0.0.1"]})
+    try:
+        yield service.runtime.resources["factories"]["smqp"].started
+        replies = yield threads.deferToThread(_reload_and_scrape, admin, accounts)
+    finally:
+        yield service.stopService()
+        yield service.runtime.resources["store"].close()
+    assert replies["good"].status == 200 and replies["good"].json() == {"reloaded": ["smqp"]}
+    assert replies["bad"].status == 422 and str(accounts) in replies["bad"].json()["error"]
+    samples = _samples(replies["metrics"].body.decode())
+    assert samples["brokerd_smqp_pending_messages", ()] == 0
+    assert samples["brokerd_smqp_unacknowledged_messages", ()] == 0
+    assert samples["brokerd_store_commit_seconds_count", ()] >= 1
+    assert ("brokerd_thread_pool_queue", (("pool", "store"),)) in samples
