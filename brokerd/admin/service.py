@@ -66,7 +66,16 @@ def check_operations_settings(settings: Settings) -> None:
 
 
 def warn_if_exposed(settings: Settings, listeners: dict[str, list[str]]) -> None:
-    """Log a warning for open or anonymous SSMP login on a listener the network reaches."""
+    """Log a warning for open or anonymous SSMP login, or an SMQP guest who may publish or
+    create topics, on a listener the network reaches."""
+    guest = settings.smqp_guest_permissions or ""
+    if "p" in guest or "c" in guest:
+        for description in listeners.get("smqp", ()):
+            if not binds_loopback(description):
+                _log.warn("--smqp {endpoint} is reachable from the network and its guest (no password) may "
+                          "{permissions}: --smqp-guest-permissions {letters}", endpoint=description,
+                          permissions=" and ".join(word for letter, word in (("p", "publish"), ("c", "create topics"))
+                                                   if letter in guest), letters=guest)
     schemes = [name for name, on in (("open", settings.open_login), ("anonymous", settings.anonymous)) if on]
     if not schemes:
         return

@@ -56,9 +56,11 @@ def test_log_level_warn_keeps_refusals_and_drops_logins(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_open_login_beyond_loopback_is_warned_about(tmp_path: Path) -> None:
-    broker = start_broker(tmp_path, "--open-login", "--anonymous", listeners={"ssmp": "tcp:{port}"})
+    broker = start_broker(tmp_path, "--open-login", "--anonymous", "--smqp-guest-permissions", "psc",
+                          listeners={"ssmp": "tcp:{port}", "smqp": "tcp:{port}"})
     broker.stop()
     assert "--ssmp tcp:" in broker.log() and "allows open and anonymous login" in broker.log()
+    assert "its guest (no password) may publish and create topics" in broker.log()
     (tmp_path / "loopback").mkdir()
     quiet = start_broker(tmp_path / "loopback", "--open-login")
     quiet.stop()
