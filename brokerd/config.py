@@ -95,14 +95,20 @@ def read_secret_file(path: Path) -> bytes:
     """The first line of an SSMP secret file, without surrounding whitespace: what the broker
     checks ``secret`` logins against and what brokerd-ssmp sends.  ConfigurationError if the
     file cannot be read or that line is empty."""
+    return read_first_line(path, "--secret-file")
+
+
+def read_first_line(path: Path, option: str) -> bytes:
+    """The first line of the file ``option`` names, stripped; ConfigurationError naming the
+    option if the file cannot be read or that line is empty."""
     try:
-        data = path.read_bytes()
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigurationError(f"--secret-file {path}: {exc.strerror}") from None
-    secret = data.splitlines()[0].strip() if data.strip() else b""
-    if not secret:
-        raise ConfigurationError(f"--secret-file {path}: the file is empty")
-    return secret
+        raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
+    line = data.splitlines()[0].strip() if data.strip() else b""
+    if not line:
+        raise ConfigurationError(f"{option} {path}: the file is empty")
+    return line
 
 
 _PATHS = frozenset(f.name for f in fields(Settings) if f.type in ("Path", "Path | None"))

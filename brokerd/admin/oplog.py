@@ -18,7 +18,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.events.log import IEventRecorder, peer_text, transport_source
-from brokerd.events.schema import DROPPED, SLOW_CONSUMER
+from brokerd.events.schema import DROPPED, SLOW_CONSUMER, text
 from brokerd.interfaces import IBrokerObserver
 
 RECENT_AUTH_FAILURES = 50
@@ -26,11 +26,8 @@ RECENT_AUTH_FAILURES = 50
 
 
 def _text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return str(value)
+    """A name, address or reason for a log line ("-" when there is none)."""
+    return text(value) or "-"
 
 
 @implementer(IBrokerObserver, IEventRecorder)
@@ -68,22 +65,21 @@ class OperatorLog:
 
     def session_attached(self, session: Any) -> None:
         self.logins[session.protocol] += 1
-        self._log.info(
-            "{protocol}: login {name} from {source}",
-            protocol=session.protocol,
-            name=_text(session.name),
-            source=_text(transport_source(getattr(session, "transport", None))),
-        )
+        self._log_session("login", session)
         self.events.session_attached(session)
 
     def session_detached(self, session: Any) -> None:
+        self._log_session("logout", session)
+        self.events.session_detached(session)
+
+    def _log_session(self, what: str, session: Any) -> None:
         self._log.info(
-            "{protocol}: logout {name} from {source}",
+            "{protocol}: {what} {name} from {source}",
+            what=what,
             protocol=session.protocol,
             name=_text(session.name),
             source=_text(transport_source(getattr(session, "transport", None))),
         )
-        self.events.session_detached(session)
 
     # ------------------------------------------------------------------ IEventRecorder
 
@@ -111,9 +107,9 @@ class OperatorLog:
             {
                 "time": self._clock.time(),
                 "protocol": protocol,
-                "identity": None if identity is None else _text(identity),
+                "identity": text(identity),
                 "source": source_text,
-                "scheme": None if scheme is None else _text(scheme),
+                "scheme": text(scheme),
                 "reason": reason,
             }
         )

@@ -3,7 +3,6 @@ event log, connection counting on every listener, the admin site, the statistics
 and the start-up checks of their options."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from twisted.logger import Logger
@@ -16,23 +15,10 @@ from brokerd.admin.logs import check_log_settings
 from brokerd.admin.oplog import OperatorLog
 from brokerd.admin.systopics import StatisticsTopics
 from brokerd.admin.web import Access, AdminRoot
-from brokerd.config import Runtime, Settings
+from brokerd.config import Runtime, Settings, read_first_line
 from brokerd.errors import ConfigurationError
 
 _log = Logger(namespace="brokerd")
-
-
-def read_token_file(path: Path) -> bytes:
-    """The admin token: the file's first line, stripped; ConfigurationError if unreadable or
-    empty."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigurationError(f"--admin-token-file {path}: {exc.strerror}") from None
-    token = data.splitlines()[0].strip() if data.strip() else b""
-    if not token:
-        raise ConfigurationError(f"--admin-token-file {path}: the file is empty")
-    return token
 
 
 def certificate_names(settings: Settings) -> frozenset[str]:
@@ -44,7 +30,8 @@ def admin_access(settings: Settings) -> Access:
     """The admin listener's Access, or ConfigurationError when it would be open to the
     network, or a certificate rule could never apply."""
     endpoint = settings.admin or ""
-    token = read_token_file(settings.admin_token_file) if settings.admin_token_file is not None else None
+    token_file = settings.admin_token_file
+    token = read_first_line(token_file, "--admin-token-file") if token_file is not None else None
     names = certificate_names(settings)
     if names and not (endpoint.startswith("tls:") and settings.tls_ca is not None):
         raise ConfigurationError("--admin-cert-names needs a tls: --admin listener and --tls-ca")

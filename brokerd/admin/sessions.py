@@ -8,14 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from brokerd.events.log import transport_source
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return str(value)
+from brokerd.events.schema import text as _text
 
 
 def session_id(session: Any) -> str:

@@ -25,6 +25,8 @@ from urllib.request import Request, urlopen
 
 from brokerd import __version__
 from brokerd.cli.common import EXIT_ERROR, CommandError
+from brokerd.config import read_first_line
+from brokerd.errors import ConfigurationError
 
 PROG = "brokerd-ctl"
 DEFAULT_ADMIN = "http://127.0.0.1:8081"
@@ -63,13 +65,9 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.token_file is None:
         return None
     try:
-        lines = Path(args.token_file).read_text("utf-8").splitlines()
-    except OSError as exc:
-        raise CommandError(EXIT_ERROR, f"--token-file {args.token_file}: {exc.strerror}") from None
-    token = lines[0].strip() if lines else ""
-    if not token:
-        raise CommandError(EXIT_ERROR, f"--token-file {args.token_file}: the file is empty")
-    return token
+        return read_first_line(args.token_file, "--token-file").decode("utf-8", "replace")
+    except ConfigurationError as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
 
 
 def _context(args: argparse.Namespace) -> ssl.SSLContext | None:

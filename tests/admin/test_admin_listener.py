@@ -12,6 +12,7 @@ import pytest
 import pytest_twisted
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor, threads
+from twisted.internet.defer import gatherResults
 
 from brokerd.config import Settings
 from brokerd.tap import StartupError, makeService
@@ -43,6 +44,24 @@ def _start(tmp_path: Path, **overrides: Any) -> tuple[Any, int, int]:
     return service, ssmp, admin
 
 
+def _run(tmp_path: Path, script: Any, *args: Any, **overrides: Any) -> Any:
+    """Start a broker, run ``script(ssmp_port, admin_port, *args)`` in a thread, stop the
+    broker (and its store, if any); a Deferred of the script's result."""
+    service, ssmp, admin = _start(tmp_path, **overrides)
+    factories = service.runtime.resources["factories"].values()
+    d = gatherResults([f.started for f in factories if hasattr(f, "started")])  # SMQP's store is open
+    d.addCallback(lambda _: threads.deferToThread(script, ssmp, admin, *args))
+
+    def stop(result: Any) -> Any:
+        stopped = service.stopService()
+        store = service.runtime.resources.get("store")
+        if store is not None:
+            stopped.addCallback(lambda _: store.close())
+        return stopped.addCallback(lambda _: result)
+
+    return d.addBoth(stop)
+
+
 def _traffic(ssmp: int, admin: int) -> dict[str, Any]:
     """Two subscribers, one publisher of five messages, one refused login; then scrape."""
     subscribers = []
@@ -72,11 +91,7 @@ def _traffic(ssmp: int, admin: int) -> dict[str, Any]:
 
 @pytest_twisted.inlineCallbacks
 def test_metrics_and_api_match_a_scripted_traffic_run(tmp_path: Path) -> None:
-    service, ssmp, admin = _start(tmp_path)
-    try:
-        replies = yield threads.deferToThread(_traffic, ssmp, admin)
-    finally:
-        yield service.stopService()
+    replies = yield _run(tmp_path, _traffic)
     metrics = replies["metrics"]
     assert metrics.status == 200
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -110,7 +125,7 @@ def test_metrics_and_api_match_a_scripted_traffic_run(tmp_path: Path) -> None:
     assert "GET /metrics" in replies["index"].json()["endpoints"]
 
 
-def _refusals(admin: int) -> dict[str, Any]:
+def _refusals(_ssmp: int, admin: int) -> dict[str, Any]:
     return {
         "none": http(admin, "GET", "/metrics"),
         "wrong": http(admin, "GET", "/api/status", "not-the-token"),
@@ -122,11 +137,7 @@ def _refusals(admin: int) -> dict[str, Any]:
 
 @pytest_twisted.inlineCallbacks
 def test_requests_without_the_token_are_refused_and_counted(tmp_path: Path) -> None:
-    service, _ssmp, admin = _start(tmp_path)
-    try:
-        replies = yield threads.deferToThread(_refusals, admin)
-    finally:
-        yield service.stopService()
+    replies = yield _run(tmp_path, _refusals)
     for key in ("none", "wrong", "basic"):
         assert replies[key].status == 401
         assert replies[key].headers["www-authenticate"] == 'Bearer realm="brokerd"'
@@ -161,11 +172,7 @@ def _close_and_reload(ssmp: int, admin: int) -> dict[str, Any]:
 
 @pytest_twisted.inlineCallbacks
 def test_close_a_session_and_reload(tmp_path: Path) -> None:
-    service, ssmp, admin = _start(tmp_path)
-    try:
-        replies = yield threads.deferToThread(_close_and_reload, ssmp, admin)
-    finally:
-        yield service.stopService()
+    replies = yield _run(tmp_path, _close_and_reload)
     assert replies["form"].status == 415  # a cross-site form post cannot set a JSON type
     assert replies["unknown"].status == 404
     assert replies["get_close"].status == 404
@@ -189,21 +196,17 @@ def test_admin_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
         makeService(settings, reactor)
 
 
-def _open_loopback(admin: int) -> int:
+def _open_loopback(_ssmp: int, admin: int) -> int:
     return http(admin, "GET", "/api/topics").status
 
 
 @pytest_twisted.inlineCallbacks
 def test_loopback_admin_without_a_token_is_open(tmp_path: Path) -> None:
-    service, _ssmp, admin = _start(tmp_path, admin_token_file=None)
-    try:
-        status = yield threads.deferToThread(_open_loopback, admin)
-    finally:
-        yield service.stopService()
+    status = yield _run(tmp_path, _open_loopback, admin_token_file=None)
     assert status == 200
 
 
-def _reload_and_scrape(admin: int, accounts: Path) -> dict[str, Any]:
+def _reload_and_scrape(_ssmp: int, admin: int, accounts: Path) -> dict[str, Any]:
     replies = {"good": post_json(admin, "/api/reload", TOKEN)}
     accounts.write_text("this is not an accounts file\n")
     replies["bad"] = post_json(admin, "/api/reload", TOKEN)
@@ -217,15 +220,9 @@ def test_reload_reads_smqp_files_and_metrics_show_the_store(tmp_path: Path) -> N
 
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
-    smqp = free_port()
-    service, _ssmp, admin = _start(tmp_path, accounts_file=accounts, listeners={
-        "smqp": [f"tcp:{smqp}:interface=127.0.0.1"]})
-    try:
-        yield service.runtime.resources["factories"]["smqp"].started
-        replies = yield threads.deferToThread(_reload_and_scrape, admin, accounts)
-    finally:
-        yield service.stopService()
-        yield service.runtime.resources["store"].close()
+    replies = yield _run(tmp_path, _reload_and_scrape, accounts, accounts_file=accounts,
+                         listeners={"ssmp": [f"tcp:{free_port()}:interface=127.0.0.1"],
+                                    "smqp": [f"tcp:{free_port()}:interface=127.0.0.1"]})
     assert replies["good"].status == 200 and replies["good"].json() == {"reloaded": ["smqp"]}
     assert replies["bad"].status == 422 and str(accounts) in replies["bad"].json()["error"]
     samples = _samples(replies["metrics"].body.decode())
