@@ -318,7 +318,6 @@ def build_service(options, reactor=None) -> MultiService:
     if settings.admin is not None:
         endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
-    statistics = operations.statistics_topics()
-    if statistics is not None:
-        statistics.setServiceParent(top)
+    for service in operations.services():
+        service.setServiceParent(top)
     return top

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.application.service import Service
 from twisted.logger import Logger
 from twisted.web.server import Site
 
 from brokerd.admin.connections import ConnectionCounts, ConnectionLog
+from brokerd.admin.dashboard import Events
 from brokerd.admin.exposure import binds_loopback
 from brokerd.admin.figures import Figures
 from brokerd.admin.logs import check_log_settings
@@ -83,19 +85,39 @@ class Operations:
         self.operator_log = OperatorLog(events)
         self.connections = ConnectionCounts()
         self.figures = Figures(runtime, self.operator_log, self.connections)
+        self._streams: DashboardStreams | None = None
 
     def counted(self, protocol: str, factory: Any) -> ConnectionLog:
         """``factory`` behind connection counting and logging, for one listener."""
         return ConnectionLog(protocol, factory, self.connections)
 
     def admin_site(self) -> Site:
-        site = Site(AdminRoot(self.figures, admin_access(self.runtime.settings)))
+        root = AdminRoot(self.figures, admin_access(self.runtime.settings), self.runtime.reactor)
+        self._streams = DashboardStreams(root.events)
+        site = Site(root)
         site.displayTracebacks = False
         site.noisy = False
         return site
 
-    def statistics_topics(self) -> StatisticsTopics | None:
+    def services(self) -> list[Service]:
+        """The services to run beside the listeners: the statistics topics (with
+        --sys-interval) and, with the admin listener, the end of its event streams."""
+        made: list[Service] = []
         interval = self.runtime.settings.sys_interval
-        if interval is None:
-            return None
-        return StatisticsTopics(self.figures, interval, self.runtime.reactor)
+        if interval is not None:
+            made.append(StatisticsTopics(self.figures, interval, self.runtime.reactor))
+        if self._streams is not None:
+            made.append(self._streams)
+        return made
+
+
+class DashboardStreams(Service):
+    """Ends the dashboards' event streams when the broker stops (a stopped listener keeps
+    its open connections)."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.events.stop()

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from brokerd.admin.dashboard import ASSETS, Asset, Events
 from brokerd.admin.figures import Figures
 from brokerd.admin.metrics import CONTENT_TYPE, exposition
 from brokerd.admin.sessions import close_session, find_session, list_sessions, list_topics
@@ -205,7 +206,7 @@ class NotFound(Resource):
 
 
 class Index(AdminResource):
-    """``GET /``: what this listener serves."""
+    """``GET /api/``: what this listener serves."""
 
     isLeaf = True
 
@@ -213,24 +214,30 @@ class Index(AdminResource):
         if request.postpath not in ([], [b""]):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
-            "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics",
+            "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
             "POST /api/sessions/ID/close", "POST /api/reload"]})
 
 
 class Api(Resource):
+    def __init__(self, index: Resource) -> None:
+        super().__init__()
+        self.index = index
+
     def getChild(self, path: bytes, request: Any) -> Resource:
-        return NotFound()
+        return self.index if path == b"" else NotFound()
 
 
 class AdminRoot(Resource):
-    """Checks every request, then dispatches it."""
+    """Checks every request but those for the dashboard's static files, then dispatches it."""
 
-    def __init__(self, figures: Figures, access: Access) -> None:
+    def __init__(self, figures: Figures, access: Access, clock: Any) -> None:
         super().__init__()
         self.figures = figures
         self.access = access
-        self.index = Index(figures)
-        api = Api()
+        self.assets = {path: Asset(name, content_type) for path, (name, content_type) in ASSETS.items()}
+        self.events = Events(figures, clock)
+        api = Api(Index(figures))
+        api.putChild(b"events", self.events)
         api.putChild(b"status", Status(figures))
         api.putChild(b"sessions", Sessions(figures))
         api.putChild(b"topics", Topics(figures))
@@ -239,14 +246,14 @@ class AdminRoot(Resource):
         self.putChild(b"api", api)
 
     def getChildWithDefault(self, path: bytes, request: Any) -> Resource:
+        if path in self.assets and request.postpath == [] and request.method in (b"GET", b"HEAD"):
+            return self.assets[path]  # no data, no secret: the page asks /api/events with the token
         if not self.access.allows(request):
             self.figures.operator_log.auth_failure(
                 "admin", None, source=peer_text(request.getClientAddress()),
                 scheme="bearer" if request.getHeader(b"authorization") else None,
                 reason="no valid token or client certificate")
             return Refused()
-        if path == b"":
-            return self.index
         child = self.children.get(path)
         if child is None:
             return NotFound()

@@ -83,7 +83,7 @@ def _traffic(ssmp: int, admin: int) -> dict[str, Any]:
     sessions = http(admin, "GET", "/api/sessions", TOKEN)
     topics = http(admin, "GET", "/api/topics", TOKEN)
     status = http(admin, "GET", "/api/status", TOKEN)
-    index = http(admin, "GET", "/", TOKEN)
+    index = http(admin, "GET", "/api/", TOKEN)
     for client in (*subscribers, publisher):
         client.close()
     return {"metrics": metrics, "sessions": sessions, "topics": topics, "status": status, "index": index}
