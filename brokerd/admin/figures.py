@@ -89,9 +89,12 @@ class Figures:
                 slow += 1
         delivered: dict[str, int] = {}
         routed: dict[str, dict[str, int]] = {}
-        for (sender, receiver), count in list(stats.routed_by.items()):
-            delivered[receiver] = delivered.get(receiver, 0) + count
-            routed.setdefault(sender, {})[receiver] = count
+        for sender, by_format in list(stats.routed_by.items()):
+            for fmt, count in list(by_format.items()):
+                receiver = fmt.protocol
+                delivered[receiver] = delivered.get(receiver, 0) + count
+                into = routed.setdefault(sender, {})
+                into[receiver] = into.get(receiver, 0) + count
         dropped = dict(oplog.drops)
         dropped["slow_consumer"] = stats.slow_consumer_drops
         dropped["unrenderable"] = stats.unrenderable

@@ -19,6 +19,10 @@ from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, Subscr
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
 
 
+def _counts() -> defaultdict[IWireFormat, int]:
+    return defaultdict(int)
+
+
 class BrokerStats:
     """Counters an operator (and the tests) can read; plain ints, cheap to bump."""
 
@@ -42,9 +46,10 @@ class BrokerStats:
         self.refused_connections = 0
         self.accepted_by: defaultdict[str, int] = defaultdict(int)
         """Messages accepted, by the sending session's protocol."""
-        self.routed_by: defaultdict[tuple[str, str], int] = defaultdict(int)
-        """Deliveries by (sending protocol, receiving protocol): one bump per wire format
-        of a fan-out, not per recipient."""
+        self.routed_by: defaultdict[str, defaultdict[IWireFormat, int]] = defaultdict(_counts)
+        """Deliveries by sending protocol, then by the recipients' wire format: one bump per
+        wire format of a fan-out, not per recipient (keyed by the format object, whose
+        ``protocol`` names the receiving protocol, because hashing it costs nothing)."""
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_by")}
@@ -236,7 +241,7 @@ class Broker(Service):
                 self.observer.message_routed(message, 0, 0)
             return 0
         delivered = unrenderable = 0
-        routed_by = stats.routed_by
+        routed = stats.routed_by[sender]
         skip_sender = exclude is not None and exclude in topic.members
         for fmt, members in topic.fanout():
             data = fmt.render_message(message)
@@ -254,7 +259,7 @@ class Broker(Service):
                     member.send(data)
                 count = len(members)
             delivered += count
-            routed_by[sender, fmt.protocol] += count
+            routed[fmt] += count
         stats.delivered += delivered
         stats.unrenderable += unrenderable
         if self.observer is not None:
@@ -275,7 +280,7 @@ class Broker(Service):
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
         delivered = unrenderable = 0
         if topic is not None:
-            routed_by = stats.routed_by
+            routed = stats.routed_by[sender]
             skip_sender = exclude is not None and exclude in topic.members
             for fmt, members in topic.fanout():
                 render = fmt.render_message
@@ -293,7 +298,7 @@ class Broker(Service):
                         member.send(data)
                         count += 1
                 delivered += count * len(parts)
-                routed_by[sender, fmt.protocol] += count * len(parts)
+                routed[fmt] += count * len(parts)
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:
@@ -316,7 +321,7 @@ class Broker(Service):
         else:
             recipient.send(data)
             self.stats.delivered += 1
-            self.stats.routed_by[message.protocol, recipient.wire_format.protocol] += 1
+            self.stats.routed_by[message.protocol][recipient.wire_format] += 1
             delivered, dropped = 1, 0
         if self.observer is not None:
             self.observer.message_routed(message, delivered, dropped)
@@ -353,6 +358,6 @@ class Broker(Service):
                 continue
             recipient.send(data)
             delivered += 1
-            self.stats.routed_by[message.protocol, fmt.protocol] += 1
+            self.stats.routed_by[message.protocol][fmt] += 1
         self.stats.delivered += delivered
         return delivered
