@@ -159,16 +159,18 @@ class ListenFailed(StartupError):
 class ListenerService(StreamServerEndpointService):
     """Listens on one endpoint; a failure to bind is one clear line and a non-zero exit."""
 
-    def __init__(self, option: str, description: str, endpoint, factory, reactor) -> None:
+    def __init__(self, option: str, description: str, endpoint, factory, reactor, listening_factory=None) -> None:
         super().__init__(endpoint, factory)
         self.option = option
         self.description = description
         self._reactor = reactor
+        self.listening_factory = listening_factory or factory
+        """What the endpoint listens with: ``factory`` (the front end's), or a wrapper around it."""
 
     def privilegedStartService(self) -> None:
         self.running_port = None
         failures: list = []
-        d: Deferred = self.endpoint.listen(self.factory)
+        d: Deferred = self.endpoint.listen(self.listening_factory)
         d.addCallbacks(self._listening, failures.append)
         self._waitingForPort = d
         if failures:
@@ -313,7 +315,8 @@ def build_service(options, reactor=None) -> MultiService:
         runtime.resources.setdefault("factories", {})[protocol] = factory
         for description in descriptions:
             endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
-            service = ListenerService(protocol, description, endpoint, operations.counted(protocol, factory), reactor)
+            counted = operations.counted(protocol, factory)
+            service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
         endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
