@@ -230,3 +230,23 @@ def test_reload_reads_smqp_files_and_metrics_show_the_store(tmp_path: Path) -> N
     assert samples["brokerd_smqp_unacknowledged_messages", ()] == 0
     assert samples["brokerd_store_commit_seconds_count", ()] >= 1
     assert ("brokerd_thread_pool_queue", (("pool", "store"),)) in samples
+
+
+def _login_and_scrape(ssmp: int, admin: int) -> str:
+    client = LineClient.connect(ssmp)
+    assert client.request("LOGIN alice open") == b"200"
+    assert client.request("MCAST news hello") == b"200"
+    text = http(admin, "GET", "/metrics", TOKEN).body.decode()
+    client.close()
+    return text
+
+
+@pytest_twisted.inlineCallbacks
+def test_metrics_of_the_event_log(tmp_path: Path) -> None:
+    text = yield _run(tmp_path, _login_and_scrape, event_log=True)
+    samples = _samples(text)
+    assert samples["brokerd_event_log_failing", ()] == 0
+    assert samples["brokerd_event_log_write_errors_total", ()] == 0
+    assert samples["brokerd_event_log_overflowed_total", ()] == 0
+    assert ("brokerd_event_log_backlog", ()) in samples and ("brokerd_event_log_queued_batches", ()) in samples
+    assert samples["brokerd_messages_accepted_total", (("protocol", "ssmp"),)] == 1
