@@ -5,7 +5,6 @@ The screenshot is saved as test-artifacts/admin-dashboard.png (docs/admin-dashbo
 one of them)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from twisted.internet import reactor, threads
 from brokerd.config import Settings
 from brokerd.tap import makeService
 from tests.admin.support import http
-from tests.browser.cdp import Chromium, chromium_binary
+from tests.browser.cdp import Chromium, chromium_or_skip
 from tests.support.broker import LineClient, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -48,11 +47,7 @@ def _unauthenticated(admin: int) -> tuple[int, str, int]:
 
 @pytest_twisted.ensureDeferred
 async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    binary = chromium_or_skip()
     ssmp, admin = free_port(), free_port()
     token = tmp_path / "token"
     token.write_text(TOKEN)

@@ -5,14 +5,13 @@ subscriber.  The screenshot is saved as test-artifacts/socketmq-demo.png."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 
-from tests.browser.cdp import Chromium, chromium_binary
+from tests.browser.cdp import Chromium, chromium_or_skip
 from tests.protocols.socketmq.support import TwistdBroker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -22,11 +21,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 @pytest_twisted.ensureDeferred
 async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    binary = chromium_or_skip()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None
