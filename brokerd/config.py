@@ -89,6 +89,18 @@ class Settings:
     socketmq_origins: str | list[str] = "self"
     """socket.mq: browser origins that may open the WebSocket and POST (``self``, origins,
     patterns, ``*``; separated by commas or spaces, or a TOML list)."""
+    admin: str | None = None
+    """Endpoint of the admin listener (metrics, JSON API, dashboard; docs/admin.md); off when None."""
+    admin_token_file: Path | None = None
+    """File whose first line is the admin listener's bearer token."""
+    admin_cert_names: str | None = None
+    """Comma-separated client-certificate names allowed on a tls: admin listener."""
+    sys_interval: float | None = None
+    """Seconds between statistics on the ~sys/brokerd/ topics; None: not published."""
+    log_level: str = "info"
+    """Lowest level twistd logs: debug, info, warn, error, critical."""
+    log_format: str = "text"
+    """twistd's log lines: text, or json (one JSON object per line)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
@@ -99,14 +111,20 @@ def read_secret_file(path: Path) -> bytes:
     """The first line of an SSMP secret file, without surrounding whitespace: what the broker
     checks ``secret`` logins against and what brokerd-ssmp sends.  ConfigurationError if the
     file cannot be read or that line is empty."""
+    return read_first_line(path, "--secret-file")
+
+
+def read_first_line(path: Path, option: str) -> bytes:
+    """The first line of the file ``option`` names, stripped; ConfigurationError naming the
+    option if the file cannot be read or that line is empty."""
     try:
-        data = path.read_bytes()
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigurationError(f"--secret-file {path}: {exc.strerror}") from None
-    secret = data.splitlines()[0].strip() if data.strip() else b""
-    if not secret:
-        raise ConfigurationError(f"--secret-file {path}: the file is empty")
-    return secret
+        raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
+    line = data.splitlines()[0].strip() if data.strip() else b""
+    if not line:
+        raise ConfigurationError(f"{option} {path}: the file is empty")
+    return line
 
 
 _PATHS = frozenset(f.name for f in fields(Settings) if f.type in ("Path", "Path | None"))
@@ -154,8 +172,14 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
     return settings
 
 
+_OPTIONAL_NUMBERS = {"sys_interval": float}
+"""Numbers whose default is None (off)."""
+
+
 def _convert(key: str, attribute: str, value: Any) -> Any:
     default = getattr(Settings, attribute, None)
+    if attribute in _OPTIONAL_NUMBERS:
+        default = _OPTIONAL_NUMBERS[attribute]()
     if attribute in _PATHS:
         return Path(value)
     try:

@@ -19,6 +19,9 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from brokerd import __version__
+from brokerd.admin.logs import choose as choose_log_observer
+from brokerd.admin.logs import wants_own_observer
+from brokerd.admin.service import Operations, check_operations_settings, warn_if_exposed
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
@@ -76,6 +79,12 @@ class Options(usage.Options):
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
         ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com' [self]."],
+        ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
+        ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
+        ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
+        ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
+        ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
+        ["log-format", None, None, "Log lines as text or json [text]."],
     ]
 
     def __init__(self) -> None:
@@ -114,16 +123,20 @@ class Options(usage.Options):
         values.update(self["listeners"])
         try:
             self.settings = settings_from(values, self["config"])
-        except ConfigurationError as exc:
-            raise usage.UsageError(str(exc)) from None
-        if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
-            raise usage.UsageError("--tls-cert and --tls-key go together")
-        if self.settings.tls_ca and not self.settings.tls_cert:
-            raise usage.UsageError("--tls-ca needs --tls-cert and --tls-key")
-        try:
+            if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
+                raise ConfigurationError("--tls-cert and --tls-key go together")
+            if self.settings.tls_ca and not self.settings.tls_cert:
+                raise ConfigurationError("--tls-ca needs --tls-cert and --tls-key")
             check_settings(self.settings)
         except ConfigurationError as exc:
-            raise usage.UsageError(str(exc)) from None
+            # One line and a non-zero exit: a UsageError would make twistd print its whole
+            # help text first.
+            raise StartupError(f"brokerd: {exc}") from None
+        twistd = getattr(self, "parent", None)
+        if twistd is not None and wants_own_observer(self.settings):
+            if twistd.get("logger") is not None:
+                raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
+            twistd["logger"] = choose_log_observer(self.settings, twistd)
 
 
 def front_end(protocol: str):
@@ -153,16 +166,18 @@ class ListenFailed(StartupError):
 class ListenerService(StreamServerEndpointService):
     """Listens on one endpoint; a failure to bind is one clear line and a non-zero exit."""
 
-    def __init__(self, option: str, description: str, endpoint, factory, reactor) -> None:
+    def __init__(self, option: str, description: str, endpoint, factory, reactor, listening_factory=None) -> None:
         super().__init__(endpoint, factory)
         self.option = option
         self.description = description
         self._reactor = reactor
+        self.listening_factory = listening_factory or factory
+        """What the endpoint listens with: ``factory`` (the front end's), or a wrapper around it."""
 
     def privilegedStartService(self) -> None:
         self.running_port = None
         failures: list = []
-        d: Deferred = self.endpoint.listen(self.factory)
+        d: Deferred = self.endpoint.listen(self.listening_factory)
         d.addCallbacks(self._listening, failures.append)
         self._waitingForPort = d
         if failures:
@@ -216,6 +231,7 @@ def check_settings(settings: Settings) -> None:
     """Raise ConfigurationError for what would make makeService fail: unreadable files,
     listeners of front ends that are not available."""
     settings.secret()
+    check_operations_settings(settings)
     if settings.tls_cert is not None and settings.tls_key is not None:
         ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
     for protocol in settings.listeners:
@@ -244,10 +260,12 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     broker = Broker(
         max_subscriptions=settings.max_subscriptions,
         max_connections=settings.max_connections,
-        observer=event_log,
     )
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
-    runtime.resources["event_log"] = event_log if event_log is not None else NULL_EVENT_LOG
+    operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
+    broker.observer = runtime.resources["event_log"] = operations.operator_log
+    runtime.resources["operations"] = operations
+    runtime.resources["event_log_service"] = event_log
     return runtime
 
 
@@ -289,17 +307,27 @@ def build_service(options, reactor=None) -> MultiService:
 
     top = MultiService()
     top.runtime = runtime  # type: ignore[attr-defined]
-    event_log = runtime.broker.observer
+    event_log = runtime.resources["event_log_service"]
     if event_log is not None:
         event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
     runtime.broker.setServiceParent(top)
-    for protocol, descriptions in _listeners(settings).items():
+    operations = runtime.resources["operations"]
+    listeners = _listeners(settings)
+    warn_if_exposed(settings, listeners)
+    for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
         factory = build_factory(runtime)
+        runtime.resources.setdefault("factories", {})[protocol] = factory
         for description in descriptions:
             endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
-            service = ListenerService(protocol, description, endpoint, factory, reactor)
+            counted = operations.counted(protocol, factory)
+            service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
+    if settings.admin is not None:
+        endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
+        ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
+    for service in operations.services():
+        service.setServiceParent(top)
     return top

@@ -4,11 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from twisted.python import usage
 
 from brokerd.config import Settings, settings_from
 from brokerd.errors import ConfigurationError
-from brokerd.tap import Options, front_end
+from brokerd.tap import Options, StartupError, front_end
 
 
 def parse(*args: str) -> Settings:
@@ -45,7 +44,7 @@ def test_tuning_options_are_numbers():
     assert settings.login_timeout == 1.5
     assert settings.max_connections == 10
     assert settings.max_output_buffer == 4096
-    with pytest.raises(usage.UsageError, match="must be positive"):
+    with pytest.raises(StartupError, match="must be positive"):
         parse("--max-connections", "0")
 
 
@@ -75,23 +74,23 @@ def test_config_file_errors(tmp_path):
 
 
 def test_tls_options_go_together():
-    with pytest.raises(usage.UsageError, match="go together"):
+    with pytest.raises(StartupError, match="go together"):
         parse("--tls-cert", "c.pem")
-    with pytest.raises(usage.UsageError, match="--tls-ca needs"):
+    with pytest.raises(StartupError, match="--tls-ca needs"):
         parse("--tls-ca", "ca.pem")
 
 
 def test_empty_secret_file_is_refused(tmp_path):
     empty = tmp_path / "empty"
     empty.write_text("\n")
-    with pytest.raises(usage.UsageError, match="the file is empty"):
+    with pytest.raises(StartupError, match="the file is empty"):
         parse("--secret-file", str(empty))
 
 
 @pytest.mark.parametrize("protocol", ["ssmp", "mcchat", "smqp", "socketmq"])
 def test_listener_option_of_each_protocol(protocol):
     if front_end(protocol) is None:
-        with pytest.raises(usage.UsageError, match=f"the {protocol} front end is not available yet"):
+        with pytest.raises(StartupError, match=f"the {protocol} front end is not available yet"):
             parse(f"--{protocol}", "tcp:1")
     else:
         assert parse(f"--{protocol}", "tcp:1", f"--{protocol}", "tcp:2").listeners == {

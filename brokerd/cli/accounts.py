@@ -1,4 +1,4 @@
-"""``python -m brokerd.cli.accounts``: manage the accounts file of ``--accounts``.
+"""``brokerd-accounts`` (or ``python -m brokerd.cli.accounts``): manage the accounts file of ``--accounts``.
 
     python -m brokerd.cli.accounts add FILE NAME [PASSWORD]      add or replace (creates FILE)
     python -m brokerd.cli.accounts passwd FILE NAME [PASSWORD]   change an existing password
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from brokerd import __version__
 from brokerd.auth.accounts import (
     MAX_PASSWORD,
     PasswordHash,
@@ -28,7 +29,7 @@ from brokerd.auth.accounts import (
 from brokerd.cli.common import EXIT_ERROR
 from brokerd.errors import ConfigurationError
 
-PROG = "python -m brokerd.cli.accounts"
+PROG = "brokerd-accounts"
 EXIT_MISSING = 1
 
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Manage brokerd's accounts file (salted scrypt password hashes).",
         epilog="Exit codes: 0 ok, 1 no such account, 2 usage or file error.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("add", "Add an account, or replace its password (creates FILE)."),
                        ("passwd", "Change the password of an existing account.")):

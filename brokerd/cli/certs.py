@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from brokerd import __version__
 from brokerd.auth import devcerts
 
 _FILE_SAFE_NAME = re.compile(r"[A-Za-z0-9_@+=~-][A-Za-z0-9._@+=~-]*")
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="brokerd-certs",
         description="Make development certificates for brokerd's TLS listeners.",
     )
+    parser.add_argument("--version", action="version", version=f"brokerd-certs {__version__}")
     commands = parser.add_subparsers(metavar="COMMAND", required=True)
 
     init = commands.add_parser(

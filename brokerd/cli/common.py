@@ -28,6 +28,19 @@ class CommandError(Exception):
         self.code = code
 
 
+class Interruption:
+    """Whether the reactor is shutting down because the command was interrupted (Ctrl-C,
+    SIGTERM): the connection it then loses is not an error, and the command ends quietly
+    with status 0, as a subscriber stopped by its user should."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.stopping = False
+        reactor.addSystemEventTrigger("before", "shutdown", self._stopping)
+
+    def _stopping(self) -> None:
+        self.stopping = True
+
+
 def option_default(value: Any, suppress: bool) -> Any:
     """``value``, or SUPPRESS for options repeated on a subcommand's parser (``suppress``), so
     that an option given before the subcommand is not overwritten by the subcommand's

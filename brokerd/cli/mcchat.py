@@ -24,8 +24,9 @@ from typing import Any, BinaryIO, NoReturn
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
 
+from brokerd import __version__
 from brokerd.cli import common
-from brokerd.cli.common import EXIT_ERROR, CommandError, error_text, uses_tls
+from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, uses_tls
 from brokerd.protocols.mcchat.client import MCChatClientProtocol, MCChatError, client_endpoint, connect
 from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, check_string, check_topic
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Subscribe, publish and list topics over MCCHAT (brokerd's MCCHAT v1 client).",
         epilog="Exit codes: 0 ok, 1 the broker closed the connection, 2 usage or connection error.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _add_connection_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -237,6 +239,7 @@ async def run_topics(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> N
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code."""
+    interruption = Interruption(reactor)
     try:
         if args.command == "sub":
             await run_sub(reactor, args, sys.stdout.buffer)
@@ -245,6 +248,8 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         else:
             await run_topics(reactor, args, sys.stdout.buffer)
     except CommandError as exc:
+        if interruption.stopping:
+            return
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
 

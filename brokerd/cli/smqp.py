@@ -36,6 +36,7 @@ from typing import Any, NoReturn, TextIO
 from twisted.internet import defer, task
 from twisted.internet.error import ConnectError, ConnectionClosed
 
+from brokerd import __version__
 from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="SMQP sessions and topics from the shell (brokerd's SMQP client).",
         epilog="Exit codes: 0 ok, 1 the server refused a command, 2 usage or connection error.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     group = parser.add_argument_group("connection")
     common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT)
     group.add_argument("-u", "--user", default="guest", help="account [guest]")

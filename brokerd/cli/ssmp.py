@@ -24,6 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.logger import Logger
 
+from brokerd import __version__
 from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError, error_text
 from brokerd.config import read_secret_file
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         + f". '{PROG} COMMAND --help' describes each. "
         "Exit codes: 0 ok, 1 the server refused a request, 2 usage or connection error.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _add_connection_options(parser, suppress=False)
     parser.add_argument("command", choices=COMMANDS, metavar="COMMAND", help=", ".join(COMMANDS))
     rest = parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

@@ -7,6 +7,7 @@ reactor thread and never blocks.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from twisted.application.service import Service
@@ -16,6 +17,10 @@ from brokerd.core.message import Message
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+
+
+def _counts() -> defaultdict[IWireFormat, int]:
+    return defaultdict(int)
 
 
 class BrokerStats:
@@ -28,6 +33,8 @@ class BrokerStats:
         "slow_consumer_drops",
         "connections",
         "refused_connections",
+        "accepted_by",
+        "routed_by",
     )
 
     def __init__(self) -> None:
@@ -37,9 +44,15 @@ class BrokerStats:
         self.slow_consumer_drops = 0
         self.connections = 0
         self.refused_connections = 0
+        self.accepted_by: defaultdict[str, int] = defaultdict(int)
+        """Messages accepted, by the sending session's protocol."""
+        self.routed_by: defaultdict[str, defaultdict[IWireFormat, int]] = defaultdict(_counts)
+        """Deliveries by sending protocol, then by the recipients' wire format: one bump per
+        wire format of a fan-out, not per recipient (keyed by the format object, whose
+        ``protocol`` names the receiving protocol, because hashing it costs nothing)."""
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_by")}
 
 
 class Broker(Service):
@@ -220,12 +233,15 @@ class Broker(Service):
         return how many sessions it was handed to.  Rendered once per wire format."""
         stats = self.stats
         stats.published += 1
+        sender = message.protocol
+        stats.accepted_by[sender] += 1
         topic = self.topics.get(message.target)  # type: ignore[arg-type]
         if topic is None:
             if self.observer is not None:
                 self.observer.message_routed(message, 0, 0)
             return 0
         delivered = unrenderable = 0
+        routed = stats.routed_by[sender]
         skip_sender = exclude is not None and exclude in topic.members
         for fmt, members in topic.fanout():
             data = fmt.render_message(message)
@@ -233,14 +249,17 @@ class Broker(Service):
                 unrenderable += len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
                 continue
             if skip_sender:
+                count = 0
                 for member in members:
                     if member is not exclude:
                         member.send(data)
-                        delivered += 1
+                        count += 1
             else:
                 for member in members:
                     member.send(data)
-                delivered += len(members)
+                count = len(members)
+            delivered += count
+            routed[fmt] += count
         stats.delivered += delivered
         stats.unrenderable += unrenderable
         if self.observer is not None:
@@ -256,9 +275,12 @@ class Broker(Service):
         """
         stats = self.stats
         stats.published += len(messages)
+        sender = messages[0].protocol
+        stats.accepted_by[sender] += len(messages)
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
         delivered = unrenderable = 0
         if topic is not None:
+            routed = stats.routed_by[sender]
             skip_sender = exclude is not None and exclude in topic.members
             for fmt, members in topic.fanout():
                 render = fmt.render_message
@@ -276,6 +298,7 @@ class Broker(Service):
                         member.send(data)
                         count += 1
                 delivered += count * len(parts)
+                routed[fmt] += count * len(parts)
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:
@@ -290,6 +313,7 @@ class Broker(Service):
         if recipient is None:
             return False
         self.stats.published += 1
+        self.stats.accepted_by[message.protocol] += 1
         data = recipient.wire_format.render_message(message)
         if data is None:
             self.stats.unrenderable += 1
@@ -297,6 +321,7 @@ class Broker(Service):
         else:
             recipient.send(data)
             self.stats.delivered += 1
+            self.stats.routed_by[message.protocol][recipient.wire_format] += 1
             delivered, dropped = 1, 0
         if self.observer is not None:
             self.observer.message_routed(message, delivered, dropped)
@@ -313,6 +338,7 @@ class Broker(Service):
     def broadcast(self, message: Message, sender: ISubscriber) -> int:
         """Deliver ``message`` once to each peer sharing a topic with ``sender``."""
         self.stats.published += 1
+        self.stats.accepted_by[message.protocol] += 1
         delivered = self._render_and_send(message, self.peers_of(sender))
         if self.observer is not None:
             self.observer.message_routed(message, delivered, 0)
@@ -332,5 +358,6 @@ class Broker(Service):
                 continue
             recipient.send(data)
             delivered += 1
+            self.stats.routed_by[message.protocol][fmt] += 1
         self.stats.delivered += delivered
         return delivered

@@ -428,6 +428,8 @@ class EventLog(Service):
         writer = self.writer
         return {
             "buffered": len(self._buffer),
+            "encoded": len(self._lines),
+            "queued_batches": writer.pending,
             "written": writer.written,
             "overflowed": writer.overflowed,
             "lost": writer.lost + self._unencodable,

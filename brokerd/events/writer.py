@@ -192,6 +192,11 @@ class WriterThread:
             self._thread.join(timeout)
 
     @property
+    def pending(self) -> int:
+        """Batches waiting for the thread (at most ``max_pending``)."""
+        return self._queue.qsize()
+
+    @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

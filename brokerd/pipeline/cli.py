@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from brokerd import __version__
 from brokerd.pipeline.timespec import parse_time
 
 DEFAULT_TOP = 100
@@ -33,6 +34,7 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
         description="Read a broker's event log with Spark; write Parquet tables, an HTML report "
         "and print a summary.",
     )
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
     parser.add_argument("--out", required=True, help="directory for the tables (local path or cluster URI)")
     parser.add_argument("--master", help="Spark master URL [local[*]; under spark-submit: spark-submit's]")

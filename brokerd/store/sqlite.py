@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
+from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
 from brokerd.store.records import (
     ACKED,
@@ -192,6 +194,13 @@ class SQLiteStore:
         self._trigger: Any = None
         self.batches = 0
         """Transactions committed (a batch of operations each)."""
+        self.commit_latency = Latencies()
+        """Seconds from BEGIN to COMMIT of each transaction (the admin listener's histogram)."""
+
+    @property
+    def backlog(self) -> int:
+        """Operations waiting for the writer thread (the running batch not included)."""
+        return len(self._queue)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -295,6 +304,7 @@ class SQLiteStore:
             connection = self._connection
         if not batch:
             return results
+        started = time.perf_counter()
         connection.execute("BEGIN IMMEDIATE")
         try:
             for operation, args, _d in batch:
@@ -313,6 +323,7 @@ class SQLiteStore:
                     connection.execute("RELEASE op")
                     results.append((True, value))
             connection.execute("COMMIT")
+            self.commit_latency.observe(time.perf_counter() - started)
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -521,6 +532,21 @@ class SQLiteStore:
             return total
 
         return self._submit(count)
+
+    def queue_figures(self) -> Deferred:
+        """Deferred[dict]: for operators: ``pending`` deliveries never sent yet,
+        ``unacknowledged`` ones sent at least once and not acknowledged, and ``trash``,
+        messages per Trash queue key (``a/b/trash``)."""
+
+        def figures(c: sqlite3.Connection) -> dict[str, Any]:
+            waiting = dict(c.execute(
+                "SELECT d.attempts > 0, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                f" WHERE d.state = {PENDING} AND m.trashed IS NULL GROUP BY d.attempts > 0").fetchall())
+            trash = dict(c.execute(
+                "SELECT topic, COUNT(*) FROM messages WHERE trashed IS NOT NULL GROUP BY topic").fetchall())
+            return {"pending": waiting.get(0, 0), "unacknowledged": waiting.get(1, 0), "trash": trash}
+
+        return self._submit(figures)
 
     # ------------------------------------------------------------------ deliveries
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
@@ -47,6 +49,17 @@ def chromium_binary() -> str | None:
         if path:
             return path
     return None
+
+
+def chromium_or_skip() -> str:
+    """The Chromium binary; the test is skipped where none is installed (failed under CI,
+    whose image has one)."""
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return binary
 
 
 class CDPError(Exception):

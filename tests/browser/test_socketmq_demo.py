@@ -6,14 +6,13 @@ the broker under another origin's name is refused the WebSocket (the Origin chec
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 
-from tests.browser.cdp import Chromium, chromium_binary
+from tests.browser.cdp import Chromium, chromium_or_skip
 from tests.protocols.socketmq.support import TwistdBroker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -21,19 +20,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-def chromium() -> str:
-    """The Chromium binary; skips the test without one (fails it on CI)."""
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed (.ci/run installs chromium and chromium-driver)")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    return binary
-
-
 @pytest_twisted.ensureDeferred
 async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
-    binary = chromium()
+    binary = chromium_or_skip()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None
@@ -82,7 +71,7 @@ async def test_a_page_of_another_origin_cannot_open_the_websocket(tmp_path: Path
     """Cross-site WebSocket hijacking in a real browser: the demo page (origin
     http://127.0.0.1:PORT) connects to the same broker under another origin's name
     (localhost:PORT) and is refused, while its own origin connects."""
-    binary = chromium()
+    binary = chromium_or_skip()
     broker = TwistdBroker(tmp_path / "data")
     await broker.start()
     browser = None

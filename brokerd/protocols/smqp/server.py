@@ -1092,6 +1092,24 @@ class SMQPServerFactory(Factory):
 
         return d.addCallback(check).addErrback(failed)
 
+    def reload_files(self) -> Deferred:
+        """Read the accounts file and the UAL file again now (the admin API's reload).  Fails
+        with ConfigurationError, keeping the old ones, when a file is bad."""
+        path = self.ual_file
+        d = self._run_in_thread(self.checker.load)
+        if path is not None:
+            defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
+
+            def read() -> tuple[Any, AccessList]:
+                return _stamp(path), read_access_list(path, **defaults)  # type: ignore[arg-type]
+
+            def loaded(result: tuple[Any, AccessList]) -> None:
+                self._ual_stamp, ual = result
+                self._ual_loaded(ual)
+
+            d.addCallback(lambda _: self._run_in_thread(read)).addCallback(loaded)
+        return d
+
     def _ual_loaded(self, ual: AccessList) -> None:
         self.ual = ual
         self._log.info("UAL file {path} reloaded ({n} entries)", path=str(self.ual_file), n=len(ual.entries))

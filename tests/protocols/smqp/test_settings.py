@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.python import usage
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
@@ -15,7 +14,7 @@ from brokerd.protocols.smqp.delivery import TRASH_RETENTION
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 from brokerd.protocols.smqp.server import build_factory
 from brokerd.store.memory import MemoryStore
-from brokerd.tap import Options
+from brokerd.tap import Options, StartupError
 
 
 class ReactorClock(Clock):
@@ -69,5 +68,5 @@ def test_the_config_file_sets_them_and_the_command_line_wins(tmp_path):
     ["--smqp-trash-retention", "soon"],
 ])
 def test_bad_values_are_usage_errors(tmp_path, args):
-    with pytest.raises(usage.UsageError):
+    with pytest.raises(StartupError):
         parsed(tmp_path, *args)

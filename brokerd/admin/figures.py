@@ -1,0 +1,159 @@
+"""The figures an operator watches, read at the moment they are asked for.
+
+One :class:`Figures` per broker gathers them from where they already are: the Broker's plain
+counters, the operator log's, the connection counts, the event log's, the store's, the
+process.  ``/metrics``, the JSON API and the ``$SYS`` topics all show these same numbers, so
+they never disagree.  Nothing here runs per message.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+
+from brokerd import __version__
+from brokerd.admin.connections import ConnectionCounts
+from brokerd.admin.oplog import OperatorLog
+from brokerd.config import Runtime
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_memory() -> int:
+    """Bytes of the process's resident set (Linux: /proc; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def open_files() -> int | None:
+    """File descriptors the process has open (None where /proc or /dev/fd cannot tell)."""
+    for directory in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(directory)) - 1  # the listing's own descriptor
+        except OSError:
+            continue
+    return None
+
+
+def fd_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class Figures:
+    """Reads every figure of one running broker; :meth:`snapshot` is synchronous and cheap,
+    :meth:`queues` asks the store (a Deferred)."""
+
+    def __init__(self, runtime: Runtime, operator_log: OperatorLog, connections: ConnectionCounts,
+                 clock: Any = time) -> None:
+        self.runtime = runtime
+        self.operator_log = operator_log
+        self.connections = connections
+        self._clock = clock
+        self.started = clock.time()
+
+    @property
+    def broker(self) -> Any:
+        return self.runtime.broker
+
+    def queues(self) -> Deferred:
+        """Deferred[dict | None]: the SMQP store's queue figures (see SQLiteStore.queue_figures);
+        None when no store is open.  Never fails: a store error is None too."""
+        store = self.runtime.resources.get("store")
+        ask = getattr(store, "queue_figures", None)
+        if ask is None:
+            return succeed(None)
+        d = ask()
+        d.addErrback(lambda _failure: None)
+        return d
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every synchronous figure, as plain JSON-able data."""
+        broker = self.broker
+        stats = broker.stats
+        oplog = self.operator_log
+        sessions: dict[str, int] = {}
+        subscriptions = 0
+        slow = 0
+        for session in broker.sessions():
+            sessions[session.protocol] = sessions.get(session.protocol, 0) + 1
+            subscriptions += len(broker.subscriptions(session))
+            if getattr(session, "episode_drops", 0):
+                slow += 1
+        delivered: dict[str, int] = {}
+        routed: dict[str, dict[str, int]] = {}
+        for sender, by_format in list(stats.routed_by.items()):
+            for fmt, count in list(by_format.items()):
+                receiver = fmt.protocol
+                delivered[receiver] = delivered.get(receiver, 0) + count
+                into = routed.setdefault(sender, {})
+                into[receiver] = into.get(receiver, 0) + count
+        dropped = dict(oplog.drops)
+        dropped["slow_consumer"] = stats.slow_consumer_drops
+        dropped["unrenderable"] = stats.unrenderable
+        return {
+            "version": __version__,
+            "uptime_seconds": round(self._clock.time() - self.started, 3),
+            "connections": {
+                "open": stats.connections,
+                "refused": stats.refused_connections,
+                "by_protocol": dict(self.connections.open),
+                "made": dict(self.connections.made),
+            },
+            "sessions": sessions,
+            "logins": dict(oplog.logins),
+            "auth_failures": dict(oplog.auth_failures),
+            "messages": {
+                "accepted": stats.published,
+                "delivered": stats.delivered,
+                "accepted_by_protocol": dict(stats.accepted_by),
+                "delivered_by_protocol": delivered,
+                "routed": routed,
+            },
+            "dropped": dropped,
+            "slow_consumers": slow,
+            "slow_consumer_episodes": oplog.slow_consumer_episodes,
+            "topics": len(broker.topics),
+            "subscriptions": subscriptions,
+            "event_log": self._event_log(),
+            "thread_pools": self._thread_pools(),
+            "store": self._store(),
+            "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
+                        "max_fds": fd_limit()},
+        }
+
+    def _event_log(self) -> dict[str, Any] | None:
+        stats = getattr(self.operator_log.events, "stats", None)
+        if stats is None:
+            return None
+        figures = stats()
+        figures["backlog"] = figures.get("buffered", 0) + figures.get("encoded", 0)
+        return figures
+
+    def _store(self) -> dict[str, Any] | None:
+        latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)
+        if latency is None:
+            return None
+        return {
+            "commits": latency.count,
+            "commit_seconds_sum": latency.total,
+            "commit_seconds_buckets": [[bound, count] for bound, count in latency.cumulative()],
+        }
+
+    def _thread_pools(self) -> dict[str, int]:
+        pools: dict[str, int] = {}
+        get_pool = getattr(self.runtime.reactor, "getThreadPool", None)
+        if get_pool is not None:
+            pool = get_pool()
+            pools["reactor"] = pool.q.qsize()
+        store = self.runtime.resources.get("store")
+        if store is not None and hasattr(store, "backlog"):
+            pools["store"] = store.backlog
+        return pools

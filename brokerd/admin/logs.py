@@ -1,0 +1,71 @@
+"""``--log-level`` and ``--log-format``: the observer twistd logs through.
+
+twistd builds its log observer after the plugin's options are parsed, from its own
+``--logger`` option (the dotted name of a factory).  When either option asks for something
+other than twistd's default (info, text), the plugin's options name :func:`twistd_observer`
+there and leave the choices in :data:`_CHOSEN`; the factory then honours twistd's
+``--logfile`` and ``-n`` as twistd's own observer would.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from twisted.logger import (
+    FilteringLogObserver,
+    ILogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    jsonFileLogObserver,
+    textFileLogObserver,
+)
+from twisted.python import logfile
+
+from brokerd.config import Settings
+from brokerd.errors import ConfigurationError
+
+LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info, "warn": LogLevel.warn,
+          "error": LogLevel.error, "critical": LogLevel.critical}
+FORMATS = ("text", "json")
+OBSERVER = "brokerd.admin.logs.twistd_observer"
+"""What twistd's ``--logger`` is set to (twistd takes a dotted name, not an object)."""
+
+_CHOSEN: dict[str, Any] = {}
+
+
+def check_log_settings(settings: Settings) -> None:
+    if settings.log_level not in LEVELS:
+        raise ConfigurationError(f"--log-level {settings.log_level}: expected one of {', '.join(LEVELS)}")
+    if settings.log_format not in FORMATS:
+        raise ConfigurationError(f"--log-format {settings.log_format}: expected text or json")
+
+
+def wants_own_observer(settings: Settings) -> bool:
+    return settings.log_level != "info" or settings.log_format != "text"
+
+
+def choose(settings: Settings, twistd_options: Any) -> str:
+    """Remember the choices for :func:`twistd_observer` and return its dotted name."""
+    _CHOSEN.update(
+        level=LEVELS[settings.log_level],
+        format=settings.log_format,
+        logfile=twistd_options.get("logfile"),
+        nodaemon=bool(twistd_options.get("nodaemon")),
+    )
+    return OBSERVER
+
+
+def make_observer(level: LogLevel, format: str, out: Any) -> ILogObserver:
+    """An observer writing events at ``level`` or above to ``out`` as text or JSON lines."""
+    base = jsonFileLogObserver(out, recordSeparator="") if format == "json" else textFileLogObserver(out)
+    return FilteringLogObserver(base, [LogLevelFilterPredicate(defaultLogLevel=level)])
+
+
+def twistd_observer() -> ILogObserver:
+    """twistd's ``--logger`` factory: where twistd would log, in the chosen level and format."""
+    name = _CHOSEN.get("logfile")
+    if name == "-" or (not name and _CHOSEN.get("nodaemon", True)):
+        out = sys.stdout
+    else:
+        out = logfile.LogFile.fromFullPath(name or "twistd.log")
+    return make_observer(_CHOSEN.get("level", LogLevel.info), _CHOSEN.get("format", "text"), out)

@@ -1,0 +1,140 @@
+"""``GET /metrics``: the broker's figures in the Prometheus exposition format.
+
+A custom collector turns one :meth:`Figures.snapshot` into metric families at scrape time,
+so the broker keeps plain integers on its hot path and nothing is counted twice.  Every name
+starts with ``brokerd_``; per-protocol figures carry ``protocol="ssmp"`` etc. (docs/admin.md
+lists them all).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+
+def _by(family: Metric, values: dict[str, Any]) -> Metric:
+    for label, value in sorted(values.items()):
+        if value is not None:
+            family.add_metric([label], value)
+    return family
+
+
+def _counter(name: str, documentation: str, values: dict[str, Any], label: str) -> Metric:
+    return _by(CounterMetricFamily(name, documentation, labels=[label]), values)
+
+
+def _gauge(name: str, documentation: str, values: dict[str, Any], label: str) -> Metric:
+    return _by(GaugeMetricFamily(name, documentation, labels=[label]), values)
+
+
+def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterator[Metric]:
+    """The metric families of one snapshot (and the store's queue figures, if any)."""
+    info = GaugeMetricFamily("brokerd_info", "The running brokerd (always 1).", labels=["version"])
+    info.add_metric([snapshot["version"]], 1)
+    yield info
+    yield GaugeMetricFamily("brokerd_uptime_seconds", "Seconds since the broker started.",
+                            value=snapshot["uptime_seconds"])
+
+    connections = snapshot["connections"]
+    yield _gauge("brokerd_connections", "Open connections, by listener protocol.",
+                 connections["by_protocol"], "protocol")
+    yield _counter("brokerd_connections_total", "Connections accepted by a listener, by protocol.",
+                   connections["made"], "protocol")
+    yield CounterMetricFamily("brokerd_connections_refused_total",
+                              "Connections refused at --max-connections.", value=connections["refused"])
+    yield _gauge("brokerd_sessions", "Logged-in sessions, by protocol.", snapshot["sessions"], "protocol")
+    yield _counter("brokerd_logins_total", "Logins accepted, by protocol.", snapshot["logins"], "protocol")
+    yield _counter("brokerd_auth_failures_total", "Logins refused, by protocol.",
+                   snapshot["auth_failures"], "protocol")
+
+    messages = snapshot["messages"]
+    yield _counter("brokerd_messages_accepted_total", "Messages accepted, by the sender's protocol.",
+                   messages["accepted_by_protocol"], "protocol")
+    yield _counter("brokerd_messages_delivered_total", "Deliveries, by the recipient's protocol.",
+                   messages["delivered_by_protocol"], "protocol")
+    routed = CounterMetricFamily("brokerd_messages_routed_total",
+                                 "Deliveries by sending protocol and receiving protocol.",
+                                 labels=["protocol", "receiver"])
+    for sender, receivers in sorted(messages["routed"].items()):
+        for receiver, count in sorted(receivers.items()):
+            routed.add_metric([sender, receiver], count)
+    yield routed
+    yield _counter("brokerd_messages_dropped_total", "Messages not delivered, by reason.",
+                   snapshot["dropped"], "reason")
+    yield GaugeMetricFamily("brokerd_slow_consumers",
+                            "Sessions whose messages are being dropped right now (output over --max-output-buffer).",
+                            value=snapshot["slow_consumers"])
+    yield CounterMetricFamily("brokerd_slow_consumer_episodes_total",
+                              "Congestion episodes that ended (each logged as one dropped event).",
+                              value=snapshot["slow_consumer_episodes"])
+    yield GaugeMetricFamily("brokerd_topics", "Topics with at least one subscriber.", value=snapshot["topics"])
+    yield GaugeMetricFamily("brokerd_subscriptions", "Subscriptions of all sessions.",
+                            value=snapshot["subscriptions"])
+
+    if queues is not None:
+        yield GaugeMetricFamily("brokerd_smqp_pending_messages",
+                                "SMQP deliveries stored and not sent yet.", value=queues["pending"])
+        yield GaugeMetricFamily("brokerd_smqp_unacknowledged_messages",
+                                "SMQP deliveries sent and not acknowledged (310 ACK) yet.",
+                                value=queues["unacknowledged"])
+        yield _gauge("brokerd_smqp_trash_messages", "Messages in an SMQP Trash, by Trash queue.",
+                     queues["trash"], "queue")
+
+    store = snapshot.get("store")
+    if store is not None:
+        yield HistogramMetricFamily(
+            "brokerd_store_commit_seconds", "Seconds per store transaction (BEGIN to COMMIT).",
+            buckets=[("+Inf" if bound == float("inf") else repr(bound), count)
+                     for bound, count in store["commit_seconds_buckets"]],
+            sum_value=store["commit_seconds_sum"],
+        )
+
+    events = snapshot.get("event_log")
+    if events is not None:
+        yield GaugeMetricFamily("brokerd_event_log_backlog",
+                                "Event-log records buffered on the reactor thread, not handed to the writer.",
+                                value=events["backlog"])
+        yield GaugeMetricFamily("brokerd_event_log_queued_batches",
+                                "Event-log batches waiting for the writer thread.", value=events["queued_batches"])
+        yield CounterMetricFamily("brokerd_event_log_written_total", "Event-log records written.",
+                                  value=events["written"])
+        yield CounterMetricFamily("brokerd_event_log_write_errors_total",
+                                  "Event-log records lost to write errors.", value=events["lost"])
+        yield CounterMetricFamily("brokerd_event_log_overflowed_total",
+                                  "Event-log records dropped because the writer could not keep up.",
+                                  value=events["overflowed"])
+        yield GaugeMetricFamily("brokerd_event_log_failing", "1 while event-log writes fail.",
+                                value=int(events["failing"]))
+
+    yield _gauge("brokerd_thread_pool_queue", "Work waiting for a thread, by pool.",
+                 snapshot["thread_pools"], "pool")
+    process = snapshot["process"]
+    yield GaugeMetricFamily("brokerd_process_resident_memory_bytes", "Resident memory of the process.",
+                            value=process["resident_memory_bytes"])
+    if process["open_fds"] is not None:
+        yield GaugeMetricFamily("brokerd_process_open_fds", "Open file descriptors.", value=process["open_fds"])
+    yield GaugeMetricFamily("brokerd_process_max_fds", "The file descriptor limit (ulimit -n).",
+                            value=process["max_fds"])
+
+
+class SnapshotCollector:
+    """A prometheus_client collector over one snapshot, made per scrape."""
+
+    def __init__(self, snapshot: dict[str, Any], queues: dict[str, Any] | None) -> None:
+        self.snapshot = snapshot
+        self.queues = queues
+
+    def collect(self) -> Iterator[Metric]:
+        return families(self.snapshot, self.queues)
+
+
+def exposition(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> bytes:
+    """The text a Prometheus server scrapes."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot, queues))
+    return generate_latest(registry)

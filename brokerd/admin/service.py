@@ -1,0 +1,123 @@
+"""How brokerd.tap puts the operations pieces together: the operator log in front of the
+event log, connection counting on every listener, the admin site, the statistics topics,
+and the start-up checks of their options."""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+from twisted.web.server import Site
+
+from brokerd.admin.connections import ConnectionCounts, ConnectionLog
+from brokerd.admin.dashboard import Events
+from brokerd.admin.exposure import binds_loopback
+from brokerd.admin.figures import Figures
+from brokerd.admin.logs import check_log_settings
+from brokerd.admin.oplog import OperatorLog
+from brokerd.admin.systopics import StatisticsTopics
+from brokerd.admin.web import Access, AdminRoot
+from brokerd.config import Runtime, Settings, read_first_line
+from brokerd.errors import ConfigurationError
+
+_log = Logger(namespace="brokerd")
+
+
+def certificate_names(settings: Settings) -> frozenset[str]:
+    text = settings.admin_cert_names or ""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def admin_access(settings: Settings) -> Access:
+    """The admin listener's Access, or ConfigurationError when it would be open to the
+    network, or a certificate rule could never apply."""
+    endpoint = settings.admin or ""
+    token_file = settings.admin_token_file
+    token = read_first_line(token_file, "--admin-token-file") if token_file is not None else None
+    names = certificate_names(settings)
+    if names and not (endpoint.startswith("tls:") and settings.tls_ca is not None):
+        raise ConfigurationError("--admin-cert-names needs a tls: --admin listener and --tls-ca")
+    access = Access(token, names)
+    if access.open and not binds_loopback(endpoint):
+        raise ConfigurationError(
+            f"--admin {endpoint}: reachable from the network without a token; give --admin-token-file "
+            "(or bind it to loopback: tcp:PORT:interface=127.0.0.1)")
+    return access
+
+
+def check_operations_settings(settings: Settings) -> None:
+    """Start-up checks of the admin and logging options (ConfigurationError)."""
+    check_log_settings(settings)
+    if settings.admin is not None:
+        admin_access(settings)
+    elif settings.admin_token_file is not None or settings.admin_cert_names:
+        raise ConfigurationError("--admin-token-file and --admin-cert-names need --admin")
+
+
+def warn_if_exposed(settings: Settings, listeners: dict[str, list[str]]) -> None:
+    """Log a warning for open or anonymous SSMP login, or an SMQP guest who may publish or
+    create topics, on a listener the network reaches."""
+    guest = settings.smqp_guest_permissions or ""
+    if "p" in guest or "c" in guest:
+        for description in listeners.get("smqp", ()):
+            if not binds_loopback(description):
+                _log.warn("--smqp {endpoint} is reachable from the network and its guest (no password) may "
+                          "{permissions}: --smqp-guest-permissions {letters}", endpoint=description,
+                          permissions=" and ".join(word for letter, word in (("p", "publish"), ("c", "create topics"))
+                                                   if letter in guest), letters=guest)
+    schemes = [name for name, on in (("open", settings.open_login), ("anonymous", settings.anonymous)) if on]
+    if not schemes:
+        return
+    for description in listeners.get("ssmp", ()):
+        if not binds_loopback(description):
+            _log.warn(
+                "--ssmp {endpoint} is reachable from the network and allows {schemes} login: anyone "
+                "can log in without credentials (bind it to loopback, tcp:PORT:interface=127.0.0.1, "
+                "for trying brokerd out)",
+                endpoint=description, schemes=" and ".join(schemes))
+
+
+class Operations:
+    """The operations pieces of one broker, made before its listeners."""
+
+    def __init__(self, runtime: Runtime, events: Any) -> None:
+        self.runtime = runtime
+        self.operator_log = OperatorLog(events)
+        self.connections = ConnectionCounts()
+        self.figures = Figures(runtime, self.operator_log, self.connections)
+        self._streams: DashboardStreams | None = None
+
+    def counted(self, protocol: str, factory: Any) -> ConnectionLog:
+        """``factory`` behind connection counting and logging, for one listener."""
+        return ConnectionLog(protocol, factory, self.connections)
+
+    def admin_site(self) -> Site:
+        root = AdminRoot(self.figures, admin_access(self.runtime.settings), self.runtime.reactor)
+        self._streams = DashboardStreams(root.events)
+        site = Site(root)
+        site.displayTracebacks = False
+        site.noisy = False
+        return site
+
+    def services(self) -> list[Service]:
+        """The services to run beside the listeners: the statistics topics (with
+        --sys-interval) and, with the admin listener, the end of its event streams."""
+        made: list[Service] = []
+        interval = self.runtime.settings.sys_interval
+        if interval is not None:
+            made.append(StatisticsTopics(self.figures, interval, self.runtime.reactor))
+        if self._streams is not None:
+            made.append(self._streams)
+        return made
+
+
+class DashboardStreams(Service):
+    """Ends the dashboards' event streams when the broker stops (a stopped listener keeps
+    its open connections)."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.events.stop()

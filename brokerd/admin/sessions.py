@@ -1,0 +1,83 @@
+"""The sessions and topics the admin API lists, and closing one session.
+
+Sessions are named by an id only this process gives (the object's id in hex): it survives
+as long as the session and is never reused while the session lives.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from brokerd.events.log import transport_source
+from brokerd.events.schema import text as _text
+
+
+def session_id(session: Any) -> str:
+    return format(id(session), "x")
+
+
+def queued_bytes(transport: Any) -> int | None:
+    """Bytes written to a connection and not yet taken by the kernel (the TCP transport's
+    queue, under the TLS layer if there is one); None when the transport does not tell."""
+    for layer in (transport, getattr(transport, "transport", None)):
+        if layer is None:
+            continue
+        try:
+            return len(layer.dataBuffer) - layer.offset + layer._tempDataLen
+        except (AttributeError, TypeError):
+            continue
+    return None
+
+
+def describe_session(broker: Any, session: Any) -> dict[str, Any]:
+    transport = getattr(session, "transport", None)
+    principal = getattr(session, "principal", None)
+    return {
+        "id": session_id(session),
+        "protocol": session.protocol,
+        "name": _text(session.name),
+        "principal": None if principal is None else _text(getattr(principal, "name", principal)),
+        "address": _text(session.address),
+        "source": transport_source(transport),
+        "subscriptions": sorted(_text(topic) or "" for topic in broker.subscriptions(session)),
+        "queued_bytes": queued_bytes(transport),
+        "dropped": getattr(session, "dropped", 0),
+    }
+
+
+def list_sessions(broker: Any) -> list[dict[str, Any]]:
+    described = [describe_session(broker, session) for session in broker.sessions()]
+    return sorted(described, key=lambda s: (s["protocol"], s["name"] or "", s["id"]))
+
+
+def list_topics(broker: Any) -> list[dict[str, Any]]:
+    topics = []
+    for name in broker.active_topics():
+        topic = broker.topics.get(name)
+        if topic is None:
+            continue
+        by_protocol: dict[str, int] = {}
+        for member in topic.members:
+            by_protocol[member.protocol] = by_protocol.get(member.protocol, 0) + 1
+        topics.append({"name": _text(name), "subscribers": len(topic.members), "by_protocol": by_protocol})
+    return sorted(topics, key=lambda t: (-t["subscribers"], t["name"]))
+
+
+def find_session(broker: Any, wanted: str) -> Any:
+    for session in broker.sessions():
+        if session_id(session) == wanted:
+            return session
+    return None
+
+
+def close_session(session: Any) -> bool:
+    """Close a session's connection (its queued output is written first); False when the
+    session has no connection of its own (a broker-internal one)."""
+    close = getattr(session, "close_transport", None)
+    if close is not None:
+        close()
+        return True
+    transport = getattr(session, "transport", None)
+    if transport is None:
+        return False
+    transport.loseConnection()
+    return True

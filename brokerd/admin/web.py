@@ -1,0 +1,260 @@
+"""The admin listener's HTTP side: ``/metrics``, the JSON API under ``/api/``, and who may
+use them.
+
+Every request passes :class:`AdminRoot`'s check first: a bearer token (compared in constant
+time) or a verified client certificate whose name is listed, unless the listener runs
+without either (allowed on loopback only, see brokerd.admin.service).  Requests that change
+something are POSTs with a JSON content type, which a web page of another origin cannot send
+without the browser asking first, so a loopback listener without a token cannot be driven
+by a page the operator happens to visit.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+
+from brokerd.admin.dashboard import ASSETS, Asset, Events
+from brokerd.admin.figures import Figures
+from brokerd.admin.metrics import CONTENT_TYPE, exposition
+from brokerd.admin.sessions import close_session, find_session, list_sessions, list_topics
+from brokerd.auth.tls import peer_names
+from brokerd.events.log import peer_text
+
+JSON = b"application/json"
+
+
+class Access:
+    """Who may use the admin listener: ``token`` (bytes) and/or client certificates with a
+    name in ``certificate_names``; neither means anyone who can connect."""
+
+    def __init__(self, token: bytes | None, certificate_names: frozenset[str] = frozenset()) -> None:
+        self.token = token
+        self.certificate_names = certificate_names
+
+    @property
+    def open(self) -> bool:
+        return self.token is None and not self.certificate_names
+
+    def allows(self, request: Any) -> bool:
+        if self.open:
+            return True
+        if self.token is not None:
+            header = request.getHeader(b"authorization") or b""
+            scheme, _, presented = header.partition(b" ")
+            if scheme.lower() == b"bearer" and hmac.compare_digest(presented.strip(), self.token):
+                return True
+        if self.certificate_names:
+            names = peer_names(request.channel.transport)
+            if any(name in self.certificate_names for name in names):
+                return True
+        return False
+
+
+def _json(request: Any, code: int, body: Any) -> bytes:
+    request.setResponseCode(code)
+    request.setHeader(b"content-type", JSON)
+    request.setHeader(b"cache-control", b"no-store")
+    return json.dumps(body, sort_keys=True).encode() + b"\n"
+
+
+def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> Any:
+    """Answer ``request`` once ``d`` fires (NOT_DONE_YET now); a client gone meanwhile is fine."""
+    gone: list[bool] = []
+    request.notifyFinish().addErrback(lambda _f: gone.append(True))
+
+    def answer(result: Any) -> None:
+        if gone:
+            return
+        request.write(render(result))
+        request.finish()
+
+    def failed(failure: Any) -> None:
+        AdminResource._log.failure("admin request {uri}", failure, uri=request.uri)
+        if not gone:
+            request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
+            request.finish()
+
+    d.addCallback(answer).addErrback(failed)
+    return NOT_DONE_YET
+
+
+class AdminResource(Resource):
+    _log = Logger(namespace="brokerd.admin")
+
+    def __init__(self, figures: Figures) -> None:
+        super().__init__()
+        self.figures = figures
+
+    def render(self, request: Any) -> Any:
+        method = request.method.decode("ascii", "replace")
+        handler = getattr(self, f"render_{method}", None)
+        if handler is None:
+            allowed = sorted(name[len("render_"):] for name in dir(self) if name.startswith("render_")
+                             and name not in ("render_HEAD",))
+            request.setHeader(b"allow", ", ".join(allowed).encode())
+            return _json(request, 405, {"error": f"method {method} not allowed", "allowed": allowed})
+        return handler(request)
+
+
+class Metrics(AdminResource):
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> Any:
+        figures = self.figures
+
+        def render(queues: Any) -> bytes:
+            request.setHeader(b"content-type", CONTENT_TYPE.encode())
+            return exposition(figures.snapshot(), queues)
+
+        return _finish_later(request, figures.queues(), render)
+
+
+class Status(AdminResource):
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> Any:
+        figures = self.figures
+
+        def render(queues: Any) -> bytes:
+            snapshot = figures.snapshot()
+            snapshot["smqp_queues"] = queues
+            snapshot["recent_auth_failures"] = list(figures.operator_log.recent_auth_failures)
+            return _json(request, 200, snapshot)
+
+        return _finish_later(request, figures.queues(), render)
+
+
+class Topics(AdminResource):
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        return _json(request, 200, {"topics": list_topics(self.figures.broker)})
+
+
+def _posted_json(request: Any) -> bool:
+    content_type = (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
+    return content_type == JSON
+
+
+class Sessions(AdminResource):
+    """``GET /api/sessions``; ``POST /api/sessions/ID/close``."""
+
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        if request.postpath not in ([], [b""]):
+            return _json(request, 404, {"error": "no such resource"})
+        return _json(request, 200, {"sessions": list_sessions(self.figures.broker)})
+
+    def render_POST(self, request: Any) -> bytes:
+        if len(request.postpath) != 2 or request.postpath[1] != b"close":
+            return _json(request, 404, {"error": "POST /api/sessions/ID/close"})
+        if not _posted_json(request):
+            return _json(request, 415, {"error": "send Content-Type: application/json"})
+        wanted = request.postpath[0].decode("ascii", "replace")
+        session = find_session(self.figures.broker, wanted)
+        if session is None:
+            return _json(request, 404, {"error": f"no session {wanted}"})
+        if not close_session(session):
+            return _json(request, 409, {"error": f"session {wanted} has no connection to close"})
+        self._log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
+                       name=session.name, id=wanted)
+        return _json(request, 200, {"closed": wanted})
+
+
+class Reload(AdminResource):
+    """``POST /api/reload``: every front end that reads access lists or accounts from files
+    reads them again now (a bad file is refused and the old one stays)."""
+
+    isLeaf = True
+
+    def render_POST(self, request: Any) -> Any:
+        if not _posted_json(request):
+            return _json(request, 415, {"error": "send Content-Type: application/json"})
+        factories = self.figures.runtime.resources.get("factories", {})
+        names = sorted(name for name, factory in factories.items() if hasattr(factory, "reload_files"))
+        d = gatherResults([maybeDeferred(factories[name].reload_files) for name in names], consumeErrors=True)
+
+        def failed(failure: Any) -> bytes:
+            error = getattr(failure.value, "subFailure", failure)
+            return _json(request, 422, {"error": error.getErrorMessage()})
+
+        d.addCallbacks(lambda _: _json(request, 200, {"reloaded": names}), failed)
+        return _finish_later(request, d, lambda body: body)
+
+
+class Refused(Resource):
+    isLeaf = True
+
+    def render(self, request: Any) -> bytes:
+        request.setHeader(b"www-authenticate", b'Bearer realm="brokerd"')
+        return _json(request, 401, {"error": "authentication required"})
+
+
+class NotFound(Resource):
+    isLeaf = True
+
+    def render(self, request: Any) -> bytes:
+        return _json(request, 404, {"error": "no such resource"})
+
+
+class Index(AdminResource):
+    """``GET /api/``: what this listener serves."""
+
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        if request.postpath not in ([], [b""]):
+            return _json(request, 404, {"error": "no such resource"})
+        return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
+            "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
+            "POST /api/sessions/ID/close", "POST /api/reload"]})
+
+
+class Api(Resource):
+    def __init__(self, index: Resource) -> None:
+        super().__init__()
+        self.index = index
+
+    def getChild(self, path: bytes, request: Any) -> Resource:
+        return self.index if path == b"" else NotFound()
+
+
+class AdminRoot(Resource):
+    """Checks every request but those for the dashboard's static files, then dispatches it."""
+
+    def __init__(self, figures: Figures, access: Access, clock: Any) -> None:
+        super().__init__()
+        self.figures = figures
+        self.access = access
+        self.assets = {path: Asset(name, content_type) for path, (name, content_type) in ASSETS.items()}
+        self.events = Events(figures, clock)
+        api = Api(Index(figures))
+        api.putChild(b"events", self.events)
+        api.putChild(b"status", Status(figures))
+        api.putChild(b"sessions", Sessions(figures))
+        api.putChild(b"topics", Topics(figures))
+        api.putChild(b"reload", Reload(figures))
+        self.putChild(b"metrics", Metrics(figures))
+        self.putChild(b"api", api)
+
+    def getChildWithDefault(self, path: bytes, request: Any) -> Resource:
+        if path in self.assets and request.postpath == [] and request.method in (b"GET", b"HEAD"):
+            return self.assets[path]  # no data, no secret: the page asks /api/events with the token
+        if not self.access.allows(request):
+            self.figures.operator_log.auth_failure(
+                "admin", None, source=peer_text(request.getClientAddress()),
+                scheme="bearer" if request.getHeader(b"authorization") else None,
+                reason="no valid token or client certificate")
+            return Refused()
+        child = self.children.get(path)
+        if child is None:
+            return NotFound()
+        return child

@@ -1,0 +1,177 @@
+"""``brokerd-ctl``: the admin listener's JSON API from the shell, and backups of the store.
+
+    brokerd-ctl --admin http://127.0.0.1:8081 --token-file /etc/brokerd/admin-token status
+    brokerd-ctl sessions | topics | close ID | reload | metrics
+    brokerd-ctl backup --data-dir /var/lib/brokerd /backup/smqp-$(date +%F).sqlite3
+
+Talks HTTP with the standard library (a short-lived command needs no reactor).  ``backup``
+does not need the admin listener: it copies the SQLite store with SQLite's online backup API,
+which reads a consistent snapshot while the broker keeps writing (WAL mode).
+
+Exit codes: 0 done, 1 the broker refused (its answer is printed), 2 usage or connection error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import ssl
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
+
+from brokerd import __version__
+from brokerd.cli.common import EXIT_ERROR, CommandError
+from brokerd.config import read_first_line
+from brokerd.errors import ConfigurationError
+
+PROG = "brokerd-ctl"
+DEFAULT_ADMIN = "http://127.0.0.1:8081"
+STORE_FILE = "smqp.sqlite3"
+EXIT_REFUSED = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Operate a running brokerd through its admin listener.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--admin", metavar="URL", default=os.environ.get("BROKERD_ADMIN", DEFAULT_ADMIN),
+                        help=f"the admin listener [$BROKERD_ADMIN or {DEFAULT_ADMIN}]")
+    parser.add_argument("--token-file", metavar="FILE", type=Path,
+                        default=os.environ.get("BROKERD_ADMIN_TOKEN_FILE"),
+                        help="file whose first line is the admin token [$BROKERD_ADMIN_TOKEN_FILE]")
+    tls = parser.add_argument_group("https")
+    tls.add_argument("--ca", metavar="FILE", help="CA certificates (PEM) to verify the admin listener with")
+    tls.add_argument("--cert", metavar="FILE", help="client certificate (PEM) to log in with")
+    tls.add_argument("--key", metavar="FILE", help="private key (PEM) of --cert [in the --cert file]")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for an answer [10]")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser("status", help="figures of the running broker (JSON)")
+    commands.add_parser("sessions", help="one line per session: id protocol name source subscriptions")
+    commands.add_parser("topics", help="one line per topic: subscribers name")
+    close = commands.add_parser("close", help="close a session (its id from 'sessions')")
+    close.add_argument("id")
+    commands.add_parser("reload", help="read the SMQP accounts and access lists again")
+    commands.add_parser("metrics", help="the Prometheus exposition, as scraped")
+    backup = commands.add_parser("backup", help="copy the SMQP store of a running broker (SQLite online backup)")
+    backup.add_argument("--data-dir", type=Path, default=Path("brokerd-data"), help="the broker's data dir [./brokerd-data]")
+    backup.add_argument("output", type=Path, help="the copy to write (must not exist)")
+    return parser
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is None:
+        return None
+    try:
+        return read_first_line(args.token_file, "--token-file").decode("utf-8", "replace")
+    except ConfigurationError as exc:
+        raise CommandError(EXIT_ERROR, str(exc)) from None
+
+
+def _context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if not args.admin.startswith("https:"):
+        return None
+    context = ssl.create_default_context(cafile=args.ca)
+    if args.cert:
+        context.load_cert_chain(args.cert, args.key)
+    return context
+
+
+def call(args: argparse.Namespace, method: str, path: str) -> tuple[bytes, str]:
+    """One request to the admin API: (body, content type), or CommandError."""
+    headers = {}
+    token = _token(args)
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None
+    if method == "POST":
+        data = b"{}"
+        headers["Content-Type"] = "application/json"
+    request = Request(args.admin.rstrip("/") + path, data=data, headers=headers, method=method)
+    try:
+        with urlopen(request, timeout=args.timeout, context=_context(args)) as response:
+            return response.read(), response.headers.get("content-type", "")
+    except HTTPError as exc:
+        body = exc.read()
+        try:
+            message = json.loads(body)["error"]
+        except (ValueError, KeyError, TypeError):
+            message = body.decode("utf-8", "replace").strip()
+        raise CommandError(EXIT_REFUSED, f"{exc.code} {message}") from None
+    except (URLError, OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CommandError(EXIT_ERROR, f"cannot reach {args.admin}: {reason}") from None
+
+
+def _json(args: argparse.Namespace, method: str, path: str) -> Any:
+    body, _type = call(args, method, path)
+    return json.loads(body)
+
+
+def backup(data_dir: Path, output: Path) -> int:
+    """Copy ``DATA_DIR/smqp.sqlite3`` to ``output`` with SQLite's online backup; the pages
+    copied."""
+    source_path = data_dir / STORE_FILE
+    if not source_path.exists():
+        raise CommandError(EXIT_ERROR, f"{source_path}: no such store")
+    if output.exists():
+        raise CommandError(EXIT_ERROR, f"{output}: already exists")
+    pages = 0
+
+    def progress(_status: int, _remaining: int, total: int) -> None:
+        nonlocal pages
+        pages = total
+
+    try:
+        source = sqlite3.connect(source_path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            target = sqlite3.connect(output)
+            try:
+                source.backup(target, progress=progress)
+            finally:
+                target.close()
+        finally:
+            source.close()
+    except sqlite3.Error as exc:
+        output.unlink(missing_ok=True)
+        raise CommandError(EXIT_ERROR, f"backup of {source_path} failed: {exc}") from None
+    return pages
+
+
+def run(args: argparse.Namespace, out: Any) -> None:
+    command = args.command
+    if command == "status":
+        json.dump(_json(args, "GET", "/api/status"), out, indent=2, sort_keys=True)
+        out.write("\n")
+    elif command == "sessions":
+        for s in _json(args, "GET", "/api/sessions")["sessions"]:
+            out.write(f"{s['id']}\t{s['protocol']}\t{s['name']}\t{s['source'] or '-'}\t{','.join(s['subscriptions'])}\n")
+    elif command == "topics":
+        for t in _json(args, "GET", "/api/topics")["topics"]:
+            out.write(f"{t['subscribers']}\t{t['name']}\n")
+    elif command == "close":
+        out.write(f"closed {_json(args, 'POST', f'/api/sessions/{args.id}/close')['closed']}\n")
+    elif command == "reload":
+        reloaded = _json(args, "POST", "/api/reload")["reloaded"]
+        out.write(f"reloaded: {', '.join(reloaded) or 'nothing to reload'}\n")
+    elif command == "metrics":
+        out.write(call(args, "GET", "/metrics")[0].decode("utf-8"))
+    elif command == "backup":
+        pages = backup(args.data_dir, args.output)
+        out.write(f"{args.output}: {pages} pages copied\n")
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args, sys.stdout)
+    except CommandError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    main()

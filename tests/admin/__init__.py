@@ -1,0 +1,1 @@
+"""The admin listener, the operator log and the statistics topics."""

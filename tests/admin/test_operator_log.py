@@ -1,0 +1,68 @@
+"""What a real ``twistd brokerd`` logs for an operator: connections, logins and refusals, in
+text or JSON, filtered by --log-level; and the warning about open login on the network."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from twisted.logger import formatEvent
+
+from tests.support.broker import LineClient, start_broker
+
+
+def _session(port: int) -> None:
+    client = LineClient.connect(port)
+    assert client.request("LOGIN alice open") == b"200"
+    refused = LineClient.connect(port)
+    assert refused.request("LOGIN mallory secret guess") .startswith(b"401")
+    assert refused.closed()
+    client.close()
+
+
+def _json_events(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _log_of_a_session(tmp_path: Path, *options: str) -> str:
+    """The log of a broker started with ``options`` that saw one login and one refusal."""
+    broker = start_broker(tmp_path, "--open-login", "--no-event-log", *options)
+    try:
+        _session(broker.ports["ssmp"])
+    finally:
+        broker.stop()
+    return broker.log()
+
+
+@pytest.mark.slow
+def test_json_log_has_connections_logins_and_refusals(tmp_path: Path) -> None:
+    events = _json_events(_log_of_a_session(tmp_path, "--log-format", "json"))
+    texts = [formatEvent(event) for event in events]
+    assert any(t.startswith("ssmp: connection from 127.0.0.1:") for t in texts)
+    assert any(t.startswith("ssmp: login alice from 127.0.0.1:") for t in texts)
+    assert any(t.startswith("ssmp: logout alice from 127.0.0.1:") for t in texts)
+    assert any(t.startswith("ssmp: login refused for mallory from 127.0.0.1:") and "(secret)" in t for t in texts)
+    login = next(e for e in events if formatEvent(e).startswith("ssmp: login alice"))
+    assert login["protocol"] == "ssmp" and login["name"] == "alice" and login["log_level"]["name"] == "info"
+
+
+@pytest.mark.slow
+def test_log_level_warn_keeps_refusals_and_drops_logins(tmp_path: Path) -> None:
+    log = _log_of_a_session(tmp_path, "--log-level", "warn")
+    assert "ssmp: login refused for mallory from 127.0.0.1:" in log
+    assert "ssmp: login alice" not in log
+    assert "connection from" not in log
+
+
+@pytest.mark.slow
+def test_open_login_beyond_loopback_is_warned_about(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path, "--open-login", "--anonymous", "--smqp-guest-permissions", "psc",
+                          listeners={"ssmp": "tcp:{port}", "smqp": "tcp:{port}"})
+    broker.stop()
+    assert "--ssmp tcp:" in broker.log() and "allows open and anonymous login" in broker.log()
+    assert "its guest (no password) may publish and create topics" in broker.log()
+    (tmp_path / "loopback").mkdir()
+    quiet = start_broker(tmp_path / "loopback", "--open-login")
+    quiet.stop()
+    assert "reachable from the network" not in quiet.log()
+    assert "Starting factory" in quiet.log()  # its log was written, without the warning

@@ -1,0 +1,95 @@
+"""The admin dashboard in a real browser: headless Chromium opens ``/#token=...`` on an
+in-process broker's admin listener, the page follows /api/events, and after a scripted run of
+SSMP traffic it shows the counts, the topic, the refused login, and its rate chart has moved.
+The screenshot is saved as test-artifacts/admin-dashboard.png (docs/admin-dashboard.png is
+one of them)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, threads
+
+from brokerd.config import Settings
+from brokerd.tap import makeService
+from tests.admin.support import http
+from tests.browser.cdp import Chromium, chromium_or_skip
+from tests.support.broker import LineClient, free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "dashboard-token"
+MESSAGES = 40
+
+
+def _traffic(ssmp: int) -> list[LineClient]:
+    """The scripted run; the subscriber and publisher stay connected (returned)."""
+    subscriber = LineClient.connect(ssmp)
+    assert subscriber.request("LOGIN watcher open") == b"200"
+    assert subscriber.request("SUBSCRIBE news") == b"200"
+    publisher = LineClient.connect(ssmp)
+    assert publisher.request("LOGIN pub open") == b"200"
+    for n in range(MESSAGES):
+        assert publisher.request(f"MCAST news m{n}") == b"200"
+    assert [subscriber.line() for _ in range(MESSAGES)][-1] == b"000 pub MCAST news m%d" % (MESSAGES - 1)
+    refused = LineClient.connect(ssmp)
+    assert refused.request("LOGIN mallory secret guess").startswith(b"401")
+    refused.close()
+    return [subscriber, publisher]
+
+
+def _unauthenticated(admin: int) -> tuple[int, str, int]:
+    page = http(admin, "GET", "/")
+    return page.status, page.headers["content-type"], http(admin, "GET", "/api/events").status
+
+
+@pytest_twisted.ensureDeferred
+async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
+    binary = chromium_or_skip()
+    ssmp, admin = free_port(), free_port()
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    settings = Settings(listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True,
+                        data_dir=tmp_path / "data", event_log=False,
+                        admin=f"tcp:{admin}:interface=127.0.0.1", admin_token_file=token)
+    service = makeService(settings, reactor)
+    service.startService()
+    browser = None
+    clients: list[LineClient] = []
+    try:
+        status, content_type, events = await threads.deferToThread(_unauthenticated, admin)
+        assert (status, content_type, events) == (200, "text/html; charset=utf-8", 401)
+        browser = await Chromium.launch(tmp_path, binary)
+        page = await browser.page()
+        await page.call("Page.navigate", url=f"http://127.0.0.1:{admin}/#token={TOKEN}")
+        assert await page.wait_for("Number(document.body.dataset.updates) >= 1")
+        assert await page.evaluate("document.getElementById('accepted').textContent") == "0"
+
+        clients = await threads.deferToThread(_traffic, ssmp)
+
+        assert await page.wait_for(f"document.getElementById('accepted').textContent === '{MESSAGES}'")
+        assert await page.wait_for("Number(document.getElementById('rate-chart').dataset.max) > 1")
+        points = int(await page.evaluate("document.getElementById('rate-chart').dataset.points"))
+        assert await page.wait_for(f"Number(document.getElementById('rate-chart').dataset.points) > {points}")
+        topics = await page.evaluate("Array.from(document.querySelectorAll('#topics td')).map(td => td.textContent)")
+        assert topics == ["news", "1", "ssmp 1"]
+        connections = await page.evaluate(
+            "Array.from(document.querySelectorAll('#connections tbody tr td')).map(td => td.textContent)")
+        assert connections == ["admin", "0", "0", "0", "1", "ssmp", "2", "2", "2", "1"]  # admin: the 401 above
+        refusals = await page.evaluate("document.getElementById('auth-failures').textContent")
+        assert "mallory" in refusals and "ssmp" in refusals
+        await page.call("Emulation.setDeviceMetricsOverride", width=1000, height=1000, deviceScaleFactor=1,
+                        mobile=False)
+        png = await page.screenshot()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        artifacts = REPO / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        (artifacts / "admin-dashboard.png").write_bytes(png)
+    finally:
+        for client in clients:
+            client.close()
+        if browser is not None:
+            browser.close()
+        await service.stopService()
