@@ -73,6 +73,13 @@ class Settings:
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
+    max_listener_connections: int = 20_000
+    """Connections of one listener (one endpoint); more are refused at once."""
+    max_connections_per_address: int = 256
+    """Connections from one source IP address, all listeners together."""
+    max_unauthenticated: int = 1024
+    """Connections not yet logged in, all listeners together (docs/operations.md says when
+    each protocol's connection counts as logged in)."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

@@ -69,6 +69,9 @@ class Options(usage.Options):
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
+        ["max-listener-connections", None, None, "Connections of one listener [20000]."],
+        ["max-connections-per-address", None, None, "Connections from one source IP address [256]."],
+        ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together [1024]."],
     ]
 
     def __init__(self) -> None:
@@ -237,6 +240,9 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     broker = Broker(
         max_subscriptions=settings.max_subscriptions,
         max_connections=settings.max_connections,
+        max_listener_connections=settings.max_listener_connections,
+        max_connections_per_address=settings.max_connections_per_address,
+        max_unauthenticated=settings.max_unauthenticated,
         observer=event_log,
     )
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)

@@ -59,6 +59,7 @@ from brokerd.config import Runtime, Settings
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import limit_output_buffer
 from brokerd.protocols.smqp.codec import (
     SMQPParser,
@@ -134,7 +135,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self._slot: _Slot | None = None
         self._busy = False
         self._running = False
-        self._admitted = False
+        self._admission: Any = None
         self._greeted = False
         self._login_timer: Any = None
         self._paused_reading = False
@@ -158,12 +159,12 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        if not factory.broker.admit():
+        self._admission = admit(factory.broker, self.transport)
+        if self._admission is None:
             self.transport.write(encode_greeting(SERVER_IDENT, ready=False))
             self.closed = True
             self.transport.loseConnection()
             return
-        self._admitted = True
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(
@@ -205,9 +206,9 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self._cancel_login_timer()
         if self.outbox is not None:
             self.factory.service.detach(self.outbox)
-        if self._admitted:
-            self._admitted = False
-            self.factory.broker.release()
+        admission, self._admission = self._admission, None
+        if admission is not None:
+            admission.release()
             self.factory.logged_out(self)
             self.factory.broker.detach(self)
 
@@ -520,6 +521,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self.account, self.channel = account, channel
         self.name = f"{account}:{channel}".encode("utf-8")
         self.address = b"smqp:" + self.name
+        self._admission.login()
         factory.logged_in(self)
         factory.broker.attach(self)
         self.outbox = factory.service.attach(self)

@@ -17,7 +17,9 @@ from twisted.logger import Logger
 from twisted.web import http, server
 
 from brokerd.config import Runtime
+from brokerd.core.admission import Admission
 from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.protocols.admission import admit
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
@@ -27,21 +29,6 @@ from brokerd.protocols.socketmq.resource import RootResource, SocketMQResource
 from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 
 SERVER_KEY_USER_ID = "brokerd socket.mq server"
-
-
-class Admission:
-    """One connection counted in the broker's ``max_connections``; release() is idempotent,
-    so the HTTP channel and the WebSocket session that inherits it may both call it."""
-
-    __slots__ = ("_broker",)
-
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
-    def release(self) -> None:
-        broker, self._broker = self._broker, None
-        if broker is not None:
-            broker.release()
 
 
 def _raw_response(status: bytes, body: bytes) -> bytes:
@@ -55,20 +42,19 @@ def _raw_response(status: bytes, body: bytes) -> bytes:
 
 
 class SocketMQChannel(http.HTTPChannel):
-    """An HTTP connection counted against the broker's connection limit."""
+    """An HTTP connection counted against the broker's connection limits.  Its Admission's
+    release() is idempotent, so the WebSocket session that inherits it may call it too."""
 
     admission: Admission | None = None
     refused = False
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        broker = self.site.hub.broker
-        if not broker.admit():
+        self.admission = admit(self.site.hub.broker, self.transport)
+        if self.admission is None:
             self.refused = True
             self.transport.write(_raw_response(b"503 Service Unavailable", b"too many connections\n"))
             self.transport.loseConnection()
-            return
-        self.admission = Admission(broker)
 
     def dataReceived(self, data: bytes) -> None:
         if not self.refused:
@@ -109,6 +95,9 @@ class SocketMQRequest(server.Request):
         self.channel.transport.loseConnection()
 
     def process(self) -> None:
+        admission = getattr(self.channel, "admission", None)
+        if admission is not None:
+            admission.login()  # a whole request arrived (anonymous requests may be allowed)
         if not self.too_large:
             super().process()
 
