@@ -80,6 +80,9 @@ class Settings:
     max_unauthenticated: int = 1024
     """Connections not yet logged in, all listeners together (docs/operations.md says when
     each protocol's connection counts as logged in)."""
+    max_auth_queue: int = 64
+    """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
+    pool; more are refused at once with the protocol's temporary-failure reply."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

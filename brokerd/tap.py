@@ -72,6 +72,7 @@ class Options(usage.Options):
         ["max-listener-connections", None, None, "Connections of one listener [20000]."],
         ["max-connections-per-address", None, None, "Connections from one source IP address [256]."],
         ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together [1024]."],
+        ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running [64]."],
     ]
 
     def __init__(self) -> None:

@@ -47,7 +47,8 @@ DEFAULT_MAX_PENDING = 8
 ENCODE_INTERVAL = 0.05
 """Seconds from the first entry in an empty buffer to its encoding on the reactor thread."""
 STOP_TIMEOUT = 5.0
-"""Seconds shutdown waits to queue the last batch behind a stuck disk before giving up."""
+"""Seconds shutdown waits for the writer to finish behind a stuck disk before giving up (the
+reactor keeps running meanwhile)."""
 
 _ROUTED, _RECORD, _RUN, _SUMMARY = range(4)
 """Entry tags.  _SUMMARY: ``(tag, ts_ns, shared_key, count, total_bytes)`` for one message or a
@@ -362,7 +363,19 @@ class EventLog(Service):
             self.close()
             return None
         done: Deferred = Deferred()
-        self.writer.stop(lambda: call_from_thread(done.callback, None), STOP_TIMEOUT)
+
+        def finished() -> None:
+            if timer.active():
+                timer.cancel()
+            if not done.called:
+                done.callback(None)
+
+        def gave_up() -> None:
+            self._report(f"event log: {self.directory} did not keep up; queued events are lost at shutdown")
+            done.callback(None)
+
+        timer = self._reactor.callLater(STOP_TIMEOUT, gave_up)
+        self.writer.stop(lambda: call_from_thread(finished))
         return done
 
     def close(self) -> None:
@@ -370,7 +383,7 @@ class EventLog(Service):
         (for scripts and tests that run without a reactor; the service uses stopService)."""
         self.flush()
         if self.writer.alive:
-            self.writer.stop(None, STOP_TIMEOUT)
+            self.writer.stop()
             self.writer.join(STOP_TIMEOUT)
 
     def flush(self) -> None:

@@ -148,6 +148,8 @@ class WriterThread:
         """Records lost to write errors."""
         self.failing = False
         self._lost_in_episode = 0
+        self._stopping = False
+        self._on_stopped: Callable[[], None] | None = None
 
     def start(self) -> None:
         if self.alive:
@@ -171,21 +173,21 @@ class WriterThread:
             raise RuntimeError("the writer thread is not running")
         self._queue.join()
 
-    def stop(self, on_stopped: Callable[[], None] | None = None, timeout: float | None = None) -> None:
-        """Write what is queued, close the file, end the thread; then call ``on_stopped``
-        (on the writer thread).  Blocks only while the queue is full, at most ``timeout``
-        seconds: behind a stuck disk the queued batches are given up (and reported)."""
+    def stop(self, on_stopped: Callable[[], None] | None = None) -> None:
+        """Have the thread write what is queued, close the file and end; then it calls
+        ``on_stopped`` (on the writer thread).  Never blocks (it is called on the reactor
+        thread): when the queue is full the thread stops once it has emptied it.  How long to
+        wait for that behind a stuck disk is the caller's choice."""
         if not self.alive:
             if on_stopped is not None:
                 on_stopped()
             return
         self._on_stopped = on_stopped
+        self._stopping = True
         try:
-            self._queue.put(_STOP, timeout=timeout)
+            self._queue.put_nowait(_STOP)
         except queue.Full:
-            self.report(f"event log: {self.files.root} did not keep up; queued events are lost at shutdown")
-            if on_stopped is not None:
-                on_stopped()
+            pass  # the thread has batches to take, and checks _stopping after each
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -207,6 +209,9 @@ class WriterThread:
                 self._write(*batch)
             finally:
                 done()
+            if self._stopping and self._queue.empty():
+                self._close()
+                return
 
     def _write(self, stamps: list[int], lines: list[bytes]) -> None:
         try:
@@ -236,6 +241,6 @@ class WriterThread:
             self.files.close()
         except OSError as exc:
             self.report(f"event log: closing {self.files.root}: {exc.strerror or exc}")
-        callback = getattr(self, "_on_stopped", None)
+        callback = self._on_stopped
         if callback is not None:
             callback()

@@ -47,6 +47,7 @@ from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import BrokerRealm, IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.auth.workers import shared_work_queue
 from brokerd.auth.ual import (
     DEFAULT_GUEST_PERMISSIONS,
     AccessList,
@@ -56,7 +57,7 @@ from brokerd.auth.ual import (
     read_access_list,
 )
 from brokerd.config import Runtime, Settings
-from brokerd.errors import ConfigurationError
+from brokerd.errors import Busy, ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
@@ -380,6 +381,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         error = failure.value
         if isinstance(error, (Refused, TopicError)):
             self._reply(error.code, error.text)
+        elif isinstance(error, Busy):
+            self._reply(451, "Local error: too many logins are being checked; try again later")
         else:
             self._log.failure("SMQP command failed", failure)
             self._reply(451, "Local error in processing")
@@ -1063,7 +1066,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     reactor = runtime.reactor
     run = thread_runner(reactor)
     checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
-                              run=run)
+                              run=shared_work_queue(runtime).run)
     checker.load()
     try:
         guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)

@@ -16,6 +16,7 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.web import http, server
 
+from brokerd.auth.workers import shared_work_queue
 from brokerd.config import Runtime
 from brokerd.core.admission import Admission
 from brokerd.events.log import NULL_EVENT_LOG
@@ -151,6 +152,7 @@ def build_hub(runtime: Runtime) -> Hub:
         return Hub(
             runtime.broker, runtime.reactor, settings, runtime.portal, policy, key,
             events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+            work_queue=shared_work_queue(runtime),
         )
     except PGPError as exc:
         raise ConfigurationError(f"--socketmq-policy {policy.source}: keyring: {exc}") from None
