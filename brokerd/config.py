@@ -83,6 +83,13 @@ class Settings:
     max_auth_queue: int = 64
     """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
     pool; more are refused at once with the protocol's temporary-failure reply."""
+    disk_free_limit: int = 64 << 20
+    """Bytes that must stay free where DATA_DIR is: below, publishes that would be stored
+    are refused (acknowledgements and deletions still commit) and the event log pauses."""
+    event_log_max_bytes: int = 1 << 30
+    """Bytes of event-log files kept; the oldest hours are deleted first (docs/events.md)."""
+    event_log_max_age: float = 7 * 86400.0
+    """Seconds an hour of the event log is kept after it ended."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

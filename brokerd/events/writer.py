@@ -19,11 +19,16 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from brokerd.events.retention import Retention
 from brokerd.events.schema import FILE_SUFFIX, HOUR_US, partition_of
+
+RETENTION_INTERVAL = 60.0
+"""Seconds between two retention passes while little is written."""
 
 
 
@@ -35,13 +40,17 @@ def count_lines(chunks: list[bytes]) -> int:
 class HourlyFiles:
     """Appends lines to the file of their hour, rotating as the hours change."""
 
-    def __init__(self, root: Path, run: str, fsync: bool = False) -> None:
+    def __init__(self, root: Path, run: str, fsync: bool = False, max_file_bytes: int = 0) -> None:
         self.root = Path(root)
         self.run = run
         self.fsync = fsync
+        self.max_file_bytes = max_file_bytes
+        """A new file is started once the current one holds this much (0: one file an hour)."""
         self._handle: Any = None
         self._partition: tuple[str, str] | None = None
         self._serial = 0
+        self._file_bytes = 0
+        self.current_path: Path | None = None
         self.files_opened = 0
         self.bytes_written = 0
 
@@ -54,6 +63,8 @@ class HourlyFiles:
         path = directory / f"events-{self.run}-{self._serial}{FILE_SUFFIX}"
         self._handle = open(path, "ab")  # noqa: SIM115 - kept open across batches
         self._partition = partition
+        self._file_bytes = 0
+        self.current_path = path
         self.files_opened += 1
 
     def write(self, stamps: list[int], lines: list[bytes]) -> int:
@@ -94,9 +105,25 @@ class HourlyFiles:
         partition = partition_of(hour * HOUR_US)
         if partition != self._partition or self._handle is None:
             self._open(partition)
-        data = b"".join(lines)
-        self._handle.write(data)
-        self.bytes_written += len(data)
+        limit = self.max_file_bytes
+        if not limit:
+            self._append(b"".join(lines))
+            return
+        start = 0
+        room = limit - self._file_bytes
+        for end, chunk in enumerate(lines):
+            if room <= 0:  # the file is full: what came before goes to it, the rest to a new one
+                self._append(b"".join(lines[start:end]))
+                self._open(partition)
+                start, room = end, limit
+            room -= len(chunk)
+        self._append(b"".join(lines[start:]))
+
+    def _append(self, data: bytes) -> None:
+        if data:
+            self._handle.write(data)
+            self._file_bytes += len(data)
+            self.bytes_written += len(data)
 
     def _abandon(self) -> None:
         handle, self._handle, self._partition = self._handle, None, None
@@ -135,9 +162,19 @@ class WriterThread:
         files: HourlyFiles,
         report: Callable[[str], None],
         max_pending: int = 8,
+        retention: Retention | None = None,
+        paused: Callable[[], bool] | None = None,
     ) -> None:
         self.files = files
         self.report = report
+        self.retention = retention
+        """Enforced when the thread starts, then every RETENTION_INTERVAL seconds or quarter
+        of a file written."""
+        self.paused = paused
+        """True while nothing may be written (the disk is below --disk-free-limit): batches
+        are then dropped and counted as lost."""
+        self._retained_at = 0.0
+        self._retained_bytes = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -200,6 +237,7 @@ class WriterThread:
     def _run(self) -> None:
         take = self._queue.get
         done = self._queue.task_done
+        self._retain()
         while True:
             batch = take()
             try:
@@ -214,20 +252,15 @@ class WriterThread:
                 return
 
     def _write(self, stamps: list[int], lines: list[bytes]) -> None:
+        if self.paused is not None and self.paused():
+            self._lose(lines, f"{self.files.root}: the disk is below --disk-free-limit")
+            return
         try:
             self.written += self.files.write(stamps, lines)
         except OSError as exc:
-            lost = count_lines(lines)
-            self.lost += lost
-            self._lost_in_episode += lost
-            if not self.failing:
-                self.failing = True
-                where = exc.filename or self.files.root
-                self.report(
-                    f"event log: cannot write {where}: {exc.strerror or exc}; events are being "
-                    "dropped until it works again (message delivery is not affected)"
-                )
+            self._lose(lines, f"cannot write {exc.filename or self.files.root}: {exc.strerror or exc}")
             return
+        self._retain()
         if self.failing:
             self.failing = False
             self.report(
@@ -236,7 +269,37 @@ class WriterThread:
             )
             self._lost_in_episode = 0
 
+    def _lose(self, lines: list[bytes], why: str) -> None:
+        lost = count_lines(lines)
+        self.lost += lost
+        self._lost_in_episode += lost
+        if not self.failing:
+            self.failing = True
+            self.report(
+                f"event log: {why}; events are being dropped until it works again "
+                "(message delivery is not affected)"
+            )
+
+    def _retain(self) -> None:
+        """Apply the retention limits when it is time (on this thread: it walks the files)."""
+        retention = self.retention
+        if retention is None:
+            return
+        now = time.monotonic()
+        written = self.files.bytes_written
+        if self._retained_at and now - self._retained_at < RETENTION_INTERVAL and (
+            written - self._retained_bytes < retention.file_bytes // 4
+        ):
+            return
+        self._retained_at, self._retained_bytes = now, written
+        try:
+            retention.enforce(self.files.current_path)
+        except OSError as exc:
+            self.report(f"event log: retention in {self.files.root}: {exc.strerror or exc}")
+
     def _close(self) -> None:
+        self._retained_at = 0.0
+        self._retain()
         try:
             self.files.close()
         except OSError as exc:

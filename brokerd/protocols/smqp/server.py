@@ -864,6 +864,8 @@ class SMQPServerFactory(Factory):
 
     protocol = SMQPServerProtocol
     _log = Logger()
+    disk: Any = None
+    """brokerd.store.disk.DiskSpace: below ``--disk-free-limit`` stored publishes are refused."""
 
     def __init__(
         self,
@@ -1092,5 +1094,6 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         trash_retention=settings.smqp_trash_retention,
         run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
+    factory.disk = runtime.resources.get("disk")
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
     return factory
