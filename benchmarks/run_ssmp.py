@@ -44,7 +44,8 @@ DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"
 DEFAULT_RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_BROKER_CMD = (
     "{twistd} -n --pidfile= brokerd --ssmp tcp:{port}:interface=127.0.0.1 --open-login "
-    "--data-dir {data_dir} --max-connections 100000"
+    "--data-dir {data_dir} --max-connections 100000 --max-listener-connections 100000 "
+    "--max-connections-per-address 100000 --max-unauthenticated 100000"
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SAMPLE_INTERVAL = 0.01

@@ -101,6 +101,23 @@ class Settings:
     """Lowest level twistd logs: debug, info, warn, error, critical."""
     log_format: str = "text"
     """twistd's log lines: text, or json (one JSON object per line)."""
+    max_listener_connections: int = 20_000
+    """Connections of one listener (one endpoint); more are refused at once."""
+    max_connections_per_address: int = 256
+    """Connections from one source IP address, all listeners together."""
+    max_unauthenticated: int = 1024
+    """Connections not yet logged in, all listeners together (docs/operations.md says when
+    each protocol's connection counts as logged in)."""
+    max_auth_queue: int = 64
+    """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
+    pool; more are refused at once with the protocol's temporary-failure reply."""
+    disk_free_limit: int = 64 << 20
+    """Bytes that must stay free where DATA_DIR is: below, publishes that would be stored
+    are refused (acknowledgements and deletions still commit) and the event log pauses."""
+    event_log_max_bytes: int = 1 << 30
+    """Bytes of event-log files kept; the oldest hours are deleted first (docs/events.md)."""
+    event_log_max_age: float = 7 * 86400.0
+    """Seconds an hour of the event log is kept after it ended."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

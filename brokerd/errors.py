@@ -35,3 +35,8 @@ class SubscriptionLimit(BrokerError):
 
 class ConfigurationError(BrokerError):
     """The broker's settings are unusable (bad file, bad value, unreadable certificate...)."""
+
+
+class Busy(BrokerError):
+    """Too much blocking work (password checks, OpenPGP) is already waiting: refused now, so a
+    flood is turned away at once instead of queued; the client may try again later."""

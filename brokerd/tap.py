@@ -28,6 +28,7 @@ from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.store.disk import DiskSpace
 
 _log = Logger()
 
@@ -85,6 +86,13 @@ class Options(usage.Options):
         ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
         ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
         ["log-format", None, None, "Log lines as text or json [text]."],
+        ["max-listener-connections", None, None, "Connections of one listener [20000]."],
+        ["max-connections-per-address", None, None, "Connections from one source IP address [256]."],
+        ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together [1024]."],
+        ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running [64]."],
+        ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused [67108864]."],
+        ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first [1073741824]."],
+        ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
     ]
 
     def __init__(self) -> None:
@@ -249,6 +257,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
     )
+    disk = DiskSpace(settings.data_dir, settings.disk_free_limit, reactor)
     event_log = None
     if settings.event_log:
         event_log = EventLog(
@@ -256,16 +265,23 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
             reactor=reactor,
             include_payloads=settings.event_log_payloads,
             flush_interval=settings.event_log_flush,
+            max_bytes=settings.event_log_max_bytes,
+            max_age=settings.event_log_max_age,
+            paused=lambda: disk.low,
         )
     broker = Broker(
         max_subscriptions=settings.max_subscriptions,
         max_connections=settings.max_connections,
+        max_listener_connections=settings.max_listener_connections,
+        max_connections_per_address=settings.max_connections_per_address,
+        max_unauthenticated=settings.max_unauthenticated,
     )
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log
     runtime.resources["operations"] = operations
     runtime.resources["event_log_service"] = event_log
+    runtime.resources["disk"] = disk
     return runtime
 
 
@@ -310,6 +326,7 @@ def build_service(options, reactor=None) -> MultiService:
     event_log = runtime.resources["event_log_service"]
     if event_log is not None:
         event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
+    runtime.resources["disk"].setServiceParent(top)
     runtime.broker.setServiceParent(top)
     operations = runtime.resources["operations"]
     listeners = _listeners(settings)

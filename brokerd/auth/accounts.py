@@ -27,6 +27,7 @@ import hmac
 import os
 import secrets
 import tempfile
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -256,7 +257,9 @@ class AccountsChecker:
     the guest.
 
     The file is read again whenever it changed on disk (size, time, inode), in the thread
-    that checks the password.
+    that checks the password.  Several pool threads may check at once, so the cached stamp
+    and accounts change together under a lock (else a slower reader could leave the old
+    accounts cached under the new file's stamp, and a changed password go unnoticed).
     """
 
     credentialInterfaces = (IUsernamePassword,)
@@ -272,6 +275,7 @@ class AccountsChecker:
                 reactor = default_reactor
             run = thread_runner(reactor)
         self._run = run
+        self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._accounts: dict[str, PasswordHash] = {}
 
@@ -279,16 +283,17 @@ class AccountsChecker:
         """The accounts, read again if the file changed (runs in a thread)."""
         if self.path is None:
             return {}
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._stamp, self._accounts = None, {}
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                self._stamp, self._accounts = None, {}
+                return self._accounts
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != self._stamp:
+                self._accounts = read_accounts(self.path)
+                self._stamp = stamp
             return self._accounts
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp != self._stamp:
-            self._accounts = read_accounts(self.path)
-            self._stamp = stamp
-        return self._accounts
 
     def load(self) -> dict[str, PasswordHash]:
         """Read the file now (blocking; for start-up checks): ConfigurationError if bad."""
@@ -347,4 +352,5 @@ class AccountsChecker:
             accounts[name] = new_hash
 
         update_accounts(self.path, change)
-        self._stamp = None
+        with self._lock:
+            self._stamp = None

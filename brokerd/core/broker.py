@@ -8,11 +8,12 @@ reactor thread and never blocks.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from twisted.application.service import Service
 from twisted.logger import Logger
 
+from brokerd.core.admission import Admission, Admissions
 from brokerd.core.message import Message
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
@@ -59,7 +60,8 @@ class Broker(Service):
     """Sessions, topics, routing and fan-out for every protocol.
 
     ``max_subscriptions`` bounds the topics one session may join; ``max_connections`` bounds
-    the connections of all front ends together (see :meth:`admit`).
+    the connections of all front ends together, the other ``max_*`` those of one listener, of
+    one source address and of those not yet logged in (see :meth:`admit`).
     """
 
     name = "broker"
@@ -70,12 +72,21 @@ class Broker(Service):
         *,
         max_subscriptions: int = 1024,
         max_connections: int = 50_000,
+        max_listener_connections: int = 20_000,
+        max_connections_per_address: int = 256,
+        max_unauthenticated: int = 1024,
         observer: IBrokerObserver | None = None,
     ) -> None:
         self.max_subscriptions = max_subscriptions
-        self.max_connections = max_connections
         self.observer = observer
         self.stats = BrokerStats()
+        self.admissions = Admissions(
+            self.stats,
+            max_connections=max_connections,
+            max_listener_connections=max_listener_connections,
+            max_connections_per_address=max_connections_per_address,
+            max_unauthenticated=max_unauthenticated,
+        )
         self.topics = TopicRegistry()
         self._sessions: set[ISubscriber] = set()
         self._addresses: dict[bytes, ISubscriber] = {}
@@ -93,18 +104,18 @@ class Broker(Service):
 
     # ------------------------------------------------------------------ connections
 
-    def admit(self) -> bool:
-        """Count a new connection in; False (and counted as refused) when at the limit."""
-        stats = self.stats
-        if stats.connections >= self.max_connections:
-            stats.refused_connections += 1
-            return False
-        stats.connections += 1
-        return True
+    @property
+    def max_connections(self) -> int:
+        return self.admissions.max_connections
 
-    def release(self) -> None:
-        """Count an admitted connection out."""
-        self.stats.connections -= 1
+    @max_connections.setter
+    def max_connections(self, value: int) -> None:
+        self.admissions.max_connections = value
+
+    def admit(self, listener: Hashable | None = None, address: Hashable | None = None) -> Admission | None:
+        """Count a new connection on ``listener`` from ``address`` in; None (counted as
+        refused) when a limit is full.  The Admission counts it out again (``release``)."""
+        return self.admissions.admit(listener, address)
 
     # ------------------------------------------------------------------ sessions
 

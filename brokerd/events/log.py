@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from zope.interface import Interface, implementer
 
 from brokerd.events import schema
+from brokerd.events.retention import Retention
 from brokerd.events.writer import HourlyFiles, WriterThread
 from brokerd.interfaces import IBrokerObserver
 
@@ -47,7 +48,8 @@ DEFAULT_MAX_PENDING = 8
 ENCODE_INTERVAL = 0.05
 """Seconds from the first entry in an empty buffer to its encoding on the reactor thread."""
 STOP_TIMEOUT = 5.0
-"""Seconds shutdown waits to queue the last batch behind a stuck disk before giving up."""
+"""Seconds shutdown waits for the writer to finish behind a stuck disk before giving up (the
+reactor keeps running meanwhile)."""
 
 _ROUTED, _RECORD, _RUN, _SUMMARY = range(4)
 """Entry tags.  _SUMMARY: ``(tag, ts_ns, shared_key, count, total_bytes)`` for one message or a
@@ -305,7 +307,12 @@ class EventLog(Service):
         max_pending: int = DEFAULT_MAX_PENDING,
         fsync: bool = False,
         clock_ns: Callable[[], int] = time.time_ns,
+        max_bytes: int | None = None,
+        max_age: float | None = None,
+        paused: Callable[[], bool] | None = None,
     ) -> None:
+        """``max_bytes`` and ``max_age`` (seconds) bound the files kept (brokerd.events.retention;
+        None: unbounded); while ``paused()`` is true (a disk below its floor) nothing is written."""
         if flush_interval <= 0 or batch_limit <= 0 or max_pending <= 0:
             raise ValueError("flush_interval, batch_limit and max_pending must be positive")
         self.directory = Path(data_dir) / schema.EVENTS_DIR
@@ -324,9 +331,17 @@ class EventLog(Service):
         """The pending encode() (an IDelayedCall), scheduled when the buffer stops being empty,
         so an idle broker does not wake up for the log more than once a flush interval."""
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.files = HourlyFiles(self.directory, run, fsync=fsync)
+        self.retention = None
+        if max_bytes is not None or max_age is not None:
+            self.retention = Retention(
+                self.directory,
+                max_bytes if max_bytes is not None else 1 << 62,
+                max_age if max_age is not None else float("inf"),
+            )
+        file_bytes = self.retention.file_bytes if self.retention is not None else 0
+        self.files = HourlyFiles(self.directory, run, fsync=fsync, max_file_bytes=file_bytes)
         self.encoder = Encoder(self.broker_id, include_payloads)
-        self.writer = WriterThread(self.files, self._report, max_pending)
+        self.writer = WriterThread(self.files, self._report, max_pending, self.retention, paused)
         self._unencodable = 0
         """Events lost because encoding them raised (a bug; reported, never fatal)."""
         self._timer: LoopingCall | None = None
@@ -362,7 +377,19 @@ class EventLog(Service):
             self.close()
             return None
         done: Deferred = Deferred()
-        self.writer.stop(lambda: call_from_thread(done.callback, None), STOP_TIMEOUT)
+
+        def finished() -> None:
+            if timer.active():
+                timer.cancel()
+            if not done.called:
+                done.callback(None)
+
+        def gave_up() -> None:
+            self._report(f"event log: {self.directory} did not keep up; queued events are lost at shutdown")
+            done.callback(None)
+
+        timer = self._reactor.callLater(STOP_TIMEOUT, gave_up)
+        self.writer.stop(lambda: call_from_thread(finished))
         return done
 
     def close(self) -> None:
@@ -370,7 +397,7 @@ class EventLog(Service):
         (for scripts and tests that run without a reactor; the service uses stopService)."""
         self.flush()
         if self.writer.alive:
-            self.writer.stop(None, STOP_TIMEOUT)
+            self.writer.stop()
             self.writer.join(STOP_TIMEOUT)
 
     def flush(self) -> None:

@@ -19,11 +19,16 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from brokerd.events.retention import Retention
 from brokerd.events.schema import FILE_SUFFIX, HOUR_US, partition_of
+
+RETENTION_INTERVAL = 60.0
+"""Seconds between two retention passes while little is written."""
 
 
 
@@ -35,13 +40,17 @@ def count_lines(chunks: list[bytes]) -> int:
 class HourlyFiles:
     """Appends lines to the file of their hour, rotating as the hours change."""
 
-    def __init__(self, root: Path, run: str, fsync: bool = False) -> None:
+    def __init__(self, root: Path, run: str, fsync: bool = False, max_file_bytes: int = 0) -> None:
         self.root = Path(root)
         self.run = run
         self.fsync = fsync
+        self.max_file_bytes = max_file_bytes
+        """A new file is started once the current one holds this much (0: one file an hour)."""
         self._handle: Any = None
         self._partition: tuple[str, str] | None = None
         self._serial = 0
+        self._file_bytes = 0
+        self.current_path: Path | None = None
         self.files_opened = 0
         self.bytes_written = 0
 
@@ -54,6 +63,8 @@ class HourlyFiles:
         path = directory / f"events-{self.run}-{self._serial}{FILE_SUFFIX}"
         self._handle = open(path, "ab")  # noqa: SIM115 - kept open across batches
         self._partition = partition
+        self._file_bytes = 0
+        self.current_path = path
         self.files_opened += 1
 
     def write(self, stamps: list[int], lines: list[bytes]) -> int:
@@ -94,9 +105,25 @@ class HourlyFiles:
         partition = partition_of(hour * HOUR_US)
         if partition != self._partition or self._handle is None:
             self._open(partition)
-        data = b"".join(lines)
-        self._handle.write(data)
-        self.bytes_written += len(data)
+        limit = self.max_file_bytes
+        if not limit:
+            self._append(b"".join(lines))
+            return
+        start = 0
+        room = limit - self._file_bytes
+        for end, chunk in enumerate(lines):
+            if room <= 0:  # the file is full: what came before goes to it, the rest to a new one
+                self._append(b"".join(lines[start:end]))
+                self._open(partition)
+                start, room = end, limit
+            room -= len(chunk)
+        self._append(b"".join(lines[start:]))
+
+    def _append(self, data: bytes) -> None:
+        if data:
+            self._handle.write(data)
+            self._file_bytes += len(data)
+            self.bytes_written += len(data)
 
     def _abandon(self) -> None:
         handle, self._handle, self._partition = self._handle, None, None
@@ -135,9 +162,19 @@ class WriterThread:
         files: HourlyFiles,
         report: Callable[[str], None],
         max_pending: int = 8,
+        retention: Retention | None = None,
+        paused: Callable[[], bool] | None = None,
     ) -> None:
         self.files = files
         self.report = report
+        self.retention = retention
+        """Enforced when the thread starts, then every RETENTION_INTERVAL seconds or quarter
+        of a file written."""
+        self.paused = paused
+        """True while nothing may be written (the disk is below --disk-free-limit): batches
+        are then dropped and counted as lost."""
+        self._retained_at = 0.0
+        self._retained_bytes = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -148,6 +185,8 @@ class WriterThread:
         """Records lost to write errors."""
         self.failing = False
         self._lost_in_episode = 0
+        self._stopping = False
+        self._on_stopped: Callable[[], None] | None = None
 
     def start(self) -> None:
         if self.alive:
@@ -171,21 +210,21 @@ class WriterThread:
             raise RuntimeError("the writer thread is not running")
         self._queue.join()
 
-    def stop(self, on_stopped: Callable[[], None] | None = None, timeout: float | None = None) -> None:
-        """Write what is queued, close the file, end the thread; then call ``on_stopped``
-        (on the writer thread).  Blocks only while the queue is full, at most ``timeout``
-        seconds: behind a stuck disk the queued batches are given up (and reported)."""
+    def stop(self, on_stopped: Callable[[], None] | None = None) -> None:
+        """Have the thread write what is queued, close the file and end; then it calls
+        ``on_stopped`` (on the writer thread).  Never blocks (it is called on the reactor
+        thread): when the queue is full the thread stops once it has emptied it.  How long to
+        wait for that behind a stuck disk is the caller's choice."""
         if not self.alive:
             if on_stopped is not None:
                 on_stopped()
             return
         self._on_stopped = on_stopped
+        self._stopping = True
         try:
-            self._queue.put(_STOP, timeout=timeout)
+            self._queue.put_nowait(_STOP)
         except queue.Full:
-            self.report(f"event log: {self.files.root} did not keep up; queued events are lost at shutdown")
-            if on_stopped is not None:
-                on_stopped()
+            pass  # the thread has batches to take, and checks _stopping after each
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -203,6 +242,7 @@ class WriterThread:
     def _run(self) -> None:
         take = self._queue.get
         done = self._queue.task_done
+        self._retain()
         while True:
             batch = take()
             try:
@@ -212,22 +252,20 @@ class WriterThread:
                 self._write(*batch)
             finally:
                 done()
+            if self._stopping and self._queue.empty():
+                self._close()
+                return
 
     def _write(self, stamps: list[int], lines: list[bytes]) -> None:
+        if self.paused is not None and self.paused():
+            self._lose(lines, f"{self.files.root}: the disk is below --disk-free-limit")
+            return
         try:
             self.written += self.files.write(stamps, lines)
         except OSError as exc:
-            lost = count_lines(lines)
-            self.lost += lost
-            self._lost_in_episode += lost
-            if not self.failing:
-                self.failing = True
-                where = exc.filename or self.files.root
-                self.report(
-                    f"event log: cannot write {where}: {exc.strerror or exc}; events are being "
-                    "dropped until it works again (message delivery is not affected)"
-                )
+            self._lose(lines, f"cannot write {exc.filename or self.files.root}: {exc.strerror or exc}")
             return
+        self._retain()
         if self.failing:
             self.failing = False
             self.report(
@@ -236,11 +274,41 @@ class WriterThread:
             )
             self._lost_in_episode = 0
 
+    def _lose(self, lines: list[bytes], why: str) -> None:
+        lost = count_lines(lines)
+        self.lost += lost
+        self._lost_in_episode += lost
+        if not self.failing:
+            self.failing = True
+            self.report(
+                f"event log: {why}; events are being dropped until it works again "
+                "(message delivery is not affected)"
+            )
+
+    def _retain(self) -> None:
+        """Apply the retention limits when it is time (on this thread: it walks the files)."""
+        retention = self.retention
+        if retention is None:
+            return
+        now = time.monotonic()
+        written = self.files.bytes_written
+        if self._retained_at and now - self._retained_at < RETENTION_INTERVAL and (
+            written - self._retained_bytes < retention.file_bytes // 4
+        ):
+            return
+        self._retained_at, self._retained_bytes = now, written
+        try:
+            retention.enforce(self.files.current_path)
+        except OSError as exc:
+            self.report(f"event log: retention in {self.files.root}: {exc.strerror or exc}")
+
     def _close(self) -> None:
+        self._retained_at = 0.0
+        self._retain()
         try:
             self.files.close()
         except OSError as exc:
             self.report(f"event log: closing {self.files.root}: {exc.strerror or exc}")
-        callback = getattr(self, "_on_stopped", None)
+        callback = self._on_stopped
         if callback is not None:
             callback()

@@ -208,7 +208,10 @@ class SQLiteStore:
         if self._state != "new":
             return fail(StoreClosed(f"the store is {self._state}"))
         self._state = "open"
-        self._pool.start()
+        # The thread starts with the reactor, as the reactor's own pool does: a broker that
+        # fails before its reactor runs (a port that cannot be bound) must not be kept alive
+        # by a thread waiting for work.  Operations queue until then.
+        self._reactor.callWhenRunning(self._pool.start)
         self._trigger = self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
         return self._submit(self._connect)
 

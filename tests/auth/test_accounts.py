@@ -113,6 +113,31 @@ def test_checker(tmp_path: Path):
     assert outcome(no_guest.requestAvatarId(UsernamePassword(b"guest", b""))).check(UnknownAccount)
 
 
+def test_the_cached_accounts_change_under_a_lock(tmp_path: Path, monkeypatch):
+    """Pool threads check passwords at once: each reads the file and replaces the cached
+    accounts and their stamp under the checker's lock, so a slower reader cannot leave old
+    accounts cached under a newer file's stamp."""
+    from brokerd.auth import accounts as module
+
+    path = tmp_path / "accounts"
+    write_accounts(path, {"alice": cheap("alicepw")})
+    checker = AccountsChecker(path, run=run_inline)
+    held: list[bool] = []
+
+    def read_while_watching(where: Path):
+        held.append(checker._lock.locked())
+        return read_accounts(where)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "read_accounts", read_while_watching)
+        assert outcome(checker.requestAvatarId(UsernamePassword(b"alice", b"alicepw"))) == b"alice"
+    outcome(checker.set_password("alice", "changed"))
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "read_accounts", read_while_watching)
+        assert outcome(checker.requestAvatarId(UsernamePassword(b"alice", b"changed"))) == b"alice"
+    assert held == [True, True]
+
+
 def run_cli(*argv: str, stdin: str = "") -> tuple[int, str]:
     out = io.StringIO()
     args = cli.build_parser().parse_args(list(argv))

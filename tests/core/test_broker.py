@@ -194,11 +194,14 @@ def test_unaddressed_sessions_are_not_reachable(broker):
 
 
 def test_connection_limit(broker):
-    assert broker.admit() and broker.admit()
+    first, second = broker.admit(), broker.admit()
+    assert first and second
     assert not broker.admit()
     assert broker.stats.refused_connections == 1
-    broker.release()
+    first.release()
+    first.release()  # counts out once
     assert broker.admit()
+    assert not broker.admit()
 
 
 def test_observer_sees_routing_and_sessions():

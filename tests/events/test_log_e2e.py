@@ -73,3 +73,40 @@ async def test_ssmp_traffic_produces_events(tmp_path: Path) -> None:
     assert all(r["source"].startswith("127.0.0.1:") for r in records if r["kind"] == "login")
     assert (tmp_path / "broker-id").read_text().strip() == records[0]["broker"]
     assert log.stats()["lost"] == 0 and log.stats()["overflowed"] == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_stopping_behind_a_stuck_disk_never_blocks_the_reactor(tmp_path: Path) -> None:
+    """One batch is stuck in a write, one more fills the queue: stopService returns at once (it
+    used to wait up to STOP_TIMEOUT for room in the queue, blocking the reactor, then give the
+    queued events up), and once the disk moves everything is written and the writer stops."""
+    import threading
+
+    from brokerd.events.writer import HourlyFiles
+
+    entered, release = threading.Event(), threading.Event()
+
+    class StuckDisk(HourlyFiles):
+        def write(self, stamps: list[int], lines: list[bytes]) -> int:
+            entered.set()
+            release.wait(30)
+            return super().write(stamps, lines)
+
+    log = EventLog(tmp_path, reactor=_reactor(), broker_id="b", max_pending=1)
+    log.files = log.writer.files = StuckDisk(log.directory, "r")
+    log.startService()
+    log.record(schema.DROPPED, "ssmp", session=b"first", reason=schema.SLOW_CONSUMER)
+    log.flush()
+    assert entered.wait(10)  # the writer holds the first batch
+    log.record(schema.DROPPED, "ssmp", session=b"second", reason=schema.SLOW_CONSUMER)
+    log.flush()  # the queue (one batch) is full now
+    log.record(schema.DROPPED, "ssmp", session=b"third", reason=schema.SLOW_CONSUMER)
+    stopped = log.stopService()  # "third" is flushed now and dropped: the queue is full
+    assert stopped is not None and not stopped.called
+    assert log.reports == []
+    _reactor().callLater(0, release.set)  # the disk moves once the reactor runs again
+    await stopped
+    log.writer.join(10)  # it called back as its last act
+    assert not log.writer.alive
+    assert [r["session"] for r in _records(tmp_path)] == ["first", "second"]
+    assert log.stats()["overflowed"] == 1 and log.reports == []

@@ -71,7 +71,7 @@ def test_writer_reports_a_failure_once_and_the_recovery(tmp_path: Path) -> None:
     assert writer.written == 2 and not writer.failing
     assert len(reports) == 2 and "works again" in reports[1] and "3 events were lost" in reports[1]
     stopped = threading.Event()
-    writer.stop(stopped.set, timeout=5)
+    writer.stop(stopped.set)
     assert stopped.wait(5)
 
 
@@ -92,6 +92,6 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> No
     release.set()
     writer.drain()
     assert writer.written == accepted.count(True)
-    writer.stop(None, timeout=5)
+    writer.stop()
     writer.join(5)
     assert not writer.alive

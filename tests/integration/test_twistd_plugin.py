@@ -113,6 +113,34 @@ def test_port_in_use_is_one_clear_line_and_nonzero_exit(tmp_path):
         broker.stop()
 
 
+def test_a_later_listener_that_cannot_bind_ends_the_process_at_once(tmp_path):
+    """SSMP binds, then SMQP's port is taken: the SMQP front end has already opened its store,
+    whose thread must not keep the process alive (holding the SSMP port, answering nothing)."""
+    import socket as socketlib
+
+    with socketlib.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        smqp = f"tcp:{port}:interface=127.0.0.1"
+        ssmp_port = free_port()
+        try:
+            result = subprocess.run(
+                [*twistd(), "--data-dir", str(tmp_path / "d"),
+                 "--ssmp", f"tcp:{ssmp_port}:interface=127.0.0.1", "--smqp", smqp],
+                capture_output=True, text=True, cwd=REPO, timeout=30,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"the broker did not exit: {exc.stdout!r}") from None
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    errors = [line for line in output.splitlines() if "brokerd: " in line]
+    assert len(errors) == 1 and f"brokerd: --smqp {smqp}: cannot listen: " in errors[0], output
+    assert "Traceback" not in output
+    with socketlib.socket() as probe:  # the SSMP port was released with the process
+        probe.bind(("127.0.0.1", ssmp_port))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

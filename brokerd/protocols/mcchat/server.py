@@ -55,6 +55,7 @@ from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import DropWhenCongested
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
@@ -206,7 +207,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def __init__(self) -> None:
         self._parser = MCChatParser()
-        self._admitted = False
+        self._admission = None
         self._bound: bytes | None = None
         """The certificate name that replaces this connection's usernames, when bound."""
         self._started = False
@@ -235,11 +236,12 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        if not factory.broker.admit():
+        self._admission = admit(factory.broker, self.transport)
+        if self._admission is None:
             self.closed = True
             self.transport.loseConnection()
             return
-        self._admitted = True
+        self._admission.login()  # MCCHAT has no login: a connection is a session at once
         self.name = transport_id(self.transport.getPeer())
         self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
@@ -252,10 +254,10 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         factory.broker.attach(self)
 
     def connectionLost(self, reason: Any = None) -> None:
-        if self._admitted:
-            self._admitted = False
+        admission, self._admission = self._admission, None
+        if admission is not None:
             self._leave()
-            self.factory.broker.release()
+            admission.release()
         self.closed = True
         self.send = _discard
 

@@ -166,6 +166,9 @@ class MessagingCommands:
         if not publication.guarantee:
             self._publish_volatile(key, body, publication, command, explicit, mode)
             return None
+        disk = self.factory.disk
+        if disk is not None and disk.low:
+            raise Refused(451, "Local error: the disk is nearly full; the message was not stored")
         if mode == "REPLACE":
             return Overlap(self._replace(key, body, publication, command, node_mode))
         return Overlap(self._publish(key, body, publication, command, explicit, node_mode, "ADD",

@@ -47,6 +47,7 @@ from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import BrokerRealm, IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.auth.workers import shared_work_queue
 from brokerd.auth.ual import (
     DEFAULT_GUEST_PERMISSIONS,
     AccessList,
@@ -56,9 +57,10 @@ from brokerd.auth.ual import (
     read_access_list,
 )
 from brokerd.config import Runtime, Settings
-from brokerd.errors import ConfigurationError
+from brokerd.errors import Busy, ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import limit_output_buffer
 from brokerd.protocols.smqp.codec import (
     SMQPParser,
@@ -140,7 +142,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self._slot: _Slot | None = None
         self._busy = False
         self._running = False
-        self._admitted = False
+        self._admission: Any = None
         self._greeted = False
         self._login_timer: Any = None
         self._paused_reading = False
@@ -166,12 +168,12 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        if not factory.broker.admit():
+        self._admission = admit(factory.broker, self.transport)
+        if self._admission is None:
             self.transport.write(encode_greeting(SERVER_IDENT, ready=False))
             self.closed = True
             self.transport.loseConnection()
             return
-        self._admitted = True
         self._parser = SMQPParser(max_body=factory.max_message_size)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
@@ -216,9 +218,9 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             self._stream.stop()
         if self.outbox is not None:
             self.factory.service.detach(self.outbox)
-        if self._admitted:
-            self._admitted = False
-            self.factory.broker.release()
+        admission, self._admission = self._admission, None
+        if admission is not None:
+            admission.release()
             self.factory.logged_out(self)
             self.factory.broker.detach(self)
 
@@ -393,6 +395,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         error = failure.value
         if isinstance(error, (Refused, TopicError)):
             self._reply(error.code, error.text)
+        elif isinstance(error, Busy):
+            self._reply(451, "Local error: too many logins are being checked; try again later")
         else:
             self._log.failure("SMQP command failed", failure)
             self._reply(451, "Local error in processing")
@@ -574,6 +578,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         self.account, self.channel = account, channel
         self.name = f"{account}:{channel}".encode("utf-8")
         self.address = b"smqp:" + self.name
+        self._admission.login()
         factory.logged_in(self)
         factory.broker.attach(self)
         self.outbox = factory.service.attach(self)
@@ -913,6 +918,8 @@ class SMQPServerFactory(Factory):
 
     protocol = SMQPServerProtocol
     _log = Logger()
+    disk: Any = None
+    """brokerd.store.disk.DiskSpace: below ``--disk-free-limit`` stored publishes are refused."""
 
     def __init__(
         self,
@@ -1136,7 +1143,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     reactor = runtime.reactor
     run = thread_runner(reactor)
     checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
-                              run=run)
+                              run=shared_work_queue(runtime).run)
     checker.load()
     try:
         guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)
@@ -1162,5 +1169,6 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         trash_retention=settings.smqp_trash_retention,
         run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
+    factory.disk = runtime.resources.get("disk")
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
     return factory

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from brokerd.auth.workers import WorkQueue
 from brokerd.events.log import NULL_EVENT_LOG, peer_text
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.origin import OriginPolicy
@@ -140,8 +140,11 @@ class Hub:
         key: SecretKey | None = None,
         subscribe_hook: SubscribeHook | None = None,
         events: Any = NULL_EVENT_LOG,
+        work_queue: WorkQueue | None = None,
     ) -> None:
         self.broker = broker
+        self.work_queue = work_queue if work_queue is not None else WorkQueue(reactor)
+        """Where OpenPGP work runs: bounded, so a flood is refused (Busy), not queued."""
         self.events = events
         """The event log's IEventRecorder: auth failures, logins by authentication and
         slow-consumer drops (routing and sessions go through the Broker)."""
@@ -174,11 +177,9 @@ class Hub:
         self.events.auth_failure(PROTOCOL, identity, source=peer_text(address), scheme=scheme, reason=reason)
 
     def run_crypto(self, function: Callable[..., Any], *args: Any) -> Deferred:
-        """Run OpenPGP work off the reactor thread (in the reactor's thread pool)."""
-        get_pool = getattr(self.reactor, "getThreadPool", None)
-        if get_pool is None:
-            return maybeDeferred(function, *args)
-        return deferToThreadPool(self.reactor, get_pool(), function, *args)
+        """Run OpenPGP work off the reactor thread (in the reactor's thread pool); fails
+        with brokerd.errors.Busy when the work queue is full."""
+        return self.work_queue.run(function, *args)
 
     def add_client_key(self, armored: bytes | str) -> None:
         """Allow one more client key (embedders add keys at run time)."""

@@ -22,6 +22,7 @@ from twisted.web.server import NOT_DONE_YET
 from twisted.web.util import Redirect
 
 from brokerd.auth.tls import peer_names
+from brokerd.errors import Busy
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import is_application_name
 from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub, IncomingRequest
@@ -216,6 +217,9 @@ class RequestResource(resource.Resource):
         d.addErrback(self._failed, request)
 
     def _failed(self, failure: Failure, request: Any) -> None:
+        if failure.check(Busy):
+            finish(request, 503, b"busy: too much OpenPGP work is waiting; try again later\n")
+            return
         self._log.failure("socket.mq request failed", failure)
         finish(request, 500, b"internal error\n")
 

@@ -23,8 +23,11 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.web import http, server
 
+from brokerd.auth.workers import shared_work_queue
 from brokerd.config import Runtime
+from brokerd.core.admission import Admission
 from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.protocols.admission import admit
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
@@ -36,21 +39,6 @@ from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 SERVER_KEY_USER_ID = "brokerd socket.mq server"
 WEBSOCKET_PATH = b"/socket.mq/ws"
 """The path whose request is a WebSocket opening handshake (resource.py serves it)."""
-
-
-class Admission:
-    """One connection counted in the broker's ``max_connections``; release() is idempotent,
-    so the HTTP channel and the WebSocket session that inherits it may both call it."""
-
-    __slots__ = ("_broker",)
-
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
-    def release(self) -> None:
-        broker, self._broker = self._broker, None
-        if broker is not None:
-            broker.release()
 
 
 def _raw_response(status: bytes, body: bytes) -> bytes:
@@ -84,13 +72,11 @@ class SocketMQChannel(http.HTTPChannel):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        broker = self.site.hub.broker
-        if not broker.admit():
+        self.admission = admit(self.site.hub.broker, self.transport)
+        if self.admission is None:
             self.refused = True
             self.transport.write(_raw_response(b"503 Service Unavailable", b"too many connections\n"))
             self.transport.loseConnection()
-            return
-        self.admission = Admission(broker)
 
     def dataReceived(self, data: bytes) -> None:
         if self.refused:
@@ -172,6 +158,9 @@ class SocketMQRequest(server.Request):
         self.channel.transport.loseConnection()
 
     def process(self) -> None:
+        admission = getattr(self.channel, "admission", None)
+        if admission is not None:
+            admission.login()  # a whole request arrived (anonymous requests may be allowed)
         if not self.too_large:
             super().process()
 
@@ -225,6 +214,7 @@ def build_hub(runtime: Runtime) -> Hub:
         return Hub(
             runtime.broker, runtime.reactor, settings, runtime.portal, policy, key,
             events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+            work_queue=shared_work_queue(runtime),
         )
     except PGPError as exc:
         raise ConfigurationError(f"--socketmq-policy {policy.source}: keyring: {exc}") from None

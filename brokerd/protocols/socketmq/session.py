@@ -33,7 +33,7 @@ from brokerd.auth.credentials import OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, Message
-from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.errors import AlreadySubscribed, Busy, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
@@ -350,6 +350,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._reply(_result(message.id, 200, identity=identity.user_id, proof=proof))
 
         def failed(failure: Any) -> None:
+            if failure.check(Busy):
+                self._reply(_result(message.id, 503, "busy: too much OpenPGP work is waiting; try again later"))
+                return
             failure.trap(PGPError)
             self._refused(None, OPENPGP, failure.getErrorMessage())
             self._reply(_result(message.id, 401, f"OpenPGP authentication failed: {failure.getErrorMessage()}"))

@@ -29,6 +29,7 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import DropWhenCongested
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
@@ -67,7 +68,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def __init__(self) -> None:
         self._parser = SSMPParser()
         self._dispatch = _BEFORE_LOGIN
-        self._admitted = False
+        self._admission = None
         self._login_timer = None
         self._fallback = SSMPServerProtocol._not_logged_in
         self._replies: list[bytes] = []
@@ -90,12 +91,12 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        if not factory.broker.admit():
+        self._admission = admit(factory.broker, self.transport)
+        if self._admission is None:
             self.closed = True
             self._dispatch = _CLOSED
             self.transport.loseConnection()
             return
-        self._admitted = True
         self.start_flow_control(factory.settings.max_output_buffer)
         self.register_producer()
         self._login_timer = factory.clock.callLater(
@@ -107,10 +108,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._dispatch = _CLOSED
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
-        if self._admitted:
-            self._admitted = False
+        admission, self._admission = self._admission, None
+        if admission is not None:
             self.report_drops()
-            self.factory.broker.release()
+            admission.release()
             self.factory.live.pop(self, None)
             self.factory.broker.detach(self)
 
@@ -288,6 +289,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._fallback = SSMPServerProtocol._not_implemented
         self.last_heard = self.factory.clock.seconds()
         self.factory.live[self] = None
+        self._admission.login()
         self.factory.broker.attach(self)
         self._replies.append(OK)
 
