@@ -1,12 +1,13 @@
 """The protocol-neutral message the core routes.
 
 A Message is created once by the front end that accepted it and then only read: each wire
-format renders it (once per format) for its recipients.  It uses ``__slots__`` because one is
-made for every publish on the hot path.
+format renders it (once per format) for its recipients, and the durable service stores it
+(:mod:`brokerd.core.stored`) for the durable subscribers of its topic.  It holds content and
+typed metadata, never a wire encoding and never a protocol's own objects, so a renderer
+decides from the fields alone how to show it.  It uses ``__slots__`` because one is made for
+every publish on the hot path.
 """
 from __future__ import annotations
-
-from typing import Any
 
 MULTICAST = "multicast"
 """Sent to a topic; ``target`` is the topic name."""
@@ -15,17 +16,68 @@ UNICAST = "unicast"
 BROADCAST = "broadcast"
 """Sent to every session sharing a topic with the sender; ``target`` is None."""
 
+DEFAULT_PRIORITY = 1
+"""The priority of a message that names none (the lowest; higher is delivered first)."""
+
+Attributes = tuple[tuple[str, str], ...]
+
+
+class Part:
+    """One part of a multi-part message (an SMQP body's section): its content type, its
+    own attributes (``Content-Type`` included, in the order given) and its data."""
+
+    __slots__ = ("content_type", "attributes", "data")
+
+    def __init__(self, content_type: str, attributes: Attributes, data: bytes) -> None:
+        self.content_type = content_type
+        self.attributes = attributes
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Part) and (self.content_type, self.attributes, self.data) == (
+            other.content_type, other.attributes, other.data)
+
+    def __repr__(self) -> str:
+        return f"<Part {self.content_type} {len(self.data)} bytes>"
+
 
 class Message:
     """One message on its way through the broker.
 
-    ``payload`` is the content, never a wire encoding of it (an SSMP binary payload arrives
-    here without its two length bytes).  ``binary`` records that the sender marked the content
-    as binary; a renderer may still need to choose a binary form for text it cannot carry.
-    ``headers`` holds protocol attributes a richer protocol wants to carry across (SMQP).
+    Who sent it: ``protocol`` and ``sender_name`` (the sending session's name in its own
+    protocol; each protocol's addresses form their own namespace), ``display_name`` the
+    name a person chose to be shown under (MCCHAT's username), when there is one.
+
+    What it is: ``payload`` is the content, never a wire encoding of it (an SSMP binary
+    payload arrives here without its two length bytes).  ``binary`` records that the sender
+    marked the content as binary; ``content_type`` is its MIME type when the sender named one
+    (None: text, or binary when ``binary``).
+
+    Metadata a durable or richer protocol needs: ``message_id`` (the broker's id of a stored
+    message, None for one that was never stored), ``created`` (POSIX seconds, None: not
+    given), ``priority`` (higher first), ``expires`` (POSIX seconds, None: the topic's
+    default).  ``attributes`` are header attributes of the sender's message that no typed
+    field covers, in order (an SMQP header, kept so an SMQP subscriber gets it back whole);
+    ``parts`` all parts of a multi-part message, one of which is ``payload`` (empty for a
+    single-part message).  See docs/architecture.md for how each protocol maps onto them.
     """
 
-    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "headers")
+    __slots__ = (
+        "kind",
+        "target",
+        "payload",
+        "binary",
+        "protocol",
+        "sender_name",
+        "display_name",
+        "content_type",
+        "message_id",
+        "created",
+        "priority",
+        "expires",
+        "attributes",
+        "parts",
+    )
 
     def __init__(
         self,
@@ -35,7 +87,15 @@ class Message:
         protocol: str,
         sender_name: bytes,
         binary: bool = False,
-        headers: dict[str, Any] | None = None,
+        *,
+        display_name: bytes | None = None,
+        content_type: str | None = None,
+        message_id: str | None = None,
+        created: float | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        expires: float | None = None,
+        attributes: Attributes = (),
+        parts: tuple[Part, ...] = (),
     ) -> None:
         self.kind = kind
         self.target = target
@@ -43,7 +103,14 @@ class Message:
         self.binary = binary
         self.protocol = protocol
         self.sender_name = sender_name
-        self.headers = headers
+        self.display_name = display_name
+        self.content_type = content_type
+        self.message_id = message_id
+        self.created = created
+        self.priority = priority
+        self.expires = expires
+        self.attributes = attributes
+        self.parts = parts
 
     def __repr__(self) -> str:
         return (

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred, succeed
 
 from brokerd.auth.ual import Perm
-from brokerd.protocols.smqp.codec import encode_body, encode_reply, format_datetime
+from brokerd.core.stored import encode as encode_message
+from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
+from brokerd.protocols.smqp.mapping import to_message
 from brokerd.protocols.smqp.messages import (
     ABSENT,
     Publication,
@@ -24,7 +26,7 @@ from brokerd.protocols.smqp.messages import (
     stored_body,
 )
 from brokerd.protocols.smqp.outbox import NoNotification
-from brokerd.protocols.smqp.subscriptions import (
+from brokerd.core.subscriptions import (
     MESSAGE,
     SUBSCRIBERS,
     TOPIC,
@@ -220,9 +222,12 @@ class MessagingCommands:
         subscribers = dict.fromkeys(explicit)
         subscribers.update(dict.fromkeys(self.service.recipients(key, change, now)))
         mode = "ONE" if "ONE" in (node_mode, publication.delivery) else "ALL"
-        record = MessageRecord(smuid, key, self.subscriber, cmuid, now, self._expiry(publication, key, now),
-                               publication.priority, encode_body(stored), seq, mode, publication.receipt)
-        forward = stored if not key.startswith(ACCOUNTS) else None
+        expires = self._expiry(publication, key, now)
+        message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
+                             priority=publication.priority, expires=expires)
+        record = MessageRecord(smuid, key, self.subscriber, cmuid, now, expires, publication.priority,
+                               encode_message(message), seq, mode, publication.receipt)
+        forward = message if not key.startswith(ACCOUNTS) else None
         d = self.service.publish(record, [(name, change) for name in subscribers], forward,
                                  stored.size)
         return d.addCallback(lambda _: encode_reply(200, "OK", cmuid, smuid))
@@ -233,11 +238,14 @@ class MessagingCommands:
         now = factory.clock.seconds()
         stamp = format_datetime(now)
         number = next(factory.volatile_numbers)
-        stored = stored_body(body, f"{self.service.suid}/x{number}({stamp})",
-                             f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", mode == "REPLY")
+        smuid = f"{self.service.suid}/x{number}({stamp})"
+        stored = stored_body(body, smuid, f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})",
+                             mode == "REPLY")
         subscribers = dict.fromkeys(explicit)
         subscribers.update(dict.fromkeys(self.service.recipients(key, "ADD", now)))
-        self.service.publish_volatile(key, self.subscriber, stored, subscribers)
+        message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
+                             priority=publication.priority, expires=None)
+        self.service.publish_volatile(key, self.subscriber, stored, message, subscribers)
 
     def _owned(self, record: MessageRecord, key: str) -> bool:
         """May this login remove/replace/recall/move the message: its publisher's account,
@@ -261,7 +269,7 @@ class MessagingCommands:
 
             def gone(settled: Any) -> Deferred:
                 if settled is not None:
-                    self.service.settle(settled, "replaced")
+                    self.service.durable.settle(settled, "replaced")
                 return self._publish(key, body, publication, command, [], node_mode, "REPLACE", False)
 
             return trashed.addCallback(gone)
@@ -287,7 +295,7 @@ class MessagingCommands:
 
         def gone(settled: Any, record: MessageRecord) -> None:
             if settled is not None:
-                self.service.settle(settled, "recalled")
+                self.service.durable.settle(settled, "recalled")
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
             self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)
@@ -325,7 +333,6 @@ class MessagingCommands:
         def stored(_: Any) -> Any:
             service.index.add(record)
             if kind == MESSAGE:
-                service.bridge(keys)
                 now = self.factory.clock.seconds()
                 if "ADD" in changes and (until is None or until > now):
                     return store.backfill(name, keys, since, now)
@@ -406,7 +413,6 @@ class MessagingCommands:
         def done(_: Any) -> None:
             if dropped:
                 self.outbox.refresh()
-                service.unbridge(dropped)
             for sub in selected:
                 if sub.record.kind == MESSAGE and sub.pattern is None:
                     service.subscribers_changed(sub.base)
@@ -500,7 +506,7 @@ class MessagingCommands:
             topic_line = f"Topic: {display}\r\n".encode("utf-8")
             parts = [encode_reply(200, "OK")]
             for record in records:
-                parts += [topic_line, record.data]
+                parts += [topic_line, self.service.body_bytes(record.data)]
             parts.append(b".\r\n")
             self._reply_raw(b"".join(parts))  # type: ignore[attr-defined]
 
@@ -527,7 +533,7 @@ class MessagingCommands:
 
         def removed(settled: Any, record: MessageRecord) -> None:
             if settled is not None:
-                service.settle(settled, "removed")
+                service.durable.settle(settled, "removed")
             service.message_notice(key, "DELETE", record)
             self._reply(200, "OK")
 
@@ -557,9 +563,9 @@ class MessagingCommands:
         def moved(settled: Any, record: MessageRecord, deliveries: list[tuple[str, str]]) -> None:
             if settled is None:
                 raise Refused(404, "Not found: no such message in the topic")
-            service.settle(settled)
+            service.durable.settle(settled)
             service.message_notice(key, "MOVE", record)
-            service.offer(replace(record, topic=destination), deliveries)
+            service.durable.offer(replace(record, topic=destination), deliveries)
             self._reply(200, "OK")
 
         return store.find_message(seq).addCallback(found)

@@ -56,6 +56,8 @@ from brokerd.auth.ual import (
     read_access_list,
 )
 from brokerd.config import Runtime, Settings
+from brokerd.core.durable import DurableService
+from brokerd.core.subscriptions import Subscription
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
@@ -73,7 +75,6 @@ from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
-from brokerd.protocols.smqp.subscriptions import MESSAGE, Subscription
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import Contact, TopicRecord, trash_owner
@@ -682,8 +683,6 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         service = self.factory.service
 
         def created() -> None:
-            if node.link is None and service.index.matching(MESSAGE, node.key):
-                service.bridge([node.key])
             service.topic_notice(parent.key, "ADD", node.display)
 
         return self._persist(self.factory.store.put_topics([node.record()]),
@@ -755,7 +754,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             node.delivery = old
 
         return self._persist(self.factory.store.put_topics([node.record()]), undo,
-                             lambda: self.factory.service.set_delivery(node.key, node.delivery))
+                             lambda: self.factory.durable.hold(node.key, node.delivery == "NONE"))
 
     def do_SET_TOPIC_TIMEOUT(self, command: Command) -> Deferred:
         """Our extension: the default timeout of messages published to the topic (and,
@@ -895,12 +894,20 @@ class SMQPServerFactory(Factory):
         self.tree = TopicTree()
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
-        self.service = MessageService(store, clock, broker, self.wire, self.display, events)
-        self.service.default_timeout = message_timeout
-        self.service.timeout_for = self.message_timeout_for
-        self.service.retry_timeout = retry_timeout
-        self.service.max_attempts = max_attempts
-        self.service.trash_retention = trash_retention
+        self.durable = broker.durable if broker.durable is not None else broker.use_durable(
+            DurableService(store, clock, events))
+        """The core's durable service: SMQP's subscriptions are its durable subscriptions."""
+        self.service = MessageService(store, clock, broker, self.wire, self.display, events,
+                                      durable=self.durable, domain=self.domain)
+        durable = self.durable
+        durable.default_timeout = message_timeout
+        durable.timeout_for = self.message_timeout_for
+        durable.mode_for = self.delivery_for
+        durable.reachable = self.reachable
+        durable.identify = self.message_id
+        durable.retry_timeout = retry_timeout
+        durable.max_attempts = max_attempts
+        durable.trash_retention = trash_retention
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
@@ -920,7 +927,7 @@ class SMQPServerFactory(Factory):
         d.addCallback(self._topics_loaded)
         d.addCallback(lambda _: self.store.get_meta("suid"))
         d.addCallback(self._suid_loaded)
-        d.addCallback(lambda _: self.service.start())
+        d.addCallback(lambda _: self.durable.start())
         d.addCallbacks(self._ready, self._start_failed)
         return self.started
 
@@ -942,14 +949,11 @@ class SMQPServerFactory(Factory):
         self.wire.server_id = self.suid
         self.service.suid = self.suid
         self.domains.add(self.suid.partition("/")[0].lower())
-        service = self.service
         for node in self.tree.descendants_all(self.tree.root):
             if node.delivery == "NONE":
-                service.none_topics.add(node.key)
-            if node.link is None and service.index.matching(MESSAGE, node.key):
-                service.bridge([node.key])
+                self.durable.hold(node.key, True)
         if self._factory_started:
-            service.start_sweeps()
+            self.durable.start_sweeps()
         self.started.callback(None)
 
     def message_timeout_for(self, key: str) -> float | None:
@@ -960,6 +964,24 @@ class SMQPServerFactory(Factory):
         if source is None:
             return self.message_timeout
         return None if source.timeout == math.inf else source.timeout
+
+    def delivery_for(self, key: str) -> str:
+        """The delivery mode of a message another protocol publishes to topic ``key``."""
+        node = self.tree.get(key)
+        return "ONE" if node is not None and node.delivery == "ONE" else "ALL"
+
+    def reachable(self, key: str) -> bool:
+        """Whether other protocols' messages to topic ``key`` are kept for SMQP subscribers:
+        an SMQP topic that exists and is no virtual topic, outside /accounts (the login
+        topics take unicasts only)."""
+        if key == ACCOUNTS or key.startswith(ACCOUNTS + "/"):
+            return False
+        node = self.tree.get(key)
+        return node is not None and node.link is None
+
+    def message_id(self, seq: int, now: float) -> str:
+        """The Smuid of stored message ``seq``."""
+        return f"{self.suid}/{seq}({format_datetime(now)})"
 
     def display(self, key: str) -> str:
         """The path of a topic key as notifications show it (the names as created)."""
@@ -993,7 +1015,7 @@ class SMQPServerFactory(Factory):
     def startFactory(self) -> None:
         self._factory_started = True
         if self.started.called and self.start_error is None:
-            self.service.start_sweeps()
+            self.durable.start_sweeps()
         if self.ual_file is not None and self._ual_loop is None:
             self._ual_loop = LoopingCall(self.reload_ual)
             self._ual_loop.clock = self.clock
@@ -1006,7 +1028,7 @@ class SMQPServerFactory(Factory):
             self._ual_loop.stop()
         self._ual_loop = None
         self._factory_started = False
-        self.service.stop_sweeps()
+        self.durable.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
         for sessions in list(self.sessions.values()):
             for session in list(sessions):

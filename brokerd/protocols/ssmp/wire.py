@@ -26,7 +26,8 @@ def foreign_id(protocol: str, name: bytes) -> bytes:
 
 
 def ssmp_name(protocol: str, name: bytes) -> bytes:
-    """How a session or sender of ``protocol`` called ``name`` appears in SSMP."""
+    """How a session or sender of ``protocol`` called ``name`` appears in SSMP: SSMP's own
+    names as they are, another protocol's in its own namespace (:func:`foreign_id`)."""
     if protocol == "ssmp":
         return name
     return foreign_id(protocol, name)
@@ -41,18 +42,11 @@ class SSMPWireFormat:
         """Messages SSMP cannot carry (empty, over 1024 bytes, or a topic that is no SSMP id)."""
 
     def render_message(self, message: Message) -> bytes | None:
-        if message.protocol == "ssmp":
-            # Came from SSMP, so the content is already a valid text payload unless binary.
-            sender = message.sender_name
-            payload = message.payload
-            if message.binary:
-                payload = encode_payload(payload, True)  # type: ignore[assignment]
-        else:
-            sender = foreign_id(message.protocol, message.sender_name)
-            payload = encode_payload(message.payload, message.binary)  # type: ignore[assignment]
-            if payload is None or (message.kind == MULTICAST and not is_id(message.target)):  # type: ignore[arg-type]
-                self.unrepresentable += 1
-                return None
+        payload = encode_payload(message.payload, message.binary)
+        if payload is None or (message.kind == MULTICAST and not is_id(message.target)):  # type: ignore[arg-type]
+            self.unrepresentable += 1
+            return None
+        sender = ssmp_name(message.protocol, message.sender_name)
         kind = message.kind
         if kind == MULTICAST:
             target = message.target
