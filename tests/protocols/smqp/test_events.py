@@ -18,7 +18,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp import outbox as outbox_module
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
-from brokerd.protocols.smqp.server import SMQPServerFactory
+from brokerd.protocols.smqp.factory import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
 
@@ -129,9 +129,9 @@ def test_refused_logins_are_auth_failures(s):
 
 
 def test_too_many_logins_and_a_wrong_old_password_are_auth_failures(s, monkeypatch):
-    from brokerd.protocols.smqp import server as server_module
+    from brokerd.protocols.smqp import login as login_module
 
-    monkeypatch.setattr(server_module, "MAX_LOGINS_PER_ACCOUNT", 1)
+    monkeypatch.setattr(login_module, "MAX_LOGINS_PER_ACCOUNT", 1)
     protocol, transport = s.login("c1")
     other, _ = s.connect()
     other.dataReceived(b"LOGIN alice:c2 CLEAR/1.0\r\nPASS alice alicepw\r\n")
