@@ -244,11 +244,9 @@ class DurableService:
             if expires is None and timeout is not None:
                 expires = now + timeout
             created = now if message.created is None else message.created
+            details = message.details.replace(message_id=message_id, created=created, expires=expires)
             kept = Message(MULTICAST, message.target, message.payload, message.protocol, message.sender_name,
-                           message.binary, display_name=message.display_name,
-                           content_type=message.content_type, message_id=message_id, created=created,
-                           priority=message.priority, expires=expires, attributes=message.attributes,
-                           parts=message.parts)
+                           message.binary, display_name=message.display_name, details=details)
             record = MessageRecord(message_id, key, publisher_of(message), "", now, expires, message.priority,
                                    stored.encode(kept), seq, mode)
             self.stats["kept"] += 1

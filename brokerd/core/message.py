@@ -41,6 +41,60 @@ class Part:
         return f"<Part {self.content_type} {len(self.data)} bytes>"
 
 
+class Details:
+    """What a message carries beyond its sender and content: the metadata a durable or
+    richer protocol needs.  Most messages (every SSMP, MCCHAT and socket.mq publish) have
+    none and share :data:`PLAIN`, so making a Message on the hot path costs no more than
+    one slot for all of it.
+
+    ``content_type`` is the payload's MIME type when the sender named one (None: text, or
+    binary when the Message says ``binary``); ``message_id`` the broker's id of a stored
+    message (None for one that was never stored); ``created`` and ``expires`` POSIX seconds
+    (None: not given, the topic's default); ``priority`` higher first; ``attributes`` header
+    attributes no typed field covers, in order (an SMQP header, kept so that an SMQP
+    subscriber gets it back whole); ``parts`` every part of a multi-part message, one of which
+    is the Message's ``payload`` (empty for a single-part message).
+    """
+
+    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts")
+
+    def __init__(
+        self,
+        *,
+        content_type: str | None = None,
+        message_id: str | None = None,
+        created: float | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        expires: float | None = None,
+        attributes: Attributes = (),
+        parts: tuple[Part, ...] = (),
+    ) -> None:
+        self.content_type = content_type
+        self.message_id = message_id
+        self.created = created
+        self.priority = priority
+        self.expires = expires
+        self.attributes = attributes
+        self.parts = parts
+
+    def replace(self, **changes: object) -> Details:
+        """A copy with ``changes`` (Details are shared, so never changed in place)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Details(**fields)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Details) and all(
+            getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"<Details id={self.message_id!r} priority={self.priority}>"
+
+
+PLAIN = Details()
+"""The Details of a message that has none (shared; never changed)."""
+
+
 class Message:
     """One message on its way through the broker.
 
@@ -50,34 +104,12 @@ class Message:
 
     What it is: ``payload`` is the content, never a wire encoding of it (an SSMP binary
     payload arrives here without its two length bytes).  ``binary`` records that the sender
-    marked the content as binary; ``content_type`` is its MIME type when the sender named one
-    (None: text, or binary when ``binary``).
-
-    Metadata a durable or richer protocol needs: ``message_id`` (the broker's id of a stored
-    message, None for one that was never stored), ``created`` (POSIX seconds, None: not
-    given), ``priority`` (higher first), ``expires`` (POSIX seconds, None: the topic's
-    default).  ``attributes`` are header attributes of the sender's message that no typed
-    field covers, in order (an SMQP header, kept so an SMQP subscriber gets it back whole);
-    ``parts`` all parts of a multi-part message, one of which is ``payload`` (empty for a
-    single-part message).  See docs/architecture.md for how each protocol maps onto them.
+    marked the content as binary.  ``details`` holds the rest (:class:`Details`: content
+    type, id, times, priority, header attributes, parts), also readable as properties of the
+    Message.  See docs/architecture.md for how each protocol maps onto these fields.
     """
 
-    __slots__ = (
-        "kind",
-        "target",
-        "payload",
-        "binary",
-        "protocol",
-        "sender_name",
-        "display_name",
-        "content_type",
-        "message_id",
-        "created",
-        "priority",
-        "expires",
-        "attributes",
-        "parts",
-    )
+    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "display_name", "details")
 
     def __init__(
         self,
@@ -87,16 +119,10 @@ class Message:
         protocol: str,
         sender_name: bytes,
         binary: bool = False,
-        *,
         display_name: bytes | None = None,
-        content_type: str | None = None,
-        message_id: str | None = None,
-        created: float | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        expires: float | None = None,
-        attributes: Attributes = (),
-        parts: tuple[Part, ...] = (),
+        details: Details = PLAIN,
     ) -> None:
+        # Not keyword-only: that makes every call on the hot path a little slower.
         self.kind = kind
         self.target = target
         self.payload = payload
@@ -104,13 +130,35 @@ class Message:
         self.protocol = protocol
         self.sender_name = sender_name
         self.display_name = display_name
-        self.content_type = content_type
-        self.message_id = message_id
-        self.created = created
-        self.priority = priority
-        self.expires = expires
-        self.attributes = attributes
-        self.parts = parts
+        self.details = details
+
+    @property
+    def content_type(self) -> str | None:
+        return self.details.content_type
+
+    @property
+    def message_id(self) -> str | None:
+        return self.details.message_id
+
+    @property
+    def created(self) -> float | None:
+        return self.details.created
+
+    @property
+    def priority(self) -> int:
+        return self.details.priority
+
+    @property
+    def expires(self) -> float | None:
+        return self.details.expires
+
+    @property
+    def attributes(self) -> Attributes:
+        return self.details.attributes
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return self.details.parts
 
     def __repr__(self) -> str:
         return (

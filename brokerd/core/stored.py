@@ -2,7 +2,7 @@
 
 A pending message outlives its publisher's connection and the broker process, so the store
 keeps it whole, in a form no protocol owns: a fixed tag, a length-prefixed JSON header with
-the Message's typed fields, then the data (the payload, followed by the data of every other
+the Message's typed fields (its Details included), then the data (the payload, followed by the data of every other
 part of a multi-part message).  The JSON carries byte strings (topic, sender names) as
 Latin-1 text, which maps every byte to one character and back.  Each subscriber's front end
 renders the decoded Message when it delivers it, as it renders a live one.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import struct
 
-from brokerd.core.message import MULTICAST, Message, Part
+from brokerd.core.message import MULTICAST, Details, Message, Part
 
 TAG = b"\x00brokerd-message/1\n"
 _LENGTH = struct.Struct(">I")
@@ -80,11 +80,10 @@ def decode(data: bytes) -> Message:
             parts.append(Part(content_type, tuple(map(tuple, attributes)), part_data))
         if end != len(data):
             raise ValueError("stored message has trailing or missing data")
-        return Message(
-            header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
-            bool(header["b"]), display_name=_bytes(header["d"]), content_type=header["c"],
-            message_id=header["i"], created=header["cr"], priority=header["pr"], expires=header["x"],
-            attributes=tuple(map(tuple, header["a"])), parts=tuple(parts),
-        )
+        details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
+                          priority=header["pr"], expires=header["x"],
+                          attributes=tuple(map(tuple, header["a"])), parts=tuple(parts))
+        return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
+                       bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:
         raise ValueError(f"corrupt stored message: {exc}") from None

@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 from brokerd.core import stored
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
-from brokerd.core.message import MULTICAST, Message, Part
+from brokerd.core.message import MULTICAST, Details, Message, Part
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
 from tests.protocols.ssmp.helpers import Harness
@@ -25,13 +25,14 @@ def _result(d: Deferred):
 def test_a_stored_message_comes_back_with_every_field():
     text = Part("text/plain", (("Content-Type", "text/plain"), ("X-Part", "1")), b"hello")
     blob = Part("application/octet-stream", (("Content-Type", "application/octet-stream"),), b"\x00\xff")
+    details = Details(content_type="text/plain", message_id="h/7(D1)", created=12.5, priority=3, expires=99.0,
+                      attributes=(("Created", "D1"), ("Name", "n")), parts=(blob, text))
     message = Message(MULTICAST, b"caf\xc3\xa9/\xff", text.data, "smqp", b"alice:\xe9", False,
-                      display_name=b"Zo\xc3\xab", content_type="text/plain", message_id="h/7(D1)",
-                      created=12.5, priority=3, expires=99.0, attributes=(("Created", "D1"), ("Name", "n")),
-                      parts=(blob, text))
+                      display_name=b"Zo\xc3\xab", details=details)
     back = stored.decode(stored.encode(message))
     for name in Message.__slots__:
         assert getattr(back, name) == getattr(message, name), name
+    assert back.details.priority == 3 and back.parts == (blob, text)
     assert back.parts[1].data is back.payload  # the main part is stored once
 
 
@@ -86,7 +87,7 @@ def test_keep_stores_for_durable_subscribers_only(core):
     durable.attach(online)
     durable.timeout_for = lambda key: 60.0
     kept = broker.keep([Message(MULTICAST, b"news", b"m1", "ssmp", b"sam"),
-                        Message(MULTICAST, b"news", b"m2", "ssmp", b"sam", priority=5)])
+                        Message(MULTICAST, b"news", b"m2", "ssmp", b"sam", details=Details(priority=5))])
     assert _result(kept) is None
     assert broker.keep([Message(MULTICAST, b"sport", b"x", "ssmp", b"sam")]) is None
     assert [d.priority for d in online.offered] == [1, 5]

@@ -13,7 +13,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 
 from brokerd.core import stored
-from brokerd.core.message import MULTICAST, Message
+from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.store.memory import MemoryStore, StoreClosed
 from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
 from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
@@ -232,7 +232,8 @@ class StoreContract:
     async def test_a_stored_message_is_kept_byte_for_byte(self, store):
         """The durable service's rows hold a stored Message (binary, with NUL bytes): the
         pending delivery and the message read back give the same bytes."""
-        kept = Message(MULTICAST, b"news", b"\x00\r\n.\r\n\xff", "ssmp", b"sam", True, message_id="h/3")
+        kept = Message(MULTICAST, b"news", b"\x00\r\n.\r\n\xff", "ssmp", b"sam", True,
+                       details=Details(message_id="h/3"))
         data = stored.encode(kept)
         seq = await store.next_seq()
         record = MessageRecord("h/3", "news", "ssmp:sam", "", 5.0, None, 1, data, seq)

@@ -26,7 +26,7 @@ Stored rows written before the durable service existed hold the SMQP body itself
 from __future__ import annotations
 
 from brokerd.core import stored
-from brokerd.core.message import MULTICAST, Message, Part
+from brokerd.core.message import MULTICAST, Details, Message, Part
 from brokerd.protocols.smqp.codec import decode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 
@@ -59,9 +59,10 @@ def to_message(body: Body, key: str, publisher: str, *, message_id: str | None, 
         main = parts[index]
         payload, content_type = main.data, main.content_type
         binary = not content_type.strip().lower().startswith("text/")
+    details = Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
+                      expires=expires, attributes=body.attributes, parts=parts)
     return Message(MULTICAST, key.encode("utf-8"), payload, "smqp", publisher.encode("utf-8"), binary,
-                   content_type=content_type, message_id=message_id, created=created, priority=priority,
-                   expires=expires, attributes=body.attributes, parts=parts)
+                   details=details)
 
 
 def to_body(message: Message, domain: str, now: float = 0.0, volatile_id: str | None = None) -> Body:
