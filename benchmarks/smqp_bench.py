@@ -99,6 +99,28 @@ def publish_command(cmuid: str, size: int) -> bytes:
     return f"PUB MESSAGE {TOPIC} {cmuid}\r\n".encode() + encode_body(body)
 
 
+def pipelined(send, acknowledged, command, count: int, window: int, start: float) -> list[float]:
+    """From ``start`` on, keep ``window`` commands (``command(n)``) in flight until ``count``
+    were acknowledged (``acknowledged()`` waits for the next one); each one's latency."""
+    while time.time() < start:
+        time.sleep(0.001)
+    sent: list[float] = []
+    latencies: list[float] = []
+    in_flight = 0
+    while len(latencies) < count:
+        burst = []
+        while in_flight < window and len(sent) < count:
+            burst.append(command(len(sent)))
+            sent.append(time.perf_counter())
+            in_flight += 1
+        if burst:
+            send(b"".join(burst))
+        acknowledged()
+        latencies.append(time.perf_counter() - sent[len(latencies)])
+        in_flight -= 1
+    return latencies
+
+
 def ssmp_publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
     """As :func:`publisher`, over SSMP: ``MCAST bench <send time>`` pipelined, one ``200``
     per message."""
@@ -106,46 +128,28 @@ def ssmp_publisher(port: int, index: int, count: int, window: int, size: int, st
     reader = sock.makefile("rb")
     sock.sendall(f"LOGIN p{index} open\n".encode())
     assert reader.readline() == b"200\n"
-    while time.time() < start:
-        time.sleep(0.001)
-    sent: list[float] = []
-    latencies: list[float] = []
-    in_flight = 0
-    while len(latencies) < count:
-        burst = []
-        while in_flight < window and len(sent) < count:
-            burst.append(b"MCAST bench " + repr(time.time()).encode().ljust(size, b".") + b"\n")
-            sent.append(time.perf_counter())
-            in_flight += 1
-        if burst:
-            sock.sendall(b"".join(burst))
+
+    def acknowledged() -> None:
         line = reader.readline()
         assert line == b"200\n", line
-        latencies.append(time.perf_counter() - sent[len(latencies)])
-        in_flight -= 1
+
+    def command(_n: int) -> bytes:
+        return b"MCAST bench " + repr(time.time()).encode().ljust(size, b".") + b"\n"
+
+    latencies = pipelined(sock.sendall, acknowledged, command, count, window, start)
     out.put(("publisher", index, time.time(), latencies))
 
 
 def publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
     conn = Conn(port)
     conn.login("alice", f"p{index}", "alicepw")
-    while time.time() < start:
-        time.sleep(0.001)
-    sent: list[float] = []
-    latencies: list[float] = []
-    in_flight = 0
-    while len(latencies) < count:
-        burst = []
-        while in_flight < window and len(sent) < count:
-            burst.append(publish_command(f"B{index}x{len(sent)}", size))
-            sent.append(time.perf_counter())
-            in_flight += 1
-        if burst:
-            conn.sock.sendall(b"".join(burst))
+
+    def acknowledged() -> None:
         event = conn.next()
         assert isinstance(event, Reply) and event.code == 200, event
-        latencies.append(time.perf_counter() - sent[len(latencies)])
-        in_flight -= 1
+
+    latencies = pipelined(conn.sock.sendall, acknowledged, lambda n: publish_command(f"B{index}x{n}", size),
+                          count, window, start)
     out.put(("publisher", index, time.time(), latencies))
 
 

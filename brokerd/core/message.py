@@ -9,6 +9,8 @@ every publish on the hot path.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 MULTICAST = "multicast"
 """Sent to a topic; ``target`` is the topic name."""
 UNICAST = "unicast"
@@ -95,6 +97,11 @@ PLAIN = Details()
 """The Details of a message that has none (shared; never changed)."""
 
 
+def _detail(name: str) -> property:
+    """A read-only Message property for the field ``name`` of its Details."""
+    return property(attrgetter(f"details.{name}"), doc=f"``details.{name}``")
+
+
 class Message:
     """One message on its way through the broker.
 
@@ -132,33 +139,14 @@ class Message:
         self.display_name = display_name
         self.details = details
 
-    @property
-    def content_type(self) -> str | None:
-        return self.details.content_type
-
-    @property
-    def message_id(self) -> str | None:
-        return self.details.message_id
-
-    @property
-    def created(self) -> float | None:
-        return self.details.created
-
-    @property
-    def priority(self) -> int:
-        return self.details.priority
-
-    @property
-    def expires(self) -> float | None:
-        return self.details.expires
-
-    @property
-    def attributes(self) -> Attributes:
-        return self.details.attributes
-
-    @property
-    def parts(self) -> tuple[Part, ...]:
-        return self.details.parts
+    # The Details, readable as the Message's own fields (``message.priority``).
+    content_type = _detail("content_type")
+    message_id = _detail("message_id")
+    created = _detail("created")
+    priority = _detail("priority")
+    expires = _detail("expires")
+    attributes = _detail("attributes")
+    parts = _detail("parts")
 
     def __repr__(self) -> str:
         return (
