@@ -81,6 +81,9 @@ class IDurableSession(Protocol):
     def reoffer(self, seq: int) -> None:
         """A ONE message another session held is free again."""
 
+    def refresh(self) -> None:
+        """Read the pending deliveries from the store again (a held topic was released)."""
+
 
 def publisher_of(message: Message) -> str:
     """How the store names the publisher of another protocol's message:
@@ -125,6 +128,9 @@ class DurableService:
         self.mode_for: Callable[[str], str] = lambda _key: "ALL"
         self.identify: Callable[[int, float], str] = lambda seq, _now: f"{self.suid}/{seq}"
         self.receipts: Callable[[ReceiptDue], Any] | None = None
+        self.size_of: Callable[[bytes], int] | None = None
+        """The size the event log reports of a stored row that is no stored Message (a front
+        end's own rows, e.g. SMQP bodies stored before the durable service existed)."""
         self.retry_timeout: float = RETRY_TIMEOUT
         self.max_attempts: int = MAX_ATTEMPTS
         self.trash_retention: float = TRASH_RETENTION
@@ -190,9 +196,7 @@ class DurableService:
         elif key in self.held:
             self.held.discard(key)
             for session in list(self.sessions.values()):
-                refresh = getattr(session, "refresh", None)
-                if refresh is not None:
-                    refresh()
+                session.refresh()
 
     # ------------------------------------------------------------------ recipients
 
@@ -435,10 +439,6 @@ class DurableService:
         elif self.size_of is not None:
             size = self.size_of(record.data)
         return Published(record.smuid, record.publisher, record.received, size)
-
-    size_of: Callable[[bytes], int] | None = None
-    """The size the event log reports of a stored row that is no stored Message (a front
-    end's own rows, e.g. SMQP bodies stored before the durable service existed)."""
 
     def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
                published: Published | None) -> None:

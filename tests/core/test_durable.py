@@ -65,6 +65,9 @@ class Outbox:
     def reoffer(self, seq: int) -> None:
         pass
 
+    def refresh(self) -> None:
+        pass
+
 
 @pytest.fixture
 def core():
