@@ -1,13 +1,25 @@
-"""SMQP durable publish with acknowledged delivery: throughput and latency.
+"""Durable publish with acknowledged delivery: throughput and latency.
 
     python benchmarks/smqp_bench.py                      # 1 and 10 publishers, group commit on and off
     python benchmarks/smqp_bench.py --publishers 10 --messages 500 --no-compare
+    python benchmarks/smqp_bench.py --publishers 10 --messages 20000 --no-compare --runs 3 \
+        --commit main --commit HEAD                      # two revisions side by side, median of 3
+    python benchmarks/smqp_bench.py --publishers 10 --no-compare --ssmp   # SSMP MCAST publishers
 
 A real ``twistd brokerd --smqp`` runs in its own process on a fresh data dir (SQLite,
 synchronous=FULL).  Each publisher is its own process with a blocking socket that keeps
 ``--window`` PUBLISH commands in flight (pipelined); one durable subscriber process takes
 every NOTIFY MESSAGE through the two-phase commit (``310 ACK`` -> ``310 ACK``) before the
 next.  So the client side is never the bottleneck: every process does little but parse.
+
+``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
+subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
+core stored the message for it.
+
+``--commit REV`` (repeatable) runs the broker from that revision (``brokerd/`` and
+``twisted/`` exported with ``git archive``) instead of the working tree; with several, every
+run does each revision in turn, so they share the machine's load.  ``--runs N`` repeats (after
+one warm-up run per revision, not reported) and prints the median of each figure.
 
 Reported per run: publish rate (200 replies per second, all publishers together), publish
 latency (command sent -> its 200: persisted), end-to-end latency (publish sent -> NOTIFY at
@@ -87,9 +99,9 @@ def publish_command(cmuid: str, size: int) -> bytes:
     return f"PUB MESSAGE {TOPIC} {cmuid}\r\n".encode() + encode_body(body)
 
 
-def publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
-    conn = Conn(port)
-    conn.login("alice", f"p{index}", "alicepw")
+def pipelined(send, acknowledged, command, count: int, window: int, start: float) -> list[float]:
+    """From ``start`` on, keep ``window`` commands (``command(n)``) in flight until ``count``
+    were acknowledged (``acknowledged()`` waits for the next one); each one's latency."""
     while time.time() < start:
         time.sleep(0.001)
     sent: list[float] = []
@@ -98,15 +110,46 @@ def publisher(port: int, index: int, count: int, window: int, size: int, start: 
     while len(latencies) < count:
         burst = []
         while in_flight < window and len(sent) < count:
-            burst.append(publish_command(f"B{index}x{len(sent)}", size))
+            burst.append(command(len(sent)))
             sent.append(time.perf_counter())
             in_flight += 1
         if burst:
-            conn.sock.sendall(b"".join(burst))
-        event = conn.next()
-        assert isinstance(event, Reply) and event.code == 200, event
+            send(b"".join(burst))
+        acknowledged()
         latencies.append(time.perf_counter() - sent[len(latencies)])
         in_flight -= 1
+    return latencies
+
+
+def ssmp_publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
+    """As :func:`publisher`, over SSMP: ``MCAST bench <send time>`` pipelined, one ``200``
+    per message."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    reader = sock.makefile("rb")
+    sock.sendall(f"LOGIN p{index} open\n".encode())
+    assert reader.readline() == b"200\n"
+
+    def acknowledged() -> None:
+        line = reader.readline()
+        assert line == b"200\n", line
+
+    def command(_n: int) -> bytes:
+        return b"MCAST bench " + repr(time.time()).encode().ljust(size, b".") + b"\n"
+
+    latencies = pipelined(sock.sendall, acknowledged, command, count, window, start)
+    out.put(("publisher", index, time.time(), latencies))
+
+
+def publisher(port: int, index: int, count: int, window: int, size: int, start: float, out) -> None:
+    conn = Conn(port)
+    conn.login("alice", f"p{index}", "alicepw")
+
+    def acknowledged() -> None:
+        event = conn.next()
+        assert isinstance(event, Reply) and event.code == 200, event
+
+    latencies = pipelined(conn.sock.sendall, acknowledged, lambda n: publish_command(f"B{index}x{n}", size),
+                          count, window, start)
     out.put(("publisher", index, time.time(), latencies))
 
 
@@ -138,17 +181,30 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool) -> dict:
+def export(revision: str) -> Path:
+    """``brokerd/`` and ``twisted/`` (the plugin) of ``revision`` in a temporary directory."""
+    tree = Path(tempfile.mkdtemp(prefix="smqp-bench-tree-"))
+    archive = subprocess.run(["git", "archive", revision, "brokerd", "twisted"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
+             tree: Path = REPO, ssmp: bool = False) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
     port = free_port()
+    ssmp_port = free_port()
     args = [sys.executable, "-c", LAUNCH, "512" if group_commit else "1", "-n", "--pidfile=", "brokerd",
             "--smqp", f"tcp:{port}:interface=127.0.0.1", "--data-dir", str(work / "data"),
             "--accounts", str(accounts)]
+    if ssmp:
+        args += ["--ssmp", f"tcp:{ssmp_port}:interface=127.0.0.1", "--open-login"]
     log = open(work / "broker.log", "wb")
-    broker = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    broker = subprocess.Popen(args, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONPATH=str(tree)))
     try:
         deadline = time.time() + 30
         while True:
@@ -169,7 +225,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         sub.start()
         ready.wait(30)
         start = time.time() + 0.5
-        procs = [multiprocessing.Process(target=publisher, args=(port, i, messages, window, size, start, queue))
+        target, target_port = (ssmp_publisher, ssmp_port) if ssmp else (publisher, port)
+        procs = [multiprocessing.Process(target=target, args=(target_port, i, messages, window, size, start, queue))
                  for i in range(publishers)]
         for proc in procs:
             proc.start()
@@ -180,8 +237,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         publish_latencies = [x for r in results if r[0] == "publisher" for x in r[3]]
         done_at, (first, e2e) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
         return {
-            "publishers": publishers, "messages": total, "window": window, "size": size,
-            "group_commit": group_commit,
+            "publishers": publishers, "protocol": "ssmp" if ssmp else "smqp", "messages": total,
+            "window": window, "size": size, "group_commit": group_commit,
             "publish_rate": round(total / (published_at - start), 1),
             "publish_p50_ms": round(percentile(publish_latencies, 50) * 1000, 2),
             "publish_p99_ms": round(percentile(publish_latencies, 99) * 1000, 2),
@@ -202,20 +259,38 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--publishers", type=int, action="append", help="repeatable [1 and 10]")
-    parser.add_argument("--messages", type=int, default=1000, help="per publisher [1000]")
+    parser.add_argument("--messages", type=int, default=1000, help="in all, shared by the publishers [1000]")
     parser.add_argument("--window", type=int, default=16, help="publishes in flight per publisher [16]")
     parser.add_argument("--size", type=int, default=64, help="payload bytes [64]")
     parser.add_argument("--no-compare", action="store_true", help="group commit on only")
+    parser.add_argument("--ssmp", action="store_true", help="SSMP publishers (MCAST), SMQP durable subscriber")
+    parser.add_argument("--commit", metavar="REV", action="append",
+                        help="run the broker from this revision; repeatable: side by side [the working tree]")
+    parser.add_argument("--runs", type=int, default=1, help="measured runs, after one warm-up when > 1 [1]")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     options = parser.parse_args()
+    trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
     results = []
     for count in options.publishers or [1, 10]:
         modes = [True] if options.no_compare else [True, False]
         for group_commit in modes:
             per = max(1, options.messages // count) if count > 1 else options.messages
-            result = run_once(count, per, options.window, options.size, group_commit)
-            results.append(result)
-            print(json.dumps(result), flush=True)
+            measured: dict[str, list[dict]] = {rev: [] for rev in trees}
+            for run in range(options.runs + (options.runs > 1)):
+                for rev, tree in trees.items():
+                    result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp)
+                    result.update(revision=rev, run=run, load=os.getloadavg()[0])
+                    print(json.dumps(result), flush=True)
+                    if options.runs == 1 or run > 0:
+                        measured[rev].append(result)
+            for rev, runs in measured.items():
+                median = {key: statistics.median(r[key] for r in runs) for key in runs[0]
+                          if isinstance(runs[0][key], float) and key != "load"}
+                summary = {"revision": rev, "publishers": count, "protocol": runs[0]["protocol"],
+                           "group_commit": group_commit, "runs": len(runs),
+                           "load": [r["load"] for r in runs], **median}
+                results.append(summary)
+                print("median", json.dumps(summary), flush=True)
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=2))
 

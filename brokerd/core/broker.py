@@ -2,8 +2,10 @@
 
 It knows sessions (ISubscriber "minds"), topics and how to route a Message to them, and
 nothing about any wire protocol: a front end parses its protocol, calls the Broker, and the
-Broker hands back bytes rendered by each recipient's IWireFormat.  Everything here runs on the
-reactor thread and never blocks.
+Broker hands back bytes rendered by each recipient's IWireFormat.  A message to a topic with
+durable subscribers is also handed to the durable service (:meth:`Broker.keep`), which stores
+it before the publisher is answered.  Everything here runs on the reactor thread and never
+blocks.
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from brokerd.core.admission import Admission, Admissions
+from brokerd.core.durable import DurableService
 from brokerd.core.message import Message
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
@@ -91,9 +95,18 @@ class Broker(Service):
         self._sessions: set[ISubscriber] = set()
         self._addresses: dict[bytes, ISubscriber] = {}
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
+        self.durable: DurableService | None = None
+        """Durable subscriptions and pending messages (:meth:`use_durable`); None until a
+        front end with durable subscribers starts it."""
         self.topic_listeners: list[Callable[[bytes, bool], None]] = []
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
+
+    def use_durable(self, durable: DurableService) -> DurableService:
+        """Keep messages for durable subscribers with ``durable`` (over the store); the
+        front end that owns durable subscriptions (SMQP) makes it."""
+        self.durable = durable
+        return durable
 
     def stopService(self):
         """Detach every session still connected, so their topics are left and the event log
@@ -316,6 +329,18 @@ class Broker(Service):
             count = len(messages)
             self.observer.messages_routed(messages, delivered // count, unrenderable // count)
         return delivered
+
+    def keep(self, messages: list[Message]) -> Deferred | None:
+        """Store multicast ``messages`` (consecutive, one topic, as :meth:`publish_batch`
+        takes them; already routed to the live subscribers) for the durable subscribers of
+        their topic.  None when the topic has none: nothing is stored, and the publisher may
+        be answered at once.  Otherwise a Deferred that fires once every one is committed:
+        the publisher's acknowledgement waits for it.  A topic without durable subscribers
+        costs one dict lookup here."""
+        durable = self.durable
+        if durable is None or not durable.covers(messages[0].target):  # type: ignore[arg-type]
+            return None
+        return durable.keep(messages)
 
     def unicast(self, message: Message) -> bool:
         """Deliver ``message`` to the session at address ``message.target``; False when no

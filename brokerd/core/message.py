@@ -1,12 +1,15 @@
 """The protocol-neutral message the core routes.
 
 A Message is created once by the front end that accepted it and then only read: each wire
-format renders it (once per format) for its recipients.  It uses ``__slots__`` because one is
-made for every publish on the hot path.
+format renders it (once per format) for its recipients, and the durable service stores it
+(:mod:`brokerd.core.stored`) for the durable subscribers of its topic.  It holds content and
+typed metadata, never a wire encoding and never a protocol's own objects, so a renderer
+decides from the fields alone how to show it.  It uses ``__slots__`` because one is made for
+every publish on the hot path.
 """
 from __future__ import annotations
 
-from typing import Any
+from operator import attrgetter
 
 MULTICAST = "multicast"
 """Sent to a topic; ``target`` is the topic name."""
@@ -15,17 +18,105 @@ UNICAST = "unicast"
 BROADCAST = "broadcast"
 """Sent to every session sharing a topic with the sender; ``target`` is None."""
 
+DEFAULT_PRIORITY = 1
+"""The priority of a message that names none (the lowest; higher is delivered first)."""
+
+Attributes = tuple[tuple[str, str], ...]
+
+
+class Part:
+    """One part of a multi-part message (an SMQP body's section): its content type, its
+    own attributes (``Content-Type`` included, in the order given) and its data."""
+
+    __slots__ = ("content_type", "attributes", "data")
+
+    def __init__(self, content_type: str, attributes: Attributes, data: bytes) -> None:
+        self.content_type = content_type
+        self.attributes = attributes
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Part) and (self.content_type, self.attributes, self.data) == (
+            other.content_type, other.attributes, other.data)
+
+    def __repr__(self) -> str:
+        return f"<Part {self.content_type} {len(self.data)} bytes>"
+
+
+class Details:
+    """What a message carries beyond its sender and content: the metadata a durable or
+    richer protocol needs.  Most messages (every SSMP, MCCHAT and socket.mq publish) have
+    none and share :data:`PLAIN`, so making a Message on the hot path costs no more than
+    one slot for all of it.
+
+    ``content_type`` is the payload's MIME type when the sender named one (None: text, or
+    binary when the Message says ``binary``); ``message_id`` the broker's id of a stored
+    message (None for one that was never stored); ``created`` and ``expires`` POSIX seconds
+    (None: not given, the topic's default); ``priority`` higher first; ``attributes`` header
+    attributes no typed field covers, in order (an SMQP header, kept so that an SMQP
+    subscriber gets it back whole); ``parts`` every part of a multi-part message, one of which
+    is the Message's ``payload`` (empty for a single-part message).
+    """
+
+    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts")
+
+    def __init__(
+        self,
+        *,
+        content_type: str | None = None,
+        message_id: str | None = None,
+        created: float | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        expires: float | None = None,
+        attributes: Attributes = (),
+        parts: tuple[Part, ...] = (),
+    ) -> None:
+        self.content_type = content_type
+        self.message_id = message_id
+        self.created = created
+        self.priority = priority
+        self.expires = expires
+        self.attributes = attributes
+        self.parts = parts
+
+    def replace(self, **changes: object) -> Details:
+        """A copy with ``changes`` (Details are shared, so never changed in place)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Details(**fields)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Details) and all(
+            getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"<Details id={self.message_id!r} priority={self.priority}>"
+
+
+PLAIN = Details()
+"""The Details of a message that has none (shared; never changed)."""
+
+
+def _detail(name: str) -> property:
+    """A read-only Message property for the field ``name`` of its Details."""
+    return property(attrgetter(f"details.{name}"), doc=f"``details.{name}``")
+
 
 class Message:
     """One message on its way through the broker.
 
-    ``payload`` is the content, never a wire encoding of it (an SSMP binary payload arrives
-    here without its two length bytes).  ``binary`` records that the sender marked the content
-    as binary; a renderer may still need to choose a binary form for text it cannot carry.
-    ``headers`` holds protocol attributes a richer protocol wants to carry across (SMQP).
+    Who sent it: ``protocol`` and ``sender_name`` (the sending session's name in its own
+    protocol; each protocol's addresses form their own namespace), ``display_name`` the
+    name a person chose to be shown under (MCCHAT's username), when there is one.
+
+    What it is: ``payload`` is the content, never a wire encoding of it (an SSMP binary
+    payload arrives here without its two length bytes).  ``binary`` records that the sender
+    marked the content as binary.  ``details`` holds the rest (:class:`Details`: content
+    type, id, times, priority, header attributes, parts), also readable as properties of the
+    Message.  See docs/architecture.md for how each protocol maps onto these fields.
     """
 
-    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "headers")
+    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "display_name", "details")
 
     def __init__(
         self,
@@ -35,15 +126,27 @@ class Message:
         protocol: str,
         sender_name: bytes,
         binary: bool = False,
-        headers: dict[str, Any] | None = None,
+        display_name: bytes | None = None,
+        details: Details = PLAIN,
     ) -> None:
+        # Not keyword-only: that makes every call on the hot path a little slower.
         self.kind = kind
         self.target = target
         self.payload = payload
         self.binary = binary
         self.protocol = protocol
         self.sender_name = sender_name
-        self.headers = headers
+        self.display_name = display_name
+        self.details = details
+
+    # The Details, readable as the Message's own fields (``message.priority``).
+    content_type = _detail("content_type")
+    message_id = _detail("message_id")
+    created = _detail("created")
+    priority = _detail("priority")
+    expires = _detail("expires")
+    attributes = _detail("attributes")
+    parts = _detail("parts")
 
     def __repr__(self) -> str:
         return (

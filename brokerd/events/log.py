@@ -53,11 +53,11 @@ reactor keeps running meanwhile)."""
 
 _ROUTED, _RECORD, _RUN, _SUMMARY = range(4)
 """Entry tags.  _SUMMARY: ``(tag, ts_ns, shared_key, count, total_bytes)`` for one message or a
-run that carries nothing of its own; _ROUTED and _RUN keep the message(s) (headers, a
+run that carries nothing of its own; _ROUTED and _RUN keep the message(s) (a message id, a
 per-message time, or logged payloads); _RECORD: ``(tag, ts_ns, kind, protocol, fields)`` for
 every other event, logins and logouts included."""
 
-_HEADERS = attrgetter("headers")
+_MESSAGE_ID = attrgetter("message_id")
 _PAYLOAD = attrgetter("payload")
 
 _RECORD_FIELDS = frozenset(schema.FIELD_NAMES) - {"v", "ts", "broker", "protocol", "kind"}
@@ -253,13 +253,13 @@ class Encoder:
 
     def _routed(self, ts: int, message: Any, delivered: int, dropped: int) -> dict[str, Any]:
         accepted_us = getattr(message, "accepted_us", None) if self._timed(message) else None
-        headers = message.headers
+        message_id = message.message_id
         record: dict[str, Any] = {"v": schema.SCHEMA_VERSION, "ts": ts, "bytes": len(message.payload)}
         record.update(
             self._routed_fields(message.protocol, message.sender_name, message.target, message.kind, delivered, dropped)
         )
-        if headers and headers.get("message_id") is not None:
-            record["message_id"] = schema.text(headers["message_id"])
+        if message_id is not None:
+            record["message_id"] = schema.text(message_id)
         if accepted_us is not None:
             record["latency_us"] = max(0, ts - accepted_us)
         if self.include_payloads:
@@ -468,7 +468,7 @@ class EventLog(Service):
     # ------------------------------------------------------------------ IBrokerObserver
 
     def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
-        if not message.headers and self.encoder.summarizes(message):
+        if message.message_id is None and self.encoder.summarizes(message):
             key = (message.protocol, message.sender_name, message.target, message.kind, recipients, dropped)
             self._append((_SUMMARY, self._now(), key, 1, len(message.payload)))
         else:
@@ -483,7 +483,7 @@ class EventLog(Service):
         if (
             self.encoder.summarizes(first)
             and messages[-1].sender_name is first.sender_name
-            and not any(map(_HEADERS, messages))
+            and not any(map(_MESSAGE_ID, messages))
         ):
             key = (first.protocol, first.sender_name, first.target, first.kind, recipients_each, dropped_each)
             self._append((_SUMMARY, self._now(), key, len(messages), sum(map(len, map(_PAYLOAD, messages)))))

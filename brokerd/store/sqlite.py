@@ -334,8 +334,13 @@ class SQLiteStore:
         return results
 
     def _batch_done(self, outcome: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
+        """Start the next batch first, then fire this one's Deferreds: the writer thread
+        commits the next transaction while the reactor runs the callbacks of this one (they
+        still fire in order, and only after their commit)."""
         self._busy = False
         self.batches += 1
+        if self._queue:
+            self._flush()
         if isinstance(outcome, Failure):
             self._log.failure("Store transaction failed", outcome)
             for _operation, _args, d in batch:
@@ -346,7 +351,7 @@ class SQLiteStore:
                     d.callback(value)
                 else:
                     d.errback(value)
-        if self._queue:
+        if self._queue and not self._busy:
             self._flush()
 
     # ------------------------------------------------------------------ meta

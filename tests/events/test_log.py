@@ -10,7 +10,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from brokerd.core.broker import Broker
-from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Details, Message
 from brokerd.events import schema
 from brokerd.events.log import ENCODE_INTERVAL, NULL_EVENT_LOG, EventLog, IEventRecorder
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
@@ -142,7 +142,7 @@ def test_front_end_events_and_payloads(tmp_path: Path, clock: Clock) -> None:
     log.subscribed(session, b"/orders")
     log.unsubscribed(session, b"/orders")
     message = Message(MULTICAST, b"t", b"\x00binary\n", "ssmp", b"alice", True)
-    message_with_time = Message(MULTICAST, b"t", b"x", "smqp", b"dave", headers={"message_id": b"m-3"})
+    message_with_time = Message(MULTICAST, b"t", b"x", "smqp", b"dave", details=Details(message_id=b"m-3"))
     log.message_routed(message, 0, 0)
     log.message_routed(message_with_time, 1, 0)
     log.stopService()  # a Clock has no threads: stopping writes everything synchronously
@@ -253,8 +253,8 @@ def test_kept_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Pat
     bob = Session("smqp", b"bob", wire)
     broker.attach(bob)  # one entry
     broker.subscribe(bob, b"news")  # two
-    # messages with headers are kept for one record each (their message_id)
-    run = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", headers={"message_id": str(i)}) for i in range(8)]
+    # messages with a message id are kept for one record each (their message_id)
+    run = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", details=Details(message_id=str(i))) for i in range(8)]
     broker.publish_batch(run)
     assert log._buffer == []  # 2 + 8 kept messages reached the limit: handed to the writer at once
     log.writer.drain()
@@ -301,11 +301,11 @@ def test_an_encoder_bug_loses_those_events_but_not_the_log(tmp_path: Path, clock
 
 def test_single_messages_after_a_kept_run_count_towards_the_same_limit(tmp_path: Path, clock: Clock) -> None:
     log = _started(tmp_path, clock, batch_limit=10)
-    kept = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", headers={"message_id": str(i)}) for i in range(8)]
+    kept = [Message(MULTICAST, b"news", b"m%d" % i, "smqp", b"alice", details=Details(message_id=str(i))) for i in range(8)]
     log.messages_routed(kept, 1, 0)
-    log.message_routed(Message(MULTICAST, b"news", b"x", "smqp", b"alice", headers={"message_id": "8"}), 1, 0)
+    log.message_routed(Message(MULTICAST, b"news", b"x", "smqp", b"alice", details=Details(message_id="8")), 1, 0)
     assert len(log._buffer) == 2  # 9 messages held
-    log.message_routed(Message(MULTICAST, b"news", b"y", "smqp", b"alice", headers={"message_id": "9"}), 1, 0)
+    log.message_routed(Message(MULTICAST, b"news", b"y", "smqp", b"alice", details=Details(message_id="9")), 1, 0)
     assert log._buffer == []  # the 10th message reached the limit: handed over at once
     log.writer.drain()
     assert len([r for r in _records(tmp_path) if r["kind"] == "accepted"]) == 10

@@ -15,7 +15,8 @@ from brokerd.auth.accounts import read_accounts
 from brokerd.auth.tls import ServerTLS
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import MAX_LINE, parse_datetime
-from brokerd.protocols.smqp.server import MAX_LOGIN_FAILURES, SERVER_IDENT
+from brokerd.protocols.smqp.login import MAX_LOGIN_FAILURES
+from brokerd.protocols.smqp.server import SERVER_IDENT
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
 from tests.support.fixtures import pki  # noqa: F401
 

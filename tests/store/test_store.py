@@ -12,6 +12,8 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 
+from brokerd.core import stored
+from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.store.memory import MemoryStore, StoreClosed
 from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
 from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
@@ -225,6 +227,20 @@ class StoreContract:
         assert [r.key for r in results[1]] == ["a"]
         assert results[2] == 1
         assert results[3] == []
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_stored_message_is_kept_byte_for_byte(self, store):
+        """The durable service's rows hold a stored Message (binary, with NUL bytes): the
+        pending delivery and the message read back give the same bytes."""
+        kept = Message(MULTICAST, b"news", b"\x00\r\n.\r\n\xff", "ssmp", b"sam", True,
+                       details=Details(message_id="h/3"))
+        data = stored.encode(kept)
+        seq = await store.next_seq()
+        record = MessageRecord("h/3", "news", "ssmp:sam", "", 5.0, None, 1, data, seq)
+        await store.publish(record, [("bob:1", "ADD")])
+        [delivery] = await store.pending("bob:1", 10)
+        assert delivery.data == data and (await store.find_message(seq)).data == data
+        assert stored.decode(delivery.data).payload == kept.payload
 
     @pytest_twisted.ensureDeferred
     async def test_closed_store_refuses_calls(self, store):

@@ -70,7 +70,13 @@ from brokerd.protocols.mcchat.events import (
     Unsub,
 )
 from brokerd.protocols.mcchat.listing import DISCOVERY, TL, PendingLists
-from brokerd.protocols.mcchat.wire import MCCHAT_WIRE, USERNAME, display_name, is_mcchat_topic
+from brokerd.protocols.mcchat.wire import (
+    MCCHAT_WIRE,
+    RESERVED_TOPIC,
+    SERVER_USERNAME,
+    display_name,
+    is_mcchat_topic,
+)
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection without any subscription may stay silent before it is closed (the
@@ -82,9 +88,6 @@ from a connection with a verified TLS client certificate is replaced by the cert
 first name (its CN), so that it cannot be spoofed."""
 
 INFO_PACKET = encode_info(VERSION)
-RESERVED_TOPIC = b""
-"""The discovery topic (spec section 4)."""
-_SERVER_USERNAME = b""
 _serials = itertools.count(1)
 
 
@@ -164,8 +167,8 @@ class Discovery:
             self.stats.announcements += 1
         self.broker.publish(
             Message(
-                MULTICAST, RESERVED_TOPIC, topic, "mcchat", _SERVER_USERNAME,
-                headers={USERNAME: _SERVER_USERNAME},
+                MULTICAST, RESERVED_TOPIC, topic, "mcchat", SERVER_USERNAME,
+                display_name=SERVER_USERNAME,
             )
         )
 
@@ -389,7 +392,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
                         continue
                     run_topic = topic
                 username = event[1] if bound is None else bound
-                run.append(Message(MULTICAST, topic, event[2], "mcchat", name, False, {USERNAME: username}))
+                run.append(Message(MULTICAST, topic, event[2], "mcchat", name, display_name=username))
                 continue
             if run:
                 self._publish(run)
@@ -406,10 +409,16 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             self._close()
 
     def _publish(self, run: list[Message]) -> None:
+        """Route ``run`` and keep it for the topic's durable subscribers (MCCHAT answers
+        nothing, so nothing waits for the commit)."""
+        broker = self.factory.broker
         if len(run) == 1:
-            self.factory.broker.publish(run[0])
+            broker.publish(run[0])
         else:
-            self.factory.broker.publish_batch(run)
+            broker.publish_batch(run)
+        kept = broker.keep(run)
+        if kept is not None:
+            kept.addErrback(self._log.failure, "Storing MCCHAT messages for durable subscribers")
 
     def _first_read(self) -> None:
         """What waits for the TLS handshake, which is over once application data flows.

@@ -6,11 +6,11 @@ all MCCHAT recipients and writes the same bytes to each.
 The mapping (docs/mcchat.md has the full story):
 
 * An MCCHAT message travels through the core with ``sender_name`` = the sending session's name
-  (its transport id, ``ip:port``) and its display username in ``headers["username"]``; MCCHAT
-  recipients get the MSG packet exactly as sent.
-* A message from another protocol becomes ``MSG topic, username, payload`` where the username
-  is the message's ``username`` header when it has one, else ``<protocol>:<sender>`` (an SSMP
-  sender ``alice`` shows as ``ssmp:alice``).
+  (its transport id, ``ip:port``) and its username as ``display_name``; MCCHAT recipients get
+  the MSG packet as sent.
+* Every message becomes ``MSG topic, username, payload`` where the username is the message's
+  ``display_name`` when it has one, else ``<protocol>:<sender>`` (an SSMP sender ``alice``
+  shows as ``ssmp:alice``).
 * What MCCHAT cannot carry is dropped and counted here (and, per recipient, by the core as
   ``unrenderable``): unicast and broadcast messages (MCCHAT only has topics), a payload that
   holds a NUL byte or is not UTF-8 (an MCCHAT message is a NUL-terminated UTF-8 string), a
@@ -28,8 +28,11 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, is_utf8, topic_problem
 
-USERNAME = "username"
-"""The Message header that carries a display name across protocols."""
+RESERVED_TOPIC = b""
+"""The discovery topic (spec section 4): only MCCHAT sessions join it, and the server
+announces topics there."""
+SERVER_USERNAME = b""
+"""The sender (name and username) of the server's announcements."""
 
 _NUL = b"\x00"
 _KNOWN_TOPICS: dict[bytes, None] = {}
@@ -48,6 +51,13 @@ def is_mcchat_topic(topic: bytes) -> bool:
         _KNOWN_TOPICS.clear()
     _KNOWN_TOPICS[topic] = None
     return True
+
+
+def is_announcement(message: Message) -> bool:
+    """Whether ``message`` is the server's announcement of a topic on the discovery topic,
+    the only message that topic carries."""
+    return (message.target == RESERVED_TOPIC and message.sender_name == SERVER_USERNAME
+            and message.display_name == SERVER_USERNAME)
 
 
 def display_name(value: Any) -> bytes:
@@ -74,11 +84,9 @@ def foreign_username(message: Message) -> bytes:
     """The username MCCHAT shows for a message from another protocol.  ``<protocol>:<name>``
     is remembered per sender (a dict bounded to 65,536 entries, emptied when full): the same
     few senders publish most messages."""
-    headers = message.headers
-    if headers:
-        name = headers.get(USERNAME)
-        if name is not None:
-            return display_name(name)
+    name = message.display_name
+    if name is not None:
+        return display_name(name)
     key = (message.protocol, message.sender_name)
     username = _FOREIGN_NAMES.get(key)
     if username is None:
@@ -120,24 +128,11 @@ class MCChatWireFormat:
         }
 
     def render_message(self, message: Message) -> bytes | None:
-        if message.protocol == "mcchat":
-            # From an MCCHAT client (already checked by the codec) or from the server itself.
-            return b"".join(
-                (
-                    b"\x03",
-                    message.target,  # type: ignore[arg-type]
-                    _NUL,
-                    message.headers[USERNAME],  # type: ignore[index]
-                    _NUL,
-                    message.payload,
-                    b"\x00",
-                )
-            )
         if message.kind != MULTICAST:
             self.not_multicast += 1
             return None
         topic = message.target
-        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic):  # type: ignore[arg-type]
+        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic) and not is_announcement(message):  # type: ignore[arg-type]
             self.bad_topic += 1
             return None
         payload = message.payload

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from brokerd.protocols.smqp.codec import parse_datetime, parse_timeout
 from brokerd.protocols.smqp.events import Attributes, Body
+from brokerd.protocols.smqp.mapping import main_section
 
 MAX_NAME = 128
 """Characters in the Name attribute (the draft: one line of no more than 128)."""
@@ -175,11 +176,14 @@ def first_text(body: Body) -> tuple[bytes, bool] | None:
     """What SSMP and MCCHAT subscribers get of an SMQP message: the data of the first
     ``text/*`` section (binary False); else the first section's data when it is at most
     :data:`MAX_FOREIGN_BINARY` bytes (binary True); else None (not forwarded)."""
-    for section in body.sections:
-        if section.content_type.strip().lower().startswith("text/"):
-            return section.data, False
-    if body.sections and len(body.sections[0].data) <= MAX_FOREIGN_BINARY:
-        return body.sections[0].data, True
+    index = main_section(body)
+    if index is None:
+        return None
+    section = body.sections[index]
+    if section.content_type.strip().lower().startswith("text/"):
+        return section.data, False
+    if len(section.data) <= MAX_FOREIGN_BINARY:
+        return section.data, True
     return None
 
 

@@ -1,7 +1,8 @@
 """One SMQP session's notification queue: the two-phase commit of NOTIFY MESSAGE.
 
 The durable truth is the store (a pending delivery row per message the subscriber has not
-acknowledged); the outbox is the cursor over it.  It holds a window of at most
+acknowledged), kept by the core's durable service (:mod:`brokerd.core.durable`, whatever
+protocol published the message); the outbox is this session's cursor over it.  It holds a window of at most
 :data:`WINDOW` pending deliveries (highest priority first, then in order), sends one, and
 sends the next only after the client's ``310 ACK`` has been stored and the server's ``310``
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
@@ -15,7 +16,7 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
 - ``312`` (wait): acknowledged, and the message's topic is suspended for this session.
 - A topic suspended by SET NOTIFY SUSPEND, or whose delivery mode is NONE, is skipped; its
   deliveries stay in the store and come back when it is resumed.
-- Messages that never went through the store (Guarantee: NO, other protocols' messages,
+- Messages that never went through the store (Guarantee: NO, other protocols' unicasts,
   topic/subscriber notices) wait in a bounded FIFO (:data:`MAX_VOLATILE` notifications and
   the service's ``max_queued_bytes`` bytes, then dropped and counted, one event-log record
   per run of drops) and need no acknowledgement; they too wait for an outstanding
@@ -38,19 +39,14 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from brokerd.protocols.smqp.subscriptions import wildcard_covers
+from brokerd.core.durable import MAX_ATTEMPTS, RETRY_TIMEOUT  # noqa: F401 (the defaults of --smqp-retry-timeout, --smqp-max-attempts)
+from brokerd.core.subscriptions import wildcard_covers
 from brokerd.store.records import Delivery
 
 WINDOW = 256
 """Pending deliveries one session holds in memory (the rest stay in the store)."""
-RETRY_TIMEOUT = 30.0
-"""Seconds to wait for a 310 ACK before sending a notification again (and before offering
-a refused (416) delivery again): the default of ``--smqp-retry-timeout``."""
-MAX_ATTEMPTS = 5
-"""Delivery attempts of one message to one subscriber before it is given up: the default
-of ``--smqp-max-attempts``."""
 MAX_VOLATILE = 4096
-"""Unacknowledged-kind notifications (Guarantee: NO, other protocols, notices) queued per
+"""Unacknowledged-kind notifications (Guarantee: NO, other protocols' unicasts, notices) queued per
 session before new ones are dropped."""
 MAX_QUEUED_BYTES = 4 << 20
 """Bytes of message bodies in one session's window, and bytes of its FIFO of notifications
@@ -77,6 +73,7 @@ class Outbox:
     def __init__(self, session: Session, service: Any) -> None:
         self.session = session
         self.service = service
+        self.durable = service.durable
         self.name = session.subscriber
         self.heap: list[tuple[int, int, Delivery]] = []
         self.known: set[int] = set()
@@ -106,7 +103,7 @@ class Outbox:
     # ------------------------------------------------------------------ suspension
 
     def blocked(self, topic: str) -> bool:
-        if topic in self.suspended or self.service.delivery_mode(topic) == "NONE":
+        if topic in self.suspended or self.durable.delivery_mode(topic) == "NONE":
             return True
         return any("*" in s and _covers(s, topic) for s in self.suspended)
 
@@ -222,7 +219,7 @@ class Outbox:
             if self.blocked(delivery.topic):
                 self.known.discard(seq)
                 continue
-            if delivery.mode == "ONE" and not self.service.claim(seq, self):
+            if delivery.mode == "ONE" and not self.durable.claim(seq, self):
                 self.waiting_one[seq] = delivery
                 continue
             self._send(delivery)
@@ -234,12 +231,12 @@ class Outbox:
         self.inflight = delivery
         self.inflight_parts = self.service.render(delivery)
         self.session.write_notify(self.inflight_parts)
-        self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
+        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
         if delivery.seq in self._resending or delivery.attempts:
             self._resending.discard(delivery.seq)
-            self.service.redelivered(self, delivery, delivery.attempts + 1)
+            self.durable.redelivered(self, delivery, delivery.attempts + 1)
         else:
-            self.service.delivered(self, delivery)
+            self.durable.delivered(self, delivery)
 
     def _report_drops(self) -> None:
         count, self.unreported = self.unreported, 0
@@ -248,9 +245,9 @@ class Outbox:
     def _reload(self) -> None:
         self.loading = True
         self.stale = False
-        exclude = [t for t in self.suspended if "*" not in t] + self.service.undeliverable_topics()
+        exclude = [t for t in self.suspended if "*" not in t] + self.durable.held_topics()
         limit = WINDOW + len(self.known)
-        d = self.service.store.pending(self.name, limit, exclude)
+        d = self.durable.store.pending(self.name, limit, exclude)
         d.addCallbacks(self._loaded, self._load_failed, callbackArgs=(limit,))
 
     def _loaded(self, deliveries: list[Delivery], limit: int) -> None:
@@ -283,7 +280,7 @@ class Outbox:
         self.settling = True
         if wait:
             self.suspend(delivery.topic)
-        d = self.service.acknowledged(self, delivery)
+        d = self.durable.acknowledged(self, delivery)
 
         def done(result: Any) -> Any:
             self.settling = False
@@ -296,19 +293,19 @@ class Outbox:
         """The client's ``416``: try again later (a ONE message: someone else first)."""
         delivery = self._take()
         if delivery.mode == "ONE":
-            self.service.release(delivery.seq, self)
+            self.durable.release(delivery.seq, self)
         self.settling = True
-        d = self.service.store.attempt(self.name, delivery.seq)
+        d = self.durable.store.attempt(self.name, delivery.seq)
 
         def counted(attempts: int) -> Deferred | None:
             self.settling = False
             if attempts == 0:
                 self.known.discard(delivery.seq)
                 return None
-            if attempts >= self.service.max_attempts:
+            if attempts >= self.durable.max_attempts:
                 return self._give_up(delivery)
-            service = self.service
-            self._later[delivery.seq] = service.clock.callLater(service.retry_timeout, self._again, delivery)
+            durable = self.durable
+            self._later[delivery.seq] = durable.clock.callLater(durable.retry_timeout, self._again, delivery)
             return None
 
         def failed(failure: Failure) -> None:
@@ -345,7 +342,7 @@ class Outbox:
         if delivery is None or self.closed:
             return
         self.settling = True
-        d = self.service.store.attempt(self.name, delivery.seq)
+        d = self.durable.store.attempt(self.name, delivery.seq)
 
         def counted(attempts: int) -> Deferred | None:
             self.settling = False
@@ -354,19 +351,19 @@ class Outbox:
             if attempts == 0:
                 self._abandon(delivery)
                 return None
-            if attempts >= self.service.max_attempts:
+            if attempts >= self.durable.max_attempts:
                 self.inflight = self.inflight_parts = None
                 return self._give_up(delivery)
-            self.service.redelivered(self, delivery, attempts + 1)
+            self.durable.redelivered(self, delivery, attempts + 1)
             self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
-            self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
+            self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
             return None
 
         def failed(failure: Failure) -> None:
             self.settling = False
             self._log.failure("Counting a delivery attempt", failure)
             if self.inflight is delivery and not self.closed:
-                self._retry_call = self.service.clock.callLater(self.service.retry_timeout, self._retry)
+                self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
 
         d.addCallbacks(counted, failed)
 
@@ -374,13 +371,13 @@ class Outbox:
         """The delivery vanished from the store (expired, removed): move on."""
         self.inflight = self.inflight_parts = None
         if delivery.mode == "ONE":
-            self.service.release(delivery.seq, self)
+            self.durable.release(delivery.seq, self)
         self.known.discard(delivery.seq)
         self.pump()
 
     def _give_up(self, delivery: Delivery) -> Deferred:
         if delivery.mode == "ONE":
-            self.service.release(delivery.seq, self)
+            self.durable.release(delivery.seq, self)
         self.settling = True
 
         def done(result: Any) -> Any:
@@ -389,7 +386,7 @@ class Outbox:
             self.pump()
             return result
 
-        return self.service.give_up(self, delivery).addBoth(done)
+        return self.durable.give_up(self, delivery).addBoth(done)
 
     # ------------------------------------------------------------------ end
 
@@ -405,9 +402,9 @@ class Outbox:
         inflight = self.inflight
         self.inflight = self.inflight_parts = None
         if inflight is not None and inflight.mode == "ONE":
-            self.service.release(inflight.seq, self)
+            self.durable.release(inflight.seq, self)
         for seq in list(self.waiting_one):
-            self.service.unwait(seq, self)
+            self.durable.unwait(seq, self)
         self.heap.clear()
         self.window_bytes = 0
         self.known.clear()

@@ -3,12 +3,12 @@
 Topics: SMQP ``/a/b`` is core topic ``a/b``, lower-cased (SMQP topics are case-insensitive);
 a core topic is reachable from SMQP when ``/`` + its name is a valid SMQP path.
 
-A message from another protocol reaches an SMQP session as ``NOTIFY MESSAGE <topic> ADD``
-with ``Guarantee: NO``: it was never persisted, so the session must not expect (or send) the
-two-phase 310 ACK.  The server supplies the REQUIRED attributes: a ``Smuid`` from this
-server's counter and a ``Cmuid`` naming the sender as ``<protocol>:<name>@<domain>``.
-A message that carries ``headers["smqp"]`` (an SMQP publisher's, see
-:func:`notify_body`) is rendered from those attributes and sections instead.
+The core hands SMQP sessions only what was never stored: another protocol's unicast to an
+SMQP address.  It reaches the session as ``NOTIFY MESSAGE <topic> ADD`` with ``Guarantee:
+NO``, so the session must not expect (or send) the two-phase 310 ACK; its attributes are
+made as :func:`~brokerd.protocols.smqp.mapping.to_body` says, with a ``Smuid`` from this
+server's counter.  Messages to topics reach SMQP subscribers through the durable service
+(stored, acknowledged), never through this renderer.
 
 Presence has no per-member form in SMQP (NOTIFY SUBSCRIBERS carries counts), so
 :meth:`SMQPWireFormat.render_presence` renders nothing.
@@ -23,10 +23,8 @@ from zope.interface import implementer
 from brokerd.core.message import MULTICAST, UNICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime, parse_topic
-from brokerd.protocols.smqp.events import Body, Section, TopicRef
-
-_NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
+from brokerd.protocols.smqp.events import TopicRef
+from brokerd.protocols.smqp.mapping import to_body
 
 def core_topic(ref: TopicRef) -> bytes:
     """The core topic of an SMQP path: ``/Stocks/IBM`` -> ``b"stocks/ibm"``."""
@@ -43,22 +41,12 @@ def smqp_topic(core: bytes) -> str | None:
     return path.lower()
 
 
-def _safe(name: bytes) -> str:
-    text = name.decode("utf-8", "replace")
-    return "".join(c if c in _NAME_SAFE else "_" for c in text)[:64] or "_"
-
-
 def _login_topic(address: bytes) -> str | None:
     """``smqp:account:channel`` -> ``/accounts/account/channel`` (a unicast's topic)."""
     parts = address.decode("utf-8", "replace").split(":")
     if len(parts) != 3:
         return None
     return smqp_topic(f"accounts/{parts[1]}/{parts[2]}".encode("utf-8"))
-
-
-def notify_body(attributes: tuple[tuple[str, str], ...], sections: tuple[Section, ...]) -> dict:
-    """The ``Message.headers`` an SMQP publisher's message carries for other SMQP sessions."""
-    return {"smqp": Body(attributes, sections)}
 
 
 @implementer(IWireFormat)
@@ -87,28 +75,8 @@ class SMQPWireFormat:
             self.unrepresentable += 1
             return None
         now = self.clock()
-        number = next(self._numbers)
-        stamp = format_datetime(now)
-        carried = (message.headers or {}).get("smqp")
-        if isinstance(carried, Body):
-            return encode_notify("MESSAGE", topic, "ADD", body=carried)
-        sender = f"{message.protocol}:{_safe(message.sender_name)}@{self.domain}"
-        attributes = (
-            ("Created", stamp),
-            ("Smuid", f"{self.server_id}/x{number}({stamp})"),
-            ("Cmuid", f"{sender}/{number}({stamp})"),
-            ("Guarantee", "NO"),
-        )
-        if message.binary:
-            kind = "application/octet-stream"
-        else:
-            try:
-                message.payload.decode("utf-8")
-                kind = "text/plain; charset=utf-8"
-            except UnicodeDecodeError:
-                kind = "application/octet-stream"
-        section = Section((("Content-Type", kind),), message.payload)
-        return encode_notify("MESSAGE", topic, "ADD", body=Body(attributes, (section,)))
+        volatile_id = f"{self.server_id}/x{next(self._numbers)}({format_datetime(now)})"
+        return encode_notify("MESSAGE", topic, "ADD", body=to_body(message, self.domain, now, volatile_id))
 
     def render_presence(self, topic: bytes, member: ISubscriber, joined: bool,
                         presence: bool) -> bytes | None:

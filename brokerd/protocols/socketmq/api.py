@@ -231,7 +231,11 @@ class Server:
             raise ValueError(f"not a valid event name: {event!r}")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         message = Message(MULTICAST, event.encode("utf-8"), payload, "socketmq", self.application_name.encode(), binary)
-        return self.broker.publish(message)
+        delivered = self.broker.publish(message)
+        kept = self.broker.keep([message])
+        if kept is not None:
+            kept.addErrback(self._log.failure, "Storing a socket.mq event for durable subscribers")
+        return delivered
 
     def close(self) -> Deferred:
         """Stop listening and close every WebSocket connection."""

@@ -27,6 +27,7 @@ from autobahn.websocket.types import ConnectionDeny
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.auth.credentials import OpenLogin, SharedSecret
@@ -442,10 +443,21 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._deny(message.id, f"publish to {message.event}")
             return
         topic = message.event.encode("utf-8")
-        hub.broker.publish(
-            Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary), self
-        )
-        self._ok(message.id)
+        published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary)
+        hub.broker.publish(published, self)
+        kept = hub.broker.keep([published])
+        if kept is None:
+            self._ok(message.id)
+            return
+        # The result says "accepted" only once the message is stored for durable subscribers.
+        request = message.id
+
+        def failed(failure: Failure) -> None:
+            self._log.failure("Storing a socket.mq message for durable subscribers", failure)
+            if request is not None:
+                self._reply(_result(request, 500, "the message could not be stored"))
+
+        kept.addCallbacks(lambda _: self._ok(request), failed)
 
     # ------------------------------------------------------------------ serving (brokered mode)
 

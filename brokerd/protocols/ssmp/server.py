@@ -13,7 +13,10 @@ ends (brokerd.protocols.flow).
 """
 from __future__ import annotations
 
+from collections import deque
+
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
@@ -42,6 +45,11 @@ NOT_ALLOWED = b"405\n"
 CONFLICT = b"409\n"
 TOO_MANY = b"413\n"
 NOT_IMPLEMENTED = b"501\n"
+NOT_STORED = b"500\n"
+"""The answer to an MCAST whose message could not be stored for the topic's durable subscribers."""
+MAX_UNCOMMITTED = 4
+"""Reads whose replies may wait for a commit before this connection's requests are no longer
+read (until the oldest commit is done)."""
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
 _MCAST = b"MCAST"
@@ -75,6 +83,11 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """Responses to the requests of the current read, written as one."""
         self._run: list[Message] = []
         """Consecutive MCASTs to one topic from the current read, published as one batch."""
+        self._waiting: deque[list] = deque()
+        """Replies that wait for a commit, in order: ``[committed, parts]`` each (see
+        :meth:`_hold`)."""
+        self._close_when_answered = False
+        self._commit_paused = False
         self._pending: list[Request] = []
         self._pending_error: SSMPProtocolError | None = None
         self._waiting_for_login = False
@@ -105,6 +118,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.closed = True
+        self._waiting.clear()
+        self._close_when_answered = False
         self._dispatch = _CLOSED
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
@@ -116,7 +131,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self.factory.broker.detach(self)
 
     def _close(self, reply: bytes | None = None) -> None:
-        """Answer ``reply`` (if any) and close; nothing else is read from this connection."""
+        """Answer ``reply`` (if any) and close; nothing else is read from this connection.
+        Replies that wait for a commit are written first, then the connection closes."""
         if self.closed:
             return
         if reply is not None:
@@ -124,6 +140,9 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._flush()
         self.closed = True
         self._dispatch = _CLOSED
+        if self._waiting:
+            self._close_when_answered = True
+            return
         self.close_transport()
 
     def _login_timed_out(self) -> None:
@@ -190,20 +209,78 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._flush()
 
     def _flush(self) -> None:
-        """Publish the pending MCAST run and write the pending replies."""
+        """Publish the pending MCAST run and write the pending replies (behind those that
+        wait for a commit, if any)."""
         if self._run:
             self._publish_run()
         replies = self._replies
         if replies and not self.closed:
-            self.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
+            if self._waiting:
+                self._waiting.append([True, list(replies)])
+            else:
+                self.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
             replies.clear()
 
     def _publish_run(self) -> None:
         run, self._run = self._run, []
+        broker = self.factory.broker
         if len(run) == 1:
-            self.factory.broker.publish(run[0], self)
+            broker.publish(run[0], self)
         else:
-            self.factory.broker.publish_batch(run, self)
+            broker.publish_batch(run, self)
+        kept = broker.keep(run)
+        if kept is not None:
+            self._hold(kept, len(run))
+
+    # ------------------------------------------------------------------ durable topics
+
+    def _hold(self, kept: Deferred, count: int) -> None:
+        """The run just published goes to durable subscribers too: its ``200`` (the last
+        ``count`` replies), and every reply after it, wait until ``kept`` fired (the messages
+        are committed), so that a ``200`` always means "stored" and replies stay in order.
+        A run that could not be stored is answered ``500``."""
+        replies = self._replies
+        entry = [False, list(replies)]
+        replies.clear()
+        self._waiting.append(entry)
+        if len(self._waiting) >= MAX_UNCOMMITTED and not self._commit_paused:
+            self._commit_paused = True
+            self.transport.pauseProducing()
+
+        def committed(_: object) -> None:
+            entry[0] = True
+            self._answer_committed()
+
+        def failed(failure) -> None:
+            self._log.failure("Storing an SSMP message for durable subscribers", failure)
+            parts = entry[1]
+            parts[len(parts) - count:] = [NOT_STORED] * count
+            committed(None)
+
+        kept.addCallbacks(committed, failed)
+
+    def _answer_committed(self) -> None:
+        waiting = self._waiting
+        parts: list[bytes] = []
+        while waiting and waiting[0][0]:
+            parts += waiting.popleft()[1]
+        if parts:
+            self.write_now(b"".join(parts))
+        if waiting:
+            return
+        if self._close_when_answered:
+            self._close_when_answered = False
+            self.close_transport()
+        elif self._commit_paused:
+            self._commit_paused = False
+            if not self.closed and self.send == self.write_now:
+                self.transport.resumeProducing()
+
+    def resumeProducing(self) -> None:
+        """The reader caught up: read again, unless replies wait for commits."""
+        super().resumeProducing()
+        if self._commit_paused:
+            self.transport.pauseProducing()
 
     # ------------------------------------------------------------------ login
 

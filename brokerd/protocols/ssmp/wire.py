@@ -10,12 +10,21 @@ from zope.interface import implementer
 
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
-from brokerd.protocols.ssmp.codec import ID_CHARS, MAX_ID, encode_payload, is_id
+from brokerd.protocols.ssmp.codec import (
+    _KNOWN_IDS,  # is_id's memory of valid ids: looked up inline, as the codec does, on the hot path
+    ID_CHARS,
+    MAX_ID,
+    MAX_PAYLOAD,
+    encode_payload,
+    is_id,
+)
 
 _MCAST = b"MCAST"
 _UCAST = b"UCAST"
 _BCAST = b"BCAST"
 _ID_BYTES = frozenset(ID_CHARS)
+_LF = 10
+"""A line feed, as the int a bytes object holds (``10 in data`` is a fast byte search)."""
 
 
 def foreign_id(protocol: str, name: bytes) -> bytes:
@@ -26,7 +35,8 @@ def foreign_id(protocol: str, name: bytes) -> bytes:
 
 
 def ssmp_name(protocol: str, name: bytes) -> bytes:
-    """How a session or sender of ``protocol`` called ``name`` appears in SSMP."""
+    """How a session or sender of ``protocol`` called ``name`` appears in SSMP: SSMP's own
+    names as they are, another protocol's in its own namespace (:func:`foreign_id`)."""
     if protocol == "ssmp":
         return name
     return foreign_id(protocol, name)
@@ -41,19 +51,20 @@ class SSMPWireFormat:
         """Messages SSMP cannot carry (empty, over 1024 bytes, or a topic that is no SSMP id)."""
 
     def render_message(self, message: Message) -> bytes | None:
-        if message.protocol == "ssmp":
-            # Came from SSMP, so the content is already a valid text payload unless binary.
-            sender = message.sender_name
-            payload = message.payload
-            if message.binary:
-                payload = encode_payload(payload, True)  # type: ignore[assignment]
-        else:
-            sender = foreign_id(message.protocol, message.sender_name)
-            payload = encode_payload(message.payload, message.binary)  # type: ignore[assignment]
-            if payload is None or (message.kind == MULTICAST and not is_id(message.target)):  # type: ignore[arg-type]
+        payload = message.payload
+        # Text that SSMP carries as it is (the common case, checked inline: this runs once per
+        # message and format on the hot path); anything else takes encode_payload's rules.
+        if message.binary or not payload or payload[0] <= 3 or len(payload) > MAX_PAYLOAD or _LF in payload:
+            payload = encode_payload(payload, message.binary)  # type: ignore[assignment]
+            if payload is None:
                 self.unrepresentable += 1
                 return None
         kind = message.kind
+        if kind == MULTICAST and message.target not in _KNOWN_IDS and not is_id(message.target):  # type: ignore[arg-type]
+            self.unrepresentable += 1
+            return None
+        protocol = message.protocol
+        sender = message.sender_name if protocol == "ssmp" else foreign_id(protocol, message.sender_name)
         if kind == MULTICAST:
             target = message.target
             return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]

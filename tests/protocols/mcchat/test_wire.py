@@ -27,7 +27,7 @@ def parsed(data: bytes) -> list:
 
 
 def test_an_mcchat_message_renders_as_it_was_sent(wire: MCChatWireFormat) -> None:
-    message = Message(MULTICAST, b"t", "h\u00e9".encode(), "mcchat", b"127.0.0.1:1", headers={"username": b"Zo\xc3\xab"})
+    message = Message(MULTICAST, b"t", "h\u00e9".encode(), "mcchat", b"127.0.0.1:1", display_name=b"Zo\xc3\xab")
     assert wire.render_message(message) == b"\x03t\x00Zo\xc3\xab\x00h\xc3\xa9\x00"
 
 
@@ -36,10 +36,9 @@ def test_a_foreign_sender_is_protocol_colon_name(wire: MCChatWireFormat) -> None
     assert parsed(wire.render_message(message)) == [Msg(b"news", b"ssmp:alice", b"hello")]
 
 
-def test_a_username_header_wins(wire: MCChatWireFormat) -> None:
-    for name in ("Zo\u00eb", "Zo\u00eb".encode()):
-        message = Message(MULTICAST, b"news", b"hi", "socketmq", b"conn-7", headers={"username": name})
-        assert parsed(wire.render_message(message)) == [Msg(b"news", "Zo\u00eb".encode(), b"hi")]
+def test_a_display_name_wins(wire: MCChatWireFormat) -> None:
+    message = Message(MULTICAST, b"news", b"hi", "socketmq", b"conn-7", display_name="Zo\u00eb".encode())
+    assert parsed(wire.render_message(message)) == [Msg(b"news", "Zo\u00eb".encode(), b"hi")]
 
 
 def test_a_binary_payload_that_is_utf8_text_is_delivered(wire: MCChatWireFormat) -> None:

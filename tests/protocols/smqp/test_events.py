@@ -17,9 +17,8 @@ from brokerd.auth.ual import AccessList
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp import outbox as outbox_module
-from brokerd.protocols.smqp.delivery import BRIDGE_PROTOCOL
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
-from brokerd.protocols.smqp.server import SMQPServerFactory
+from brokerd.protocols.smqp.factory import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
 
@@ -130,9 +129,9 @@ def test_refused_logins_are_auth_failures(s):
 
 
 def test_too_many_logins_and_a_wrong_old_password_are_auth_failures(s, monkeypatch):
-    from brokerd.protocols.smqp import server as server_module
+    from brokerd.protocols.smqp import login as login_module
 
-    monkeypatch.setattr(server_module, "MAX_LOGINS_PER_ACCOUNT", 1)
+    monkeypatch.setattr(login_module, "MAX_LOGINS_PER_ACCOUNT", 1)
     protocol, transport = s.login("c1")
     other, _ = s.connect()
     other.dataReceived(b"LOGIN alice:c2 CLEAR/1.0\r\nPASS alice alicepw\r\n")
@@ -160,7 +159,7 @@ def test_delivered_then_acked_with_id_topic_size_and_latency(s):
     assert [(d["session"], d["message_id"], d["latency_us"]) for d in delivered] == [("alice:s1", smuid, 0)]
     # forwarded to the core, which logs it as ``accepted`` with the same id
     [message] = [m for m in s.routed.messages if m.protocol == "smqp"]
-    assert message.headers["message_id"] == smuid and message.target == b"a"
+    assert message.message_id == smuid and message.target == b"a"
     assert s.events.of("accepted") == []  # the core's record, not a second one
 
 
@@ -177,13 +176,13 @@ def test_an_outcome_of_a_message_no_longer_in_memory_is_read_from_the_store(s):
 
 
 def test_the_memory_of_recent_messages_is_bounded(s, monkeypatch):
-    from brokerd.protocols.smqp import delivery
+    from brokerd.core import durable
 
-    monkeypatch.setattr(delivery, "PUBLISHED_MEMORY", 3)
+    monkeypatch.setattr(durable, "PUBLISHED_MEMORY", 3)
     publisher, pub_transport = s.login("p1")
     publisher.dataReceived(b"CREATE TOPIC /a\r\n")
     ids = [s.publish(publisher, pub_transport, b"m%d" % n) for n in range(5)]
-    assert [p.smuid for p in s.factory.service.published.values()] == ids[2:]
+    assert [p.message_id for p in s.factory.service.published.values()] == ids[2:]
 
 
 def test_unacknowledged_deliveries_are_redelivered_given_up_and_trashed(s):
@@ -201,7 +200,7 @@ def test_unacknowledged_deliveries_are_redelivered_given_up_and_trashed(s):
     trashed = s.events.of("trashed")[0]
     assert trashed["message_id"] == smuid and trashed["topic"] == "a" and trashed["sender"] == "alice:p1"
     assert trashed["latency_us"] == int(MAX_ATTEMPTS * RETRY_TIMEOUT * 1_000_000)
-    assert smuid not in [p.smuid for p in s.factory.service.published.values()]
+    assert smuid not in [p.message_id for p in s.factory.service.published.values()]
 
 
 def test_a_refused_delivery_offered_again_is_a_redelivery(s):
@@ -261,7 +260,7 @@ def test_messages_the_core_does_not_route_are_accepted_here(s):
          "message": "multicast", "message_id": smuid, "bytes": 5, "fanout": 0, "outcome": "stored"}
     ]
     volatile = [m for m in s.routed.messages if m.payload == b"vv"]
-    assert volatile and "/x" in volatile[0].headers["message_id"]
+    assert volatile and "/x" in volatile[0].message_id
 
 
 def test_a_slow_session_loses_volatile_notifications_in_one_event(s, monkeypatch):
@@ -286,11 +285,12 @@ def test_a_slow_session_loses_volatile_notifications_in_one_event(s, monkeypatch
     assert sub_transport.value().count(b"NOTIFY MESSAGE /a ADD") == 6
 
 
-def test_bridge_sessions_have_their_own_protocol_name(s):
+def test_smqp_subscriptions_are_the_cores_durable_subscriptions(s):
+    """No stand-in sessions: the core's durable service holds the subscription itself."""
     subscriber, _ = s.login("s1")
     subscriber.dataReceived(b"CREATE TOPIC /a\r\nSUB MESSAGE /a\r\n")
-    [bridge] = [session for session in s.factory.broker.sessions() if session.name == b"smqp-topic:a"]
-    assert bridge.protocol == BRIDGE_PROTOCOL == "smqp-bridge"
+    assert s.factory.broker.sessions() == [subscriber]
+    assert s.factory.broker.durable.covers(b"a") and not s.factory.broker.durable.covers(b"b")
     assert subscriber.protocol == "smqp"
 
 

@@ -16,8 +16,8 @@ from brokerd.protocols.smqp.messages import (
     smuid_number,
     stored_body,
 )
-from brokerd.protocols.smqp.messaging import format_ranges, parse_ids
-from brokerd.protocols.smqp.subscriptions import SubscriptionIndex, split_topic, stored_topic
+from brokerd.protocols.smqp.queue_commands import format_ranges, parse_ids
+from brokerd.core.subscriptions import SubscriptionIndex, split_topic, stored_topic
 from brokerd.store.records import SubscriptionRecord
 
 CREATED = ("Created", "D20010815T08341245Z")

@@ -18,7 +18,8 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.smqp.codec import SMQPClientParser, parse_topic
-from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT, SMQPServerFactory
+from brokerd.protocols.smqp.factory import SMQPServerFactory
+from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT
 from brokerd.protocols.smqp.wire import SMQPWireFormat, core_topic, smqp_topic
 from brokerd.store.memory import MemoryStore
 
@@ -202,9 +203,9 @@ def test_topic_mapping():
 
 
 def test_too_many_concurrent_logins(factory, monkeypatch):
-    from brokerd.protocols.smqp import server as server_module
+    from brokerd.protocols.smqp import login as login_module
 
-    monkeypatch.setattr(server_module, "MAX_LOGINS_PER_ACCOUNT", 1)
+    monkeypatch.setattr(login_module, "MAX_LOGINS_PER_ACCOUNT", 1)
     logged_in(factory, "c1")
     protocol, transport = connect(factory)
     protocol.dataReceived(b"LOGIN alice:c2 CLEAR/1.0\r\nPASS alice alicepw\r\n")
@@ -260,9 +261,9 @@ def test_get_message_returns_the_stored_messages(factory):
 
 
 def test_get_message_refuses_more_than_its_limit_and_sends_up_to_it(factory, monkeypatch):
-    from brokerd.protocols.smqp import messaging
+    from brokerd.protocols.smqp import queue_commands
 
-    monkeypatch.setattr(messaging, "MAX_GET_MESSAGES", 2)
+    monkeypatch.setattr(queue_commands, "MAX_GET_MESSAGES", 2)
     protocol, transport = logged_in(factory)
     protocol.dataReceived(b"CREATE TOPIC /a\r\n" + b"".join(PUB % (b"C%d" % i, b"m%d" % i) for i in range(3)))
     transport.clear()

@@ -43,12 +43,12 @@ def test_the_options_reach_the_factory(tmp_path):
     settings = parsed(tmp_path, "--smqp-retry-timeout", "2.5", "--smqp-max-attempts", "3",
                       "--smqp-trash-retention", "600")
     assert (settings.smqp_retry_timeout, settings.smqp_max_attempts, settings.smqp_trash_retention) == (2.5, 3, 600.0)
-    service = factory_for(settings).service
+    service = factory_for(settings).durable
     assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (2.5, 3, 600.0)
 
 
 def test_the_defaults_are_the_module_constants(tmp_path):
-    service = factory_for(parsed(tmp_path)).service
+    service = factory_for(parsed(tmp_path)).durable
     assert (service.retry_timeout, service.max_attempts, service.trash_retention) == \
         (RETRY_TIMEOUT, MAX_ATTEMPTS, TRASH_RETENTION) == (30.0, 5, 3600.0)
 
@@ -57,7 +57,7 @@ def test_the_config_file_sets_them_and_the_command_line_wins(tmp_path):
     config = tmp_path / "brokerd.toml"
     config.write_text('smqp-retry-timeout = 4\nsmqp-max-attempts = 7\nsmqp-trash-retention = 90.5\n')
     settings = parsed(tmp_path, "--config", str(config), "--smqp-max-attempts", "2")
-    service = factory_for(settings).service
+    service = factory_for(settings).durable
     assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (4.0, 2, 90.5)
 
 

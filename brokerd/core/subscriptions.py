@@ -1,8 +1,10 @@
-"""Durable SMQP subscriptions in memory: who is subscribed to what, matched per topic.
+"""Durable subscriptions in memory: who is subscribed to what, matched per topic.
 
 The store keeps every subscription (it outlives the connection); this index is loaded from
 it at start-up and changed together with it, so a publish finds its subscribers without a
-read.  A subscription names a topic key (``stocks/ibm``) or a wildcard: a base key and a
+read, and :meth:`SubscriptionIndex.has_subscribers` answers the question every publish of
+every protocol asks ("is this topic durable?") from a cache.  Subscribers are named
+``account:channel`` (SMQP's, the only protocol with durable subscriptions so far).  A subscription names a topic key (``stocks/ibm``) or a wildcard: a base key and a
 pattern for the last component (stored as ``stocks/quotes/*``; the root's as ``/*``).
 
 A wildcard covers every topic below its base, at any depth, whose own name matches the
@@ -64,11 +66,32 @@ class Subscription:
         return change in self.record.changes
 
 
+_COVERED_LIMIT = 65_536
+"""Topics whose answer :meth:`SubscriptionIndex.has_subscribers` remembers (emptied when full)."""
+
+
 class SubscriptionIndex:
     def __init__(self) -> None:
         self._of: dict[str, dict[tuple[str, str], Subscription]] = {}
         self._exact: dict[tuple[str, str], dict[str, Subscription]] = {}
         self._wild: dict[str, dict[tuple[str, str], Subscription]] = {}
+        self._covered: dict[bytes, bool] = {}
+        """Core topic -> whether a MESSAGE subscription covers it; emptied on every change."""
+
+    def has_subscribers(self, topic: bytes) -> bool:
+        """Whether any MESSAGE subscription covers core topic ``topic`` (bytes, as the core
+        routes it; a name that is not UTF-8 names no durable topic).  A dict lookup for a
+        topic seen since the subscriptions last changed."""
+        covered = self._covered.get(topic)
+        if covered is None:
+            if len(self._covered) >= _COVERED_LIMIT:
+                self._covered.clear()
+            try:
+                key = topic.decode("utf-8")
+            except UnicodeDecodeError:
+                key = None
+            covered = self._covered[topic] = key is not None and bool(self.matching(MESSAGE, key))
+        return covered
 
     def load(self, records: Iterable[SubscriptionRecord]) -> None:
         for record in records:
@@ -77,6 +100,7 @@ class SubscriptionIndex:
     def add(self, record: SubscriptionRecord) -> Subscription:
         """Add or replace (same subscriber, kind and topic)."""
         self.remove(record.subscriber, record.kind, record.topic)
+        self._covered.clear()
         base, pattern = split_topic(record.topic)
         sub = Subscription(record, base, pattern)
         self._of.setdefault(record.subscriber, {})[(record.kind, record.topic)] = sub
@@ -91,6 +115,7 @@ class SubscriptionIndex:
         sub = mine.pop((kind, topic), None) if mine else None
         if sub is None:
             return None
+        self._covered.clear()
         if not mine:
             del self._of[subscriber]
         if sub.pattern is None:

@@ -1,0 +1,89 @@
+"""The stored form of a Message: what the durable service writes into the store.
+
+A pending message outlives its publisher's connection and the broker process, so the store
+keeps it whole, in a form no protocol owns: a fixed tag, a length-prefixed JSON header with
+the Message's typed fields (its Details included), then the data (the payload, followed by the data of every other
+part of a multi-part message).  The JSON carries byte strings (topic, sender names) as
+Latin-1 text, which maps every byte to one character and back.  Each subscriber's front end
+renders the decoded Message when it delivers it, as it renders a live one.
+
+Rows written before the durable service existed hold an SMQP body instead; they do not start
+with :data:`TAG`, and :func:`is_stored_message` tells them apart.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+from brokerd.core.message import MULTICAST, Details, Message, Part
+
+TAG = b"\x00brokerd-message/1\n"
+_LENGTH = struct.Struct(">I")
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
+
+
+def is_stored_message(data: bytes) -> bool:
+    """Whether ``data`` is a Message encoded by :func:`encode`."""
+    return data.startswith(TAG)
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
+
+
+def _bytes(value: str | None) -> bytes | None:
+    return None if value is None else value.encode("latin-1")
+
+
+def encode(message: Message) -> bytes:
+    """The stored form of ``message``."""
+    payload = message.payload
+    parts = []
+    blobs = [payload]
+    for part in message.parts:
+        if part.data is payload:
+            parts.append([part.content_type, part.attributes, -1])
+        else:
+            parts.append([part.content_type, part.attributes, len(part.data)])
+            blobs.append(part.data)
+    header = {
+        "k": message.kind, "t": _text(message.target), "p": message.protocol,
+        "s": _text(message.sender_name), "d": _text(message.display_name),
+        "b": message.binary, "c": message.content_type, "i": message.message_id,
+        "cr": message.created, "pr": message.priority, "x": message.expires,
+        "a": message.attributes, "n": len(payload), "parts": parts,
+    }
+    head = _dumps(header).encode("ascii")
+    return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
+
+
+def decode(data: bytes) -> Message:
+    """The Message stored as ``data``; ValueError when ``data`` is not one."""
+    if not data.startswith(TAG):
+        raise ValueError("not a stored message")
+    at = len(TAG)
+    try:
+        (size,) = _LENGTH.unpack_from(data, at)
+        at += _LENGTH.size
+        header = _loads(data[at:at + size])
+        at += size
+        end = at + header["n"]
+        payload = data[at:end]
+        parts = []
+        for content_type, attributes, length in header["parts"]:
+            if length < 0:
+                part_data = payload
+            else:
+                part_data = data[end:end + length]
+                end += length
+            parts.append(Part(content_type, tuple(map(tuple, attributes)), part_data))
+        if end != len(data):
+            raise ValueError("stored message has trailing or missing data")
+        details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
+                          priority=header["pr"], expires=header["x"],
+                          attributes=tuple(map(tuple, header["a"])), parts=tuple(parts))
+        return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
+                       bool(header["b"]), display_name=_bytes(header["d"]), details=details)
+    except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+        raise ValueError(f"corrupt stored message: {exc}") from None

@@ -1,0 +1,337 @@
+"""The SMQP front end's shared state: one SMQPServerFactory per broker (the topic tree, the
+UAL, the accounts checker, the store and the message service, shared by every SMQP connection
+and listener), and :func:`build_factory`, brokerd.tap's entry point (re-exported by
+:mod:`brokerd.protocols.smqp.server`).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twisted.cred.portal import Portal
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.protocol import Factory
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline, thread_runner
+from brokerd.auth.checkers import ClientCertificateChecker
+from brokerd.auth.realm import BrokerRealm
+from brokerd.auth.workers import shared_work_queue
+from brokerd.auth.ual import (
+    DEFAULT_GUEST_PERMISSIONS,
+    AccessList,
+    format_permissions,
+    parse_permissions,
+    read_access_list,
+)
+from brokerd.config import Runtime, Settings
+from brokerd.core.durable import DurableService
+from brokerd.errors import ConfigurationError
+from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.protocols.smqp.codec import encode_notify, format_datetime
+from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
+from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
+from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
+from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, TopicTree
+from brokerd.protocols.smqp.wire import SMQPWireFormat
+from brokerd.store.records import TopicRecord, trash_owner
+from brokerd.store.sqlite import FILENAME, SQLiteStore
+
+DEFAULT_MESSAGE_TIMEOUT = 86400.0
+"""The server's default message timeout (the login reply's Timeout attribute)."""
+UAL_RELOAD_INTERVAL = 5.0
+"""Seconds between checks of the UAL file for changes."""
+UAL_FILENAME = "smqp.ual"
+"""The UAL file looked for in --data-dir when no UAL file is configured."""
+
+
+class SMQPServerFactory(Factory):
+    """The SMQP front end: the topic tree, the UAL, the accounts checker and the store,
+    shared by every SMQP connection (and every SMQP listener)."""
+
+    protocol = SMQPServerProtocol
+    _log = Logger()
+    disk: Any = None
+    """brokerd.store.disk.DiskSpace: below ``--disk-free-limit`` stored publishes are refused."""
+
+    def __init__(
+        self,
+        broker: Any,
+        settings: Settings,
+        clock: Any,
+        store: Any,
+        checker: AccountsChecker,
+        *,
+        portal: Portal | None = None,
+        ual: AccessList | None = None,
+        ual_file: Path | None = None,
+        domain: str | None = None,
+        message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
+        retry_timeout: float = RETRY_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
+        trash_retention: float = TRASH_RETENTION,
+        run: Callable[..., Deferred] = run_inline,
+        events: Any = NULL_EVENT_LOG,
+    ) -> None:
+        self.broker = broker
+        self.events = events
+        """The event log's IEventRecorder (auth failures here, outcomes in the service)."""
+        self.settings = settings
+        self.clock = clock
+        self.store = store
+        self.checker = checker
+        self.portal = portal or Portal(BrokerRealm(), [checker, ClientCertificateChecker()])
+        self.ual = ual or AccessList()
+        self.ual_file = ual_file
+        self.domain = domain or socket.gethostname() or "localhost"
+        self.message_timeout = message_timeout
+        self._run_in_thread = run
+        self.max_topics_per_account = int(getattr(settings, "smqp_max_topics_per_account", MAX_OWNED))
+        self.max_message_size = int(getattr(settings, "smqp_max_message_size", MAX_MESSAGE_SIZE))
+        self.tree = TopicTree(max_owned=self.max_topics_per_account)
+        self.suid = ""
+        self.wire = SMQPWireFormat("", self.domain, clock.seconds)
+        self.durable = broker.durable if broker.durable is not None else broker.use_durable(
+            DurableService(store, clock, events))
+        """The core's durable service: SMQP's subscriptions are its durable subscriptions."""
+        self.service = MessageService(store, clock, broker, self.wire, self.display, events,
+                                      durable=self.durable, domain=self.domain)
+        durable = self.durable
+        self.service.max_queued_bytes = int(getattr(settings, "smqp_max_queued_bytes", MAX_QUEUED_BYTES))
+        durable.default_timeout = message_timeout
+        durable.timeout_for = self.message_timeout_for
+        durable.mode_for = self.delivery_for
+        durable.reachable = self.reachable
+        durable.identify = self.message_id
+        durable.retry_timeout = retry_timeout
+        durable.max_attempts = max_attempts
+        durable.trash_retention = trash_retention
+        self.domains = {self.domain.lower(), "localhost"}
+        """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
+        self.volatile_numbers = itertools.count(1)
+        self.sessions: dict[str, set[SMQPServerProtocol]] = {}
+        self.start_error: Failure | None = None
+        self.started: Deferred = Deferred()
+        self._ual_stamp: tuple[int, int, int] | None = _stamp(ual_file) if ual_file else None
+        self._ual_loop: LoopingCall | None = None
+        self._factory_started = False
+
+    # ------------------------------------------------------------------ start-up
+
+    def start(self) -> Deferred:
+        """Load the tree and the SUID from the store; connections are greeted once done
+        (``SMQP/1.0 Not Available.`` if it failed)."""
+        d = self.store.load_topics()
+        d.addCallback(self._topics_loaded)
+        d.addCallback(lambda _: self.store.get_meta("suid"))
+        d.addCallback(self._suid_loaded)
+        d.addCallback(lambda _: self.durable.start())
+        d.addCallbacks(self._ready, self._start_failed)
+        return self.started
+
+    def _topics_loaded(self, records: list[TopicRecord]) -> Deferred:
+        self.tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
+        for record in skipped:
+            self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
+        return self.store.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))
+
+    def _suid_loaded(self, suid: str | None) -> Deferred | None:
+        if suid is None:
+            suid = f"{self.domain}/{secrets.token_hex(4)}"
+            self.suid = suid
+            return self.store.set_meta("suid", suid)
+        self.suid = suid
+        return None
+
+    def _ready(self, _result: Any) -> None:
+        self.wire.server_id = self.suid
+        self.service.suid = self.suid
+        self.domains.add(self.suid.partition("/")[0].lower())
+        for node in self.tree.descendants_all(self.tree.root):
+            if node.delivery == "NONE":
+                self.durable.hold(node.key, True)
+        if self._factory_started:
+            self.durable.start_sweeps()
+        self.started.callback(None)
+
+    def message_timeout_for(self, key: str) -> float | None:
+        """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
+        has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
+        ancestor's, else the server default (``--smqp-message-timeout``)."""
+        source = self.tree.timeout_source(key)
+        if source is None:
+            return self.message_timeout
+        return None if source.timeout == math.inf else source.timeout
+
+    def delivery_for(self, key: str) -> str:
+        """The delivery mode of a message another protocol publishes to topic ``key``."""
+        node = self.tree.get(key)
+        return "ONE" if node is not None and node.delivery == "ONE" else "ALL"
+
+    def reachable(self, key: str) -> bool:
+        """Whether other protocols' messages to topic ``key`` are kept for SMQP subscribers:
+        an SMQP topic that exists and is no virtual topic, outside /accounts (the login
+        topics take unicasts only)."""
+        if key == ACCOUNTS or key.startswith(ACCOUNTS + "/"):
+            return False
+        node = self.tree.get(key)
+        return node is not None and node.link is None
+
+    def message_id(self, seq: int, now: float) -> str:
+        """The Smuid of stored message ``seq``."""
+        return f"{self.suid}/{seq}({format_datetime(now)})"
+
+    def display(self, key: str) -> str:
+        """The path of a topic key as notifications show it (the names as created)."""
+        owner = trash_owner(key)
+        base = key if owner is None else owner
+        node = self.tree.get(base)
+        path = node.display if node is not None and base else "/" + base
+        return path if owner is None else path.rstrip("/") + "/Trash"
+
+    def _start_failed(self, failure: Failure) -> None:
+        self._log.failure("The SMQP front end could not start", failure)
+        self.start_error = failure
+        self.started.callback(None)
+
+    # ------------------------------------------------------------------ sessions
+
+    def logged_in(self, session: SMQPServerProtocol) -> None:
+        self.sessions.setdefault(session.account, set()).add(session)  # type: ignore[arg-type]
+
+    def logged_out(self, session: SMQPServerProtocol) -> None:
+        if session.account is None:
+            return
+        sessions = self.sessions.get(session.account)
+        if sessions is not None:
+            sessions.discard(session)
+            if not sessions:
+                del self.sessions[session.account]
+
+    # ------------------------------------------------------------------ factory life
+
+    def startFactory(self) -> None:
+        self._factory_started = True
+        if self.started.called and self.start_error is None:
+            self.durable.start_sweeps()
+        if self.ual_file is not None and self._ual_loop is None:
+            self._ual_loop = LoopingCall(self.reload_ual)
+            self._ual_loop.clock = self.clock
+            self._ual_loop.start(UAL_RELOAD_INTERVAL, now=False)
+
+    def stopFactory(self) -> None:
+        """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
+        subscribed to) before the connections drop."""
+        if self._ual_loop is not None and self._ual_loop.running:
+            self._ual_loop.stop()
+        self._ual_loop = None
+        self._factory_started = False
+        self.durable.stop_sweeps()
+        bye = encode_notify("SERVER", "BYE", "00:00:00")
+        for sessions in list(self.sessions.values()):
+            for session in list(sessions):
+                if not session.closed and session.server_bye:
+                    session.transport.write(bye)
+
+    def reload_ual(self) -> Deferred:
+        """Read the UAL file again if it changed (in a thread).  Never fails: a bad file is
+        logged and the old list stays, and the watching LoopingCall keeps running."""
+        path = self.ual_file
+        defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
+        d = self._run_in_thread(_stamp, path)
+
+        def check(stamp: tuple[int, int, int] | None) -> Any:
+            if stamp is None or stamp == self._ual_stamp:
+                return None
+            self._ual_stamp = stamp
+            loaded = self._run_in_thread(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
+            return loaded.addCallback(self._ual_loaded)
+
+        def failed(failure: Failure) -> None:
+            if failure.check(ConfigurationError, OSError):
+                self._log.error("UAL file not reloaded, the old one stays: {error}", error=failure.value)
+            else:
+                self._log.failure("Reloading the UAL file {path}", failure, path=str(path))
+
+        return d.addCallback(check).addErrback(failed)
+
+    def reload_files(self) -> Deferred:
+        """Read the accounts file and the UAL file again now (the admin API's reload).  Fails
+        with ConfigurationError, keeping the old ones, when a file is bad."""
+        path = self.ual_file
+        d = self._run_in_thread(self.checker.load)
+        if path is not None:
+            defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
+
+            def read() -> tuple[Any, AccessList]:
+                return _stamp(path), read_access_list(path, **defaults)  # type: ignore[arg-type]
+
+            def loaded(result: tuple[Any, AccessList]) -> None:
+                self._ual_stamp, ual = result
+                self._ual_loaded(ual)
+
+            d.addCallback(lambda _: self._run_in_thread(read)).addCallback(loaded)
+        return d
+
+    def _ual_loaded(self, ual: AccessList) -> None:
+        self.ual = ual
+        self._log.info("UAL file {path} reloaded ({n} entries)", path=str(self.ual_file), n=len(ual.entries))
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    try:
+        st = Path(path).stat()  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def build_factory(runtime: Runtime) -> SMQPServerFactory:
+    """The SMQP front end's entry point for brokerd.tap.
+
+    Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
+    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
+    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
+    unreadable or malformed raise ConfigurationError now, not at the first login.  The
+    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
+    """
+    settings = runtime.settings
+    reactor = runtime.reactor
+    run = thread_runner(reactor)
+    checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
+                              run=shared_work_queue(runtime).run)
+    checker.load()
+    try:
+        guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)
+                                  or format_permissions(DEFAULT_GUEST_PERMISSIONS))
+    except ValueError as exc:
+        raise ConfigurationError(f"--smqp-guest-permissions: {exc}") from None
+    ual_file = getattr(settings, "ual_file", None)
+    if ual_file is None and (Path(settings.data_dir) / UAL_FILENAME).exists():
+        ual_file = Path(settings.data_dir) / UAL_FILENAME
+    ual = read_access_list(ual_file, guest_default=guest) if ual_file else AccessList(guest_default=guest)
+    store = runtime.resources.get("store")
+    if store is None:
+        store = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
+        runtime.resources["store"] = store
+        opened = store.open()
+    else:
+        opened = succeed(None)
+    factory = SMQPServerFactory(
+        runtime.broker, settings, reactor, store, checker, ual=ual, ual_file=ual_file,
+        domain=getattr(settings, "smqp_domain", None),
+        message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
+        retry_timeout=settings.smqp_retry_timeout, max_attempts=settings.smqp_max_attempts,
+        trash_retention=settings.smqp_trash_retention,
+        run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+    )
+    factory.disk = runtime.resources.get("disk")
+    opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
+    return factory

@@ -1,0 +1,107 @@
+"""How an SMQP message maps onto the core's protocol-neutral Message, and back.
+
+SMQP -> Message (what :func:`to_message` does with a stored body):
+
+* the header attributes, as the server stored them (``Created``, ``Smuid``, ``Cmuid`` and the
+  client's others, in order), become ``attributes``; ``Created``, the Smuid, ``Priority`` and
+  the expiry are also set as the typed fields ``created``, ``message_id``, ``priority`` and
+  ``expires``;
+* every data section becomes a :class:`~brokerd.core.message.Part` (its attributes and data);
+* the *main part*, the one the other protocols carry as ``payload``, is the first ``text/*``
+  section, else the first section; ``content_type`` is its type and ``binary`` is set when it
+  is not text.
+
+Message -> SMQP (what :func:`to_body` does, for delivery to an SMQP subscriber): a message
+that carries ``attributes`` or ``parts`` (one an SMQP client published) becomes that header and
+those sections again, byte for byte.  Any other message (SSMP, MCCHAT, socket.mq) gets the
+REQUIRED attributes from its fields: ``Created``, its ``Smuid`` (the stored message's id, or a
+number of the server's own for a message that was never stored, then with ``Guarantee: NO``)
+and a ``Cmuid`` naming its sender ``<protocol>:<name>@<domain>``; its payload is one section
+of its ``content_type``, else ``application/octet-stream`` for binary content or content that
+is not UTF-8, else ``text/plain; charset=utf-8``.
+
+Stored rows written before the durable service existed hold the SMQP body itself;
+:func:`stored_body` reads both.
+"""
+from __future__ import annotations
+
+from brokerd.core import stored
+from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.protocols.smqp.codec import decode_body, format_datetime
+from brokerd.protocols.smqp.events import Body, Section
+
+_NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _safe(name: bytes) -> str:
+    text = name.decode("utf-8", "replace")
+    return "".join(c if c in _NAME_SAFE else "_" for c in text)[:64] or "_"
+
+
+def main_section(body: Body) -> int | None:
+    """The index of the section other protocols carry: the first ``text/*``, else the
+    first; None for a body without sections."""
+    for index, section in enumerate(body.sections):
+        if section.content_type.strip().lower().startswith("text/"):
+            return index
+    return 0 if body.sections else None
+
+
+def to_message(body: Body, key: str, publisher: str, *, message_id: str | None, created: float | None,
+               priority: int, expires: float | None) -> Message:
+    """The neutral Message of SMQP ``body`` published to topic ``key`` by ``publisher``
+    (``account:channel``)."""
+    parts = tuple(Part(section.content_type, section.attributes, section.data) for section in body.sections)
+    index = main_section(body)
+    if index is None:
+        payload, content_type, binary = b"", None, False
+    else:
+        main = parts[index]
+        payload, content_type = main.data, main.content_type
+        binary = not content_type.strip().lower().startswith("text/")
+    details = Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
+                      expires=expires, attributes=body.attributes, parts=parts)
+    return Message(MULTICAST, key.encode("utf-8"), payload, "smqp", publisher.encode("utf-8"), binary,
+                   details=details)
+
+
+def to_body(message: Message, domain: str, now: float = 0.0, volatile_id: str | None = None) -> Body:
+    """The SMQP body of ``message`` (see the module docstring).  ``now`` stands in for the
+    ``created`` of a message that has none; ``volatile_id`` is the Smuid of a message that
+    was never stored (it then says ``Guarantee: NO``)."""
+    if message.attributes or message.parts:
+        sections = tuple(Section(part.attributes, part.data) for part in message.parts)
+        return Body(message.attributes, sections)
+    stamp = format_datetime(message.created if message.created is not None else now)
+    smuid = volatile_id if volatile_id is not None else message.message_id or ""
+    number = smuid.rpartition("/")[2].partition("(")[0].lstrip("x")
+    sender = f"{message.protocol}:{_safe(message.sender_name)}@{domain}"
+    attributes: tuple[tuple[str, str], ...] = (
+        ("Created", stamp),
+        ("Smuid", smuid),
+        ("Cmuid", f"{sender}/{number}({stamp})"),
+    )
+    if volatile_id is not None:
+        attributes += (("Guarantee", "NO"),)
+    return Body(attributes, (Section((("Content-Type", content_type_of(message)),), message.payload),))
+
+
+def content_type_of(message: Message) -> str:
+    """The Content-Type SMQP shows for a single-part message."""
+    if message.content_type:
+        return message.content_type
+    if message.binary:
+        return "application/octet-stream"
+    try:
+        message.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    return "text/plain; charset=utf-8"
+
+
+def stored_body(data: bytes, domain: str) -> Body:
+    """The SMQP body of a stored row: a stored Message (:mod:`brokerd.core.stored`), or an
+    SMQP body stored before the durable service existed.  ValueError when it is neither."""
+    if stored.is_stored_message(data):
+        return to_body(stored.decode(data), domain)
+    return decode_body(data)

@@ -1,0 +1,216 @@
+"""The SMQP subscription commands of a session (mixed into SMQPServerProtocol): SUBSCRIBE and
+UNSUBSCRIBE (MESSAGE, TOPIC, SUBSCRIBERS, SERVER), LIST SUBSCRIPTIONS, SET NOTIFY.
+
+SMQP's subscriptions are the core's durable subscriptions (:mod:`brokerd.core.durable`): a
+MESSAGE subscription is stored, then indexed, so that any protocol's message to its topics is
+kept for the subscriber from then on, and the messages already retained are backfilled.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred, succeed
+
+from brokerd.auth.ual import Perm
+from brokerd.core.subscriptions import (
+    MESSAGE,
+    SUBSCRIBERS,
+    TOPIC,
+    Subscription,
+    stored_topic,
+    wildcard_covers,
+)
+from brokerd.protocols.smqp.events import Command, TopicRef
+from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.topictree import TopicError
+from brokerd.store.records import SubscriptionRecord
+
+if TYPE_CHECKING:
+    from brokerd.protocols.smqp.delivery import MessageService
+
+_KIND_WORDS = {MESSAGE: "MESSAGE", TOPIC: "TOPIC", SUBSCRIBERS: "SUB"}
+
+
+class SubscriptionCommands:
+    """Mixin: needs ``factory``, ``subscriber``, ``service``, ``outbox``, ``_reply``,
+    ``_resolve`` and ``_permissions`` from SMQPServerProtocol."""
+
+    factory: Any
+    outbox: Any
+    server_bye: bool
+    server_timeout: bool
+    subscriber: str
+    service: MessageService
+
+    def _subscription_target(self, ref: TopicRef, kind: str) -> tuple[str, str | None, list[Any]]:
+        """(base key, pattern, topics it selects now) for a SUBSCRIBE."""
+        if ref.wildcard is not None and not ref.leaves and kind == MESSAGE:
+            raise Refused(510, "Maximum quantities exceeded: no subscription to every message at /")
+        if ref.wildcard is None:
+            found = self._resolve(ref, need=Perm.SUBSCRIBE)  # type: ignore[attr-defined]
+            return found.node.key, None, [found.node]
+        base = self._resolve(TopicRef(ref.leaves), need=Perm.SUBSCRIBE)  # type: ignore[attr-defined]
+        selected = [node for node in self.factory.tree.matching(base.node, ref.wildcard, None)
+                    if Perm.SUBSCRIBE in self._permissions(node)]  # type: ignore[attr-defined]
+        return base.node.key, ref.wildcard.lower(), selected
+
+    def _subscribe(self, kind: str, ref: TopicRef, changes: frozenset[str], since: float | None = None,
+                   until: float | None = None) -> Deferred:
+        base, pattern, selected = self._subscription_target(ref, kind)
+        topic = stored_topic(base, pattern)
+        service = self.service
+        name = self.subscriber
+        if service.index.get(name, kind, topic) is None and \
+                service.index.count_of(name) >= self.factory.settings.max_subscriptions:
+            raise Refused(413, f"Resource too large: {self.factory.settings.max_subscriptions} subscriptions")
+        record = SubscriptionRecord(name, kind, topic, tuple(sorted(changes)), since, until)
+        keys = sorted({node.link or node.key for node in selected})
+        store = self.factory.store
+        d = store.put_subscription(record)
+
+        def stored(_: Any) -> Any:
+            service.index.add(record)
+            if kind == MESSAGE:
+                now = self.factory.clock.seconds()
+                if "ADD" in changes and (until is None or until > now):
+                    return store.backfill(name, keys, since, now)
+            return None
+
+        def done(_: Any) -> None:
+            if kind == MESSAGE:
+                self.outbox.refresh()
+                if pattern is None:
+                    service.subscribers_changed(base)
+            self._reply(200, "OK", *(node.display for node in selected))
+
+        return d.addCallback(stored).addCallback(done)
+
+    def do_SUBSCRIBE_MESSAGE(self, command: Command) -> Deferred:
+        if command.since is not None and command.until is not None and command.until <= command.since:
+            raise Refused(409, "Conflict: UNTIL precedes or is the same as SINCE")
+        return self._subscribe(MESSAGE, command.topic, command.changes or frozenset(),  # type: ignore[arg-type]
+                               command.since, command.until)
+
+    def do_SUBSCRIBE_TOPIC(self, command: Command) -> Deferred:
+        return self._subscribe(TOPIC, command.topic, command.changes or frozenset())  # type: ignore[arg-type]
+
+    def do_SUBSCRIBE_SUBSCRIBERS(self, command: Command) -> Deferred:
+        return self._subscribe(SUBSCRIBERS, command.topic, frozenset())  # type: ignore[arg-type]
+
+    def do_SUBSCRIBE_SERVER(self, command: Command) -> None:
+        """Transitory: for this connection only (the draft)."""
+        if command.mode == "BYE":
+            self.server_bye = True
+        else:
+            self.server_timeout = True
+        self._reply(200, "OK")
+
+    def do_UNSUBSCRIBE_SERVER(self, command: Command) -> None:
+        if command.mode == "BYE":
+            self.server_bye = False
+        else:
+            self.server_timeout = False
+        self._reply(200, "OK")
+
+    # ------------------------------------------------------------------ UNSUBSCRIBE
+
+    def _unsubscribe_keys(self, ref: TopicRef) -> tuple[str, str | None]:
+        if ref.wildcard is not None and not ref.leaves:
+            return "", ref.wildcard.lower()
+        try:
+            found = self.factory.tree.lookup(TopicRef(ref.leaves))
+            base = found.node.key
+        except TopicError:
+            base = ref.key
+        return base, ref.wildcard.lower() if ref.wildcard is not None else None
+
+    def _unsubscribe(self, kinds: tuple[str, ...], ref: TopicRef | None, labelled: bool) -> Deferred:
+        service = self.service
+        name = self.subscriber
+        selected: list[Subscription] = []
+        base, pattern = self._unsubscribe_keys(ref) if ref is not None else ("", "*")
+        wanted = stored_topic(base, pattern)
+        for sub in service.index.of(name):
+            if sub.record.kind not in kinds:
+                continue
+            if sub.record.topic == wanted or (pattern is not None and wildcard_covers(base, pattern, sub.base)):
+                selected.append(sub)
+        if not selected:
+            if pattern is None:
+                raise Refused(404, f"Not found: not subscribed to {ref}")
+            self._reply(200, "OK")
+            return succeed(None)
+        store = self.factory.store
+        for sub in selected:
+            service.index.remove(name, sub.record.kind, sub.record.topic)
+        removals = [store.remove_subscription(name, sub.record.kind, sub.record.topic) for sub in selected]
+        dropped = sorted({key for sub in selected if sub.record.kind == MESSAGE
+                          for key in self._keys_of(sub) if not service.index.covered(name, key)})
+        d = store.drop_pending(name, dropped) if dropped else removals[-1]
+
+        def done(_: Any) -> None:
+            if dropped:
+                self.outbox.refresh()
+            for sub in selected:
+                if sub.record.kind == MESSAGE and sub.pattern is None:
+                    service.subscribers_changed(sub.base)
+            lines = [self._subscription_line(sub, labelled) for sub in selected]
+            if pattern is None and not labelled:
+                self._reply(200, "OK")
+            else:
+                self._reply(200, "OK", *lines)
+
+        return d.addCallback(done)
+
+    def _keys_of(self, sub: Subscription) -> list[str]:
+        if sub.pattern is None:
+            return [sub.base]
+        node = self.factory.tree.get(sub.base)
+        if node is None:
+            return []
+        return [n.link or n.key for n in self.factory.tree.matching(node, sub.pattern, None)]
+
+    def _subscription_line(self, sub: Subscription, labelled: bool) -> str:
+        path = self.service.display(sub.base) if sub.pattern is None else \
+            (self.service.display(sub.base).rstrip("/") + "/" + sub.pattern)
+        return f"{_KIND_WORDS[sub.record.kind]} {path}" if labelled else path
+
+    def do_UNSUBSCRIBE_MESSAGE(self, command: Command) -> Deferred:
+        ref = command.topic
+        return self._unsubscribe((MESSAGE,), None if ref == TopicRef((), "*") else ref, False)
+
+    def do_UNSUBSCRIBE_TOPIC(self, command: Command) -> Deferred:
+        ref = command.topic
+        return self._unsubscribe((TOPIC,), None if ref == TopicRef((), "*") else ref, False)
+
+    def do_UNSUBSCRIBE_SUBSCRIBERS(self, command: Command) -> Deferred:
+        ref = command.topic
+        return self._unsubscribe((SUBSCRIBERS,), None if ref == TopicRef((), "*") else ref, False)
+
+    def do_UNSUBSCRIBE_ALL(self, command: Command) -> Deferred:
+        """``UNSUB *``: every subscription, each line labelled with its resource."""
+        self.server_timeout = False
+        return self._unsubscribe((MESSAGE, TOPIC, SUBSCRIBERS), None, True)
+
+    def do_LIST_SUBSCRIPTIONS(self, command: Command) -> None:
+        lines = []
+        for sub in self.service.index.of(self.subscriber):
+            lines.append(self._subscription_line(sub, sub.record.kind != MESSAGE))
+        self._reply(200, "OK", *lines)
+
+    # ------------------------------------------------------------------ SET NOTIFY
+
+    def _notify_scope(self, ref: TopicRef) -> str | None:
+        if ref == TopicRef((), "*"):
+            return None
+        base, pattern = self._unsubscribe_keys(ref)
+        return stored_topic(base, pattern)
+
+    def do_SET_NOTIFY_SUSPEND(self, command: Command) -> None:
+        self.outbox.suspend(self._notify_scope(command.topic))  # type: ignore[arg-type]
+        self._reply(200, "OK")
+
+    def do_SET_NOTIFY_RESUME(self, command: Command) -> None:
+        self.outbox.resume(self._notify_scope(command.topic))  # type: ignore[arg-type]
+        self._reply(200, "OK")
+

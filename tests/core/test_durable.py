@@ -1,0 +1,154 @@
+"""The core's durable delivery: the stored form of a Message, DurableService over a store,
+Broker.keep, and a front end (SSMP) answering only after the commit."""
+from __future__ import annotations
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from brokerd.core import stored
+from brokerd.core.broker import Broker
+from brokerd.core.durable import DurableService
+from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.store.memory import MemoryStore
+from brokerd.store.records import SubscriptionRecord
+from tests.protocols.ssmp.helpers import Harness
+
+
+def _result(d: Deferred):
+    results: list = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    return results[0]
+
+
+def test_a_stored_message_comes_back_with_every_field():
+    text = Part("text/plain", (("Content-Type", "text/plain"), ("X-Part", "1")), b"hello")
+    blob = Part("application/octet-stream", (("Content-Type", "application/octet-stream"),), b"\x00\xff")
+    details = Details(content_type="text/plain", message_id="h/7(D1)", created=12.5, priority=3, expires=99.0,
+                      attributes=(("Created", "D1"), ("Name", "n")), parts=(blob, text))
+    message = Message(MULTICAST, b"caf\xc3\xa9/\xff", text.data, "smqp", b"alice:\xe9", False,
+                      display_name=b"Zo\xc3\xab", details=details)
+    back = stored.decode(stored.encode(message))
+    for name in Message.__slots__:
+        assert getattr(back, name) == getattr(message, name), name
+    assert back.details.priority == 3 and back.parts == (blob, text)
+    assert back.parts[1].data is back.payload  # the main part is stored once
+
+
+def test_a_plain_message_round_trips_and_garbage_is_a_value_error():
+    message = Message(MULTICAST, b"news", b"\x00\x01", "ssmp", b"sam", True)
+    back = stored.decode(stored.encode(message))
+    assert (back.payload, back.binary, back.parts, back.attributes, back.priority) == (b"\x00\x01", True, (), (), 1)
+    data = stored.encode(message)
+    for bad in (b"Created: D1\r\n\r\n", data[:-1], data + b"x", stored.TAG + b"\x00\x00\x00\x02{}"):
+        with pytest.raises(ValueError):
+            stored.decode(bad)
+    assert not stored.is_stored_message(b"Created: D1") and stored.is_stored_message(data)
+
+
+class Outbox:
+    """A connected durable session that records what it is offered."""
+
+    closed = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.offered: list = []
+
+    def offer(self, delivery) -> None:
+        self.offered.append(delivery)
+
+    def discard(self, seq: int) -> None:
+        pass
+
+    def reoffer(self, seq: int) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+
+@pytest.fixture
+def core():
+    clock = Clock()
+    clock.advance(1000)
+    store = MemoryStore()
+    store.open()
+    broker = Broker()
+    durable = broker.use_durable(DurableService(store, clock))
+    _result(durable.start())
+    return broker, durable, store
+
+
+def test_keep_stores_for_durable_subscribers_only(core):
+    broker, durable, store = core
+    assert broker.keep([Message(MULTICAST, b"news", b"early", "ssmp", b"sam")]) is None
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
+    durable.index.add(SubscriptionRecord("eve:1", "MESSAGE", "news", ("DELETE",)))  # takes no ADD
+    online = Outbox("bob:1")
+    durable.attach(online)
+    durable.timeout_for = lambda key: 60.0
+    kept = broker.keep([Message(MULTICAST, b"news", b"m1", "ssmp", b"sam"),
+                        Message(MULTICAST, b"news", b"m2", "ssmp", b"sam", details=Details(priority=5))])
+    assert _result(kept) is None
+    assert broker.keep([Message(MULTICAST, b"sport", b"x", "ssmp", b"sam")]) is None
+    assert [d.priority for d in online.offered] == [1, 5]
+    pending = _result(store.pending("bob:1", 10))
+    assert [(d.priority, stored.decode(d.data).payload) for d in pending] == [(5, b"m2"), (1, b"m1")]
+    assert _result(store.pending("eve:1", 10)) == []
+    first = _result(store.find_message(pending[1].seq))
+    message = stored.decode(first.data)
+    assert (first.publisher, first.topic, first.expires) == ("ssmp:sam", "news", 1060.0)
+    assert message.message_id == first.smuid and message.created == 1000.0
+    assert durable.stats["kept"] == 2
+
+
+def test_a_topic_the_owner_does_not_open_to_others_is_not_kept(core):
+    broker, durable, _store = core
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "accounts/bob", ("ADD",)))
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
+    durable.reachable = lambda key: not key.startswith("accounts")
+    assert broker.keep([Message(MULTICAST, b"accounts/bob", b"x", "ssmp", b"sam")]) is None
+    assert broker.keep([Message(MULTICAST, b"news", b"x", "ssmp", b"sam")]) is not None
+
+
+class SlowStore(MemoryStore):
+    """A store whose publishes commit when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits: list[tuple[Deferred, Deferred]] = []
+
+    def publish(self, record, deliveries):
+        inner = super().publish(record, deliveries)
+        outer: Deferred = Deferred()
+        self.commits.append((inner, outer))
+        return outer
+
+    def commit(self, fail: bool = False) -> None:
+        inner, outer = self.commits.pop(0)
+        if fail:
+            inner.addErrback(lambda _: None)
+            outer.errback(RuntimeError("disk full"))
+        else:
+            inner.chainDeferred(outer)
+
+
+def test_ssmp_answers_a_durable_mcast_after_the_commit_and_in_order():
+    h = Harness()
+    store = SlowStore()
+    store.open()
+    durable = h.broker.use_durable(DurableService(store, h.clock))
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
+    pub = h.login("pub")
+    pub.send("MCAST other a\nMCAST news b\nSUBSCRIBE t\n")
+    assert pub.take() == b""  # the first 200 waits too: replies stay in order
+    pub.send("MCAST news c\n")
+    assert pub.take() == b""
+    store.commit()
+    assert pub.take() == b"200\n200\n200\n"
+    store.commit(fail=True)
+    assert pub.take() == b"500\n"
+    pub.send("MCAST other d\n")
+    assert pub.take() == b"200\n"  # nothing waits: answered at once
