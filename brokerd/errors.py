@@ -35,3 +35,7 @@ class SubscriptionLimit(BrokerError):
 
 class ConfigurationError(BrokerError):
     """The broker's settings are unusable (bad file, bad value, unreadable certificate...)."""
+
+
+class Forbidden(BrokerError):
+    """The access policy does not let the session's principal do that on that topic."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from brokerd.core.principal import Principal
+
 MULTICAST = "multicast"
 """Sent to a topic; ``target`` is the topic name."""
 UNICAST = "unicast"
@@ -23,9 +25,11 @@ class Message:
     here without its two length bytes).  ``binary`` records that the sender marked the content
     as binary; a renderer may still need to choose a binary form for text it cannot carry.
     ``headers`` holds protocol attributes a richer protocol wants to carry across (SMQP).
+    ``principal`` is who sent it (the access policy checks it); None for the broker itself
+    and programs embedding it.
     """
 
-    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "headers")
+    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "headers", "principal")
 
     def __init__(
         self,
@@ -36,6 +40,7 @@ class Message:
         sender_name: bytes,
         binary: bool = False,
         headers: dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.kind = kind
         self.target = target
@@ -44,6 +49,7 @@ class Message:
         self.protocol = protocol
         self.sender_name = sender_name
         self.headers = headers
+        self.principal = principal
 
     def __repr__(self) -> str:
         return (

@@ -7,6 +7,7 @@ from zope.interface.verify import verifyObject
 
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.core.principal import ACCOUNT, Principal
 from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
 
@@ -35,6 +36,7 @@ class Session:
         self.name = name.encode()
         self.address = self.name if address else None
         self.wire_format = fmt
+        self.principal = Principal(name, ACCOUNT)
         self.got: list[bytes] = []
         self.was_replaced = False
 
@@ -110,10 +112,10 @@ def test_publish_to_topic_without_members(broker):
 def test_unicast(broker):
     fmt = Format("f", refuse=b"bad")
     (a,) = attached(broker, Session("a", fmt))
-    assert broker.unicast(msg(UNICAST, b"a", b"hi"))
+    assert broker.unicast(msg(UNICAST, b"a", b"hi"), "f")
     assert a.got == [b"f|unicast|b'a'|hi"]
-    assert not broker.unicast(msg(UNICAST, b"nobody"))
-    assert broker.unicast(msg(UNICAST, b"a", b"bad"))  # reachable, but not renderable: counted
+    assert not broker.unicast(msg(UNICAST, b"nobody"), "f")
+    assert broker.unicast(msg(UNICAST, b"a", b"bad"), "f")  # reachable, but not renderable: counted
     assert broker.stats.unrenderable == 1
 
 
@@ -169,9 +171,9 @@ def test_attach_with_same_address_replaces_and_detaches_the_older(broker):
     broker.attach(new)
     assert old.was_replaced
     assert w.got[-1] == b"- a t"
-    assert broker.session_for(b"a") is new
+    assert broker.session_for("f", b"a") is new
     broker.detach(old)  # the older connection's late detach changes nothing
-    assert broker.session_for(b"a") is new
+    assert broker.session_for("f", b"a") is new
     assert broker.topics.get(b"t") is not None
 
 
@@ -183,13 +185,13 @@ def test_detach_leaves_everything_and_is_idempotent(broker):
     broker.detach(a)
     broker.detach(a)
     assert broker.active_topics() == []
-    assert broker.session_for(b"a") is None
+    assert broker.session_for("f", b"a") is None
 
 
 def test_unaddressed_sessions_are_not_reachable(broker):
     fmt = Format("f")
     (anon,) = attached(broker, Session(".", fmt, address=False))
-    assert broker.session_for(b".") is None
+    assert broker.session_for("f", b".") is None
     broker.detach(anon)
 
 

@@ -136,7 +136,7 @@ async def test_several_channels_of_one_account(smqp_server):
     assert await first.get_channel() == "c1"
     assert await second.get_channel() == "c2"
     assert len(server.factory.sessions["alice"]) == 2
-    assert server.runtime.broker.session_for(b"smqp:alice:c1") is not None
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:c1") is not None
 
 
 @pytest_twisted.ensureDeferred
@@ -146,7 +146,7 @@ async def test_same_channel_again_replaces_the_older_connection(smqp_server):
     newer = await server.login("alice", "c1")
     await older.when_closed()
     await newer.noop()
-    assert server.runtime.broker.session_for(b"smqp:alice:c1") is not None
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:c1") is not None
 
 
 @pytest_twisted.ensureDeferred

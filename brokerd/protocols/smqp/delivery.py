@@ -25,6 +25,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.principal import BROKER
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
@@ -96,6 +97,8 @@ class TopicBridge:
 
     protocol = BRIDGE_PROTOCOL
     address = None
+    principal = BROKER
+    """The front end itself: SMQP checks each subscriber (MessageService.readable)."""
 
     def __init__(self, service: MessageService, key: str) -> None:
         self.service = service
@@ -138,6 +141,10 @@ class MessageService:
         self.waiters: dict[int, set[Outbox]] = {}
         self.bridges: dict[str, TopicBridge] = {}
         self.none_topics: set[str] = set()
+        self.readable: Callable[[str, str], bool] | None = None
+        """(subscriber, topic key) -> may it read the topic now; None: every subscription is
+        still allowed (no reloadable access list).  Checked at delivery, so a revoked
+        permission stops live and durable subscriptions alike."""
         self.suid = ""
         self.default_timeout: float | None = 86400.0
         self.timeout_for: Callable[[str], float | None] = lambda _key: self.default_timeout
@@ -222,8 +229,11 @@ class MessageService:
         """Subscribers of ``key`` that take ``change`` notifications now.  A subscription
         whose UNTIL has passed ends here (the draft: the client is unsubscribed)."""
         found: dict[str, None] = {}
+        readable = self.readable
         for sub in self.index.matching(MESSAGE, key):
             record = sub.record
+            if readable is not None and not readable(record.subscriber, key):
+                continue
             if record.until is not None and record.until <= received:
                 self.end_subscription(sub.record.subscriber, MESSAGE, sub.record.topic)
                 continue
@@ -511,9 +521,12 @@ class MessageService:
         subscriptions cover ``key`` and take ``change`` (DELETE, MOVE; NOTIFY TOPIC; another
         protocol's message, rendered once, as an ADD)."""
         sent: set[str] = set()
+        readable = self.readable if kind == MESSAGE else None
         for sub in self.index.matching(kind, key):
             name = sub.record.subscriber
             if name in sent or not sub.wants(change):
+                continue
+            if readable is not None and not readable(name, key):
                 continue
             outbox = self.outboxes.get(name)
             if outbox is not None:

@@ -36,7 +36,6 @@ from twisted.cred.portal import Portal
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -47,16 +46,10 @@ from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import BrokerRealm, IIdentity
 from brokerd.auth.tls import peer_names
-from brokerd.auth.ual import (
-    DEFAULT_GUEST_PERMISSIONS,
-    AccessList,
-    Perm,
-    format_permissions,
-    parse_permissions,
-    read_access_list,
-)
+from brokerd.auth.policy import AccessListFile, access_list_for
+from brokerd.auth.ual import AccessList, Perm, format_permissions
 from brokerd.config import Runtime, Settings
-from brokerd.errors import ConfigurationError
+from brokerd.core.principal import NOBODY, Principal
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import limit_output_buffer
@@ -90,10 +83,6 @@ MAX_FIND_RESULTS = 1000
 """Topics one FIND TOPIC may return (510 beyond)."""
 DEFAULT_MESSAGE_TIMEOUT = 86400.0
 """The server's default message timeout (the login reply's Timeout attribute)."""
-UAL_RELOAD_INTERVAL = 5.0
-"""Seconds between checks of the UAL file for changes."""
-UAL_FILENAME = "smqp.ual"
-"""The UAL file looked for in --data-dir when no UAL file is configured."""
 
 CLEAR = "CLEAR"
 CERT = "CERT"
@@ -125,6 +114,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
     protocol = "smqp"
     name = b""
     address: bytes | None = None
+    principal: Principal = NOBODY
     factory: SMQPServerFactory
 
     def __init__(self) -> None:
@@ -440,9 +430,8 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             return d
         names = peer_names(self.transport) if method == CERT else ()
         if method == CERT and names:
-            d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
-            d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
-                           errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
+            d = self.factory.checker.exists(account)
+            d.addCallback(self._certificate_account_checked, account, channel, names)
             return d
         reason = "no client certificate" if method == CERT else "unsupported method"
         self._auth_failure(account, method, reason)
@@ -452,6 +441,19 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
     def _auth_failure(self, account: str, method: str, reason: str) -> None:
         self.factory.events.auth_failure("smqp", account, source=transport_source(self.transport), scheme=method,
                                          reason=reason)
+
+    def _certificate_account_checked(self, exists: bool, account: str, channel: str,
+                                     names: tuple[str, ...]) -> Deferred | None:
+        """A certificate logs in as a listed account only (the accounts file names who may
+        use SMQP; the CA only vouches for names)."""
+        if not exists:
+            self._auth_failure(account, CERT, "unknown account")
+            self._login_failure(404, f"Not found: no account {account}")
+            return None
+        d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
+        d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
+                       errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
+        return d
 
     def _login_account_checked(self, exists: bool, account: str, channel: str) -> None:
         if not exists:
@@ -509,15 +511,16 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
         records = factory.tree.ensure_account(account, factory.clock.seconds())
         d = factory.store.put_topics(records) if records else succeed(None)
         d.addErrback(self._log.failure, "Storing the login topic of {account}", account=account)
-        d.addCallback(lambda _: self._session_started(account, channel))
+        d.addCallback(lambda _: self._session_started(account, channel, identity.principal))
         return d
 
-    def _session_started(self, account: str, channel: str) -> None:
+    def _session_started(self, account: str, channel: str, principal: Principal) -> None:
         if self.closed:
             return
         factory = self.factory
         self._cancel_login_timer()
         self.account, self.channel = account, channel
+        self.principal = principal
         self.name = f"{account}:{channel}".encode("utf-8")
         self.address = b"smqp:" + self.name
         factory.logged_in(self)
@@ -871,6 +874,7 @@ class SMQPServerFactory(Factory):
         portal: Portal | None = None,
         ual: AccessList | None = None,
         ual_file: Path | None = None,
+        access_list: AccessListFile | None = None,
         domain: str | None = None,
         message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
         retry_timeout: float = RETRY_TIMEOUT,
@@ -887,8 +891,9 @@ class SMQPServerFactory(Factory):
         self.store = store
         self.checker = checker
         self.portal = portal or Portal(BrokerRealm(), [checker, ClientCertificateChecker()])
-        self.ual = ual or AccessList()
-        self.ual_file = ual_file
+        self._owns_access_list = access_list is None
+        self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
+        """The UAL (shared with the core's policy when the broker has one)."""
         self.domain = domain or socket.gethostname() or "localhost"
         self.message_timeout = message_timeout
         self._run_in_thread = run
@@ -901,14 +906,14 @@ class SMQPServerFactory(Factory):
         self.service.retry_timeout = retry_timeout
         self.service.max_attempts = max_attempts
         self.service.trash_retention = trash_retention
+        if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
+            self.service.readable = self.readable
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
         self.sessions: dict[str, set[SMQPServerProtocol]] = {}
         self.start_error: Failure | None = None
         self.started: Deferred = Deferred()
-        self._ual_stamp: tuple[int, int, int] | None = _stamp(ual_file) if ual_file else None
-        self._ual_loop: LoopingCall | None = None
         self._factory_started = False
 
     # ------------------------------------------------------------------ start-up
@@ -994,17 +999,14 @@ class SMQPServerFactory(Factory):
         self._factory_started = True
         if self.started.called and self.start_error is None:
             self.service.start_sweeps()
-        if self.ual_file is not None and self._ual_loop is None:
-            self._ual_loop = LoopingCall(self.reload_ual)
-            self._ual_loop.clock = self.clock
-            self._ual_loop.start(UAL_RELOAD_INTERVAL, now=False)
+        if self._owns_access_list:
+            self.access_list.watch()
 
     def stopFactory(self) -> None:
         """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
         subscribed to) before the connections drop."""
-        if self._ual_loop is not None and self._ual_loop.running:
-            self._ual_loop.stop()
-        self._ual_loop = None
+        if self._owns_access_list:
+            self.access_list.unwatch()
         self._factory_started = False
         self.service.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
@@ -1013,39 +1015,18 @@ class SMQPServerFactory(Factory):
                 if not session.closed and session.server_bye:
                     session.transport.write(bye)
 
+    def readable(self, subscriber: str, key: str) -> bool:
+        """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?"""
+        account = subscriber.partition(":")[0]
+        return Perm.SUBSCRIBE in self.ual.permissions(account, tuple(key.split("/")) if key else ())
+
+    @property
+    def ual(self) -> AccessList:
+        return self.access_list.current
+
     def reload_ual(self) -> Deferred:
-        """Read the UAL file again if it changed (in a thread).  Never fails: a bad file is
-        logged and the old list stays, and the watching LoopingCall keeps running."""
-        path = self.ual_file
-        defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
-        d = self._run_in_thread(_stamp, path)
-
-        def check(stamp: tuple[int, int, int] | None) -> Any:
-            if stamp is None or stamp == self._ual_stamp:
-                return None
-            self._ual_stamp = stamp
-            loaded = self._run_in_thread(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
-            return loaded.addCallback(self._ual_loaded)
-
-        def failed(failure: Failure) -> None:
-            if failure.check(ConfigurationError, OSError):
-                self._log.error("UAL file not reloaded, the old one stays: {error}", error=failure.value)
-            else:
-                self._log.failure("Reloading the UAL file {path}", failure, path=str(path))
-
-        return d.addCallback(check).addErrback(failed)
-
-    def _ual_loaded(self, ual: AccessList) -> None:
-        self.ual = ual
-        self._log.info("UAL file {path} reloaded ({n} entries)", path=str(self.ual_file), n=len(ual.entries))
-
-
-def _stamp(path: Path | None) -> tuple[int, int, int] | None:
-    try:
-        st = Path(path).stat()  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
+        """Read the UAL file again if it changed (see brokerd.auth.policy.AccessListFile)."""
+        return self.access_list.reload()
 
 
 def build_factory(runtime: Runtime) -> SMQPServerFactory:
@@ -1063,15 +1044,6 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
                               run=run)
     checker.load()
-    try:
-        guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)
-                                  or format_permissions(DEFAULT_GUEST_PERMISSIONS))
-    except ValueError as exc:
-        raise ConfigurationError(f"--smqp-guest-permissions: {exc}") from None
-    ual_file = getattr(settings, "ual_file", None)
-    if ual_file is None and (Path(settings.data_dir) / UAL_FILENAME).exists():
-        ual_file = Path(settings.data_dir) / UAL_FILENAME
-    ual = read_access_list(ual_file, guest_default=guest) if ual_file else AccessList(guest_default=guest)
     store = runtime.resources.get("store")
     if store is None:
         store = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
@@ -1080,7 +1052,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     else:
         opened = succeed(None)
     factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, ual=ual, ual_file=ual_file,
+        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run),
         domain=getattr(settings, "smqp_domain", None),
         message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
         retry_timeout=settings.smqp_retry_timeout, max_attempts=settings.smqp_max_attempts,
