@@ -16,7 +16,7 @@ from brokerd.auth.tls import ServerTLS
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import MAX_LINE, parse_datetime
 from brokerd.protocols.smqp.server import MAX_LOGIN_FAILURES, SERVER_IDENT
-from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.integration.smqp_fixtures import ACCOUNTS, smqp_server, write_test_accounts  # noqa: F401
 from tests.support.fixtures import pki  # noqa: F401
 
 
@@ -267,6 +267,27 @@ async def test_smqps_cert_login(smqp_server, pki):
     assert no_cert.value.code == 405
     assert no_cert.value.lines[-1] == "Methods: CLEAR/1.0"
     await plain.login("alice", "tls2", "alicepw")
+
+
+@pytest_twisted.ensureDeferred
+async def test_smqps_cert_login_needs_a_listed_account(smqp_server, pki, tmp_path):
+    """The CA vouches for the name; the accounts file says who may use SMQP."""
+    only_bob = tmp_path / "only-bob"
+    write_test_accounts(only_bob, {"bob": ACCOUNTS["bob"]})
+    tls = ServerTLS.from_files(pki.server.cert, pki.server.key, pki.ca)
+    server = await smqp_server(tls=tls, accounts_file=only_bob)
+    client = await server.connect(ca=pki.ca, cert=pki.client.cert, key=pki.client.key)
+    with pytest.raises(SMQPError) as unlisted:
+        await client.login_cert("alice", "tls1")
+    assert unlisted.value.code == 404
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:tls1") is None
+    await client.login("bob", "c1", ACCOUNTS["bob"])
+    assert server.runtime.broker.session_for("smqp", b"smqp:bob:c1") is client_session(server, "bob")
+
+
+def client_session(server, account):
+    (session,) = server.factory.sessions[account]
+    return session
 
 
 @pytest_twisted.ensureDeferred
