@@ -1,5 +1,5 @@
 """twisted.cred checkers, one per login scheme.  Each answers with the avatar id, an
-:class:`~brokerd.auth.realm.Identity` (the identifier the session will be known by, and the
+:class:`~brokerd.auth.identity.Identity` (the identifier the session will be known by, and the
 principal the scheme proved: the checker that succeeded decides the realm), or fails with
 UnauthorizedLogin."""
 from __future__ import annotations

@@ -11,7 +11,6 @@ from twisted.cred.portal import IRealm, Portal
 from zope.interface import implementer
 
 from brokerd.auth.accounts import GUEST as GUEST_ACCOUNT
-
 from brokerd.auth.checkers import (
     ClientCertificateChecker,
     OpenLoginChecker,

@@ -1033,8 +1033,9 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     """The SMQP front end's entry point for brokerd.tap.
 
     Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
-    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
-    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
+    there when absent), checks logins against ``settings.accounts_file`` and shares the broker's
+    UAL (brokerd.auth.policy.access_list_for: ``settings.ual_file``, or ``DATA_DIR/smqp.ual``
+    when that exists), which is also the core's access policy.  Files that are
     unreadable or malformed raise ConfigurationError now, not at the first login.  The
     delivery constants (retry timeout, attempts, Trash retention) come from the settings.
     """
