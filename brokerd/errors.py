@@ -40,3 +40,7 @@ class ConfigurationError(BrokerError):
 class Busy(BrokerError):
     """Too much blocking work (password checks, OpenPGP) is already waiting: refused now, so a
     flood is turned away at once instead of queued; the client may try again later."""
+
+
+class Forbidden(BrokerError):
+    """The access policy does not let the session's principal do that on that topic."""

@@ -31,10 +31,17 @@ class IWireFormat(Interface):
 class ISubscriber(Interface):
     """One connected session, as the Broker core sees it."""
 
-    protocol = Attribute("The protocol's short name.")
+    protocol = Attribute("The protocol's short name; also the namespace of its ``address``.")
     name = Attribute("bytes: how this session is named as a sender and in presence events.")
-    address = Attribute("bytes or None: the unicast address others reach it by (None: unreachable).")
+    address = Attribute(
+        "bytes or None: the unicast address others reach it by, in its protocol's own namespace "
+        "(None: unreachable).  Two protocols' sessions never share an address."
+    )
     wire_format = Attribute("The IWireFormat the core renders this session's events with.")
+    principal = Attribute(
+        "brokerd.core.principal.Principal: who the session proved to be (NOBODY before login); "
+        "the access policy decides on it."
+    )
 
     def send(data):
         """Write already-rendered bytes to the peer.  Must not raise and must not re-enter the
@@ -42,6 +49,10 @@ class ISubscriber(Interface):
 
     def replaced():
         """A newer session logged in with this session's address: close this one."""
+
+    # Optional: ``subscription_revoked(topic)``: a new access policy no longer lets this
+    # session read ``topic``; the core has already taken it off the topic (a front end that
+    # counts its subscriptions updates the count).
 
 
 class IBrokerObserver(Interface):
@@ -66,3 +77,12 @@ class IBrokerObserver(Interface):
 
     def session_detached(session):
         """A session ended (closed, replaced or lost)."""
+
+
+class IAccessPolicy(Interface):
+    """Topic permissions: the core asks it (and caches the answer) for every subscribe,
+    publish and unicast when the broker has an access list."""
+
+    def permissions(principal, topic):
+        """The brokerd.core.access.Perm flags ``principal`` holds on the core ``topic`` (bytes,
+        e.g. ``b"news/sec"``; SMQP's ``/news/sec``)."""

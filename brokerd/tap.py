@@ -22,6 +22,7 @@ from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.service import Operations, check_operations_settings, warn_if_exposed
+from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
@@ -55,7 +56,7 @@ class Options(usage.Options):
         ["tls-cert", None, None, "Server certificate (PEM) for tls: listeners."],
         ["tls-key", None, None, "Private key (PEM) of --tls-cert."],
         ["tls-ca", None, None, "CA bundle (PEM): TLS listeners then ask for and verify client certificates."],
-        ["ual", None, None, "SMQP User Access Lists file [DATA_DIR/smqp.ual if present]."],
+        ["ual", None, None, "User Access Lists file: topic permissions for every protocol [DATA_DIR/smqp.ual if present]."],
         ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
         ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
         ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds [86400]."],
@@ -248,7 +249,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
-    """The shared pieces: Broker, Portal, TLS settings."""
+    """The shared pieces: Broker, Portal, TLS settings, the access list."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
@@ -282,6 +283,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     runtime.resources["operations"] = operations
     runtime.resources["event_log_service"] = event_log
     runtime.resources["disk"] = disk
+    access_list_for(runtime)  # the UAL file, if any, is the core's access policy
     return runtime
 
 
@@ -328,6 +330,7 @@ def build_service(options, reactor=None) -> MultiService:
         event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
     runtime.resources["disk"].setServiceParent(top)
     runtime.broker.setServiceParent(top)
+    runtime.resources[ACCESS_LIST].setServiceParent(top)  # watches the UAL file
     operations = runtime.resources["operations"]
     listeners = _listeners(settings)
     warn_if_exposed(settings, listeners)

@@ -1,5 +1,7 @@
-"""twisted.cred checkers, one per login scheme.  Each answers with the avatar id (the
-identifier the session will be known by) or fails with UnauthorizedLogin."""
+"""twisted.cred checkers, one per login scheme.  Each answers with the avatar id, an
+:class:`~brokerd.auth.identity.Identity` (the identifier the session will be known by, and the
+principal the scheme proved: the checker that succeeded decides the realm), or fails with
+UnauthorizedLogin."""
 from __future__ import annotations
 
 import hmac
@@ -10,6 +12,8 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
+from brokerd.auth.identity import Identity
+from brokerd.core.principal import OPEN, SECRET, Principal, certificate_principal
 
 _ID_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:@/_-+=~")
 
@@ -21,7 +25,8 @@ class OpenLoginChecker:
     credentialInterfaces = (IOpenLogin,)
 
     def requestAvatarId(self, credentials):
-        return defer.succeed(credentials.identifier)
+        identifier = credentials.identifier
+        return defer.succeed(Identity(identifier, _claimed(identifier, OPEN)))
 
 
 @implementer(ICredentialsChecker)
@@ -35,8 +40,14 @@ class SharedSecretChecker:
 
     def requestAvatarId(self, credentials):
         if hmac.compare_digest(credentials.secret, self._secret):
-            return defer.succeed(credentials.identifier)
+            identifier = credentials.identifier
+            return defer.succeed(Identity(identifier, _claimed(identifier, SECRET)))
         return defer.fail(UnauthorizedLogin("wrong secret"))
+
+
+def _claimed(identifier: bytes, realm: str) -> Principal:
+    """The principal of a login that proves no name: the claimed one, in ``realm``."""
+    return Principal(identifier.decode("utf-8", "replace"), realm)
 
 
 def certificate_allows(identifier: bytes, names: tuple[str, ...]) -> bool:
@@ -63,6 +74,7 @@ class ClientCertificateChecker:
     credentialInterfaces = (IClientCertificate,)
 
     def requestAvatarId(self, credentials):
-        if credentials.names and certificate_allows(credentials.identifier, credentials.names):
-            return defer.succeed(credentials.identifier)
+        names = credentials.names
+        if names and certificate_allows(credentials.identifier, names):
+            return defer.succeed(Identity(credentials.identifier, certificate_principal(names)))
         return defer.fail(UnauthorizedLogin("identifier not in the client certificate"))

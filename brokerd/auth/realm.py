@@ -1,32 +1,26 @@
 """The realm: turns an authenticated avatar id into the identity a session carries.
 
-Front ends attach themselves (the "mind") to the Broker once the login succeeded; the realm
-only vouches for the name, so it stays the same for every protocol.
+Front ends attach themselves (the "mind") to the Broker once the login succeeded.  The
+checker that succeeded decides the principal (its avatar id is an Identity); the accounts
+checker answers with the account name, which the realm makes an ACCOUNT (or GUEST) principal.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.portal import IRealm, Portal
-from zope.interface import Interface, implementer
+from zope.interface import implementer
 
+from brokerd.auth.accounts import GUEST as GUEST_ACCOUNT
 from brokerd.auth.checkers import (
     ClientCertificateChecker,
     OpenLoginChecker,
     SharedSecretChecker,
 )
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
+from brokerd.auth.identity import IIdentity, Identity
+from brokerd.core.principal import ACCOUNT, GUEST, Principal
 
-
-class IIdentity(Interface):
-    """An authenticated identity (the avatar brokerd's realm hands out)."""
-
-
-@implementer(IIdentity)
-@dataclass(frozen=True)
-class Identity:
-    name: bytes
+__all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_schemes"]
 
 
 @implementer(IRealm)
@@ -34,7 +28,11 @@ class BrokerRealm:
     def requestAvatar(self, avatarId, mind, *interfaces):
         if IIdentity not in interfaces:
             raise NotImplementedError("brokerd's realm only hands out IIdentity")
-        return IIdentity, Identity(avatarId), lambda: None
+        if isinstance(avatarId, Identity):
+            return IIdentity, avatarId, lambda: None
+        name = avatarId.decode("utf-8")  # the accounts checker: a lower-case account name
+        realm = GUEST if name == GUEST_ACCOUNT else ACCOUNT
+        return IIdentity, Identity(avatarId, Principal(name, realm)), lambda: None
 
 
 SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert"}

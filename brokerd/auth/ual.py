@@ -35,26 +35,15 @@ topics).  File entries at the same level and for the same principal replace them
 """
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from brokerd.auth.accounts import GUEST, is_account_name
+from brokerd.core.access import ALL, Perm
 from brokerd.errors import ConfigurationError
 
 
-class Perm(enum.Flag):
-    NONE = 0
-    PUBLISH = enum.auto()
-    SUBSCRIBE = enum.auto()
-    ADMINISTER = enum.auto()
-    CREATE = enum.auto()
-    """Create, rename and remove topics at or below."""
-    REPLY = enum.auto()
-
-
-ALL = Perm.PUBLISH | Perm.SUBSCRIBE | Perm.ADMINISTER | Perm.CREATE | Perm.REPLY
 _LETTERS = {"p": Perm.PUBLISH, "s": Perm.SUBSCRIBE, "a": Perm.ADMINISTER, "c": Perm.CREATE,
             "r": Perm.REPLY}
 EVERYONE = "*"
@@ -128,10 +117,15 @@ class AccessList:
                 raise ValueError(f"two entries for {entry.principal} on /{'/'.join(entry.topic)}")
             level[entry.principal] = entry.permissions
 
-    def permissions(self, account: str, topic: Path_) -> Perm:
-        """What ``account`` (lower case) may do on ``topic`` (lower-case leaves)."""
-        guest = account == GUEST
-        principals = (account, EVERYONE) if guest else (account, ACCOUNTS, EVERYONE)
+    def permissions(self, account: str | None, topic: Path_) -> Perm:
+        """What ``account`` (lower case) may do on ``topic`` (lower-case leaves).  None is a
+        login that proved no account name: only ``*`` entries apply to it, and the guest's
+        defaults."""
+        guest = account is None or account == GUEST
+        if account is None:
+            principals: tuple[str, ...] = (EVERYONE,)
+        else:
+            principals = (account, EVERYONE) if guest else (account, ACCOUNTS, EVERYONE)
         levels = self._levels
         for depth in range(len(topic), -1, -1):
             level = topic[:depth]
@@ -152,7 +146,7 @@ class AccessList:
         return bool(self.permissions(account, topic))
 
 
-def _builtin(account: str, level: Path_) -> dict[str, Perm] | None:
+def _builtin(account: str | None, level: Path_) -> dict[str, Perm] | None:
     """The built-in entries of one level: the login topics."""
     if not level or level[0] != ACCOUNTS_TOPIC:
         return None

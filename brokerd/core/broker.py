@@ -18,10 +18,12 @@ from twisted.logger import Logger
 
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
+from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
+from brokerd.core.principal import Principal
 from brokerd.core.topics import Topic, TopicRegistry
-from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
-from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
+from brokerd.interfaces import IAccessPolicy, IBrokerObserver, ISubscriber, IWireFormat
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -65,7 +67,11 @@ class Broker(Service):
 
     ``max_subscriptions`` bounds the topics one session may join; ``max_connections`` bounds
     the connections of all front ends together, the other ``max_*`` those of one listener, of
-    one source address and of those not yet logged in (see :meth:`admit`).
+    one source address and of those not yet logged in (see :meth:`admit`).  ``policy`` is the
+    access policy (None: everything is allowed); :meth:`set_policy` replaces it.
+
+    Addresses live in one namespace per protocol (``ISubscriber.protocol``): a session can
+    only replace, and a unicast only reach, a session of the namespace it names.
     """
 
     name = "broker"
@@ -80,6 +86,7 @@ class Broker(Service):
         max_connections_per_address: int = 256,
         max_unauthenticated: int = 1024,
         observer: IBrokerObserver | None = None,
+        policy: IAccessPolicy | None = None,
     ) -> None:
         self.max_subscriptions = max_subscriptions
         self.observer = observer
@@ -93,7 +100,8 @@ class Broker(Service):
         )
         self.topics = TopicRegistry()
         self._sessions: set[ISubscriber] = set()
-        self._addresses: dict[bytes, ISubscriber] = {}
+        self.access = AccessControl(policy)
+        self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
         """Durable subscriptions and pending messages (:meth:`use_durable`); None until a
@@ -138,8 +146,9 @@ class Broker(Service):
         self._sessions.add(session)
         address = session.address
         if address is not None:
-            previous = self._addresses.get(address)
-            self._addresses[address] = session
+            key = (session.protocol, address)
+            previous = self._addresses.get(key)
+            self._addresses[key] = session
             if previous is not None and previous is not session:
                 self.detach(previous)
                 previous.replaced()
@@ -157,8 +166,10 @@ class Broker(Service):
             for topic in joined.values():
                 self._leave(topic, session)
         address = session.address
-        if address is not None and self._addresses.get(address) is session:
-            del self._addresses[address]
+        if address is not None:
+            key = (session.protocol, address)
+            if self._addresses.get(key) is session:
+                del self._addresses[key]
         if self.observer is not None:
             self.observer.session_detached(session)
 
@@ -166,8 +177,9 @@ class Broker(Service):
         """Every attached session."""
         return list(self._sessions)
 
-    def session_for(self, address: bytes) -> ISubscriber | None:
-        return self._addresses.get(address)
+    def session_for(self, namespace: str, address: bytes) -> ISubscriber | None:
+        """The session of protocol ``namespace`` at ``address``, if any."""
+        return self._addresses.get((namespace, address))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -182,7 +194,7 @@ class Broker(Service):
         """Join ``session`` to topic ``name``.  Presence watchers of the topic learn of it;
         with ``presence`` the session gets one event per current member, then live changes.
 
-        Raises AlreadySubscribed or SubscriptionLimit.
+        Raises AlreadySubscribed, SubscriptionLimit, or Forbidden (the access policy).
         """
         joined = self._joined.get(session)
         if joined is None:
@@ -191,6 +203,9 @@ class Broker(Service):
             joined = self._joined[session] = {}
         elif name in joined:
             raise AlreadySubscribed(name)
+        access = self.access
+        if access.policy is not None and not access.allows(session.principal, name, Perm.SUBSCRIBE):
+            raise Forbidden(name)
         if len(joined) >= self.max_subscriptions:
             raise SubscriptionLimit(name)
         topic = self.topics.get(name)
@@ -250,11 +265,46 @@ class Broker(Service):
         """Topics with at least one subscriber."""
         return list(self.topics.active())
 
+    # ------------------------------------------------------------------ access policy
+
+    def may_publish(self, principal: Principal, topic: bytes) -> bool:
+        """Whether ``principal`` may publish to ``topic`` (front ends ask first, so that they
+        can refuse with their own reply; :meth:`publish` refuses anyway)."""
+        access = self.access
+        return access.policy is None or access.allows(principal, topic, Perm.PUBLISH)
+
+    def set_policy(self, policy: IAccessPolicy | None) -> int:
+        """Install a new access policy (a reload) and take every live subscription it no
+        longer allows off its topic at once; returns how many were revoked."""
+        self.access = access = AccessControl(policy)
+        if policy is None:
+            return 0
+        revoked = 0
+        for session, joined in list(self._joined.items()):
+            principal = session.principal
+            for name in [name for name in joined if not access.allows(principal, name, Perm.SUBSCRIBE)]:
+                self._leave(joined.pop(name), session)
+                revoked += 1
+                tell = getattr(session, "subscription_revoked", None)
+                if tell is not None:
+                    tell(name)
+        if revoked:
+            self._log.info("The new access policy revoked {count} subscriptions", count=revoked)
+        return revoked
+
+    def _check_publish(self, message: Message, topic: bytes) -> None:
+        principal = message.principal
+        if principal is not None and not self.access.allows(principal, topic, Perm.PUBLISH):
+            raise Forbidden(topic)
+
     # ------------------------------------------------------------------ routing
 
     def publish(self, message: Message, exclude: ISubscriber | None = None) -> int:
         """Deliver a multicast ``message`` to every member of its topic except ``exclude``;
-        return how many sessions it was handed to.  Rendered once per wire format."""
+        return how many sessions it was handed to.  Rendered once per wire format.
+        Raises Forbidden when the sender's principal may not publish there."""
+        if self.access.policy is not None:
+            self._check_publish(message, message.target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += 1
         sender = message.protocol
@@ -295,8 +345,11 @@ class Broker(Service):
 
         The front end hands over a run it read in one go; each recipient gets the run as one
         write (the rendered messages joined), which is what makes fan-out cheap in CPython.
-        Returns the number of (message, recipient) deliveries.
+        Returns the number of (message, recipient) deliveries.  Raises Forbidden as
+        :meth:`publish` does (one run has one sender).
         """
+        if self.access.policy is not None:
+            self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += len(messages)
         sender = messages[0].protocol
@@ -342,12 +395,15 @@ class Broker(Service):
             return None
         return durable.keep(messages)
 
-    def unicast(self, message: Message) -> bool:
-        """Deliver ``message`` to the session at address ``message.target``; False when no
-        session has that address."""
-        recipient = self._addresses.get(message.target)  # type: ignore[arg-type]
+    def unicast(self, message: Message, namespace: str) -> bool:
+        """Deliver ``message`` to the session of protocol ``namespace`` at address
+        ``message.target``; False when there is none.  Raises Forbidden when the sender may not
+        publish to the recipient's login topic (:func:`brokerd.core.access.inbox`)."""
+        recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
             return False
+        if self.access.policy is not None:
+            self._check_publish(message, inbox(recipient.principal))
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
         data = recipient.wire_format.render_message(message)
@@ -363,19 +419,25 @@ class Broker(Service):
             self.observer.message_routed(message, delivered, dropped)
         return True
 
-    def peers_of(self, session: ISubscriber) -> list[ISubscriber]:
-        """Every other session sharing at least one topic with ``session``, each once."""
+    def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
+        """Every other session sharing at least one topic with ``session``, each once; with
+        ``publishing``, only topics the access policy lets ``session`` publish to."""
         peers: dict[ISubscriber, None] = {}
-        for topic in self._joined.get(session, {}).values():
+        access = self.access
+        check = publishing and access.policy is not None
+        for name, topic in self._joined.get(session, {}).items():
+            if check and not access.allows(session.principal, name, Perm.PUBLISH):
+                continue
             peers.update(dict.fromkeys(topic.members))
         peers.pop(session, None)
         return list(peers)
 
     def broadcast(self, message: Message, sender: ISubscriber) -> int:
-        """Deliver ``message`` once to each peer sharing a topic with ``sender``."""
+        """Deliver ``message`` once to each peer sharing a topic with ``sender`` that the
+        sender may publish to."""
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
-        delivered = self._render_and_send(message, self.peers_of(sender))
+        delivered = self._render_and_send(message, self.peers_of(sender, publishing=True))
         if self.observer is not None:
             self.observer.message_routed(message, delivered, 0)
         return delivered

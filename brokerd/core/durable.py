@@ -123,6 +123,10 @@ class DurableService:
         self.suid = ""
         self.protocol = "durable"
         self.reachable: Callable[[str], bool] | None = None
+        self.readable: Callable[[str, str], bool] | None = None
+        """(subscriber, topic key) -> may it read the topic now; None: every subscription is
+        still allowed (no reloadable access list).  Checked at delivery, so a revoked
+        permission stops live and durable subscriptions alike."""
         self.default_timeout: float | None = 86400.0
         self.timeout_for: Callable[[str], float | None] = lambda _key: self.default_timeout
         self.mode_for: Callable[[str], str] = lambda _key: "ALL"
@@ -213,8 +217,11 @@ class DurableService:
         ``received``: this is the one place recipients of a stored message are chosen.  A
         subscription whose UNTIL has passed ends here (it unsubscribes)."""
         found: dict[str, None] = {}
+        readable = self.readable
         for sub in self.index.matching(MESSAGE, key):
             record = sub.record
+            if readable is not None and not readable(record.subscriber, key):
+                continue
             if record.until is not None and record.until <= received:
                 self.end_subscription(record.subscriber, MESSAGE, record.topic)
                 continue

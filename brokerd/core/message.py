@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from operator import attrgetter
 
+from brokerd.core.principal import Principal
+
 MULTICAST = "multicast"
 """Sent to a topic; ``target`` is the topic name."""
 UNICAST = "unicast"
@@ -113,10 +115,12 @@ class Message:
     payload arrives here without its two length bytes).  ``binary`` records that the sender
     marked the content as binary.  ``details`` holds the rest (:class:`Details`: content
     type, id, times, priority, header attributes, parts), also readable as properties of the
-    Message.  See docs/architecture.md for how each protocol maps onto these fields.
+    Message.  ``principal`` is who sent it (the access policy checks it); None for the broker
+    itself and programs embedding it.  See docs/architecture.md for how each protocol maps onto these fields.
     """
 
-    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "display_name", "details")
+    __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "display_name", "details",
+                 "principal")
 
     def __init__(
         self,
@@ -128,6 +132,7 @@ class Message:
         binary: bool = False,
         display_name: bytes | None = None,
         details: Details = PLAIN,
+        principal: Principal | None = None,
     ) -> None:
         # Not keyword-only: that makes every call on the hot path a little slower.
         self.kind = kind
@@ -138,6 +143,7 @@ class Message:
         self.sender_name = sender_name
         self.display_name = display_name
         self.details = details
+        self.principal = principal
 
     # The Details, readable as the Message's own fields (``message.priority``).
     content_type = _detail("content_type")

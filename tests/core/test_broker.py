@@ -7,7 +7,9 @@ from zope.interface.verify import verifyObject
 
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
-from brokerd.errors import AlreadySubscribed, BrokerError, NotSubscribed, SubscriptionLimit
+from brokerd.core.access import Perm
+from brokerd.core.principal import ACCOUNT, NOBODY, Principal
+from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
 
 
@@ -35,6 +37,7 @@ class Session:
         self.name = name.encode()
         self.address = self.name if address else None
         self.wire_format = fmt
+        self.principal = Principal(name, ACCOUNT)
         self.got: list[bytes] = []
         self.was_replaced = False
 
@@ -110,10 +113,10 @@ def test_publish_to_topic_without_members(broker):
 def test_unicast(broker):
     fmt = Format("f", refuse=b"bad")
     (a,) = attached(broker, Session("a", fmt))
-    assert broker.unicast(msg(UNICAST, b"a", b"hi"))
+    assert broker.unicast(msg(UNICAST, b"a", b"hi"), "f")
     assert a.got == [b"f|unicast|b'a'|hi"]
-    assert not broker.unicast(msg(UNICAST, b"nobody"))
-    assert broker.unicast(msg(UNICAST, b"a", b"bad"))  # reachable, but not renderable: counted
+    assert not broker.unicast(msg(UNICAST, b"nobody"), "f")
+    assert broker.unicast(msg(UNICAST, b"a", b"bad"), "f")  # reachable, but not renderable: counted
     assert broker.stats.unrenderable == 1
 
 
@@ -169,9 +172,9 @@ def test_attach_with_same_address_replaces_and_detaches_the_older(broker):
     broker.attach(new)
     assert old.was_replaced
     assert w.got[-1] == b"- a t"
-    assert broker.session_for(b"a") is new
+    assert broker.session_for("f", b"a") is new
     broker.detach(old)  # the older connection's late detach changes nothing
-    assert broker.session_for(b"a") is new
+    assert broker.session_for("f", b"a") is new
     assert broker.topics.get(b"t") is not None
 
 
@@ -183,13 +186,13 @@ def test_detach_leaves_everything_and_is_idempotent(broker):
     broker.detach(a)
     broker.detach(a)
     assert broker.active_topics() == []
-    assert broker.session_for(b"a") is None
+    assert broker.session_for("f", b"a") is None
 
 
 def test_unaddressed_sessions_are_not_reachable(broker):
     fmt = Format("f")
     (anon,) = attached(broker, Session(".", fmt, address=False))
-    assert broker.session_for(b".") is None
+    assert broker.session_for("f", b".") is None
     broker.detach(anon)
 
 
@@ -273,3 +276,71 @@ def test_topic_listeners_hear_activation_and_deactivation(broker):
     broker.unsubscribe(a, b"t")
     broker.detach(b)
     assert heard == [(b"t", True), (b"t", False)]
+
+
+def test_protocols_have_separate_address_namespaces(broker):
+    """A login in one protocol cannot replace another protocol's session of the same address."""
+    mine, theirs = Session("a", Format("one")), Session("a", Format("two"))
+    attached(broker, mine, theirs)
+    assert not mine.was_replaced and not theirs.was_replaced
+    assert broker.session_for("one", b"a") is mine
+    assert broker.session_for("two", b"a") is theirs
+    assert broker.unicast(msg(UNICAST, b"a", b"hi"), "two")
+    assert (mine.got, theirs.got) == ([], [b"two|unicast|b'a'|hi"])
+
+
+class Policy:
+    """Allows what ``rules`` says: {(principal name, topic): Perm}; counts the questions."""
+
+    def __init__(self, rules):
+        self.rules = rules
+        self.asked = 0
+
+    def permissions(self, principal, topic):
+        self.asked += 1
+        return self.rules.get((principal.name, topic), Perm.NONE)
+
+
+def test_the_policy_is_checked_on_subscribe_publish_and_unicast_and_cached(broker):
+    fmt = Format("f")
+    policy = Policy({("a", b"t"): Perm.SUBSCRIBE | Perm.PUBLISH, ("b", b"t"): Perm.SUBSCRIBE,
+                     ("a", b"accounts/b"): Perm.PUBLISH})
+    broker.set_policy(policy)
+    a, b, c = attached(broker, Session("a", fmt), Session("b", fmt), Session("c", fmt))
+    broker.subscribe(b, b"t")
+    with pytest.raises(Forbidden):
+        broker.subscribe(c, b"t")
+    assert broker.may_publish(a.principal, b"t") and not broker.may_publish(b.principal, b"t")
+    with pytest.raises(Forbidden):
+        broker.publish(Message(MULTICAST, b"t", b"x", "f", b"b", principal=b.principal))
+    broker.publish(Message(MULTICAST, b"t", b"ok", "f", b"a", principal=a.principal))
+    assert b.got == [b"f|multicast|b't'|ok"]
+    with pytest.raises(Forbidden):
+        broker.unicast(Message(UNICAST, b"a", b"x", "f", b"b", principal=b.principal), "f")
+    assert broker.unicast(Message(UNICAST, b"b", b"psst", "f", b"a", principal=a.principal), "f")
+    asked = policy.asked
+    broker.publish(Message(MULTICAST, b"t", b"again", "f", b"a", principal=a.principal))
+    assert policy.asked == asked, "decisions are cached per (principal, topic)"
+
+
+def test_a_new_policy_revokes_live_subscriptions_at_once(broker):
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(a, b"t")
+    broker.subscribe(b, b"t")
+    revoked = []
+    b.subscription_revoked = revoked.append
+    assert broker.set_policy(Policy({("a", b"t"): Perm.SUBSCRIBE})) == 1
+    assert revoked == [b"t"] and broker.subscriptions(b) == [] and broker.subscriptions(a) == [b"t"]
+    broker.publish(msg(MULTICAST, b"t", b"after"))
+    assert a.got == [b"f|multicast|b't'|after"] and b.got == []
+
+
+def test_without_a_policy_the_broker_never_asks():
+    broker = Broker()
+    assert broker.access.policy is None
+    session = Session("nobody", Format("f"))
+    session.principal = NOBODY
+    broker.attach(session)
+    broker.subscribe(session, b"anything")
+    assert broker.publish(Message(MULTICAST, b"anything", b"x", "f", b"n", principal=NOBODY)) == 1

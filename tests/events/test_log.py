@@ -11,6 +11,7 @@ from zope.interface.verify import verifyObject
 
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Details, Message
+from brokerd.core.principal import NOBODY
 from brokerd.events import schema
 from brokerd.events.log import ENCODE_INTERVAL, NULL_EVENT_LOG, EventLog, IEventRecorder
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
@@ -38,6 +39,7 @@ class Session:
         self.name = name
         self.address = name
         self.wire_format = wire
+        self.principal = NOBODY
         self.received: list[bytes] = []
 
     def send(self, data: bytes) -> None:
@@ -95,7 +97,7 @@ def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
     broker.publish(Message(MULTICAST, b"news", b"too long for mcchat", "ssmp", b"alice"), alice)
     broker.publish_batch([Message(MULTICAST, b"news", b"x%d" % i, "ssmp", b"alice") for i in range(3)], alice)
     broker.publish(Message(MULTICAST, b"empty", b"nobody", "ssmp", b"alice"), alice)
-    broker.unicast(Message(UNICAST, b"bob", b"psst", "ssmp", b"alice"))
+    broker.unicast(Message(UNICAST, b"bob", b"psst", "ssmp", b"alice"), "ssmp")
     broker.broadcast(Message(BROADCAST, None, b"all", "mcchat", b"carol"), carol)
     broker.detach(bob)
     clock.advance(1.0)  # the timer hands the buffer to the writer thread

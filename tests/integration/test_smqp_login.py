@@ -17,7 +17,7 @@ from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import MAX_LINE, parse_datetime
 from brokerd.protocols.smqp.login import MAX_LOGIN_FAILURES
 from brokerd.protocols.smqp.server import SERVER_IDENT
-from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.integration.smqp_fixtures import ACCOUNTS, smqp_server, write_test_accounts  # noqa: F401
 from tests.support.fixtures import pki  # noqa: F401
 
 
@@ -137,7 +137,7 @@ async def test_several_channels_of_one_account(smqp_server):
     assert await first.get_channel() == "c1"
     assert await second.get_channel() == "c2"
     assert len(server.factory.sessions["alice"]) == 2
-    assert server.runtime.broker.session_for(b"smqp:alice:c1") is not None
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:c1") is not None
 
 
 @pytest_twisted.ensureDeferred
@@ -147,7 +147,7 @@ async def test_same_channel_again_replaces_the_older_connection(smqp_server):
     newer = await server.login("alice", "c1")
     await older.when_closed()
     await newer.noop()
-    assert server.runtime.broker.session_for(b"smqp:alice:c1") is not None
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:c1") is not None
 
 
 @pytest_twisted.ensureDeferred
@@ -268,6 +268,27 @@ async def test_smqps_cert_login(smqp_server, pki):
     assert no_cert.value.code == 405
     assert no_cert.value.lines[-1] == "Methods: CLEAR/1.0"
     await plain.login("alice", "tls2", "alicepw")
+
+
+@pytest_twisted.ensureDeferred
+async def test_smqps_cert_login_needs_a_listed_account(smqp_server, pki, tmp_path):
+    """The CA vouches for the name; the accounts file says who may use SMQP."""
+    only_bob = tmp_path / "only-bob"
+    write_test_accounts(only_bob, {"bob": ACCOUNTS["bob"]})
+    tls = ServerTLS.from_files(pki.server.cert, pki.server.key, pki.ca)
+    server = await smqp_server(tls=tls, accounts_file=only_bob)
+    client = await server.connect(ca=pki.ca, cert=pki.client.cert, key=pki.client.key)
+    with pytest.raises(SMQPError) as unlisted:
+        await client.login_cert("alice", "tls1")
+    assert unlisted.value.code == 404
+    assert server.runtime.broker.session_for("smqp", b"smqp:alice:tls1") is None
+    await client.login("bob", "c1", ACCOUNTS["bob"])
+    assert server.runtime.broker.session_for("smqp", b"smqp:bob:c1") is client_session(server, "bob")
+
+
+def client_session(server, account):
+    (session,) = server.factory.sessions[account]
+    return session
 
 
 @pytest_twisted.ensureDeferred

@@ -171,12 +171,12 @@ async def test_client_logs_in_and_resubscribes_after_the_broker_drops_it() -> No
         assert first is not None
         dropped = first.when_closed()
 
-        server.broker.session_for(b"alice").transport.loseConnection()
+        server.broker.session_for("ssmp", b"alice").transport.loseConnection()
         await dropped.addTimeout(TIMEOUT, _reactor())
         second = await alice.whenConnected().addTimeout(TIMEOUT, _reactor())
 
         assert second is not first and second.identifier == b"alice"
-        session = server.broker.session_for(b"alice")
+        session = server.broker.session_for("ssmp", b"alice")
         assert session is not None and server.broker.subscriptions(session) == [b"news"]
         await bob.mcast(b"news", b"after the reconnect")
         await inbox.until(lambda box: box.messages)

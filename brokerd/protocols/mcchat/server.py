@@ -27,6 +27,10 @@ What the spec leaves open, and what brokerd does (docs/mcchat.md):
   the connection is closed, after the packets before it were handled.
 * A connection with no subscription that sends nothing for ``idle_timeout`` seconds is closed.
 * The topic ``""`` is for discovery: see :class:`Discovery`.
+* Access policy: a connection's principal is its verified client certificate's (else it is
+  anonymous).  A SUB or MSG the core's policy does not allow is dropped and counted
+  (``forbidden``), as MCCHAT has no packet to refuse with; a subscription a reloaded policy
+  revokes simply ends.
 
 Event log (docs/events.md): the core logs each connection's login/logout, subscriptions and
 accepted MSGs (a message MCCHAT cannot carry is in ``accepted.dropped``).  This module adds,
@@ -49,9 +53,11 @@ from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
+from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
-from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.core.principal import NOBODY, Principal, certificate_principal
+from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
@@ -100,6 +106,7 @@ class MCChatStats:
         "client_only_packets",
         "reserved_topic",
         "subscription_limit",
+        "forbidden",
         "protocol_errors",
         "idle_closed",
         "announcements",
@@ -206,6 +213,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
     address = None
     """MCCHAT sessions have no unicast address: nothing can be sent to one session alone."""
     name = b""
+    principal: Principal = NOBODY
     factory: MCChatServerFactory
 
     def __init__(self) -> None:
@@ -376,6 +384,9 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         events, error = self._parser.feed(data)
         name = self.name
         bound = self._bound
+        principal = self.principal
+        access = self.factory.broker.access
+        guarded = access.policy is not None
         run: list[Message] = []
         run_topic: bytes | None = None
         for event in events:
@@ -390,9 +401,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
                         self.rejected += 1
                         run_topic = None
                         continue
+                    if guarded and not access.allows(principal, topic, Perm.PUBLISH):
+                        self.factory.stats.forbidden += 1
+                        self.rejected += 1
+                        run_topic = None
+                        continue
                     run_topic = topic
                 username = event[1] if bound is None else bound
-                run.append(Message(MULTICAST, topic, event[2], "mcchat", name, display_name=username))
+                run.append(Message(MULTICAST, topic, event[2], "mcchat", name, display_name=username,
+                                   principal=principal))
                 continue
             if run:
                 self._publish(run)
@@ -426,14 +443,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         Flow control starts here: before the handshake, TLS buffers our INFO and pauses its
         producer, and a paused producer stops reading, so the handshake could never finish.
         Nothing but INFO can be sent to a connection that has not sent a packet yet.  The
-        verified certificate's first name is read here, once, when usernames are bound.
+        verified certificate is read here, once: its first name is the session's principal
+        (and the username, when usernames are bound).
         """
         self._started = True
         self.register_producer()
-        if self.factory.bind_username:
-            names = peer_names(self.transport)
-            if names:
-                self._bound = display_name(names[0])
+        names = peer_names(self.transport)
+        self.principal = certificate_principal(names)
+        if self.factory.bind_username and names:
+            self._bound = display_name(names[0])
 
     # ------------------------------------------------------------------ packets
 
@@ -448,10 +466,17 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         except SubscriptionLimit:
             factory.stats.subscription_limit += 1
             return
+        except Forbidden:
+            factory.stats.forbidden += 1
+            return
         self.subscribed += 1
         if topic == RESERVED_TOPIC:
             self._lists.request(DISCOVERY)
             self._write_lists()
+
+    def subscription_revoked(self, topic: bytes) -> None:
+        """A reloaded access policy ended one of our subscriptions (the idle rule counts them)."""
+        self.subscribed -= 1
 
     def do_UNSUB(self, packet: Unsub) -> None:
         try:

@@ -228,9 +228,12 @@ class MessageService:
         """A header-only or one-line notification to the connected sessions whose ``kind``
         subscriptions cover ``key`` and take ``change`` (DELETE, MOVE; NOTIFY TOPIC)."""
         sent: set[str] = set()
+        readable = self.durable.readable if kind == MESSAGE else None
         for sub in self.index.matching(kind, key):
             name = sub.record.subscriber
             if name in sent or not sub.wants(change):
+                continue
+            if readable is not None and not readable(name, key):
                 continue
             outbox = self.outboxes.get(name)
             if outbox is not None:

@@ -16,7 +16,6 @@ from typing import Any
 from twisted.cred.portal import Portal
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.protocol import Factory
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -24,16 +23,10 @@ from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline, thread_run
 from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.realm import BrokerRealm
 from brokerd.auth.workers import shared_work_queue
-from brokerd.auth.ual import (
-    DEFAULT_GUEST_PERMISSIONS,
-    AccessList,
-    format_permissions,
-    parse_permissions,
-    read_access_list,
-)
+from brokerd.auth.policy import AccessListFile, access_list_for
+from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Runtime, Settings
 from brokerd.core.durable import DurableService
-from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
@@ -46,10 +39,6 @@ from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 DEFAULT_MESSAGE_TIMEOUT = 86400.0
 """The server's default message timeout (the login reply's Timeout attribute)."""
-UAL_RELOAD_INTERVAL = 5.0
-"""Seconds between checks of the UAL file for changes."""
-UAL_FILENAME = "smqp.ual"
-"""The UAL file looked for in --data-dir when no UAL file is configured."""
 
 
 class SMQPServerFactory(Factory):
@@ -72,6 +61,7 @@ class SMQPServerFactory(Factory):
         portal: Portal | None = None,
         ual: AccessList | None = None,
         ual_file: Path | None = None,
+        access_list: AccessListFile | None = None,
         domain: str | None = None,
         message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
         retry_timeout: float = RETRY_TIMEOUT,
@@ -88,8 +78,9 @@ class SMQPServerFactory(Factory):
         self.store = store
         self.checker = checker
         self.portal = portal or Portal(BrokerRealm(), [checker, ClientCertificateChecker()])
-        self.ual = ual or AccessList()
-        self.ual_file = ual_file
+        self._owns_access_list = access_list is None
+        self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
+        """The UAL (shared with the core's policy when the broker has one)."""
         self.domain = domain or socket.gethostname() or "localhost"
         self.message_timeout = message_timeout
         self._run_in_thread = run
@@ -113,14 +104,14 @@ class SMQPServerFactory(Factory):
         durable.retry_timeout = retry_timeout
         durable.max_attempts = max_attempts
         durable.trash_retention = trash_retention
+        if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
+            self.durable.readable = self.readable
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
         self.sessions: dict[str, set[SMQPServerProtocol]] = {}
         self.start_error: Failure | None = None
         self.started: Deferred = Deferred()
-        self._ual_stamp: tuple[int, int, int] | None = _stamp(ual_file) if ual_file else None
-        self._ual_loop: LoopingCall | None = None
         self._factory_started = False
 
     # ------------------------------------------------------------------ start-up
@@ -221,17 +212,14 @@ class SMQPServerFactory(Factory):
         self._factory_started = True
         if self.started.called and self.start_error is None:
             self.durable.start_sweeps()
-        if self.ual_file is not None and self._ual_loop is None:
-            self._ual_loop = LoopingCall(self.reload_ual)
-            self._ual_loop.clock = self.clock
-            self._ual_loop.start(UAL_RELOAD_INTERVAL, now=False)
+        if self._owns_access_list:
+            self.access_list.watch()
 
     def stopFactory(self) -> None:
         """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
         subscribed to) before the connections drop."""
-        if self._ual_loop is not None and self._ual_loop.running:
-            self._ual_loop.stop()
-        self._ual_loop = None
+        if self._owns_access_list:
+            self.access_list.unwatch()
         self._factory_started = False
         self.durable.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
@@ -240,57 +228,24 @@ class SMQPServerFactory(Factory):
                 if not session.closed and session.server_bye:
                     session.transport.write(bye)
 
+    def readable(self, subscriber: str, key: str) -> bool:
+        """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?"""
+        account = subscriber.partition(":")[0]
+        return Perm.SUBSCRIBE in self.ual.permissions(account, tuple(key.split("/")) if key else ())
+
+    @property
+    def ual(self) -> AccessList:
+        return self.access_list.current
+
     def reload_ual(self) -> Deferred:
-        """Read the UAL file again if it changed (in a thread).  Never fails: a bad file is
-        logged and the old list stays, and the watching LoopingCall keeps running."""
-        path = self.ual_file
-        defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
-        d = self._run_in_thread(_stamp, path)
-
-        def check(stamp: tuple[int, int, int] | None) -> Any:
-            if stamp is None or stamp == self._ual_stamp:
-                return None
-            self._ual_stamp = stamp
-            loaded = self._run_in_thread(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
-            return loaded.addCallback(self._ual_loaded)
-
-        def failed(failure: Failure) -> None:
-            if failure.check(ConfigurationError, OSError):
-                self._log.error("UAL file not reloaded, the old one stays: {error}", error=failure.value)
-            else:
-                self._log.failure("Reloading the UAL file {path}", failure, path=str(path))
-
-        return d.addCallback(check).addErrback(failed)
+        """Read the UAL file again if it changed (see brokerd.auth.policy.AccessListFile)."""
+        return self.access_list.reload()
 
     def reload_files(self) -> Deferred:
         """Read the accounts file and the UAL file again now (the admin API's reload).  Fails
         with ConfigurationError, keeping the old ones, when a file is bad."""
-        path = self.ual_file
         d = self._run_in_thread(self.checker.load)
-        if path is not None:
-            defaults = {"account_default": self.ual.account_default, "guest_default": self.ual.guest_default}
-
-            def read() -> tuple[Any, AccessList]:
-                return _stamp(path), read_access_list(path, **defaults)  # type: ignore[arg-type]
-
-            def loaded(result: tuple[Any, AccessList]) -> None:
-                self._ual_stamp, ual = result
-                self._ual_loaded(ual)
-
-            d.addCallback(lambda _: self._run_in_thread(read)).addCallback(loaded)
-        return d
-
-    def _ual_loaded(self, ual: AccessList) -> None:
-        self.ual = ual
-        self._log.info("UAL file {path} reloaded ({n} entries)", path=str(self.ual_file), n=len(ual.entries))
-
-
-def _stamp(path: Path | None) -> tuple[int, int, int] | None:
-    try:
-        st = Path(path).stat()  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return d.addCallback(lambda _: self.access_list.reload_now())
 
 
 def build_factory(runtime: Runtime) -> SMQPServerFactory:
@@ -308,15 +263,6 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
                               run=shared_work_queue(runtime).run)
     checker.load()
-    try:
-        guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)
-                                  or format_permissions(DEFAULT_GUEST_PERMISSIONS))
-    except ValueError as exc:
-        raise ConfigurationError(f"--smqp-guest-permissions: {exc}") from None
-    ual_file = getattr(settings, "ual_file", None)
-    if ual_file is None and (Path(settings.data_dir) / UAL_FILENAME).exists():
-        ual_file = Path(settings.data_dir) / UAL_FILENAME
-    ual = read_access_list(ual_file, guest_default=guest) if ual_file else AccessList(guest_default=guest)
     store = runtime.resources.get("store")
     if store is None:
         store = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
@@ -325,7 +271,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     else:
         opened = succeed(None)
     factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, ual=ual, ual_file=ual_file,
+        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run),
         domain=getattr(settings, "smqp_domain", None),
         message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
         retry_timeout=settings.smqp_retry_timeout, max_attempts=settings.smqp_max_attempts,

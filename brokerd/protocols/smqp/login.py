@@ -19,6 +19,7 @@ from brokerd.auth.accounts import GUEST, UnknownAccount
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.core.principal import Principal
 from brokerd.events.log import transport_source
 from brokerd.protocols.smqp.codec import format_datetime, format_timeout
 from brokerd.protocols.smqp.events import Command
@@ -62,9 +63,8 @@ class LoginCommands:
             return d
         names = peer_names(self.transport) if method == CERT else ()
         if method == CERT and names:
-            d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
-            d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
-                           errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
+            d = self.factory.checker.exists(account)
+            d.addCallback(self._certificate_account_checked, account, channel, names)
             return d
         reason = "no client certificate" if method == CERT else "unsupported method"
         self._auth_failure(account, method, reason)
@@ -74,6 +74,19 @@ class LoginCommands:
     def _auth_failure(self, account: str, method: str, reason: str) -> None:
         self.factory.events.auth_failure("smqp", account, source=transport_source(self.transport), scheme=method,
                                          reason=reason)
+
+    def _certificate_account_checked(self, exists: bool, account: str, channel: str,
+                                     names: tuple[str, ...]) -> Deferred | None:
+        """A certificate logs in as a listed account only (the accounts file names who may
+        use SMQP; the CA only vouches for names)."""
+        if not exists:
+            self._auth_failure(account, CERT, "unknown account")
+            self._login_failure(404, f"Not found: no account {account}")
+            return None
+        d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
+        d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
+                       errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
+        return d
 
     def _login_account_checked(self, exists: bool, account: str, channel: str) -> None:
         if not exists:
@@ -131,15 +144,16 @@ class LoginCommands:
         records = factory.tree.ensure_account(account, factory.clock.seconds())
         d = factory.store.put_topics(records) if records else succeed(None)
         d.addErrback(self._log.failure, "Storing the login topic of {account}", account=account)
-        d.addCallback(lambda _: self._session_started(account, channel))
+        d.addCallback(lambda _: self._session_started(account, channel, identity.principal))
         return d
 
-    def _session_started(self, account: str, channel: str) -> None:
+    def _session_started(self, account: str, channel: str, principal: Principal) -> None:
         if self.closed:
             return
         factory = self.factory
         self._cancel_login_timer()
         self.account, self.channel = account, channel
+        self.principal = principal
         self.name = f"{account}:{channel}".encode("utf-8")
         self.address = b"smqp:" + self.name
         self._admission.login()

@@ -103,7 +103,12 @@ class Outbox:
     # ------------------------------------------------------------------ suspension
 
     def blocked(self, topic: str) -> bool:
+        """Not to be sent now: suspended, a NONE topic, or one the subscriber may no longer
+        read (the UAL changed after the message was stored for it; it stays pending)."""
         if topic in self.suspended or self.durable.delivery_mode(topic) == "NONE":
+            return True
+        readable = self.durable.readable
+        if readable is not None and not readable(self.name, topic):
             return True
         return any("*" in s and _covers(s, topic) for s in self.suspended)
 

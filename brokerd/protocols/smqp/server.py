@@ -42,6 +42,7 @@ from zope.interface import implementer
 
 from brokerd import __version__
 from brokerd.config import Runtime
+from brokerd.core.principal import NOBODY, Principal
 from brokerd.errors import Busy
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
@@ -92,6 +93,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
     protocol = "smqp"
     name = b""
     address: bytes | None = None
+    principal: Principal = NOBODY
     factory: SMQPServerFactory
 
     def __init__(self) -> None:

@@ -16,6 +16,11 @@ a ``login`` with the scheme when the client authenticates later (the session tak
 an ``auth_failure`` for every refused authentication (401) and every message the policy refused
 (496: authenticate first; 403: this client may not), and per congestion episode one
 ``dropped``/``slow_consumer`` record with the count (``dropped``), when it ends.
+
+Access: the policy file (brokerd.protocols.socketmq.policy) and the core's access policy (the
+UAL file) must both allow a subscribe or publish; a refusal by either is the same 496/403.
+A shared-secret or open login proves no identity, so its policy names are ``secret:<name>``
+and ``open:<name>``, never the bare name a certificate or key would give.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from brokerd.auth.credentials import OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, Message
-from brokerd.errors import AlreadySubscribed, Busy, NotSubscribed, SubscriptionLimit
+from brokerd.core.principal import NOBODY, OPENPGP as OPENPGP_REALM, Principal, certificate_principal
+from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
@@ -95,6 +101,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     wire_format = SOCKETMQ_WIRE
     name = _ANONYMOUS
     address = None
+    principal: Principal = NOBODY
     factory: SocketMQWebSocketFactory
     admission: Any = None
     """The connection-count admission handed over by the HTTP channel (see resource.py)."""
@@ -144,21 +151,22 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         transport.registerProducer(self, True)
         names = peer_names(transport)
         if names:
-            self._authenticated(names, names[0], CERT)
+            self._authenticated(names, names[0], CERT, certificate_principal(names))
         hub.broker.attach(self)
         fingerprint = hub.key.fingerprint if hub.key is not None else None
         hello = Hello(limits.PROTOCOL_VERSION, hub.security, self.nonce, fingerprint)
         transport.write(frame(*encode(hello)))
 
-    def _authenticated(self, names: tuple[str, ...], client_id: str, scheme: str) -> None:
+    def _authenticated(self, names: tuple[str, ...], client_id: str, scheme: str, principal: Principal) -> None:
         self.names = names
+        self.principal = principal
         self.client_id = client_id
         self.scheme = scheme
         self.name = client_id.encode("utf-8", "replace")
 
-    def _logged_in(self, names: tuple[str, ...], client_id: str, scheme: str) -> None:
+    def _logged_in(self, names: tuple[str, ...], client_id: str, scheme: str, principal: Principal) -> None:
         """An ``auth`` message succeeded: the session takes the name, and that is logged."""
-        self._authenticated(names, client_id, scheme)
+        self._authenticated(names, client_id, scheme, principal)
         source = transport_source(self.transport)
         self.hub.events.record(LOGIN, PROTOCOL, session=self.name, source=source, scheme=scheme, outcome="ok")
 
@@ -347,7 +355,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
         def succeeded(result: tuple[Any, str]) -> None:
             identity, proof = result
-            self._logged_in((identity.user_id, "fpr:" + identity.fingerprint), identity.user_id, OPENPGP)
+            fingerprint = "fpr:" + identity.fingerprint
+            self._logged_in((identity.user_id, fingerprint), identity.user_id, OPENPGP,
+                            Principal(fingerprint, OPENPGP_REALM))
             self._reply(_result(message.id, 200, identity=identity.user_id, proof=proof))
 
         def failed(failure: Any) -> None:
@@ -379,7 +389,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         def succeeded(result: Any) -> None:
             _interface, identity, _logout = result
             name = identity.name.decode("utf-8", "replace")
-            self._logged_in((name,), name, message.method)
+            self._logged_in((str(identity.principal),), name, message.method, identity.principal)
             self._reply(_result(message.id, 200, identity=name))
 
         def failed(failure: Any) -> None:
@@ -418,6 +428,8 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
                 self._reply(_result(message.id, 409, f"already subscribed to {message.event}"))
             except SubscriptionLimit:
                 self._reply(_result(message.id, 413, "too many subscriptions"))
+            except Forbidden:
+                self._deny(message.id, f"subscribe to {message.event}")
             else:
                 self._reply(_result(message.id, 200))
 
@@ -443,7 +455,11 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._deny(message.id, f"publish to {message.event}")
             return
         topic = message.event.encode("utf-8")
-        published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary)
+        if not hub.broker.may_publish(self.principal, topic):
+            self._deny(message.id, f"publish to {message.event}")
+            return
+        published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
+                            principal=self.principal)
         hub.broker.publish(published, self)
         kept = hub.broker.keep([published])
         if kept is None:

@@ -10,6 +10,11 @@ on messages for that reader are dropped and counted, and its own requests are no
 (so its responses cannot pile up either) until the buffer drains.  Each such episode is one
 ``dropped`` record (reason ``slow_consumer``, with the count) in the event log, written when it
 ends (brokerd.protocols.flow).
+
+Access policy (docs/ssmp.md): a SUBSCRIBE, MCAST or UCAST the core's policy does not allow is
+answered ``405``; a BCAST reaches only the topics its sender may publish to.  SSMP addresses
+are SSMP's own: ``UCAST smqp:<account>:<channel>`` is the one way to reach another protocol's
+session, and SSMP identifiers may not begin with another protocol's name and a colon.
 """
 from __future__ import annotations
 
@@ -27,9 +32,11 @@ from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity, enabled_schemes
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
+from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
-from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
+from brokerd.core.principal import NOBODY, Principal
+from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
@@ -52,6 +59,11 @@ MAX_UNCOMMITTED = 4
 read (until the oldest commit is done)."""
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
+RESERVED_PREFIXES = (b"smqp:", b"mcchat:", b"socketmq:")
+"""Identifiers SSMP logins may not take: they name other protocols' sessions and senders
+(``UCAST smqp:alice:c1``; a message from MCCHAT shows as ``mcchat:<name>``)."""
+FOREIGN_NAMESPACES = {b"smqp:": "smqp"}
+"""UCAST targets that address another protocol's sessions, and that protocol."""
 _MCAST = b"MCAST"
 
 
@@ -71,6 +83,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     wire_format = SSMP_WIRE
     name = b""
     address: bytes | None = None
+    principal: Principal = NOBODY
     factory: SSMPServerFactory
 
     def __init__(self) -> None:
@@ -177,19 +190,25 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """
         run = self._run
         replies = self._replies
+        access = self.factory.broker.access
+        guarded = access.policy is not None
         for index, request in enumerate(requests):
             if self.closed:
                 return
             verb = request[0]
             if verb == _MCAST and self._dispatch is not _BEFORE_LOGIN:
                 topic, payload = request[1], request[2]
+                if guarded and not access.allows(self.principal, topic, Perm.PUBLISH):
+                    replies.append(NOT_ALLOWED)
+                    continue
                 if run and run[0].target != topic:
                     self._publish_run()
                     run = self._run
                 if payload[0] > 3:
-                    run.append(Message(MULTICAST, topic, payload, "ssmp", self.name))
+                    run.append(Message(MULTICAST, topic, payload, "ssmp", self.name, principal=self.principal))
                 else:
-                    run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True))
+                    run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True,
+                                       principal=self.principal))
                 replies.append(OK)
                 continue
             if run:
@@ -290,9 +309,12 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._login_request = request
         if identifier == ANONYMOUS:
             if factory.settings.anonymous:
-                self._logged_in(ANONYMOUS, anonymous=True)
+                self._logged_in(ANONYMOUS, NOBODY, anonymous=True)
             else:
                 self._refuse_login("anonymous login is not enabled")
+            return
+        if identifier.startswith(RESERVED_PREFIXES):
+            self._refuse_login("identifier reserved for another protocol's sessions")
             return
         credentials = self._credentials(request)
         if credentials is None:
@@ -320,7 +342,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         _interface, identity, _logout = result
         self._finish_login()
         if not self.closed:
-            self._logged_in(identity.name, anonymous=False)
+            self._logged_in(identity.name, identity.principal, anonymous=False)
             self._continue_after_login()
             self._flush()
 
@@ -355,12 +377,13 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         )
         self._close(self.factory.unauthorized_reply)
 
-    def _logged_in(self, identifier: bytes, anonymous: bool) -> None:
+    def _logged_in(self, identifier: bytes, principal: Principal, anonymous: bool) -> None:
         if self._login_timer is not None:
             if self._login_timer.active():
                 self._login_timer.cancel()
             self._login_timer = None
         self.name = identifier
+        self.principal = principal
         self.address = None if anonymous else identifier
         self._dispatch = _ANONYMOUS if anonymous else _NAMED
         self._fallback = SSMPServerProtocol._not_implemented
@@ -400,6 +423,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._replies.append(CONFLICT)
         except SubscriptionLimit:
             self._replies.append(TOO_MANY)
+        except Forbidden:
+            self._replies.append(NOT_ALLOWED)
         else:
             self._replies.append(OK)
 
@@ -413,12 +438,22 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def do_UCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
-        message = Message(UNICAST, request.target, content, "ssmp", self.name, binary)
-        self._replies.append(OK if self.factory.broker.unicast(message) else NOT_FOUND)
+        target = request.target
+        namespace = "ssmp"
+        for prefix, protocol in FOREIGN_NAMESPACES.items():
+            if target.startswith(prefix):
+                namespace = protocol
+        message = Message(UNICAST, target, content, "ssmp", self.name, binary, principal=self.principal)
+        try:
+            found = self.factory.broker.unicast(message, namespace)
+        except Forbidden:
+            self._replies.append(NOT_ALLOWED)
+        else:
+            self._replies.append(OK if found else NOT_FOUND)
 
     def do_BCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
-        message = Message(BROADCAST, None, content, "ssmp", self.name, binary)
+        message = Message(BROADCAST, None, content, "ssmp", self.name, binary, principal=self.principal)
         self.factory.broker.broadcast(message, self)
         self._replies.append(OK)
 

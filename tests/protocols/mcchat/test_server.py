@@ -17,6 +17,7 @@ from brokerd.auth.realm import build_portal
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, Message
+from brokerd.core.principal import NOBODY
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.mcchat import server as mcchat_server
@@ -101,6 +102,7 @@ class Foreign:
 
     protocol = "other"
     address = None
+    principal = NOBODY
 
     def __init__(self, name: bytes = b"x") -> None:
         self.name = name

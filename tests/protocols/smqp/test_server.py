@@ -152,9 +152,9 @@ def test_newer_login_replaces_and_detach_on_close(factory):
     second, _ = logged_in(factory)
     assert first_transport.disconnecting
     assert first_transport.value().endswith(b"421 Replaced by a newer login of alice:c1\r\n")
-    assert factory.broker.session_for(b"smqp:alice:c1") is second
+    assert factory.broker.session_for("smqp", b"smqp:alice:c1") is second
     second.connectionLost(None)
-    assert factory.broker.session_for(b"smqp:alice:c1") is None
+    assert factory.broker.session_for("smqp", b"smqp:alice:c1") is None
     assert factory.broker.stats.connections == 1  # the replaced one is still counted until lost
 
 

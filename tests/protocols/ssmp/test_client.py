@@ -587,7 +587,7 @@ def test_client_logs_in_and_sends_once_connected() -> None:
     assert client.protocol is ready[0]
     outcome(client.stopService())
     endpoint.flush()
-    assert server.broker.session_for(b"alice") is None
+    assert server.broker.session_for("ssmp", b"alice") is None
 
 
 def test_client_logs_in_again_and_resubscribes_after_a_drop() -> None:
@@ -612,7 +612,7 @@ def test_client_logs_in_again_and_resubscribes_after_a_drop() -> None:
     endpoint.flush()
     assert len(endpoint.pumps) == 2
     assert waiting and waiting[0] is client.protocol
-    session = server.broker.session_for(b"alice")
+    session = server.broker.session_for("ssmp", b"alice")
     assert server.broker.subscriptions(session) == [b"news"]
 
     publisher, _server_protocol, pump = server.connect()

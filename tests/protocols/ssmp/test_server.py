@@ -96,7 +96,7 @@ def test_anonymous_login_rules(h):
     assert anon.request("MCAST t hi") == b"200\n"
     second = h.connect()
     assert second.request("LOGIN . open") == b"200\n"
-    assert h.broker.session_for(b".") is None
+    assert h.broker.session_for("ssmp", b".") is None
 
 
 def test_anonymous_needs_the_option():
@@ -127,7 +127,7 @@ def test_newer_login_closes_older_connection_and_unsubscribes(h):
     assert new.take() == b"000 bob UCAST alice hi\n"
     assert old.take() == b""
     old.lose()  # the old connection's late connectionLost must not detach the new one
-    assert h.broker.session_for(b"alice") is new.protocol
+    assert h.broker.session_for("ssmp", b"alice") is new.protocol
 
 
 def test_login_timeout_closes_silently():

@@ -1,0 +1,61 @@
+"""Who a session is: the identity its login proved, and the realm that proved it.
+
+A login scheme proves different things (docs/architecture.md has the table): a password or
+a client certificate proves "is alice", a shared secret only "knows the secret", an open or
+anonymous login nothing.  The access policy therefore sees the realm next to the name, and
+only the *proven* realms can be named by an access-list entry.
+
+Principals are small frozen values: the core caches permission decisions per
+(principal, topic), so two sessions of one principal share their decisions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACCOUNT = "account"
+"""An SMQP account that gave its password (the accounts file)."""
+CERTIFICATE = "certificate"
+"""A TLS client certificate the server's CA verified; named by the certificate's first name."""
+SECRET = "secret"
+"""Knows the SSMP shared secret; the name is whatever the client claimed."""
+OPEN = "open"
+"""SSMP/socket.mq ``open`` login: a claimed name, nothing proven."""
+ANONYMOUS = "anonymous"
+"""No login at all: SSMP ``.``, MCCHAT without a certificate, a plain socket.mq connection."""
+GUEST = "guest"
+"""SMQP's guest account (no password)."""
+OPENPGP = "openpgp"
+"""A socket.mq client that proved it holds a key of the server's key ring; named ``fpr:<fpr>``."""
+SERVICE = "service"
+"""The broker itself and programs embedding it (socket.mq applications, SMQP's bridges):
+trusted, never checked."""
+
+PROVEN = frozenset({ACCOUNT, CERTIFICATE})
+"""Realms whose name is an identity an access list may name (the others match ``*`` only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """``name`` as the realm knows it (str), and the ``realm`` (one of the constants above)."""
+
+    name: str
+    realm: str
+
+    @property
+    def proven(self) -> bool:
+        return self.realm in PROVEN
+
+    def __str__(self) -> str:
+        return f"{self.realm}:{self.name}"
+
+
+NOBODY = Principal("", ANONYMOUS)
+"""The principal of a session that has not logged in (or never does)."""
+BROKER = Principal("broker", SERVICE)
+"""The principal of the broker's own sessions and of messages embedding programs publish."""
+
+
+def certificate_principal(names: tuple[str, ...]) -> Principal:
+    """The one principal a verified certificate names in every protocol: its first name (the
+    subject CN, else the first subjectAltName); NOBODY without a certificate."""
+    return Principal(names[0], CERTIFICATE) if names else NOBODY
