@@ -112,3 +112,38 @@ async def test_an_offline_durable_subscriber_gets_other_protocols_messages_when_
         await web.close()
         await live.stop()
         await live.runtime.resources["store"].close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_smqp_account_named_like_a_protocol_does_not_own_its_messages(tmp_path: Path) -> None:
+    """Another protocol's message is stored with publisher ``ssmp:<name>``: an SMQP account
+    called ``ssmp`` must not count as its publisher (REMOVE MESSAGE is for the publisher or
+    a topic administrator), while the same account removes its own message."""
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts, {**ACCOUNTS, "ssmp": "ssmppw"})
+    ual = tmp_path / "ual"
+    ual.write_text("/ @accounts psc\n/room * ps\n/room alice psacr\n")  # only alice administers /room
+    live = LiveBroker.start(tmp_path / "data", accounts_file=accounts, ual_file=ual,
+                            listeners={"ssmp": [LOOPBACK], "smqp": [LOOPBACK]})
+    try:
+        alice = await connect(TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("smqp")))
+        await alice.login("alice", "c1", ACCOUNTS["alice"])
+        await alice.create_topic("/room")
+        await alice.subscribe("/room")
+        await alice.quit()
+        ssmp = await live.ssmp(b"s0")
+        await ssmp.mcast(b"room", b"from ssmp")
+        mallory = await connect(TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("smqp")))
+        await mallory.login("ssmp", "s0", "ssmppw")
+        foreign = (await mallory.command("LIST", "MESSAGE", "/room")).lines[-1]
+        refused = await mallory.command("REMOVE", "MESSAGE", "/room", foreign).addErrback(lambda f: f.value)
+        assert refused.code == 403
+        await mallory.publish("/room", "m1", [("text/plain", b"mine")])
+        numbers = (await mallory.command("LIST", "MESSAGE", "/room")).lines[-1]
+        own = numbers.rpartition(",")[2].rpartition("-")[2]
+        assert own != foreign
+        await mallory.command("REMOVE", "MESSAGE", "/room", own)
+        assert (await mallory.command("LIST", "MESSAGE", "/room")).lines[-1] == foreign
+        await mallory.quit()
+    finally:
+        await live.stop()

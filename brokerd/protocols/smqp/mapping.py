@@ -105,3 +105,10 @@ def stored_body(data: bytes, domain: str) -> Body:
     if stored.is_stored_message(data):
         return to_body(stored.decode(data), domain)
     return decode_body(data)
+
+
+def published_over_smqp(data: bytes) -> bool:
+    """Whether a stored message (``MessageRecord.data``) was published by an SMQP client.
+    Another protocol's message is stored as ``<protocol>:<name>``, which an SMQP account of
+    that protocol's name would otherwise read as its own ``account:channel``."""
+    return not stored.is_stored_message(data) or stored.decode(data).protocol == "smqp"

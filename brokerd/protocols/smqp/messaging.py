@@ -18,7 +18,7 @@ from brokerd.auth.ual import Perm
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
-from brokerd.protocols.smqp.mapping import to_message
+from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification
 from brokerd.protocols.smqp.topictree import ACCOUNTS
@@ -245,7 +245,7 @@ class MessagingCommands:
     def _owned(self, record: MessageRecord, key: str) -> bool:
         """May this login remove/replace/recall/move the message: its publisher's account,
         or administer permission on the topic."""
-        if record.publisher.partition(":")[0] == self.account:
+        if record.publisher.partition(":")[0] == self.account and published_over_smqp(record.data):
             return True
         node = self.factory.tree.get(key)
         return node is not None and Perm.ADMINISTER in self._permissions(node)  # type: ignore[attr-defined]
