@@ -86,6 +86,7 @@ class DropWhenCongested:
         """From ``connectionMade``: deliveries go through :meth:`write_now`, and Twisted
         pauses this producer once more than ``limit`` bytes wait to be written."""
         self._direct = direct_writes(self.transport)
+        self._output_limit = limit
         self.send = self.write_now
         limit_output_buffer(self.transport, limit)
 
@@ -100,7 +101,12 @@ class DropWhenCongested:
     def close_transport(self) -> None:
         """Close the connection once its queued output is written.  A transport with a
         registered producer (TLS especially) waits for the producer to go away before it
-        closes, so unregister it first."""
+        closes, so unregister it first.  What the current read made for this connection
+        (see :meth:`hold_writes`) is written before the end."""
+        held = self._held
+        if held:
+            self.transport.write(b"".join(held))
+            held.clear()
         if self._registered:
             self._registered = False
             self.transport.unregisterProducer()
@@ -125,6 +131,48 @@ class DropWhenCongested:
             return
         if sent < len(data):
             transport.write(data[sent:])
+
+    _held: list[bytes] | None = None
+    """While a read is handled (see :meth:`hold_writes`): where ``send`` puts its data."""
+    _held_size = 0
+    _output_limit = 1 << 20
+    """Set by :meth:`start_flow_control`; also the most :meth:`hold_writes` holds."""
+
+    def hold_writes(self, into: list[bytes]) -> None:
+        """From the start of a read until :meth:`release_writes`, what the broker sends this
+        connection is appended to ``into`` (the list of this read's replies), so that an event
+        the read caused for its own sender (an UCAST to itself, a copy of its MSG, an answer)
+        and the replies leave in order and in one write.  Two writes in a row would be two
+        segments, and the second would wait for the peer's delayed acknowledgement of the
+        first wherever TCP_NODELAY is not in effect.  Past the output limit what is held is
+        written at once (and congestion applies as usual).  A congested or closed connection
+        is left as it is."""
+        if self.send == self.write_now:
+            self._held = into
+            self._held_size = 0
+            self.send = self._hold
+
+    def release_writes(self) -> None:
+        """End of the read: ``send`` writes again (unless congestion or the end of the
+        connection changed it meanwhile); the caller writes what was held."""
+        if self._held is not None:
+            self._held = None
+            if self.send == self._hold:
+                self.send = self.write_now
+
+    def _hold(self, data: bytes) -> None:
+        """``send`` while a read is handled."""
+        held = self._held
+        held.append(data)
+        self._held_size += len(data)
+        if self._held_size > self._output_limit:
+            self._held_size = 0
+            joined = b"".join(held)
+            held.clear()
+            self.send = self.write_now
+            self.write_now(joined)  # may pause us, which makes ``send`` drop
+            if self.send == self.write_now:
+                self.send = self._hold
 
     def _drop(self, data: bytes) -> None:
         """``send`` while congested: count instead of writing."""

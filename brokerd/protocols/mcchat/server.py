@@ -54,6 +54,7 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -226,6 +227,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self._admitted = True
         self.name = transport_id(self.transport.getPeer())
+        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
@@ -290,6 +292,17 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.heard = True
         if not self._started:
             self._first_read()
+        held: list[bytes] = []
+        self.hold_writes(held)
+        try:
+            self._handle(data)
+        finally:
+            self.release_writes()
+            if held and not self.closed:
+                self.write_now(held[0] if len(held) == 1 else b"".join(held))
+
+    def _handle(self, data: bytes) -> None:
+        """Publish the MSG runs and handle the other packets of one read."""
         events, error = self._parser.feed(data)
         name = self.name
         bound = self._bound

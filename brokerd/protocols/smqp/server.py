@@ -60,6 +60,7 @@ from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import limit_output_buffer
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import (
     SMQPParser,
     encode_greeting,
@@ -164,6 +165,7 @@ class SMQPServerProtocol(MessagingCommands, Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
+        no_delay(self.transport)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(

@@ -30,6 +30,7 @@ from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
@@ -96,6 +97,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self.transport.loseConnection()
             return
         self._admitted = True
+        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         self.register_producer()
         self._login_timer = factory.clock.callLater(
@@ -157,6 +159,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """
         run = self._run
         replies = self._replies
+        self.hold_writes(replies)
         for index, request in enumerate(requests):
             if self.closed:
                 return
@@ -189,9 +192,11 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._flush()
 
     def _flush(self) -> None:
-        """Publish the pending MCAST run and write the pending replies."""
+        """Publish the pending MCAST run and write the pending replies (with what this
+        connection was sent meanwhile, in order)."""
         if self._run:
             self._publish_run()
+        self.release_writes()
         replies = self._replies
         if replies and not self.closed:
             self.write_now(replies[0] if len(replies) == 1 else b"".join(replies))

@@ -245,6 +245,18 @@ def test_ucast_delivery_and_404(h):
     assert a.request("UCAST nobody hi") == b"404\n"
 
 
+def test_an_event_for_the_sender_and_the_replies_of_one_read_leave_in_one_write(h):
+    a = h.login("alice")
+    writes = []
+    write = a.transport.write
+    a.transport.write = lambda data: (writes.append(data), write(data))
+    a.send("UCAST alice hi me\nPING\nUCAST alice again\n")
+    assert writes == [b"000 alice UCAST alice hi me\n200\n000 . PONG\n000 alice UCAST alice again\n200\n"]
+    b = h.login("bob")
+    assert b.request("UCAST alice from bob") == b"200\n"  # events from others still go at once
+    assert writes[1:] == [b"000 bob UCAST alice from bob\n"]
+
+
 def test_mcast_fanout_excludes_sender_and_needs_no_subscription(h):
     a, b, c = h.login("alice"), h.login("bob"), h.login("carol")
     for x in (a, b):
