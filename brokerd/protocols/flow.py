@@ -16,9 +16,29 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import twisted
 from twisted.internet.tcp import Connection
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
+
+# The two fast paths below use Twisted internals that no public API reaches: a queue limit
+# apart from the recv() size, and a write that skips the queue when it is empty.  They are
+# taken only on the Twisted releases whose FileDescriptor and tcp.Connection were checked
+# (tests/protocols/test_flow.py fails on any other release, and on a change of the code they
+# rely on); elsewhere brokerd uses bufferSize and transport.write, which are public, correct
+# and slower (docs/performance.md).
+CHECKED_TWISTED = ((26, 10),)
+"""(major, minor) of the Twisted releases whose internals the fast paths were checked on."""
+
+
+def twisted_release() -> tuple[int, int]:
+    """The installed Twisted's (major, minor)."""
+    version = twisted.version
+    return (version.major, version.minor)
+
+
+FAST_PATHS = twisted_release() in CHECKED_TWISTED
+"""Whether this Twisted is one the fast paths were checked on."""
 
 
 def limit_output_buffer(transport: Any, limit: int) -> None:
@@ -27,39 +47,27 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
 
     Twisted compares its queue with ``bufferSize``, which is also the size of every recv();
     a 1 MiB limit would make each read up to 1 MiB, so one reactor iteration could parse
-    megabytes from every publisher before it wrote anything.  On a real transport the
-    comparison is replaced instead, and reads stay at Twisted's 64 KiB."""
+    megabytes from every publisher before it wrote anything.  On a checked Twisted the
+    comparison of a real transport is replaced instead, and reads stay at Twisted's 64 KiB."""
     inner = getattr(transport, "transport", None)
     for layer in (transport, inner):
         if layer is None:
             continue
-        if all(hasattr(layer, name) for name in _QUEUE_CHECK_ATTRIBUTES):
+        if FAST_PATHS and isinstance(layer, Connection):
             layer._isSendBufferFull = partial(_queued_over, layer, limit)
         elif layer is transport or hasattr(layer, "bufferSize"):
             layer.bufferSize = limit
-
-
-_QUEUE_CHECK_ATTRIBUTES = ("_isSendBufferFull", "dataBuffer", "offset", "_tempDataLen")
-"""The Twisted internals _queued_over reads; without any of them, bufferSize is used instead."""
 
 
 def _queued_over(transport: Any, limit: int) -> bool:
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen > limit
 
 
-_QUEUE_ATTRIBUTES = ("_tempDataLen", "dataBuffer", "offset", "socket", "disconnecting")
-"""What write_now reads of a Twisted TCP transport.  They are Twisted internals: if a Twisted
-release drops one, connections simply fall back to transport.write (slower, still correct)."""
-
-
 def direct_writes(transport: Any) -> bool:
-    """True for a plain TCP transport, whose socket :meth:`DropWhenCongested.write_now` may
-    write itself (not TLS: its bytes must go through the TLS layer)."""
-    return (
-        isinstance(transport, Connection)
-        and not getattr(transport, "TLS", False)
-        and all(hasattr(transport, name) for name in _QUEUE_ATTRIBUTES)
-    )
+    """True for a plain TCP transport on a checked Twisted, whose socket
+    :meth:`DropWhenCongested.write_now` may write itself (not TLS: its bytes must go through
+    the TLS layer)."""
+    return FAST_PATHS and isinstance(transport, Connection) and not getattr(transport, "TLS", False)
 
 
 def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
