@@ -70,6 +70,29 @@ def direct_writes(transport: Any) -> bool:
     return FAST_PATHS and isinstance(transport, Connection) and not getattr(transport, "TLS", False)
 
 
+_corked: list[DropWhenCongested] | None = None
+"""The connections holding deliveries during the current read (None outside a read)."""
+
+
+def begin_read() -> bool:
+    """The start of a read that may deliver to other connections: until :func:`end_read`
+    their deliveries are held, and each gets one write (see :meth:`DropWhenCongested.deliver`).
+    False if a read is already in progress (a callback inside it), which then ends it."""
+    global _corked
+    if _corked is not None:
+        return False
+    _corked = []
+    return True
+
+
+def end_read() -> None:
+    """Write what the read held, one write per connection."""
+    global _corked
+    corked, _corked = _corked, None
+    for session in corked or ():
+        session.uncork()
+
+
 def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
     """One ``dropped`` event standing for ``count`` writes ``session`` did not get."""
     events.record(DROPPED, protocol, session=session, reason=reason, dropped=count, outcome=DROPPED)
@@ -91,11 +114,11 @@ class DropWhenCongested:
     """Set from :func:`direct_writes` when the connection is made."""
 
     def start_flow_control(self, limit: int) -> None:
-        """From ``connectionMade``: deliveries go through :meth:`write_now`, and Twisted
+        """From ``connectionMade``: deliveries go through :meth:`deliver`, and Twisted
         pauses this producer once more than ``limit`` bytes wait to be written."""
         self._direct = direct_writes(self.transport)
         self._output_limit = limit
-        self.send = self.write_now
+        self.send = self.deliver
         limit_output_buffer(self.transport, limit)
 
     _registered = False
@@ -111,7 +134,7 @@ class DropWhenCongested:
         registered producer (TLS especially) waits for the producer to go away before it
         closes, so unregister it first.  What the current read made for this connection
         (see :meth:`hold_writes`) is written before the end."""
-        held = self._held
+        held = self.release_writes()
         if held:
             self.transport.write(b"".join(held))
             held.clear()
@@ -141,35 +164,59 @@ class DropWhenCongested:
             transport.write(data[sent:])
 
     _held: list[bytes] | None = None
-    """While a read is handled (see :meth:`hold_writes`): where ``send`` puts its data."""
+    """While a read is handled: where ``send`` puts this connection's data (see
+    :meth:`hold_writes` and :meth:`deliver`)."""
     _held_size = 0
     _output_limit = 1 << 20
-    """Set by :meth:`start_flow_control`; also the most :meth:`hold_writes` holds."""
+    """Set by :meth:`start_flow_control`; also the most a read holds for one connection."""
+
+    def deliver(self, data: bytes) -> None:
+        """``send`` of a connection that keeps up.  During a read (see :func:`begin_read`) the
+        data is held and written when the read is done, together with everything else the
+        read makes for this connection: a read of 16 UCASTs to one peer is one send() to it,
+        not 16.  Otherwise it is written at once."""
+        corked = _corked
+        if corked is None:
+            self.write_now(data)
+            return
+        self._held = [data]
+        self._held_size = len(data)
+        self.send = self._hold
+        corked.append(self)
 
     def hold_writes(self, into: list[bytes]) -> None:
-        """From the start of a read until :meth:`release_writes`, what the broker sends this
-        connection is appended to ``into`` (the list of this read's replies), so that an event
-        the read caused for its own sender (an UCAST to itself, a copy of its MSG, an answer)
-        and the replies leave in order and in one write.  Two writes in a row would be two
-        segments, and the second would wait for the peer's delayed acknowledgement of the
-        first wherever TCP_NODELAY is not in effect.  Past the output limit what is held is
-        written at once (and congestion applies as usual).  A congested or closed connection
-        is left as it is."""
-        if self.send == self.write_now:
+        """From the start of its own read until :meth:`release_writes`, what the broker sends
+        this connection is appended to ``into`` (the list of this read's replies), so that an
+        event the read caused for its own sender (an UCAST to itself, a copy of its MSG, an
+        answer) and the replies leave in order and in one write.  Two writes in a row would be
+        two segments, and the second would wait for the peer's delayed acknowledgement of the
+        first wherever TCP_NODELAY is not in effect.  A congested or closed connection is
+        left as it is."""
+        if self.send == self.deliver:
             self._held = into
             self._held_size = 0
             self.send = self._hold
 
-    def release_writes(self) -> None:
+    def release_writes(self) -> list[bytes] | None:
         """End of the read: ``send`` writes again (unless congestion or the end of the
-        connection changed it meanwhile); the caller writes what was held."""
-        if self._held is not None:
+        connection changed it meanwhile); returns what is held, for the caller to write."""
+        held = self._held
+        if held is not None:
             self._held = None
             if self.send == self._hold:
-                self.send = self.write_now
+                self.send = self.deliver
+        return held
+
+    def uncork(self) -> None:
+        """Write what :meth:`deliver` held during a read (see :func:`end_read`)."""
+        held = self.release_writes()
+        if held:
+            self.write_now(held[0] if len(held) == 1 else b"".join(held))
 
     def _hold(self, data: bytes) -> None:
-        """``send`` while a read is handled."""
+        """``send`` while a read is handled.  Past the output limit what is held is written
+        at once (and congestion applies as usual: it may pause us, which makes ``send``
+        drop)."""
         held = self._held
         held.append(data)
         self._held_size += len(data)
@@ -177,10 +224,7 @@ class DropWhenCongested:
             self._held_size = 0
             joined = b"".join(held)
             held.clear()
-            self.send = self.write_now
-            self.write_now(joined)  # may pause us, which makes ``send`` drop
-            if self.send == self.write_now:
-                self.send = self._hold
+            self.write_now(joined)
 
     def _drop(self, data: bytes) -> None:
         """``send`` while congested: count instead of writing."""
@@ -197,7 +241,7 @@ class DropWhenCongested:
     def resumeProducing(self) -> None:
         if self.closed:
             return
-        self.send = self.write_now
+        self.send = self.deliver
         self.transport.resumeProducing()
         if self.episode_drops:
             self.report_drops()

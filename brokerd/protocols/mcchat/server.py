@@ -53,7 +53,7 @@ from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
@@ -294,12 +294,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             self._first_read()
         held: list[bytes] = []
         self.hold_writes(held)
+        first = begin_read()
         try:
             self._handle(data)
         finally:
             self.release_writes()
             if held and not self.closed:
                 self.write_now(held[0] if len(held) == 1 else b"".join(held))
+            if first:
+                end_read()
 
     def _handle(self, data: bytes) -> None:
         """Publish the MSG runs and handle the other packets of one read."""

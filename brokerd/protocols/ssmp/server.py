@@ -29,7 +29,7 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.errors import AlreadySubscribed, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
@@ -151,6 +151,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._handle(requests, error)
 
     def _handle(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
+        """Handle the requests of one read; what they deliver to other connections is written
+        when they are done, one write per connection (brokerd.protocols.flow.begin_read)."""
+        first = begin_read()
+        try:
+            self._handle_requests(requests, error)
+        finally:
+            if first:
+                end_read()
+
+    def _handle_requests(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
         """Dispatch ``requests`` in order, then answer ``error`` (400 and close); the replies
         and the MCAST runs of this read are written when it is done.
 
