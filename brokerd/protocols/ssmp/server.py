@@ -45,6 +45,7 @@ NOT_IMPLEMENTED = b"501\n"
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
 _MCAST = b"MCAST"
+_UCAST = b"UCAST"
 
 
 def _content(payload: bytes) -> tuple[bytes, bool]:
@@ -164,8 +165,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """Dispatch ``requests`` in order, then answer ``error`` (400 and close); the replies
         and the MCAST runs of this read are written when it is done.
 
-        MCAST, the request that matters for throughput, is handled inline once logged in:
-        it joins the current run (consecutive MCASTs to one topic, published as one batch).
+        MCAST and UCAST, the requests that matter for throughput, are handled inline once
+        logged in: an MCAST joins the current run (consecutive MCASTs to one topic, published
+        as one batch); an UCAST goes to the broker at once (what it delivers is held for one
+        write per recipient until the read is done).
         """
         run = self._run
         replies = self._replies
@@ -174,6 +177,17 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             if self.closed:
                 return
             verb = request[0]
+            if verb == _UCAST and self._dispatch is not _BEFORE_LOGIN:
+                if run:
+                    self._publish_run()
+                    run = self._run
+                payload = request[2]
+                if payload[0] > 3:
+                    message = Message(UNICAST, request[1], payload, "ssmp", self.name)
+                else:
+                    message = Message(UNICAST, request[1], payload[2:], "ssmp", self.name, True)
+                replies.append(OK if self.factory.broker.unicast(message) else NOT_FOUND)
+                continue
             if verb == _MCAST and self._dispatch is not _BEFORE_LOGIN:
                 topic, payload = request[1], request[2]
                 if run and run[0].target != topic:
@@ -347,11 +361,6 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         else:
             self._replies.append(OK)
 
-    def do_UCAST(self, request: Request) -> None:
-        content, binary = _content(request.payload)
-        message = Message(UNICAST, request.target, content, "ssmp", self.name, binary)
-        self._replies.append(OK if self.factory.broker.unicast(message) else NOT_FOUND)
-
     def do_BCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
         message = Message(BROADCAST, None, content, "ssmp", self.name, binary)
@@ -368,8 +377,7 @@ _NAMED = {
     b"PONG": P.do_PONG,
     b"SUBSCRIBE": P.do_SUBSCRIBE,
     b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
-    b"UCAST": P.do_UCAST,
-    # MCAST is handled inline by _handle once logged in.
+    # MCAST and UCAST are handled inline by _handle_requests once logged in.
     b"BCAST": P.do_BCAST,
 }
 _ANONYMOUS = dict(_NAMED)
