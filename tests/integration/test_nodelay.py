@@ -89,37 +89,29 @@ def check_both_ends(transport: Any) -> None:
     assert nodelay(accepted_socket(client.getHost().port)), "the server's socket has Nagle on"
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
-@pytest_twisted.ensureDeferred
-async def test_ssmp_both_ends(broker: Broker, tls: bool) -> None:
-    options = broker.tls() if tls else {}
-    endpoint = ssmp_endpoint(reactor, broker.endpoint("ssmp", tls), **options)
+async def ssmp(broker: Broker, tls: bool) -> Any:
+    endpoint = ssmp_endpoint(reactor, broker.endpoint("ssmp", tls), **(broker.tls() if tls else {}))
     protocol = await endpoint.connect(SSMPClientFactory(reactor)).addTimeout(TIMEOUT, reactor)
-    try:
-        await protocol.login(b"alice").addTimeout(TIMEOUT, reactor)
-        check_both_ends(protocol.transport)
-    finally:
-        protocol.transport.loseConnection()
+    return await protocol.login(b"alice").addTimeout(TIMEOUT, reactor)
+
+
+async def mcchat(broker: Broker, tls: bool) -> Any:
+    endpoint = mcchat_client.client_endpoint(reactor, broker.endpoint("mcchat", tls), **(broker.tls() if tls else {}))
+    return await Deferred.fromCoroutine(mcchat_client.connect(endpoint)).addTimeout(TIMEOUT, reactor)
+
+
+async def smqp(broker: Broker, tls: bool) -> Any:
+    endpoint = smqp_client.client_endpoint(reactor, broker.endpoint("smqp", tls), **(broker.tls() if tls else {}))
+    return await smqp_client.connect(endpoint).addTimeout(TIMEOUT, reactor)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+@pytest.mark.parametrize("connect", [ssmp, mcchat, smqp], ids=["ssmp", "mcchat", "smqp"])
 @pytest_twisted.ensureDeferred
-async def test_mcchat_both_ends(broker: Broker, tls: bool) -> None:
-    options = broker.tls() if tls else {}
-    endpoint = mcchat_client.client_endpoint(reactor, broker.endpoint("mcchat", tls), **options)
-    protocol = await Deferred.fromCoroutine(mcchat_client.connect(endpoint)).addTimeout(TIMEOUT, reactor)
-    try:
-        check_both_ends(protocol.transport)
-    finally:
-        protocol.transport.loseConnection()
-
-
-@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
-@pytest_twisted.ensureDeferred
-async def test_smqp_both_ends(broker: Broker, tls: bool) -> None:
-    options = broker.tls() if tls else {}
-    endpoint = smqp_client.client_endpoint(reactor, broker.endpoint("smqp", tls), **options)
-    protocol = await smqp_client.connect(endpoint).addTimeout(TIMEOUT, reactor)
+async def test_both_ends(broker: Broker, connect: Any, tls: bool) -> None:
+    """The server's socket, and the client's (a logged-in SSMP client, an MCCHAT client that
+    got INFO, an SMQP client that got the greeting)."""
+    protocol = await connect(broker, tls)
     try:
         check_both_ends(protocol.transport)
     finally:
