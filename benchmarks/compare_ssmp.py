@@ -1,15 +1,15 @@
 """brokerd against the minimal Twisted SSMP server (benchmarks/minimal_ssmp.py), side by side.
 
-For each workload both servers run at once on their own ports (idle while the other is
-measured) and are measured alternately: one warm-up each at N/10, then ``--runs`` rounds of
-brokerd then the minimal server.  Reported per server: deliveries/s and the server's CPU per
+For each workload all servers (brokerd of each revision in ``--commits``, and the minimal
+server) run at once on their own ports (idle while another is measured) and are measured
+alternately: one warm-up each at N/10, then ``--runs`` rounds of each in turn.  Reported per server: deliveries/s and the server's CPU per
 delivered message (utime + stime of the process over the run, from /proc: on a shared machine
 this is the steadier figure), medians of the rounds; the ratio is brokerd / minimal for
 throughput, minimal / brokerd for CPU (so >= 0.9 means brokerd is within 10 %).
 
     python benchmarks/compare_ssmp.py                    # (a), (c), (d); about 3 minutes
     python benchmarks/compare_ssmp.py --only d --runs 5
-    python benchmarks/compare_ssmp.py --commit HEAD~3     # brokerd of another commit
+    python benchmarks/compare_ssmp.py --commits main,HEAD # two brokerd revisions and the minimal server
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="a,c,d", help="workloads of run_ssmp.py [a,c,d]")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=SCALE, help="N multiplier [5]")
-    parser.add_argument("--commit", help="measure brokerd of this revision instead of the working tree")
+    parser.add_argument("--commits", default=".", help="brokerd revisions, comma-separated; '.' is the working tree [.]")
     parser.add_argument("--broker-cmd", default=DEFAULT_BROKER_CMD + " --no-event-log",
                         help="brokerd's command ({port}, {data_dir}, {twistd}); the event log is off by default")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -75,24 +75,32 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="brokerd-compare-") as tmp:
         work = Path(tmp)
-        env = {"PYTHONPATH": str(REPO)}
-        label = "working tree"
-        if opts.commit:
-            commit, source = export_commit(opts.commit, work)
-            env["PYTHONPATH"] = os.pathsep.join([str(source), str(REPO)])
-            label = commit[:7]
+        brokers: dict[str, dict[str, str]] = {}
+        for index, revision in enumerate(opts.commits.split(",")):
+            env = {"PYTHONPATH": str(REPO)}
+            label = "working tree"
+            if revision != ".":
+                into = work / f"rev{index}"
+                into.mkdir()
+                commit, source = export_commit(revision, into)
+                env["PYTHONPATH"] = os.pathsep.join([str(source), str(REPO)])
+                label = f"brokerd {revision} ({commit[:7]})"
+            brokers[label] = env
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        print(f"brokerd: {label}; machine at the start: {uptime}", flush=True)
+        print(f"machine at the start: {uptime}", flush=True)
         rows = []
         for name in opts.only.split(","):
             workload = WORKLOADS[name]
             n = max(10, int(workload.n * opts.scale))
             args = [*workload.args, "-N", str(n)]
             warm = [*workload.args, "-N", str(max(10, n // 10))]
-            results: dict[str, list[dict[str, Any]]] = {"brokerd": [], "minimal": []}
-            with BrokerProcess(opts.broker_cmd, work, f"brokerd-{name}", env) as brokerd, \
-                    BrokerProcess(MINIMAL_CMD, work, f"minimal-{name}") as minimal:
-                servers = {"brokerd": brokerd, "minimal": minimal}
+            servers = {label: BrokerProcess(opts.broker_cmd, work, f"b{i}-{name}", env)
+                       for i, (label, env) in enumerate(brokers.items())}
+            servers["minimal"] = BrokerProcess(MINIMAL_CMD, work, f"minimal-{name}")
+            results: dict[str, list[dict[str, Any]]] = {key: [] for key in servers}
+            try:
+                for server in servers.values():
+                    server.__enter__()
                 for server in servers.values():
                     measure(binary, server, warm, opts.timeout)
                 for round_number in range(opts.runs):
@@ -103,19 +111,23 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {name} round {round_number + 1} {key}: {record['deliv_per_s'] / 1e3:.0f}k deliveries/s, "
                               f"{record['cpu_us_per_msg']:.2f} us CPU/msg, load {record['load']:.1f}"
                               f"{'' if record['ok'] else '  [LOST MESSAGES]'}", flush=True)
+            finally:
+                for server in servers.values():
+                    server.__exit__()
             median = {key: {field: statistics.median(r[field] for r in runs)
                             for field in ("deliv_per_s", "cpu_us_per_msg", "load")}
                       for key, runs in results.items()}
             rows.append((workload.title, n, median))
         print(f"\nmedian of {opts.runs} alternating rounds after a warm-up\n")
-        print("| workload | N/pub | brokerd deliveries/s | minimal deliveries/s | ratio | "
-              "brokerd CPU µs/msg | minimal CPU µs/msg | CPU ratio (minimal/brokerd) | load |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| workload | N/pub | server | deliveries/s | ratio to minimal | CPU µs/msg | "
+              "CPU ratio (minimal/server) | load |")
+        print("|---|---|---|---|---|---|---|---|")
         for title, n, median in rows:
-            b, m = median["brokerd"], median["minimal"]
-            print(f"| {title} | {n:,} | {b['deliv_per_s'] / 1e3:.0f}k | {m['deliv_per_s'] / 1e3:.0f}k | "
-                  f"{b['deliv_per_s'] / m['deliv_per_s']:.2f} | {b['cpu_us_per_msg']:.2f} | "
-                  f"{m['cpu_us_per_msg']:.2f} | {m['cpu_us_per_msg'] / b['cpu_us_per_msg']:.2f} | {b['load']:.1f} |")
+            m = median["minimal"]
+            for key, b in median.items():
+                print(f"| {title} | {n:,} | {key} | {b['deliv_per_s'] / 1e3:.0f}k | "
+                      f"{b['deliv_per_s'] / m['deliv_per_s']:.2f} | {b['cpu_us_per_msg']:.2f} | "
+                      f"{m['cpu_us_per_msg'] / b['cpu_us_per_msg']:.2f} | {b['load']:.1f} |")
     return 1 if failures else 0
 
 
