@@ -220,8 +220,12 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         connection was sent meanwhile, in order)."""
         if self._run:
             self._publish_run()
-        self.release_writes()
+        held = self.release_writes()
         replies = self._replies
+        if held and held is not replies:
+            # Held for this connection during another one's read, which closes us (a newer
+            # login with our identifier): delivered before anything we answer now.
+            replies[:0] = held
         if replies and not self.closed:
             self.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
             replies.clear()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from brokerd.protocols import flow
 from tests.protocols.ssmp.helpers import Harness
 
 
@@ -269,6 +270,22 @@ def test_what_one_read_delivers_to_each_peer_is_one_write_to_it(h):
     assert writes[c] == [b"000 alice MCAST t 2\n000 alice UCAST carol 4\n000 alice MCAST t 6\n"]
     assert a.request("UCAST bob 7") == b"200\n"  # the next read is the next write
     assert writes[b][1:] == [b"000 alice UCAST bob 7\n"]
+
+
+def test_what_a_read_held_for_a_connection_it_then_replaces_is_written_before_the_close(h):
+    """Two reads inside one begin_read/end_read stand for one read that both delivers to a
+    connection and logs its identifier in again elsewhere."""
+    old = h.login("bob")
+    a = h.login("alice")
+    new = h.connect()
+    assert flow.begin_read()
+    try:
+        assert a.request("UCAST bob before the new login") == b"200\n"
+        assert new.request("LOGIN bob open") == b"200\n"
+    finally:
+        flow.end_read()
+    assert old.take() == b"000 alice UCAST bob before the new login\n"
+    assert old.closed
 
 
 def test_what_a_read_holds_for_a_peer_is_bounded_by_the_output_limit():
