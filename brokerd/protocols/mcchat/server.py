@@ -54,7 +54,6 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
-from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -68,6 +67,7 @@ from brokerd.protocols.mcchat.events import (
     Unsub,
 )
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE, USERNAME, display_name, is_mcchat_topic
+from brokerd.protocols.nodelay import no_delay
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection without any subscription may stay silent before it is closed (the
