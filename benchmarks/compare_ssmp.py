@@ -40,6 +40,24 @@ SCALE = 5
 """N is 5x the bench README's, as run_ssmp.py does for saturation runs."""
 
 
+def revisions(spec: str, work: Path) -> list[tuple[str, dict[str, str]]]:
+    """(label, environment) of a brokerd for each comma-separated revision of ``spec``:
+    ``.`` is the working tree, anything else is exported into ``work`` (run_ssmp.export_commit)
+    and put first on PYTHONPATH."""
+    brokers = []
+    for index, revision in enumerate(spec.split(",")):
+        env = {"PYTHONPATH": str(REPO)}
+        label = "working tree"
+        if revision != ".":
+            into = work / f"rev{index}"
+            into.mkdir()
+            commit, source = export_commit(revision, into)
+            env["PYTHONPATH"] = os.pathsep.join([str(source), str(REPO)])
+            label = f"{revision} ({commit[:7]})"
+        brokers.append((label, env))
+    return brokers
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", "rb") as handle:
         fields = handle.read().rsplit(b")", 1)[1].split()
@@ -75,17 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="brokerd-compare-") as tmp:
         work = Path(tmp)
-        brokers: dict[str, dict[str, str]] = {}
-        for index, revision in enumerate(opts.commits.split(",")):
-            env = {"PYTHONPATH": str(REPO)}
-            label = "working tree"
-            if revision != ".":
-                into = work / f"rev{index}"
-                into.mkdir()
-                commit, source = export_commit(revision, into)
-                env["PYTHONPATH"] = os.pathsep.join([str(source), str(REPO)])
-                label = f"brokerd {revision} ({commit[:7]})"
-            brokers[label] = env
+        brokers = {f"brokerd {label}": env for label, env in revisions(opts.commits, work)}
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         print(f"machine at the start: {uptime}", flush=True)
         rows = []

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_ssmp import REPO, BrokerProcess, export_commit, free_port  # noqa: E402
+from compare_ssmp import revisions  # noqa: E402
+from run_ssmp import BrokerProcess, free_port  # noqa: E402
 
 TEMPLATE = (
     "{twistd} -n --pidfile= brokerd --ssmp tcp:{port}:interface=127.0.0.1 "
@@ -122,15 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="brokerd-latency-") as tmp:
         work = Path(tmp)
         brokers = []
-        for index, revision in enumerate(opts.commits.split(",")):
-            env = {"PYTHONPATH": str(REPO)}
-            label = revision
-            if revision != ".":
-                into = work / f"rev{index}"
-                into.mkdir()
-                commit, source = export_commit(revision, into)
-                env["PYTHONPATH"] = os.pathsep.join([str(source), str(REPO)])
-                label = f"{revision} ({commit[:7]})"
+        for index, (label, env) in enumerate(revisions(opts.commits, work)):
             mcchat = free_port()
             template = TEMPLATE.replace("MCCHAT_PORT", str(mcchat))
             brokers.append((label, BrokerProcess(template, work, f"b{index}", env), mcchat))
