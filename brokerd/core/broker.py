@@ -360,22 +360,28 @@ class Broker(Service):
             routed = stats.routed_by[sender]
             skip_sender = exclude is not None and exclude in topic.members
             for fmt, members in topic.fanout():
-                render = fmt.render_message
-                parts = [render(message) for message in messages]
-                if None in parts:
-                    parts = [part for part in parts if part is not None]
-                    recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
-                    unrenderable += (len(messages) - len(parts)) * recipients
-                if not parts:
-                    continue
-                data = b"".join(parts)
+                render_run = getattr(fmt, "render_run", None)
+                data = render_run(messages) if render_run is not None else None
+                if data is not None:
+                    rendered = len(messages)
+                else:
+                    render = fmt.render_message
+                    parts = [render(message) for message in messages]
+                    if None in parts:
+                        parts = [part for part in parts if part is not None]
+                        recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
+                        unrenderable += (len(messages) - len(parts)) * recipients
+                    if not parts:
+                        continue
+                    data = b"".join(parts)
+                    rendered = len(parts)
                 count = 0
                 for member in members:
                     if member is not exclude:
                         member.send(data)
                         count += 1
-                delivered += count * len(parts)
-                routed[fmt] += count * len(parts)
+                delivered += count * rendered
+                routed[fmt] += count * rendered
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:

@@ -16,9 +16,29 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import twisted
 from twisted.internet.tcp import Connection
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
+
+# The two fast paths below use Twisted internals that no public API reaches: a queue limit
+# apart from the recv() size, and a write that skips the queue when it is empty.  They are
+# taken only on the Twisted releases whose FileDescriptor and tcp.Connection were checked
+# (tests/protocols/test_flow.py fails on any other release, and on a change of the code they
+# rely on); elsewhere brokerd uses bufferSize and transport.write, which are public, correct
+# and slower (docs/performance.md).
+CHECKED_TWISTED = ((26, 10),)
+"""(major, minor) of the Twisted releases whose internals the fast paths were checked on."""
+
+
+def twisted_release() -> tuple[int, int]:
+    """The installed Twisted's (major, minor)."""
+    version = twisted.version
+    return (version.major, version.minor)
+
+
+FAST_PATHS = twisted_release() in CHECKED_TWISTED
+"""Whether this Twisted is one the fast paths were checked on."""
 
 
 def limit_output_buffer(transport: Any, limit: int) -> None:
@@ -27,39 +47,50 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
 
     Twisted compares its queue with ``bufferSize``, which is also the size of every recv();
     a 1 MiB limit would make each read up to 1 MiB, so one reactor iteration could parse
-    megabytes from every publisher before it wrote anything.  On a real transport the
-    comparison is replaced instead, and reads stay at Twisted's 64 KiB."""
+    megabytes from every publisher before it wrote anything.  On a checked Twisted the
+    comparison of a real transport is replaced instead, and reads stay at Twisted's 64 KiB."""
     inner = getattr(transport, "transport", None)
     for layer in (transport, inner):
         if layer is None:
             continue
-        if all(hasattr(layer, name) for name in _QUEUE_CHECK_ATTRIBUTES):
+        if FAST_PATHS and isinstance(layer, Connection):
             layer._isSendBufferFull = partial(_queued_over, layer, limit)
         elif layer is transport or hasattr(layer, "bufferSize"):
             layer.bufferSize = limit
-
-
-_QUEUE_CHECK_ATTRIBUTES = ("_isSendBufferFull", "dataBuffer", "offset", "_tempDataLen")
-"""The Twisted internals _queued_over reads; without any of them, bufferSize is used instead."""
 
 
 def _queued_over(transport: Any, limit: int) -> bool:
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen > limit
 
 
-_QUEUE_ATTRIBUTES = ("_tempDataLen", "dataBuffer", "offset", "socket", "disconnecting")
-"""What write_now reads of a Twisted TCP transport.  They are Twisted internals: if a Twisted
-release drops one, connections simply fall back to transport.write (slower, still correct)."""
-
-
 def direct_writes(transport: Any) -> bool:
-    """True for a plain TCP transport, whose socket :meth:`DropWhenCongested.write_now` may
-    write itself (not TLS: its bytes must go through the TLS layer)."""
-    return (
-        isinstance(transport, Connection)
-        and not getattr(transport, "TLS", False)
-        and all(hasattr(transport, name) for name in _QUEUE_ATTRIBUTES)
-    )
+    """True for a plain TCP transport on a checked Twisted, whose socket
+    :meth:`DropWhenCongested.write_now` may write itself (not TLS: its bytes must go through
+    the TLS layer)."""
+    return FAST_PATHS and isinstance(transport, Connection) and not getattr(transport, "TLS", False)
+
+
+_corked: list[DropWhenCongested] | None = None
+"""The connections holding deliveries during the current read (None outside a read)."""
+
+
+def begin_read() -> bool:
+    """The start of a read that may deliver to other connections: until :func:`end_read`
+    their deliveries are held, and each gets one write (see :meth:`DropWhenCongested.deliver`).
+    False if a read is already in progress (a callback inside it), which then ends it."""
+    global _corked
+    if _corked is not None:
+        return False
+    _corked = []
+    return True
+
+
+def end_read() -> None:
+    """Write what the read held, one write per connection."""
+    global _corked
+    corked, _corked = _corked, None
+    for session in corked or ():
+        session.uncork()
 
 
 def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
@@ -83,10 +114,11 @@ class DropWhenCongested:
     """Set from :func:`direct_writes` when the connection is made."""
 
     def start_flow_control(self, limit: int) -> None:
-        """From ``connectionMade``: deliveries go through :meth:`write_now`, and Twisted
+        """From ``connectionMade``: deliveries go through :meth:`deliver`, and Twisted
         pauses this producer once more than ``limit`` bytes wait to be written."""
         self._direct = direct_writes(self.transport)
-        self.send = self.write_now
+        self._output_limit = limit
+        self.send = self.deliver
         limit_output_buffer(self.transport, limit)
 
     _registered = False
@@ -100,7 +132,12 @@ class DropWhenCongested:
     def close_transport(self) -> None:
         """Close the connection once its queued output is written.  A transport with a
         registered producer (TLS especially) waits for the producer to go away before it
-        closes, so unregister it first."""
+        closes, so unregister it first.  What the current read made for this connection
+        (see :meth:`hold_writes`) is written before the end."""
+        held = self.release_writes()
+        if held:
+            self.transport.write(b"".join(held))
+            held.clear()
         if self._registered:
             self._registered = False
             self.transport.unregisterProducer()
@@ -126,6 +163,69 @@ class DropWhenCongested:
         if sent < len(data):
             transport.write(data[sent:])
 
+    _held: list[bytes] | None = None
+    """While a read is handled: where ``send`` puts this connection's data (see
+    :meth:`hold_writes` and :meth:`deliver`)."""
+    _held_size = 0
+    _output_limit = 1 << 20
+    """Set by :meth:`start_flow_control`; also the most a read holds for one connection."""
+
+    def deliver(self, data: bytes) -> None:
+        """``send`` of a connection that keeps up.  During a read (see :func:`begin_read`) the
+        data is held and written when the read is done, together with everything else the
+        read makes for this connection: a read of 16 UCASTs to one peer is one send() to it,
+        not 16.  Otherwise it is written at once."""
+        corked = _corked
+        if corked is None:
+            self.write_now(data)
+            return
+        self._held = [data]
+        self._held_size = len(data)
+        self.send = self._hold
+        corked.append(self)
+
+    def hold_writes(self, into: list[bytes]) -> None:
+        """From the start of its own read until :meth:`release_writes`, what the broker sends
+        this connection is appended to ``into`` (the list of this read's replies), so that an
+        event the read caused for its own sender (an UCAST to itself, a copy of its MSG, an
+        answer) and the replies leave in order and in one write.  Two writes in a row would be
+        two segments, and the second would wait for the peer's delayed acknowledgement of the
+        first wherever TCP_NODELAY is not in effect.  A congested or closed connection is
+        left as it is."""
+        if self.send == self.deliver:
+            self._held = into
+            self._held_size = 0
+            self.send = self._hold
+
+    def release_writes(self) -> list[bytes] | None:
+        """End of the read: ``send`` writes again (unless congestion or the end of the
+        connection changed it meanwhile); returns what is held, for the caller to write."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            if self.send == self._hold:
+                self.send = self.deliver
+        return held
+
+    def uncork(self) -> None:
+        """Write what :meth:`deliver` held during a read (see :func:`end_read`)."""
+        held = self.release_writes()
+        if held:
+            self.write_now(held[0] if len(held) == 1 else b"".join(held))
+
+    def _hold(self, data: bytes) -> None:
+        """``send`` while a read is handled.  Past the output limit what is held is written
+        at once (and congestion applies as usual: it may pause us, which makes ``send``
+        drop)."""
+        held = self._held
+        held.append(data)
+        self._held_size += len(data)
+        if self._held_size > self._output_limit:
+            self._held_size = 0
+            joined = b"".join(held)
+            held.clear()
+            self.write_now(joined)
+
     def _drop(self, data: bytes) -> None:
         """``send`` while congested: count instead of writing."""
         self.dropped += 1
@@ -141,7 +241,7 @@ class DropWhenCongested:
     def resumeProducing(self) -> None:
         if self.closed:
             return
-        self.send = self.write_now
+        self.send = self.deliver
         self.transport.resumeProducing()
         if self.episode_drops:
             self.report_drops()

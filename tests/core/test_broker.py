@@ -105,6 +105,26 @@ def test_publish_batch_keeps_order_and_writes_once(broker):
     assert broker.stats.published == 3
 
 
+class RunFormat(Format):
+    """A format that renders some runs in one go (render_run) and leaves the rest."""
+
+    def render_run(self, messages):
+        if any(message.payload == b"single" for message in messages):
+            return None
+        return b"run:" + b",".join(message.payload for message in messages)
+
+
+def test_publish_batch_takes_a_formats_rendering_of_the_whole_run(broker):
+    fmt = RunFormat("r")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(b, b"t")
+    assert broker.publish_batch([msg(MULTICAST, b"t", p) for p in (b"1", b"2", b"3")], exclude=a) == 3
+    assert b.got == [b"run:1,2,3"] and fmt.rendered == 0
+    assert broker.publish_batch([msg(MULTICAST, b"t", p) for p in (b"single", b"4")]) == 2
+    assert b.got[1:] == [b"r|multicast|b't'|singler|multicast|b't'|4"] and fmt.rendered == 2
+    assert broker.stats.delivered == 5
+
+
 def test_publish_to_topic_without_members(broker):
     assert broker.publish(msg(MULTICAST, b"nobody")) == 0
     assert broker.publish_batch([msg(MULTICAST, b"nobody")]) == 0

@@ -43,6 +43,7 @@ from brokerd.protocols.mcchat.codec import (
     encode_unsub,
 )
 from brokerd.protocols.mcchat.events import Info, Malformed, Msg, TopicList
+from brokerd.protocols.nodelay import no_delay
 
 MessageHandler = Callable[[str, str, str], object]
 """``(topic, username, message)`` for every MSG packet."""
@@ -89,6 +90,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
+        no_delay(self.transport)
         self._usable = True
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]

@@ -62,7 +62,7 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
-from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -83,6 +83,7 @@ from brokerd.protocols.mcchat.wire import (
     display_name,
     is_mcchat_topic,
 )
+from brokerd.protocols.nodelay import no_delay
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection without any subscription may stay silent before it is closed (the
@@ -254,6 +255,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             return
         self._admission.login()  # MCCHAT has no login: a connection is a session at once
         self.name = transport_id(self.transport.getPeer())
+        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
@@ -381,6 +383,20 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.heard = True
         if not self._started:
             self._first_read()
+        held: list[bytes] = []
+        self.hold_writes(held)
+        first = begin_read()
+        try:
+            self._handle(data)
+        finally:
+            self.release_writes()
+            if held and not self.closed:
+                self.write_now(held[0] if len(held) == 1 else b"".join(held))
+            if first:
+                end_read()
+
+    def _handle(self, data: bytes) -> None:
+        """Publish the MSG runs and handle the other packets of one read."""
         events, error = self._parser.feed(data)
         name = self.name
         bound = self._bound

@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 from brokerd.errors import BrokerError
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import (
     SMQPClientParser,
     SMQPProtocolError,
@@ -88,6 +89,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
+        no_delay(self.transport)
         self._open = True
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]

@@ -47,6 +47,7 @@ from brokerd.errors import Busy
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import limit_output_buffer
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_greeting, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected
 from brokerd.protocols.smqp.login import LoginCommands
@@ -136,6 +137,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             self.transport.loseConnection()
             return
         self._parser = SMQPParser(max_body=factory.max_message_size)
+        no_delay(self.transport)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
         self._login_timer = factory.clock.callLater(

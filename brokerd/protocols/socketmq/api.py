@@ -41,6 +41,7 @@ from zope.interface import implementer
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import BrokerError
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -542,6 +543,12 @@ class ClientConnection(WebSocketClientProtocol):
         """Called for events of no subscription callback (e.g. after unsubscribe races)."""
         self.on_error: Callable[[Result], Any] | None = None
         """Called with failed results of messages sent without an id (e.g. a late respond)."""
+
+    def connectionMade(self) -> None:
+        # Autobahn's own tcpNoDelay option is read before it is copied from the factory
+        # (an AttributeError it swallows), so the WebSocket client would keep Nagle on.
+        no_delay(self.transport)
+        super().connectionMade()
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         try:

@@ -37,6 +37,7 @@ from zope.interface import implementer
 from brokerd.errors import BrokerError
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.ssmp.codec import (
     SSMPClientParser,
     encode_payload,
@@ -157,6 +158,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
+        no_delay(self.transport)
         if self._reactor is None:
             from twisted.internet import reactor
 

@@ -45,6 +45,8 @@ class SSMPProtocolError(ProtocolError):
 _KNOWN_IDS: dict[bytes, None] = {}
 _KNOWN_IDS_LIMIT = 65_536
 _new = tuple.__new__
+_MCAST = b"MCAST"
+_UCAST = b"UCAST"
 
 
 def is_id(value: bytes) -> bool:
@@ -341,9 +343,17 @@ class SSMPParser:
         requests = []
         append = requests.append
         parsers = _REQUEST_PARSERS
+        known = _KNOWN_IDS
         for line in lines:
             # parse_request(), inlined: this loop runs once per request the broker serves.
             verb, sp, rest = line.partition(b" ")
+            if verb == _MCAST or verb == _UCAST:
+                # _parse_cast's common case, inlined: a known id and a text payload.  Anything
+                # else (and every error) goes through _parse_cast below.
+                target, separated, payload = rest.partition(b" ")
+                if separated and target in known and payload and payload[0] > 3 and len(payload) <= MAX_PAYLOAD:
+                    append(_new(Request, (verb, target, payload, None, True)))
+                    continue
             try:
                 append(parsers.get(verb, _parse_compat)(verb, rest, bool(sp)))
             except SSMPProtocolError as exc:

@@ -40,7 +40,8 @@ from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, Subscrip
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
-from brokerd.protocols.flow import DropWhenCongested
+from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
+from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.ssmp.codec import ANONYMOUS, SSMPParser, SSMPProtocolError
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
@@ -65,6 +66,7 @@ RESERVED_PREFIXES = (b"smqp:", b"mcchat:", b"socketmq:")
 FOREIGN_NAMESPACES = {b"smqp:": "smqp"}
 """UCAST targets that address another protocol's sessions, and that protocol."""
 _MCAST = b"MCAST"
+_UCAST = b"UCAST"
 
 
 def _content(payload: bytes) -> tuple[bytes, bool]:
@@ -123,6 +125,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._dispatch = _CLOSED
             self.transport.loseConnection()
             return
+        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         self.register_producer()
         self._login_timer = factory.clock.callLater(
@@ -182,20 +185,39 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._handle(requests, error)
 
     def _handle(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
+        """Handle the requests of one read; what they deliver to other connections is written
+        when they are done, one write per connection (brokerd.protocols.flow.begin_read)."""
+        first = begin_read()
+        try:
+            self._handle_requests(requests, error)
+        finally:
+            if first:
+                end_read()
+
+    def _handle_requests(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
         """Dispatch ``requests`` in order, then answer ``error`` (400 and close); the replies
         and the MCAST runs of this read are written when it is done.
 
-        MCAST, the request that matters for throughput, is handled inline once logged in:
-        it joins the current run (consecutive MCASTs to one topic, published as one batch).
+        MCAST and UCAST, the requests that matter for throughput, are handled inline once
+        logged in: an MCAST joins the current run (consecutive MCASTs to one topic, published
+        as one batch); an UCAST goes to the broker at once (what it delivers is held for one
+        write per recipient until the read is done).
         """
         run = self._run
         replies = self._replies
         access = self.factory.broker.access
         guarded = access.policy is not None
+        self.hold_writes(replies)
         for index, request in enumerate(requests):
             if self.closed:
                 return
             verb = request[0]
+            if verb == _UCAST and self._dispatch is not _BEFORE_LOGIN:
+                if run:
+                    self._publish_run()
+                    run = self._run
+                replies.append(self._unicast(request[1], request[2]))
+                continue
             if verb == _MCAST and self._dispatch is not _BEFORE_LOGIN:
                 topic, payload = request[1], request[2]
                 if guarded and not access.allows(self.principal, topic, Perm.PUBLISH):
@@ -228,11 +250,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._flush()
 
     def _flush(self) -> None:
-        """Publish the pending MCAST run and write the pending replies (behind those that
-        wait for a commit, if any)."""
+        """Publish the pending MCAST run and write the pending replies (with what this
+        connection was sent meanwhile, in order; behind those that wait for a commit, if any)."""
         if self._run:
             self._publish_run()
+        held = self.release_writes()
         replies = self._replies
+        if held and held is not replies:
+            # Held for this connection during another one's read, which closes us (a newer
+            # login with our identifier): delivered before anything we answer now.
+            replies[:0] = held
         if replies and not self.closed:
             if self._waiting:
                 self._waiting.append([True, list(replies)])
@@ -436,9 +463,11 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         else:
             self._replies.append(OK)
 
-    def do_UCAST(self, request: Request) -> None:
-        content, binary = _content(request.payload)
-        target = request.target
+    def _unicast(self, target: bytes, payload: bytes) -> bytes:
+        """A UCAST (the request loop handles it inline, as it does MCAST): the reply.  The
+        target is an SSMP session, or another protocol's in its documented form
+        (``smqp:<account>:<channel>``)."""
+        content, binary = _content(payload)
         namespace = "ssmp"
         for prefix, protocol in FOREIGN_NAMESPACES.items():
             if target.startswith(prefix):
@@ -447,9 +476,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         try:
             found = self.factory.broker.unicast(message, namespace)
         except Forbidden:
-            self._replies.append(NOT_ALLOWED)
-        else:
-            self._replies.append(OK if found else NOT_FOUND)
+            return NOT_ALLOWED
+        return OK if found else NOT_FOUND
 
     def do_BCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
@@ -467,8 +495,7 @@ _NAMED = {
     b"PONG": P.do_PONG,
     b"SUBSCRIBE": P.do_SUBSCRIBE,
     b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
-    b"UCAST": P.do_UCAST,
-    # MCAST is handled inline by _handle once logged in.
+    # MCAST and UCAST are handled inline by _handle_requests once logged in.
     b"BCAST": P.do_BCAST,
 }
 _ANONYMOUS = dict(_NAMED)

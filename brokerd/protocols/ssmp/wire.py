@@ -74,6 +74,20 @@ class SSMPWireFormat:
             return b"".join((b"000 ", sender, b" BCAST ", payload, b"\n"))
         return None
 
+    def render_run(self, messages: list[Message]) -> bytes | None:
+        """A run of text MCASTs one SSMP session sent to one topic (the SSMP front end's
+        MCAST runs) as one join: ``head + (b"\\n" + head).join(payloads)``; None for any
+        other run, which is rendered message by message."""
+        first = messages[0]
+        if first.protocol != "ssmp" or first.kind != MULTICAST:
+            return None
+        sender = first.sender_name
+        for message in messages:
+            if message.binary or message.sender_name is not sender or message.protocol != "ssmp":
+                return None
+        head = b"".join((b"000 ", sender, b" MCAST ", first.target, b" "))  # type: ignore[arg-type]
+        return b"".join((head, (b"\n" + head).join([message.payload for message in messages]), b"\n"))
+
     def render_presence(
         self, topic: bytes, member: ISubscriber, joined: bool, presence: bool
     ) -> bytes | None:

@@ -277,6 +277,41 @@ def test_a_run_of_msgs_to_one_topic_is_one_write_per_subscriber(server: Server) 
     assert server.broker.stats.published == 21
 
 
+def recorded_writes(conn: Conn) -> list[bytes]:
+    """Every transport.write of ``conn`` from now on, one entry per call."""
+    writes: list[bytes] = []
+    write = conn.transport.write
+
+    def recording(data: bytes) -> None:
+        writes.append(data)
+        write(data)
+
+    conn.transport.write = recording  # type: ignore[method-assign]
+    return writes
+
+
+def test_what_one_read_makes_for_its_sender_leaves_in_one_write(server: Server) -> None:
+    a = server.connect()
+    a.send(encode_sub(b"t"))
+    writes = recorded_writes(a)
+    one, two = encode_msg(b"t", b"u", b"1"), encode_msg(b"t", b"u", b"2")
+    a.send(one + TLRQ + two, bytewise=False)
+    assert writes == [one + encode_tl([b"t"]) + two]
+    a.send(TLRQ, bytewise=False)  # and afterwards, writes go out as before
+    assert writes[1:] == [encode_tl([b"t"])]
+
+
+def test_what_one_read_holds_is_bounded_by_the_output_limit() -> None:
+    server = Server(settings=Settings(max_output_buffer=1000))
+    a = server.connect()
+    a.send(encode_sub(b"t"))
+    writes = recorded_writes(a)
+    answer = encode_tl([b"t"])
+    a.send(TLRQ * 1000, bytewise=False)
+    assert b"".join(writes) == answer * 1000
+    assert len(writes) > 1 and max(len(w) for w in writes) <= 1000 + len(answer)
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -289,6 +324,14 @@ def test_unknown_opcode_closes_after_handling_what_came_before(server: Server) -
     assert b.take() == b""
     assert server.factory.stats.protocol_errors == 1
     assert b.protocol not in server.broker.sessions()
+
+
+def test_a_senders_own_copies_before_a_bad_packet_are_written_before_the_close(server: Server) -> None:
+    a = server.connect()
+    a.send(encode_sub(b"t"))
+    a.send(encode_msg(b"t", b"a", b"before") + b"\x07", bytewise=False)
+    assert a.closed
+    assert a.take() == encode_msg(b"t", b"a", b"before")
 
 
 @pytest.mark.parametrize(

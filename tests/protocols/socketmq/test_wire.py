@@ -35,3 +35,18 @@ def test_unrepresentable_messages() -> None:
     assert SOCKETMQ_WIRE.render_message(Message(MULTICAST, b"a\nb", b"x", "ssmp", b"s")) is None
     assert SOCKETMQ_WIRE.unrepresentable == before + 4
     assert SOCKETMQ_WIRE.render_presence(b"t", object(), True, False) is None
+
+
+def test_frames_are_the_bytes_autobahns_prepared_messages_carry() -> None:
+    """Each message is framed once for all recipients, as Autobahn's public prepareMessage /
+    sendPreparedMessage would do it (without compression, which socket.mq does not
+    negotiate); this fails the day Autobahn frames a message differently."""
+    from autobahn.twisted.websocket import WebSocketServerFactory
+
+    from brokerd.protocols.socketmq.codec import frame
+
+    factory = WebSocketServerFactory()
+    for size in (0, 1, 125, 126, 65535, 65536, 70000):
+        for binary in (False, True):
+            payload = (b"\xff" if binary else b"x") * size
+            assert frame(payload, binary) == factory.prepareMessage(payload, binary).payloadHybi

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from brokerd.protocols import flow
 from tests.protocols.ssmp.helpers import Harness
 
 
@@ -243,6 +244,59 @@ def test_ucast_delivery_and_404(h):
     assert a.request("UCAST bob hi bob") == b"200\n"
     assert b.take() == b"000 alice UCAST bob hi bob\n"
     assert a.request("UCAST nobody hi") == b"404\n"
+
+
+def test_an_event_for_the_sender_and_the_replies_of_one_read_leave_in_one_write(h):
+    a = h.login("alice")
+    writes = []
+    write = a.transport.write
+    a.transport.write = lambda data: (writes.append(data), write(data))
+    a.send("UCAST alice hi me\nPING\nUCAST alice again\n")
+    assert writes == [b"000 alice UCAST alice hi me\n200\n000 . PONG\n000 alice UCAST alice again\n200\n"]
+    b = h.login("bob")
+    assert b.request("UCAST alice from bob") == b"200\n"  # events from others still go at once
+    assert writes[1:] == [b"000 bob UCAST alice from bob\n"]
+
+
+def test_what_one_read_delivers_to_each_peer_is_one_write_to_it(h):
+    a, b, c = h.login("alice"), h.login("bob"), h.login("carol")
+    for x in (b, c):
+        x.request("SUBSCRIBE t")
+    writes = {x: [] for x in (b, c)}
+    for x, recorded in writes.items():
+        x.transport.write = lambda data, write=x.transport.write, recorded=recorded: (recorded.append(data), write(data))
+    assert a.request("UCAST bob 1\nMCAST t 2\nUCAST bob 3\nUCAST carol 4\nMCAST u 5\nMCAST t 6") == b"200\n" * 6
+    assert writes[b] == [b"000 alice UCAST bob 1\n000 alice MCAST t 2\n000 alice UCAST bob 3\n000 alice MCAST t 6\n"]
+    assert writes[c] == [b"000 alice MCAST t 2\n000 alice UCAST carol 4\n000 alice MCAST t 6\n"]
+    assert a.request("UCAST bob 7") == b"200\n"  # the next read is the next write
+    assert writes[b][1:] == [b"000 alice UCAST bob 7\n"]
+
+
+def test_what_a_read_held_for_a_connection_it_then_replaces_is_written_before_the_close(h):
+    """Two reads inside one begin_read/end_read stand for one read that both delivers to a
+    connection and logs its identifier in again elsewhere."""
+    old = h.login("bob")
+    a = h.login("alice")
+    new = h.connect()
+    assert flow.begin_read()
+    try:
+        assert a.request("UCAST bob before the new login") == b"200\n"
+        assert new.request("LOGIN bob open") == b"200\n"
+    finally:
+        flow.end_read()
+    assert old.take() == b"000 alice UCAST bob before the new login\n"
+    assert old.closed
+
+
+def test_what_a_read_holds_for_a_peer_is_bounded_by_the_output_limit():
+    h = Harness(max_output_buffer=1000)
+    a, b = h.login("alice"), h.login("bob")
+    writes = []
+    write = b.transport.write
+    b.transport.write = lambda data: (writes.append(data), write(data))
+    a.send("".join(f"UCAST bob {i:04d}{'x' * 40}\n" for i in range(100)))
+    assert b"".join(writes) == b"".join(b"000 alice UCAST bob %04d" % i + b"x" * 40 + b"\n" for i in range(100))
+    assert len(writes) > 1 and max(map(len, writes)) <= 1000 + 100
 
 
 def test_mcast_fanout_excludes_sender_and_needs_no_subscription(h):
