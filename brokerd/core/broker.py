@@ -257,15 +257,22 @@ class Broker(Service):
         stats = self.stats
         stats.published += len(messages)
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
-        delivered = unrenderable = 0
+        delivered = unrenderable = reached = 0
+        dropped: list[int] | None = None  # per message, once some format cannot carry one
         if topic is not None:
             skip_sender = exclude is not None and exclude in topic.members
             for fmt, members in topic.fanout():
                 render = fmt.render_message
                 parts = [render(message) for message in messages]
+                recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
+                reached += recipients
                 if None in parts:
+                    if dropped is None:
+                        dropped = [0] * len(messages)
+                    for index, part in enumerate(parts):
+                        if part is None:
+                            dropped[index] += recipients
                     parts = [part for part in parts if part is not None]
-                    recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
                     unrenderable += (len(messages) - len(parts)) * recipients
                 if not parts:
                     continue
@@ -279,9 +286,21 @@ class Broker(Service):
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:
-            count = len(messages)
-            self.observer.messages_routed(messages, delivered // count, unrenderable // count)
+            if dropped is None:
+                self.observer.messages_routed(messages, reached, 0)
+            else:
+                self._report_uneven_run(messages, reached, dropped)
         return delivered
+
+    def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
+        """Some recipients could not be sent some messages of a run: report each stretch of
+        messages that reached the same number of sessions as a run of its own, so the event
+        log counts every message's fan-out right."""
+        start = 0
+        for end in range(1, len(messages) + 1):
+            if end == len(messages) or dropped[end] != dropped[start]:
+                self.observer.messages_routed(messages[start:end], reached - dropped[start], dropped[start])  # type: ignore[union-attr]
+                start = end
 
     def unicast(self, message: Message) -> bool:
         """Deliver ``message`` to the session at address ``message.target``; False when no

@@ -201,30 +201,33 @@ def test_connection_limit(broker):
     assert broker.admit()
 
 
+@implementer(IBrokerObserver)
+class Observer:
+    """Records what the broker tells its observer, runs by their payloads."""
+
+    def __init__(self):
+        self.events = []
+
+    def message_routed(self, message, recipients, dropped):
+        self.events.append(("routed", message.payload, recipients, dropped))
+
+    def session_attached(self, session):
+        self.events.append(("attached", session.name))
+
+    def session_detached(self, session):
+        self.events.append(("detached", session.name))
+
+    def messages_routed(self, messages, recipients_each, dropped_each):
+        self.events.append(("run", tuple(m.payload for m in messages), recipients_each, dropped_each))
+
+    def subscribed(self, session, topic):
+        self.events.append(("subscribed", session.name, topic))
+
+    def unsubscribed(self, session, topic):
+        self.events.append(("unsubscribed", session.name, topic))
+
+
 def test_observer_sees_routing_and_sessions():
-    @implementer(IBrokerObserver)
-    class Observer:
-        def __init__(self):
-            self.events = []
-
-        def message_routed(self, message, recipients, dropped):
-            self.events.append(("routed", message.payload, recipients, dropped))
-
-        def session_attached(self, session):
-            self.events.append(("attached", session.name))
-
-        def session_detached(self, session):
-            self.events.append(("detached", session.name))
-
-        def messages_routed(self, messages, recipients_each, dropped_each):
-            self.events.append(("run", len(messages), recipients_each, dropped_each))
-
-        def subscribed(self, session, topic):
-            self.events.append(("subscribed", session.name, topic))
-
-        def unsubscribed(self, session, topic):
-            self.events.append(("unsubscribed", session.name, topic))
-
     observer = Observer()
     verifyObject(IBrokerObserver, observer)
     broker = Broker(observer=observer)
@@ -241,10 +244,32 @@ def test_observer_sees_routing_and_sessions():
         ("subscribed", b"a", b"t"),
         ("routed", b"ok", 1, 0),
         ("routed", b"bad", 0, 1),
-        ("run", 2, 1, 0),
+        ("run", (b"1", b"2"), 1, 0),
         ("unsubscribed", b"a", b"t"),
         ("detached", b"a"),
     ]
+
+
+def test_observer_counts_each_message_of_a_mixed_run():
+    """A run the other format cannot carry part of: each message is reported with the
+    sessions it reached, so the event log's fan-out adds up to what was sent."""
+    observer = Observer()
+    broker = Broker(observer=observer)
+    picky, plain = Format("picky", refuse=b"bad"), Format("plain")
+    a, b, c = attached(broker, Session("a", picky), Session("b", plain), Session("c", plain))
+    for session in (a, b, c):
+        broker.subscribe(session, b"t")
+    del observer.events[:]
+    run = [msg(MULTICAST, b"t", p) for p in (b"1", b"bad", b"2", b"3")]
+    assert broker.publish_batch(run, exclude=c) == 7  # a: 1, 2, 3; b: all four
+    assert observer.events == [
+        ("run", (b"1",), 2, 0),
+        ("run", (b"bad",), 1, 1),
+        ("run", (b"2", b"3"), 2, 0),
+    ]
+    assert len(a.got[0].split(b"picky|")) - 1 == 3 and len(b.got[0].split(b"plain|")) - 1 == 4
+    broker.publish_batch(run[:1] + run[2:])  # carried by every format: one run, as before
+    assert observer.events[-1] == ("run", (b"1", b"2", b"3"), 3, 0)
 
 
 def test_topic_fanout_cache_follows_membership(broker):
