@@ -67,7 +67,7 @@ async def refused(d, code: int) -> SMQPError:
 
 
 @pytest_twisted.ensureDeferred
-async def test_publish_notify_two_phase_and_exact_bytes(smqp_server):
+async def test_publish_notify_two_phase_round_trip(smqp_server):
     server = await smqp_server()
     alice, inbox = await session(server)
     await alice.create_topic("/news")
