@@ -3,7 +3,7 @@
 A test stops what it starts, but a failing assertion can skip its ``finally``, and pytest run in
 the background (``nohup pytest &``) passes SIGINT ignored to every child.  So children are
 stopped with SIGTERM (twistd and ``reactor.run()`` shut down cleanly on it) and SIGKILL after a
-bounded wait, and every process :func:`spawn` started is stopped again after each test by the
+bounded wait, and every process :func:`spawn` started during a test is stopped again after it by the
 autouse fixture in ``tests/conftest.py``.
 """
 from __future__ import annotations
@@ -54,10 +54,16 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 
     return process.returncode
 
 
-def stop_all() -> list[list[str]]:
-    """Stop every spawned process still running; return the command lines it had to stop."""
-    leftover = [process for process in _started if process.poll() is None]
-    _started.clear()
+def mark() -> int:
+    """A mark for :func:`stop_started_since`: how many processes were spawned so far."""
+    return len(_started)
+
+
+def stop_started_since(start: int) -> list[list[str]]:
+    """Stop every process spawned since ``start`` (a :func:`mark`) that is still running;
+    return the command lines it had to stop.  Processes of wider-scoped fixtures, spawned
+    before the mark, are left to their fixture."""
+    leftover = [process for process in _started[start:] if process.poll() is None]
     for process in leftover:
         stop(process)
     return [list(process.args) for process in leftover]  # type: ignore[arg-type]
