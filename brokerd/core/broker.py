@@ -332,9 +332,10 @@ class Broker(Service):
     def broadcast(self, message: Message, sender: ISubscriber) -> int:
         """Deliver ``message`` once to each peer sharing a topic with ``sender``."""
         self.stats.published += 1
+        unrenderable = self.stats.unrenderable
         delivered = self._render_and_send(message, self.peers_of(sender))
         if self.observer is not None:
-            self.observer.message_routed(message, delivered, 0)
+            self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
         return delivered
 
     def _render_and_send(self, message: Message, recipients: Iterable[ISubscriber]) -> int:
