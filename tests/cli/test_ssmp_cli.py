@@ -21,6 +21,8 @@ from tests.support.broker import free_port, twistd
 from tests.support.certs import CLIENT_NAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
 
+pytestmark = pytest.mark.slow  # real twistd brokers and a subprocess per command
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
 STARTUP_TIMEOUT = 20.0
