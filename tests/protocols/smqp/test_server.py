@@ -323,22 +323,28 @@ def test_server_ack_comes_before_the_next_notification(factory):
 # The draft's clock stamps are replaced by the test Clock's (0: D19700101T00000000Z) and its
 # hosts by this server's domain and SUID.
 
-DRAFT_PUB_MESSAGE = (
-    b"PUB MESSAGE /stocks/quotes/ibm A004\r\n"
-    b"Priority: 1\r\n"
-    b"Created: D20010815T08341245Z\r\n"
+DRAFT_ATTRIBUTES = (
     b"Receipt: yes\r\n"
     b"Name: Stock quote for IBM\r\n"
     b"Reply: NO\r\n"
     b"Timeout: 00:01:00\r\n"
     b"Depth: 1\r\n"
     b"Sequence: 34\r\n"
-    b"\r\n"
+)
+"""The attributes of the draft's PUB MESSAGE example that NOTIFY MESSAGE passes on as they came."""
+
+DRAFT_SECTION = (
     b"Content-Type: text/plain\r\n"
     b"Content-Length: 6\r\n"  # the draft says 5 for the 6 bytes of "24.567"
     b"\r\n"
     b"24.567\r\n"
     b".\r\n"
+)
+
+DRAFT_PUB_MESSAGE = (
+    b"PUB MESSAGE /stocks/quotes/ibm A004\r\n"
+    b"Priority: 1\r\n"
+    b"Created: D20010815T08341245Z\r\n" + DRAFT_ATTRIBUTES + b"\r\n" + DRAFT_SECTION
 )
 
 
@@ -358,19 +364,7 @@ def test_the_drafts_publish_notify_and_ack_sequences_byte_for_byte(factory):
         b"Created: D20010815T08341245Z\r\n"
         b"Smuid: " + smuid + b"\r\n"
         b"Cmuid: " + cmuid + b"\r\n"
-        b"Priority: 1\r\n"
-        b"Receipt: yes\r\n"
-        b"Name: Stock quote for IBM\r\n"
-        b"Reply: NO\r\n"
-        b"Timeout: 00:01:00\r\n"
-        b"Depth: 1\r\n"
-        b"Sequence: 34\r\n"
-        b"\r\n"
-        b"Content-Type: text/plain\r\n"
-        b"Content-Length: 6\r\n"
-        b"\r\n"
-        b"24.567\r\n"
-        b".\r\n"
+        b"Priority: 1\r\n" + DRAFT_ATTRIBUTES + b"\r\n" + DRAFT_SECTION
     )
     sub_wire.clear()
     subscriber.dataReceived(b"310 ACK\r\n")
