@@ -1,11 +1,18 @@
-"""Suite-wide fixtures: no test leaves a child process running."""
+"""Suite-wide settings and fixtures: Hypothesis without timing checks, and no test leaves a
+child process running."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support import processes
+
+# Hypothesis' deadline and too_slow health check time each example: a busy CI machine fails
+# them for no fault of the code.  What a property test asserts is the property.
+settings.register_profile("brokerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("brokerd")
 
 
 @pytest.fixture(autouse=True)

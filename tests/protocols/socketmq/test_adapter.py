@@ -128,10 +128,12 @@ def test_request_reply_through_a_registered_application(server: Server) -> None:
     http.protocol.dataReceived(b"POST /socket.mq/store/put-1 HTTP/1.1\r\nHost: broker\r\n"
                                b"Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
     assert http.value() == b""  # waiting for the application
-    assert payloads(app.value()) == [  # the JSON header, a newline, the body as it came
-        b'{"type":"request","request":"1","application":"store","request_id":"put-1","content_type":"text/plain"}'
-        b"\nhello"]
-    answer = b'{"type":"respond","id":3,"request":"1","status":201,"data":"ok"}'
+    [forwarded] = payloads(app.value())
+    handle = json.loads(forwarded.partition(b"\n")[0])["request"]  # the hub's own numbering
+    assert forwarded == (  # the JSON header, a newline, the body as it came
+        b'{"type":"request","request":"%s","application":"store","request_id":"put-1","content_type":"text/plain"}'
+        b"\nhello" % handle.encode())
+    answer = b'{"type":"respond","id":3,"request":"%s","status":201,"data":"ok"}' % handle.encode()
     app.clear()
     send(app, answer)
     head, _, body = http.value().partition(b"\r\n\r\n")
