@@ -355,11 +355,14 @@ class Broker(Service):
         sender = messages[0].protocol
         stats.accepted_by[sender] += len(messages)
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
-        delivered = unrenderable = 0
+        delivered = unrenderable = reached = 0
+        dropped: list[int] | None = None  # per message, once some format cannot carry one
         if topic is not None:
             routed = stats.routed_by[sender]
             skip_sender = exclude is not None and exclude in topic.members
             for fmt, members in topic.fanout():
+                recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
+                reached += recipients
                 render_run = getattr(fmt, "render_run", None)
                 data = render_run(messages) if render_run is not None else None
                 if data is not None:
@@ -368,8 +371,12 @@ class Broker(Service):
                     render = fmt.render_message
                     parts = [render(message) for message in messages]
                     if None in parts:
+                        if dropped is None:
+                            dropped = [0] * len(messages)
+                        for index, part in enumerate(parts):
+                            if part is None:
+                                dropped[index] += recipients
                         parts = [part for part in parts if part is not None]
-                        recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
                         unrenderable += (len(messages) - len(parts)) * recipients
                     if not parts:
                         continue
@@ -385,8 +392,10 @@ class Broker(Service):
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:
-            count = len(messages)
-            self.observer.messages_routed(messages, delivered // count, unrenderable // count)
+            if dropped is None:
+                self.observer.messages_routed(messages, reached, 0)
+            else:
+                self._report_uneven_run(messages, reached, dropped)
         return delivered
 
     def keep(self, messages: list[Message]) -> Deferred | None:
@@ -400,6 +409,16 @@ class Broker(Service):
         if durable is None or not durable.covers(messages[0].target):  # type: ignore[arg-type]
             return None
         return durable.keep(messages)
+
+    def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
+        """Some recipients could not be sent some messages of a run: report each stretch of
+        messages that reached the same number of sessions as a run of its own, so the event
+        log counts every message's fan-out right."""
+        start = 0
+        for end in range(1, len(messages) + 1):
+            if end == len(messages) or dropped[end] != dropped[start]:
+                self.observer.messages_routed(messages[start:end], reached - dropped[start], dropped[start])  # type: ignore[union-attr]
+                start = end
 
     def unicast(self, message: Message, namespace: str) -> bool:
         """Deliver ``message`` to the session of protocol ``namespace`` at address
@@ -443,9 +462,10 @@ class Broker(Service):
         sender may publish to."""
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
+        unrenderable = self.stats.unrenderable
         delivered = self._render_and_send(message, self.peers_of(sender, publishing=True))
         if self.observer is not None:
-            self.observer.message_routed(message, delivered, 0)
+            self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
         return delivered
 
     def _render_and_send(self, message: Message, recipients: Iterable[ISubscriber]) -> int:

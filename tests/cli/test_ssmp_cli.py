@@ -6,7 +6,6 @@ a subscriber being ready, a command finishing) is bounded.
 from __future__ import annotations
 
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -17,28 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import processes
+from tests.support.broker import free_port, twistd
 from tests.support.certs import CLIENT_NAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+
+pytestmark = pytest.mark.slow  # real twistd brokers and a subprocess per command
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
 STARTUP_TIMEOUT = 20.0
 COMMAND_TIMEOUT = 30.0
 SECRET = "correct horse battery staple"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
 
 
 @dataclass
@@ -50,36 +39,21 @@ class Running:
     log: Path
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        processes.stop(self.process)
 
 
 def start_broker(directory: Path, *options: str, listener: str = "tcp") -> Running:
     """``twistd -n brokerd`` on a free loopback port; waits (bounded) until it accepts."""
-    port = _free_port()
+    port = free_port()
     log = directory / "twistd.log"
     command = [
-        sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
-        "-n", "--pidfile=", "brokerd",
+        *twistd(),
         "--ssmp", f"{listener}:{port}:interface=127.0.0.1",
         "--data-dir", str(directory / "data"),
         *options,
     ]  # fmt: skip
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command, cwd=ROOT, env=ENV, stdout=output, stderr=subprocess.STDOUT
-        )
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while not _accepts(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait(timeout=10)
-            pytest.fail(f"the broker did not start:\n{log.read_text()}")
-        time.sleep(0.1)  # polling a real process; no correctness depends on it
+    process = processes.spawn(command, log, env=ENV)
+    processes.wait_for_port(port, process, log, time.monotonic() + STARTUP_TIMEOUT)
     return Running(port, process, log)
 
 
@@ -281,7 +255,7 @@ def test_right_secret_publishes(secret_broker: Running, tmp_path: Path) -> None:
 
 
 def test_no_broker_is_a_connection_error() -> None:
-    result = ssmp("--port", str(_free_port()), "pub", "news", "hello")
+    result = ssmp("--port", str(free_port()), "pub", "news", "hello")
     assert result.returncode == 2
     assert result.stderr.startswith(b"brokerd-ssmp: cannot connect to tcp:127.0.0.1:")
     assert result.stderr.count(b"\n") == 1

@@ -170,17 +170,21 @@ def test_subscription_errors(broker):
     fmt = Format("f")
     (a,) = attached(broker, Session("a", fmt))
     broker.subscribe(a, b"t")
-    with pytest.raises(AlreadySubscribed):
+    with pytest.raises(AlreadySubscribed) as already:
         broker.subscribe(a, b"t")
+    assert already.value.args == (b"t",)
     with pytest.raises(NotSubscribed):
         broker.unsubscribe(a, b"other")
     broker.subscribe(a, b"u")
     broker.subscribe(a, b"v")
-    with pytest.raises(SubscriptionLimit):
+    with pytest.raises(SubscriptionLimit) as limit:
         broker.subscribe(a, b"w")
+    assert limit.value.args == (b"w",)
     assert broker.subscriptions(a) == [b"t", b"u", b"v"]
-    with pytest.raises(BrokerError):
-        broker.subscribe(Session("stranger", fmt), b"t")
+    stranger = Session("stranger", fmt)
+    with pytest.raises(BrokerError, match="^a session must attach before it subscribes$"):
+        broker.subscribe(stranger, b"t")
+    assert broker.subscriptions(stranger) == [] and broker.peers_of(stranger) == []
 
 
 def test_attach_with_same_address_replaces_and_detaches_the_older(broker):
@@ -227,30 +231,33 @@ def test_connection_limit(broker):
     assert not broker.admit()
 
 
+@implementer(IBrokerObserver)
+class Observer:
+    """Records what the broker tells its observer, runs by their payloads."""
+
+    def __init__(self):
+        self.events = []
+
+    def message_routed(self, message, recipients, dropped):
+        self.events.append(("routed", message.payload, recipients, dropped))
+
+    def session_attached(self, session):
+        self.events.append(("attached", session.name))
+
+    def session_detached(self, session):
+        self.events.append(("detached", session.name))
+
+    def messages_routed(self, messages, recipients_each, dropped_each):
+        self.events.append(("run", tuple(m.payload for m in messages), recipients_each, dropped_each))
+
+    def subscribed(self, session, topic):
+        self.events.append(("subscribed", session.name, topic))
+
+    def unsubscribed(self, session, topic):
+        self.events.append(("unsubscribed", session.name, topic))
+
+
 def test_observer_sees_routing_and_sessions():
-    @implementer(IBrokerObserver)
-    class Observer:
-        def __init__(self):
-            self.events = []
-
-        def message_routed(self, message, recipients, dropped):
-            self.events.append(("routed", message.payload, recipients, dropped))
-
-        def session_attached(self, session):
-            self.events.append(("attached", session.name))
-
-        def session_detached(self, session):
-            self.events.append(("detached", session.name))
-
-        def messages_routed(self, messages, recipients_each, dropped_each):
-            self.events.append(("run", len(messages), recipients_each, dropped_each))
-
-        def subscribed(self, session, topic):
-            self.events.append(("subscribed", session.name, topic))
-
-        def unsubscribed(self, session, topic):
-            self.events.append(("unsubscribed", session.name, topic))
-
     observer = Observer()
     verifyObject(IBrokerObserver, observer)
     broker = Broker(observer=observer)
@@ -267,10 +274,67 @@ def test_observer_sees_routing_and_sessions():
         ("subscribed", b"a", b"t"),
         ("routed", b"ok", 1, 0),
         ("routed", b"bad", 0, 1),
-        ("run", 2, 1, 0),
+        ("run", (b"1", b"2"), 1, 0),
         ("unsubscribed", b"a", b"t"),
         ("detached", b"a"),
     ]
+
+
+def test_observer_counts_each_message_of_a_mixed_run():
+    """A run the other format cannot carry part of: each message is reported with the
+    sessions it reached, so the event log's fan-out adds up to what was sent."""
+    observer = Observer()
+    broker = Broker(observer=observer)
+    picky, plain = Format("picky", refuse=b"bad"), Format("plain")
+    a, b, c = attached(broker, Session("a", picky), Session("b", plain), Session("c", plain))
+    for session in (a, b, c):
+        broker.subscribe(session, b"t")
+    del observer.events[:]
+    run = [msg(MULTICAST, b"t", p) for p in (b"1", b"bad", b"2", b"3")]
+    assert broker.publish_batch(run, exclude=c) == 7  # a: 1, 2, 3; b: all four
+    assert observer.events == [
+        ("run", (b"1",), 2, 0),
+        ("run", (b"bad",), 1, 1),
+        ("run", (b"2", b"3"), 2, 0),
+    ]
+    assert len(a.got[0].split(b"picky|")) - 1 == 3 and len(b.got[0].split(b"plain|")) - 1 == 4
+    broker.publish_batch(run[:1] + run[2:])  # carried by every format: one run, as before
+    assert observer.events[-1] == ("run", (b"1", b"2", b"3"), 3, 0)
+
+
+def test_every_route_is_counted_and_reported():
+    """Stats and observer reports of each kind of routing add up, run after run, with two
+    wire formats (the one that cannot carry b"bad" first in the fan-out)."""
+    observer = Observer()
+    broker = Broker(observer=observer)
+    picky, plain = Format("picky", refuse=b"bad"), Format("plain")
+    a, b, c, d = attached(broker, Session("a", picky), Session("b", plain), Session("c", plain), Session("d", plain))
+    for session in (a, b, c):
+        broker.subscribe(session, b"t")
+    del observer.events[:]
+    assert broker.publish(msg(MULTICAST, b"t", b"bad"), exclude=c) == 1  # b; a cannot carry it
+    assert broker.publish(msg(MULTICAST, b"t", b"x"), exclude=d) == 3  # d is not a member
+    assert broker.publish(msg(MULTICAST, b"t", b"y"), exclude=a) == 2
+    assert broker.publish(msg(MULTICAST, b"empty", b"z")) == 0
+    assert broker.publish_batch([msg(MULTICAST, b"t", b"1"), msg(MULTICAST, b"t", b"2")], exclude=d) == 6
+    assert broker.unicast(msg(UNICAST, b"a", b"bad")) and broker.unicast(msg(UNICAST, b"b", b"hi"))
+    assert broker.broadcast(msg(BROADCAST, None, b"bad"), a) == 2
+    assert broker.broadcast(msg(BROADCAST, None, b"bad"), b) == 1  # a cannot carry it
+    assert observer.events == [
+        ("routed", b"bad", 1, 1),
+        ("routed", b"x", 3, 0),
+        ("routed", b"y", 2, 0),
+        ("routed", b"z", 0, 0),
+        ("run", (b"1", b"2"), 3, 0),
+        ("routed", b"bad", 0, 1),
+        ("routed", b"hi", 1, 0),
+        ("routed", b"bad", 2, 0),
+        ("routed", b"bad", 1, 1),
+    ]
+    assert broker.stats.as_dict() == {
+        "published": 10, "delivered": 1 + 3 + 2 + 6 + 1 + 2 + 1, "unrenderable": 1 + 1 + 1,
+        "slow_consumer_drops": 0, "connections": 0, "refused_connections": 0,
+    }
 
 
 def test_topic_fanout_cache_follows_membership(broker):

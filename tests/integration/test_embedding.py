@@ -2,11 +2,9 @@
 documented example as a real program."""
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
+import time
 
 import pytest
 import pytest_twisted
@@ -16,6 +14,7 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from brokerd.config import Settings
 from brokerd.core.message import MULTICAST, Message
 from brokerd.tap import ListenFailed, StartupError, makeService
+from tests.support import processes
 from tests.support.broker import REPO, LineClient, free_port
 
 
@@ -87,13 +86,13 @@ def test_documented_example_runs(tmp_path):
     port = free_port()
     script = tmp_path / "embed.py"
     script.write_text(example.replace("8787", str(port)))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    process = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, stderr=subprocess.PIPE)
-    try:
-        assert b"brokerd embedded" in process.stderr.readline()
-        client = LineClient.connect(port)
-        assert client.request("LOGIN alice open") == b"200"
-        assert client.request("PING") == b"000 . PONG"
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(15)
+    log = tmp_path / "embed.log"
+    process = processes.spawn([sys.executable, str(script)], log, cwd=tmp_path)
+    processes.wait_for_output("brokerd embedded", process, log)
+    processes.wait_for_port(port, process, log, time.monotonic() + 30)
+    client = LineClient.connect(port)
+    assert client.request("LOGIN alice open") == b"200"
+    assert client.request("PING") == b"000 . PONG"
+    client.close()
+    # SIGTERM, not SIGINT: a backgrounded test run hands its children SIGINT ignored
+    assert processes.stop(process) == 0, log.read_text()

@@ -255,7 +255,10 @@ def test_a_kill_9_loses_at_most_the_flush_interval(tmp_path: Path) -> None:
     try:
         publisher, subscriber = _ssmp_pair(broker.ports["ssmp"])
         _publish(publisher, subscriber, 500)
-        time.sleep(1.0)  # several flush intervals: everything above is on its way to the disk
+        deadline = time.monotonic() + 30
+        while _accepted_on_news(_records(broker.data_dir, live=True)) < 500:  # flushed to the file
+            assert time.monotonic() < deadline, "the first 500 were never flushed"
+            time.sleep(0.05)  # polling the file, bounded by the deadline
         _publish(publisher, subscriber, 500, start=500)  # may be lost: within the last interval
     finally:
         broker.stop(signal.SIGKILL)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
-from twisted.internet.task import deferLater
+from twisted.internet.defer import Deferred, DeferredList
 
 from brokerd.protocols.smqp.client import SMQPError
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
@@ -18,6 +17,7 @@ class Inbox:
     """Collects a client's notifications."""
 
     def __init__(self, client) -> None:
+        self.client = client
         self.items: list = []
         self.waiting: list[Deferred] = []
         client.notifyReceived = self.got
@@ -28,16 +28,25 @@ class Inbox:
         for d in waiting:
             d.callback(None)
 
+    def arrival(self) -> Deferred:
+        """Fires once a notification is waiting (at once if one is)."""
+        d: Deferred = Deferred()
+        if self.items:
+            d.callback(None)
+        else:
+            self.waiting.append(d)
+        return d
+
     async def next(self, timeout: float = 5.0):
         while not self.items:
-            d: Deferred = Deferred()
-            self.waiting.append(d)
-            d.addTimeout(timeout, reactor)
-            await d
+            await self.arrival().addTimeout(timeout, reactor)
         return self.items.pop(0)
 
-    async def quiet(self, seconds: float = 0.3) -> bool:
-        await deferLater(reactor, seconds, lambda: None)
+    async def quiet(self) -> bool:
+        """True if no notification is waiting once the server has answered a NOOP on this
+        connection: whatever it wrote before handling the NOOP has arrived by then."""
+        reply = await self.client.noop()
+        assert reply.lines == ("OK",), reply  # the positive control: the connection carries replies
         return not self.items
 
 
@@ -58,7 +67,7 @@ async def refused(d, code: int) -> SMQPError:
 
 
 @pytest_twisted.ensureDeferred
-async def test_publish_notify_two_phase_and_exact_bytes(smqp_server):
+async def test_publish_notify_two_phase_round_trip(smqp_server):
     server = await smqp_server()
     alice, inbox = await session(server)
     await alice.create_topic("/news")
@@ -146,16 +155,16 @@ async def test_one_delivery_and_416(smqp_server):
     await second.subscribe("/work")
     bob, _ = await session(server, "bob")
     await bob.publish("/work", "J1", [("text/plain", b"job")])
-    await deferLater(reactor, 0.2, lambda: None)
+    await DeferredList([first_inbox.arrival(), second_inbox.arrival()], fireOnOneCallback=True).addTimeout(5, reactor)
     owner, other = (first, second) if first_inbox.items else (second, first)
     owner_inbox, other_inbox = (first_inbox, second_inbox) if owner is first else (second_inbox, first_inbox)
     assert data_of(await owner_inbox.next()) == b"job"
-    assert not other_inbox.items
+    assert await other_inbox.quiet(), "ONE delivery: one session at a time"
     reply = await owner.acknowledge("416 Not available")
     assert reply.code == 200
     assert data_of(await other_inbox.next()) == b"job"
     await other.acknowledge()
-    assert await owner_inbox.quiet(0.3) and await other_inbox.quiet(0.1)
+    assert await owner_inbox.quiet() and await other_inbox.quiet()
 
 
 @pytest_twisted.ensureDeferred

@@ -10,6 +10,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
+from twisted.logger import formatEvent, globalLogPublisher
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.topictree import MAX_CHILDREN
@@ -190,11 +191,23 @@ async def test_ual_file_is_reloaded(smqp_server, tmp_path):
     server = await smqp_server(ual_file=ual)
     bob = await server.login("bob", "c1")
     await refused(bob.create_topic("/x"), 403)
-    ual.write_text("/ bob psacr   # now bob may create\n")
-    await server.factory.reload_ual()
-    await bob.create_topic("/x")
-    ual.write_text("/ bob zzz\n")  # a broken file keeps the last good list
-    await server.factory.reload_ual()
+    logged: list[str] = []
+
+    def observe(event: dict) -> None:
+        if "UAL file" in event.get("log_format", ""):
+            logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        ual.write_text("/ bob psacr   # now bob may create\n")
+        await server.factory.reload_ual()
+        await bob.create_topic("/x")
+        assert [line for line in logged if "reloaded (1 entries)" in line], logged
+        ual.write_text("/ bob zzz\n")  # a broken file keeps the last good list
+        await server.factory.reload_ual()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert "line 1: unknown permission 'z'" in logged[-1] and logged[-1].startswith("UAL file not reloaded, the old one stays"), logged
     await bob.create_topic("/y")
 
 

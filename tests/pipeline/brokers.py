@@ -7,58 +7,31 @@ give once tap.py has the option).
 """
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TWISTD = Path(sys.executable).parent / "twistd"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the broker exited with {process.returncode}: {process.stderr.read() if process.stderr else ''}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"the broker did not listen on {port} within {timeout} s")
+from tests.support import processes
+from tests.support.broker import free_port, twistd
 
 
 @contextmanager
-def _running(command: list[str], port: int) -> Iterator[int]:
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _running(command: list[str], port: int, log: Path) -> Iterator[int]:
+    process = processes.spawn(command, log)
     try:
-        wait_for_port(port, process)
+        processes.wait_for_port(port, process, log, time.monotonic() + 30.0)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        processes.stop(process)
 
 
 @contextmanager
 def twistd_broker(data_dir: Path) -> Iterator[int]:
     port = free_port()
-    command = [str(TWISTD), "-n", "--pidfile=", "brokerd", "--ssmp", f"tcp:{port}:interface=127.0.0.1",
-               "--open-login", "--data-dir", str(data_dir)]
-    with _running(command, port) as listening:
+    command = [*twistd(), "--ssmp", f"tcp:{port}:interface=127.0.0.1", "--open-login", "--data-dir", str(data_dir)]
+    with _running(command, port, Path(f"{data_dir}.log")) as listening:
         yield listening
 
 
@@ -66,5 +39,5 @@ def twistd_broker(data_dir: Path) -> Iterator[int]:
 def logging_broker(data_dir: Path) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, str(Path(__file__).with_name("run_broker.py")), "--port", str(port), "--data-dir", str(data_dir)]
-    with _running(command, port) as listening:
+    with _running(command, port, Path(f"{data_dir}.log")) as listening:
         yield listening

@@ -9,6 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="the data pipeline needs PySpark (the 'pipeline' extra)")
     from brokerd.pipeline.session import build_session
     from brokerd.pipeline.streaming import register
 

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from brokerd.events import schema
-from brokerd.pipeline.report import run_report
-from brokerd.pipeline.ssmp import SSMPConnection
-from brokerd.pipeline.streaming import EventLogStreamReader, origin, wait_until
-from tests.pipeline.brokers import logging_broker, twistd_broker
+pytest.importorskip("pyspark", reason="brokerd.pipeline.streaming needs PySpark (the 'pipeline' extra)")
+
+from brokerd.events import schema  # noqa: E402
+from brokerd.pipeline.report import run_report  # noqa: E402
+from brokerd.pipeline.ssmp import SSMPConnection  # noqa: E402
+from brokerd.pipeline.streaming import EventLogStreamReader, origin, wait_until  # noqa: E402
+from tests.pipeline.brokers import logging_broker, twistd_broker  # noqa: E402
 
 TIMEOUT = 90.0
 """Seconds a streaming result may take on a loaded 2-core machine before the test fails."""

@@ -5,7 +5,6 @@ third-party client does, not through the test's reactor.
 """
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -14,7 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import processes
+from tests.support.processes import REPO, repo_env, wait_for_port
+
+__all__ = ["REPO", "LineClient", "RunningBroker", "free_port", "repo_env", "start_broker", "twistd"]
 
 
 def free_port() -> int:
@@ -40,15 +42,8 @@ class RunningBroker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = processes.STOP_TIMEOUT) -> int:
+        return processes.stop(self.process, sig, timeout)
 
 
 def start_broker(
@@ -71,24 +66,11 @@ def start_broker(
     data_dir = tmp_path / "data"
     args += ["--data-dir", str(data_dir), *options]
     log_path = tmp_path / "broker.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
-    broker = RunningBroker(process, ports, data_dir, log_path, args)
+    process = processes.spawn(args, log_path)
     deadline = time.monotonic() + timeout
     for port in (*ports.values(), *wait_for):
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"broker exited with {process.returncode}:\n{broker.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    broker.stop()
-                    raise AssertionError(f"broker did not listen on {port}:\n{broker.log()}") from None
-                time.sleep(0.05)
-    return broker
+        wait_for_port(port, process, log_path, deadline)
+    return RunningBroker(process, ports, data_dir, log_path, args)
 
 
 class LineClient:

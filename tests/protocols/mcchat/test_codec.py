@@ -343,3 +343,28 @@ def test_streams_made_of_opcodes_parse_the_same_in_any_chunking(data, cuts) -> N
     chunks = parse_chunks(bytewise(data), **limits)
     assert chunks[0] == whole[0]
     assert type(chunks[1]) is type(whole[1])
+
+
+# ------------------------------------------------------------------ what a refusal to encode says
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: encode_msg(b"t\x00", b"u", b"m"), ValueError, "topic contains a NUL byte"),
+        (lambda: encode_msg(b"t\x04", b"u", b"m"), ValueError, "topic contains the byte 0x04"),
+        (lambda: encode_msg(b"t", b"u" * (MAX_USERNAME + 1), b"m"), ValueError, f"username longer than {MAX_USERNAME} bytes"),
+        (lambda: encode_msg(b"t", b"u", b"\xff"), ValueError, "message is not UTF-8"),
+        (lambda: encode_msg(b"t", "u", b"m"), TypeError, "MCCHAT strings are bytes here, not str"),
+        (lambda: encode_tl([b"t"] * 65_537), ValueError, "a TL packet lists at most 65536 topics"),
+        (lambda: encode(("not", "a packet")), TypeError, "not an MCCHAT packet: ('not', 'a packet')"),
+    ],
+)
+def test_what_mcchat_cannot_carry_is_refused_with_the_reason(call, error, message) -> None:
+    with pytest.raises(error) as refused:
+        call()
+    assert str(refused.value) == message
+
+
+def test_a_topic_list_of_the_most_topics_encodes() -> None:
+    assert encode_tl([b"t"] * 65_536) == b"\x05" + b"t\x00" * 65_536 + b"\x04"
+    assert topic_problem(b"x" * (MAX_TOPIC + 1)) == f"topic longer than {MAX_TOPIC} bytes"

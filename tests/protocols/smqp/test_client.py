@@ -4,6 +4,7 @@ through iosim."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from twisted.internet.error import ConnectionClosed, ConnectionDone
 from twisted.internet.task import Clock
@@ -132,11 +133,50 @@ def test_conversation_with_the_real_server(tmp_path: Path):
     assert not client.is_open and server.closed
 
 
-def test_tls_endpoint_verifies_the_host_of_any_tcp_form(pki):  # noqa: F811
+def _handshake(description: str, pki: Any) -> Any:
+    """Connect ``client_endpoint(description, tls=True)`` in memory to a TLS server holding the
+    test PKI's server certificate (localhost and 127.0.0.1); return the client's
+    connectionLost reason, or None if the handshake succeeded and the client saw it."""
+    from twisted.internet.protocol import Factory, Protocol
     from twisted.internet.testing import MemoryReactor
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+    from twisted.test.iosim import FakeTransport, connect
 
+    from brokerd.auth.tls import ServerTLS
     from brokerd.protocols.smqp.client import client_endpoint
 
+    class Client(Protocol):
+        reason = None
+        secure = False
+
+        def connectionMade(self) -> None:
+            self.transport.write(b"hello")  # goes out once the handshake is done
+
+        def connectionLost(self, reason: Any = None) -> None:
+            Client.reason = reason
+
+    class Server(Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            Client.secure = data == b"hello"
+
+    reactor = MemoryReactor()
+    client_endpoint(reactor, description, tls=True, ca=pki.ca).connect(Factory.forProtocol(Client))
+    [(_host, _port, factory, _timeout, _bind)] = reactor.tcpClients
+    client = factory.buildProtocol(None)
+    tls = ServerTLS.from_files(pki.server.cert, pki.server.key, None)
+    server = TLSMemoryBIOFactory(tls.context_factory, False, Factory.forProtocol(Server)).buildProtocol(None)
+    pump = connect(server, FakeTransport(server, isServer=True), client, FakeTransport(client, isServer=False))
+    pump.flush()
+    return None if Client.secure else Client.reason
+
+
+def test_tls_endpoint_verifies_the_host_of_any_tcp_form(pki):  # noqa: F811
+    from service_identity import VerificationError
+
     # Before, only the positional form had a host to verify: the others raised ValueError.
-    for description in ("tcp:localhost:720", "tcp:host=localhost:port=720", r"tcp:\:\:1:720"):
-        client_endpoint(MemoryReactor(), description, tls=True, ca=pki.ca)
+    for description in ("tcp:localhost:720", "tcp:host=localhost:port=720", "tcp:127.0.0.1:720"):
+        assert _handshake(description, pki) is None, description
+    # the certificate covers neither ::1 nor another name: the client refuses the server
+    for description in (r"tcp:\:\:1:720", "tcp:host=example.com:port=720"):
+        reason = _handshake(description, pki)
+        assert reason is not None and reason.check(VerificationError), (description, reason)

@@ -316,3 +316,71 @@ def test_server_ack_comes_before_the_next_notification(factory):
     subscriber.dataReceived(b"310 ACK\r\n")
     out = transport.value()
     assert out.startswith(b"310 ACK\r\nNOTIFY MESSAGE /a ADD\r\n") and b"\r\nm2\r\n" in out
+
+
+# ------------------------------------------------------------------ the draft's examples, byte for byte
+# Expected bytes are written out from draft-tegen-smqp-09's example sequences (CRLF line ends),
+# not produced or parsed by brokerd's client or codec, so a symmetric codec bug cannot pass.
+# The draft's clock stamps are replaced by the test Clock's (0: D19700101T00000000Z) and its
+# hosts by this server's domain and SUID.
+
+DRAFT_ATTRIBUTES = (
+    b"Receipt: yes\r\n"
+    b"Name: Stock quote for IBM\r\n"
+    b"Reply: NO\r\n"
+    b"Timeout: 00:01:00\r\n"
+    b"Depth: 1\r\n"
+    b"Sequence: 34\r\n"
+)
+"""The attributes of the draft's PUB MESSAGE example that NOTIFY MESSAGE passes on as they came."""
+
+DRAFT_SECTION = (
+    b"Content-Type: text/plain\r\n"
+    b"Content-Length: 6\r\n"  # the draft says 5 for the 6 bytes of "24.567"
+    b"\r\n"
+    b"24.567\r\n"
+    b".\r\n"
+)
+
+DRAFT_PUB_MESSAGE = (
+    b"PUB MESSAGE /stocks/quotes/ibm A004\r\n"
+    b"Priority: 1\r\n"
+    b"Created: D20010815T08341245Z\r\n" + DRAFT_ATTRIBUTES + b"\r\n" + DRAFT_SECTION
+)
+
+
+def test_the_drafts_publish_notify_and_ack_sequences_byte_for_byte(factory):
+    subscriber, sub_wire = logged_in(factory, "orange")
+    subscriber.dataReceived(b"CREATE TOPIC /stocks\r\nCREATE TOPIC /stocks/quotes\r\n"
+                            b"CREATE TOPIC /stocks/quotes/ibm\r\nSUB MESSAGE /stocks/quotes/ibm\r\n")
+    assert sub_wire.value() == b"200 OK\r\n200 OK\r\n200 OK\r\n200-OK\r\n200 /stocks/quotes/ibm\r\n"
+    sub_wire.clear()
+    publisher, pub_wire = logged_in(factory, "ch1")
+    publisher.dataReceived(DRAFT_PUB_MESSAGE)
+    cmuid = b"alice:ch1@test.example/A004(D19700101T00000000Z)"
+    smuid = factory.suid.encode() + b"/1(D19700101T00000000Z)"
+    assert pub_wire.value() == b"200-OK\r\n200-" + cmuid + b"\r\n200 " + smuid + b"\r\n"
+    assert sub_wire.value() == (
+        b"NOTIFY MESSAGE /stocks/quotes/ibm ADD\r\n"
+        b"Created: D20010815T08341245Z\r\n"
+        b"Smuid: " + smuid + b"\r\n"
+        b"Cmuid: " + cmuid + b"\r\n"
+        b"Priority: 1\r\n" + DRAFT_ATTRIBUTES + b"\r\n" + DRAFT_SECTION
+    )
+    sub_wire.clear()
+    subscriber.dataReceived(b"310 ACK\r\n")
+    assert sub_wire.value() == b"310 ACK\r\n"
+
+
+def test_the_drafts_count_and_list_topic_sequences_byte_for_byte(factory):
+    client, wire = logged_in(factory)
+    client.dataReceived(b"CREATE TOPIC /news\r\nCREATE TOPIC /news/a\r\nCREATE TOPIC /news/b\r\n")
+    wire.clear()
+    client.dataReceived(b"COUNT TOPIC /news\r\n")
+    assert wire.value() == b"200-OK\r\n200 2\r\n"
+    wire.clear()
+    client.dataReceived(b"LIST TOPIC /news\r\n")
+    assert wire.value() == b"200-OK\r\n200-/news/a\r\n200 /news/b\r\n"
+    wire.clear()
+    client.dataReceived(b"COUNT MESSAGE /news/a\r\n")
+    assert wire.value() == b"200-OK\r\n200 0\r\n"

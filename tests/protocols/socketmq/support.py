@@ -2,6 +2,8 @@
 loopback ports, one Broker), a raw SSMP line client, and bounded waits."""
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,6 +16,8 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.socketmq.server import build_factory
 from brokerd.protocols.ssmp.server import SSMPServerFactory
+from tests.support import processes
+from tests.support.broker import free_port, twistd
 
 TIMEOUT = 10.0
 """Seconds any single wait may take before the test fails instead of hanging."""
@@ -156,38 +160,20 @@ class LiveBrokerd:
         await sleep(0.05)
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago (the broker binds it right after)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class TwistdBroker:
     """A real ``twistd -n brokerd`` with SSMP and socket.mq on loopback ports."""
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
-        import os
-        import sys
-
         self.ssmp_port = free_port()
         self.http_port = free_port()
         self.data_dir = data_dir
         self.log_path = data_dir.parent / "twistd.log"
-        root = Path(__file__).resolve().parents[3]
-        twistd = str(Path(sys.executable).with_name("twistd"))
         self.command = [
-            twistd, "-n", "--pidfile=", "brokerd",
+            *twistd(),
             "--ssmp", f"tcp:{self.ssmp_port}:interface=127.0.0.1",
             "--socketmq", f"tcp:{self.http_port}:interface=127.0.0.1",
             "--open-login", "--data-dir", str(data_dir), *extra,
         ]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        self.env = env
-        self.cwd = root
         self.process: Any = None
 
     @property
@@ -195,24 +181,15 @@ class TwistdBroker:
         return f"http://127.0.0.1:{self.http_port}"
 
     async def start(self, startup_timeout: float = 30.0) -> TwistdBroker:
-        import socket
-        import subprocess
-        import time
-
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        """Start it and wait (bounded, polling the ports) until both listeners accept."""
+        self.process = processes.spawn(self.command, self.log_path)
         deadline = time.monotonic() + startup_timeout
         for port in (self.ssmp_port, self.http_port):
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"twistd exited: {self.log_path.read_text()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"twistd did not listen on {port}: {self.log_path.read_text()[-2000:]}")
-                    await sleep(0.1)
+            while not _accepts(port):
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    processes.stop(self.process)
+                    raise RuntimeError(f"twistd did not listen on {port}: {self.log_path.read_text()[-2000:]}")
+                await sleep(0.1)
         return self
 
     async def ssmp(self, name: bytes) -> LineClient:
@@ -222,14 +199,13 @@ class TwistdBroker:
         return client
 
     def stop(self) -> None:
-        import signal
-        import subprocess
+        if self.process is not None:
+            processes.stop(self.process)
 
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False

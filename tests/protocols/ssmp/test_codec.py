@@ -281,3 +281,44 @@ def test_payload_round_trip(content, as_binary):
     wire = encode_payload(content, as_binary)
     codec.check_payload(wire)
     assert payload_content(wire) == (content, wire[0] <= 3)
+
+
+# ------------------------------------------------------------------ what a refusal says, and the edges
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (b"PING now", "PING takes no arguments"),
+        (b"LOGIN alice", "LOGIN needs an identifier and a scheme"),
+        (b"LOGIN al!ce open", "LOGIN needs an identifier and a scheme"),
+        (b"LOGIN alice open ", "empty payload"),
+        (b"SUBSCRIBE", "SUBSCRIBE needs a topic and at most the PRESENCE flag"),
+        (b"SUBSCRIBE news LATER", "SUBSCRIBE needs a topic and at most the PRESENCE flag"),
+        (b"UNSUBSCRIBE", "UNSUBSCRIBE needs a topic"),
+        (b"UNSUBSCRIBE no!", "UNSUBSCRIBE needs a topic"),
+        (b"MCAST news", "MCAST needs an id and a payload"),
+        (b"BCAST", "BCAST needs a payload"),
+        (b"MCAST news " + b"x" * 1025, "text payload of 1025 bytes (at most 1024)"),
+        (b"MCAST news \x00\x05ab", "binary payload length does not match its length bytes"),
+        (b"MCAST news \x03\x00abc", "binary payload length does not match its length bytes"),
+        (b"FROB!", "not an SSMP request"),
+        (b"FROB " + b"x" * 1025, "malformed arguments"),
+    ],
+)
+def test_a_malformed_request_is_refused_with_what_is_wrong(line: bytes, message: str) -> None:
+    with pytest.raises(SSMPProtocolError) as refused:
+        parse_request(line)
+    assert str(refused.value) == message
+
+
+def test_payload_edges_text_up_to_1024_bytes_and_the_binary_marker_bytes_0_to_3() -> None:
+    assert parse_request(b"MCAST news " + b"x" * 1024).payload == b"x" * 1024
+    assert parse_request(b"MCAST news \x04text").payload == b"\x04text"  # 4 starts a text payload
+    assert encode_payload(b"hi") == b"hi"
+    assert encode_payload(b"x" * 1024) == b"x" * 1024
+    assert encode_payload(b"\x04abc") == b"\x04abc"
+    assert encode_payload(b"\x03abc") == b"\x00\x03\x03abc"  # 3 would read as a binary marker
+    assert encode_payload(b"y" * 300, binary=True)[:2] == bytes((1, 43))  # 299 = 0x012B
+    wire = bytes((3, 0)) + b"y" * 769  # a binary payload whose first length byte is 3
+    assert payload_content(wire) == (b"y" * 769, True)
+    assert payload_content(b"\x04text") == (b"\x04text", False)

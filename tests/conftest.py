@@ -1,0 +1,23 @@
+"""Suite-wide settings and fixtures: Hypothesis without timing checks, and no test leaves a
+child process running."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.support import processes
+
+# Hypothesis' deadline and too_slow health check time each example: a busy CI machine fails
+# them for no fault of the code.  What a property test asserts is the property.
+settings.register_profile("brokerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("brokerd")
+
+
+@pytest.fixture(autouse=True)
+def _stop_child_processes() -> Iterator[None]:
+    """Stop whatever a test spawned and did not stop (a failed assertion skipped its cleanup)."""
+    start = processes.mark()
+    yield
+    processes.stop_started_since(start)

@@ -1,0 +1,183 @@
+"""The socket.mq front end in memory: its Site on a StringTransport, a MemoryReactorClock for the
+request timeout, the Broker for pub/sub.  HTTP responses and WebSocket frames are asserted as
+bytes; client frames are masked by hand (RFC 6455 section 5.3), not by brokerd's client."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+
+from brokerd.auth.realm import build_portal
+from brokerd.core.broker import Broker
+from brokerd.core.message import MULTICAST, Message
+from brokerd.protocols.socketmq import limits
+from brokerd.protocols.socketmq.hub import Hub
+from brokerd.protocols.socketmq.server import build_site
+
+UPGRADE = (
+    b"GET /socket.mq/ws HTTP/1.1\r\nHost: broker\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Protocol: socketmq.v1\r\n\r\n"
+)
+"""The opening handshake with RFC 6455's sample key (section 1.3)."""
+
+
+def masked(payload: bytes, opcode: int = 0x1) -> bytes:
+    """One final client frame (text by default), masked with a fixed key."""
+    key = b"\x37\xfa\x21\x3d"
+    assert len(payload) < 126
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One final unmasked server text frame."""
+    assert len(payload) < 126
+    return bytes([0x81, len(payload)]) + payload
+
+
+def payloads(data: bytes) -> list[bytes]:
+    """The payloads of the unmasked server frames in ``data``."""
+    out = []
+    while data:
+        length, start = data[1] & 0x7F, 2
+        if length == 126:
+            length, start = int.from_bytes(data[2:4], "big"), 4
+        assert length < 127 and not data[1] & 0x80
+        out.append(data[start:start + length])
+        data = data[start + length:]
+    return out
+
+
+class Server:
+    """A socket.mq Site around one Broker, connections on StringTransports."""
+
+    def __init__(self, **broker: Any) -> None:
+        self.clock = MemoryReactorClock()
+        self.broker = Broker(**broker)
+        self.hub = Hub(self.broker, self.clock, portal=build_portal(open_login=True))
+        self.site = build_site(self.hub, demo=False)
+
+    def connect(self) -> StringTransport:
+        channel = self.site.buildProtocol(None)
+        transport = StringTransport()
+        transport.protocol = channel  # autobahn hands the connection over through it, as on TCP
+        channel.makeConnection(transport)
+        return transport
+
+    def websocket(self) -> StringTransport:
+        """An upgraded connection, its hello frame read and cleared."""
+        transport = self.connect()
+        transport.protocol.dataReceived(UPGRADE)
+        head, _, frames = transport.value().partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+        assert b"\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head  # RFC 6455's answer
+        assert b"\r\nSec-WebSocket-Protocol: socketmq.v1" in head
+        assert frames[:1] == b"\x81"
+        hello = json.loads(frames[2:])
+        assert (hello["type"], hello["version"], hello["security"]) == ("hello", limits.PROTOCOL_VERSION, "disabled")
+        transport.clear()
+        return transport
+
+
+def send(transport: StringTransport, message: bytes) -> bytes:
+    """Send one masked text frame; return (and clear) what the server wrote."""
+    transport.protocol.dataReceived(masked(message))
+    out = transport.value()
+    transport.clear()
+    return out
+
+
+@pytest.fixture
+def server() -> Server:
+    return Server()
+
+
+def test_subscribe_then_events_from_the_broker_are_frames(server: Server) -> None:
+    ws = server.websocket()
+    assert send(ws, b'{"type":"subscribe","id":1,"event":"a/b"}') == text_frame(
+        b'{"type":"result","id":1,"status":200,"reason":"OK"}')
+    server.broker.publish(Message(MULTICAST, b"a/b", b"hello", "ssmp", b"sam"))
+    server.broker.publish(Message(MULTICAST, b"a/other", b"not for a/b", "ssmp", b"sam"))
+    assert ws.value() == text_frame(b'{"type":"event","event":"a/b","from":"sam","protocol":"ssmp","data":"hello"}')
+
+
+def test_a_publisher_does_not_get_its_own_event_but_other_subscribers_do(server: Server) -> None:
+    publisher, other = server.websocket(), server.websocket()
+    for ws in (publisher, other):
+        assert b'"status":200' in send(ws, b'{"type":"subscribe","id":1,"event":"t"}')
+    assert send(publisher, b'{"type":"publish","id":2,"event":"t","data":"yo"}') == text_frame(
+        b'{"type":"result","id":2,"status":200,"reason":"OK"}')
+    assert other.value() == text_frame(
+        b'{"type":"event","event":"t","from":"anonymous","protocol":"socketmq","data":"yo"}')
+
+
+def test_a_message_that_is_not_json_closes_with_1007(server: Server) -> None:
+    ws = server.websocket()
+    reason = b"not a JSON message: JSONDecodeError"
+    assert send(ws, b"not json") == bytes([0x88, 2 + len(reason)]) + (1007).to_bytes(2, "big") + reason
+
+
+def test_request_reply_through_a_registered_application(server: Server) -> None:
+    app = server.websocket()
+    assert b'"status":200' in send(app, b'{"type":"auth","id":1,"method":"open","identity":"app"}')
+    assert send(app, b'{"type":"register","id":2,"application":"store"}') == text_frame(
+        b'{"type":"result","id":2,"status":200,"reason":"OK"}')
+    http = server.connect()
+    http.protocol.dataReceived(b"POST /socket.mq/store/put-1 HTTP/1.1\r\nHost: broker\r\n"
+                               b"Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
+    assert http.value() == b""  # waiting for the application
+    [forwarded] = payloads(app.value())
+    handle = json.loads(forwarded.partition(b"\n")[0])["request"]  # the hub's own numbering
+    assert forwarded == (  # the JSON header, a newline, the body as it came
+        b'{"type":"request","request":"%s","application":"store","request_id":"put-1","content_type":"text/plain"}'
+        b"\nhello" % handle.encode())
+    answer = b'{"type":"respond","id":3,"request":"%s","status":201,"data":"ok"}' % handle.encode()
+    app.clear()
+    send(app, answer)
+    head, _, body = http.value().partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 ") and body == b"ok"
+    assert b"\r\nContent-Type: application/octet-stream\r\n" in head  # the application named none
+
+
+def test_a_request_nobody_answers_times_out_on_the_clock(server: Server) -> None:
+    app = server.websocket()
+    send(app, b'{"type":"auth","id":1,"method":"open","identity":"app"}')
+    send(app, b'{"type":"register","id":2,"application":"slow"}')
+    http = server.connect()
+    http.protocol.dataReceived(b"POST /socket.mq/slow/r HTTP/1.1\r\nHost: broker\r\nContent-Length: 0\r\n\r\n")
+    server.clock.advance(server.hub.request_timeout - 0.001)
+    assert http.value() == b""
+    server.clock.advance(0.001)
+    assert http.value().startswith(b"HTTP/1.1 504 Gateway Timeout\r\n")
+
+
+def test_unregistered_application_is_404(server: Server) -> None:
+    http = server.connect()
+    http.protocol.dataReceived(b"POST /socket.mq/app/r1 HTTP/1.1\r\nHost: broker\r\nContent-Length: 2\r\n\r\nhi")
+    head, _, body = http.value().partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 Not Found\r\n") and b"\r\nSocket-Mq-Version: 1\r\n" in head
+    assert body == b"no application app is registered\n"
+
+
+def test_an_announced_body_over_the_limit_is_413_and_closed(server: Server) -> None:
+    http = server.connect()
+    too_big = limits.MAX_BODY + 1
+    http.protocol.dataReceived(b"POST /socket.mq/app/r1 HTTP/1.1\r\nHost: broker\r\nContent-Length: %d\r\n\r\n" % too_big)
+    body = f"the request body is larger than {limits.MAX_BODY} bytes\n".encode()
+    assert http.value() == (
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nSocket-MQ-Version: 1\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+    assert http.disconnecting
+
+
+def test_a_connection_over_the_broker_limit_gets_503() -> None:
+    server = Server(max_connections=1)
+    first = server.connect()
+    second = server.connect()
+    assert first.value() == b"" and not first.disconnecting  # the one allowed is served
+    assert second.value() == (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nSocket-MQ-Version: 1\r\n"
+        b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
+    assert second.disconnecting
