@@ -163,10 +163,10 @@ class DropWhenCongested:
         if sent < len(data):
             transport.write(data[sent:])
 
-    _held: list[bytes] | None = None
+    _read_held: list[bytes] | None = None
     """While a read is handled: where ``send`` puts this connection's data (see
     :meth:`hold_writes` and :meth:`deliver`)."""
-    _held_size = 0
+    _read_held_size = 0
     _output_limit = 1 << 20
     """Set by :meth:`start_flow_control`; also the most a read holds for one connection."""
 
@@ -179,9 +179,9 @@ class DropWhenCongested:
         if corked is None:
             self.write_now(data)
             return
-        self._held = [data]
-        self._held_size = len(data)
-        self.send = self._hold
+        self._read_held = [data]
+        self._read_held_size = len(data)
+        self.send = self._hold_during_read
         corked.append(self)
 
     def hold_writes(self, into: list[bytes]) -> None:
@@ -193,19 +193,37 @@ class DropWhenCongested:
         first wherever TCP_NODELAY is not in effect.  A congested or closed connection is
         left as it is."""
         if self.send == self.deliver:
-            self._held = into
-            self._held_size = 0
-            self.send = self._hold
+            self._read_held = into
+            self._read_held_size = 0
+            self.send = self._hold_during_read
 
     def release_writes(self) -> list[bytes] | None:
         """End of the read: ``send`` writes again (unless congestion or the end of the
         connection changed it meanwhile); returns what is held, for the caller to write."""
-        held = self._held
+        held = self._read_held
         if held is not None:
-            self._held = None
-            if self.send == self._hold:
+            self._read_held = None
+            if self.send == self._hold_during_read:
                 self.send = self.deliver
         return held
+
+    def write_piece(self, data: bytes) -> None:
+        """Write ``data`` (a piece of a reply produced under the output limit, e.g. an MCCHAT
+        topic list) now, after what the broker sent this connection earlier in the read
+        being handled, in one write; later sends of the read are held as usual.  Holding the
+        piece itself would let a reply grow past the output limit before the transport sees
+        it."""
+        held = self._read_held
+        if held:
+            data = b"".join(held) + data
+            held.clear()
+            self._read_held_size = 0
+        self.write_now(data)
+
+    def steady_send(self) -> Any:
+        """The ``send`` of a connection that keeps up, now: holding while one of its reads is
+        handled (see :meth:`hold_writes`), else :meth:`deliver`."""
+        return self._hold_during_read if self._read_held is not None else self.deliver
 
     def uncork(self) -> None:
         """Write what :meth:`deliver` held during a read (see :func:`end_read`)."""
@@ -213,15 +231,15 @@ class DropWhenCongested:
         if held:
             self.write_now(held[0] if len(held) == 1 else b"".join(held))
 
-    def _hold(self, data: bytes) -> None:
+    def _hold_during_read(self, data: bytes) -> None:
         """``send`` while a read is handled.  Past the output limit what is held is written
         at once (and congestion applies as usual: it may pause us, which makes ``send``
         drop)."""
-        held = self._held
+        held = self._read_held
         held.append(data)
-        self._held_size += len(data)
-        if self._held_size > self._output_limit:
-            self._held_size = 0
+        self._read_held_size += len(data)
+        if self._read_held_size > self._output_limit:
+            self._read_held_size = 0
             joined = b"".join(held)
             held.clear()
             self.write_now(joined)

@@ -317,7 +317,7 @@ def test_every_route_is_counted_and_reported():
     assert broker.publish(msg(MULTICAST, b"t", b"y"), exclude=a) == 2
     assert broker.publish(msg(MULTICAST, b"empty", b"z")) == 0
     assert broker.publish_batch([msg(MULTICAST, b"t", b"1"), msg(MULTICAST, b"t", b"2")], exclude=d) == 6
-    assert broker.unicast(msg(UNICAST, b"a", b"bad")) and broker.unicast(msg(UNICAST, b"b", b"hi"))
+    assert broker.unicast(msg(UNICAST, b"a", b"bad"), "picky") and broker.unicast(msg(UNICAST, b"b", b"hi"), "plain")
     assert broker.broadcast(msg(BROADCAST, None, b"bad"), a) == 2
     assert broker.broadcast(msg(BROADCAST, None, b"bad"), b) == 1  # a cannot carry it
     assert observer.events == [

@@ -327,7 +327,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         if self._lists.busy:
             self._write_lists()
         else:
-            self.send = self.write_now
+            self.send = self.steady_send()
         if self.episode_drops:
             self.report_drops()
 
@@ -343,7 +343,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             self.send = self._hold
             piece = lists.next_piece(snapshot)
             if piece:
-                self.write_now(piece)
+                self.write_piece(piece)
             if not lists.writing:
                 self._release_held()
         if self.closed:
@@ -351,7 +351,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         if lists.writing:
             self.send = self._hold
         else:
-            self.send = self._drop if self._paused else self.write_now
+            self.send = self._drop if self._paused else self.steady_send()
 
     def _hold(self, data: bytes) -> None:
         """``send`` while a list is half written: keep up to max_output_buffer bytes."""

@@ -319,7 +319,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self.close_transport()
         elif self._commit_paused:
             self._commit_paused = False
-            if not self.closed and self.send == self.write_now:
+            if not self.closed and self.send != self._drop:
                 self.transport.resumeProducing()
 
     def resumeProducing(self) -> None:
