@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -176,6 +177,16 @@ def _trash(c: sqlite3.Connection, seq: int, now: float) -> Settled | None:
     return Settled(seq, row[0], receipt, released, trashed=True)
 
 
+def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
+    """The writer thread never keeps a process alive by itself: a broker's store is closed by
+    its reactor's shutdown trigger (which commits what is queued and joins the thread), and
+    a store nobody closed (a program or test that forgot it) must not hang the interpreter's
+    exit."""
+    thread = threading.Thread(*args, **kwargs)
+    thread.daemon = True
+    return thread
+
+
 @implementer(IStore)
 class SQLiteStore:
     """The durable store in one SQLite file.  ``reactor`` fires the Deferreds."""
@@ -186,6 +197,7 @@ class SQLiteStore:
         self.path = Path(path)
         self._reactor = reactor
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="brokerd-store")
+        self._pool.threadFactory = _daemon_thread
         self._connection: sqlite3.Connection | None = None
         self._queue: list[tuple[Operation, tuple, Deferred]] = []
         self._busy = False
