@@ -228,10 +228,14 @@ class SMQPServerFactory(Factory):
                 if not session.closed and session.server_bye:
                     session.transport.write(bye)
 
+    def permissions(self, account: str, key: str) -> Perm:
+        """What ``account`` may do on topic ``key`` (``a/b``; ``""`` the root) under the
+        current UAL."""
+        return self.ual.permissions(account, tuple(key.split("/")) if key else ())
+
     def readable(self, subscriber: str, key: str) -> bool:
         """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?"""
-        account = subscriber.partition(":")[0]
-        return Perm.SUBSCRIBE in self.ual.permissions(account, tuple(key.split("/")) if key else ())
+        return Perm.SUBSCRIBE in self.permissions(subscriber.partition(":")[0], key)
 
     @property
     def ual(self) -> AccessList:

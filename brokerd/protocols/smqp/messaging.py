@@ -132,7 +132,7 @@ class MessagingCommands:
             key = record.topic
             if record.trashed is not None:
                 key = trash_owner(key) or ""
-            perms = self.factory.ual.permissions(self.account, tuple(key.split("/")) if key else ())
+            perms = self.factory.permissions(self.account, key)
             if not perms:
                 raise Refused(404, "Not found: the message answered is not on the server")
             if Perm.REPLY not in perms:
@@ -159,7 +159,7 @@ class MessagingCommands:
         """``Timeout: INFINITE`` (a state message, kept until removed) needs administer
         permission (UAL ``a``) on the queue that keeps it, like SET TOPIC TIMEOUT INFINITE:
         otherwise any publisher could fill the store with messages that never expire."""
-        perms = self.factory.ual.permissions(self.account, tuple(key.split("/")) if key else ())
+        perms = self.factory.permissions(self.account, key)
         if Perm.ADMINISTER not in perms:
             raise Refused(403, f"Forbidden: Timeout INFINITE needs administer permission on "
                                f"{self.service.display(key)}")
