@@ -129,16 +129,13 @@ class AccessListFile(Service):
         """Read the file again if it changed (in a thread) and install it.  Never fails: a bad
         file is logged and the old list stays, and the watching LoopingCall keeps running."""
         path = self.path
-        defaults = {"account_default": self.current.account_default,
-                    "guest_default": self.current.guest_default}
         d = self._run(_stamp, path)
 
         def check(stamp: tuple[int, int, int] | None) -> Any:
             if stamp is None or stamp == self._stamp:
                 return None
             self._stamp = stamp
-            loaded = self._run(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
-            return loaded.addCallback(self._loaded)
+            return self._read()
 
         def failed(failure: Failure) -> None:
             if failure.check(ConfigurationError, OSError):
@@ -152,20 +149,23 @@ class AccessListFile(Service):
         """Read the file again whether or not it changed (the admin API's reload) and install
         it.  Unlike :meth:`reload` this fails, with ConfigurationError, on a bad file (the old
         list stays); without a file there is nothing to do."""
-        path = self.path
-        if path is None:
+        if self.path is None:
             return succeed(None)
+        d = self._run(_stamp, self.path)
+
+        def remember(stamp: tuple[int, int, int] | None) -> Deferred:
+            self._stamp = stamp
+            return self._read()
+
+        return d.addCallback(remember)
+
+    def _read(self) -> Deferred:
+        """Read the file in a thread, with the current list's defaults, and install it."""
+        path = self.path
         defaults = {"account_default": self.current.account_default,
                     "guest_default": self.current.guest_default}
-
-        def read() -> tuple[Any, AccessList]:
-            return _stamp(path), read_access_list(path, **defaults)  # type: ignore[arg-type]
-
-        def loaded(result: tuple[Any, AccessList]) -> None:
-            self._stamp, access_list = result
-            self._loaded(access_list)
-
-        return self._run(read).addCallback(loaded)
+        loaded = self._run(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
+        return loaded.addCallback(self._loaded)
 
     def _loaded(self, access_list: AccessList) -> None:
         self.current = access_list
