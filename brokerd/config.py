@@ -36,6 +36,9 @@ class Settings:
     """SMQP guest permissions (letters, docs/smqp.md); default read-only ("s")."""
     smqp_domain: str | None = None
     """SMQP server domain for user@domain addresses; default the host name."""
+    smqp_connectto_allow: str | list[str] = ""
+    """SMQP CONNECTTO: addresses (IP, CIDR, host name, each optionally ``:port``) the server
+    may connect to besides the client's own address (commas or blanks, or a TOML list)."""
     smqp_message_timeout: float = 86400.0
     """SMQP default message timeout in seconds (per topic and per message values override)."""
     smqp_retry_timeout: float = 30.0

@@ -29,6 +29,7 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.durable import DurableService
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
+from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
 from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
@@ -86,6 +87,8 @@ class SMQPServerFactory(Factory):
         self._run_in_thread = run
         self.max_topics_per_account = int(getattr(settings, "smqp_max_topics_per_account", MAX_OWNED))
         self.max_message_size = int(getattr(settings, "smqp_max_message_size", MAX_MESSAGE_SIZE))
+        self.connectto_allow = parse_allow_list(getattr(settings, "smqp_connectto_allow", None))
+        """Where CONNECTTO may connect besides the client's own address (--smqp-connectto-allow)."""
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)

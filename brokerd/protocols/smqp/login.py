@@ -1,6 +1,7 @@
 """The SMQP login commands of a session (mixed into SMQPServerProtocol): LOGIN and PASSWORD
 (method ``CLEAR``, or ``CERT`` over SMQPS: the verified client certificate names the account),
-SET/GET LOGIN PASSWORD, CONTACT and CHANNEL, NOOP, QUIT.
+SET/GET LOGIN PASSWORD, CONTACT and CHANNEL, NOOP, QUIT, and CONNECTTO (the notification
+connection, brokerd.protocols.smqp.connectto).
 
 A login attaches the session to the core (address ``smqp:account:channel``) and to the
 durable service (its outbox); every refused attempt is an ``auth_failure`` in the event log.
@@ -22,6 +23,7 @@ from brokerd.auth.tls import peer_names
 from brokerd.core.principal import Principal
 from brokerd.events.log import transport_source
 from brokerd.protocols.smqp.codec import format_datetime, format_timeout
+from brokerd.protocols.smqp.connectto import NotificationConnection, connect_notifications
 from brokerd.protocols.smqp.events import Command
 from brokerd.protocols.smqp.messaging import Refused
 from brokerd.store.records import Contact
@@ -45,6 +47,9 @@ class LoginCommands:
     transport: Any
     account: str | None
     channel: str | None
+    closed: bool
+    outbox: Any
+    notifier: NotificationConnection | None
 
     def _methods(self) -> list[str]:
         methods = [f"{CLEAR}/1.0"]
@@ -247,6 +252,30 @@ class LoginCommands:
         """Subscriptions stay: they belong to account:channel, not to the connection."""
         self._close(OK, "OK")
 
-    def do_CONNECTTO(self, command: Command) -> None:
-        raise Refused(502, "Not implemented: notifications come on this connection")
+    def do_CONNECTTO(self, command: Command) -> Deferred:
+        """The notification connection of section 4.1.1 (brokerd.protocols.smqp.connectto)."""
+        d = connect_notifications(self, command)
+        d.addCallback(self._notifications_connected, command)
+        return d
+
+    def _notifications_connected(self, connection: NotificationConnection, command: Command) -> None:
+        if self.closed:
+            connection.close()
+            return
+        old, self.notifier = self.notifier, connection
+        if old is not None:
+            old.close()
+        _account, _channel, address, port = command.args
+        self._log.info("SMQP notifications of {name} go to {address}:{port}",
+                       name=f"{self.account}:{self.channel}", address=address or "(client)", port=port)
+        self._reply(OK, "OK")
+        if self.outbox is not None:
+            self._after_reply(self.outbox.pump)
+
+    def notifications_lost(self, connection: NotificationConnection) -> None:
+        """The notification connection closed: notifications use the command connection."""
+        if self.notifier is connection:
+            self.notifier = None
+            if self.outbox is not None and not self.closed:
+                self.outbox.pump()
 

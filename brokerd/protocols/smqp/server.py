@@ -116,6 +116,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self.channel: str | None = None
         self.closed = False
         self.outbox: Any = None
+        self.notifier: Any = None
+        """The CONNECTTO notification connection, when the client opened one."""
         self._stream: ReplyStream | None = None
         """The reply being written a piece at a time (GET MESSAGE), if any."""
         self.server_bye = True
@@ -181,6 +183,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             self._stream.stop()
         if self.outbox is not None:
             self.factory.service.detach(self.outbox)
+        if self.notifier is not None:
+            self.notifier.close()
         admission, self._admission = self._admission, None
         if admission is not None:
             admission.release()
@@ -226,11 +230,18 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             self.outbox.offer_volatile(data)
 
     def write_notify(self, parts: list[bytes]) -> None:
-        if not self.closed:
+        if self.closed:
+            return
+        if self.notifier is not None:
+            self.notifier.write(parts)
+        else:
             self.transport.writeSequence(parts)
 
     def can_notify(self) -> bool:
-        """NOTIFYs wait while the output is full and while a reply is being streamed."""
+        """NOTIFYs wait while the output is full and while a reply is being streamed (on
+        a CONNECTTO notification connection: while its own output is full)."""
+        if self.notifier is not None:
+            return not self.closed and self.notifier.can_write()
         return not self.closed and not self._paused_output and self._stream is None
 
     # ------------------------------------------------------------------ flow control

@@ -166,9 +166,9 @@ def test_stop_factory_says_bye(factory):
 
 def test_client_acknowledgement_without_a_notification(factory):
     protocol, transport = logged_in(factory)
-    protocol.dataReceived(b"310 ACK\r\nCONNECTTO alice:c1 721\r\nLIST SUBSCRIPTIONS\r\n200 OK\r\n")
+    protocol.dataReceived(b"310 ACK\r\nCONNECTTO bob:c1 721\r\nLIST SUBSCRIPTIONS\r\n200 OK\r\n")
     codes = [line[:3] for line in transport.value().split(b"\r\n") if line]
-    assert codes == [b"503", b"502", b"200", b"400"]
+    assert codes == [b"503", b"400", b"200", b"400"]  # CONNECTTO names another login: 400
 
 
 # ---------------------------------------------------------------------------- wire format
