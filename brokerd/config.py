@@ -39,6 +39,9 @@ class Settings:
     smqp_connectto_allow: str | list[str] = ""
     """SMQP CONNECTTO: addresses (IP, CIDR, host name, each optionally ``:port``) the server
     may connect to besides the client's own address (commas or blanks, or a TOML list)."""
+    smqp_redirect: str | list[str] = ""
+    """SMQP ``311 Redirect`` targets (``host:port``, commas or blanks, or a TOML list): a LOGIN
+    over a connection limit or during shutdown is sent there, in turn."""
     smqp_message_timeout: float = 86400.0
     """SMQP default message timeout in seconds (per topic and per message values override)."""
     smqp_retry_timeout: float = 30.0

@@ -60,6 +60,7 @@ class Options(usage.Options):
         ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
         ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
         ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own it may name: IPs, CIDRs, host names, each optionally :port (commas) [none]."],
+        ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311 [none]."],
         ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds [86400]."],
         ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again [30]."],
         ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash [5]."],

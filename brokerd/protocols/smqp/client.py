@@ -169,6 +169,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         """``LOGIN account:channel CLEAR/1.0`` then ``PASS account password``;
         Deferred[LoginInfo]."""
         d = self.command("LOGIN", f"{account}:{channel}", "CLEAR/1.0")
+        d.addCallback(_not_redirected)
         words = ("PASS", account, password) if password else ("PASS", account)
         d.addCallback(lambda _: self.send_raw(encode_command(*words)))
         return d.addCallback(self._logged_in, account, channel)
@@ -177,6 +178,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         """``LOGIN account:channel CERT/1.0``: SMQPS, the TLS client certificate names the
         account."""
         d = self.command("LOGIN", f"{account}:{channel}", "CERT/1.0")
+        d.addCallback(_not_redirected)
         return d.addCallback(self._logged_in, account, channel)
 
     def _logged_in(self, reply: Reply, account: str, channel: str) -> LoginInfo:
@@ -316,6 +318,14 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
     def get_channel(self) -> Deferred:
         d = self.command("GET", "LOGIN", "CHANNEL")
         return d.addCallback(lambda reply: reply.values[0] if reply.values else "")
+
+
+def _not_redirected(reply: Reply) -> Reply:
+    """A ``311`` answer to LOGIN (the server sends the client elsewhere, the target in
+    ``lines[-1]``) fails the login with SMQPError: the server closes the connection."""
+    if reply.code == 311:
+        raise SMQPError(reply)
+    return reply
 
 
 class SMQPClientFactory(ClientFactory):

@@ -27,6 +27,7 @@ from brokerd.auth.policy import AccessListFile, access_list_for
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Runtime, Settings
 from brokerd.core.durable import DurableService
+from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
 from brokerd.protocols.smqp.connectto import parse_allow_list
@@ -39,6 +40,9 @@ from brokerd.store.records import TopicRecord, trash_owner
 from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 DEFAULT_MESSAGE_TIMEOUT = 86400.0
+MAX_REDIRECTING = 256
+"""Connections over a connection limit held open at once to be answered ``311`` (more are
+refused with ``SMQP/1.0 Not Available.`` as without redirect targets)."""
 """The server's default message timeout (the login reply's Timeout attribute)."""
 
 
@@ -89,6 +93,13 @@ class SMQPServerFactory(Factory):
         self.max_message_size = int(getattr(settings, "smqp_max_message_size", MAX_MESSAGE_SIZE))
         self.connectto_allow = parse_allow_list(getattr(settings, "smqp_connectto_allow", None))
         """Where CONNECTTO may connect besides the client's own address (--smqp-connectto-allow)."""
+        self.redirects = parse_redirects(getattr(settings, "smqp_redirect", None))
+        """``311 Redirect`` targets (--smqp-redirect), taken in turn."""
+        self._redirect_turn = 0
+        self.redirecting = 0
+        """Connections over a connection limit kept open only to answer their LOGIN 311."""
+        self.draining = False
+        """Shutting down: a LOGIN gets 311 when redirect targets are configured."""
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
@@ -218,12 +229,30 @@ class SMQPServerFactory(Factory):
         if self._owns_access_list:
             self.access_list.watch()
 
+    def may_redirect(self, session: SMQPServerProtocol) -> bool:
+        """A connection over a connection limit: keep it open to answer its LOGIN with
+        ``311`` when redirect targets are configured and fewer than
+        :data:`MAX_REDIRECTING` such connections are open (each also has the login timeout)."""
+        if not self.redirects or self.redirecting >= MAX_REDIRECTING:
+            return False
+        self.redirecting += 1
+        return True
+
+    def next_redirect(self) -> str | None:
+        """The next ``311`` target, round robin (None when none is configured)."""
+        if not self.redirects:
+            return None
+        target = self.redirects[self._redirect_turn % len(self.redirects)]
+        self._redirect_turn += 1
+        return target
+
     def stopFactory(self) -> None:
         """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
         subscribed to) before the connections drop."""
         if self._owns_access_list:
             self.access_list.unwatch()
         self._factory_started = False
+        self.draining = True
         self.durable.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
         for sessions in list(self.sessions.values()):
@@ -253,6 +282,20 @@ class SMQPServerFactory(Factory):
         with ConfigurationError, keeping the old ones, when a file is bad."""
         d = self._run_in_thread(self.checker.load)
         return d.addCallback(lambda _: self.access_list.reload_now())
+
+
+def parse_redirects(value: str | list[str] | None) -> tuple[str, ...]:
+    """``--smqp-redirect``: ``host:port`` targets separated by commas or blanks (or a TOML
+    list), as the draft's ``311`` reply names them.  Raises ConfigurationError."""
+    if not value:
+        return ()
+    items = value.replace(",", " ").split() if isinstance(value, str) else [str(v) for v in value]
+    for item in items:
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not (port.isdigit() and 0 < int(port) < 65536) \
+                or any(c.isspace() or ord(c) < 32 for c in host):
+            raise ConfigurationError(f"smqp-redirect: {item!r} is not host:port")
+    return tuple(items)
 
 
 def build_factory(runtime: Runtime) -> SMQPServerFactory:

@@ -50,6 +50,7 @@ class LoginCommands:
     closed: bool
     outbox: Any
     notifier: NotificationConnection | None
+    redirect_only: bool
 
     def _methods(self) -> list[str]:
         methods = [f"{CLEAR}/1.0"]
@@ -62,6 +63,13 @@ class LoginCommands:
             raise Refused(503, "Bad sequence: already logged in")
         account, channel, method, _version = command.args
         self._pending_login = None
+        if self.redirect_only or self.factory.draining:
+            target = self.factory.next_redirect()
+            if target is not None:
+                self._log.info("SMQP login of {account} redirected to {target}", account=account, target=target)
+                self._reply(311, "Redirect request", target)
+                self._close()
+                return None
         if method == CLEAR:
             d = self.factory.checker.exists(account)
             d.addCallback(self._login_account_checked, account, channel)

@@ -123,6 +123,9 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self.server_bye = True
         """NOTIFY SERVER BYE at shutdown (every client is subscribed by default)."""
         self.server_timeout = False
+        self.redirect_only = False
+        """Over a connection limit with redirect targets configured: greeted, and its LOGIN
+        answered ``311`` (brokerd.protocols.smqp.login)."""
 
     @property
     def wire_format(self) -> SMQPWireFormat:  # type: ignore[override]
@@ -134,10 +137,12 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         factory = self.factory
         self._admission = admit(factory.broker, self.transport)
         if self._admission is None:
-            self.transport.write(encode_greeting(SERVER_IDENT, ready=False))
-            self.closed = True
-            self.transport.loseConnection()
-            return
+            if not factory.may_redirect(self):
+                self.transport.write(encode_greeting(SERVER_IDENT, ready=False))
+                self.closed = True
+                self.transport.loseConnection()
+                return
+            self.redirect_only = True
         self._parser = SMQPParser(max_body=factory.max_message_size)
         no_delay(self.transport)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
@@ -185,6 +190,9 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             self.factory.service.detach(self.outbox)
         if self.notifier is not None:
             self.notifier.close()
+        if self.redirect_only:
+            self.redirect_only = False
+            self.factory.redirecting -= 1
         admission, self._admission = self._admission, None
         if admission is not None:
             admission.release()
