@@ -39,6 +39,12 @@ class Settings:
     smqp_connectto_allow: str | list[str] = ""
     """SMQP CONNECTTO: addresses (IP, CIDR, host name, each optionally ``:port``) the server
     may connect to besides the client's own address (commas or blanks, or a TOML list)."""
+    smqp_link: str | list[str] = ""
+    """SMQP server links, ``DOMAIN=ENDPOINT`` each (repeated option, or a TOML list)."""
+    smqp_link_account: str | None = None
+    """The account SMQP links log in with on the other servers."""
+    smqp_link_password_file: Path | None = None
+    """The file whose first line is the links' password (none: TLS client certificate, CERT)."""
     smqp_redirect: str | list[str] = ""
     """SMQP ``311 Redirect`` targets (``host:port``, commas or blanks, or a TOML list): a LOGIN
     over a connection limit or during shutdown is sent there, in turn."""

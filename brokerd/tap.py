@@ -60,6 +60,8 @@ class Options(usage.Options):
         ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
         ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
         ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own it may name: IPs, CIDRs, host names, each optionally :port (commas) [none]."],
+        ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
+        ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
         ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311 [none]."],
         ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds [86400]."],
         ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again [30]."],
@@ -101,6 +103,7 @@ class Options(usage.Options):
     def __init__(self) -> None:
         super().__init__()
         self["listeners"] = {}
+        self["smqp-links"] = []
 
     def _listener(self, protocol: str, endpoint: str) -> None:
         self["listeners"].setdefault(protocol, []).append(endpoint)
@@ -121,6 +124,10 @@ class Options(usage.Options):
         """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080]."""
         self._listener("socketmq", endpoint)
 
+    def opt_smqp_link(self, link: str) -> None:
+        """SMQP server link DOMAIN=ENDPOINT: log in there and forward its messages (repeatable)."""
+        self["smqp-links"].append(link)
+
     def opt_version(self) -> None:
         print(f"brokerd {__version__}")
         sys.exit(0)
@@ -132,6 +139,8 @@ class Options(usage.Options):
         if self["no-event-log"]:
             values["event-log"] = False
         values.update(self["listeners"])
+        if self["smqp-links"]:
+            values["smqp-link"] = self["smqp-links"]
         try:
             self.settings = settings_from(values, self["config"])
             if bool(self.settings.tls_cert) != bool(self.settings.tls_key):

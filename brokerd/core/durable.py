@@ -127,6 +127,9 @@ class DurableService:
         """(subscriber, topic key) -> may it read the topic now; None: every subscription is
         still allowed (no reloadable access list).  Checked at delivery, so a revoked
         permission stops live and durable subscriptions alike."""
+        self.is_link: Callable[[str], bool] | None = None
+        """subscriber -> is it a link to another server (SMQP federation), which takes only
+        messages published for forwarding (an SMQP Depth): :meth:`keep` leaves it out."""
         self.default_timeout: float | None = 86400.0
         self.timeout_for: Callable[[str], float | None] = lambda _key: self.default_timeout
         self.mode_for: Callable[[str], str] = lambda _key: "ALL"
@@ -244,7 +247,9 @@ class DurableService:
         (``message_id``) and, unless it names them, the topic's expiry and mode."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
-        deliveries = [(name, ADD) for name in self.recipients(key, ADD, now)]
+        is_link = self.is_link
+        deliveries = [(name, ADD) for name in self.recipients(key, ADD, now)
+                      if is_link is None or not is_link(name)]
         timeout = self.timeout_for(key)
         mode = self.mode_for(key)
         d: Deferred | None = None

@@ -176,6 +176,13 @@ class SubscriptionIndex:
             found.update(self._exact.get((MESSAGE, key), ()))
         return found
 
+    def topics(self, kind: str = MESSAGE) -> set[str]:
+        """Every topic (a wildcard as stored, ``base/pattern``) that some subscriber has a
+        ``kind`` subscription to (SMQP server links subscribe to these on other servers)."""
+        found = {base for (k, base) in self._exact if k == kind}
+        found.update(topic for (_subscriber, topic) in self._wild.get(kind, {}))
+        return found
+
     def account_channels(self, account: str) -> set[str]:
         """``account:channel`` subscribers known for an account."""
         prefix = account + ":"

@@ -32,6 +32,8 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
 from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
+from brokerd.protocols.smqp.federation import Forwarded, link_domain_leaf
+from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
 from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
 from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, TopicTree
@@ -100,6 +102,12 @@ class SMQPServerFactory(Factory):
         """Connections over a connection limit kept open only to answer their LOGIN 311."""
         self.draining = False
         """Shutting down: a LOGIN gets 311 when redirect targets are configured."""
+        self.forwarded = Forwarded(self)
+        """Stores what the links bring from other domains (brokerd.protocols.smqp.federation)."""
+        self.links = Links(self, parse_links(getattr(settings, "smqp_link", None)),
+                           getattr(settings, "smqp_link_account", None),
+                           read_password(getattr(settings, "smqp_link_password_file", None)))
+        self._links_started = False
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
         self.wire = SMQPWireFormat("", self.domain, clock.seconds)
@@ -118,6 +126,7 @@ class SMQPServerFactory(Factory):
         durable.retry_timeout = retry_timeout
         durable.max_attempts = max_attempts
         durable.trash_retention = trash_retention
+        durable.is_link = lambda name: link_domain_leaf(name) is not None
         if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
             self.durable.readable = self.readable
         self.domains = {self.domain.lower(), "localhost"}
@@ -224,10 +233,23 @@ class SMQPServerFactory(Factory):
 
     def startFactory(self) -> None:
         self._factory_started = True
+        if not self._links_started:
+            self._links_started = True
+            self.started.addCallback(self._start_links)
         if self.started.called and self.start_error is None:
             self.durable.start_sweeps()
         if self._owns_access_list:
             self.access_list.watch()
+
+    def _start_links(self, result: Any) -> Any:
+        if self.start_error is None and self._factory_started:
+            self.links.start()
+        return result
+
+    def subscriptions_changed(self) -> None:
+        """A MESSAGE subscription came or went: the links subscribe on the other servers
+        to match."""
+        self.links.changed()
 
     def may_redirect(self, session: SMQPServerProtocol) -> bool:
         """A connection over a connection limit: keep it open to answer its LOGIN with
@@ -253,6 +275,7 @@ class SMQPServerFactory(Factory):
             self.access_list.unwatch()
         self._factory_started = False
         self.draining = True
+        self.links.stop()
         self.durable.stop_sweeps()
         bye = encode_notify("SERVER", "BYE", "00:00:00")
         for sessions in list(self.sessions.values()):

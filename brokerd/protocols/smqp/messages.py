@@ -57,6 +57,10 @@ class Publication:
     smuids: tuple[str, ...] = ()
     """Smuid attributes the client sent (a REPLY's history; REPLACE/RECALL: the target)."""
     cmuids: tuple[str, ...] = ()
+    depth: int = 0
+    """How many more servers the message may be forwarded to (-1: no limit; 0: local only)."""
+    hops: tuple[str, ...] = ()
+    """Domains the message has passed through (lower case), the Hops attribute."""
 
 
 def _number(name: str, value: str, low: int, high: int = MAX_PRIORITY) -> int:
@@ -101,7 +105,9 @@ def read_publication(body: Body) -> Publication:
             except ValueError as exc:
                 raise ValueError(f"Timeout: {exc}") from None
         elif key == "depth":
-            _number("Depth", value, -1)
+            values["depth"] = _number("Depth", value, -1)
+        elif key == "hops":
+            values["hops"] = tuple(h.strip().lower() for h in value.split(",") if h.strip())
         elif key in ("sequence", "seq"):
             _number("Sequence", value, 1)
         elif key in ("guarantee", "guar"):

@@ -18,6 +18,7 @@ from brokerd.auth.ual import Perm
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
+from brokerd.protocols.smqp.federation import recipients_for
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification
@@ -215,7 +216,7 @@ class MessagingCommands:
         seq, smuid, cmuid, stamp, now = self._identifiers(command.args[1])
         stored = stored_body(body, smuid, cmuid, history)
         subscribers = dict.fromkeys(explicit)
-        subscribers.update(dict.fromkeys(self.service.recipients(key, change, now)))
+        subscribers.update(dict.fromkeys(recipients_for(self.service.recipients(key, change, now), publication)))
         mode = "ONE" if "ONE" in (node_mode, publication.delivery) else "ALL"
         expires = self._expiry(publication, key, now)
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
@@ -237,7 +238,8 @@ class MessagingCommands:
         stored = stored_body(body, smuid, f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})",
                              mode == "REPLY")
         subscribers = dict.fromkeys(explicit)
-        subscribers.update(dict.fromkeys(self.service.recipients(key, "ADD", now)))
+        subscribers.update(dict.fromkeys(recipients_for(self.service.recipients(key, "ADD", now), publication,
+                                                        guaranteed=False)))
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=None)
         self.service.publish_volatile(key, self.subscriber, stored, message, subscribers)

@@ -81,6 +81,7 @@ class SubscriptionCommands:
                 self.outbox.refresh()
                 if pattern is None:
                     service.subscribers_changed(base)
+                self.factory.subscriptions_changed()
             self._reply(200, "OK", *(node.display for node in selected))
 
         return d.addCallback(stored).addCallback(done)
@@ -154,6 +155,8 @@ class SubscriptionCommands:
             for sub in selected:
                 if sub.record.kind == MESSAGE and sub.pattern is None:
                     service.subscribers_changed(sub.base)
+            if any(sub.record.kind == MESSAGE for sub in selected):
+                self.factory.subscriptions_changed()
             lines = [self._subscription_line(sub, labelled) for sub in selected]
             if pattern is None and not labelled:
                 self._reply(200, "OK")

@@ -1,0 +1,268 @@
+"""SMQP between servers (draft 2.3) with two and three brokerd SMQP servers in different
+domains on loopback: links log in as an account, subscribe on the other server to what
+local clients want from it, and store what comes before acknowledging it; Depth and Hops
+decide what travels."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.integration.test_smqp_messaging import Inbox
+
+PEER_PASSWORD = "peerpw"
+
+
+async def domain(smqp_server, tmp_path: Path, name: str, links: dict[str, Any] | None = None,
+                 ual: str | None = None, **settings: Any):
+    """A server of domain ``name`` with its own data directory, accounts alice, bob and peer
+    (the links' account), and links to ``links`` (domain -> running server)."""
+    home = tmp_path / name
+    home.mkdir()
+    accounts = home / "accounts"
+    write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
+    (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+    if ual is not None:
+        (home / "smqp.ual").write_text(ual)
+        settings["ual_file"] = home / "smqp.ual"
+    if links:
+        settings["smqp_link"] = [f"{other}=tcp:127.0.0.1:{server.port_number}" for other, server in links.items()]
+        settings["smqp_link_account"] = "peer"
+        settings["smqp_link_password_file"] = home / "peer.pw"
+    return await smqp_server(data_dir=home / "data", accounts_file=accounts, smqp_domain=name, **settings)
+
+
+def link_of(server, other: str):
+    return next(link for link in server.factory.links.links if link.spec.domain == other)
+
+
+async def until(condition, client, what: str, rounds: int = 500) -> None:
+    """Wait for ``condition`` to hold: each NOOP round trip on ``client`` lets the reactor
+    run whatever the servers have to do (bounded, so a broken link fails the test)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await client.noop()
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def subscribed_remotely(server, other: str, topics: set[str], client) -> None:
+    link = link_of(server, other)
+    await until(lambda: link.state == "up" and topics <= link.remote | set(link.refused),
+                client, f"the link to {other} to subscribe to {topics}")
+
+
+async def create(client, *topics: str) -> None:
+    for topic in topics:
+        await client.create_topic(topic)
+
+
+def data_of(notify) -> bytes:
+    return notify.body.sections[0].data
+
+
+@pytest_twisted.ensureDeferred
+async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    publisher = await alpha.login("alice", "c1")
+    await create(publisher, "/news")
+    local = await beta.login("alice", "c1")
+    await create(local, "/alpha_test", "/alpha_test/news")
+    reader = await beta.login("bob", "c1")
+    inbox = Inbox(reader)
+    await reader.subscribe("/alpha_test/news")
+    await subscribed_remotely(beta, "alpha.test", {"/news"}, reader)
+    assert link_of(beta, "alpha.test").refused == {}
+    await publisher.publish("/news", "N0", [("text/plain", b"stays home")], [("Depth", "0")])
+    await publisher.publish("/news", "N1", [("text/plain", b"no depth: stays home")])
+    reply = await publisher.publish("/news", "N2", [("text/plain", b"travels")], [("Depth", "1")])
+    origin = reply.values[1]
+    notify = await inbox.next()
+    assert notify.args == ("/alpha_test/news", "ADD")
+    assert data_of(notify) == b"travels"  # the first to arrive: the Depth 0 and absent ones did not
+    assert notify.body.get("Hops") == "alpha.test"
+    assert notify.body.get("Depth") == "0"
+    smuids = [v for n, v in notify.body.attributes if n == "Smuid"]
+    assert smuids[0] == origin and smuids[-1].startswith(beta.factory.suid + "/")
+    await reader.acknowledge()
+    # acknowledged at beta only after beta stored it: nothing stays pending for the link at alpha
+    link_sub = f"peer:link_beta_test"
+    await until(lambda: not alpha.factory.service.outboxes[link_sub].known, publisher,
+                "alpha to see the link's acknowledgement")
+    assert inbox.items == [] and await inbox.quiet()
+
+
+@pytest_twisted.ensureDeferred
+async def test_link_account_refused_by_the_other_sides_access_list(smqp_server, tmp_path):
+    ual = "/secret  peer  -\n/news  peer  s\n"
+    alpha = await domain(smqp_server, tmp_path, "alpha.test", ual=ual)
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    publisher = await alpha.login("alice", "c1")
+    await create(publisher, "/news", "/secret")
+    local = await beta.login("alice", "c1")
+    await create(local, "/alpha_test", "/alpha_test/news", "/alpha_test/secret")
+    reader = await beta.login("bob", "c1")
+    inbox = Inbox(reader)
+    await reader.subscribe("/alpha_test/secret")
+    await reader.subscribe("/alpha_test/news")
+    await subscribed_remotely(beta, "alpha.test", {"/news", "/secret"}, reader)
+    link = link_of(beta, "alpha.test")
+    assert link.refused == {"/secret": 404}  # no permission at all: alpha does not even show it
+    assert link.remote == {"/news"}
+    await publisher.publish("/secret", "S1", [("text/plain", b"not for peer")], [("Depth", "1")])
+    await publisher.publish("/news", "N1", [("text/plain", b"for peer")], [("Depth", "1")])
+    notify = await inbox.next()
+    assert (notify.args[0], data_of(notify)) == ("/alpha_test/news", b"for peer")
+    await reader.acknowledge()
+    assert await inbox.quiet()
+
+
+@pytest_twisted.ensureDeferred
+async def test_triangle_does_not_loop_and_delivers_once(smqp_server, tmp_path):
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    gamma = await domain(smqp_server, tmp_path, "gamma.test", links={"alpha.test": alpha, "beta.test": beta})
+    publisher = await alpha.login("alice", "c1")
+    await create(publisher, "/news")
+    b_admin = await beta.login("alice", "c1")
+    await create(b_admin, "/alpha_test", "/alpha_test/news")
+    g_admin = await gamma.login("alice", "c1")
+    await create(g_admin, "/alpha_test", "/alpha_test/news", "/beta_test", "/beta_test/alpha_test",
+                 "/beta_test/alpha_test/news")
+    b_reader = await beta.login("bob", "c1")
+    b_inbox = Inbox(b_reader)
+    await b_reader.subscribe("/alpha_test/news")
+    g_reader = await gamma.login("bob", "c1")
+    g_inbox = Inbox(g_reader)
+    # gamma's reader wants alpha's /news both directly and as beta passes it on
+    await g_reader.subscribe("/alpha_test/news")
+    await g_reader.subscribe("/beta_test/alpha_test/news")
+    await subscribed_remotely(beta, "alpha.test", {"/news"}, b_reader)
+    await subscribed_remotely(gamma, "alpha.test", {"/news"}, g_reader)
+    await subscribed_remotely(gamma, "beta.test", {"/alpha_test/news"}, g_reader)
+    await publisher.publish("/news", "N1", [("text/plain", b"once")], [("Depth", "-1")])
+    first = await b_inbox.next()
+    assert data_of(first) == b"once" and first.body.get("Hops") == "alpha.test"
+    assert first.body.get("Depth") == "-1"
+    await b_reader.acknowledge()
+    got = await g_inbox.next()
+    assert data_of(got) == b"once"
+    await g_reader.acknowledge()
+    # beta passes it on to gamma (Depth -1, gamma not in Hops); gamma has it already (same
+    # origin SMUID) and drops it: wait until gamma's link from beta has handled it
+    forwarded = gamma.factory.forwarded
+    await until(lambda: forwarded.counts["duplicate"] == 1, g_reader, "gamma to drop the second copy")
+    # a second message proves the path is still alive and that nothing else was queued
+    await publisher.publish("/news", "N2", [("text/plain", b"twice?")], [("Depth", "-1")])
+    assert data_of(await g_inbox.next()) == b"twice?"
+    await g_reader.acknowledge()
+    assert data_of(await b_inbox.next()) == b"twice?"
+    await b_reader.acknowledge()
+    assert g_inbox.items == [] and await g_inbox.quiet()
+    assert b_inbox.items == [] and await b_inbox.quiet()
+    assert forwarded.counts["stored"] == 2
+
+
+# ---------------------------------------------------------------------------- kill -9 in a chain
+
+def _twistd_domain(home: Path, name: str, port: int, *links: str) -> Any:
+    """``twistd brokerd`` of domain ``name`` on SMQP ``port`` with data in ``home``."""
+    from tests.support.broker import start_broker
+
+    home.mkdir(exist_ok=True)
+    accounts = home / "accounts"
+    if not accounts.exists():
+        write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
+        (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+    options = ["--accounts", str(accounts), "--smqp-domain", name, "--smqp-retry-timeout", "2",
+               "--smqp", f"tcp:{port}:interface=127.0.0.1"]
+    for link in links:
+        options += ["--smqp-link", link]
+    if links:
+        options += ["--smqp-link-account", "peer", "--smqp-link-password-file", str(home / "peer.pw")]
+    return start_broker(home, *options, listeners={}, wait_for=(port,))
+
+
+def _until_count(client, line: str, expected: str, deadline: float) -> None:
+    """Ask ``line`` (a COUNT) until its answer is ``expected``, bounded by ``deadline``."""
+    import time
+
+    while time.monotonic() < deadline:
+        reply = client.command(line)
+        if reply.code == 200 and reply.lines[-1] == expected:
+            return
+    raise AssertionError(f"{line!r} never answered {expected}")
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_middle_server_of_a_chain_loses_nothing_acknowledged(tmp_path):
+    import signal
+    import time
+
+    from tests.integration.smqp_fixtures import BlockingSMQP
+    from tests.support.broker import free_port
+
+    ports = {name: free_port() for name in ("alpha", "beta", "gamma")}
+    to_alpha = f"alpha.test=tcp:127.0.0.1:{ports['alpha']}"
+    to_beta = f"beta.test=tcp:127.0.0.1:{ports['beta']}"
+    alpha = _twistd_domain(tmp_path / "alpha", "alpha.test", ports["alpha"])
+    beta = _twistd_domain(tmp_path / "beta", "beta.test", ports["beta"], to_alpha)
+    gamma = _twistd_domain(tmp_path / "gamma", "gamma.test", ports["gamma"], to_beta)
+    running = [alpha, beta, gamma]
+    try:
+        publisher = BlockingSMQP(ports["alpha"])
+        publisher.login("alice", "pub")
+        assert publisher.command("CREATE TOPIC /news").code == 200
+        middle = BlockingSMQP(ports["beta"])
+        middle.login("alice", "admin")
+        for topic in ("/alpha_test", "/alpha_test/news"):
+            assert middle.command(f"CREATE TOPIC {topic}").code == 200
+        end = BlockingSMQP(ports["gamma"])
+        end.login("bob", "reader")
+        for topic in ("/beta_test", "/beta_test/alpha_test", "/beta_test/alpha_test/news"):
+            assert end.command(f"CREATE TOPIC {topic}").code == 200
+        assert end.command("SUB MESSAGE /beta_test/alpha_test/news").code == 200
+        deadline = time.monotonic() + 30
+        # gamma's link subscribes at beta, which makes beta's link subscribe at alpha
+        _until_count(publisher, "COUNT SUBSCRIBERS /news", "1", deadline)
+
+        count = 50
+        payloads = [f"m{i}".encode() for i in range(count)]
+        publisher.send(b"".join(publisher.publish_bytes("/news", f"K{i}", data, ("Depth", "2"))
+                                for i, data in enumerate(payloads)))
+        assert [publisher.reply().code for _ in range(count)] == [200] * count  # acknowledged by alpha
+        assert beta.stop(signal.SIGKILL) == -signal.SIGKILL  # somewhere on the way: kill the middle
+        middle.close()
+        beta = _twistd_domain(tmp_path / "beta", "beta.test", ports["beta"], to_alpha)
+        running[1] = beta
+
+        received: dict[bytes, int] = {}
+        while len(received) < count:
+            notify = end.notify()  # bounded: the socket's timeout fails the test if nothing comes
+            assert notify.args == ("/beta_test/alpha_test/news", "ADD")
+            data = notify.body.sections[0].data
+            assert notify.body.get("Hops") == "alpha.test,beta.test"
+            received[data] = received.get(data, 0) + 1
+            assert end.command("310 ACK").code == 310
+        assert set(received) == set(payloads)
+    finally:
+        for broker in running:
+            broker.stop(signal.SIGKILL)
+
+
+def test_links_are_left_out_at_depth_zero_and_for_domains_in_hops():
+    from brokerd.protocols.smqp.federation import domain_leaf, link_channel, recipients_for
+    from brokerd.protocols.smqp.messages import Publication
+
+    subscribers = ["bob:c1", f"peer:{link_channel('beta.test')}", f"peer:{link_channel('gamma.test')}"]
+    assert recipients_for(subscribers, Publication(created=0.0)) == ["bob:c1"]
+    assert recipients_for(subscribers, Publication(created=0.0, depth=1)) == subscribers
+    assert recipients_for(subscribers, Publication(created=0.0, depth=-1, hops=("alpha.test", "beta.test"))) == \
+        ["bob:c1", "peer:link_gamma_test"]
+    assert recipients_for(subscribers, Publication(created=0.0, depth=3), guaranteed=False) == ["bob:c1"]
+    assert domain_leaf("Alpha.Example:7720") == "alpha_example_7720" and domain_leaf("10.0.0.1") == "d10_0_0_1"
