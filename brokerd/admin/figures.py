@@ -125,6 +125,7 @@ class Figures:
             "event_log": self._event_log(),
             "thread_pools": self._thread_pools(),
             "store": self._store(),
+            "smqp_links": self._smqp_links(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -136,6 +137,11 @@ class Figures:
         figures = stats()
         figures["backlog"] = figures.get("buffered", 0) + figures.get("encoded", 0)
         return figures
+
+    def _smqp_links(self) -> list[dict[str, Any]]:
+        """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
+        links = self.runtime.resources.get("smqp_links")
+        return links.status() if links is not None else []
 
     def _store(self) -> dict[str, Any] | None:
         latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)

@@ -85,6 +85,26 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield _gauge("brokerd_smqp_trash_messages", "Messages in an SMQP Trash, by Trash queue.",
                      queues["trash"], "queue")
 
+    links = snapshot.get("smqp_links") or []
+    if links:
+        up = GaugeMetricFamily("brokerd_smqp_link_up", "1 while an SMQP server link is logged in, by domain.",
+                               labels=["domain"])
+        received = CounterMetricFamily("brokerd_smqp_link_messages_total",
+                                       "Messages an SMQP server link brought in and stored, by domain.",
+                                       labels=["domain"])
+        connects = CounterMetricFamily("brokerd_smqp_link_logins_total",
+                                       "Logins of an SMQP server link (1 + reconnections), by domain.",
+                                       labels=["domain"])
+        refused = CounterMetricFamily("brokerd_smqp_link_refused_total",
+                                      "Subscriptions the other server refused to an SMQP link, by domain.",
+                                      labels=["domain"])
+        for link in links:
+            up.add_metric([link["domain"]], int(link["state"] == "up"))
+            received.add_metric([link["domain"]], link["received"])
+            connects.add_metric([link["domain"]], link["connects"])
+            refused.add_metric([link["domain"]], link["refused"])
+        yield from (up, received, connects, refused)
+
     store = snapshot.get("store")
     if store is not None:
         yield HistogramMetricFamily(

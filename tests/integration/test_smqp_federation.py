@@ -95,6 +95,9 @@ async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
     await until(lambda: not alpha.factory.service.outboxes[link_sub].known, publisher,
                 "alpha to see the link's acknowledgement")
     assert inbox.items == [] and await inbox.quiet()
+    status = link_of(beta, "alpha.test").status()
+    assert (status["state"], status["connects"], status["received"], status["subscriptions"]) == ("up", 1, 1, 1)
+    assert beta.runtime.resources["smqp_links"].status() == [status]  # what /metrics shows
 
 
 @pytest_twisted.ensureDeferred

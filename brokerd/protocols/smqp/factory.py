@@ -352,5 +352,6 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
     factory.disk = runtime.resources.get("disk")
+    runtime.resources["smqp_links"] = factory.links
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
     return factory
