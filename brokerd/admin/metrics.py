@@ -90,7 +90,7 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         up = GaugeMetricFamily("brokerd_smqp_link_up", "1 while an SMQP server link is logged in, by domain.",
                                labels=["domain"])
         received = CounterMetricFamily("brokerd_smqp_link_messages_total",
-                                       "Messages an SMQP server link brought in and stored, by domain.",
+                                       "Messages an SMQP server link received (stored, or dropped as seen, looped or local-only), by domain.",
                                        labels=["domain"])
         connects = CounterMetricFamily("brokerd_smqp_link_logins_total",
                                        "Logins of an SMQP server link (1 + reconnections), by domain.",

@@ -73,11 +73,17 @@ async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
     await create(publisher, "/news")
     local = await beta.login("alice", "c1")
     await create(local, "/alpha_test", "/alpha_test/news")
+    # kept at alpha before the link subscribes: alpha hands both to the new subscription
+    await publisher.publish("/news", "E0", [("text/plain", b"early, stays home")], [("Depth", "0")])
+    await publisher.publish("/news", "E1", [("text/plain", b"early, travels")], [("Depth", "1")])
     reader = await beta.login("bob", "c1")
     inbox = Inbox(reader)
     await reader.subscribe("/alpha_test/news")
     await subscribed_remotely(beta, "alpha.test", {"/news"}, reader)
     assert link_of(beta, "alpha.test").refused == {}
+    early = await inbox.next()
+    assert data_of(early) == b"early, travels"  # the Depth 0 one was dropped at beta
+    await reader.acknowledge()
     await publisher.publish("/news", "N0", [("text/plain", b"stays home")], [("Depth", "0")])
     await publisher.publish("/news", "N1", [("text/plain", b"no depth: stays home")])
     reply = await publisher.publish("/news", "N2", [("text/plain", b"travels")], [("Depth", "1")])
@@ -96,7 +102,8 @@ async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
                 "alpha to see the link's acknowledgement")
     assert inbox.items == [] and await inbox.quiet()
     status = link_of(beta, "alpha.test").status()
-    assert (status["state"], status["connects"], status["received"], status["subscriptions"]) == ("up", 1, 1, 1)
+    assert (status["state"], status["connects"], status["received"], status["subscriptions"]) == ("up", 1, 3, 1)
+    assert beta.factory.forwarded.counts["local_only"] == 1
     assert beta.runtime.resources["smqp_links"].status() == [status]  # what /metrics shows
 
 

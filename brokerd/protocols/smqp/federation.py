@@ -16,7 +16,8 @@ The receiving side (:func:`store_forwarded`) keeps the message under
 ``/<remote domain>/<topic>`` (the draft: "messages that are passed to other domains will
 have their topic pre-pended with the server's domain"), appends the sending server's domain
 to ``Hops``, counts ``Depth`` down (-1 stays -1), and drops a message whose first SMUID it
-has already stored (the same message by another route) or whose ``Hops`` name this server.
+has already stored (the same message by another route), whose ``Hops`` name this server, or
+that came with Depth 0 (a retained message the other server added when the link subscribed).
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ class Forwarded:
     def __init__(self, factory: Any) -> None:
         self.factory = factory
         self.seen: OrderedDict[str, None] = OrderedDict()
-        self.counts = {"stored": 0, "duplicate": 0, "looped": 0, "no_topic": 0}
+        self.counts = {"stored": 0, "duplicate": 0, "looped": 0, "no_topic": 0, "local_only": 0}
 
     def store(self, remote: str, topic: str, body: Body, publication: Publication) -> Deferred:
         """Keep a message from domain ``remote``'s topic ``topic`` (``/news``) here; fires
@@ -103,6 +104,11 @@ class Forwarded:
         origin = publication.smuids[0] if publication.smuids else None
         if own in publication.hops or domain_leaf(own) in {domain_leaf(h) for h in publication.hops}:
             self.counts["looped"] += 1
+            return succeed(None)
+        if publication.depth == 0:
+            # a retained message the other server had when the link subscribed (its backfill
+            # does not look at Depth): local to that server
+            self.counts["local_only"] += 1
             return succeed(None)
         if origin is not None and origin in self.seen:
             self.counts["duplicate"] += 1

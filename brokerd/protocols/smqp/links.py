@@ -143,15 +143,20 @@ class Link:
         else:
             d = client.login_cert(self.account, channel)
 
-        def logged_in(_info: Any) -> None:
+        def logged_in(_info: Any) -> Deferred:
             self.counts["connects"] += 1
             self._delay = FIRST_DELAY
-            self.remote.clear()
+            return client.command("LIST", "SUBSCRIPTIONS")
+
+        def listed(reply: Any) -> None:
+            # The link's subscriptions there are durable: the ones it has are kept as they
+            # are (subscribing again would add every retained message once more).
+            self.remote = {line for line in reply.values if line.startswith("/")}
             self.refused.clear()
             self._set_state("up")
             self.changed()
 
-        return d.addCallback(logged_in)
+        return d.addCallback(logged_in).addCallback(listed)
 
     def _failed(self, failure: Failure) -> None:
         reason = failure.getErrorMessage()
