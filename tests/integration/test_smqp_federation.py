@@ -13,6 +13,7 @@ import pytest_twisted
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
 from tests.integration.test_smqp_messaging import Inbox
+from tests.support.fixtures import pki  # noqa: F401
 
 PEER_PASSWORD = "peerpw"
 
@@ -123,6 +124,14 @@ async def test_link_account_refused_by_the_other_sides_access_list(smqp_server, 
     await subscribed_remotely(beta, "alpha.test", {"/news", "/secret"}, reader)
     link = link_of(beta, "alpha.test")
     assert link.refused == {"/secret": 404}  # no permission at all: alpha does not even show it
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("not the password\n")
+    intruder = await smqp_server(data_dir=tmp_path / "delta-data", smqp_domain="delta.test",
+                                 smqp_link=[f"alpha.test=tcp:127.0.0.1:{alpha.port_number}"],
+                                 smqp_link_account="peer", smqp_link_password_file=wrong)
+    outsider = link_of(intruder, "alpha.test")
+    await until(lambda: outsider.state == "refused", reader, "alpha to refuse the wrong link password")
+    assert outsider.remote == set()
     assert link.remote == {"/news"}
     await publisher.publish("/secret", "S1", [("text/plain", b"not for peer")], [("Depth", "1")])
     await publisher.publish("/news", "N1", [("text/plain", b"for peer")], [("Depth", "1")])
@@ -176,6 +185,39 @@ async def test_triangle_does_not_loop_and_delivers_once(smqp_server, tmp_path):
     assert g_inbox.items == [] and await g_inbox.quiet()
     assert b_inbox.items == [] and await b_inbox.quiet()
     assert forwarded.counts["stored"] == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_link_over_tls_logs_in_with_its_client_certificate(smqp_server, tmp_path, pki):
+    from brokerd.auth.tls import ServerTLS
+
+    alpha = await domain(smqp_server, tmp_path, "alpha.test", tls=ServerTLS.from_files(pki.server.cert,
+                                                                                       pki.server.key, pki.ca))
+    publisher = await alpha.connect(ca=pki.ca)
+    await publisher.login("bob", "c1", "bobpw")
+    await create(publisher, "/news")
+    # a link over TLS that logs in with its client certificate (CN alice: account alice)
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    (trust / "ca.pem").write_bytes(pki.ca.read_bytes())
+    endpoint = (f"tls:localhost:{alpha.port_number}:certificate={pki.client.cert}:privateKey={pki.client.key}"
+                f":trustRoots={trust}")
+    gamma = await smqp_server(data_dir=tmp_path / "gamma-data", smqp_domain="gamma.test",
+                              smqp_link=[f"alpha.test={endpoint}"], smqp_link_account="alice")
+    refused = await smqp_server(data_dir=tmp_path / "delta-data", smqp_domain="delta.test",
+                                smqp_link=[f"alpha.test={endpoint}"], smqp_link_account="bob")
+    admin = await gamma.login("alice", "c1")
+    await create(admin, "/alpha_test", "/alpha_test/news")
+    reader = await gamma.login("bob", "c1")
+    inbox = Inbox(reader)
+    await reader.subscribe("/alpha_test/news")
+    await subscribed_remotely(gamma, "alpha.test", {"/news"}, reader)
+    not_alice = link_of(refused, "alpha.test")
+    await until(lambda: not_alice.state == "refused", publisher, "alpha to refuse a certificate not naming bob")
+    await publisher.publish("/news", "T1", [("text/plain", b"over TLS")], [("Depth", "1")])
+    notify = await inbox.next()
+    assert data_of(notify) == b"over TLS" and notify.body.get("Hops") == "alpha.test"
+    await reader.acknowledge()
 
 
 # ---------------------------------------------------------------------------- kill -9 in a chain
