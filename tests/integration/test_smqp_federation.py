@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 
+from brokerd.protocols.smqp.client import SMQPError
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
 from tests.integration.test_smqp_messaging import Inbox
@@ -318,3 +319,33 @@ def test_links_are_left_out_at_depth_zero_and_for_domains_in_hops():
         ["bob:c1", "peer:link_gamma_test"]
     assert recipients_for(subscribers, Publication(created=0.0, depth=3), guaranteed=False) == ["bob:c1"]
     assert domain_leaf("Alpha.Example:7720") == "alpha_example_7720" and domain_leaf("10.0.0.1") == "d10_0_0_1"
+
+
+@pytest_twisted.ensureDeferred
+async def test_point_to_point_over_a_link_and_the_receipt_back(smqp_server, tmp_path):
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    recipient = await alpha.login("bob", "home")
+    inbox = Inbox(recipient)
+    sender = await beta.login("alice", "c1")
+    receipts = Inbox(sender)
+    link = link_of(beta, "alpha.test")
+    await until(lambda: link.state == "up", sender, "the link to come up")
+    reply = await sender.publish("bob:home@alpha.test", "P1", [("text/plain", b"hello over there")],
+                                 [("Receipt", "ONE")])
+    local_smuid = reply.values[1]
+    notify = await inbox.next()
+    assert notify.args == ("/accounts/bob/home", "ADD")
+    assert data_of(notify) == b"hello over there"
+    assert notify.body.get("Hops") == "beta.test"
+    await recipient.acknowledge()
+    receipt = await receipts.next()
+    assert receipt.kind == "RECEIPT"
+    assert receipt.body.get("Receipt") == "1/1" and receipt.body.get("Smuid") == local_smuid
+    # a recipient the other server does not know: refused there, dropped here, counted
+    await sender.publish("nobody@alpha.test", "P2", [("text/plain", b"lost")])
+    await until(lambda: link.counts["undeliverable"] == 1, sender, "alpha to refuse an unknown recipient")
+    # a domain no link goes to is still refused at once
+    with pytest.raises(SMQPError) as info:
+        await sender.publish("bob@gamma.test", "P3", [("text/plain", b"x")])
+    assert info.value.code == 405

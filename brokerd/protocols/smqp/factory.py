@@ -32,7 +32,7 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
 from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
-from brokerd.protocols.smqp.federation import Forwarded, link_domain_leaf
+from brokerd.protocols.smqp.federation import OUT_PREFIX, Forwarded, link_domain_leaf
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
 from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
@@ -289,7 +289,10 @@ class SMQPServerFactory(Factory):
         return self.ual.permissions(account, tuple(key.split("/")) if key else ())
 
     def readable(self, subscriber: str, key: str) -> bool:
-        """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?"""
+        """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?
+        (A link's outgoing queue may: the sender's permission was checked at publish.)"""
+        if subscriber.startswith(OUT_PREFIX):
+            return True
         return Perm.SUBSCRIBE in self.permissions(subscriber.partition(":")[0], key)
 
     @property

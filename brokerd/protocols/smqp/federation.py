@@ -61,6 +61,33 @@ def link_domain_leaf(subscriber: str) -> str | None:
     return None
 
 
+OUT_PREFIX = "~"
+"""Outgoing point-to-point messages of a linked domain wait in ``accounts/~<domain>/...`` for
+the subscriber ``~<domain>:out`` (a ``~`` name no login can have), which the link is."""
+
+
+def out_subscriber(domain: str) -> str:
+    """The durable subscriber that holds a linked domain's outgoing messages."""
+    return f"{OUT_PREFIX}{domain_leaf(domain)}:out"
+
+
+def outgoing_key(domain: str, account: str, channel: str | None) -> str:
+    """Where a message to ``account[:channel]@domain`` of a linked domain is kept."""
+    key = f"accounts/{OUT_PREFIX}{domain_leaf(domain)}/{account}"
+    return f"{key}/{channel}" if channel else key
+
+
+def is_outgoing(key: str) -> bool:
+    return key.startswith(f"accounts/{OUT_PREFIX}")
+
+
+def recipient_of(key: str, domain: str) -> str:
+    """``account[:channel]@domain`` of an outgoing key."""
+    parts = key.split("/")[2:]
+    who = ":".join(parts[:2])
+    return f"{who}@{domain}"
+
+
 def recipients_for(subscribers: Iterable[str], publication: Publication, guaranteed: bool = True) -> list[str]:
     """``subscribers`` without the links that may not get this message: all of them at
     Depth 0 and for unguaranteed messages (a link only carries stored messages), and those

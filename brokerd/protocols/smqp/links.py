@@ -35,10 +35,17 @@ from twisted.python.failure import Failure
 from brokerd.core.subscriptions import MESSAGE
 from brokerd.errors import ConfigurationError
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, connect
-from brokerd.protocols.smqp.events import Notify
-from brokerd.protocols.smqp.federation import domain_leaf, link_channel
+from brokerd.protocols.smqp.codec import encode_notify, encode_publish, format_datetime
+from brokerd.protocols.smqp.delivery import login_key
+from brokerd.protocols.smqp.events import Body, Notify
+from brokerd.protocols.smqp.federation import domain_leaf, link_channel, out_subscriber, recipient_of
+from brokerd.protocols.smqp.mapping import stored_body
 from brokerd.protocols.smqp.messages import read_publication
+from brokerd.protocols.smqp.outbox import NoNotification
+from brokerd.store.records import MessageRecord
 
+MAX_RECEIPTS = 65_536
+"""Messages sent over a link whose receipt is still expected (the oldest are forgotten)."""
 FIRST_DELAY = 0.5
 """Seconds before the first reconnection attempt of a link; doubled after every failure."""
 MAX_DELAY = 30.0
@@ -93,6 +100,15 @@ class Link:
         self._syncing = False
         self._again = False
         self._handling: Deferred = succeed(None)
+        self.subscriber = out_subscriber(spec.domain)
+        """The durable subscriber name of this link's outgoing point-to-point messages."""
+        self.outbox: Any = None
+        self._pushing: int | None = None
+        self.receipts: dict[str, tuple[str, str, str]] = {}
+        """The other server's Smuid -> (publisher, our Smuid, our topic) of a message sent
+        with a Receipt request."""
+        self.counts["sent"] = 0
+        self.counts["undeliverable"] = 0
 
     # ------------------------------------------------------------------ life
 
@@ -155,6 +171,8 @@ class Link:
             self.refused.clear()
             self._set_state("up")
             self.changed()
+            self.outbox = self.factory.service.attach(self)
+            self.outbox.pump()
 
         return d.addCallback(logged_in).addCallback(listed)
 
@@ -175,6 +193,10 @@ class Link:
             return
         self.client = None
         self.remote.clear()
+        self._pushing = None
+        if self.outbox is not None:
+            self.factory.service.detach(self.outbox)
+            self.outbox = None
         if self.state == "up":
             self._set_state("down", "connection lost")
         self._retry()
@@ -257,6 +279,9 @@ class Link:
 
     def _notified(self, notify: Notify) -> None:
         """A message from the other server: stored here, then acknowledged (in order)."""
+        if notify.kind == "RECEIPT" and notify.body is not None:
+            self._receipt(notify.body)
+            return
         if notify.kind != "MESSAGE" or notify.body is None or len(notify.args) < 2:
             return
         topic, change = notify.args[0], notify.args[1]
@@ -290,6 +315,101 @@ class Link:
                 client.transport.loseConnection()  # unacknowledged: it comes again on the next login
 
         return d.addCallbacks(stored, failed).addErrback(lambda _: None)
+
+
+    # ------------------------------------------------------------------ point to point out
+
+    def can_notify(self) -> bool:
+        """The outbox may hand over the next outgoing message (one at a time)."""
+        return self.state == "up" and self.client is not None and self._pushing is None
+
+    def write_notify(self, parts: list[bytes]) -> None:
+        """The outbox's next outgoing message (or the same one again after the retry
+        timeout, ignored while its PUBLISH is unanswered): PUBLISH it to the recipient on
+        the other server; acknowledged here once that server answered."""
+        outbox, client = self.outbox, self.client
+        delivery = outbox.inflight if outbox is not None else None
+        if delivery is None or client is None or self._pushing == delivery.seq:
+            return
+        self._pushing = delivery.seq
+        try:
+            body = stored_body(delivery.data, self.factory.domain)
+        except ValueError:
+            body = Body()
+        own = self.factory.domain.lower()
+        publisher = ""
+        local_smuid = ""
+        attributes = []
+        for name, value in body.attributes:
+            key = name.lower()
+            if key == "smuid":
+                local_smuid = value
+            elif key == "cmuid":
+                publisher = value.partition("@")[0]
+            elif key != "hops":
+                attributes.append((name, value))
+        hops = [h.strip() for n, v in body.attributes if n.lower() == "hops" for h in v.split(",") if h.strip()]
+        attributes.append(("Hops", ",".join([*hops, own])))
+        wants_receipt = any(n.lower() == "receipt" and v.strip().upper() in ("ONE", "ALL", "YES")
+                            for n, v in body.attributes)
+        target = recipient_of(delivery.topic, self.spec.domain)
+        d = client.send_raw(encode_publish(target, f"L{delivery.seq}", Body(tuple(attributes), body.sections)))
+
+        def answered(reply: Any) -> Deferred | None:
+            if wants_receipt and len(reply.values) >= 2 and publisher:
+                self.receipts[reply.values[1]] = (publisher, local_smuid, delivery.topic)
+                if len(self.receipts) > MAX_RECEIPTS:
+                    self.receipts.pop(next(iter(self.receipts)))
+            self.counts["sent"] += 1
+            return self._settle(outbox, delivery.seq)
+
+        def refused(failure: Failure) -> Deferred | None:
+            if not failure.check(SMQPError) or failure.value.code == 451:
+                self._pushing = None  # not answered or not stored there: sent again later
+                return None
+            self.counts["undeliverable"] += 1
+            self._log.warn("SMQP link to {domain}: {target} refused: {reason}; the message is dropped",
+                           domain=self.spec.domain, target=target, reason=failure.getErrorMessage())
+            return self._settle(outbox, delivery.seq)
+
+        d.addCallbacks(answered, refused)
+        d.addErrback(self._log.failure, "SMQP link to {domain}: sending a message", domain=self.spec.domain)
+
+    def _settle(self, outbox: Any, seq: int) -> Deferred | None:
+        self._pushing = None
+        if outbox is not self.outbox or outbox.inflight is None or outbox.inflight.seq != seq:
+            return None
+        try:
+            d = outbox.acknowledge()
+        except NoNotification:
+            return None
+        return d.addCallback(lambda _: outbox.pump())
+
+    def _receipt(self, body: Body) -> None:
+        """A receipt from the other server for a message sent over this link: to the
+        publisher here, as a NOTIFY RECEIPT of its own message."""
+        smuids = [v for n, v in body.attributes if n.lower() == "smuid"]
+        found = next((self.receipts.pop(s) for s in reversed(smuids) if s in self.receipts), None)
+        if found is None:
+            return
+        publisher, local_smuid, key = found
+        attributes = []
+        for name, value in body.attributes:
+            if name.lower() == "smuid":
+                continue
+            if name.lower() == "topic":
+                value = self.factory.service.display(key)
+            attributes.append((name, value))
+        if local_smuid:
+            attributes.insert(1, ("Smuid", local_smuid))
+        service = self.factory.service
+        now = self.factory.clock.seconds()
+        data = encode_notify("RECEIPT", service.display(key), body=Body(tuple(attributes), ()))
+        seq = service.next_seq()
+        record = MessageRecord(service.smuid(seq, format_datetime(now)), login_key(publisher),
+                               "server", f"receipt/{seq}", now, None, 1, data, seq)
+        d = service.publish(record, [(publisher, "RAW")], size=len(data))
+        d.addErrback(self._log.failure, "Storing a receipt from {domain}", domain=self.spec.domain)
 
 
 def read_password(path: str | Path | None) -> str | None:
@@ -329,3 +449,8 @@ class Links:
 
     def status(self) -> list[dict[str, Any]]:
         return [link.status() for link in self.links]
+
+    def get(self, domain: str) -> Link | None:
+        """The link to ``domain`` (case-insensitive), if any."""
+        domain = domain.lower()
+        return next((link for link in self.links if link.spec.domain == domain), None)

@@ -18,7 +18,7 @@ from brokerd.auth.ual import Perm
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
-from brokerd.protocols.smqp.federation import recipients_for
+from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgoing_key, recipients_for
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification
@@ -106,6 +106,10 @@ class MessagingCommands:
         if mode == "REPLACE":
             raise Refused(400, "Bad request: REPLACE names the topic of the message")
         key, explicit, account = self._address(command.args[0], Perm.NONE if mode == "REPLY" else need)
+        if account is None:  # a recipient of a linked domain: its server checks the account
+            if mode != "NEW":
+                raise Refused(405, f"Not allowed: {mode} to a recipient of another domain")
+            return self._publish_to(key, explicit, body, publication, command, "ALL", mode)
 
         def known(exists: bool) -> bytes | Deferred:
             if not exists:
@@ -174,18 +178,24 @@ class MessagingCommands:
             raise Refused(403, "Forbidden: /accounts is managed by the server")
         return found.key, node.delivery
 
-    def _address(self, target: str, need: Perm) -> tuple[str, list[str], str]:
+    def _address(self, target: str, need: Perm) -> tuple[str, list[str], str | None]:
         """``user[:channel]@domain``: the login topic key, the subscribers it reaches and
-        the account (whose existence the caller checks).  ``need`` is checked on ``/`` (a
-        new message to an account needs publish there; a REPLY is checked against the
-        message it answers instead, Perm.NONE here)."""
+        the account (whose existence the caller checks; None for a linked domain's
+        recipient, whose message waits for the link in ``accounts/~<domain>/...``).  ``need``
+        is checked on ``/`` (a new message to an account needs publish there; a REPLY is
+        checked against the message it answers instead, Perm.NONE here)."""
         who, _at, domain = target.partition("@")
         account, colon, channel = who.partition(":")
         account = account.lower()
-        if domain.lower() not in self.factory.domains:
-            raise Refused(405, f"Not allowed: {domain} is not this server's domain (no server links)")
+        local = domain.lower() in self.factory.domains
+        if not local and self.factory.links.get(domain) is None:
+            raise Refused(405, f"Not allowed: {domain} is not this server's domain and no link goes there")
         if need and need not in self._permissions(self.factory.tree.root):  # type: ignore[attr-defined]
             raise Refused(403, "Forbidden: no permission to send to accounts")
+        if not local:
+            if colon and not channel:
+                raise Refused(400, "Bad request: empty channel")
+            return outgoing_key(domain, account, channel.lower() if colon else None), [out_subscriber(domain)], None
         if colon:
             if not channel:
                 raise Refused(400, "Bad request: empty channel")
@@ -221,8 +231,10 @@ class MessagingCommands:
         expires = self._expiry(publication, key, now)
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=expires)
+        # a receipt for a linked domain's recipient comes from its server (brokerd.protocols.smqp.links)
+        receipt = "NONE" if is_outgoing(key) else publication.receipt
         record = MessageRecord(smuid, key, self.subscriber, cmuid, now, expires, publication.priority,
-                               encode_message(message), seq, mode, publication.receipt)
+                               encode_message(message), seq, mode, receipt)
         forward = message if not key.startswith(ACCOUNTS) else None
         d = self.service.publish(record, [(name, change) for name in subscribers], forward,
                                  stored.size)
