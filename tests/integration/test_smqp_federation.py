@@ -349,3 +349,51 @@ async def test_point_to_point_over_a_link_and_the_receipt_back(smqp_server, tmp_
     with pytest.raises(SMQPError) as info:
         await sender.publish("bob@gamma.test", "P3", [("text/plain", b"x")])
     assert info.value.code == 405
+
+
+@pytest_twisted.ensureDeferred
+async def test_remote_virtual_topic_subscribe_and_publish_with_the_link_accounts_permissions(smqp_server, tmp_path):
+    ual = "/news  peer  ps\n/closed  peer  s\n"
+    alpha = await domain(smqp_server, tmp_path, "alpha.test", ual=ual)
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    there = await alpha.login("alice", "c1")
+    await create(there, "/news", "/closed")
+    there_inbox = Inbox(there)
+    await there.subscribe("/news")
+    await there.subscribe("/closed")
+    admin = await beta.login("alice", "c1")
+    await create(admin, "/alpha_test", "/alpha_test/news", "/alpha_test/closed")
+    await admin.create_topic("/headlines", link="alpha.test:/news")
+    await admin.create_topic("/quiet", link="alpha.test:/closed")
+    with pytest.raises(SMQPError) as info:
+        await admin.create_topic("/nowhere", link="gamma.test:/news")
+    assert info.value.code == 405
+    assert "/headlines > /alpha_test/news" in (await admin.list_topics("/"))
+    reader = await beta.login("bob", "c1")
+    inbox = Inbox(reader)
+    await reader.subscribe("/headlines")
+    await subscribed_remotely(beta, "alpha.test", {"/news"}, reader)
+    # published there: reaches the subscriber of the virtual topic here
+    await there.publish("/news", "A1", [("text/plain", b"from alpha")], [("Depth", "1")])
+    got = await inbox.next()
+    assert data_of(got) == b"from alpha"
+    await reader.acknowledge()
+    assert data_of(await there_inbox.next()) == b"from alpha"
+    await there.acknowledge()
+    # published here to the virtual topic: local subscribers get it, and alpha gets it as peer
+    reply = await admin.publish("/headlines", "B1", [("text/plain", b"from beta")], [("Receipt", "ONE")])
+    local = await inbox.next()
+    assert data_of(local) == b"from beta"
+    await reader.acknowledge()
+    remote = await there_inbox.next()
+    assert data_of(remote) == b"from beta" and remote.body.get("Hops") == "beta.test"
+    assert remote.body.get("Cmuid").startswith("peer:link_beta_test@alpha.test/")
+    await there.acknowledge()
+    admin_inbox = Inbox(admin)
+    receipt = await admin_inbox.next()
+    assert receipt.kind == "RECEIPT" and receipt.body.get("Smuid") == reply.values[1]
+    # alpha's UAL lets the link account subscribe to /closed but not publish there
+    await admin.publish("/quiet", "B2", [("text/plain", b"not allowed there")])
+    link = link_of(beta, "alpha.test")
+    await until(lambda: link.counts["undeliverable"] == 1, admin, "alpha to refuse the link's publish")
+    assert there_inbox.items == [] and await there_inbox.quiet()

@@ -38,7 +38,13 @@ from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, connect
 from brokerd.protocols.smqp.codec import encode_notify, encode_publish, format_datetime
 from brokerd.protocols.smqp.delivery import login_key
 from brokerd.protocols.smqp.events import Body, Notify
-from brokerd.protocols.smqp.federation import domain_leaf, link_channel, out_subscriber, recipient_of
+from brokerd.protocols.smqp.federation import (
+    domain_leaf,
+    is_outgoing,
+    link_channel,
+    out_subscriber,
+    recipient_of,
+)
 from brokerd.protocols.smqp.mapping import stored_body
 from brokerd.protocols.smqp.messages import read_publication
 from brokerd.protocols.smqp.outbox import NoNotification
@@ -352,7 +358,10 @@ class Link:
         attributes.append(("Hops", ",".join([*hops, own])))
         wants_receipt = any(n.lower() == "receipt" and v.strip().upper() in ("ONE", "ALL", "YES")
                             for n, v in body.attributes)
-        target = recipient_of(delivery.topic, self.spec.domain)
+        if is_outgoing(delivery.topic):
+            target = recipient_of(delivery.topic, self.spec.domain)
+        else:  # published here to /<domain>/path (or a virtual topic pointing there)
+            target = "/" + delivery.topic.partition("/")[2]
         d = client.send_raw(encode_publish(target, f"L{delivery.seq}", Body(tuple(attributes), body.sections)))
 
         def answered(reply: Any) -> Deferred | None:
@@ -449,6 +458,11 @@ class Links:
 
     def status(self) -> list[dict[str, Any]]:
         return [link.status() for link in self.links]
+
+    def for_key(self, key: str) -> Link | None:
+        """The link whose domain topic ``key`` is below (``alpha_example/news``), if any."""
+        head = key.partition("/")[0]
+        return next((link for link in self.links if link.prefix == head and "/" in key), None)
 
     def get(self, domain: str) -> Link | None:
         """The link to ``domain`` (case-insensitive), if any."""

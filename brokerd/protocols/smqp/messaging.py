@@ -231,8 +231,12 @@ class MessagingCommands:
         expires = self._expiry(publication, key, now)
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=expires)
-        # a receipt for a linked domain's recipient comes from its server (brokerd.protocols.smqp.links)
-        receipt = "NONE" if is_outgoing(key) else publication.receipt
+        # a linked domain's topic (/<domain>/...) goes to its server too, over the link
+        link = self.factory.links.for_key(key)
+        if link is not None:
+            subscribers[link.subscriber] = None
+        # a receipt for what goes over a link comes from the other server (brokerd.protocols.smqp.links)
+        receipt = "NONE" if is_outgoing(key) or link is not None else publication.receipt
         record = MessageRecord(smuid, key, self.subscriber, cmuid, now, expires, publication.priority,
                                encode_message(message), seq, mode, receipt)
         forward = message if not key.startswith(ACCOUNTS) else None

@@ -17,7 +17,7 @@ from twisted.python.failure import Failure
 
 from brokerd.auth.ual import Perm, format_permissions
 from brokerd.core.subscriptions import Subscription
-from brokerd.protocols.smqp.codec import format_keywords, format_timeout
+from brokerd.protocols.smqp.codec import format_keywords, format_timeout, parse_topic
 from brokerd.protocols.smqp.events import Command, TopicRef
 from brokerd.protocols.smqp.messaging import Refused
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError
@@ -86,19 +86,35 @@ class TopicCommands:
 
     # ------------------------------------------------------------------ topic commands
 
+    def _remote_destination(self, target: str) -> TopicRef:
+        """``domain:/path`` of a linked domain: the local mirror ``/<domain>/path`` that the
+        link fills (it must exist: 404 otherwise, like any destination)."""
+        domain, colon, path = target.partition(":")
+        link = self.factory.links.get(domain) if colon else None
+        if link is None:
+            raise Refused(405, f"Not allowed: {target} is not domain:/topic of a linked domain")
+        try:
+            ref = parse_topic(path)
+        except ValueError as exc:
+            raise Refused(400, f"Bad request: {exc}") from None
+        if ref.wildcard is not None or not ref.leaves:
+            raise Refused(400, "Bad request: a remote destination is one topic")
+        return TopicRef((link.prefix, *ref.leaves))
+
     def do_CREATE_TOPIC(self, command: Command) -> Deferred:
         ref = command.topic
         if not ref.leaves:  # type: ignore[union-attr]
             raise Refused(409, "Conflict: / exists")
         parent = self._resolve(TopicRef(ref.leaves[:-1]), need=Perm.CREATE).node  # type: ignore[union-attr]
+        destination = command.other
         if command.args:
-            raise Refused(405, f"Not allowed: links to other servers ({command.args[0]}) are not supported")
+            destination = self._remote_destination(command.args[0])
         link = None
-        if command.other is not None:
+        if destination is not None:
             try:
-                link = self._resolve(command.other, follow=False).node
+                link = self._resolve(destination, follow=False).node
             except TopicError as exc:
-                raise TopicError(404, f"Not found: destination topic {command.other}") from exc
+                raise TopicError(404, f"Not found: destination topic {destination}") from exc
         tree = self.factory.tree
         node = tree.create(parent, ref.leaves[-1], keywords=command.keywords or (), link=link,  # type: ignore[union-attr]
                            owner=self.account or "", now=self.factory.clock.seconds())
