@@ -98,12 +98,20 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         refused = CounterMetricFamily("brokerd_smqp_link_refused_total",
                                       "Subscriptions the other server refused to an SMQP link, by domain.",
                                       labels=["domain"])
+        sent = CounterMetricFamily("brokerd_smqp_link_sent_total",
+                                   "Messages an SMQP server link published on the other server, by domain.",
+                                   labels=["domain"])
+        undeliverable = CounterMetricFamily("brokerd_smqp_link_undeliverable_total",
+                                            "Messages the other server refused to an SMQP link (dropped), by domain.",
+                                            labels=["domain"])
         for link in links:
+            sent.add_metric([link["domain"]], link.get("sent", 0))
+            undeliverable.add_metric([link["domain"]], link.get("undeliverable", 0))
             up.add_metric([link["domain"]], int(link["state"] == "up"))
             received.add_metric([link["domain"]], link["received"])
             connects.add_metric([link["domain"]], link["connects"])
             refused.add_metric([link["domain"]], link["refused"])
-        yield from (up, received, connects, refused)
+        yield from (up, received, connects, refused, sent, undeliverable)
 
     store = snapshot.get("store")
     if store is not None:

@@ -17,7 +17,8 @@ def test_metrics_render_link_state_and_counts() -> None:
         "subscriptions": 0, "event_log": None, "thread_pools": {}, "store": None,
         "process": {"resident_memory_bytes": 1, "open_fds": 1, "max_fds": 2},
         "smqp_links": [
-            {"domain": "alpha.test", "state": "up", "subscriptions": 2, "connects": 3, "received": 7, "refused": 1},
+            {"domain": "alpha.test", "state": "up", "subscriptions": 2, "connects": 3, "received": 7, "refused": 1,
+             "sent": 4, "undeliverable": 2},
             {"domain": "beta.test", "state": "connecting", "subscriptions": 0, "connects": 0, "received": 0,
              "refused": 0},
         ],
@@ -30,3 +31,5 @@ def test_metrics_render_link_state_and_counts() -> None:
     assert values["brokerd_smqp_link_messages_total", (("domain", "alpha.test"),)] == 7
     assert values["brokerd_smqp_link_logins_total", (("domain", "alpha.test"),)] == 3
     assert values["brokerd_smqp_link_refused_total", (("domain", "alpha.test"),)] == 1
+    assert values["brokerd_smqp_link_sent_total", (("domain", "alpha.test"),)] == 4
+    assert values["brokerd_smqp_link_undeliverable_total", (("domain", "alpha.test"),)] == 2
