@@ -42,14 +42,16 @@ def link_of(server, other: str):
     return next(link for link in server.factory.links.links if link.spec.domain == other)
 
 
-async def until(condition, client, what: str, rounds: int = 500) -> None:
+async def until(condition, client, what: str, seconds: float = 15.0) -> None:
     """Wait for ``condition`` to hold: each NOOP round trip on ``client`` lets the reactor
     run whatever the servers have to do (bounded, so a broken link fails the test)."""
-    for _ in range(rounds):
-        if condition():
-            return
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
         await client.noop()
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def subscribed_remotely(server, other: str, topics: set[str], client) -> None:
@@ -345,7 +347,7 @@ async def test_point_to_point_over_a_link_and_the_receipt_back(smqp_server, tmp_
     # a recipient the other server does not know: refused there, dropped here, counted
     await sender.publish("nobody@alpha.test", "P2", [("text/plain", b"lost")])
     await until(lambda: link.counts["undeliverable"] == 1, sender, "alpha to refuse an unknown recipient")
-    # a domain no link goes to is still refused at once
+    # a domain no link goes to is still refused at once (the positive case is above)
     with pytest.raises(SMQPError) as info:
         await sender.publish("bob@gamma.test", "P3", [("text/plain", b"x")])
     assert info.value.code == 405
@@ -397,3 +399,23 @@ async def test_remote_virtual_topic_subscribe_and_publish_with_the_link_accounts
     link = link_of(beta, "alpha.test")
     await until(lambda: link.counts["undeliverable"] == 1, admin, "alpha to refuse the link's publish")
     assert there_inbox.items == [] and await there_inbox.quiet()
+
+
+@pytest_twisted.ensureDeferred
+async def test_messages_for_a_link_wait_while_it_is_refused_and_go_once_it_logs_in(smqp_server, tmp_path):
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    write_test_accounts(tmp_path / "alpha.test" / "accounts")  # no account for the link yet
+    await alpha.factory.reload_files()
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    link = link_of(beta, "alpha.test")
+    sender = await beta.login("alice", "c1")
+    await until(lambda: link.state == "refused", sender, "alpha to refuse the link")
+    reply = await sender.publish("bob:home@alpha.test", "W1", [("text/plain", b"waited")])
+    assert reply.code == 200  # stored here, for the link
+    write_test_accounts(tmp_path / "alpha.test" / "accounts", {**ACCOUNTS, "peer": PEER_PASSWORD})
+    await alpha.factory.reload_files()
+    recipient = await alpha.login("bob", "home")
+    inbox = Inbox(recipient)
+    notify = await inbox.next(timeout=15)  # the link retries with backoff, then pushes it
+    assert data_of(notify) == b"waited" and link.state == "up" and link.counts["connects"] == 1
+    await recipient.acknowledge()
