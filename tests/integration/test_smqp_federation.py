@@ -419,3 +419,27 @@ async def test_messages_for_a_link_wait_while_it_is_refused_and_go_once_it_logs_
     notify = await inbox.next(timeout=15)  # the link retries with backoff, then pushes it
     assert data_of(notify) == b"waited" and link.state == "up" and link.counts["connects"] == 1
     await recipient.acknowledge()
+
+
+def test_link_options_are_checked_at_start():
+    from types import SimpleNamespace
+
+    from twisted.internet import reactor
+
+    from brokerd.errors import ConfigurationError
+    from brokerd.protocols.smqp.links import Links, parse_links
+
+    specs = parse_links(["Alpha.Test=tcp:127.0.0.1:7720", "beta.test=tls:localhost:7721"])
+    assert [(s.domain, s.endpoint) for s in specs] == [("alpha.test", "tcp:127.0.0.1:7720"),
+                                                      ("beta.test", "tls:localhost:7721")]
+    factory = SimpleNamespace(domain="gamma.test", clock=reactor)
+    assert len(Links(factory, specs, "peer", "pw").links) == 2
+    for bad in ("nonsense", "alpha.test=", "=tcp:1:2", "a.test=tcp:h:1 a.test=tcp:h:2"):
+        with pytest.raises(ConfigurationError):
+            parse_links(bad)
+    with pytest.raises(ConfigurationError, match="needs --smqp-link-account"):
+        Links(factory, specs, None, None)
+    with pytest.raises(ConfigurationError, match="own domain"):
+        Links(factory, parse_links("gamma.test=tcp:127.0.0.1:1"), "peer", None)
+    with pytest.raises(ConfigurationError, match="Unknown endpoint type"):
+        Links(factory, parse_links("alpha.test=foo:bar"), "peer", None)

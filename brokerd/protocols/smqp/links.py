@@ -442,6 +442,11 @@ class Links:
         own = factory.domain.lower()
         if any(spec.domain == own for spec in specs):
             raise ConfigurationError(f"smqp-link: {own} is this server's own domain")
+        for spec in specs:  # a bad endpoint (or certificate file) stops the start, not the link later
+            try:
+                clientFromString(factory.clock, spec.endpoint)
+            except Exception as exc:
+                raise ConfigurationError(f"smqp-link {spec.domain}={spec.endpoint}: {exc}") from None
         self.links = [Link(factory, spec, account or "", password) for spec in specs]
 
     def start(self) -> None:
