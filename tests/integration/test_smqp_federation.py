@@ -443,3 +443,45 @@ def test_link_options_are_checked_at_start():
         Links(factory, parse_links("gamma.test=tcp:127.0.0.1:1"), "peer", None)
     with pytest.raises(ConfigurationError, match="Unknown endpoint type"):
         Links(factory, parse_links("alpha.test=foo:bar"), "peer", None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_links_both_ways_do_not_send_a_message_back_where_it_came_from(smqp_server, tmp_path):
+    from brokerd.protocols.smqp.links import Links, parse_links
+
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    # alpha links back to beta: a cycle (alpha's port had to exist before beta's link)
+    alpha.factory.links = Links(alpha.factory, parse_links(f"beta.test=tcp:127.0.0.1:{beta.port_number}"),
+                                "peer", PEER_PASSWORD)
+    alpha.factory.links.start()
+    try:
+        a_admin = await alpha.login("alice", "c1")
+        await create(a_admin, "/news", "/beta_test", "/beta_test/alpha_test", "/beta_test/alpha_test/news")
+        b_admin = await beta.login("alice", "c1")
+        await create(b_admin, "/alpha_test", "/alpha_test/news")
+        a_reader = await alpha.login("bob", "c1")
+        a_inbox = Inbox(a_reader)
+        await a_reader.subscribe("/beta_test/alpha_test/news")  # alpha's /news, as beta has it
+        b_reader = await beta.login("bob", "c1")
+        b_inbox = Inbox(b_reader)
+        await b_reader.subscribe("/alpha_test/news")
+        await subscribed_remotely(beta, "alpha.test", {"/news"}, b_reader)
+        await subscribed_remotely(alpha, "beta.test", {"/alpha_test/news"}, a_reader)
+        await a_admin.publish("/news", "L1", [("text/plain", b"from alpha, no way back")], [("Depth", "-1")])
+        arrived = await b_inbox.next()
+        assert data_of(arrived) == b"from alpha, no way back" and arrived.body.get("Hops") == "alpha.test"
+        await b_reader.acknowledge()
+        # published at beta into its copy of alpha's topic: it goes to alpha's /news (pushed,
+        # Hops beta.test) and, as beta has it, to alpha's link: the reader there gets this one
+        await b_admin.publish("/alpha_test/news", "L2", [("text/plain", b"from beta")], [("Depth", "1")])
+        assert data_of(await b_inbox.next()) == b"from beta"
+        await b_reader.acknowledge()
+        back = await a_inbox.next()
+        assert data_of(back) == b"from beta"  # the first: alpha's own message never came back
+        assert back.args == ("/beta_test/alpha_test/news", "ADD")
+        await a_reader.acknowledge()
+        assert a_inbox.items == [] and await a_inbox.quiet()
+        assert b_inbox.items == [] and await b_inbox.quiet()
+    finally:
+        alpha.factory.links.stop()
