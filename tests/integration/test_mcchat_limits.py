@@ -15,7 +15,7 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub
-from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
+from tests.support.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
 from tests.support.collect import eventually
 
 

@@ -12,7 +12,8 @@ from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq.api import Client, Server, SocketMQError, Subscription
-from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor, sleep
+from tests.support.live import TIMEOUT, Waiter, reactor, sleep
+from tests.support.socketmq import LiveBrokerd
 
 
 @pytest.fixture

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
-TIMEOUT = 10.0
-"""Seconds any wait may take before the test fails instead of hanging."""
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor
-
-    return reactor
+from tests.support.live import TIMEOUT
+from tests.support.live import reactor as _reactor
 
 
 class Collector(Protocol):

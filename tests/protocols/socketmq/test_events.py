@@ -16,7 +16,8 @@ from brokerd.protocols.socketmq.api import Client, IncomingRequest, SocketMQErro
 from brokerd.protocols.socketmq import session as session_module
 from brokerd.protocols.socketmq.pgp import SecretKey
 from tests.protocols.recording import RecordingEvents
-from tests.protocols.socketmq.support import LiveBrokerd, Waiter, sleep
+from tests.support.live import Waiter, sleep
+from tests.support.socketmq import LiveBrokerd
 
 ALICE = SecretKey.generate("alice")
 BOB = SecretKey.generate("bob")
