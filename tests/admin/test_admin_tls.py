@@ -11,7 +11,6 @@ import pytest_twisted
 from twisted.internet import reactor, threads
 
 from brokerd.admin.exposure import binds_loopback
-from brokerd.auth.devcerts import make_client_cert, read_pem, write_pem
 from brokerd.config import Settings
 from brokerd.tap import StartupError, makeService
 from tests.support.broker import free_port
@@ -41,9 +40,10 @@ def _statuses(port: int, pki: TestPKI, bob: tuple[Path, Path]) -> dict[str, int]
 
 @pytest_twisted.inlineCallbacks
 def test_listed_client_certificates_need_no_token(tmp_path: Path, pki: TestPKI) -> None:
-    ca = read_pem(pki.ca, pki.directory / "ca.key")
+    bob = pki.authority.issue_cert(common_name="bob")  # verified, but not listed
     bob_cert, bob_key = tmp_path / "bob.pem", tmp_path / "bob.key"
-    write_pem(make_client_cert(ca, "bob"), bob_cert, bob_key)  # verified, but not listed
+    bob.cert_chain_pems[0].write_to_path(str(bob_cert))
+    bob.private_key_pem.write_to_path(str(bob_key))
     admin = free_port()
     settings = Settings(listeners={"ssmp": [f"tcp:{free_port()}:interface=127.0.0.1"]}, data_dir=tmp_path / "d",
                         event_log=False, tls_cert=pki.server.cert, tls_key=pki.server.key, tls_ca=pki.ca,
