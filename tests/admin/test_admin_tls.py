@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
+from twisted.internet.testing import MemoryReactorClock
 
 from brokerd.admin.exposure import binds_loopback
 from brokerd.config import Settings
@@ -61,7 +62,7 @@ def test_certificate_names_need_a_tls_listener_with_a_ca(tmp_path: Path) -> None
     settings = Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
                         admin="tcp:0:interface=127.0.0.1", admin_cert_names="alice")
     with pytest.raises(StartupError, match="--admin-cert-names needs a tls: --admin listener and --tls-ca"):
-        makeService(settings, reactor)
+        makeService(settings, MemoryReactorClock())
 
 
 @pytest.mark.parametrize(("endpoint", "local"), [

@@ -12,7 +12,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory
 
 from brokerd.protocols.socketmq.api import Client, IncomingRequest, Server, SocketMQError, listen
-from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor, sleep
+from tests.support.collect import eventually
+from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor
 from tests.support.socketmq import LiveBrokerd
 
 
@@ -151,11 +152,7 @@ async def test_application_leaves_on_close_and_name_is_free_again(brokerd: LiveB
     app = await application(brokerd, "echo", echo)
     await app.close()
     brokerd.clients.remove(app)
-    for _ in range(50):
-        if "echo" not in brokerd.hub.applications:
-            break
-        await sleep(0.02)
-    assert "echo" not in brokerd.hub.applications
+    await eventually(lambda: "echo" not in brokerd.hub.applications, "the application to leave")
     await application(brokerd, "echo", echo, "again")
 
 

@@ -16,7 +16,8 @@ from brokerd.core.broker import Broker
 from brokerd.protocols.socketmq.server import build_factory
 from brokerd.protocols.ssmp.server import SSMPServerFactory
 from tests.support.broker import RunningBroker, start_broker
-from tests.support.live import TIMEOUT, LineProtocol, reactor, sleep
+from tests.support.collect import eventually
+from tests.support.live import TIMEOUT, LineProtocol, reactor
 
 
 class LiveBrokerd:
@@ -78,8 +79,9 @@ class LiveBrokerd:
                 drop(abort=True)
         for port in self.ports:
             await port.stopListening()
-        # let aborted connections finish closing before the next test
-        await sleep(0.05)
+        # aborted connections finish closing on a later reactor turn: wait for that, so the
+        # next test starts with none of them left
+        await eventually(lambda: self.broker.stats.connections == 0, "every connection to close")
 
 
 class TwistdBroker:
