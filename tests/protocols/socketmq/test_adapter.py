@@ -166,6 +166,23 @@ def test_unregistered_application_is_404(server: Server) -> None:
     assert body == b"no application app is registered\n"
 
 
+def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(server: Server) -> None:
+    http = server.connect()
+    request = b"POST /socket.mq/app/r%d HTTP/1.1\r\nHost: broker\r\nContent-Length: 2\r\n\r\nhi"
+    http.protocol.dataReceived(request % 1)
+    assert http.value().startswith(b"HTTP/1.1 404 Not Found\r\n")
+    http.clear()
+    server.clock.advance(server.hub.read_timeout + 1)  # idle between requests, under the idle timeout
+    assert server.hub.read_timeout + 1 < limits.HTTP_IDLE_TIMEOUT and not http.disconnecting
+    http.protocol.dataReceived(request % 2)
+    assert http.value().startswith(b"HTTP/1.1 404 Not Found\r\n")
+    http.clear()
+    # the control: a request that takes longer than the deadline to arrive is refused
+    http.protocol.dataReceived(b"POST /socket.mq/app/r3 HTTP/1.1\r\nHost: broker\r\n")
+    server.clock.advance(server.hub.read_timeout)
+    assert http.value().startswith(b"HTTP/1.1 408 Request Timeout\r\n") and http.disconnecting
+
+
 def test_an_announced_body_over_the_limit_is_413_and_closed(server: Server) -> None:
     http = server.connect()
     too_big = limits.MAX_BODY + 1
