@@ -12,6 +12,10 @@ sees has been verified.
 Listeners and brokerd's own clients speak TLS 1.2 and 1.3 with the cipher suites of Mozilla's
 "intermediate" profile minus its DHE ones (:data:`TLS12_CIPHERS`): forward secrecy and AEAD only,
 so no CBC suite (Lucky13-style padding oracles) is ever negotiated (docs/tls.md).
+
+Certificates and keys go to pyOpenSSL as ``cryptography`` objects: its own X509/PKey wrappers
+are deprecated where a context takes a certificate or key (only the trust store's ``add_cert``
+still takes an X509, without complaint).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import NameOID
 from OpenSSL import SSL, crypto
@@ -35,8 +40,6 @@ from twisted.internet.ssl import (
     AcceptableCiphers,
     Certificate,
     CertificateOptions,
-    KeyPair,
-    PrivateCertificate,
     TLSVersion,
     optionsForClientTLS,
     trustRootFromCertificates,
@@ -46,6 +49,12 @@ from twisted.logger import Logger, LogLevel
 from brokerd.errors import ConfigurationError
 
 _log = Logger()
+
+_TLS_KEY_TYPES = (
+    rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey, dsa.DSAPrivateKey, ed25519.Ed25519PrivateKey,
+    ed448.Ed448PrivateKey,
+)
+"""The private keys pyOpenSSL can put in a context."""
 
 TLS12_CIPHERS = ":".join(
     (
@@ -90,7 +99,7 @@ class ServerTLS:
 
 def _server_options(
     chain: list[x509.Certificate],
-    private_key: crypto.PKey,
+    private_key: PrivateKeyTypes,
     authorities: list[x509.Certificate],
 ) -> CertificateOptions:
     """``trustRoot`` would also set VERIFY_FAIL_IF_NO_PEER_CERT and lock out clients without a
@@ -104,8 +113,8 @@ def _server_options(
         }
     return CertificateOptions(
         privateKey=private_key,
-        certificate=crypto.X509.from_cryptography(chain[0]),
-        extraCertChain=[crypto.X509.from_cryptography(c) for c in chain[1:]],
+        certificate=chain[0],
+        extraCertChain=chain[1:],
         **_PROFILE,
         **verify_options,
     )
@@ -177,10 +186,10 @@ def peer_names(transport: Any) -> tuple[str, ...]:
         connection = transport.getHandle()
         if not connection.get_verify_mode() & SSL.VERIFY_PEER:
             return ()  # the certificate, if any, was never checked against a CA
-        certificate = transport.getPeerCertificate()
+        certificate = connection.get_peer_certificate(as_cryptography=True)
         if certificate is None:
             return ()
-        return certificate_names(certificate.to_cryptography())
+        return certificate_names(certificate)
     except Exception:
         _log.failure("Could not read the client certificate's names", level=LogLevel.warn)
         return ()
@@ -224,15 +233,13 @@ def client_context(
             raise ConfigurationError(f"client key {key}: given without a client certificate")
         return optionsForClientTLS(hostname, trustRoot=trust, extraCertificateOptions=_PROFILE)
     chain, pkey = _read_identity("client certificate", cert, "client key", key or cert)
-    identity = PrivateCertificate.fromCertificateAndKeyPair(
-        Certificate(crypto.X509.from_cryptography(chain[0])), KeyPair(pkey)
-    )
     return optionsForClientTLS(
         hostname,
         trustRoot=trust,
-        clientCertificate=identity,
         extraCertificateOptions={
-            "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]],
+            "privateKey": pkey,
+            "certificate": chain[0],
+            "extraCertChain": chain[1:],
             **_PROFILE,
         },
     )
@@ -240,7 +247,7 @@ def client_context(
 
 def _read_identity(
     cert_label: str, cert: Path, key_label: str, key: Path
-) -> tuple[list[x509.Certificate], crypto.PKey]:
+) -> tuple[list[x509.Certificate], PrivateKeyTypes]:
     """A certificate chain and the private key of its first certificate."""
     chain = _read_certificates(cert_label, cert)
     private_key = _read_private_key(key_label, key)
@@ -248,10 +255,11 @@ def _read_identity(
         raise ConfigurationError(
             f"{key_label} {key}: the key does not match the certificate in {cert_label} {cert}"
         )
-    try:
-        return chain, crypto.PKey.from_cryptography_key(private_key)  # type: ignore[arg-type]
-    except TypeError as error:
-        raise ConfigurationError(f"{key_label} {key}: unusable key type: {_one_line(error)}")
+    if not isinstance(private_key, _TLS_KEY_TYPES):
+        raise ConfigurationError(
+            f"{key_label} {key}: unusable key type: {type(private_key).__name__}"
+        )
+    return chain, private_key
 
 
 def _read(label: str, path: Path) -> bytes:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
+from twisted.internet.testing import MemoryReactorClock
 
 from brokerd.admin.exposure import binds_loopback
-from brokerd.auth.devcerts import make_client_cert, read_pem, write_pem
 from brokerd.config import Settings
 from brokerd.tap import StartupError, makeService
 from tests.support.broker import free_port
@@ -41,9 +41,10 @@ def _statuses(port: int, pki: TestPKI, bob: tuple[Path, Path]) -> dict[str, int]
 
 @pytest_twisted.inlineCallbacks
 def test_listed_client_certificates_need_no_token(tmp_path: Path, pki: TestPKI) -> None:
-    ca = read_pem(pki.ca, pki.directory / "ca.key")
+    bob = pki.authority.issue_cert(common_name="bob")  # verified, but not listed
     bob_cert, bob_key = tmp_path / "bob.pem", tmp_path / "bob.key"
-    write_pem(make_client_cert(ca, "bob"), bob_cert, bob_key)  # verified, but not listed
+    bob.cert_chain_pems[0].write_to_path(str(bob_cert))
+    bob.private_key_pem.write_to_path(str(bob_key))
     admin = free_port()
     settings = Settings(listeners={"ssmp": [f"tcp:{free_port()}:interface=127.0.0.1"]}, data_dir=tmp_path / "d",
                         event_log=False, tls_cert=pki.server.cert, tls_key=pki.server.key, tls_ca=pki.ca,
@@ -61,7 +62,7 @@ def test_certificate_names_need_a_tls_listener_with_a_ca(tmp_path: Path) -> None
     settings = Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
                         admin="tcp:0:interface=127.0.0.1", admin_cert_names="alice")
     with pytest.raises(StartupError, match="--admin-cert-names needs a tls: --admin listener and --tls-ca"):
-        makeService(settings, reactor)
+        makeService(settings, MemoryReactorClock())
 
 
 @pytest.mark.parametrize(("endpoint", "local"), [

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from hypothesis import given
 from hypothesis import strategies as st
@@ -249,24 +250,27 @@ def test_peer_names_never_raises():
 
 @dataclass
 class FakeHandle:
+    """The two calls peer_names makes on the transport's OpenSSL connection."""
+
     verify_mode: int
+    certificate: x509.Certificate | None
 
     def get_verify_mode(self) -> int:
         return self.verify_mode
 
+    def get_peer_certificate(self, *, as_cryptography: bool = False) -> x509.Certificate | None:
+        assert as_cryptography, "pyOpenSSL's X509 objects are deprecated"
+        return self.certificate
+
 
 @implementer(ISSLTransport)
 class FakeTLSTransport(StringTransport):
-    def __init__(self, verify_mode: int, certificate: crypto.X509 | None) -> None:
+    def __init__(self, verify_mode: int, certificate: x509.Certificate | None) -> None:
         super().__init__()
-        self._handle = FakeHandle(verify_mode)
-        self._certificate = certificate
+        self._handle = FakeHandle(verify_mode, certificate)
 
     def getHandle(self) -> FakeHandle:
         return self._handle
-
-    def getPeerCertificate(self) -> crypto.X509 | None:
-        return self._certificate
 
 
 CAROL_NAMES = ("carol", "carol.example", "urn:brokerd:carol")
@@ -287,7 +291,7 @@ def test_peer_names_needs_a_certificate_the_server_verified(
     issued = devcerts.make_client_cert(
         devcerts.make_ca(), "carol", dns_names=["carol.example"], uris=["urn:brokerd:carol"]
     )
-    certificate = crypto.X509.from_cryptography(issued.certificate) if with_certificate else None
+    certificate = issued.certificate if with_certificate else None
     assert peer_names(FakeTLSTransport(verify_mode, certificate)) == expected
 
 

@@ -7,7 +7,8 @@ import ssl
 
 import pytest
 import pytest_twisted
-from OpenSSL import crypto
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from twisted.internet import threads
 from twisted.internet.endpoints import SSL4ServerEndpoint
 from twisted.internet.ssl import AcceptableCiphers, CertificateOptions, TLSVersion
@@ -84,8 +85,8 @@ async def _cbc_only_server(pki: TestPKI, ciphers: str):  # noqa: F811
     from twisted.internet import reactor
 
     options = CertificateOptions(
-        privateKey=crypto.load_privatekey(crypto.FILETYPE_PEM, pki.server.key.read_bytes()),
-        certificate=crypto.load_certificate(crypto.FILETYPE_PEM, pki.server.cert.read_bytes()),
+        privateKey=serialization.load_pem_private_key(pki.server.key.read_bytes(), None),
+        certificate=x509.load_pem_x509_certificate(pki.server.cert.read_bytes()),
         raiseMinimumTo=TLSVersion.TLSv1_2,
         lowerMaximumSecurityTo=TLSVersion.TLSv1_2,
         acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(ciphers),

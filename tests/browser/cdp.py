@@ -26,7 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from brokerd.protocols.socketmq.api import read_body
-from tests.protocols.socketmq.support import TIMEOUT, reactor, sleep
+from tests.support.live import TIMEOUT, reactor, sleep
 
 FLAGS = (
     "--headless",

@@ -13,7 +13,7 @@ import pytest
 import pytest_twisted
 
 from tests.browser.cdp import Chromium, chromium_or_skip
-from tests.protocols.socketmq.support import TwistdBroker
+from tests.support.socketmq import TwistdBroker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 @pytest_twisted.ensureDeferred
 async def test_ssmp_message_appears_on_the_demo_page(tmp_path: Path) -> None:
     binary = chromium_or_skip()
-    broker = TwistdBroker(tmp_path / "data")
+    broker = TwistdBroker(tmp_path)
     await broker.start()
     browser = None
     sam = None
@@ -72,7 +72,7 @@ async def test_a_page_of_another_origin_cannot_open_the_websocket(tmp_path: Path
     http://127.0.0.1:PORT) connects to the same broker under another origin's name
     (localhost:PORT) and is refused, while its own origin connects."""
     binary = chromium_or_skip()
-    broker = TwistdBroker(tmp_path / "data")
+    broker = TwistdBroker(tmp_path)
     await broker.start()
     browser = None
     try:

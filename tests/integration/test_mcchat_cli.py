@@ -12,7 +12,7 @@ from twisted.internet import threads
 from twisted.internet.task import deferLater
 
 from brokerd.protocols.mcchat.client import MCChatClientProtocol
-from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, reactor, synced
+from tests.support.live import TIMEOUT, Inbox, LiveBroker, reactor, synced
 
 pytestmark = pytest.mark.slow
 

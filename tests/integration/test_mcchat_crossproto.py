@@ -10,7 +10,7 @@ import pytest_twisted
 from brokerd.protocols.mcchat.client import MCChatClientProtocol
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
-from tests.protocols.mcchat.live import Inbox, LiveBroker, synced
+from tests.support.live import Inbox, LiveBroker, synced
 
 
 def mcchat_id(client: MCChatClientProtocol) -> bytes:

@@ -15,7 +15,7 @@ from brokerd.core.broker import Broker
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, encode_unsub
 from brokerd.protocols.mcchat.listing import CHUNK
 from brokerd.protocols.mcchat.server import MCChatServerFactory
-from tests.protocols.mcchat.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
+from tests.support.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
 from tests.support.collect import Collector, eventually
 
 INFO = b"\x00\x01"

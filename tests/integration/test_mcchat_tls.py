@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest_twisted
 
-from tests.protocols.mcchat.live import Inbox, LiveBroker, synced
+from tests.support.live import Inbox, LiveBroker, synced
 from tests.support.certs import CLIENT_NAME, SERVER_HOSTNAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
 

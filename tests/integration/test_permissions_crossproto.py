@@ -24,7 +24,7 @@ from brokerd.protocols.socketmq.api import Client as SocketMQClient
 from brokerd.protocols.socketmq.api import SocketMQError
 from brokerd.protocols.ssmp.client import SSMPError
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
-from tests.protocols.mcchat.live import LOOPBACK, TIMEOUT, Inbox, LiveBroker, reactor, synced
+from tests.support.live import LOOPBACK, TIMEOUT, Inbox, LiveBroker, reactor, synced
 
 PASSWORDS = {**ACCOUNTS, "mallory": "mallorypw"}
 PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq")

@@ -79,6 +79,10 @@ def with_ports(text: str, ports: dict[str, int]) -> str:
     return text
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Shell:
     def __init__(self, cwd: Path, bin_dir: Path, ports: dict[str, int]) -> None:
         self.cwd = cwd
@@ -93,9 +97,12 @@ class Shell:
         return done
 
     def start(self, line: str) -> subprocess.Popen:
+        """Start ``line`` in its own process group, as a terminal would: with Ctrl-C's SIGINT at
+        its default disposition even when pytest runs in the background with SIGINT ignored
+        (children inherit an ignored signal, and bash cannot undo that)."""
         process = subprocess.Popen(["bash", "-c", "exec " + with_ports(command_of(line), self.ports)], cwd=self.cwd,
                                    env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_default_sigint)
         self.background.append(process)
         return process
 

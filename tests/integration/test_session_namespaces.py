@@ -28,8 +28,7 @@ from tests.integration.test_permissions_crossproto import (
     _ready,
     _stop,
 )
-from tests.protocols.mcchat.live import LOOPBACK, TIMEOUT, LiveBroker, reactor
-from tests.protocols.socketmq.support import LineClient
+from tests.support.live import LOOPBACK, TIMEOUT, LineProtocol, LiveBroker, reactor
 
 POLICY = """\
 [[allow]]
@@ -63,9 +62,9 @@ def live(tmp_path: Path) -> Any:
     pytest_twisted.blockon(Deferred.fromCoroutine(_stop(broker)))
 
 
-async def ssmp_line_client(live: LiveBroker) -> LineClient:
+async def ssmp_line_client(live: LiveBroker) -> LineProtocol:
     endpoint = TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("ssmp"))
-    return await connectProtocol(endpoint, LineClient()).addTimeout(TIMEOUT, reactor())
+    return await connectProtocol(endpoint, LineProtocol()).addTimeout(TIMEOUT, reactor())
 
 
 @pytest_twisted.ensureDeferred

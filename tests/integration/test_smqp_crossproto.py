@@ -12,8 +12,7 @@ from twisted.internet.endpoints import TCP4ClientEndpoint
 from brokerd.protocols.smqp.client import connect
 from brokerd.protocols.socketmq.api import Client
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
-from tests.integration.test_smqp_messaging import Inbox as SMQPInbox
-from tests.protocols.mcchat.live import LOOPBACK, Inbox, LiveBroker, reactor, synced
+from tests.support.live import LOOPBACK, Inbox, LiveBroker, SMQPInbox, reactor, synced
 
 
 @pytest_twisted.ensureDeferred

@@ -11,7 +11,6 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.task import deferLater
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import encode_body, format_datetime
@@ -198,9 +197,13 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
                      server.factory.sessions["guest"], "the session to end")
     assert session._stream is None or session._stream._finished
     del session, transport
-    await deferLater(reactor, 0.1, lambda: None)  # a store read in flight comes back
-    gc.collect()
-    assert kept() is None
+
+    def freed() -> bool:
+        gc.collect()
+        return kept() is None
+
+    # a store read still in flight holds the session until it comes back: wait for that
+    await eventually(freed, "the session to be freed")
 
 
 @pytest_twisted.ensureDeferred

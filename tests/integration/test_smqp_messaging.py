@@ -7,52 +7,16 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import DeferredList
 
 from brokerd.protocols.smqp.client import SMQPError
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
-
-
-class Inbox:
-    """Collects a client's notifications."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-        self.items: list = []
-        self.waiting: list[Deferred] = []
-        client.notifyReceived = self.got
-
-    def got(self, notify) -> None:
-        self.items.append(notify)
-        waiting, self.waiting = self.waiting, []
-        for d in waiting:
-            d.callback(None)
-
-    def arrival(self) -> Deferred:
-        """Fires once a notification is waiting (at once if one is)."""
-        d: Deferred = Deferred()
-        if self.items:
-            d.callback(None)
-        else:
-            self.waiting.append(d)
-        return d
-
-    async def next(self, timeout: float = 5.0):
-        while not self.items:
-            await self.arrival().addTimeout(timeout, reactor)
-        return self.items.pop(0)
-
-    async def quiet(self) -> bool:
-        """True if no notification is waiting once the server has answered a NOOP on this
-        connection: whatever it wrote before handling the NOOP has arrived by then."""
-        reply = await self.client.noop()
-        assert reply.lines == ("OK",), reply  # the positive control: the connection carries replies
-        return not self.items
+from tests.support.live import SMQPInbox
 
 
 async def session(server, account="alice", channel="c1"):
     client = await server.login(account, channel)
-    return client, Inbox(client)
+    return client, SMQPInbox(client)
 
 
 def data_of(notify) -> bytes:

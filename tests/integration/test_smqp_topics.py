@@ -4,17 +4,16 @@ REMOVE TOPIC dropping subscriptions, and the User Access List (a UAL file, guest
 permissions, hidden topics), over real sockets with the real client."""
 from __future__ import annotations
 
-import inspect
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
-from twisted.internet.task import deferLater
 from twisted.logger import formatEvent, globalLogPublisher
 
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.topictree import MAX_CHILDREN
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.support.collect import eventually
+from tests.support.live import SMQPInbox
 
 
 async def refused(d, code: int) -> SMQPError:
@@ -219,21 +218,6 @@ async def test_guest_permissions_setting(smqp_server):
     assert await guest.list_topics("/") == ["/guests"]
 
 
-async def settle(check, deadline: float = 5.0) -> None:
-    """Wait (polling every 0.1 s, at most ``deadline`` s) until ``check()`` (or what it
-    returns, awaited) is true."""
-    waited = 0.0
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        assert waited < deadline, "the condition did not come true in time"
-        await deferLater(reactor, 0.1, lambda: None)
-        waited += 0.1
-
-
 @pytest_twisted.ensureDeferred
 async def test_topic_timeout_expires_messages_into_the_trash_and_survives_restart(smqp_server):
     server = await smqp_server()
@@ -255,7 +239,7 @@ async def test_topic_timeout_expires_messages_into_the_trash_and_survives_restar
         return await alice.count("MESSAGE", "/short/Trash") == 1 and \
             await alice.count("MESSAGE", "/short/child/Trash") == 1
 
-    await settle(expired)
+    await eventually(expired, "the messages to expire into the Trash")
     assert await alice.count("MESSAGE", "/short") == 1  # the INFINITE one stays
     assert await alice.count("MESSAGE", "/short/child") == 0
     assert await alice.count("MESSAGE", "/long") == 1
@@ -279,8 +263,7 @@ async def test_remove_topic_drops_subscriptions_durably(smqp_server):
     for path in ("/news", "/news/eu", "/weather"):
         await alice.create_topic(path)
     bob = await server.login("bob", "b1")
-    notices = []
-    bob.notifyReceived = notices.append
+    inbox = SMQPInbox(bob)
     await bob.subscribe("/news/eu")
     await bob.subscribe("/weather")
     await bob.command("SUB", "TOPIC", "DELETE", "/news/eu")
@@ -289,8 +272,9 @@ async def test_remove_topic_drops_subscriptions_durably(smqp_server):
     await away.quit()
     assert await alice.count("SUBSCRIBERS", "/news/eu") == 1
     assert await alice.remove_topic("/news") == 0
-    await settle(lambda: notices)
-    assert [(n.kind, n.args) for n in notices] == [("TOPIC", ("/news/eu", "DELETE"))]
+    notice = await inbox.next()
+    assert (notice.kind, notice.args) == ("TOPIC", ("/news/eu", "DELETE"))
+    assert await inbox.quiet()  # and only that one
     assert list((await bob.command("LIST", "SUBSCRIPTIONS")).values) == ["/weather"]
     await alice.create_topic("/news")
     await alice.create_topic("/news/eu")

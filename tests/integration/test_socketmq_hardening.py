@@ -17,8 +17,9 @@ from twisted.logger import globalLogPublisher
 
 from brokerd.protocols.socketmq.api import Client
 from tests.integration.test_socketmq_pubsub import brokerd, raw_ws  # noqa: F401 - fixture
-from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.live import TIMEOUT, Waiter, reactor
+from tests.support.socketmq import LiveBrokerd
 
 
 @pytest.fixture
@@ -312,33 +313,6 @@ async def test_slow_request_is_408_and_closed_while_others_are_served(tmp_path: 
         await attacker.lost.addTimeout(TIMEOUT, reactor())
         assert attacker.received.startswith(b"HTTP/1.1 408 ")
         assert attacker.rest  # closed before the request was complete
-    finally:
-        await brokerd.stop()
-
-
-@pytest_twisted.ensureDeferred
-async def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(tmp_path: Any) -> None:
-    from tests.integration.test_socketmq_request_reply import application, echo
-    from tests.protocols.socketmq.support import LineClient, sleep
-
-    brokerd = LiveBrokerd(tmp_path, socketmq_request_read_timeout=0.5, socketmq_handshake_timeout=0.5)
-    await brokerd.start()
-    try:
-        await application(brokerd, "echo", echo)
-        port = brokerd.http_port.getHost().port
-        client: LineClient = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(
-            Factory.forProtocol(LineClient)
-        )
-        request = b"POST /socket.mq/echo/%d HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"
-        statuses = lambda lines: [line[line.index(b"HTTP/1.1 "):] for line in lines if b"HTTP/1.1 " in line]  # noqa: E731
-        client.transport.write(request % 1)
-        await client.lines.until(lambda lines: len(statuses(lines)) == 1)
-        await sleep(1.0)  # idle longer than the read deadline, well under the idle timeout
-        client.transport.write(request % 2)
-        lines = await client.lines.until(lambda lines: len(statuses(lines)) == 2)
-        assert [status.strip() for status in statuses(lines)] == [b"HTTP/1.1 200 OK"] * 2
-        client.transport.loseConnection()
-        await client.lost.addTimeout(TIMEOUT, reactor())
     finally:
         await brokerd.stop()
 

@@ -17,7 +17,8 @@ from twisted.web.http_headers import Headers
 
 from brokerd.protocols.socketmq.api import Client, IncomingRequest, SocketMQError, read_body
 from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
-from tests.protocols.socketmq.support import LiveBrokerd, Waiter, reactor
+from tests.support.live import Waiter, reactor
+from tests.support.socketmq import LiveBrokerd
 
 ALICE = SecretKey.generate("alice")
 BOB = SecretKey.generate("bob")

@@ -12,7 +12,9 @@ from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq.api import Client, Server, SocketMQError, Subscription
-from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, Waiter, reactor, sleep
+from tests.support.collect import eventually
+from tests.support.live import TIMEOUT, Waiter, reactor
+from tests.support.socketmq import LiveBrokerd
 
 
 @pytest.fixture
@@ -218,8 +220,4 @@ async def test_connections_are_counted_and_released(brokerd: LiveBrokerd) -> Non
     assert brokerd.broker.stats.connections == 1
     await client.close()
     brokerd.clients.remove(client)
-    for _ in range(50):
-        if brokerd.broker.stats.connections == 0:
-            break
-        await sleep(0.02)
-    assert brokerd.broker.stats.connections == 0
+    await eventually(lambda: brokerd.broker.stats.connections == 0, "the connection to be released")

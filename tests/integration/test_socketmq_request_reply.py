@@ -12,7 +12,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory
 
 from brokerd.protocols.socketmq.api import Client, IncomingRequest, Server, SocketMQError, listen
-from tests.protocols.socketmq.support import TIMEOUT, LineClient, LiveBrokerd, Waiter, reactor, sleep
+from tests.support.collect import eventually
+from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor
+from tests.support.socketmq import LiveBrokerd
 
 
 @pytest.fixture
@@ -150,17 +152,13 @@ async def test_application_leaves_on_close_and_name_is_free_again(brokerd: LiveB
     app = await application(brokerd, "echo", echo)
     await app.close()
     brokerd.clients.remove(app)
-    for _ in range(50):
-        if "echo" not in brokerd.hub.applications:
-            break
-        await sleep(0.02)
-    assert "echo" not in brokerd.hub.applications
+    await eventually(lambda: "echo" not in brokerd.hub.applications, "the application to leave")
     await application(brokerd, "echo", echo, "again")
 
 
 async def raw_http(brokerd: LiveBrokerd, data: bytes) -> bytes:
     port = brokerd.http_port.getHost().port
-    client: LineClient = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(Factory.forProtocol(LineClient))
+    client: LineProtocol = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(Factory.forProtocol(LineProtocol))
     client.transport.write(data)
     await client.lost.addTimeout(TIMEOUT, reactor())
     return b"\n".join(client.lines.items) + b"\n" + client._buffer

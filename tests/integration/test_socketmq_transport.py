@@ -17,9 +17,10 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.protocols.socketmq import session as session_module
 from brokerd.protocols.socketmq.api import Client, IncomingRequest
 from tests.integration.test_socketmq_pubsub import RawWebSocket
-from tests.protocols.socketmq.support import TIMEOUT, LiveBrokerd, reactor, sleep
 from tests.support.certs import CLIENT_NAME, SERVER_HOSTNAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.live import TIMEOUT, reactor, sleep
+from tests.support.socketmq import LiveBrokerd
 
 BUFFER = 64 * 1024
 

@@ -11,14 +11,15 @@ import pytest_twisted
 from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq.api import Client, IncomingRequest
-from tests.protocols.socketmq.support import TwistdBroker, Waiter
+from tests.support.live import Waiter
+from tests.support.socketmq import TwistdBroker
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def twistd(tmp_path: Path) -> Any:
-    broker = TwistdBroker(tmp_path / "data")
+    broker = TwistdBroker(tmp_path)
     pytest_twisted.blockon(Deferred.fromCoroutine(broker.start()))
     yield broker
     broker.stop()

@@ -3,117 +3,24 @@ message kind, presence, a reconnect after the broker drops the connection, and T
 client certificate.  Every wait is bounded."""
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.application.internet import backoffPolicy
-from twisted.internet import endpoints
-from twisted.internet.defer import Deferred
 
-from brokerd.auth.realm import build_portal
-from brokerd.auth.tls import ServerTLS, listen_endpoint
-from brokerd.config import Settings
-from brokerd.core.broker import Broker
-from brokerd.protocols.ssmp.client import SSMPClient, SSMPError, client_endpoint
-from brokerd.protocols.ssmp.server import SSMPServerFactory
+from brokerd.protocols.ssmp.client import SSMPError, client_endpoint
 from tests.support.certs import CLIENT_NAME, SERVER_HOSTNAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
-
-TIMEOUT = 10.0
-"""Seconds any single wait may take before the test fails instead of hanging."""
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor
-
-    return reactor
-
-
-class Inbox:
-    """What one client received, and bounded waits for more of it."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[bytes, bytes, bytes | None, bytes, bool]] = []
-        self.presence: list[tuple[bytes, bytes, bytes, bool]] = []
-        self._waits: list[tuple[Any, Deferred]] = []
-
-    def on_message(self, *message: Any) -> None:
-        self.messages.append(message)  # type: ignore[arg-type]
-        self._check()
-
-    def on_presence(self, *change: Any) -> None:
-        self.presence.append(change)  # type: ignore[arg-type]
-        self._check()
-
-    def until(self, condition: Any) -> Deferred:
-        """Fires once ``condition(self)`` holds; fails after TIMEOUT seconds."""
-        d: Deferred = Deferred()
-        self._waits.append((condition, d))
-        self._check()
-        return d.addTimeout(TIMEOUT, _reactor())
-
-    def _check(self) -> None:
-        for condition, d in list(self._waits):
-            if not d.called and condition(self):
-                self._waits.remove((condition, d))
-                d.callback(None)
-
-
-class LiveBroker:
-    """A real SSMP listener on 127.0.0.1, port chosen by the OS."""
-
-    def __init__(self, portal: Any = None) -> None:
-        self.broker = Broker()
-        self.factory = SSMPServerFactory(
-            self.broker, portal or build_portal(open_login=True), Settings(), _reactor()
-        )
-        self.port: Any = None
-        self.clients: list[SSMPClient] = []
-
-    async def listen(self, endpoint: Any = None) -> None:
-        endpoint = endpoint or endpoints.serverFromString(_reactor(), "tcp:0:interface=127.0.0.1")
-        self.port = await endpoint.listen(self.factory)
-
-    @property
-    def address(self) -> str:
-        return f"tcp:127.0.0.1:{self.port.getHost().port}"
-
-    async def client(
-        self, identifier: bytes, inbox: Inbox | None = None, **options: Any
-    ) -> SSMPClient:
-        """A started SSMPClient, logged in."""
-        endpoint = options.pop("endpoint", None) or client_endpoint(_reactor(), self.address)
-        inbox = inbox or Inbox()
-        client = SSMPClient(
-            endpoint,
-            identifier,
-            reactor=_reactor(),
-            on_message=inbox.on_message,
-            on_presence=inbox.on_presence,
-            retry_policy=backoffPolicy(initialDelay=0.05, maxDelay=0.5),
-            **options,
-        )
-        self.clients.append(client)
-        client.startService()
-        await client.whenConnected(failAfterFailures=3).addTimeout(TIMEOUT, _reactor())
-        return client
-
-    async def close(self) -> None:
-        for client in self.clients:
-            await client.stopService()
-        if self.port is not None:
-            await self.port.stopListening()
+from tests.support.live import LOOPBACK, TIMEOUT, Inbox, LiveBroker, reactor
 
 
 @pytest_twisted.ensureDeferred
-async def test_messages_of_every_kind_round_trip() -> None:
-    server = LiveBroker()
-    await server.listen()
+async def test_messages_of_every_kind_round_trip(tmp_path: Path) -> None:
+    server = LiveBroker.start(tmp_path / "data", listeners={"ssmp": [LOOPBACK]})
     try:
         alice_inbox, bob_inbox = Inbox(), Inbox()
-        alice = await server.client(b"alice", alice_inbox)
-        bob = await server.client(b"bob", bob_inbox)
+        alice = await server.ssmp(b"alice", alice_inbox)
+        bob = await server.ssmp(b"bob", bob_inbox)
         await alice.subscribe(b"news")
         await bob.subscribe(b"news")
         await bob.mcast(b"news", b"hello")
@@ -134,18 +41,17 @@ async def test_messages_of_every_kind_round_trip() -> None:
         assert refused.value.code == b"404"
         assert await alice.ping() >= 0
     finally:
-        await server.close()
+        await server.stop()
 
 
 @pytest_twisted.ensureDeferred
-async def test_presence_follows_subscriptions() -> None:
-    server = LiveBroker()
-    await server.listen()
+async def test_presence_follows_subscriptions(tmp_path: Path) -> None:
+    server = LiveBroker.start(tmp_path / "data", listeners={"ssmp": [LOOPBACK]})
     try:
         watcher_inbox = Inbox()
-        watcher = await server.client(b"watcher", watcher_inbox)
+        watcher = await server.ssmp(b"watcher", watcher_inbox)
         await watcher.subscribe(b"room", presence=True)
-        member = await server.client(b"member")
+        member = await server.ssmp(b"member")
         await member.subscribe(b"room")
         await watcher_inbox.until(lambda inbox: len(inbox.presence) == 1)
         await member.unsubscribe(b"room")
@@ -155,25 +61,24 @@ async def test_presence_follows_subscriptions() -> None:
             (b"member", b"UNSUBSCRIBE", b"room", False),
         ]
     finally:
-        await server.close()
+        await server.stop()
 
 
 @pytest_twisted.ensureDeferred
-async def test_client_logs_in_and_resubscribes_after_the_broker_drops_it() -> None:
-    server = LiveBroker()
-    await server.listen()
+async def test_client_logs_in_and_resubscribes_after_the_broker_drops_it(tmp_path: Path) -> None:
+    server = LiveBroker.start(tmp_path / "data", listeners={"ssmp": [LOOPBACK]})
     try:
         inbox = Inbox()
-        alice = await server.client(b"alice", inbox)
-        bob = await server.client(b"bob")
+        alice = await server.ssmp(b"alice", inbox)
+        bob = await server.ssmp(b"bob")
         await alice.subscribe(b"news", presence=True)
         first = alice.protocol
         assert first is not None
         dropped = first.when_closed()
 
         server.broker.session_for("ssmp", b"alice").transport.loseConnection()
-        await dropped.addTimeout(TIMEOUT, _reactor())
-        second = await alice.whenConnected().addTimeout(TIMEOUT, _reactor())
+        await dropped.addTimeout(TIMEOUT, reactor())
+        second = await alice.whenConnected().addTimeout(TIMEOUT, reactor())
 
         assert second is not first and second.identifier == b"alice"
         session = server.broker.session_for("ssmp", b"alice")
@@ -182,18 +87,17 @@ async def test_client_logs_in_and_resubscribes_after_the_broker_drops_it() -> No
         await inbox.until(lambda box: box.messages)
         assert inbox.messages == [(b"bob", b"MCAST", b"news", b"after the reconnect", False)]
     finally:
-        await server.close()
+        await server.stop()
 
 
 @pytest_twisted.ensureDeferred
-async def test_login_with_a_client_certificate_over_tls(pki: TestPKI) -> None:  # noqa: F811
-    tls = ServerTLS.from_files(pki.server.cert, pki.server.key, pki.ca)
-    server = LiveBroker(build_portal(client_certificates=True))
-    await server.listen(listen_endpoint(_reactor(), tls, "tls:0:interface=127.0.0.1"))
+async def test_login_with_a_client_certificate_over_tls(tmp_path: Path, pki: TestPKI) -> None:  # noqa: F811
+    server = LiveBroker.start(tmp_path / "data", listeners={"ssmp": ["tls:0:interface=127.0.0.1"]},
+                              tls_cert=pki.server.cert, tls_key=pki.server.key, tls_ca=pki.ca)
     try:
         endpoint = client_endpoint(
-            _reactor(),
-            server.address,
+            reactor(),
+            server.address("ssmp"),
             tls=True,
             hostname=SERVER_HOSTNAME,
             ca=pki.ca,
@@ -201,11 +105,11 @@ async def test_login_with_a_client_certificate_over_tls(pki: TestPKI) -> None:  
             key=pki.client.key,
         )
         inbox = Inbox()
-        alice = await server.client(
+        alice = await server.ssmp(
             f"{CLIENT_NAME}/laptop".encode(), inbox, endpoint=endpoint, scheme=b"cert"
         )
         await alice.subscribe(b"secure")
         await alice.mcast(b"secure", b"nobody hears this one")
         assert alice.protocol is not None and alice.protocol.identifier == b"alice/laptop"
     finally:
-        await server.close()
+        await server.stop()

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from tests.support import processes
 from tests.support.broker import REPO, LineClient, free_port, start_broker, twistd
 
 pytestmark = pytest.mark.slow
@@ -165,12 +166,13 @@ def test_unix_socket_listener(tmp_path):
 
     path = tmp_path / "ssmp.sock"
     args = [*twistd(), "--ssmp", f"unix:{path}", "--open-login", "--data-dir", str(tmp_path / "d")]
-    process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path / "broker.log"
+    process = processes.spawn(args, log)
     try:
         deadline = time.monotonic() + 30
-        while not path.exists():
-            assert process.poll() is None, process.stdout.read()
-            assert time.monotonic() < deadline
+        while not path.exists():  # polling: no event says the socket file is there
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         sock = socketlib.socket(socketlib.AF_UNIX)
         sock.connect(str(path))
@@ -178,5 +180,4 @@ def test_unix_socket_listener(tmp_path):
         assert client.request("LOGIN alice open") == b"200"
         assert client.request("PING") == b"000 . PONG"
     finally:
-        process.terminate()
-        process.wait(15)
+        processes.stop(process)

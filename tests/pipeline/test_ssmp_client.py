@@ -80,10 +80,7 @@ def test_payloads_are_text_when_possible_and_binary_otherwise() -> None:
 
 
 def test_connecting_to_nothing_is_a_client_error() -> None:
-    import socket
+    from tests.support.broker import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with pytest.raises(SSMPClientError):
-        SSMPConnection("127.0.0.1", port, b"x", timeout=2).connect()
+        SSMPConnection("127.0.0.1", free_port(), b"x", timeout=2).connect()

@@ -10,17 +10,11 @@ the trust (wrong CA, expiry) that failed, not the name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from brokerd.auth.devcerts import (
-    Issued,
-    make_ca,
-    make_client_cert,
-    make_server_cert,
-    write_pem,
-)
+import trustme
 
 CLIENT_NAME = "alice"
 CLIENT_DNS = "alice.example"
@@ -58,36 +52,38 @@ class TestPKI:
     """Like ``client`` but expired yesterday."""
     wrong_ca_client: CertFiles
     """Like ``client`` but signed by ``wrong_ca``."""
+    authority: trustme.CA = field(compare=False, repr=False)
+    """The CA behind ``ca``, for a test that needs one more certificate it trusts."""
 
 
 def make_pki(directory: Path) -> TestPKI:
-    """Create the PKI's files in ``directory`` (which must exist) and return their paths."""
-    ca, wrong_ca = make_ca("brokerd test CA"), make_ca("brokerd untrusted CA")
+    """Create the PKI's files in ``directory`` (which must exist) and return their paths.
+
+    Built with ``trustme``: the tests of brokerd's own certificate code (brokerd/auth/devcerts.py,
+    ``brokerd-certs``) make theirs with that code; every other TLS test uses this PKI, so a bug
+    in devcerts cannot hide itself."""
+    ca, wrong_ca = trustme.CA(), trustme.CA()
     now = datetime.now(timezone.utc)
 
-    def save(name: str, issued: Issued) -> CertFiles:
+    def save(name: str, leaf: trustme.LeafCert) -> CertFiles:
         files = CertFiles(directory / f"{name}.pem", directory / f"{name}.key")
-        write_pem(issued, files.cert, files.key)
+        leaf.cert_chain_pems[0].write_to_path(str(files.cert))
+        leaf.private_key_pem.write_to_path(str(files.key))
         return files
 
-    save("wrong-ca", wrong_ca)
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    wrong_ca.cert_pem.write_to_path(str(directory / "wrong-ca.pem"))
     return TestPKI(
         directory=directory,
-        ca=save("ca", ca).cert,
+        ca=directory / "ca.pem",
         wrong_ca=directory / "wrong-ca.pem",
-        server=save("server", make_server_cert(ca)),
-        client=save(CLIENT_NAME, make_client_cert(ca, CLIENT_NAME, dns_names=[CLIENT_DNS])),
+        server=save("server", ca.issue_cert(SERVER_HOSTNAME, "127.0.0.1")),
+        client=save(CLIENT_NAME, ca.issue_cert(CLIENT_DNS, common_name=CLIENT_NAME)),
         expired_client=save(
             "alice-expired",
-            make_client_cert(
-                ca,
-                CLIENT_NAME,
-                dns_names=[CLIENT_DNS],
-                not_before=now - timedelta(days=30),
-                not_after=now - timedelta(days=1),
-            ),
+            ca.issue_cert(CLIENT_DNS, common_name=CLIENT_NAME, not_before=now - timedelta(days=30),
+                          not_after=now - timedelta(days=1)),
         ),
-        wrong_ca_client=save(
-            "alice-wrong-ca", make_client_cert(wrong_ca, CLIENT_NAME, dns_names=[CLIENT_DNS])
-        ),
+        wrong_ca_client=save("alice-wrong-ca", wrong_ca.issue_cert(CLIENT_DNS, common_name=CLIENT_NAME)),
+        authority=ca,
     )

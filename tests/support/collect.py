@@ -8,6 +8,7 @@ probes, and reading later would crawl).
 """
 from __future__ import annotations
 
+import inspect
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -16,14 +17,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
-TIMEOUT = 10.0
-"""Seconds any wait may take before the test fails instead of hanging."""
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor
-
-    return reactor
+from tests.support.live import TIMEOUT
+from tests.support.live import reactor as _reactor
 
 
 class Collector(Protocol):
@@ -64,10 +59,14 @@ class Collector(Protocol):
         return self.until(lambda received: any(received == c for c in candidates))
 
 
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait until ``condition()`` holds (server state no event reports), at most TIMEOUT."""
+async def eventually(condition: Callable[[], Any], what: str) -> None:
+    """Wait until ``condition()`` (or what it returns, awaited: a query to the server) holds,
+    for server state no event reports; at most TIMEOUT."""
     for _ in range(int(TIMEOUT / 0.02)):
-        if condition():
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
             return
         await deferLater(_reactor(), 0.02)
     raise AssertionError(f"timed out waiting for {what}")

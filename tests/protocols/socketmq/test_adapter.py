@@ -7,14 +7,19 @@ import json
 from typing import Any
 
 import pytest
+from twisted.internet.error import ConnectionAborted
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 
 from brokerd.auth.realm import build_portal
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.server import build_site
+from brokerd.protocols.socketmq.session import SLOW_CONSUMER_TIMEOUT
+from tests.protocols.recording import RecordingEvents
 
 UPGRADE = (
     b"GET /socket.mq/ws HTTP/1.1\r\nHost: broker\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -53,10 +58,10 @@ def payloads(data: bytes) -> list[bytes]:
 class Server:
     """A socket.mq Site around one Broker, connections on StringTransports."""
 
-    def __init__(self, **broker: Any) -> None:
+    def __init__(self, events: Any = NULL_EVENT_LOG, **broker: Any) -> None:
         self.clock = MemoryReactorClock()
         self.broker = Broker(**broker)
-        self.hub = Hub(self.broker, self.clock, portal=build_portal(open_login=True))
+        self.hub = Hub(self.broker, self.clock, portal=build_portal(open_login=True), events=events)
         self.site = build_site(self.hub, demo=False)
 
     def connect(self) -> StringTransport:
@@ -161,6 +166,23 @@ def test_unregistered_application_is_404(server: Server) -> None:
     assert body == b"no application app is registered\n"
 
 
+def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(server: Server) -> None:
+    http = server.connect()
+    request = b"POST /socket.mq/app/r%d HTTP/1.1\r\nHost: broker\r\nContent-Length: 2\r\n\r\nhi"
+    http.protocol.dataReceived(request % 1)
+    assert http.value().startswith(b"HTTP/1.1 404 Not Found\r\n")
+    http.clear()
+    server.clock.advance(server.hub.read_timeout + 1)  # idle between requests, under the idle timeout
+    assert server.hub.read_timeout + 1 < limits.HTTP_IDLE_TIMEOUT and not http.disconnecting
+    http.protocol.dataReceived(request % 2)
+    assert http.value().startswith(b"HTTP/1.1 404 Not Found\r\n")
+    http.clear()
+    # the control: a request that takes longer than the deadline to arrive is refused
+    http.protocol.dataReceived(b"POST /socket.mq/app/r3 HTTP/1.1\r\nHost: broker\r\n")
+    server.clock.advance(server.hub.read_timeout)
+    assert http.value().startswith(b"HTTP/1.1 408 Request Timeout\r\n") and http.disconnecting
+
+
 def test_an_announced_body_over_the_limit_is_413_and_closed(server: Server) -> None:
     http = server.connect()
     too_big = limits.MAX_BODY + 1
@@ -181,3 +203,46 @@ def test_a_connection_over_the_broker_limit_gets_503() -> None:
         b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nSocket-MQ-Version: 1\r\n"
         b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
     assert second.disconnecting
+
+
+def test_a_slow_consumer_episode_is_one_event_and_a_consumer_congested_too_long_is_closed() -> None:
+    events = RecordingEvents()
+    server = Server(events=events)
+    ws = server.websocket()
+    assert b'"status":200' in send(ws, b'{"type":"auth","id":1,"method":"open","identity":"dave"}')
+    assert b'"status":200' in send(ws, b'{"type":"subscribe","id":2,"event":"flood"}')
+    (session,) = [s for s in server.broker.sessions() if server.broker.is_subscribed(s, b"flood")]
+    session.pauseProducing()  # as Twisted does when the output buffer is over the limit
+    for n in range(5):
+        server.broker.publish(Message(MULTICAST, b"flood", b"m%d" % n, "ssmp", b"firehose"))
+    assert events.of("dropped") == []  # nothing per message
+    server.clock.advance(SLOW_CONSUMER_TIMEOUT - 1)
+    session.resumeProducing()  # congested for less than the limit: it stays
+    assert events.of("dropped") == [
+        {"protocol": "socketmq", "kind": "dropped", "session": "dave", "reason": "slow_consumer",
+         "dropped": 5, "outcome": "dropped"}
+    ]
+    assert not session.closed and not ws.disconnecting
+    session.pauseProducing()  # and stays congested until the broker disconnects it
+    server.broker.publish(Message(MULTICAST, b"flood", b"lost", "ssmp", b"firehose"))
+    server.clock.advance(SLOW_CONSUMER_TIMEOUT - 1)
+    assert not ws.disconnected
+    server.clock.advance(1)
+    assert ws.disconnected  # aborted, not closed politely: the client is not reading
+    ws.protocol.connectionLost(Failure(ConnectionAborted()))  # what the reactor then reports
+    assert session.closed and session not in server.broker.sessions()
+    assert [r["dropped"] for r in events.of("dropped")] == [5, 1]
+
+
+def test_portal_logins_and_refusals_are_events() -> None:
+    events = RecordingEvents()
+    server = Server(events=events)
+    ws = server.websocket()
+    refused = send(ws, b'{"type":"auth","id":1,"method":"secret","identity":"eve","secret":"guess"}')
+    assert b'"status":200' not in refused and b'"id":1' in refused
+    assert b'"status":200' in send(ws, b'{"type":"auth","id":2,"method":"open","identity":"carol"}')
+    source = f"{ws.getPeer().host}:{ws.getPeer().port}"
+    assert [(r["session"], r["scheme"], r["reason"], r["source"]) for r in events.of("auth_failure")] == [
+        ("eve", "secret", "scheme not enabled", source)]
+    assert [(r["session"], r["scheme"], r["outcome"], r["source"]) for r in events.of("login")] == [
+        ("carol", "open", "ok", source)]

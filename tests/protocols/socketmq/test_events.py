@@ -1,7 +1,7 @@
 """What the socket.mq front end writes to the event log, on real loopback sockets: refused
 authentication and policy refusals (WebSocket and HTTP) as ``auth_failure`` with scheme and
-source, a ``login`` when a client authenticates, and one ``dropped`` record per slow-consumer
-episode."""
+source, and a ``login`` when a client authenticates.  (The portal's logins and refusals and the
+one ``dropped`` record per slow-consumer episode are tested in memory in test_adapter.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,12 +11,11 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred
 
-from brokerd.core.message import MULTICAST, Message
 from brokerd.protocols.socketmq.api import Client, IncomingRequest, SocketMQError
-from brokerd.protocols.socketmq import session as session_module
 from brokerd.protocols.socketmq.pgp import SecretKey
 from tests.protocols.recording import RecordingEvents
-from tests.protocols.socketmq.support import LiveBrokerd, Waiter, sleep
+from tests.support.live import Waiter
+from tests.support.socketmq import LiveBrokerd
 
 ALICE = SecretKey.generate("alice")
 BOB = SecretKey.generate("bob")
@@ -50,13 +49,6 @@ def required(tmp_path: Path) -> Any:
     (tmp_path / "policy.toml").write_text(POLICY)
     broker = _start(LiveBrokerd(tmp_path / "data", events=RecordingEvents(),
                                 socketmq_policy=tmp_path / "policy.toml"))
-    yield broker
-    pytest_twisted.blockon(Deferred.fromCoroutine(broker.stop()))
-
-
-@pytest.fixture
-def plain(tmp_path: Path) -> Any:
-    broker = _start(LiveBrokerd(tmp_path / "data", events=RecordingEvents()))
     yield broker
     pytest_twisted.blockon(Deferred.fromCoroutine(broker.stop()))
 
@@ -112,43 +104,3 @@ async def test_http_refusals(required: LiveBrokerd) -> None:
     assert [f[:2] for f in failures] == [(None, "OpenPGP"), ("bob", "OpenPGP"), (None, None)]
     assert failures[1][2] == "not allowed: request echo/x" and failures[2][2] == "authentication required"
     assert all(r["source"].startswith("127.0.0.1:") for r in _events(required).of("auth_failure"))
-
-
-@pytest_twisted.ensureDeferred
-async def test_portal_logins_and_refusals(plain: LiveBrokerd) -> None:
-    client = plain.track(Client(plain.url))
-    await client.connect()
-    with pytest.raises(SocketMQError):
-        await client.login("secret", "eve", "guess")
-    await client.login("open", "carol")
-    assert _failures(plain) == [("eve", "secret", "scheme not enabled")]
-    assert [(r["session"], r["scheme"]) for r in _events(plain).of("login")] == [("carol", "open")]
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_slow_consumer_episode_is_one_event(plain: LiveBrokerd, monkeypatch: Any) -> None:
-    client = plain.track(Client(plain.url))
-    await client.connect()
-    await client.login("open", "dave")
-    got = Waiter()
-    await client.subscribe("flood", got)
-    (session,) = [s for s in plain.broker.sessions() if plain.broker.is_subscribed(s, b"flood")]
-    events = _events(plain)
-    session.pauseProducing()  # as Twisted does when the output buffer is over the limit
-    for n in range(5):
-        plain.broker.publish(Message(MULTICAST, b"flood", b"m%d" % n, "ssmp", b"firehose"))
-    assert events.of("dropped") == []  # nothing per message
-    session.resumeProducing()
-    assert events.of("dropped") == [
-        {"protocol": "socketmq", "kind": "dropped", "session": "dave", "reason": "slow_consumer",
-         "dropped": 5, "outcome": "dropped"}
-    ]
-    monkeypatch.setattr(session_module, "SLOW_CONSUMER_TIMEOUT", 0.2)
-    session.pauseProducing()  # and stays congested until the broker disconnects it
-    plain.broker.publish(Message(MULTICAST, b"flood", b"lost", "ssmp", b"firehose"))
-    for _ in range(100):
-        if session.closed:
-            break
-        await sleep(0.02)
-    assert session.closed
-    assert [r["dropped"] for r in events.of("dropped")] == [5, 1]
