@@ -34,7 +34,7 @@ from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
 from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
-from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Message
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
@@ -240,11 +240,13 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
                         self._corking = begin_read()
                     self._publish_run()
                     run = self._run
+                # All arguments positional: a keyword argument costs about 100 ns per call here.
                 if payload[0] > 3:
-                    run.append(Message(MULTICAST, topic, payload, "ssmp", self.name, principal=self.principal))
+                    run.append(Message(MULTICAST, topic, payload, "ssmp", self.name, False, None, PLAIN,
+                                       self.principal))
                 else:
-                    run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True,
-                                       principal=self.principal))
+                    run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True, None, PLAIN,
+                                       self.principal))
                 replies.append(OK)
                 continue
             if self._corking is None:
