@@ -5,12 +5,22 @@
     python benchmarks/smqp_bench.py --publishers 10 --messages 20000 --no-compare --runs 3 \
         --commit main --commit HEAD                      # two revisions side by side, median of 3
     python benchmarks/smqp_bench.py --publishers 10 --no-compare --ssmp   # SSMP MCAST publishers
+    python benchmarks/smqp_bench.py --publishers 10 --messages 5000 --no-compare --drain   # one subscriber drains
 
 A real ``twistd brokerd --smqp`` runs in its own process on a fresh data dir (SQLite,
 synchronous=FULL).  Each publisher is its own process with a blocking socket that keeps
 ``--window`` PUBLISH commands in flight (pipelined); one durable subscriber process takes
 every NOTIFY MESSAGE through the two-phase commit (``310 ACK`` -> ``310 ACK``) before the
 next.  So the client side is never the bottleneck: every process does little but parse.
+
+``--drain``: the subscriber subscribes first, is offline while the publishers publish, and
+then drains the stored backlog alone: the acknowledged delivery rate of one subscriber
+(``drain_rate``, first NOTIFY to last ``310``) with no publisher sharing the store's commits.
+
+``--profile DIR``: py-spy records the broker (all threads, idle samples left out; with
+``--profile-gil`` only the thread holding the GIL) into DIR for each run, in its raw
+collapsed-stack format (with ``--drain``: the drain only).  The drain also reports the
+broker's CPU (all threads, from /proc) and the subscriber's per acknowledged delivery.
 
 ``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
@@ -153,19 +163,22 @@ def publisher(port: int, index: int, count: int, window: int, size: int, start: 
     out.put(("publisher", index, time.time(), latencies))
 
 
-def subscriber(port: int, total: int, ready, out) -> None:
+def subscriber(port: int, total: int, ready, out, subscribe: bool = True) -> None:
     conn = Conn(port)
     conn.login("bob", "sub", "bobpw")
-    conn.command(f"SUB MESSAGE {TOPIC}")
+    if subscribe:
+        conn.command(f"SUB MESSAGE {TOPIC}")
     ready.set()
     latencies: list[float] = []
     first = None
+    cpu = 0.0
     while len(latencies) < total:
         event = conn.next()
         if not isinstance(event, Notify):
             continue
         now = time.time()
-        first = first or now
+        if first is None:
+            first, cpu = now, time.process_time()
         sent = float(event.body.sections[0].data.rstrip(b"."))
         latencies.append(now - sent)
         conn.sock.sendall(b"310 ACK\r\n")
@@ -173,7 +186,13 @@ def subscriber(port: int, total: int, ready, out) -> None:
         while not isinstance(reply, Reply):
             reply = conn.next()
         assert reply.code == 310, reply
-    out.put(("subscriber", 0, time.time(), (first, latencies)))
+    out.put(("subscriber", 0, time.time(), (first, latencies, time.process_time() - cpu)))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (all threads, user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -191,7 +210,8 @@ def export(revision: str) -> Path:
 
 
 def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
-             tree: Path = REPO, ssmp: bool = False) -> dict:
+             tree: Path = REPO, ssmp: bool = False, drain: bool = False, profile: Path | None = None,
+             label: str = "", gil: bool = False) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
@@ -221,22 +241,55 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         total = publishers * messages
         queue: multiprocessing.Queue = multiprocessing.Queue()
         ready = multiprocessing.Event()
-        sub = multiprocessing.Process(target=subscriber, args=(port, total, ready, queue))
-        sub.start()
-        ready.wait(30)
+        if drain:
+            offline = Conn(port)
+            offline.login("bob", "sub", "bobpw")
+            offline.command(f"SUB MESSAGE {TOPIC}")
+            offline.sock.close()
+        sub = multiprocessing.Process(target=subscriber, args=(port, total, ready, queue, not drain))
+        if not drain:
+            sub.start()
+            ready.wait(30)
+        spy = None
+
+        def record() -> subprocess.Popen:
+            profile.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            name = f"smqp-{label}{'-drain' if drain else ''}-{int(time.time())}.txt"
+            flags = ["--nonblocking", "--threads", "-r", "500", "-f", "raw"] + (["--gil"] if gil else [])
+            return subprocess.Popen(["py-spy", "record", *flags, "-o", str(profile / name),  # type: ignore[operator]
+                                     "--pid", str(broker.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        if profile is not None and not drain:
+            spy = record()
         start = time.time() + 0.5
         target, target_port = (ssmp_publisher, ssmp_port) if ssmp else (publisher, port)
         procs = [multiprocessing.Process(target=target, args=(target_port, i, messages, window, size, start, queue))
                  for i in range(publishers)]
         for proc in procs:
             proc.start()
-        results = [queue.get(timeout=600) for _ in range(publishers + 1)]
+        if drain:
+            results = [queue.get(timeout=600) for _ in range(publishers)]
+            if profile is not None:
+                spy = record()
+            broker_cpu = _cpu_seconds(broker.pid)
+            sub.start()
+            results.append(queue.get(timeout=600))
+        else:
+            results = [queue.get(timeout=600) for _ in range(publishers + 1)]
         for proc in procs + [sub]:
             proc.join(30)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         published_at = max(r[2] for r in results if r[0] == "publisher")
         publish_latencies = [x for r in results if r[0] == "publisher" for x in r[3]]
-        done_at, (first, e2e) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
-        return {
+        done_at, (first, e2e, sub_cpu) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
+        figures = {}
+        if drain:
+            figures = {"drain_rate": round(total / (done_at - first), 1),
+                       "drain_broker_cpu_us": round((_cpu_seconds(broker.pid) - broker_cpu) / total * 1e6, 1),
+                       "drain_subscriber_cpu_us": round(sub_cpu / total * 1e6, 1)}
+        return {**figures,
             "publishers": publishers, "protocol": "ssmp" if ssmp else "smqp", "messages": total,
             "window": window, "size": size, "group_commit": group_commit,
             "publish_rate": round(total / (published_at - start), 1),
@@ -264,6 +317,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64, help="payload bytes [64]")
     parser.add_argument("--no-compare", action="store_true", help="group commit on only")
     parser.add_argument("--ssmp", action="store_true", help="SSMP publishers (MCAST), SMQP durable subscriber")
+    parser.add_argument("--drain", action="store_true",
+                        help="the subscriber drains the stored backlog after the publishers finished")
+    parser.add_argument("--profile", metavar="DIR", type=Path,
+                        help="py-spy's raw collapsed stacks of the broker into DIR, one file per run")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: only samples of the thread holding the GIL (Python's CPU)")
     parser.add_argument("--commit", metavar="REV", action="append",
                         help="run the broker from this revision; repeatable: side by side [the working tree]")
     parser.add_argument("--runs", type=int, default=1, help="measured runs, after one warm-up when > 1 [1]")
@@ -278,7 +337,9 @@ def main() -> None:
             measured: dict[str, list[dict]] = {rev: [] for rev in trees}
             for run in range(options.runs + (options.runs > 1)):
                 for rev, tree in trees.items():
-                    result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp)
+                    result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp,
+                                      options.drain, options.profile, rev.replace("/", "_").replace(" ", "_"),
+                                      options.profile_gil)
                     result.update(revision=rev, run=run, load=os.getloadavg()[0])
                     print(json.dumps(result), flush=True)
                     if options.runs == 1 or run > 0:

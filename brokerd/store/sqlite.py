@@ -13,6 +13,7 @@ that take a database from one version to the next (append, never edit).
 from __future__ import annotations
 
 import json
+import queue
 import sqlite3
 import threading
 import time
@@ -21,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
@@ -177,15 +176,7 @@ def _trash(c: sqlite3.Connection, seq: int, now: float) -> Settled | None:
     return Settled(seq, row[0], receipt, released, trashed=True)
 
 
-def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
-    """The writer thread never keeps a process alive by itself: a broker's store is closed by
-    its reactor's shutdown trigger (which commits what is queued and joins the thread), and
-    a store nobody closed (a program or test that forgot it) must not hang the interpreter's
-    exit."""
-    thread = threading.Thread(*args, **kwargs)
-    thread.daemon = True
-    return thread
-
+THREAD_NAME = "brokerd-store"
 
 @implementer(IStore)
 class SQLiteStore:
@@ -196,8 +187,11 @@ class SQLiteStore:
     def __init__(self, path: Path, reactor: Any) -> None:
         self.path = Path(path)
         self._reactor = reactor
-        self._pool = ThreadPool(minthreads=1, maxthreads=1, name="brokerd-store")
-        self._pool.threadFactory = _daemon_thread
+        self._inbox: queue.SimpleQueue[list | None] = queue.SimpleQueue()
+        """Batches for the writer thread (None: stop).  A C queue, not Twisted's thread pool:
+        handing a batch over is one put, which matters when a subscriber's acknowledgement
+        is a batch of its own every round trip."""
+        self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         self._queue: list[tuple[Operation, tuple, Deferred]] = []
         self._busy = False
@@ -223,7 +217,7 @@ class SQLiteStore:
         # The thread starts with the reactor, as the reactor's own pool does: a broker that
         # fails before its reactor runs (a port that cannot be bound) must not be kept alive
         # by a thread waiting for work.  Operations queue until then.
-        self._reactor.callWhenRunning(self._pool.start)
+        self._reactor.callWhenRunning(self._start_writer)
         self._trigger = self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
         return self._submit(self._connect)
 
@@ -280,9 +274,34 @@ class SQLiteStore:
             connection.close()
         self._connection = None
 
+    def _start_writer(self) -> None:
+        """The writer thread is a daemon: a broker's store is closed by its reactor's
+        shutdown trigger (which commits what is queued and joins the thread), and a store
+        nobody closed (a program or test that forgot it) must not hang the interpreter's
+        exit."""
+        if self._thread is None and self._state in ("open", "closing"):
+            self._thread = threading.Thread(target=self._write_batches, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+
+    def _write_batches(self) -> None:
+        """In the writer thread: run each batch, hand its outcome to the reactor thread."""
+        call = self._reactor.callFromThread
+        while True:
+            batch = self._inbox.get()
+            if batch is None:
+                return
+            try:
+                outcome: Any = self._run_batch(batch)
+            except BaseException:
+                outcome = Failure()
+            call(self._batch_done, outcome, batch)
+
     def _stopped(self, result: Any) -> Any:
         self._state = "closed"
-        self._pool.stop()
+        self._inbox.put(None)
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
         if isinstance(result, Failure):
             self._log.failure("Closing the store {path}", result, path=str(self.path))
         return None
@@ -301,8 +320,7 @@ class SQLiteStore:
     def _flush(self) -> None:
         batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
         self._busy = True
-        done = deferToThreadPool(self._reactor, self._pool, self._run_batch, batch)
-        done.addBoth(self._batch_done, batch)
+        self._inbox.put(batch)
 
     def _run_batch(self, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
         """In the writer thread: one transaction, a savepoint per operation."""

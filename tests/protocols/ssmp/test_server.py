@@ -272,6 +272,24 @@ def test_what_one_read_delivers_to_each_peer_is_one_write_to_it(h):
     assert writes[b][1:] == [b"000 alice UCAST bob 7\n"]
 
 
+def test_a_read_that_starts_with_a_run_and_then_does_more_is_still_one_write_to_each_peer(h):
+    """A read of one MCAST run is not held (it is one write per subscriber anyway); a read
+    that goes on after its first run must hold from before that run's deliveries."""
+    a, b, c = h.login("alice"), h.login("bob"), h.login("carol")
+    for x in (b, c):
+        x.request("SUBSCRIBE t")
+    writes = {x: [] for x in (b, c)}
+    for x, recorded in writes.items():
+        x.transport.write = lambda data, write=x.transport.write, recorded=recorded: (recorded.append(data), write(data))
+    assert a.request("MCAST t 1\nMCAST t 2\nMCAST t 3") == b"200\n" * 3
+    assert writes[b] == writes[c] == [b"000 alice MCAST t 1\n000 alice MCAST t 2\n000 alice MCAST t 3\n"]
+    assert a.request("MCAST t 4\nMCAST t 5\nUCAST bob 6\nMCAST u 7\nMCAST t 8") == b"200\n" * 5
+    assert writes[b][1:] == [b"000 alice MCAST t 4\n000 alice MCAST t 5\n000 alice UCAST bob 6\n000 alice MCAST t 8\n"]
+    assert writes[c][1:] == [b"000 alice MCAST t 4\n000 alice MCAST t 5\n000 alice MCAST t 8\n"]
+    assert a.request("MCAST t 9\nMCAST u 10\nMCAST t 11") == b"200\n" * 3
+    assert writes[b][2:] == writes[c][2:] == [b"000 alice MCAST t 9\n000 alice MCAST t 11\n"]
+
+
 def test_what_a_read_held_for_a_connection_it_then_replaces_is_written_before_the_close(h):
     """Two reads inside one begin_read/end_read stand for one read that both delivers to a
     connection and logs its identifier in again elsewhere."""
