@@ -18,12 +18,13 @@ from twisted.logger import Logger
 
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
+from brokerd.core.engine import IN_MEMORY
 from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.interfaces import IAccessPolicy, IBrokerObserver, ISubscriber, IWireFormat
+from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -109,6 +110,21 @@ class Broker(Service):
         self.topic_listeners: list[Callable[[bytes, bool], None]] = []
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
+        self.engine: IEngine = IN_MEMORY
+        """Where routing reaches beyond this process (:meth:`use_engine`)."""
+        self._forward: Callable[[list[Message]], None] | None = None
+        """The engine's ``forward`` when it is shared, else None: the publish path tests
+        this one attribute, so a single node pays nothing more for the engine."""
+
+    def use_engine(self, engine: IEngine) -> IEngine:
+        """Route through ``engine`` (a cluster's) from now on; it starts with the broker."""
+        self.engine = engine
+        self._forward = engine.forward if engine.shared else None
+        return engine
+
+    def startService(self) -> None:
+        super().startService()
+        self.engine.start(self)
 
     def use_durable(self, durable: DurableService) -> DurableService:
         """Keep messages for durable subscribers with ``durable`` (over the store); the
@@ -122,6 +138,7 @@ class Broker(Service):
         super().stopService()
         for session in list(self._sessions):
             self.detach(session)
+        return self.engine.stop()
 
     # ------------------------------------------------------------------ connections
 
@@ -305,6 +322,8 @@ class Broker(Service):
         Raises Forbidden when the sender's principal may not publish there."""
         if self.access.policy is not None:
             self._check_publish(message, message.target)  # type: ignore[arg-type]
+        if self._forward is not None:
+            self._forward([message])
         stats = self.stats
         stats.published += 1
         sender = message.protocol
@@ -350,10 +369,22 @@ class Broker(Service):
         """
         if self.access.policy is not None:
             self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
+        if self._forward is not None:
+            self._forward(messages)
         stats = self.stats
         stats.published += len(messages)
+        stats.accepted_by[messages[0].protocol] += len(messages)
+        return self._route_run(messages, exclude)
+
+    def deliver_remote(self, messages: list[Message]) -> int:
+        """Deliver a run of multicast ``messages`` (one topic, in order) that another node
+        accepted, to this node's members of the topic.  The publishing node checked the access
+        policy and counted the messages as published; here they only count as delivered."""
+        return self._route_run(messages, None)
+
+    def _route_run(self, messages: list[Message], exclude: ISubscriber | None) -> int:
+        stats = self.stats
         sender = messages[0].protocol
-        stats.accepted_by[sender] += len(messages)
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
         delivered = unrenderable = reached = 0
         dropped: list[int] | None = None  # per message, once some format cannot carry one

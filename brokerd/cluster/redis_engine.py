@@ -1,0 +1,419 @@
+"""The Redis engine: nodes share routing through Redis sharded pub/sub.
+
+Each node keeps two connections to Redis, both non-blocking (txredisapi's protocol on the
+reactor): one publishes, one subscribes.  A run of messages a local publisher sends is routed
+to the local members at once and queued here; once per reactor turn every queued run is
+encoded (once per node, whatever the recipients) and written as one pipelined batch of
+``SPUBLISH brokerd:t:<topic> <envelope>``.  The node subscribes (``SSUBSCRIBE``) only to the
+topics it has members of, and follows the Broker's topic listeners as topics come and go.
+A node skips its own echo (the envelope names its sender), so local members get each
+message once.  Sharded pub/sub hashes the channel to one shard, so the same commands run on a
+Redis Cluster and order per topic holds there too.
+
+When Redis is unreachable the node keeps serving its own clients: runs for other nodes are
+dropped and counted, one line is logged when the connection goes and one when it is back,
+and the engine reconnects with a capped exponential backoff and subscribes again.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from brokerd.cluster import envelope
+from brokerd.cluster.address import RedisAddress, client_endpoint
+from brokerd.core.message import Message
+from brokerd.interfaces import IEngine
+
+_log = Logger()
+
+CHANNEL_PREFIX = b"brokerd:t:"
+"""Channel of a topic: the prefix, then the topic's bytes (the shard is the channel's hash)."""
+RECONNECT_FIRST = 0.25
+RECONNECT_MAX = 5.0
+"""Seconds before the first reconnection attempt, and the most between two attempts."""
+
+
+def channel(topic: bytes) -> bytes:
+    return CHANNEL_PREFIX + topic
+
+
+class ClusterStats:
+    """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
+
+    __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
+                 "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _load_txredisapi() -> Any:
+    try:
+        import txredisapi
+    except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
+        from brokerd.errors import ConfigurationError
+
+        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+    return txredisapi
+
+
+def _protocols() -> tuple[type, type]:
+    """The two connection classes, built on txredisapi's reply parser when first needed (so
+    the broker starts without txredisapi when it is not in a cluster)."""
+    txredisapi = _load_txredisapi()
+
+    class Commands(txredisapi.RedisProtocol):
+        """Writes commands itself and matches each reply to its command in order.  Replies
+        to SPUBLISH are counted, not kept: the bytes in flight bound the backlog."""
+
+        def __init__(self, engine: RedisEngine) -> None:
+            super().__init__(charset=None, convertNumbers=False)
+            self.engine = engine
+            self.expected: deque[Deferred | int] = deque()
+
+        def command(self, *args: bytes | str | int) -> Deferred:
+            d: Deferred = Deferred()
+            self.expected.append(d)
+            self.transport.write(self._build_command(*args))
+            return d
+
+        def replyReceived(self, reply: Any) -> None:
+            if not self.expected:
+                return
+            waiting = self.expected.popleft()
+            if isinstance(waiting, int):
+                self.engine.acknowledged(waiting, reply)
+            elif isinstance(reply, Exception):
+                waiting.errback(reply)
+            else:
+                waiting.callback(reply)
+
+        def connectionLost(self, reason: Failure) -> None:
+            super().connectionLost(reason)
+            expected, self.expected = self.expected, deque()
+            for waiting in expected:
+                if isinstance(waiting, Deferred):
+                    waiting.errback(reason)
+                else:
+                    self.engine.acknowledged(waiting, None)
+            self.engine.connection_lost(self, reason)
+
+    class Subscriber(Commands):
+        """The subscribing connection: ``smessage`` pushes go to the engine, the
+        ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies."""
+
+        def replyReceived(self, reply: Any) -> None:
+            if isinstance(reply, list) and reply:
+                kind = reply[0]
+                if kind == b"smessage" and len(reply) == 3:
+                    self.engine.received(reply[1], reply[2])
+                    return
+                if kind in (b"ssubscribe", b"sunsubscribe") and len(reply) == 3:
+                    self.engine.confirmed(reply[1], kind == b"ssubscribe")
+                    return
+            super().replyReceived(reply)
+
+        def follow(self, name: bytes, active: bool) -> None:
+            """Subscribe to a topic's channel, or leave it (nothing to wait for)."""
+            self.transport.write(self._build_command(b"SSUBSCRIBE" if active else b"SUNSUBSCRIBE", channel(name)))
+
+    return Commands, Subscriber
+
+
+class _Link:
+    """One connection kept open: connects, prepares (AUTH, SELECT), reconnects with backoff."""
+
+    def __init__(self, engine: RedisEngine, role: str, protocol_class: type,
+                 ready: Callable[[Any], Deferred | None]) -> None:
+        self.engine = engine
+        self.role = role
+        self.protocol_class = protocol_class
+        self.ready = ready
+        self.protocol: Any = None
+        self.delay = RECONNECT_FIRST
+        self.retry: Any = None
+        self.stopped = False
+        self.connecting: Deferred | None = None
+
+    def connect(self) -> None:
+        self.retry = None
+        if self.stopped:
+            return
+        engine = self.engine
+        factory = Factory.forProtocol(lambda: self.protocol_class(engine))
+        self.connecting = d = engine.endpoint.connect(factory)
+        d.addCallback(self._prepare)
+        d.addErrback(self._failed)
+
+    def _prepare(self, protocol: Any) -> Deferred:
+        self.connecting = None
+        engine = self.engine
+        steps: Deferred = succeed(None)
+        if engine.password is not None:
+            args = ("AUTH", engine.username, engine.password) if engine.username else ("AUTH", engine.password)
+            steps.addCallback(lambda _: protocol.command(*args))
+        if engine.address.db is not None:
+            steps.addCallback(lambda _: protocol.command("SELECT", engine.address.db))
+
+        def prepared(_: object) -> None:
+            self.protocol = protocol
+            self.delay = RECONNECT_FIRST
+            self.ready(protocol)
+
+        def refused(failure: Failure) -> None:
+            protocol.transport.abortConnection()
+            raise failure.value
+
+        steps.addCallbacks(prepared, refused)
+        return steps
+
+    def _failed(self, failure: Failure) -> None:
+        self.connecting = None
+        self.engine.unreachable(self.role, failure)
+        self.schedule()
+
+    def lost(self) -> None:
+        self.protocol = None
+        if self.role == "subscriber":
+            self.engine.following.clear()
+        self.schedule()
+
+    def schedule(self) -> None:
+        if self.stopped or self.retry is not None:
+            return
+        self.retry = self.engine.reactor.callLater(self.delay, self.connect)
+        self.delay = min(self.delay * 2, RECONNECT_MAX)
+
+    def stop(self) -> Deferred | None:
+        self.stopped = True
+        if self.retry is not None and self.retry.active():
+            self.retry.cancel()
+        self.retry = None
+        if self.connecting is not None:
+            self.connecting.cancel()
+        protocol, self.protocol = self.protocol, None
+        if protocol is not None and protocol.transport is not None:
+            done: Deferred = Deferred()
+            protocol.whenDisconnected().addBoth(lambda _: done.callback(None))
+            protocol.transport.loseConnection()
+            return done
+        return None
+
+
+@implementer(IEngine)
+class RedisEngine:
+    """Routes between the nodes of a cluster through one Redis server (or Redis Cluster
+    shard set); ``max_backlog`` bounds the bytes published and not yet acknowledged by Redis
+    (runs beyond are dropped and counted)."""
+
+    shared = True
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        reactor: Any,
+        node_name: str,
+        *,
+        password: str | None = None,
+        tls_ca: Any = None,
+        max_backlog: int = 16 << 20,
+    ) -> None:
+        self.address = address
+        self.reactor = reactor
+        self.node_name = node_name
+        self.password = address.password if address.password is not None else password
+        self.username = address.username
+        self.endpoint = client_endpoint(reactor, address, tls_ca)
+        self.max_backlog = max_backlog
+        self.instance = os.urandom(8)
+        """This process's id in the envelopes it sends: how it recognises its own echo."""
+        self.stats = ClusterStats()
+        self.broker: Any = None
+        self._queued: dict[bytes, list[Message]] = {}
+        self._flush_call: Any = None
+        self._backlog = 0
+        self._down = False
+        self._publisher: _Link | None = None
+        self._subscriber: _Link | None = None
+        self._ready: list[Deferred] = []
+        self.following: set[bytes] = set()
+        """Channels Redis confirmed this node is subscribed to."""
+        self._follow_waits: dict[bytes, list[Deferred]] = {}
+
+    # ------------------------------------------------------------------ IEngine
+
+    def start(self, broker: Any) -> None:
+        self.broker = broker
+        broker.topic_listeners.append(self._topic_changed)
+        commands, subscriber = _protocols()
+        self._publisher = _Link(self, "publisher", commands, self._publisher_ready)
+        self._subscriber = _Link(self, "subscriber", subscriber, self._subscriber_ready)
+        self._publisher.connect()
+        self._subscriber.connect()
+
+    def stop(self) -> Deferred:
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush_call = None
+        if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
+            self.broker.topic_listeners.remove(self._topic_changed)
+        waits = [d for link in (self._publisher, self._subscriber) if link is not None
+                 for d in [link.stop()] if d is not None]
+        return DeferredList(waits)
+
+    def forward(self, messages: Sequence[Message]) -> None:
+        """Queue a run for the other nodes; it leaves at the end of this reactor turn."""
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += len(messages)
+            return
+        queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
+        if queued is None:
+            self._queued[messages[0].target] = list(messages)  # type: ignore[index]
+        else:
+            queued.extend(messages)
+        if self._flush_call is None:
+            self._flush_call = self.reactor.callLater(0, self._flush)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def connected(self) -> bool:
+        """Both connections are up and prepared."""
+        return all(link is not None and link.protocol is not None for link in (self._publisher, self._subscriber))
+
+    def when_connected(self) -> Deferred:
+        """Fires once both connections are up (at once if they are)."""
+        if self.connected:
+            return succeed(self)
+        d: Deferred = Deferred()
+        self._ready.append(d)
+        return d
+
+    def _check_ready(self) -> None:
+        if not self.connected:
+            return
+        self.stats.connected = 1
+        if self._down:
+            self._down = False
+            _log.info("Cluster: connected to Redis at {address} again; routing between nodes resumed",
+                      address=str(self.address))
+        ready, self._ready = self._ready, []
+        for d in ready:
+            d.callback(self)
+
+    def _publisher_ready(self, protocol: Any) -> None:
+        self._check_ready()
+
+    def _subscriber_ready(self, protocol: Any) -> None:
+        for name in self.broker.active_topics():
+            protocol.follow(name, True)
+        self._check_ready()
+
+    def unreachable(self, role: str, failure: Failure) -> None:
+        """A connection attempt failed (logged once per outage)."""
+        self._went_down(failure.getErrorMessage())
+
+    def connection_lost(self, protocol: Any, reason: Failure) -> None:
+        for link in (self._publisher, self._subscriber):
+            if link is not None and link.protocol is protocol:
+                link.lost()
+                self._went_down(reason.getErrorMessage())
+
+    def _went_down(self, why: str) -> None:
+        self.stats.connected = 0
+        if self._down or (self._publisher is not None and self._publisher.stopped):
+            return
+        self._down = True
+        self.stats.outages += 1
+        _log.warn(
+            "Cluster: Redis at {address} is unreachable ({why}); serving local clients only, "
+            "messages for other nodes are dropped until it is back (reconnecting)",
+            address=str(self.address), why=why,
+        )
+
+    # ------------------------------------------------------------------ routing
+
+    def _flush(self) -> None:
+        """Encode every run queued this turn, once, and write them as one pipeline."""
+        self._flush_call = None
+        queued, self._queued = self._queued, {}
+        protocol = self._publisher.protocol if self._publisher is not None else None
+        stats = self.stats
+        if protocol is None:
+            stats.dropped_unreachable += sum(len(run) for run in queued.values())
+            return
+        build = protocol._build_command
+        commands = []
+        expected = protocol.expected
+        for topic, run in queued.items():
+            data = envelope.encode(self.instance, run)
+            if self._backlog + len(data) > self.max_backlog:
+                stats.dropped_backlog += len(run)
+                continue
+            self._backlog += len(data)
+            commands.append(build(b"SPUBLISH", channel(topic), data))
+            expected.append(len(data))
+            stats.envelopes_sent += 1
+            stats.messages_sent += len(run)
+        if commands:
+            protocol.transport.write(b"".join(commands))
+
+    def acknowledged(self, size: int, reply: Any) -> None:
+        """Redis answered one SPUBLISH (or the connection went): free its bytes."""
+        self._backlog -= size
+        if isinstance(reply, Exception):
+            _log.error("Cluster: Redis refused a publish: {error}", error=str(reply))
+
+    def received(self, name: bytes, data: bytes) -> None:
+        """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        try:
+            if envelope.origin_of(data) == self.instance:
+                return
+            messages = envelope.decode(data)
+        except envelope.EnvelopeError as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged envelope on {channel!r}: {error}", channel=name, error=str(exc))
+            return
+        if not messages:
+            return
+        self.stats.envelopes_received += 1
+        self.stats.messages_received += len(messages)
+        self.broker.deliver_remote(messages)
+
+    def confirmed(self, name: bytes, subscribed: bool) -> None:
+        """Redis confirmed a SSUBSCRIBE (or SUNSUBSCRIBE) of channel ``name``."""
+        if subscribed:
+            self.following.add(name)
+            for d in self._follow_waits.pop(name, ()):
+                d.callback(name)
+        else:
+            self.following.discard(name)
+
+    def when_following(self, topic: bytes) -> Deferred:
+        """Fires once Redis confirmed this node receives ``topic``'s messages from the other
+        nodes (a message published elsewhere before that is not seen here)."""
+        name = channel(topic)
+        if name in self.following:
+            return succeed(name)
+        d: Deferred = Deferred()
+        self._follow_waits.setdefault(name, []).append(d)
+        return d
+
+    def _topic_changed(self, name: bytes, active: bool) -> None:
+        link = self._subscriber
+        if link is not None and link.protocol is not None:
+            link.protocol.follow(name, active)
+        if not active:
+            self.following.discard(channel(name))
