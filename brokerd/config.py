@@ -126,6 +126,10 @@ class Settings:
     """CA bundle (PEM) that verifies a rediss:// server; default: the system's trust store."""
     cluster_max_backlog: int = 16 << 20
     """Bytes published to Redis and not yet acknowledged; runs beyond are dropped and counted."""
+    cluster_heartbeat: float = 5.0
+    """Seconds between this node's heartbeats to the others."""
+    cluster_node_timeout: float = 15.0
+    """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
     node_name: str | None = None
     """This node's name in the cluster; default host name and the first listener's port."""
 

@@ -118,3 +118,23 @@ class IEngine(Interface):
         """A run of multicast ``messages`` (one topic, in order) was accepted here and routed
         to the local members: send it to the other nodes.  Must not raise and must not block;
         it may queue, batch and drop (counted) when the shared medium is unreachable."""
+
+    def unicast(message, namespace):
+        """No local session of ``namespace`` has the address ``message.target``: send the
+        message to the node whose session has it.  True when one is known to."""
+
+    def session_attached(session):
+        """A local session logged in (its address now belongs to this node)."""
+
+    def session_detached(session):
+        """A local session ended."""
+
+    def member_changed(topic, session, joined, presence):
+        """A local session joined (``joined`` True, with its ``presence`` flag) or left ``topic``."""
+
+    def members(topic):
+        """The other nodes' members of ``topic``: (member, presence) pairs, the member an
+        ISubscriber that only presence rendering looks at."""
+
+    def topics():
+        """Topics with members on other nodes (bytes)."""

@@ -99,6 +99,8 @@ class Options(usage.Options):
         ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
+        ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
+        ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence [15]."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
     ]
 
@@ -264,6 +266,8 @@ def check_cluster_settings(settings: Settings) -> None:
     parse(settings.cluster)  # type: ignore[arg-type]
     if settings.cluster_password_file is not None:
         read_first_line(settings.cluster_password_file, "--cluster-password-file")
+    if settings.cluster_node_timeout <= settings.cluster_heartbeat:
+        raise ConfigurationError("--cluster-node-timeout must be longer than --cluster-heartbeat")
     if "smqp" in _listeners(settings) and not str(getattr(settings, "store", None) or "").startswith("postgresql:"):
         raise ConfigurationError(
             "--cluster with an SMQP listener needs --store postgresql://... (durable state shared by every node)")
@@ -298,7 +302,8 @@ def cluster_engine(settings: Settings, reactor):
     if settings.cluster_password_file is not None:
         password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
     return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
-                       password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog)
+                       password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
+                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
 
 
 def build_runtime(settings: Settings, reactor) -> Runtime:

@@ -17,6 +17,7 @@ and the engine reconnects with a capped exponential backoff and subscribes again
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from brokerd.cluster import directory as control
 from brokerd.cluster import envelope
 from brokerd.cluster.address import RedisAddress, client_endpoint
 from brokerd.core.message import Message
@@ -39,6 +41,12 @@ CHANNEL_PREFIX = b"brokerd:t:"
 RECONNECT_FIRST = 0.25
 RECONNECT_MAX = 5.0
 """Seconds before the first reconnection attempt, and the most between two attempts."""
+
+
+CONTROL_CHANNEL = b"brokerd:c"
+"""Where nodes announce logins, topic members, heartbeats (brokerd.cluster.directory)."""
+NODE_PREFIX = b"brokerd:n:"
+"""A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
 
 
 def channel(topic: bytes) -> bytes:
@@ -229,6 +237,8 @@ class RedisEngine:
         password: str | None = None,
         tls_ca: Any = None,
         max_backlog: int = 16 << 20,
+        heartbeat: float = 5.0,
+        node_timeout: float = 15.0,
     ) -> None:
         self.address = address
         self.reactor = reactor
@@ -239,6 +249,17 @@ class RedisEngine:
         self.max_backlog = max_backlog
         self.instance = os.urandom(8)
         """This process's id in the envelopes it sends: how it recognises its own echo."""
+        self.origin = self.instance.hex()
+        self.node_channel = NODE_PREFIX + self.origin.encode()
+        self.heartbeat = heartbeat
+        self.node_timeout = node_timeout
+        self.directory = control.Directory(self._remote_presence, self._remote_address)
+        self._raw: list[tuple[bytes, bytes]] = []
+        """Encoded control messages and unicasts waiting for this turn's flush, in order."""
+        self._beat: Any = None
+        self._logins: dict[tuple[str, bytes], float] = {}
+        """This node's addresses and the wall-clock time each was taken: of two logins with
+        one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
         self.broker: Any = None
         self._queued: dict[bytes, list[Message]] = {}
@@ -262,11 +283,19 @@ class RedisEngine:
         self._subscriber = _Link(self, "subscriber", subscriber, self._subscriber_ready)
         self._publisher.connect()
         self._subscriber.connect()
+        from twisted.internet.task import LoopingCall
+
+        self._beat = LoopingCall(self._heartbeat)
+        self._beat.clock = self.reactor
+        self._beat.start(self.heartbeat, now=False)
 
     def stop(self) -> Deferred:
+        if self._beat is not None and self._beat.running:
+            self._beat.stop()
+        self._announce(control.BYE)
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
-        self._flush_call = None
+        self._flush()  # what the sessions' logouts announced, and the goodbye
         if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
             self.broker.topic_listeners.remove(self._topic_changed)
         waits = [d for link in (self._publisher, self._subscriber) if link is not None
@@ -283,8 +312,95 @@ class RedisEngine:
             self._queued[messages[0].target] = list(messages)  # type: ignore[index]
         else:
             queued.extend(messages)
+        self._schedule()
+
+    def _schedule(self) -> None:
         if self._flush_call is None:
             self._flush_call = self.reactor.callLater(0, self._flush)
+
+    def unicast(self, message: Message, namespace: str) -> bool:
+        """Send a unicast to the node whose session has the address; False when none has."""
+        origin = self.directory.owner.get((namespace, message.target))  # type: ignore[arg-type]
+        if origin is None:
+            return False
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += 1
+            return True
+        ns = namespace.encode("ascii")
+        self._raw.append((NODE_PREFIX + origin.encode(), bytes((len(ns),)) + ns + envelope.encode(self.instance, [message])))
+        self._schedule()
+        return True
+
+    def session_attached(self, session: Any) -> None:
+        if session.address is not None:
+            at = self._logins[(session.protocol, session.address)] = time.time()
+            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at))
+
+    def session_detached(self, session: Any) -> None:
+        if session.address is not None:
+            self._logins.pop((session.protocol, session.address), None)
+            self._announce(control.DETACH, **control.address_fields(session.protocol, session.address))
+
+    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+        self._announce(control.JOIN if joined else control.LEAVE,
+                       **control.member_fields(topic, session.protocol, session.name or b"", presence))
+
+    def members(self, topic: bytes) -> list:
+        return self.directory.members(topic)
+
+    def topics(self) -> set[bytes]:
+        return self.directory.topics()
+
+    # ------------------------------------------------------------------ the other nodes
+
+    def _announce(self, kind: str, **fields: Any) -> None:
+        """Queue a control message for this turn's flush (dropped while Redis is away: the
+        hello and state sent on reconnection bring the other nodes up to date)."""
+        if self._publisher is None or self._publisher.protocol is None:
+            return
+        self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
+        self._schedule()
+
+    def _heartbeat(self) -> None:
+        self._announce(control.BEAT)
+        now = self.reactor.seconds()
+        for origin in self.directory.expired(now, self.node_timeout):
+            node = self.directory.forget(origin)
+            if node is not None:
+                _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
+                          node=node.name, timeout=self.node_timeout)
+
+    def _control(self, data: bytes) -> None:
+        try:
+            message = control.decode(data)
+            if message["o"] == self.origin:
+                return
+            if message["k"] == control.HELLO:
+                self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+            self.directory.apply(message, self.reactor.seconds())
+        except (control.ControlError, KeyError, TypeError, ValueError) as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged control message: {error}", error=repr(exc))
+
+    def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
+        self.broker.tell_presence(topic, member, joined, presence)
+
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str) -> None:
+        local = self._logins.get((namespace, address))
+        if local is not None and (at, origin) > (local, self.origin):
+            self.broker.replace_address(namespace, address)
+
+    def _unicast_received(self, data: bytes) -> None:
+        try:
+            size = data[0]
+            namespace = data[1:1 + size].decode("ascii")
+            (message,) = envelope.decode(data[1 + size:])
+        except (IndexError, UnicodeDecodeError, ValueError) as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged unicast: {error}", error=repr(exc))
+            return
+        self.stats.messages_received += 1
+        self.broker.deliver_unicast(message, namespace)
 
     # ------------------------------------------------------------------ state
 
@@ -309,6 +425,9 @@ class RedisEngine:
             self._down = False
             _log.info("Cluster: connected to Redis at {address} again; routing between nodes resumed",
                       address=str(self.address))
+        # Ask the others for their state and tell them ours (new, or back after an outage).
+        self._announce(control.HELLO)
+        self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         ready, self._ready = self._ready, []
         for d in ready:
             d.callback(self)
@@ -317,7 +436,9 @@ class RedisEngine:
         self._check_ready()
 
     def _subscriber_ready(self, protocol: Any) -> None:
-        for name in self.broker.active_topics():
+        protocol.transport.write(protocol._build_command(b"SSUBSCRIBE", CONTROL_CHANNEL)
+                                 + protocol._build_command(b"SSUBSCRIBE", self.node_channel))
+        for name in self.broker.topics.active():
             protocol.follow(name, True)
         self._check_ready()
 
@@ -349,9 +470,10 @@ class RedisEngine:
         """Encode every run queued this turn, once, and write them as one pipeline."""
         self._flush_call = None
         queued, self._queued = self._queued, {}
+        raw, self._raw = self._raw, []
         protocol = self._publisher.protocol if self._publisher is not None else None
         stats = self.stats
-        if protocol is None:
+        if protocol is None or protocol.transport is None:
             stats.dropped_unreachable += sum(len(run) for run in queued.values())
             return
         build = protocol._build_command
@@ -367,6 +489,10 @@ class RedisEngine:
             expected.append(len(data))
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
+        for name, data in raw:
+            commands.append(build(b"SPUBLISH", name, data))
+            expected.append(len(data))
+            self._backlog += len(data)
         if commands:
             protocol.transport.write(b"".join(commands))
 
@@ -378,6 +504,12 @@ class RedisEngine:
 
     def received(self, name: bytes, data: bytes) -> None:
         """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        if name == CONTROL_CHANNEL:
+            self._control(data)
+            return
+        if name == self.node_channel:
+            self._unicast_received(data)
+            return
         try:
             if envelope.origin_of(data) == self.instance:
                 return

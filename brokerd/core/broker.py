@@ -169,8 +169,18 @@ class Broker(Service):
             if previous is not None and previous is not session:
                 self.detach(previous)
                 previous.replaced()
+        if self._forward is not None:
+            self.engine.session_attached(session)
         if self.observer is not None:
             self.observer.session_attached(session)
+
+    def replace_address(self, namespace: str, address: bytes) -> None:
+        """A session on another node logged in with ``address``: the local session that had it
+        is closed, as one node closes the older of two logins."""
+        previous = self._addresses.get((namespace, address))
+        if previous is not None:
+            self.detach(previous)
+            previous.replaced()
 
     def detach(self, session: ISubscriber) -> None:
         """Forget a session: leave every topic (presence watchers are told) and free its
@@ -187,6 +197,8 @@ class Broker(Service):
             key = (session.protocol, address)
             if self._addresses.get(key) is session:
                 del self._addresses[key]
+                if self._forward is not None:
+                    self.engine.session_detached(session)
         if self.observer is not None:
             self.observer.session_detached(session)
 
@@ -233,12 +245,17 @@ class Broker(Service):
             self._tell_watchers(topic, session, True, presence)
         if presence:
             render = session.wire_format.render_presence
-            for member, member_presence in topic.members.items():
+            members = list(topic.members.items())
+            if self._forward is not None:
+                members += self.engine.members(name)
+            for member, member_presence in members:
                 data = render(name, member, True, member_presence)
                 if data is not None:
                     session.send(data)
         topic.add(session, presence)
         joined[name] = topic
+        if self._forward is not None:
+            self.engine.member_changed(name, session, True, presence)
         if created:
             self._tell_topic_listeners(name, True)
         if self.observer is not None:
@@ -253,6 +270,8 @@ class Broker(Service):
 
     def _leave(self, topic: Topic, session: ISubscriber) -> None:
         topic.remove(session)
+        if self._forward is not None:
+            self.engine.member_changed(topic.name, session, False, False)
         if self.observer is not None:
             self.observer.unsubscribed(session, topic.name)
         if topic.watchers:
@@ -278,9 +297,18 @@ class Broker(Service):
             if data is not None:
                 watcher.send(data)
 
+    def tell_presence(self, name: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
+        """A member on another node joined or left topic ``name``: tell the local watchers."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.watchers:
+            self._tell_watchers(topic, member, joined, presence)
+
     def active_topics(self) -> list[bytes]:
-        """Topics with at least one subscriber."""
-        return list(self.topics.active())
+        """Topics with at least one subscriber (on any node of a cluster)."""
+        local = list(self.topics.active())
+        if self._forward is None:
+            return local
+        return local + sorted(self.engine.topics().difference(local))
 
     # ------------------------------------------------------------------ access policy
 
@@ -457,11 +485,31 @@ class Broker(Service):
         publish to the recipient's login topic (:func:`brokerd.core.access.inbox`)."""
         recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
-            return False
+            if self._forward is None or not self.engine.unicast(message, namespace):
+                return False
+            self.stats.published += 1
+            self.stats.accepted_by[message.protocol] += 1
+            return True
         if self.access.policy is not None:
             self._check_publish(message, inbox(recipient.principal))
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
+        return self._deliver_unicast(message, recipient)
+
+    def deliver_unicast(self, message: Message, namespace: str) -> bool:
+        """Deliver a unicast ``message`` another node accepted for the local session of
+        ``namespace`` at ``message.target``.  The access policy is checked here, where the
+        recipient's principal is known; False (dropped) when it forbids it or the session left."""
+        recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
+        if recipient is None:
+            return False
+        if self.access.policy is not None:
+            principal = message.principal
+            if principal is not None and not self.access.allows(principal, inbox(recipient.principal), Perm.PUBLISH):
+                return False
+        return self._deliver_unicast(message, recipient)
+
+    def _deliver_unicast(self, message: Message, recipient: ISubscriber) -> bool:
         data = recipient.wire_format.render_message(message)
         if data is None:
             self.stats.unrenderable += 1

@@ -31,6 +31,27 @@ class InMemoryEngine:
     def forward(self, messages: Sequence[Message]) -> None:
         """There is no other node to send to."""
 
+    def unicast(self, message: Message, namespace: str) -> bool:
+        """No other node has the address."""
+        return False
+
+    def session_attached(self, session: Any) -> None:
+        """Nobody else to tell."""
+
+    def session_detached(self, session: Any) -> None:
+        """Nobody else to tell."""
+
+    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+        """Nobody else to tell."""
+
+    def members(self, topic: bytes) -> list:
+        """No other node has members."""
+        return []
+
+    def topics(self) -> set[bytes]:
+        """No other node has topics."""
+        return set()
+
 
 IN_MEMORY = InMemoryEngine()
 """The engine of every Broker that was given none (stateless, so shared)."""
