@@ -125,6 +125,7 @@ class Figures:
             "event_log": self._event_log(),
             "thread_pools": self._thread_pools(),
             "store": self._store(),
+            "cluster": self._cluster(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -135,6 +136,16 @@ class Figures:
             return None
         figures = stats()
         figures["backlog"] = figures.get("buffered", 0) + figures.get("encoded", 0)
+        return figures
+
+    def _cluster(self) -> dict[str, Any] | None:
+        """The cluster engine's figures; None for a single node."""
+        engine = self.broker.engine
+        if not engine.shared:
+            return None
+        figures = engine.stats.as_dict()
+        figures["node"] = engine.node_name
+        figures["nodes"] = 1 + len(engine.directory.nodes)
         return figures
 
     def _store(self) -> dict[str, Any] | None:

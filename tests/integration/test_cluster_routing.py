@@ -161,6 +161,10 @@ async def test_redis_killed_and_restarted_mid_traffic(tmp_path: Path, redis_serv
         await local.next_line(lambda line: line.endswith(b"during")).addTimeout(TIMEOUT, reactor())
         assert first.engine.stats.dropped_unreachable >= 1
         assert first.engine.stats.connected == 0
+        metrics = scrape(first)
+        assert "brokerd_cluster_connected 0.0" in metrics
+        assert "brokerd_cluster_outages_total 1.0" in metrics
+        assert 'brokerd_cluster_dropped_total{reason="unreachable"} 1.0' in metrics
 
         redis_server.start()
         for node in nodes:
@@ -170,8 +174,17 @@ async def test_redis_killed_and_restarted_mid_traffic(tmp_path: Path, redis_serv
         await remote.next_line(lambda line: line.endswith(b"after")).addTimeout(TIMEOUT, reactor())
         assert [p for p in ssmp_payloads(remote)] == [b"before", b"after"]
         assert ssmp_payloads(local) == [b"before", b"during", b"after"]
+        assert "brokerd_cluster_connected 1.0" in scrape(first)
     finally:
         await stop_all(nodes)
+
+
+def scrape(node: Node) -> str:
+    """What GET /metrics would answer on ``node``."""
+    from brokerd.admin.metrics import exposition
+
+    figures = node.service.runtime.resources["operations"].figures
+    return exposition(figures.snapshot(), None).decode()
 
 
 def topic_channels(node: Node) -> set[bytes]:
