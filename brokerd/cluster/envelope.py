@@ -11,6 +11,12 @@ Layout (every length is a big-endian unsigned int; ``str`` is UTF-8 bytes with a
     envelope := MAGIC(1) origin:bytes8 count:u32 message*
     message  := flags:u8 kind:u8 protocol:short target:bytes sender:bytes payload:bytes
                 [display:bytes] [principal: name:str realm:str] [details]
+              | flags:u8(with SAME) payload:bytes [details]
+
+SAME marks a message whose kind, protocol, target, sender, display name and principal are the
+previous message's (a run from one publisher, the usual case): only its payload travels, and
+the receiving node reuses the previous message's objects, so a wire format's ``render_run``
+still sees one sender.
     details  := content_type:optstr message_id:optstr created:optf64 priority:i64
                 expires:optf64 attributes parts
 
@@ -27,7 +33,7 @@ from brokerd.core.principal import Principal
 MAGIC = 0xB1
 """Version of the layout: a node that meets another byte refuses the envelope."""
 
-_BINARY, _DISPLAY, _PRINCIPAL, _DETAILS = 1, 2, 4, 8
+_BINARY, _DISPLAY, _PRINCIPAL, _DETAILS, _SAME = 1, 2, 4, 8, 16
 _KINDS = (MULTICAST, UNICAST, BROADCAST)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _U32 = struct.Struct(">I")
@@ -46,6 +52,7 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
     out = [_HEAD.pack(MAGIC, origin, len(messages))]
     add = out.append
     pack = _U32.pack
+    previous: Message | None = None
     for message in messages:
         details = message.details
         principal = message.principal
@@ -56,6 +63,14 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
             | (_PRINCIPAL if principal is not None else 0)
             | (_DETAILS if details is not PLAIN else 0)
         )
+        if previous is not None and _same_head(previous, message):
+            add(bytes((flags | _SAME,)))
+            add(pack(len(message.payload)))
+            add(message.payload)
+            if details is not PLAIN:
+                _put_details(out, details)
+            continue
+        previous = message
         protocol = message.protocol.encode("ascii")
         target = message.target or b""
         add(bytes((flags, _KIND_CODE[message.kind], len(protocol))))
@@ -77,6 +92,11 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
     return b"".join(out)
 
 
+def _same_head(a: Message, b: Message) -> bool:
+    return (a.kind == b.kind and a.protocol == b.protocol and a.target == b.target and a.sender_name == b.sender_name
+            and a.display_name == b.display_name and a.principal == b.principal)
+
+
 def origin_of(data: bytes) -> bytes:
     """The sending node's instance id, read without decoding the messages."""
     if len(data) < _HEAD.size or data[0] != MAGIC:
@@ -91,7 +111,11 @@ def decode(data: bytes) -> list[Message]:
         if magic != MAGIC:
             raise EnvelopeError("not a brokerd envelope")
         reader = _Reader(data, _HEAD.size)
-        messages = [reader.message() for _ in range(count)]
+        messages: list[Message] = []
+        previous = None
+        for _ in range(count):
+            previous = reader.message(previous)
+            messages.append(previous)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise EnvelopeError(f"a truncated or damaged envelope ({exc})") from None
     if reader.offset != len(data):
@@ -196,8 +220,16 @@ class _Reader:
         return Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
                        expires=expires, attributes=attributes, parts=parts)
 
-    def message(self) -> Message:
-        flags, kind, protocol_size = self._take(3)
+    def message(self, previous: Message | None) -> Message:
+        flags = self._take(1)[0]
+        if flags & _SAME:
+            if previous is None:
+                raise IndexError("a message like a previous one, first")
+            payload = self.blob()
+            details = self.details() if flags & _DETAILS else PLAIN
+            return Message(previous.kind, previous.target, payload, previous.protocol, previous.sender_name,
+                           bool(flags & _BINARY), previous.display_name, details, previous.principal)
+        kind, protocol_size = self._take(2)
         if kind >= len(_KINDS):
             raise IndexError("an unknown message kind")
         protocol = self._take(protocol_size).decode("ascii")

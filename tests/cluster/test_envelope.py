@@ -57,3 +57,15 @@ def test_every_truncation_is_refused(cut: int) -> None:
 def test_trailing_bytes_are_refused() -> None:
     with pytest.raises(EnvelopeError):
         decode(encode(ORIGIN, [Message(MULTICAST, b"a", b"b", "ssmp", b"c")]) + b"x")
+
+
+def test_a_run_from_one_sender_shares_its_objects_after_the_trip() -> None:
+    principal = Principal("sam", "open")
+    run = [Message(MULTICAST, b"room", b"m%d" % i, "ssmp", b"sam", principal=principal) for i in range(3)]
+    run.append(Message(MULTICAST, b"room", b"other", "ssmp", b"eve", principal=principal))
+    data = encode(ORIGIN, run)
+    back = decode(data)
+    assert [fields(m) for m in back] == [fields(m) for m in run]
+    assert back[1].sender_name is back[0].sender_name and back[2].principal is back[0].principal
+    assert back[3].sender_name == b"eve"
+    assert len(data) < len(encode(ORIGIN, run[:1])) * 3  # the repeated head travels once
