@@ -96,7 +96,7 @@ def start_nodes(tmp: Path, count: int, redis_url: str | None) -> tuple[list[subp
     return processes, ports
 
 
-def run_once(tmp: Path, nodes: int, subscribers: int, messages: int) -> dict[str, float]:
+def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: int) -> dict[str, float]:
     redis = None
     redis_url = None
     if nodes > 1:
@@ -120,7 +120,8 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int) -> dict[str
         waiting = set(subs)
         deadline = time.monotonic() + 30
         while waiting:
-            publisher.request(b"MCAST " + TOPIC + b" probe")
+            publisher.sock.sendall(b"MCAST " + TOPIC + b" probe\n")
+            publisher.line()
             for key, _ in selector.select(0.2):
                 sub = key.data
                 sub.buffer += sub.sock.recv(1 << 20)
@@ -145,7 +146,7 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int) -> dict[str
             sent = answered = 0
             pending = b""
             while sent < messages:
-                batch = min(100, messages - sent, WINDOW - (sent - answered))
+                batch = min(per_write, messages - sent, WINDOW - (sent - answered))
                 if batch > 0:
                     publisher.sock.sendall(b"".join(b"MCAST %s m%d\n" % (TOPIC, sent + i) for i in range(batch)))
                     sent += batch
@@ -196,6 +197,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--subscribers", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--per-write", type=int, default=100,
+                        help="MCASTs the publisher writes at once (1: one per write, each awaiting its reply)")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     lost = 0
@@ -203,7 +206,7 @@ def main() -> int:
         results = []
         for _ in range(options.runs):
             with tempfile.TemporaryDirectory(prefix="brokerd-cluster-bench-") as tmp:
-                results.append(run_once(Path(tmp), nodes, options.subscribers, options.messages))
+                results.append(run_once(Path(tmp), nodes, options.subscribers, options.messages, options.per_write))
         lost += sum(int(r["lost"]) for r in results)
         median = {key: statistics.median(r[key] for r in results) for key in results[0]}
         print(f"{label}: {median['deliveries_per_s']:,.0f} deliveries/s, "
