@@ -32,7 +32,9 @@ def redis_binary() -> str:
 class RedisServer:
     """One redis-server; :meth:`kill` and :meth:`start` again on the same port (a restart)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *extra: str) -> None:
+        self.extra = extra
+        """More redis-server options (``--requirepass``, ...)."""
         self.binary = redis_binary()
         self.directory = directory
         self.port = free_port()
@@ -46,7 +48,7 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         log_path = self.directory / "redis.log"
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.directory), "--daemonize", "no"]
+                "--appendonly", "no", "--dir", str(self.directory), "--daemonize", "no", *self.extra]
         self.process = processes.spawn(args, log_path, cwd=self.directory)
         processes.wait_for_output("Ready to accept connections", self.process, log_path, STARTUP_TIMEOUT)
         return self
