@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
-from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -31,26 +29,16 @@ from zope.interface import implementer
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope
 from brokerd.cluster.address import RedisAddress, client_endpoint
+from brokerd.cluster.connection import Link, channel, protocols
 from brokerd.core.message import Message
 from brokerd.interfaces import IEngine
 
 _log = Logger()
 
-CHANNEL_PREFIX = b"brokerd:t:"
-"""Channel of a topic: the prefix, then the topic's bytes (the shard is the channel's hash)."""
-RECONNECT_FIRST = 0.25
-RECONNECT_MAX = 5.0
-"""Seconds before the first reconnection attempt, and the most between two attempts."""
-
-
 CONTROL_CHANNEL = b"brokerd:c"
 """Where nodes announce logins, topic members, heartbeats (brokerd.cluster.directory)."""
 NODE_PREFIX = b"brokerd:n:"
 """A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
-
-
-def channel(topic: bytes) -> bytes:
-    return CHANNEL_PREFIX + topic
 
 
 class ClusterStats:
@@ -65,159 +53,6 @@ class ClusterStats:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
-
-
-def _load_txredisapi() -> Any:
-    try:
-        import txredisapi
-    except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
-        from brokerd.errors import ConfigurationError
-
-        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
-    return txredisapi
-
-
-def _protocols() -> tuple[type, type]:
-    """The two connection classes, built on txredisapi's reply parser when first needed (so
-    the broker starts without txredisapi when it is not in a cluster)."""
-    txredisapi = _load_txredisapi()
-
-    class Commands(txredisapi.RedisProtocol):
-        """Writes commands itself and matches each reply to its command in order.  Replies
-        to SPUBLISH are counted, not kept: the bytes in flight bound the backlog."""
-
-        def __init__(self, engine: RedisEngine) -> None:
-            super().__init__(charset=None, convertNumbers=False)
-            self.engine = engine
-            self.expected: deque[Deferred | int] = deque()
-
-        def command(self, *args: bytes | str | int) -> Deferred:
-            d: Deferred = Deferred()
-            self.expected.append(d)
-            self.transport.write(self._build_command(*args))
-            return d
-
-        def replyReceived(self, reply: Any) -> None:
-            if not self.expected:
-                return
-            waiting = self.expected.popleft()
-            if isinstance(waiting, int):
-                self.engine.acknowledged(waiting, reply)
-            elif isinstance(reply, Exception):
-                waiting.errback(reply)
-            else:
-                waiting.callback(reply)
-
-        def connectionLost(self, reason: Failure) -> None:
-            super().connectionLost(reason)
-            expected, self.expected = self.expected, deque()
-            for waiting in expected:
-                if isinstance(waiting, Deferred):
-                    waiting.errback(reason)
-                else:
-                    self.engine.acknowledged(waiting, None)
-            self.engine.connection_lost(self, reason)
-
-    class Subscriber(Commands):
-        """The subscribing connection: ``smessage`` pushes go to the engine, the
-        ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies."""
-
-        def replyReceived(self, reply: Any) -> None:
-            if isinstance(reply, list) and reply:
-                kind = reply[0]
-                if kind == b"smessage" and len(reply) == 3:
-                    self.engine.received(reply[1], reply[2])
-                    return
-                if kind in (b"ssubscribe", b"sunsubscribe") and len(reply) == 3:
-                    self.engine.confirmed(reply[1], kind == b"ssubscribe")
-                    return
-            super().replyReceived(reply)
-
-        def follow(self, name: bytes, active: bool) -> None:
-            """Subscribe to a topic's channel, or leave it (nothing to wait for)."""
-            self.transport.write(self._build_command(b"SSUBSCRIBE" if active else b"SUNSUBSCRIBE", channel(name)))
-
-    return Commands, Subscriber
-
-
-class _Link:
-    """One connection kept open: connects, prepares (AUTH, SELECT), reconnects with backoff."""
-
-    def __init__(self, engine: RedisEngine, role: str, protocol_class: type,
-                 ready: Callable[[Any], Deferred | None]) -> None:
-        self.engine = engine
-        self.role = role
-        self.protocol_class = protocol_class
-        self.ready = ready
-        self.protocol: Any = None
-        self.delay = RECONNECT_FIRST
-        self.retry: Any = None
-        self.stopped = False
-        self.connecting: Deferred | None = None
-
-    def connect(self) -> None:
-        self.retry = None
-        if self.stopped:
-            return
-        engine = self.engine
-        factory = Factory.forProtocol(lambda: self.protocol_class(engine))
-        self.connecting = d = engine.endpoint.connect(factory)
-        d.addCallback(self._prepare)
-        d.addErrback(self._failed)
-
-    def _prepare(self, protocol: Any) -> Deferred:
-        self.connecting = None
-        engine = self.engine
-        steps: Deferred = succeed(None)
-        if engine.password is not None:
-            args = ("AUTH", engine.username, engine.password) if engine.username else ("AUTH", engine.password)
-            steps.addCallback(lambda _: protocol.command(*args))
-        if engine.address.db is not None:
-            steps.addCallback(lambda _: protocol.command("SELECT", engine.address.db))
-
-        def prepared(_: object) -> None:
-            self.protocol = protocol
-            self.delay = RECONNECT_FIRST
-            self.ready(protocol)
-
-        def refused(failure: Failure) -> None:
-            protocol.transport.abortConnection()
-            raise failure.value
-
-        steps.addCallbacks(prepared, refused)
-        return steps
-
-    def _failed(self, failure: Failure) -> None:
-        self.connecting = None
-        self.engine.unreachable(self.role, failure)
-        self.schedule()
-
-    def lost(self) -> None:
-        self.protocol = None
-        if self.role == "subscriber":
-            self.engine.following.clear()
-        self.schedule()
-
-    def schedule(self) -> None:
-        if self.stopped or self.retry is not None:
-            return
-        self.retry = self.engine.reactor.callLater(self.delay, self.connect)
-        self.delay = min(self.delay * 2, RECONNECT_MAX)
-
-    def stop(self) -> Deferred | None:
-        self.stopped = True
-        if self.retry is not None and self.retry.active():
-            self.retry.cancel()
-        self.retry = None
-        if self.connecting is not None:
-            self.connecting.cancel()
-        protocol, self.protocol = self.protocol, None
-        if protocol is not None and protocol.transport is not None:
-            done: Deferred = Deferred()
-            protocol.whenDisconnected().addBoth(lambda _: done.callback(None))
-            protocol.transport.loseConnection()
-            return done
-        return None
 
 
 @implementer(IEngine)
@@ -266,8 +101,8 @@ class RedisEngine:
         self._flush_call: Any = None
         self._backlog = 0
         self._down = False
-        self._publisher: _Link | None = None
-        self._subscriber: _Link | None = None
+        self._publisher: Link | None = None
+        self._subscriber: Link | None = None
         self._ready: list[Deferred] = []
         self.following: set[bytes] = set()
         """Channels Redis confirmed this node is subscribed to."""
@@ -278,9 +113,9 @@ class RedisEngine:
     def start(self, broker: Any) -> None:
         self.broker = broker
         broker.topic_listeners.append(self._topic_changed)
-        commands, subscriber = _protocols()
-        self._publisher = _Link(self, "publisher", commands, self._publisher_ready)
-        self._subscriber = _Link(self, "subscriber", subscriber, self._subscriber_ready)
+        commands, subscriber = protocols()
+        self._publisher = Link(self, "publisher", commands, self._publisher_ready)
+        self._subscriber = Link(self, "subscriber", subscriber, self._subscriber_ready)
         self._publisher.connect()
         self._subscriber.connect()
         from twisted.internet.task import LoopingCall
