@@ -6,6 +6,10 @@ fails or goes.  The protocol classes write their commands themselves and match r
 order, so that pipelined SPUBLISHes need no Deferred each; the subscriber connection turns
 ``smessage`` pushes (sharded pub/sub, which txredisapi's SubscriberProtocol does not know) into
 calls on the engine.  txredisapi is imported only when a node joins a cluster.
+
+Replies are read by :class:`RespReader`, not by txredisapi's parser: that one pauses the
+transport after every bulk reply and resumes it a reactor turn later, which costs a turn (and
+a copy of the rest of the read) per message a node receives.
 """
 from __future__ import annotations
 
@@ -26,6 +30,80 @@ RECONNECT_MAX = 5.0
 
 def channel(topic: bytes) -> bytes:
     return CHANNEL_PREFIX + topic
+
+
+MAX_REPLY = 256 << 20
+"""Bytes one reply may have (Redis's own limit for a bulk string is 512 MiB; an envelope is
+bounded by the sender's --cluster-max-backlog): a longer one closes the connection."""
+
+
+class ProtocolError(ValueError):
+    """Bytes from Redis that are not RESP2 (or a reply over MAX_REPLY)."""
+
+
+class _Incomplete(Exception):
+    """The reply is not all here yet."""
+
+
+class RespReader:
+    """Incremental RESP2 reader: bytes in, whole replies out (bulk strings as bytes, simple
+    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``)."""
+
+    def __init__(self, error_type: type[Exception]) -> None:
+        self.error_type = error_type
+        self.rest = b""
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self.rest + data if self.rest else data
+        replies = []
+        position = 0
+        try:
+            while position < len(buffer):
+                reply, position = self._read(buffer, position)
+                replies.append(reply)
+        except _Incomplete:
+            if len(buffer) - position > MAX_REPLY:
+                raise ProtocolError("a reply longer than the limit") from None
+        self.rest = buffer[position:]
+        return replies
+
+    def _read(self, buffer: bytes, position: int) -> tuple[Any, int]:
+        end = buffer.find(b"\r\n", position)
+        if end < 0:
+            raise _Incomplete
+        kind = buffer[position]
+        try:
+            if kind == 36:  # $ bulk string
+                size = int(buffer[position + 1:end])
+                if size < 0:
+                    return None, end + 2
+                if size > MAX_REPLY:
+                    raise ProtocolError("a bulk string longer than the limit")
+                stop = end + 2 + size
+                if len(buffer) < stop + 2:
+                    raise _Incomplete
+                return buffer[end + 2:stop], stop + 2
+            if kind == 42:  # * array
+                count = int(buffer[position + 1:end])
+                if count < 0:
+                    return None, end + 2
+                items = []
+                position = end + 2
+                for _ in range(count):
+                    item, position = self._read(buffer, position)
+                    items.append(item)
+                return items, position
+            if kind == 58:  # : integer
+                return int(buffer[position + 1:end]), end + 2
+            if kind == 43:  # + simple string
+                return buffer[position + 1:end], end + 2
+            if kind == 45:  # - error
+                return self.error_type(buffer[position + 1:end].decode("utf-8", "replace")), end + 2
+        except ValueError as exc:
+            if isinstance(exc, ProtocolError):
+                raise
+            raise ProtocolError(f"a malformed length ({exc})") from None
+        raise ProtocolError(f"an unknown reply type {bytes((kind,))!r}")
 
 
 def _load_txredisapi() -> Any:
@@ -51,6 +129,17 @@ def protocols() -> tuple[type, type]:
             super().__init__(charset=None, convertNumbers=False)
             self.engine = engine
             self.expected: deque[Deferred | int] = deque()
+            self.reader = RespReader(txredisapi.ResponseError)
+
+        def dataReceived(self, data: bytes) -> None:
+            try:
+                replies = self.reader.feed(data)
+            except ProtocolError as exc:
+                self.engine.protocol_error(str(exc))
+                self.transport.abortConnection()
+                return
+            for reply in replies:
+                self.replyReceived(reply)
 
         def command(self, *args: bytes | str | int) -> Deferred:
             d: Deferred = Deferred()

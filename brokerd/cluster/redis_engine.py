@@ -277,6 +277,11 @@ class RedisEngine:
             protocol.follow(name, True)
         self._check_ready()
 
+    def protocol_error(self, why: str) -> None:
+        """Redis sent what is not RESP: the connection is closed (and made again)."""
+        _log.error("Cluster: unreadable reply from Redis at {address} ({why}); reconnecting",
+                   address=str(self.address), why=why)
+
     def unreachable(self, role: str, failure: Failure) -> None:
         """A connection attempt failed (logged once per outage)."""
         self._went_down(failure.getErrorMessage())
