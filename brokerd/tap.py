@@ -336,6 +336,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_unauthenticated=settings.max_unauthenticated,
     )
     if settings.cluster is not None:
+        check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
         runtime_engine = broker.use_engine(cluster_engine(settings, reactor))
         _log.info("Cluster: node {node} joins through {address}", node=runtime_engine.node_name,
                   address=str(runtime_engine.address))

@@ -62,3 +62,16 @@ def test_an_unreadable_password_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match="--cluster-password-file"):
         options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:0",
                 "--cluster-password-file", str(tmp_path / "missing"))
+
+
+def test_makeservice_with_settings_also_refuses_smqp_without_postgresql(tmp_path: Path) -> None:
+    from brokerd.config import Settings
+    from brokerd.tap import makeService
+
+    settings = Settings(listeners={"smqp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
+                        cluster="redis://127.0.0.1:1", event_log=False)
+    with pytest.raises(StartupError, match="needs --store postgresql"):
+        makeService(settings)
+    settings.listeners = {"ssmp": ["tcp:0:interface=127.0.0.1"]}
+    service = makeService(settings)  # accepted without SMQP (not started: nothing connects)
+    assert service.runtime.broker.engine.shared
