@@ -100,7 +100,9 @@ class Directory:
     local session with it that logged in earlier is replaced).
     """
 
-    def __init__(self, on_presence: Any, on_address: Any) -> None:
+    def __init__(self, on_presence: Any, on_address: Any, on_topics: Any = None) -> None:
+        self.on_topics = on_topics
+        """Called (no arguments) when a topic appears on or disappears from another node."""
         self.nodes: dict[str, RemoteNode] = {}
         self.owner: dict[tuple[str, bytes], str] = {}
         """(namespace, address) -> the origin of the node whose session has it."""
@@ -146,7 +148,10 @@ class Directory:
         self.on_address(namespace, address, at, node.origin)
 
     def _join(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes, presence: bool) -> None:
-        members = node.members.setdefault(topic, {})
+        members = node.members.get(topic)
+        if members is None:
+            members = node.members[topic] = {}
+            self._topics_changed()
         if (protocol, name) in members:
             return
         member = RemoteMember(protocol, name, node.name)
@@ -160,7 +165,12 @@ class Directory:
             return
         if not members:
             del node.members[topic]
+            self._topics_changed()
         self.on_presence(topic, found[0], False, False)
+
+    def _topics_changed(self) -> None:
+        if self.on_topics is not None:
+            self.on_topics()
 
     def _replace_state(self, node: RemoteNode, message: dict[str, Any]) -> None:
         addresses = {(ns, _b(a)): float(at) for ns, a, at in message.get("addresses", ())}
@@ -186,7 +196,9 @@ class Directory:
         for topic, members in node.members.items():
             for member, _presence in members.values():
                 self.on_presence(topic, member, False, False)
-        node.members = {}
+        if node.members:
+            node.members = {}
+            self._topics_changed()
         for key in node.addresses:
             if self.owner.get(key) == origin:
                 del self.owner[key]

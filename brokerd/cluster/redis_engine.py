@@ -88,7 +88,8 @@ class RedisEngine:
         self.node_channel = NODE_PREFIX + self.origin.encode()
         self.heartbeat = heartbeat
         self.node_timeout = node_timeout
-        self.directory = control.Directory(self._remote_presence, self._remote_address)
+        self.directory = control.Directory(self._remote_presence, self._remote_address,
+                                           lambda: self.broker.remote_topics_changed())
         self._raw: list[tuple[bytes, bytes]] = []
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None

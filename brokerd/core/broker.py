@@ -110,6 +110,9 @@ class Broker(Service):
         self.topic_listeners: list[Callable[[bytes, bool], None]] = []
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
+        self.remote_topics_listeners: list[Callable[[], None]] = []
+        """Called when a topic appears on or disappears from another node of a cluster (what
+        :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
         self.engine: IEngine = IN_MEMORY
         """Where routing reaches beyond this process (:meth:`use_engine`)."""
         self._forward: Callable[[list[Message]], None] | None = None
@@ -296,6 +299,11 @@ class Broker(Service):
                 data = rendered[fmt] = fmt.render_presence(topic.name, member, joined, presence)
             if data is not None:
                 watcher.send(data)
+
+    def remote_topics_changed(self) -> None:
+        """The engine's report that another node's topics changed."""
+        for listener in tuple(self.remote_topics_listeners):
+            listener()
 
     def tell_presence(self, name: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
         """A member on another node joined or left topic ``name``: tell the local watchers."""

@@ -97,23 +97,31 @@ async def test_presence_and_topic_lists_see_every_node(tmp_path: Path, redis_ser
         late.send(b"UNSUBSCRIBE lobby")
         await watcher.next_line(lambda line: line == b"000 late UNSUBSCRIBE lobby").addTimeout(TIMEOUT, reactor())
 
-        # MCCHAT's topic list on node 1 names a topic whose only members are on node 2.
+        # MCCHAT's topic list on node 1 names a topic whose only members are on node 2, from
+        # when it gets one to when it loses the last.
+        lister = await nodes[0].mcchat(Inbox())
+        assert "elsewhere" not in await lister.topics().addTimeout(TIMEOUT, reactor())
         only_there = await nodes[1].ssmp(b"there")
         await ssmp_subscribed(only_there, b"elsewhere")
         await until_members(nodes[0], b"elsewhere", 1)
-        lister = await nodes[0].mcchat(Inbox())
         assert "elsewhere" in await lister.topics().addTimeout(TIMEOUT, reactor())
+        only_there.send(b"UNSUBSCRIBE elsewhere")
+        await until_members(nodes[0], b"elsewhere", 0, at_most=True)
+        assert "elsewhere" not in await lister.topics().addTimeout(TIMEOUT, reactor())
     finally:
         await stop_all(nodes)
 
 
-async def until_members(node: Node, topic: bytes, count: int) -> None:
+async def until_members(node: Node, topic: bytes, count: int, at_most: bool = False) -> None:
+    """Wait until ``node`` knows at least (``at_most``: at most) ``count`` members of ``topic``
+    on the other nodes (their announcements take a Redis round trip)."""
     from twisted.internet.defer import Deferred
 
     d: Deferred = Deferred()
 
     def check() -> None:
-        if len(node.engine.members(topic)) >= count:
+        known = len(node.engine.members(topic))
+        if (known <= count) if at_most else (known >= count):
             d.callback(None)
         elif not d.called:
             reactor().callLater(0.02, check)
