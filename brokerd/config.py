@@ -130,6 +130,20 @@ class Settings:
     """Bytes of event-log files kept; the oldest hours are deleted first (docs/events.md)."""
     event_log_max_age: float = 7 * 86400.0
     """Seconds an hour of the event log is kept after it ended."""
+    cluster: str | None = None
+    """Redis URL of the cluster this node joins (docs/cluster.md); None: a single node."""
+    cluster_password_file: Path | None = None
+    """File whose first line is the Redis password (a password in the --cluster URL wins)."""
+    cluster_tls_ca: Path | None = None
+    """CA bundle (PEM) that verifies a rediss:// server; default: the system's trust store."""
+    cluster_max_backlog: int = 16 << 20
+    """Bytes published to Redis and not yet acknowledged; runs beyond are dropped and counted."""
+    cluster_heartbeat: float = 5.0
+    """Seconds between this node's heartbeats to the others."""
+    cluster_node_timeout: float = 15.0
+    """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
+    node_name: str | None = None
+    """This node's name in the cluster; default host name and the first listener's port."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

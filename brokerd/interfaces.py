@@ -91,3 +91,50 @@ class IAccessPolicy(Interface):
     def permissions(principal, topic):
         """The brokerd.core.access.Perm flags ``principal`` holds on the core ``topic`` (bytes,
         e.g. ``b"news/sec"``; SMQP's ``/news/sec``)."""
+
+
+class IEngine(Interface):
+    """Where the Broker's routing reaches beyond this process.
+
+    The in-memory engine (brokerd.core.engine, the default) reaches nothing: one node is the
+    whole broker.  A shared engine (the Redis engine of brokerd.cluster) forwards what local
+    publishers send to the other nodes and hands what they send to :meth:`Broker.deliver_remote`,
+    so that many nodes look like one broker to every client.
+    """
+
+    shared = Attribute(
+        "bool: whether other nodes exist.  False lets the Broker skip the engine entirely on "
+        "its publish path (one attribute test), so a single node pays nothing for it."
+    )
+
+    def start(broker):
+        """Begin serving ``broker`` (a brokerd.core.broker.Broker): hook its topic listeners,
+        connect.  Never blocks; returns None."""
+
+    def stop():
+        """Disconnect; a Deferred that fires once done, or None."""
+
+    def forward(messages):
+        """A run of multicast ``messages`` (one topic, in order) was accepted here and routed
+        to the local members: send it to the other nodes.  Must not raise and must not block;
+        it may queue, batch and drop (counted) when the shared medium is unreachable."""
+
+    def unicast(message, namespace):
+        """No local session of ``namespace`` has the address ``message.target``: send the
+        message to the node whose session has it.  True when one is known to."""
+
+    def session_attached(session):
+        """A local session logged in (its address now belongs to this node)."""
+
+    def session_detached(session):
+        """A local session ended."""
+
+    def member_changed(topic, session, joined, presence):
+        """A local session joined (``joined`` True, with its ``presence`` flag) or left ``topic``."""
+
+    def members(topic):
+        """The other nodes' members of ``topic``: (member, presence) pairs, the member an
+        ISubscriber that only presence rendering looks at."""
+
+    def topics():
+        """Topics with members on other nodes (bytes)."""

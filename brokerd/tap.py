@@ -8,6 +8,7 @@ a protocol does.
 from __future__ import annotations
 
 import importlib
+import socket
 import sys
 from typing import Any
 
@@ -25,7 +26,7 @@ from brokerd.admin.service import Operations, check_operations_settings, warn_if
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
-from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, settings_from
+from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, read_first_line, settings_from
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
@@ -98,6 +99,13 @@ class Options(usage.Options):
         ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused [67108864]."],
         ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first [1073741824]."],
         ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
+        ["cluster", None, None, "Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off]."],
+        ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
+        ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
+        ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
+        ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
+        ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence [15]."],
+        ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
     ]
 
     def __init__(self) -> None:
@@ -257,6 +265,56 @@ def check_settings(settings: Settings) -> None:
     for protocol in settings.listeners:
         if front_end(protocol) is None:
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+    if settings.cluster is not None:
+        check_cluster_settings(settings)
+
+
+def check_cluster_settings(settings: Settings) -> None:
+    """--cluster needs a parsable Redis URL, txredisapi, and, when SMQP listens, durable state
+    every node shares (a PostgreSQL store): SQLite is one node's file."""
+    from brokerd.cluster.address import parse
+
+    parse(settings.cluster)  # type: ignore[arg-type]
+    if settings.cluster_password_file is not None:
+        read_first_line(settings.cluster_password_file, "--cluster-password-file")
+    if settings.cluster_node_timeout <= settings.cluster_heartbeat:
+        raise ConfigurationError("--cluster-node-timeout must be longer than --cluster-heartbeat")
+    if "smqp" in _listeners(settings) and not str(getattr(settings, "store", None) or "").startswith("postgresql:"):
+        raise ConfigurationError(
+            "--cluster with an SMQP listener needs --store postgresql://... (durable state shared by every node)")
+    try:
+        import txredisapi  # noqa: F401
+    except ModuleNotFoundError:
+        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+
+
+def node_name(settings: Settings) -> str:
+    """--node-name, else the host name and the port of the first TCP listener."""
+    if settings.node_name:
+        return settings.node_name
+    port = ""
+    for descriptions in _listeners(settings).values():
+        for description in descriptions:
+            fields = description.split(":")
+            if len(fields) > 1 and fields[1].isdigit():
+                port = fields[1]
+                break
+        if port:
+            break
+    return f"{socket.gethostname()}:{port}" if port else socket.gethostname()
+
+
+def cluster_engine(settings: Settings, reactor):
+    """The Redis engine --cluster asks for (imported only then)."""
+    from brokerd.cluster.address import parse
+    from brokerd.cluster.redis_engine import RedisEngine
+
+    password = None
+    if settings.cluster_password_file is not None:
+        password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
+    return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
+                       password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
+                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
 
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
@@ -288,6 +346,11 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
     )
+    if settings.cluster is not None:
+        check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
+        runtime_engine = broker.use_engine(cluster_engine(settings, reactor))
+        _log.info("Cluster: node {node} joins through {address}", node=runtime_engine.node_name,
+                  address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log

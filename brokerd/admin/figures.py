@@ -126,6 +126,7 @@ class Figures:
             "thread_pools": self._thread_pools(),
             "store": self._store(),
             "smqp_links": self._smqp_links(),
+            "cluster": self._cluster(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -142,6 +143,16 @@ class Figures:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
         links = self.runtime.resources.get("smqp_links")
         return links.status() if links is not None else []
+
+    def _cluster(self) -> dict[str, Any] | None:
+        """The cluster engine's figures; None for a single node."""
+        engine = self.broker.engine
+        if not engine.shared:
+            return None
+        figures = engine.stats.as_dict()
+        figures["node"] = engine.node_name
+        figures["nodes"] = 1 + len(engine.directory.nodes)
+        return figures
 
     def _store(self) -> dict[str, Any] | None:
         latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)

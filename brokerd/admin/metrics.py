@@ -139,6 +139,23 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield GaugeMetricFamily("brokerd_event_log_failing", "1 while event-log writes fail.",
                                 value=int(events["failing"]))
 
+    cluster = snapshot.get("cluster")
+    if cluster is not None:
+        yield GaugeMetricFamily("brokerd_cluster_connected",
+                                "1 while this node's connections to the cluster's Redis are up.",
+                                value=cluster["connected"])
+        yield CounterMetricFamily("brokerd_cluster_outages_total",
+                                  "Times the cluster's Redis became unreachable.", value=cluster["outages"])
+        yield GaugeMetricFamily("brokerd_cluster_nodes", "Nodes this node knows alive, itself included.",
+                                value=cluster["nodes"])
+        yield _counter("brokerd_cluster_messages_total", "Messages sent to and received from other nodes.",
+                       {"sent": cluster["messages_sent"], "received": cluster["messages_received"]}, "direction")
+        yield _counter("brokerd_cluster_dropped_total", "Messages for other nodes dropped, by reason.",
+                       {"unreachable": cluster["dropped_unreachable"], "backlog": cluster["dropped_backlog"]},
+                       "reason")
+        yield CounterMetricFamily("brokerd_cluster_bad_envelopes_total",
+                                  "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
+
     yield _gauge("brokerd_thread_pool_queue", "Work waiting for a thread, by pool.",
                  snapshot["thread_pools"], "pool")
     process = snapshot["process"]

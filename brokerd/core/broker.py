@@ -18,12 +18,13 @@ from twisted.logger import Logger
 
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
+from brokerd.core.engine import IN_MEMORY
 from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.interfaces import IAccessPolicy, IBrokerObserver, ISubscriber, IWireFormat
+from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -109,6 +110,24 @@ class Broker(Service):
         self.topic_listeners: list[Callable[[bytes, bool], None]] = []
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
+        self.remote_topics_listeners: list[Callable[[], None]] = []
+        """Called when a topic appears on or disappears from another node of a cluster (what
+        :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
+        self.engine: IEngine = IN_MEMORY
+        """Where routing reaches beyond this process (:meth:`use_engine`)."""
+        self._forward: Callable[[list[Message]], None] | None = None
+        """The engine's ``forward`` when it is shared, else None: the publish path tests
+        this one attribute, so a single node pays nothing more for the engine."""
+
+    def use_engine(self, engine: IEngine) -> IEngine:
+        """Route through ``engine`` (a cluster's) from now on; it starts with the broker."""
+        self.engine = engine
+        self._forward = engine.forward if engine.shared else None
+        return engine
+
+    def startService(self) -> None:
+        super().startService()
+        self.engine.start(self)
 
     def use_durable(self, durable: DurableService) -> DurableService:
         """Keep messages for durable subscribers with ``durable`` (over the store); the
@@ -122,6 +141,7 @@ class Broker(Service):
         super().stopService()
         for session in list(self._sessions):
             self.detach(session)
+        return self.engine.stop()
 
     # ------------------------------------------------------------------ connections
 
@@ -152,8 +172,18 @@ class Broker(Service):
             if previous is not None and previous is not session:
                 self.detach(previous)
                 previous.replaced()
+        if self._forward is not None:
+            self.engine.session_attached(session)
         if self.observer is not None:
             self.observer.session_attached(session)
+
+    def replace_address(self, namespace: str, address: bytes) -> None:
+        """A session on another node logged in with ``address``: the local session that had it
+        is closed, as one node closes the older of two logins."""
+        previous = self._addresses.get((namespace, address))
+        if previous is not None:
+            self.detach(previous)
+            previous.replaced()
 
     def detach(self, session: ISubscriber) -> None:
         """Forget a session: leave every topic (presence watchers are told) and free its
@@ -170,6 +200,8 @@ class Broker(Service):
             key = (session.protocol, address)
             if self._addresses.get(key) is session:
                 del self._addresses[key]
+                if self._forward is not None:
+                    self.engine.session_detached(session)
         if self.observer is not None:
             self.observer.session_detached(session)
 
@@ -216,12 +248,17 @@ class Broker(Service):
             self._tell_watchers(topic, session, True, presence)
         if presence:
             render = session.wire_format.render_presence
-            for member, member_presence in topic.members.items():
+            members = list(topic.members.items())
+            if self._forward is not None:
+                members += self.engine.members(name)
+            for member, member_presence in members:
                 data = render(name, member, True, member_presence)
                 if data is not None:
                     session.send(data)
         topic.add(session, presence)
         joined[name] = topic
+        if self._forward is not None:
+            self.engine.member_changed(name, session, True, presence)
         if created:
             self._tell_topic_listeners(name, True)
         if self.observer is not None:
@@ -236,6 +273,8 @@ class Broker(Service):
 
     def _leave(self, topic: Topic, session: ISubscriber) -> None:
         topic.remove(session)
+        if self._forward is not None:
+            self.engine.member_changed(topic.name, session, False, False)
         if self.observer is not None:
             self.observer.unsubscribed(session, topic.name)
         if topic.watchers:
@@ -261,9 +300,23 @@ class Broker(Service):
             if data is not None:
                 watcher.send(data)
 
+    def remote_topics_changed(self) -> None:
+        """The engine's report that another node's topics changed."""
+        for listener in tuple(self.remote_topics_listeners):
+            listener()
+
+    def tell_presence(self, name: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
+        """A member on another node joined or left topic ``name``: tell the local watchers."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.watchers:
+            self._tell_watchers(topic, member, joined, presence)
+
     def active_topics(self) -> list[bytes]:
-        """Topics with at least one subscriber."""
-        return list(self.topics.active())
+        """Topics with at least one subscriber (on any node of a cluster)."""
+        local = list(self.topics.active())
+        if self._forward is None:
+            return local
+        return local + sorted(self.engine.topics().difference(local))
 
     # ------------------------------------------------------------------ access policy
 
@@ -305,6 +358,8 @@ class Broker(Service):
         Raises Forbidden when the sender's principal may not publish there."""
         if self.access.policy is not None:
             self._check_publish(message, message.target)  # type: ignore[arg-type]
+        if self._forward is not None:
+            self._forward([message])
         stats = self.stats
         stats.published += 1
         sender = message.protocol
@@ -350,10 +405,22 @@ class Broker(Service):
         """
         if self.access.policy is not None:
             self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
+        if self._forward is not None:
+            self._forward(messages)
         stats = self.stats
         stats.published += len(messages)
+        stats.accepted_by[messages[0].protocol] += len(messages)
+        return self._route_run(messages, exclude)
+
+    def deliver_remote(self, messages: list[Message]) -> int:
+        """Deliver a run of multicast ``messages`` (one topic, in order) that another node
+        accepted, to this node's members of the topic.  The publishing node checked the access
+        policy and counted the messages as published; here they only count as delivered."""
+        return self._route_run(messages, None)
+
+    def _route_run(self, messages: list[Message], exclude: ISubscriber | None) -> int:
+        stats = self.stats
         sender = messages[0].protocol
-        stats.accepted_by[sender] += len(messages)
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
         delivered = unrenderable = reached = 0
         dropped: list[int] | None = None  # per message, once some format cannot carry one
@@ -426,11 +493,31 @@ class Broker(Service):
         publish to the recipient's login topic (:func:`brokerd.core.access.inbox`)."""
         recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
-            return False
+            if self._forward is None or not self.engine.unicast(message, namespace):
+                return False
+            self.stats.published += 1
+            self.stats.accepted_by[message.protocol] += 1
+            return True
         if self.access.policy is not None:
             self._check_publish(message, inbox(recipient.principal))
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
+        return self._deliver_unicast(message, recipient)
+
+    def deliver_unicast(self, message: Message, namespace: str) -> bool:
+        """Deliver a unicast ``message`` another node accepted for the local session of
+        ``namespace`` at ``message.target``.  The access policy is checked here, where the
+        recipient's principal is known; False (dropped) when it forbids it or the session left."""
+        recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
+        if recipient is None:
+            return False
+        if self.access.policy is not None:
+            principal = message.principal
+            if principal is not None and not self.access.allows(principal, inbox(recipient.principal), Perm.PUBLISH):
+                return False
+        return self._deliver_unicast(message, recipient)
+
+    def _deliver_unicast(self, message: Message, recipient: ISubscriber) -> bool:
         data = recipient.wire_format.render_message(message)
         if data is None:
             self.stats.unrenderable += 1

@@ -152,6 +152,11 @@ class Discovery:
         self.stats: MCChatStats | None = None
         self._topics: tuple[bytes, ...] | None = None
         broker.topic_listeners.append(self.topic_changed)
+        broker.remote_topics_listeners.append(self.forget_topics)
+
+    def forget_topics(self) -> None:
+        """Another node of a cluster gained or lost a topic: list the topics afresh."""
+        self._topics = None
 
     def topic_changed(self, topic: bytes, active: bool) -> None:
         """The Broker's report; only activations are announced."""

@@ -1,0 +1,273 @@
+"""The two connections of a node to Redis, on txredisapi's reply parser, kept open.
+
+:class:`Link` connects through the ``--cluster`` endpoint, prepares the connection (AUTH,
+SELECT), hands it to the engine, and reconnects with a capped exponential backoff when it
+fails or goes.  The protocol classes write their commands themselves and match replies in
+order, so that pipelined SPUBLISHes need no Deferred each; the subscriber connection turns
+``smessage`` pushes (sharded pub/sub, which txredisapi's SubscriberProtocol does not know) into
+calls on the engine.  txredisapi is imported only when a node joins a cluster.
+
+Replies are read by :class:`RespReader`, not by txredisapi's parser: that one pauses the
+transport after every bulk reply and resumes it a reactor turn later, which costs a turn (and
+a copy of the rest of the read) per message a node receives.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.protocol import Factory
+from twisted.python.failure import Failure
+
+CHANNEL_PREFIX = b"brokerd:t:"
+"""Channel of a topic: the prefix, then the topic's bytes (the shard is the channel's hash)."""
+RECONNECT_FIRST = 0.25
+RECONNECT_MAX = 5.0
+"""Seconds before the first reconnection attempt, and the most between two attempts."""
+
+
+def channel(topic: bytes) -> bytes:
+    return CHANNEL_PREFIX + topic
+
+
+MAX_REPLY = 256 << 20
+"""Bytes one reply may have (Redis's own limit for a bulk string is 512 MiB; an envelope is
+bounded by the sender's --cluster-max-backlog): a longer one closes the connection."""
+
+
+class ProtocolError(ValueError):
+    """Bytes from Redis that are not RESP2 (or a reply over MAX_REPLY)."""
+
+
+class _Incomplete(Exception):
+    """The reply is not all here yet."""
+
+
+class RespReader:
+    """Incremental RESP2 reader: bytes in, whole replies out (bulk strings as bytes, simple
+    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``)."""
+
+    def __init__(self, error_type: type[Exception]) -> None:
+        self.error_type = error_type
+        self.rest = b""
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self.rest + data if self.rest else data
+        replies = []
+        position = 0
+        try:
+            while position < len(buffer):
+                reply, position = self._read(buffer, position)
+                replies.append(reply)
+        except _Incomplete:
+            if len(buffer) - position > MAX_REPLY:
+                raise ProtocolError("a reply longer than the limit") from None
+        self.rest = buffer[position:]
+        return replies
+
+    def _read(self, buffer: bytes, position: int) -> tuple[Any, int]:
+        end = buffer.find(b"\r\n", position)
+        if end < 0:
+            raise _Incomplete
+        kind = buffer[position]
+        try:
+            if kind == 36:  # $ bulk string
+                size = int(buffer[position + 1:end])
+                if size < 0:
+                    return None, end + 2
+                if size > MAX_REPLY:
+                    raise ProtocolError("a bulk string longer than the limit")
+                stop = end + 2 + size
+                if len(buffer) < stop + 2:
+                    raise _Incomplete
+                return buffer[end + 2:stop], stop + 2
+            if kind == 42:  # * array
+                count = int(buffer[position + 1:end])
+                if count < 0:
+                    return None, end + 2
+                items = []
+                position = end + 2
+                for _ in range(count):
+                    item, position = self._read(buffer, position)
+                    items.append(item)
+                return items, position
+            if kind == 58:  # : integer
+                return int(buffer[position + 1:end]), end + 2
+            if kind == 43:  # + simple string
+                return buffer[position + 1:end], end + 2
+            if kind == 45:  # - error
+                return self.error_type(buffer[position + 1:end].decode("utf-8", "replace")), end + 2
+        except ValueError as exc:
+            if isinstance(exc, ProtocolError):
+                raise
+            raise ProtocolError(f"a malformed length ({exc})") from None
+        raise ProtocolError(f"an unknown reply type {bytes((kind,))!r}")
+
+
+def _load_txredisapi() -> Any:
+    try:
+        import txredisapi
+    except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
+        from brokerd.errors import ConfigurationError
+
+        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+    return txredisapi
+
+
+def protocols() -> tuple[type, type]:
+    """The two connection classes, built on txredisapi's reply parser when first needed (so
+    the broker starts without txredisapi when it is not in a cluster)."""
+    txredisapi = _load_txredisapi()
+
+    class Commands(txredisapi.RedisProtocol):
+        """Writes commands itself and matches each reply to its command in order.  Replies
+        to SPUBLISH are counted, not kept: the bytes in flight bound the backlog."""
+
+        def __init__(self, engine: Any) -> None:
+            super().__init__(charset=None, convertNumbers=False)
+            self.engine = engine
+            self.expected: deque[Deferred | int] = deque()
+            self.reader = RespReader(txredisapi.ResponseError)
+
+        def dataReceived(self, data: bytes) -> None:
+            try:
+                replies = self.reader.feed(data)
+            except ProtocolError as exc:
+                self.engine.protocol_error(str(exc))
+                self.transport.abortConnection()
+                return
+            for reply in replies:
+                self.replyReceived(reply)
+
+        def command(self, *args: bytes | str | int) -> Deferred:
+            d: Deferred = Deferred()
+            self.expected.append(d)
+            self.transport.write(self._build_command(*args))
+            return d
+
+        def replyReceived(self, reply: Any) -> None:
+            if not self.expected:
+                return
+            waiting = self.expected.popleft()
+            if isinstance(waiting, int):
+                self.engine.acknowledged(waiting, reply)
+            elif isinstance(reply, Exception):
+                waiting.errback(reply)
+            else:
+                waiting.callback(reply)
+
+        def connectionLost(self, reason: Failure) -> None:
+            super().connectionLost(reason)
+            expected, self.expected = self.expected, deque()
+            for waiting in expected:
+                if isinstance(waiting, Deferred):
+                    waiting.errback(reason)
+                else:
+                    self.engine.acknowledged(waiting, None)
+            self.engine.connection_lost(self, reason)
+
+    class Subscriber(Commands):
+        """The subscribing connection: ``smessage`` pushes go to the engine, the
+        ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies."""
+
+        def replyReceived(self, reply: Any) -> None:
+            if isinstance(reply, list) and reply:
+                kind = reply[0]
+                if kind == b"smessage" and len(reply) == 3:
+                    self.engine.received(reply[1], reply[2])
+                    return
+                if kind in (b"ssubscribe", b"sunsubscribe") and len(reply) == 3:
+                    self.engine.confirmed(reply[1], kind == b"ssubscribe")
+                    return
+            super().replyReceived(reply)
+
+        def follow(self, name: bytes, active: bool) -> None:
+            """Subscribe to a topic's channel, or leave it (nothing to wait for)."""
+            self.transport.write(self._build_command(b"SSUBSCRIBE" if active else b"SUNSUBSCRIBE", channel(name)))
+
+    return Commands, Subscriber
+
+
+class Link:
+    """One connection kept open: connects, prepares (AUTH, SELECT), reconnects with backoff."""
+
+    def __init__(self, engine: Any, role: str, protocol_class: type,
+                 ready: Callable[[Any], Deferred | None]) -> None:
+        self.engine = engine
+        self.role = role
+        self.protocol_class = protocol_class
+        self.ready = ready
+        self.protocol: Any = None
+        self.delay = RECONNECT_FIRST
+        self.retry: Any = None
+        self.stopped = False
+        self.connecting: Deferred | None = None
+
+    def connect(self) -> None:
+        self.retry = None
+        if self.stopped:
+            return
+        engine = self.engine
+        factory = Factory.forProtocol(lambda: self.protocol_class(engine))
+        self.connecting = d = engine.endpoint.connect(factory)
+        d.addCallback(self._prepare)
+        d.addErrback(self._failed)
+
+    def _prepare(self, protocol: Any) -> Deferred:
+        self.connecting = None
+        engine = self.engine
+        steps: Deferred = succeed(None)
+        if engine.password is not None:
+            args = ("AUTH", engine.username, engine.password) if engine.username else ("AUTH", engine.password)
+            steps.addCallback(lambda _: protocol.command(*args))
+        if engine.address.db is not None:
+            steps.addCallback(lambda _: protocol.command("SELECT", engine.address.db))
+
+        def prepared(_: object) -> None:
+            if self.stopped:  # stopped while AUTH/SELECT were on their way
+                protocol.transport.loseConnection()
+                return
+            self.protocol = protocol
+            self.delay = RECONNECT_FIRST
+            self.ready(protocol)
+
+        def refused(failure: Failure) -> None:
+            protocol.transport.abortConnection()
+            raise failure.value
+
+        steps.addCallbacks(prepared, refused)
+        return steps
+
+    def _failed(self, failure: Failure) -> None:
+        self.connecting = None
+        self.engine.unreachable(self.role, failure)
+        self.schedule()
+
+    def lost(self) -> None:
+        self.protocol = None
+        if self.role == "subscriber":
+            self.engine.following.clear()
+        self.schedule()
+
+    def schedule(self) -> None:
+        if self.stopped or self.retry is not None:
+            return
+        self.retry = self.engine.reactor.callLater(self.delay, self.connect)
+        self.delay = min(self.delay * 2, RECONNECT_MAX)
+
+    def stop(self) -> Deferred | None:
+        self.stopped = True
+        if self.retry is not None and self.retry.active():
+            self.retry.cancel()
+        self.retry = None
+        if self.connecting is not None:
+            self.connecting.cancel()
+        protocol, self.protocol = self.protocol, None
+        if protocol is not None and protocol.transport is not None:
+            done: Deferred = Deferred()
+            protocol.whenDisconnected().addBoth(lambda _: done.callback(None))
+            protocol.transport.loseConnection()
+            return done
+        return None

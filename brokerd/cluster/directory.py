@@ -1,0 +1,230 @@
+"""What every node knows of the others: their sessions' addresses, their topics' members, and
+when each was last heard of.
+
+Each node announces its own changes on one control channel (a session logged in or out, a
+member joined or left a topic), a heartbeat every ``heartbeat`` seconds, and its whole state
+when a node says hello (a node that starts or comes back after a Redis outage).  Every node
+applies the others' announcements to its own copy of this directory, so a unicast, a login
+replacement or a presence listing is answered from memory, without a round trip to Redis.
+A node not heard of for ``timeout`` seconds is taken as dead: its members leave every topic
+(presence watchers are told) and its addresses are forgotten.
+
+Control messages are small JSON objects; names (bytes) travel as latin-1 strings, which map
+every byte to one character and back.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokerd.core.principal import NOBODY
+
+HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
+ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
+
+
+class ControlError(ValueError):
+    """A control message that does not parse."""
+
+
+def _s(data: bytes) -> str:
+    return data.decode("latin-1")
+
+
+def _b(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
+def encode(origin: str, node: str, kind: str, **fields: Any) -> bytes:
+    return json.dumps({"o": origin, "n": node, "k": kind, **fields}, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ControlError(str(exc)) from None
+    if not isinstance(message, dict) or not isinstance(message.get("o"), str) or not isinstance(message.get("k"), str):
+        raise ControlError("not a control message")
+    return message
+
+
+def address_fields(namespace: str, address: bytes, at: float = 0.0) -> dict[str, Any]:
+    return {"ns": namespace, "a": _s(address), "at": at}
+
+
+def member_fields(topic: bytes, protocol: str, name: bytes, presence: bool) -> dict[str, Any]:
+    return {"t": _s(topic), "p": protocol, "m": _s(name), "pr": presence}
+
+
+class RemoteMember:
+    """A session of another node as the core's presence rendering sees it (an ISubscriber
+    that nothing is ever sent to)."""
+
+    __slots__ = ("protocol", "name", "node")
+    address = None
+    wire_format = None
+    principal = NOBODY
+
+    def __init__(self, protocol: str, name: bytes, node: str) -> None:
+        self.protocol = protocol
+        self.name = name
+        self.node = node
+
+    def send(self, data: bytes) -> None:
+        """Another node's session is reached through its node, never directly."""
+
+    def replaced(self) -> None:
+        """Its own node closes it."""
+
+    def __repr__(self) -> str:
+        return f"<RemoteMember {self.protocol}:{self.name!r} on {self.node}>"
+
+
+@dataclass
+class RemoteNode:
+    origin: str
+    name: str
+    last_seen: float
+    addresses: set[tuple[str, bytes]] = field(default_factory=set)
+    members: dict[bytes, dict[tuple[str, bytes], tuple[RemoteMember, bool]]] = field(default_factory=dict)
+
+
+class Directory:
+    """The other nodes' addresses and topic members, as announced on the control channel.
+
+    ``on_presence(topic, member, joined, presence)`` is called for every remote member that
+    joins or leaves a topic (so the Broker tells its presence watchers); ``on_address(ns,
+    address, at, origin)`` when another node's session took an address at time ``at`` (so a
+    local session with it that logged in earlier is replaced).
+    """
+
+    def __init__(self, on_presence: Any, on_address: Any, on_topics: Any = None) -> None:
+        self.on_topics = on_topics
+        """Called (no arguments) when a topic appears on or disappears from another node."""
+        self.nodes: dict[str, RemoteNode] = {}
+        self.owner: dict[tuple[str, bytes], str] = {}
+        """(namespace, address) -> the origin of the node whose session has it."""
+        self.on_presence = on_presence
+        self.on_address = on_address
+
+    def node(self, origin: str, name: str, now: float) -> RemoteNode:
+        found = self.nodes.get(origin)
+        if found is None:
+            found = self.nodes[origin] = RemoteNode(origin, name, now)
+        found.last_seen = now
+        return found
+
+    def apply(self, message: dict[str, Any], now: float) -> None:
+        """Apply one control message of another node."""
+        kind = message["k"]
+        origin = message["o"]
+        if kind == BYE:
+            self.forget(origin)
+            return
+        node = self.node(origin, str(message.get("n", "")), now)
+        if kind == ATTACH:
+            self._attach(node, message["ns"], _b(message["a"]), float(message.get("at", 0.0)))
+        elif kind == DETACH:
+            key = (message["ns"], _b(message["a"]))
+            node.addresses.discard(key)
+            if self.owner.get(key) == origin:
+                del self.owner[key]
+        elif kind == JOIN:
+            self._join(node, _b(message["t"]), message["p"], _b(message["m"]), bool(message["pr"]))
+        elif kind == LEAVE:
+            self._leave(node, _b(message["t"]), message["p"], _b(message["m"]))
+        elif kind == STATE:
+            self._replace_state(node, message)
+
+    def _attach(self, node: RemoteNode, namespace: str, address: bytes, at: float) -> None:
+        key = (namespace, address)
+        previous = self.owner.get(key)
+        if previous is not None and previous != node.origin and previous in self.nodes:
+            self.nodes[previous].addresses.discard(key)
+        node.addresses.add(key)
+        self.owner[key] = node.origin
+        self.on_address(namespace, address, at, node.origin)
+
+    def _join(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes, presence: bool) -> None:
+        members = node.members.get(topic)
+        if members is None:
+            members = node.members[topic] = {}
+            self._topics_changed()
+        if (protocol, name) in members:
+            return
+        member = RemoteMember(protocol, name, node.name)
+        members[(protocol, name)] = (member, presence)
+        self.on_presence(topic, member, True, presence)
+
+    def _leave(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes) -> None:
+        members = node.members.get(topic)
+        found = members.pop((protocol, name), None) if members else None
+        if found is None:
+            return
+        if not members:
+            del node.members[topic]
+            self._topics_changed()
+        self.on_presence(topic, found[0], False, False)
+
+    def _topics_changed(self) -> None:
+        if self.on_topics is not None:
+            self.on_topics()
+
+    def _replace_state(self, node: RemoteNode, message: dict[str, Any]) -> None:
+        addresses = {(ns, _b(a)): float(at) for ns, a, at in message.get("addresses", ())}
+        for key in node.addresses - addresses.keys():
+            if self.owner.get(key) == node.origin:
+                del self.owner[key]
+        node.addresses = set()
+        for (namespace, address), at in addresses.items():
+            self._attach(node, namespace, address, at)
+        wanted = {(_b(t), p, _b(m)): bool(pr) for t, p, m, pr in message.get("members", ())}
+        for topic, members in list(node.members.items()):
+            for protocol, name in list(members):
+                if (topic, protocol, name) not in wanted:
+                    self._leave(node, topic, protocol, name)
+        for (topic, protocol, name), presence in wanted.items():
+            self._join(node, topic, protocol, name, presence)
+
+    def forget(self, origin: str) -> RemoteNode | None:
+        """A node left or died: its members leave, its addresses are free."""
+        node = self.nodes.pop(origin, None)
+        if node is None:
+            return None
+        for topic, members in node.members.items():
+            for member, _presence in members.values():
+                self.on_presence(topic, member, False, False)
+        if node.members:
+            node.members = {}
+            self._topics_changed()
+        for key in node.addresses:
+            if self.owner.get(key) == origin:
+                del self.owner[key]
+        return node
+
+    def expired(self, now: float, timeout: float) -> list[str]:
+        """Origins of the nodes not heard of for ``timeout`` seconds."""
+        return [origin for origin, node in self.nodes.items() if now - node.last_seen > timeout]
+
+    def members(self, topic: bytes) -> list[tuple[RemoteMember, bool]]:
+        found: list[tuple[RemoteMember, bool]] = []
+        for node in self.nodes.values():
+            found.extend(node.members.get(topic, {}).values())
+        return found
+
+    def topics(self) -> set[bytes]:
+        return {topic for node in self.nodes.values() for topic in node.members}
+
+
+def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[str, Any]:
+    """This node's whole state (its answer to a hello); ``logins`` the local addresses and
+    when each was taken."""
+    addresses = [[namespace, _s(address), at] for (namespace, address), at in logins.items()]
+    members = []
+    for name in broker.topics.active():
+        topic = broker.topics.get(name)
+        for member, presence in topic.members.items():
+            members.append([_s(name), member.protocol, _s(member.name), presence])
+    return {"addresses": addresses, "members": members}

@@ -1,0 +1,392 @@
+"""The Redis engine: nodes share routing through Redis sharded pub/sub.
+
+Each node keeps two connections to Redis, both non-blocking (txredisapi's protocol on the
+reactor): one publishes, one subscribes.  A run of messages a local publisher sends is routed
+to the local members at once and queued here; once per reactor turn every queued run is
+encoded (once per node, whatever the recipients) and written as one pipelined batch of
+``SPUBLISH brokerd:t:<topic> <envelope>``.  The node subscribes (``SSUBSCRIBE``) only to the
+topics it has members of, and follows the Broker's topic listeners as topics come and go.
+A node skips its own echo (the envelope names its sender), so local members get each
+message once.  Sharded pub/sub hashes the channel to one shard, so the same commands run on a
+Redis Cluster and order per topic holds there too.
+
+When Redis is unreachable the node keeps serving its own clients: runs for other nodes are
+dropped and counted, one line is logged when the connection goes and one when it is back,
+and the engine reconnects with a capped exponential backoff and subscribes again.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from brokerd.cluster import directory as control
+from brokerd.cluster import envelope
+from brokerd.cluster.address import RedisAddress, client_endpoint
+from brokerd.cluster.connection import Link, channel, protocols
+from brokerd.core.message import Message
+from brokerd.interfaces import IEngine
+
+_log = Logger()
+
+CONTROL_CHANNEL = b"brokerd:c"
+"""Where nodes announce logins, topic members, heartbeats (brokerd.cluster.directory)."""
+NODE_PREFIX = b"brokerd:n:"
+"""A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
+
+
+class ClusterStats:
+    """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
+
+    __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
+                 "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@implementer(IEngine)
+class RedisEngine:
+    """Routes between the nodes of a cluster through one Redis server (or Redis Cluster
+    shard set); ``max_backlog`` bounds the bytes published and not yet acknowledged by Redis
+    (runs beyond are dropped and counted)."""
+
+    shared = True
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        reactor: Any,
+        node_name: str,
+        *,
+        password: str | None = None,
+        tls_ca: Any = None,
+        max_backlog: int = 16 << 20,
+        heartbeat: float = 5.0,
+        node_timeout: float = 15.0,
+    ) -> None:
+        self.address = address
+        self.reactor = reactor
+        self.node_name = node_name
+        self.password = address.password if address.password is not None else password
+        self.username = address.username
+        self.endpoint = client_endpoint(reactor, address, tls_ca)
+        self.max_backlog = max_backlog
+        self.instance = os.urandom(8)
+        """This process's id in the envelopes it sends: how it recognises its own echo."""
+        self.origin = self.instance.hex()
+        self.node_channel = NODE_PREFIX + self.origin.encode()
+        self.heartbeat = heartbeat
+        self.node_timeout = node_timeout
+        self.directory = control.Directory(self._remote_presence, self._remote_address,
+                                           lambda: self.broker.remote_topics_changed())
+        self._raw: list[tuple[bytes, bytes]] = []
+        """Encoded control messages and unicasts waiting for this turn's flush, in order."""
+        self._beat: Any = None
+        self._logins: dict[tuple[str, bytes], float] = {}
+        """This node's addresses and the wall-clock time each was taken: of two logins with
+        one address on two nodes, the later one (then the higher node id) stays."""
+        self.stats = ClusterStats()
+        self.broker: Any = None
+        self._queued: dict[bytes, list[Message]] = {}
+        self._flush_call: Any = None
+        self._backlog = 0
+        self._down = False
+        self._publisher: Link | None = None
+        self._subscriber: Link | None = None
+        self._ready: list[Deferred] = []
+        self.following: set[bytes] = set()
+        """Channels Redis confirmed this node is subscribed to."""
+        self._follow_waits: dict[bytes, list[Deferred]] = {}
+
+    # ------------------------------------------------------------------ IEngine
+
+    def start(self, broker: Any) -> None:
+        self.broker = broker
+        broker.topic_listeners.append(self._topic_changed)
+        commands, subscriber = protocols()
+        self._publisher = Link(self, "publisher", commands, self._publisher_ready)
+        self._subscriber = Link(self, "subscriber", subscriber, self._subscriber_ready)
+        self._publisher.connect()
+        self._subscriber.connect()
+        from twisted.internet.task import LoopingCall
+
+        self._beat = LoopingCall(self._heartbeat)
+        self._beat.clock = self.reactor
+        self._beat.start(self.heartbeat, now=False)
+
+    def stop(self) -> Deferred:
+        if self._beat is not None and self._beat.running:
+            self._beat.stop()
+        self._announce(control.BYE)
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush()  # what the sessions' logouts announced, and the goodbye
+        if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
+            self.broker.topic_listeners.remove(self._topic_changed)
+        waits = [d for link in (self._publisher, self._subscriber) if link is not None
+                 for d in [link.stop()] if d is not None]
+        return DeferredList(waits)
+
+    def forward(self, messages: Sequence[Message]) -> None:
+        """Queue a run for the other nodes; it leaves at the end of this reactor turn."""
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += len(messages)
+            return
+        queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
+        if queued is None:
+            self._queued[messages[0].target] = list(messages)  # type: ignore[index]
+        else:
+            queued.extend(messages)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._flush_call is None:
+            self._flush_call = self.reactor.callLater(0, self._flush)
+
+    def unicast(self, message: Message, namespace: str) -> bool:
+        """Send a unicast to the node whose session has the address; False when none has."""
+        origin = self.directory.owner.get((namespace, message.target))  # type: ignore[arg-type]
+        if origin is None:
+            return False
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += 1
+            return True
+        ns = namespace.encode("ascii")
+        self._raw.append((NODE_PREFIX + origin.encode(), bytes((len(ns),)) + ns + envelope.encode(self.instance, [message])))
+        self._schedule()
+        return True
+
+    def session_attached(self, session: Any) -> None:
+        if session.address is not None:
+            at = self._logins[(session.protocol, session.address)] = time.time()
+            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at))
+
+    def session_detached(self, session: Any) -> None:
+        if session.address is not None:
+            self._logins.pop((session.protocol, session.address), None)
+            self._announce(control.DETACH, **control.address_fields(session.protocol, session.address))
+
+    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+        self._announce(control.JOIN if joined else control.LEAVE,
+                       **control.member_fields(topic, session.protocol, session.name or b"", presence))
+
+    def members(self, topic: bytes) -> list:
+        return self.directory.members(topic)
+
+    def topics(self) -> set[bytes]:
+        return self.directory.topics()
+
+    # ------------------------------------------------------------------ the other nodes
+
+    def _announce(self, kind: str, **fields: Any) -> None:
+        """Queue a control message for this turn's flush (dropped while Redis is away: the
+        hello and state sent on reconnection bring the other nodes up to date)."""
+        if self._publisher is None or self._publisher.protocol is None:
+            return
+        self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
+        self._schedule()
+
+    def _heartbeat(self) -> None:
+        self._announce(control.BEAT)
+        now = self.reactor.seconds()
+        for origin in self.directory.expired(now, self.node_timeout):
+            node = self.directory.forget(origin)
+            if node is not None:
+                _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
+                          node=node.name, timeout=self.node_timeout)
+
+    def _control(self, data: bytes) -> None:
+        try:
+            message = control.decode(data)
+            if message["o"] == self.origin:
+                return
+            if message["k"] == control.HELLO:
+                self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+            self.directory.apply(message, self.reactor.seconds())
+        except (control.ControlError, KeyError, TypeError, ValueError) as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged control message: {error}", error=repr(exc))
+
+    def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
+        self.broker.tell_presence(topic, member, joined, presence)
+
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str) -> None:
+        local = self._logins.get((namespace, address))
+        if local is not None and (at, origin) > (local, self.origin):
+            self.broker.replace_address(namespace, address)
+
+    def _unicast_received(self, data: bytes) -> None:
+        try:
+            size = data[0]
+            namespace = data[1:1 + size].decode("ascii")
+            (message,) = envelope.decode(data[1 + size:])
+        except (IndexError, UnicodeDecodeError, ValueError) as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged unicast: {error}", error=repr(exc))
+            return
+        self.stats.messages_received += 1
+        self.broker.deliver_unicast(message, namespace)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def connected(self) -> bool:
+        """Both connections are up and prepared."""
+        return all(link is not None and link.protocol is not None for link in (self._publisher, self._subscriber))
+
+    def when_connected(self) -> Deferred:
+        """Fires once both connections are up (at once if they are)."""
+        if self.connected:
+            return succeed(self)
+        d: Deferred = Deferred()
+        self._ready.append(d)
+        return d
+
+    def _check_ready(self) -> None:
+        if not self.connected:
+            return
+        self.stats.connected = 1
+        if self._down:
+            self._down = False
+            _log.info("Cluster: connected to Redis at {address} again; routing between nodes resumed",
+                      address=str(self.address))
+        # Ask the others for their state and tell them ours (new, or back after an outage).
+        self._announce(control.HELLO)
+        self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+        ready, self._ready = self._ready, []
+        for d in ready:
+            d.callback(self)
+
+    def _publisher_ready(self, protocol: Any) -> None:
+        self._check_ready()
+
+    def _subscriber_ready(self, protocol: Any) -> None:
+        protocol.transport.write(protocol._build_command(b"SSUBSCRIBE", CONTROL_CHANNEL)
+                                 + protocol._build_command(b"SSUBSCRIBE", self.node_channel))
+        for name in self.broker.topics.active():
+            protocol.follow(name, True)
+        self._check_ready()
+
+    def protocol_error(self, why: str) -> None:
+        """Redis sent what is not RESP: the connection is closed (and made again)."""
+        _log.error("Cluster: unreadable reply from Redis at {address} ({why}); reconnecting",
+                   address=str(self.address), why=why)
+
+    def unreachable(self, role: str, failure: Failure) -> None:
+        """A connection attempt failed (logged once per outage)."""
+        self._went_down(failure.getErrorMessage())
+
+    def connection_lost(self, protocol: Any, reason: Failure) -> None:
+        for link in (self._publisher, self._subscriber):
+            if link is not None and link.protocol is protocol:
+                link.lost()
+                self._went_down(reason.getErrorMessage())
+
+    def _went_down(self, why: str) -> None:
+        self.stats.connected = 0
+        if self._down or (self._publisher is not None and self._publisher.stopped):
+            return
+        self._down = True
+        self.stats.outages += 1
+        _log.warn(
+            "Cluster: Redis at {address} is unreachable ({why}); serving local clients only, "
+            "messages for other nodes are dropped until it is back (reconnecting)",
+            address=str(self.address), why=why,
+        )
+
+    # ------------------------------------------------------------------ routing
+
+    def _flush(self) -> None:
+        """Encode every run queued this turn, once, and write them as one pipeline."""
+        self._flush_call = None
+        queued, self._queued = self._queued, {}
+        raw, self._raw = self._raw, []
+        protocol = self._publisher.protocol if self._publisher is not None else None
+        stats = self.stats
+        if protocol is None or protocol.transport is None:
+            stats.dropped_unreachable += sum(len(run) for run in queued.values())
+            return
+        build = protocol._build_command
+        commands = []
+        expected = protocol.expected
+        for topic, run in queued.items():
+            data = envelope.encode(self.instance, run)
+            if self._backlog + len(data) > self.max_backlog:
+                stats.dropped_backlog += len(run)
+                continue
+            self._backlog += len(data)
+            commands.append(build(b"SPUBLISH", channel(topic), data))
+            expected.append(len(data))
+            stats.envelopes_sent += 1
+            stats.messages_sent += len(run)
+        for name, data in raw:
+            commands.append(build(b"SPUBLISH", name, data))
+            expected.append(len(data))
+            self._backlog += len(data)
+        if commands:
+            protocol.transport.write(b"".join(commands))
+
+    def acknowledged(self, size: int, reply: Any) -> None:
+        """Redis answered one SPUBLISH (or the connection went): free its bytes."""
+        self._backlog -= size
+        if isinstance(reply, Exception):
+            _log.error("Cluster: Redis refused a publish: {error}", error=str(reply))
+
+    def received(self, name: bytes, data: bytes) -> None:
+        """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        if name == CONTROL_CHANNEL:
+            self._control(data)
+            return
+        if name == self.node_channel:
+            self._unicast_received(data)
+            return
+        try:
+            if envelope.origin_of(data) == self.instance:
+                return
+            messages = envelope.decode(data)
+        except envelope.EnvelopeError as exc:
+            self.stats.bad_envelopes += 1
+            _log.warn("Cluster: dropped a damaged envelope on {channel!r}: {error}", channel=name, error=str(exc))
+            return
+        if not messages:
+            return
+        self.stats.envelopes_received += 1
+        self.stats.messages_received += len(messages)
+        self.broker.deliver_remote(messages)
+
+    def confirmed(self, name: bytes, subscribed: bool) -> None:
+        """Redis confirmed a SSUBSCRIBE (or SUNSUBSCRIBE) of channel ``name``."""
+        if subscribed:
+            self.following.add(name)
+            for d in self._follow_waits.pop(name, ()):
+                d.callback(name)
+        else:
+            self.following.discard(name)
+
+    def when_following(self, topic: bytes) -> Deferred:
+        """Fires once Redis confirmed this node receives ``topic``'s messages from the other
+        nodes (a message published elsewhere before that is not seen here)."""
+        name = channel(topic)
+        if name in self.following:
+            return succeed(name)
+        d: Deferred = Deferred()
+        self._follow_waits.setdefault(name, []).append(d)
+        return d
+
+    def _topic_changed(self, name: bytes, active: bool) -> None:
+        link = self._subscriber
+        if link is not None and link.protocol is not None:
+            link.protocol.follow(name, active)
+        if not active:
+            self.following.discard(channel(name))

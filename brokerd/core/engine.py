@@ -1,0 +1,57 @@
+"""The in-memory engine: one node is the whole broker (the default).
+
+Every route the Broker needs is in its own dictionaries, so this engine has nothing to do;
+it exists so that the Broker always has an :class:`~brokerd.interfaces.IEngine` and the
+cluster engines (brokerd.cluster) plug into the same place.  ``shared`` is False, which
+lets the Broker skip the engine on its publish path altogether.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from zope.interface import implementer
+
+from brokerd.core.message import Message
+from brokerd.interfaces import IEngine
+
+
+@implementer(IEngine)
+class InMemoryEngine:
+    """Routing inside this process only."""
+
+    shared = False
+
+    def start(self, broker: Any) -> None:
+        """Nothing to connect to."""
+
+    def stop(self) -> None:
+        """Nothing to disconnect."""
+
+    def forward(self, messages: Sequence[Message]) -> None:
+        """There is no other node to send to."""
+
+    def unicast(self, message: Message, namespace: str) -> bool:
+        """No other node has the address."""
+        return False
+
+    def session_attached(self, session: Any) -> None:
+        """Nobody else to tell."""
+
+    def session_detached(self, session: Any) -> None:
+        """Nobody else to tell."""
+
+    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+        """Nobody else to tell."""
+
+    def members(self, topic: bytes) -> list:
+        """No other node has members."""
+        return []
+
+    def topics(self) -> set[bytes]:
+        """No other node has topics."""
+        return set()
+
+
+IN_MEMORY = InMemoryEngine()
+"""The engine of every Broker that was given none (stateless, so shared)."""

@@ -1,0 +1,77 @@
+"""--cluster on the command line: URLs, the password file, the node name, and the SMQP rule
+(a cluster with an SMQP listener needs a PostgreSQL store), each a one-line refusal."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from brokerd.cluster.address import RedisAddress, parse
+from brokerd.errors import ConfigurationError
+from brokerd.tap import Options, StartupError, node_name
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("redis://127.0.0.1:7000", RedisAddress("redis", host="127.0.0.1", port=7000)),
+    ("redis://h/3", RedisAddress("redis", host="h", port=6379, db=3)),
+    ("rediss://user:p%40ss@h:6380/1", RedisAddress("rediss", host="h", port=6380, db=1, username="user",
+                                                   password="p@ss")),
+    ("unix:///run/redis.sock?db=2", RedisAddress("unix", path="/run/redis.sock", db=2)),
+])
+def test_urls(url: str, expected: RedisAddress) -> None:
+    assert parse(url) == expected
+
+
+@pytest.mark.parametrize("url", ["http://h:1", "redis://", "redis://h/x", "unix://"])
+def test_bad_urls_are_one_line_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="^--cluster "):
+        parse(url)
+
+
+def test_the_password_is_not_logged() -> None:
+    assert str(parse("redis://:secret@h:1/2")) == "redis://h:1/2"
+    with pytest.raises(ConfigurationError) as caught:
+        parse("redis://:secret@h:1/x")
+    assert "secret" not in str(caught.value)
+
+
+def options(tmp_path: Path, *args: str) -> Options:
+    opts = Options()
+    opts.parseOptions(["--data-dir", str(tmp_path), *args])
+    return opts
+
+
+def test_cluster_with_smqp_and_no_postgresql_store_refuses_to_start(tmp_path: Path) -> None:
+    with pytest.raises(StartupError) as caught:
+        options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--smqp", "tcp:0")
+    assert str(caught.value) == (
+        "brokerd: --cluster with an SMQP listener needs --store postgresql://... (durable state shared by every node)")
+    with pytest.raises(StartupError, match="needs --store postgresql"):
+        options(tmp_path, "--cluster", "redis://127.0.0.1:1")  # no listener option: SMQP listens too
+
+
+def test_cluster_without_smqp_is_accepted_and_names_the_node(tmp_path: Path) -> None:
+    opts = options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:8788:interface=127.0.0.1")
+    assert opts.settings.cluster == "redis://127.0.0.1:1"
+    assert node_name(opts.settings).endswith(":8788")
+    named = options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:0", "--node-name", "east-1")
+    assert node_name(named.settings) == "east-1"
+
+
+def test_an_unreadable_password_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StartupError, match="--cluster-password-file"):
+        options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:0",
+                "--cluster-password-file", str(tmp_path / "missing"))
+
+
+def test_makeservice_with_settings_also_refuses_smqp_without_postgresql(tmp_path: Path) -> None:
+    from brokerd.config import Settings
+    from brokerd.tap import makeService
+
+    settings = Settings(listeners={"smqp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
+                        cluster="redis://127.0.0.1:1", event_log=False)
+    with pytest.raises(StartupError, match="needs --store postgresql"):
+        makeService(settings)
+    settings.listeners = {"ssmp": ["tcp:0:interface=127.0.0.1"]}
+    service = makeService(settings)  # accepted without SMQP (not started: nothing connects)
+    assert service.runtime.broker.engine.shared

@@ -1,0 +1,97 @@
+"""brokerd nodes of one cluster in this process: makeService with SSMP, MCCHAT and socket.mq on
+OS-chosen loopback ports and ``--cluster`` pointing at the test's redis-server, all on the
+test's reactor, with one client helper per protocol."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import endpoints
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Factory
+
+from brokerd.config import Settings
+from brokerd.protocols.mcchat.client import MCChatClientProtocol, client_endpoint, connect
+from brokerd.protocols.socketmq.api import Client
+from brokerd.tap import ListenerService, makeService
+from tests.protocols.mcchat.live import Inbox
+from tests.protocols.socketmq.support import TIMEOUT, LineClient, Waiter, reactor
+
+LOOPBACK = "tcp:0:interface=127.0.0.1"
+LISTENERS = ("ssmp", "mcchat", "socketmq")
+
+
+class Node:
+    """One node; ``engine`` is its Redis engine."""
+
+    def __init__(self, data_dir: Path, cluster: str, name: str, **fields: Any) -> None:
+        self.name = name
+        self.settings = Settings(
+            listeners={protocol: [LOOPBACK] for protocol in LISTENERS},
+            data_dir=data_dir, open_login=True, event_log=False, cluster=cluster, node_name=name, **fields,
+        )
+        self.service: Any = None
+        self.clients: list[Any] = []
+
+    async def start(self) -> Node:
+        self.service = makeService(self.settings, reactor())
+        self.service.startService()
+        await self.engine.when_connected().addTimeout(TIMEOUT, reactor())
+        return self
+
+    @property
+    def broker(self) -> Any:
+        return self.service.runtime.broker
+
+    @property
+    def engine(self) -> Any:
+        return self.broker.engine
+
+    def port(self, protocol: str) -> int:
+        for service in self.service:
+            if isinstance(service, ListenerService) and service.option == protocol:
+                return service.running_port.getHost().port  # type: ignore[no-any-return]
+        raise LookupError(protocol)
+
+    async def ssmp(self, name: bytes) -> LineClient:
+        endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", self.port("ssmp"))
+        client: LineClient = await endpoint.connect(Factory.forProtocol(LineClient)).addTimeout(TIMEOUT, reactor())
+        self.clients.append(client)
+        await client.login(name)
+        return client
+
+    async def mcchat(self, inbox: Inbox) -> MCChatClientProtocol:
+        endpoint = client_endpoint(reactor(), f"tcp:127.0.0.1:{self.port('mcchat')}")
+        client = await Deferred.fromCoroutine(connect(endpoint, inbox.on_message)).addTimeout(TIMEOUT, reactor())
+        self.clients.append(client)
+        return client  # type: ignore[no-any-return]
+
+    async def socketmq(self) -> Client:
+        client = Client(f"http://127.0.0.1:{self.port('socketmq')}")
+        await client.connect().addTimeout(TIMEOUT, reactor())
+        self.clients.append(client)
+        return client
+
+    async def stop(self) -> None:
+        for client in self.clients:
+            close = client.close()
+            if isinstance(close, Deferred):
+                try:
+                    await close.addTimeout(TIMEOUT, reactor())
+                except Exception:  # noqa: BLE001 - a client the test already closed
+                    pass
+        self.clients = []
+        if self.service is not None:
+            service, self.service = self.service, None
+            await service.stopService()
+
+
+async def ssmp_subscribed(client: LineClient, topic: bytes) -> None:
+    """SUBSCRIBE and wait for the 200."""
+    before = len(client.lines.items)
+    client.send(b"SUBSCRIBE " + topic)
+    await client.lines.count(before + 1)
+    assert client.lines.items[before] == b"200", client.lines.items
+
+
+__all__ = ["Inbox", "LineClient", "Node", "TIMEOUT", "Waiter", "reactor", "ssmp_subscribed"]
