@@ -14,8 +14,8 @@ from brokerd.config import Settings
 from brokerd.protocols.mcchat.client import MCChatClientProtocol, client_endpoint, connect
 from brokerd.protocols.socketmq.api import Client
 from brokerd.tap import ListenerService, makeService
-from tests.protocols.mcchat.live import Inbox
-from tests.protocols.socketmq.support import TIMEOUT, LineClient, Waiter, reactor
+from tests.support.live import Inbox
+from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"
 LISTENERS = ("ssmp", "mcchat", "socketmq")
@@ -53,9 +53,9 @@ class Node:
                 return service.running_port.getHost().port  # type: ignore[no-any-return]
         raise LookupError(protocol)
 
-    async def ssmp(self, name: bytes) -> LineClient:
+    async def ssmp(self, name: bytes) -> LineProtocol:
         endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", self.port("ssmp"))
-        client: LineClient = await endpoint.connect(Factory.forProtocol(LineClient)).addTimeout(TIMEOUT, reactor())
+        client: LineProtocol = await endpoint.connect(Factory.forProtocol(LineProtocol)).addTimeout(TIMEOUT, reactor())
         self.clients.append(client)
         await client.login(name)
         return client
@@ -86,7 +86,7 @@ class Node:
             await service.stopService()
 
 
-async def ssmp_subscribed(client: LineClient, topic: bytes) -> None:
+async def ssmp_subscribed(client: LineProtocol, topic: bytes) -> None:
     """SUBSCRIBE and wait for the 200."""
     before = len(client.lines.items)
     client.send(b"SUBSCRIBE " + topic)
@@ -94,4 +94,4 @@ async def ssmp_subscribed(client: LineClient, topic: bytes) -> None:
     assert client.lines.items[before] == b"200", client.lines.items
 
 
-__all__ = ["Inbox", "LineClient", "Node", "TIMEOUT", "Waiter", "reactor", "ssmp_subscribed"]
+__all__ = ["Inbox", "LineProtocol", "Node", "TIMEOUT", "Waiter", "reactor", "ssmp_subscribed"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 
-from tests.integration.cluster_nodes import TIMEOUT, Inbox, LineClient, Node, reactor, ssmp_subscribed
+from tests.integration.cluster_nodes import TIMEOUT, Inbox, LineProtocol, Node, reactor, ssmp_subscribed
 from tests.integration.test_cluster_routing import cluster, stop_all
 from tests.support.broker import start_broker
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
@@ -142,7 +142,7 @@ async def test_a_killed_nodes_sessions_leave_presence(tmp_path: Path, redis_serv
         from twisted.internet.protocol import Factory
 
         endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", victim_node.ports["ssmp"])
-        victim: LineClient = await endpoint.connect(Factory.forProtocol(LineClient))
+        victim: LineProtocol = await endpoint.connect(Factory.forProtocol(LineProtocol))
         await victim.login(b"victim")
         await ssmp_subscribed(victim, b"hall")
         await until_members(node, b"hall", 1)
