@@ -239,3 +239,51 @@ async def test_notification_queues_are_bounded_in_bytes_and_respect_the_output_l
     numbers = [int(slow.received[i + 4:i + 6]) for i in range(len(slow.received))
                if slow.received.startswith(b"\r\n\r\n", i) and slow.received[i + 6:i + 7] == b"v"]
     assert numbers == sorted(numbers) and len(numbers) == kept
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_window_refill_reads_at_most_the_queued_bytes_limit(smqp_server):
+    """A subscriber whose 12 pending messages of 900 KB wait while it is away logs in and
+    reads nothing: the store read that fills its window brings back at most
+    ``--smqp-max-queued-bytes`` of bodies and one message (not the 256 of the window), and
+    the window holds no more.  Once it reads and acknowledges, all 12 arrive in order."""
+    limit, queued_limit, size = 64 * 1024, 1 << 20, 900_000
+    message = size + 4096  # one stored message: its data and its headers
+    server = await smqp_server(max_output_buffer=limit, smqp_max_queued_bytes=queued_limit)
+    alice = await server.login()
+    await alice.create_topic("/news")
+    away = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n")
+    away.transport.abortConnection()
+    await eventually(lambda: "alice:slow" not in server.factory.service.outboxes, "the session to end")
+    for i in range(12):  # ~10.8 MB pending for alice:slow
+        await alice.publish("/news", f"m{i}", [("application/octet-stream", b"%02d" % i + b"x" * size)])
+
+    store = server.factory.service.durable.store
+    reads: list[int] = []
+    pending = store.pending
+
+    def measured(*args, **kwargs):
+        return pending(*args, **kwargs).addCallback(
+            lambda found: reads.append(sum(len(d.data) for d in found)) or found)
+
+    store.pending = measured
+    slow = await raw_login(server, "alice", "slow", read=False)
+    outbox = server.factory.service.outboxes["alice:slow"]
+    await eventually(lambda: reads and outbox.inflight is not None, "the window to be read")
+    assert max(reads) <= queued_limit + message  # the limit and one message, never 256 of them
+    assert outbox.window_bytes <= queued_limit + message
+
+    await innocent_is_served(server)
+
+    # the positive control: it reads and acknowledges, and gets every message in order
+    slow.transport.resumeProducing()
+    seen = 0
+    while seen < 12:
+        await slow.until(lambda got: got.count(b"NOTIFY MESSAGE /news ADD\r\n") > seen and got.endswith(b"\r\n.\r\n"))
+        seen = slow.received.count(b"NOTIFY MESSAGE /news ADD\r\n")
+        slow.transport.write(b"310 ACK\r\n")
+    await slow.until(lambda got: got.count(b"310 ") >= 12)
+    numbers = [int(slow.received[i + 4:i + 6]) for i in range(len(slow.received))
+               if slow.received.startswith(b"\r\n\r\n", i) and slow.received[i + 6:i + 7] == b"x"]
+    assert numbers == list(range(12))
+    assert max(reads) <= queued_limit + message

@@ -22,7 +22,8 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
   per run of drops) and need no acknowledgement; they too wait for an outstanding
   acknowledgement.
 - Bytes, not only counts: the window holds at most ``max_queued_bytes`` of message bodies
-  (always at least one message), and :meth:`Outbox.pump` writes only while the session's
+  (always at least one message), the store read that refills it reads no more (its bodies
+  past the budget stay unread in the store, and so do those the window already holds), and :meth:`Outbox.pump` writes only while the session's
   output is under ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about
   :data:`BATCH` bytes; the rest waits for the session's resumeProducing.
 
@@ -251,11 +252,14 @@ class Outbox:
         self.loading = True
         self.stale = False
         exclude = [t for t in self.suspended if "*" not in t] + self.durable.held_topics()
-        limit = WINDOW + len(self.known)
-        d = self.durable.store.pending(self.name, limit, exclude)
-        d.addCallbacks(self._loaded, self._load_failed, callbackArgs=(limit,))
+        # What the window has room for, in messages and in bytes: the store reads no body
+        # past the budget, so a refill never holds more than the limit and one message.
+        limit = max(1, WINDOW - len(self.heap))
+        budget = max(1, self.max_bytes - self.window_bytes)
+        d = self.durable.store.pending(self.name, limit, exclude, budget, frozenset(self.known))
+        d.addCallbacks(self._loaded, self._load_failed)
 
-    def _loaded(self, deliveries: list[Delivery], limit: int) -> None:
+    def _loaded(self, deliveries: list[Delivery]) -> None:
         self.loading = False
         if self.closed:
             return
@@ -268,8 +272,8 @@ class Outbox:
                 break
             self._push(delivery)
             added += 1
-        if added and len(deliveries) >= limit:
-            self.stale = True
+        if added:
+            self.stale = True  # the read may have stopped at the budget: read again once drained
         self.pump()
 
     def _load_failed(self, failure: Failure) -> None:
