@@ -8,7 +8,8 @@ sends the next only after the client's ``310 ACK`` has been stored and the serve
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
 
 - No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
-  seconds: the notification is sent again, up to ``max_attempts`` (default
+  seconds: the notification is sent again (once the session's output is under its limit,
+  like any notification; the next timeout starts when it is written), up to ``max_attempts`` (default
   :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is given up (the message goes to
   its topic's Trash once nobody has it pending).
 - ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
@@ -100,6 +101,9 @@ class Outbox:
         """Volatile notifications dropped since the queue last drained (not logged yet)."""
         self._resending: set[int] = set()
         """Refused (416) deliveries offered again: their next send is a redelivery."""
+        self._resend_attempt = 0
+        """The attempt number of the retry of the notification in flight waiting for the
+        session's output to drain (0: none)."""
 
     # ------------------------------------------------------------------ suspension
 
@@ -197,7 +201,11 @@ class Outbox:
 
     def pump(self) -> None:
         """Send what may be sent now."""
-        if self.closed or self.inflight is not None or self.settling or not self.session.can_notify():
+        if self.closed or self.settling or not self.session.can_notify():
+            return
+        if self.inflight is not None:
+            if self._resend_attempt:
+                self._resend()
             return
         if self.suspended_all:
             return
@@ -235,6 +243,7 @@ class Outbox:
 
     def _send(self, delivery: Delivery) -> None:
         self.inflight = delivery
+        self._resend_attempt = 0
         self.inflight_parts = self.service.render(delivery)
         self.session.write_notify(self.inflight_parts)
         self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
@@ -329,6 +338,7 @@ class Outbox:
         if delivery is None or self.settling:
             raise NoNotification()
         self.inflight = self.inflight_parts = None
+        self._resend_attempt = 0
         if self._retry_call is not None and self._retry_call.active():
             self._retry_call.cancel()
         self._retry_call = None
@@ -363,9 +373,8 @@ class Outbox:
             if attempts >= self.durable.max_attempts:
                 self.inflight = self.inflight_parts = None
                 return self._give_up(delivery)
-            self.durable.redelivered(self, delivery, attempts + 1)
-            self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
-            self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+            self._resend_attempt = attempts + 1
+            self.pump()  # now if the output is under its limit, else once it drains
             return None
 
         def failed(failure: Failure) -> None:
@@ -375,6 +384,16 @@ class Outbox:
                 self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
 
         d.addCallbacks(counted, failed)
+
+    def _resend(self) -> None:
+        """The retry of the notification in flight, written under the same output limit as
+        any notification; its retry timeout starts once it is written."""
+        attempt, self._resend_attempt = self._resend_attempt, 0
+        delivery, parts = self.inflight, self.inflight_parts
+        assert delivery is not None and parts is not None
+        self.durable.redelivered(self, delivery, attempt)
+        self.session.write_notify(parts)
+        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
 
     def _abandon(self, delivery: Delivery) -> None:
         """The delivery vanished from the store (expired, removed): move on."""
