@@ -7,52 +7,32 @@ those of brokerd's own classes (exactly as many as after the round before: a lea
 session, outbox or admission shows at once), and all of them (within :data:`TOLERANCE`:
 a leak of one object per connection would be 500 more each round).  The clients are tests/support/rounds.py (the same as
 benchmarks/connection_rounds.py, which measures RSS over 5,000-connection rounds), run in a
-thread with blocking sockets whose every read and connect has a timeout, so a round that
-does not finish fails instead of hanging.
+thread with blocking sockets whose every read and connect has a timeout (and the thread
+itself one, :func:`tests.support.innocent.in_thread`), so a round that does not finish
+fails instead of hanging.
 """
 from __future__ import annotations
 
 import gc
-import threading
-from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
 
 from brokerd.config import Settings
 from brokerd.tap import makeService
 from tests.support.broker import free_port
 from tests.support.collect import eventually
+from tests.support.innocent import in_thread
 from tests.support.rounds import PROTOCOLS, SMQP_PER_ROUND, one_round
 
 CONNECTIONS = 500
 ROUNDS = 3
-ROUND_TIMEOUT = 120.0
-"""Seconds one round may take before the test fails (each socket operation has its own)."""
 TOLERANCE = 300
 """Live objects round N+1 may hold beyond round N.  Measured over six rounds: 0 of brokerd's
 classes each time; of all objects -200 to +220 from round to round, Twisted's cancelled
 DelayedCalls (the reactor drops them from its timer heap in batches, not at once) and
 weak references, going down again in later rounds."""
-
-
-def in_thread(function: Any, *args: Any) -> Deferred:
-    """Run blocking ``function(*args)`` in a thread of its own; the Deferred fires on the
-    reactor with its result or failure, or fails after ROUND_TIMEOUT."""
-    d: Deferred = Deferred()
-
-    def run() -> None:
-        try:
-            result = function(*args)
-        except BaseException as error:  # noqa: BLE001 (reported to the test)
-            reactor.callFromThread(lambda: d.called or d.errback(error))
-        else:
-            reactor.callFromThread(lambda: d.called or d.callback(result))
-
-    threading.Thread(target=run, name="connection-round", daemon=True).start()
-    return d.addTimeout(ROUND_TIMEOUT, reactor)
 
 
 def live_objects() -> tuple[int, int]:
