@@ -37,6 +37,13 @@ from tests.support.broker import REPO, free_port
 
 DOCS = REPO / "docs"
 TIMEOUT = 30.0
+EXTRA_PORTS = {"mcchat-tls": 1503, "smqp-example": 7200, "smqps-example": 7201}
+"""Ports the docs use beyond README's (test_readme.DEFAULT_PORTS), replaced the same way."""
+
+
+def with_extra_port(run: Callable, default: int, port: int) -> Callable:
+    """``run`` (Shell.run or Shell.start) with ``default`` replaced by ``port`` in its line."""
+    return lambda line: run(re.sub(rf"\b{default}\b", str(port), line))
 
 NOT_RUN: dict[tuple[str, int], str] = {
     ("deploy.md", 0): "installs into /opt, adds a system user and enables a systemd unit: a host's setup, "
@@ -147,7 +154,8 @@ def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
     ssmp_line, mcchat_line = blocks[1]
     ssmp = shell.start(ssmp_line)
     mcchat = shell.start(mcchat_line)
-    assert "sys:brokerd ~sys/brokerd/sessions/ssmp 1\n" in read_until(ssmp, ["sys:brokerd ~sys/brokerd/sessions/ssmp 1\n"])
+    printed = "sys:brokerd ~sys/brokerd/sessions/ssmp 1\n"  # the subscriber itself is the one session
+    assert printed in read_until(ssmp, [printed])
     shell.run('brokerd-ssmp pub news "hello, world"')  # a figure exists once SSMP accepted a message
     assert "~sys/brokerd/messages/accepted_by_protocol/ssmp" in read_until(
         mcchat, ["~sys/brokerd/messages/accepted_by_protocol/ssmp"])
@@ -191,9 +199,24 @@ def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
     assert shell.stop_all() == [-signal.SIGINT]
 
 
+def smqp_client_examples(shell: Shell, blocks: list[list[str]]) -> None:
+    """The block is run as one pasted script against the broker it presumes: alice's account,
+    SMQP on 7200 and SMQPS on 7201, and alice's certificate in the directory."""
+    shell.run("brokerd-accounts add accounts alice alicepw")
+    shell.run("brokerd-certs init . && brokerd-certs client . alice")
+    server = shell.start("twistd -n brokerd --smqp tcp:7200:interface=127.0.0.1 --smqp tls:7201:interface=127.0.0.1"
+                         " --accounts accounts --tls-cert server.pem --tls-key server.key --tls-ca ca.pem")
+    wait_for_ports(server, [shell.ports["smqp-example"], shell.ports["smqps-example"]])
+    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[1])
+    printed = shell.run(script).stdout
+    assert printed.endswith("02:00:00:00\n") or "02:00:00:00" in printed.splitlines()[-1], printed
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
 RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] = {
     # doc -> (the blocks the runner runs, the runner)
     "smqp.md": ([0], smqp_try_it),
+    "smqp.md#clients": ([1], smqp_client_examples),
     "tls.md": ([0, 1, 2], tls_walkthrough),
     "admin.md": ([0, 1], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
@@ -203,7 +226,7 @@ RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] =
 
 def test_every_doc_command_block_is_run_or_listed() -> None:
     found = {(path.name, i) for path in DOCS.glob("*.md") for i in range(len(sh_blocks(path)))}
-    run = {(name, i) for name, (indices, _runner) in RUNNERS.items() for i in indices}
+    run = {(name.partition("#")[0], i) for name, (indices, _runner) in RUNNERS.items() for i in indices}
     assert not run & set(NOT_RUN)
     assert found == run | set(NOT_RUN), sorted(found ^ (run | set(NOT_RUN)))
 
@@ -211,15 +234,18 @@ def test_every_doc_command_block_is_run_or_listed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", sorted(RUNNERS))
 def test_doc_commands(tmp_path: Path, doc: str) -> None:
-    ports = {protocol: free_port() for protocol in [*DEFAULT_PORTS, "mcchat-tls"]}
+    ports = {protocol: free_port() for protocol in [*DEFAULT_PORTS, *EXTRA_PORTS]}
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     write_shims(bin_dir, ports)
     cwd = tmp_path / "work"
     cwd.mkdir()
     shell = Shell(cwd, bin_dir, ports)
-    blocks = sh_blocks(DOCS / doc)
-    blocks = [[re.sub(r"\b1503\b", str(ports["mcchat-tls"]), line) for line in block] for block in blocks]
+    blocks = sh_blocks(DOCS / doc.partition("#")[0])
+    for name, default in EXTRA_PORTS.items():
+        blocks = [[re.sub(rf"\b{default}\b", str(ports[name]), line) for line in block] for block in blocks]
+        shell.run = with_extra_port(shell.run, default, ports[name])  # type: ignore[method-assign]
+        shell.start = with_extra_port(shell.start, default, ports[name])  # type: ignore[method-assign]
     try:
         RUNNERS[doc][1](shell, blocks)
     finally:

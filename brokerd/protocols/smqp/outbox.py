@@ -9,9 +9,9 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
 
 - No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
   seconds: the notification is sent again (once the session's output is under its limit,
-  like any notification; the next timeout starts when it is written), up to ``max_attempts`` (default
-  :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is given up (the message goes to
-  its topic's Trash once nobody has it pending).
+  like any notification; the next timeout starts when it is written), up to
+  ``max_attempts`` (default :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is
+  given up (the message goes to its topic's Trash once nobody has it pending).
 - ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
   an attempt), and a ``ONE`` message is offered to the other subscribers at once.
 - ``312`` (wait): acknowledged, and the message's topic is suspended for this session.
@@ -23,10 +23,11 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
   per run of drops) and need no acknowledgement; they too wait for an outstanding
   acknowledgement.
 - Bytes, not only counts: the window holds at most ``max_queued_bytes`` of message bodies
-  (always at least one message), the store read that refills it reads no more (its bodies
-  past the budget stay unread in the store, and so do those the window already holds), and :meth:`Outbox.pump` writes only while the session's
-  output is under ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about
-  :data:`BATCH` bytes; the rest waits for the session's resumeProducing.
+  (always at least one message), the store read that refills it reads no more (the bodies
+  past the budget stay unread in the store, and so do those the window already holds), and
+  :meth:`Outbox.pump` writes only while the session's output is under
+  ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about :data:`BATCH`
+  bytes; the rest waits for the session's resumeProducing.
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
