@@ -1,4 +1,4 @@
-"""The amplification attacks of issue 12 against a broker with all four front ends, each
+"""The attacks of issue 12 against a broker with all four front ends, each
 held in place while an innocent client of every protocol is served
 (tests/support/innocent.py).  The attacks' own bounds are asserted where each is tested in
 detail (test_mcchat_lists.py, test_smqp_hardening.py, test_socketmq_hardening.py,
@@ -23,7 +23,8 @@ from twisted.internet.protocol import Factory
 from brokerd.protocols.mcchat.codec import encode_sub, encode_tl
 from brokerd.protocols.smqp.codec import encode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
-from tests.integration.test_socketmq_hardening import FrameClient, client_frame
+from tests.integration.test_smqp_hardening import smuggling_body
+from tests.integration.test_socketmq_hardening import SLOW_REQUESTS, FrameClient, Trickle, client_frame
 from tests.protocols.mcchat.live import LOOPBACK, TIMEOUT, LiveBroker, reactor
 from tests.support.collect import Collector
 from tests.support.innocent import served_in_process
@@ -113,12 +114,28 @@ async def ssmp_subscriber_never_reads(live: LiveBroker) -> list[Any]:
     return [slow, publisher]
 
 
+async def http_headers_a_byte_at_a_time(live: LiveBroker) -> list[Any]:
+    """Slowloris: a POST whose headers come one byte every 50 ms (20 s in all), still
+    trickling while the innocent client is served."""
+    head, rest = SLOW_REQUESTS["POST headers"]
+    endpoint = TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("socketmq"))
+    return [await endpoint.connect(Factory.forProtocol(lambda: Trickle(head, rest)))]
+
+
+async def smqp_body_lines_as_commands(live: LiveBroker) -> list[Any]:
+    """A PUBLISH line with 64 leading blanks whose body holds a command line."""
+    line = b" " * 64 + b"PUBLISH MESSAGE /public x1\r\n"
+    return [await smqp_guest(live, "smuggler", b"CREATE TOPIC /public\r\n", line + smuggling_body())]
+
+
 ATTACKS: dict[str, Callable[[LiveBroker], Awaitable[list[Any]]]] = {
     "MCCHAT topic lists never read": mcchat_topic_lists_never_read,
     "SMQP GET MESSAGE never read": smqp_get_message_never_read,
     "SMQP window never read": smqp_window_never_read,
     "WebSocket empty continuation frames": websocket_empty_continuations,
     "SSMP subscriber never reads": ssmp_subscriber_never_reads,
+    "HTTP headers a byte at a time": http_headers_a_byte_at_a_time,
+    "SMQP body lines as commands": smqp_body_lines_as_commands,
 }
 
 
