@@ -1,6 +1,7 @@
 """CPU per SSMP message on the broker's hot path, in process, revisions side by side.
 
     python benchmarks/ssmp_cpu.py --commit main --commit HEAD        # (a), (b), (c); 5 rounds
+    python benchmarks/ssmp_cpu.py --commit HEAD --tree variant=/tmp/variant   # HEAD beside a prepared tree
 
 Why: on a machine shared with other work, the wall-clock throughput of run_ssmp.py swings
 by tens of per cent from run to run.  This measures what a change does to the broker's own
@@ -101,11 +102,18 @@ def export(revision: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
+    parser.add_argument("--tree", metavar="LABEL=DIR", action="append",
+                        help="a prepared source tree (DIR/brokerd) to run beside the commits, e.g. a variant"
+                             " of HEAD with some lines removed; repeatable")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all revisions [5]")
     parser.add_argument("--messages", type=int, default=32000, help="messages per repetition [32000]")
     parser.add_argument("--only", default="a,b,c", help="workloads [a,b,c]")
     options = parser.parse_args()
-    trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
+    trees = {rev: export(rev) for rev in options.commit or []}
+    for label, _eq, directory in (spec.partition("=") for spec in options.tree or []):
+        trees[label] = Path(directory).resolve()
+    if not trees:
+        trees["working tree"] = REPO
     kinds = options.only.split(",")
     seen: dict[str, dict[str, list[float]]] = {rev: {kind: [] for kind in kinds} for rev in trees}
     for round_ in range(options.rounds):

@@ -88,10 +88,14 @@ class IStore(Interface):
         ``before``."""
 
     # -- deliveries (two-phase acknowledged delivery)
-    def pending(subscriber, limit, exclude_topics=()):
+    def pending(subscriber, limit, exclude_topics=(), max_bytes=None, skip=()):
         """Deferred[list[Delivery]]: at most ``limit`` live messages ``subscriber`` has not
         acknowledged, highest priority first, then in ``seq`` order, leaving out the topics
-        (keys) in ``exclude_topics``."""
+        (keys) in ``exclude_topics`` and the messages whose seq is in ``skip`` (those the
+        caller already holds).  With ``max_bytes``, the list ends before the message whose
+        data would take it past ``max_bytes`` (it always holds one message when any is
+        pending): a subscriber's window of large messages is read a few at a time, and the
+        bodies past the budget are never read."""
 
     def acknowledge(subscriber, seq):
         """Deferred[Settled | None]: the subscriber acknowledged the message; it is never

@@ -23,6 +23,7 @@ from brokerd.store.records import (
     Settled,
     SubscriptionRecord,
     TopicRecord,
+    fitting,
     receipt_due,
     trash_key,
 )
@@ -233,18 +234,21 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ deliveries
 
-    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = ()) -> Deferred:
+    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = (),
+                max_bytes: int | None = None, skip: Iterable[int] = ()) -> Deferred:
         excluded = set(exclude_topics)
+        skipped = set(skip)
         found = []
         for seq, rows in self._deliveries.items():
             row = rows.get(subscriber)
             record = self._messages.get(seq)
             if (row is None or row[0] != PENDING or record is None or record.trashed is not None
-                    or seq in self._done or record.topic in excluded):
+                    or seq in self._done or record.topic in excluded or seq in skipped):
                 continue
             found.append(Delivery(seq, record.topic, record.priority, row[2], row[1], record.mode, record.data))
         found.sort(key=lambda d: (-d.priority, d.seq))
-        return self._ok(found[:limit])
+        found = found[:limit]
+        return self._ok(found[:fitting((len(d.data) for d in found), max_bytes)])
 
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
         row = self._deliveries.get(seq, {}).get(subscriber)

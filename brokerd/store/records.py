@@ -1,6 +1,7 @@
 """The rows the store keeps, as frozen dataclasses (the store's whole vocabulary)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 @dataclass(frozen=True)
@@ -68,6 +69,18 @@ class Delivery:
     attempts: int
     mode: str
     data: bytes
+
+
+def fitting(sizes: Iterable[int], max_bytes: int | None) -> int:
+    """How many of the leading messages of ``sizes`` bytes fit in ``max_bytes`` (None: all),
+    at least one: what :meth:`IStore.pending` returns under a byte budget."""
+    count = total = 0
+    for size in sizes:
+        total += size
+        if max_bytes is not None and count and total > max_bytes:
+            break
+        count += 1
+    return count
 
 
 @dataclass(frozen=True)

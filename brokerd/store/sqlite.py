@@ -40,6 +40,7 @@ from brokerd.store.records import (
     Settled,
     SubscriptionRecord,
     TopicRecord,
+    fitting,
     receipt_due,
     trash_key,
 )
@@ -588,18 +589,29 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ deliveries
 
-    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = ()) -> Deferred:
+    def pending(self, subscriber: str, limit: int, exclude_topics: Iterable[str] = (),
+                max_bytes: int | None = None, skip: Iterable[int] = ()) -> Deferred:
         excluded = sorted(set(exclude_topics))
+        skipped = frozenset(skip)
 
         def get(c: sqlite3.Connection) -> list[Delivery]:
+            # The sizes first, the bodies only of the rows within the budget: a window of
+            # large messages must not be read whole to keep a few of them.
             where = f" AND m.topic NOT IN ({_marks(excluded)})" if excluded else ""
             rows = c.execute(
-                "SELECT d.seq, m.topic, m.priority, d.change, d.attempts, m.mode, m.data"
+                "SELECT d.seq, m.topic, m.priority, d.change, d.attempts, m.mode, length(m.data)"
                 " FROM deliveries d JOIN messages m ON m.seq = d.seq"
                 f" WHERE d.subscriber = ? AND d.state = {PENDING} AND m.trashed IS NULL AND m.done = 0"
-                f"{where} ORDER BY m.priority DESC, d.seq LIMIT ?", (subscriber, *excluded, limit))
-            return [Delivery(seq, topic, priority, change, attempts, mode, bytes(data))
-                    for seq, topic, priority, change, attempts, mode, data in rows]
+                f"{where} ORDER BY m.priority DESC, d.seq LIMIT ?",
+                (subscriber, *excluded, limit + len(skipped))).fetchall()
+            rows = [row for row in rows if row[0] not in skipped][:limit]
+            rows = rows[:fitting((row[6] for row in rows), max_bytes)]
+            found = []
+            for seq, topic, priority, change, attempts, mode, _size in rows:
+                data = c.execute("SELECT data FROM messages WHERE seq = ?", (seq,)).fetchone()
+                if data is not None:
+                    found.append(Delivery(seq, topic, priority, change, attempts, mode, bytes(data[0])))
+            return found
 
         return self._submit(get)
 

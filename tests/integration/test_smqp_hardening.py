@@ -4,6 +4,7 @@ server keeps serving the attacker's next command and an innocent client."""
 from __future__ import annotations
 
 import gc
+import socket
 import time
 import weakref
 
@@ -242,3 +243,101 @@ async def test_notification_queues_are_bounded_in_bytes_and_respect_the_output_l
     numbers = [int(slow.received[i + 4:i + 6]) for i in range(len(slow.received))
                if slow.received.startswith(b"\r\n\r\n", i) and slow.received[i + 6:i + 7] == b"v"]
     assert numbers == sorted(numbers) and len(numbers) == kept
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_window_refill_reads_at_most_the_queued_bytes_limit(smqp_server):
+    """A subscriber whose 12 pending messages of 900 KB wait while it is away logs in and
+    reads nothing: the store read that fills its window brings back at most
+    ``--smqp-max-queued-bytes`` of bodies and one message (not the 256 of the window), and
+    the window holds no more.  Once it reads and acknowledges, all 12 arrive in order."""
+    limit, queued_limit, size = 64 * 1024, 1 << 20, 900_000
+    message = size + 4096  # one stored message: its data and its headers
+    server = await smqp_server(max_output_buffer=limit, smqp_max_queued_bytes=queued_limit)
+    alice = await server.login()
+    await alice.create_topic("/news")
+    away = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n")
+    away.transport.abortConnection()
+    await eventually(lambda: "alice:slow" not in server.factory.service.outboxes, "the session to end")
+    for i in range(12):  # ~10.8 MB pending for alice:slow
+        await alice.publish("/news", f"m{i}", [("application/octet-stream", b"%02d" % i + b"x" * size)])
+
+    store = server.factory.service.durable.store
+    reads: list[int] = []
+    pending = store.pending
+
+    def measured(*args, **kwargs):
+        return pending(*args, **kwargs).addCallback(
+            lambda found: reads.append(sum(len(d.data) for d in found)) or found)
+
+    store.pending = measured
+    slow = await raw_login(server, "alice", "slow", read=False)
+    outbox = server.factory.service.outboxes["alice:slow"]
+    await eventually(lambda: reads and outbox.inflight is not None, "the window to be read")
+    assert max(reads) <= queued_limit + message  # the limit and one message, never 256 of them
+    assert outbox.window_bytes <= queued_limit + message
+
+    await innocent_is_served(server)
+
+    # the positive control: it reads and acknowledges, and gets every message in order
+    slow.transport.resumeProducing()
+    seen = 0
+    while seen < 12:
+        await slow.until(lambda got: got.count(b"NOTIFY MESSAGE /news ADD\r\n") > seen and got.endswith(b"\r\n.\r\n"))
+        seen = slow.received.count(b"NOTIFY MESSAGE /news ADD\r\n")
+        slow.transport.write(b"310 ACK\r\n")
+    await slow.until(lambda got: got.count(b"310 ") >= 12)
+    numbers = [int(slow.received[i + 4:i + 6]) for i in range(len(slow.received))
+               if slow.received.startswith(b"\r\n\r\n", i) and slow.received[i + 6:i + 7] == b"x"]
+    assert numbers == list(range(12))
+    assert max(reads) <= queued_limit + message
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retry_waits_for_the_output_limit_like_any_notification(smqp_server):
+    """A subscriber that neither reads nor acknowledges a 900 KB message: each retry counts
+    an attempt, but the message is sent again only once its output is under
+    ``--max-output-buffer``, so the broker never queues it twice.  When it reads, the
+    re-send arrives and its acknowledgement settles the message."""
+    limit, size = 64 * 1024, 900_000
+    message = size + 4096
+    server = await smqp_server(max_output_buffer=limit, smqp_retry_timeout=0.05, smqp_max_attempts=50)
+    alice = await server.login()
+    await alice.create_topic("/news")
+    slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n", read=False)
+    session = server.factory.service.outboxes["alice:slow"].session
+    store = server.factory.service.durable.store
+    counted: list[int] = []
+    attempt = store.attempt
+
+    def counting(*args):
+        return attempt(*args).addCallback(lambda n: counted.append(n) or n)
+
+    store.attempt = counting
+    written: list[int] = []  # what the session hands its transport (the kernel takes much of it)
+    write_notify = session.write_notify
+
+    def measured(parts):
+        written.append(sum(map(len, parts)))
+        return write_notify(parts)
+
+    session.write_notify = measured
+    # a small kernel send buffer: what the client does not read stays in the broker's output
+    session.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    await alice.publish("/news", "big", [("application/octet-stream", b"x" * size)])
+    await eventually(lambda: len(counted) >= 1, "a retry to be counted")
+    assert session._paused_output
+    assert len(written) == 1 and sum(written) <= message  # the first send only: no re-send past the limit
+    assert server.factory.service.durable.stats["redelivered"] == 0
+
+    await innocent_is_served(server)
+
+    # the positive control: once it reads, the re-send comes, and its 310 settles the message
+    slow.transport.resumeProducing()
+    await slow.until(lambda got: got.count(b"NOTIFY MESSAGE /news ADD\r\n") >= 2 and got.endswith(b"\r\n.\r\n"))
+    assert len(written) >= 2 and server.factory.service.durable.stats["redelivered"] >= 1
+    slow.transport.write(b"310 ACK\r\n")
+    await slow.until(lambda got: got.endswith(b"310 ACK\r\n"))
+    assert await alice.count("MESSAGE", "/news") == 1
+    outbox = server.factory.service.outboxes["alice:slow"]
+    await eventually(lambda: outbox.inflight is None and not outbox.settling, "the delivery to settle")

@@ -152,6 +152,11 @@ class StoreContract:
         assert pending[0].data == b"d" and pending[0].mode == "ALL"
         assert [d.seq for d in await store.pending("bob:c1", 10, ["other"])] == [first + 1, first]
         assert [d.seq for d in await store.pending("bob:c1", 1)] == [first + 1]
+        assert [d.seq for d in await store.pending("bob:c1", 10, skip=[first + 1])] == [first, first + 2]
+        # a byte budget: the messages before the one past it, always at least one
+        assert [d.seq for d in await store.pending("bob:c1", 10, max_bytes=2)] == [first + 1, first]
+        assert [d.seq for d in await store.pending("bob:c1", 10, max_bytes=1)] == [first + 1]
+        assert [d.seq for d in await store.pending("bob:c1", 10, max_bytes=0)] == [first + 1]
         settled = await store.acknowledge("bob:c1", first + 1)
         assert settled.seq == first + 1 and settled.released == () and settled.receipt is None
         assert await store.acknowledge("bob:c1", first + 1) is None

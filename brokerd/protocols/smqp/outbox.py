@@ -8,9 +8,10 @@ sends the next only after the client's ``310 ACK`` has been stored and the serve
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
 
 - No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
-  seconds: the notification is sent again, up to ``max_attempts`` (default
-  :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is given up (the message goes to
-  its topic's Trash once nobody has it pending).
+  seconds: the notification is sent again (once the session's output is under its limit,
+  like any notification; the next timeout starts when it is written), up to
+  ``max_attempts`` (default :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is
+  given up (the message goes to its topic's Trash once nobody has it pending).
 - ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
   an attempt), and a ``ONE`` message is offered to the other subscribers at once.
 - ``312`` (wait): acknowledged, and the message's topic is suspended for this session.
@@ -22,9 +23,11 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
   per run of drops) and need no acknowledgement; they too wait for an outstanding
   acknowledgement.
 - Bytes, not only counts: the window holds at most ``max_queued_bytes`` of message bodies
-  (always at least one message), and :meth:`Outbox.pump` writes only while the session's
-  output is under ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about
-  :data:`BATCH` bytes; the rest waits for the session's resumeProducing.
+  (always at least one message), the store read that refills it reads no more (the bodies
+  past the budget stay unread in the store, and so do those the window already holds), and
+  :meth:`Outbox.pump` writes only while the session's output is under
+  ``--max-output-buffer`` (``can_notify``), the FIFO in batches of about :data:`BATCH`
+  bytes; the rest waits for the session's resumeProducing.
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
@@ -99,6 +102,9 @@ class Outbox:
         """Volatile notifications dropped since the queue last drained (not logged yet)."""
         self._resending: set[int] = set()
         """Refused (416) deliveries offered again: their next send is a redelivery."""
+        self._resend_attempt = 0
+        """The attempt number of the retry of the notification in flight waiting for the
+        session's output to drain (0: none)."""
 
     # ------------------------------------------------------------------ suspension
 
@@ -196,7 +202,11 @@ class Outbox:
 
     def pump(self) -> None:
         """Send what may be sent now."""
-        if self.closed or self.inflight is not None or self.settling or not self.session.can_notify():
+        if self.closed or self.settling or not self.session.can_notify():
+            return
+        if self.inflight is not None:
+            if self._resend_attempt:
+                self._resend()
             return
         if self.suspended_all:
             return
@@ -234,6 +244,7 @@ class Outbox:
 
     def _send(self, delivery: Delivery) -> None:
         self.inflight = delivery
+        self._resend_attempt = 0
         self.inflight_parts = self.service.render(delivery)
         self.session.write_notify(self.inflight_parts)
         self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
@@ -251,11 +262,14 @@ class Outbox:
         self.loading = True
         self.stale = False
         exclude = [t for t in self.suspended if "*" not in t] + self.durable.held_topics()
-        limit = WINDOW + len(self.known)
-        d = self.durable.store.pending(self.name, limit, exclude)
-        d.addCallbacks(self._loaded, self._load_failed, callbackArgs=(limit,))
+        # What the window has room for, in messages and in bytes: the store reads no body
+        # past the budget, so a refill never holds more than the limit and one message.
+        limit = max(1, WINDOW - len(self.heap))
+        budget = max(1, self.max_bytes - self.window_bytes)
+        d = self.durable.store.pending(self.name, limit, exclude, budget, frozenset(self.known))
+        d.addCallbacks(self._loaded, self._load_failed)
 
-    def _loaded(self, deliveries: list[Delivery], limit: int) -> None:
+    def _loaded(self, deliveries: list[Delivery]) -> None:
         self.loading = False
         if self.closed:
             return
@@ -268,8 +282,8 @@ class Outbox:
                 break
             self._push(delivery)
             added += 1
-        if added and len(deliveries) >= limit:
-            self.stale = True
+        if added:
+            self.stale = True  # the read may have stopped at the budget: read again once drained
         self.pump()
 
     def _load_failed(self, failure: Failure) -> None:
@@ -325,6 +339,7 @@ class Outbox:
         if delivery is None or self.settling:
             raise NoNotification()
         self.inflight = self.inflight_parts = None
+        self._resend_attempt = 0
         if self._retry_call is not None and self._retry_call.active():
             self._retry_call.cancel()
         self._retry_call = None
@@ -359,9 +374,8 @@ class Outbox:
             if attempts >= self.durable.max_attempts:
                 self.inflight = self.inflight_parts = None
                 return self._give_up(delivery)
-            self.durable.redelivered(self, delivery, attempts + 1)
-            self.session.write_notify(self.inflight_parts)  # type: ignore[arg-type]
-            self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+            self._resend_attempt = attempts + 1
+            self.pump()  # now if the output is under its limit, else once it drains
             return None
 
         def failed(failure: Failure) -> None:
@@ -371,6 +385,16 @@ class Outbox:
                 self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
 
         d.addCallbacks(counted, failed)
+
+    def _resend(self) -> None:
+        """The retry of the notification in flight, written under the same output limit as
+        any notification; its retry timeout starts once it is written."""
+        attempt, self._resend_attempt = self._resend_attempt, 0
+        delivery, parts = self.inflight, self.inflight_parts
+        assert delivery is not None and parts is not None
+        self.durable.redelivered(self, delivery, attempt)
+        self.session.write_notify(parts)
+        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
 
     def _abandon(self, delivery: Delivery) -> None:
         """The delivery vanished from the store (expired, removed): move on."""

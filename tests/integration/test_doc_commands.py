@@ -1,0 +1,252 @@
+"""The ``sh`` command blocks of docs/*.md, run as written on free loopback ports.
+
+Every ``sh`` block of the docs is either run here (:data:`RUNNERS`) or listed with the reason
+it cannot run here (:data:`NOT_RUN`); a new block that is neither fails
+:func:`test_every_doc_command_block_is_run_or_listed`.  The commands run through the same
+console-script shims and port replacement as README.md's (tests/integration/test_readme.py),
+each block in a directory of its own, and every broker and client started is stopped.
+
+Where a block names something this machine does not have, the test replaces it and says so
+in :data:`SUBSTITUTIONS` (the system paths under /etc and /var, which a test must not write;
+the host name ``broker``; the ``...`` that stands for "your other options").
+"""
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_readme import (
+    DEFAULT_PORTS,
+    Shell,
+    command_of,
+    read_until,
+    wait_for_ports,
+    with_ports,
+    write_shims,
+)
+from tests.support.broker import REPO, free_port
+
+DOCS = REPO / "docs"
+TIMEOUT = 30.0
+EXTRA_PORTS = {"mcchat-tls": 1503, "smqp-example": 7200, "smqps-example": 7201}
+"""Ports the docs use beyond README's (test_readme.DEFAULT_PORTS), replaced the same way."""
+
+
+def with_extra_port(run: Callable, default: int, port: int) -> Callable:
+    """``run`` (Shell.run or Shell.start) with ``default`` replaced by ``port`` in its line."""
+    return lambda line: run(re.sub(rf"\b{default}\b", str(port), line))
+
+NOT_RUN: dict[tuple[str, int], str] = {
+    ("deploy.md", 0): "installs into /opt, adds a system user and enables a systemd unit: a host's setup, "
+                      "as root (the unit's ExecStart is the twistd command the other blocks run)",
+    ("deploy.md", 1): "docker build/run: no Docker daemon in the test environment",
+    ("performance.md", 0): "benchmarks: minutes of full load each (benchmarks/README.md)",
+    ("performance.md", 1): "a benchmark against a broker given by PORT/PID placeholders, with pbload",
+    ("performance.md", 2): "benchmarks: minutes of full load each, against other commits",
+}
+
+SUBSTITUTIONS: dict[str, list[tuple[str, str]]] = {
+    # (what the doc says, what runs here): system paths become the test's own directories
+    "admin.md": [("/etc/brokerd", "etc/brokerd"), (" ...", " --ssmp tcp:8787:interface=127.0.0.1 --open-login"),
+                 ("http://broker:", "http://127.0.0.1:")],
+    "deploy.md": [("/var/lib/brokerd", "var/lib/brokerd"), ("/var/backups/brokerd", "var/backups/brokerd")],
+    # the optional part in brackets, given (the block's ca.pem is made by brokerd-certs init .)
+    "mcchat.md": [("[--tls-ca ca.pem]", "--tls-ca ca.pem")],
+}
+
+
+def sh_blocks(path: Path) -> list[list[str]]:
+    """The ``sh`` blocks of ``path``, each as its commands: continuation lines joined, blank
+    and comment-only lines left out, substitutions applied."""
+    blocks = []
+    for text in re.findall(r"```sh\n(.*?)```", path.read_text(), re.S):
+        text = re.sub(r"\\\n\s*", "", text)
+        for old, new in SUBSTITUTIONS.get(path.name, []):
+            text = text.replace(old, new)
+        blocks.append([line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")])
+    return blocks
+
+
+def wait_printed(shell: Shell, command: str, reader: subprocess.Popen, wanted: str) -> str:
+    """Run ``command`` until ``reader`` prints ``wanted`` (a subscriber's SUBSCRIBE may not be in
+    place for the first publish)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        shell.run(command)
+        ready, _, _ = select.select([reader.stdout], [], [], 0.5)
+        if ready:
+            return read_until(reader, [wanted])
+        assert time.monotonic() < deadline, f"{wanted!r} never printed"
+
+
+def s_client(shell: Shell, line: str, typed: bytes | None) -> subprocess.CompletedProcess:
+    """An ``openssl s_client`` line with what the user types (None: stdin is /dev/null)."""
+    command = with_ports(command_of(line), shell.ports)
+    if typed is None:
+        return subprocess.run(["bash", "-c", command], cwd=shell.cwd, env=shell.env, capture_output=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(["bash", "-c", command], cwd=shell.cwd, env=shell.env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        process.stdin.write(typed)  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        answer = read_until(process, ["200"])
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(TIMEOUT)
+    return subprocess.CompletedProcess(command, 0, answer, "")
+
+
+# ---------------------------------------------------------------------- the runners
+
+
+def smqp_try_it(shell: Shell, blocks: list[list[str]]) -> None:
+    server_line, create, sub, pub = blocks[0]
+    server = shell.start(server_line)
+    wait_for_ports(server, [shell.ports["smqp"]])
+    shell.run(create)  # exits 0 (the sub below would get 404 without the topic)
+    subscriber = shell.start(sub)
+    assert "hello, SMQP" in wait_printed(shell, pub, subscriber, "hello, SMQP")
+    assert shell.stop_all() == [0, -signal.SIGINT]  # the subscriber ends quietly on Ctrl-C
+
+
+def tls_walkthrough(shell: Shell, blocks: list[list[str]]) -> None:
+    init, client, server_line, login_line, typed = blocks[0]
+    shell.run(init)
+    shell.run(client)
+    server = shell.start(server_line)
+    wait_for_ports(server, [shell.ports["tls"]])
+    assert "200" in s_client(shell, login_line, typed.encode() + b"\n").stdout  # LOGIN alice cert
+    refused, works = blocks[1]
+    assert s_client(shell, refused, None).returncode != 0  # a CBC suite: no handshake
+    assert s_client(shell, works, None).returncode == 0
+    with_cert, asks = blocks[2]
+    assert "200" in s_client(shell, with_cert, b"LOGIN alice cert\n").stdout
+    assert b"CertificateRequest" in s_client(shell, asks, None).stdout
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
+def admin_token(shell: Shell, blocks: list[list[str]]) -> None:
+    (shell.cwd / "etc" / "brokerd").mkdir(parents=True)
+    make_token, server_line, curl = blocks[0]
+    shell.run(make_token)
+    assert oct((shell.cwd / "etc/brokerd/admin-token").stat().st_mode & 0o777) == "0o600"
+    server = shell.start(server_line)
+    wait_for_ports(server, [shell.ports["admin"]])
+    assert "brokerd_connections" in shell.run(curl).stdout
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
+def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
+    """The block follows "With --sys-interval S": this broker has it."""
+    server = shell.start("twistd -n brokerd --ssmp tcp:8787:interface=127.0.0.1 --mcchat tcp:1502:interface=127.0.0.1"
+                         " --open-login --sys-interval 0.2")
+    wait_for_ports(server, [shell.ports["ssmp"], shell.ports["mcchat"]])
+    ssmp_line, mcchat_line = blocks[1]
+    ssmp = shell.start(ssmp_line)
+    mcchat = shell.start(mcchat_line)
+    printed = "sys:brokerd ~sys/brokerd/sessions/ssmp 1\n"  # the subscriber itself is the one session
+    assert printed in read_until(ssmp, [printed])
+    shell.run('brokerd-ssmp pub news "hello, world"')  # a figure exists once SSMP accepted a message
+    assert "~sys/brokerd/messages/accepted_by_protocol/ssmp" in read_until(
+        mcchat, ["~sys/brokerd/messages/accepted_by_protocol/ssmp"])
+    assert shell.stop_all() == [0, 0, -signal.SIGINT]
+
+
+def admin_commands(shell: Shell, blocks: list[list[str]]) -> None:
+    admin_token(shell, blocks)
+    shell.background.clear()
+    admin_sys_topics(shell, blocks)
+
+
+def mcchat_commands(shell: Shell, blocks: list[list[str]]) -> None:
+    """The two broker lines are alternatives (plain TCP or TLS): each is run on its own."""
+    plain, tls, sub, pub, topics = blocks[0]
+    server = shell.start(plain)
+    wait_for_ports(server, [shell.ports["mcchat"]])
+    subscriber = shell.start(sub)
+    assert "hello" in wait_printed(shell, pub, subscriber, "hello")
+    assert "news" in shell.run(topics).stdout.split()
+    assert shell.stop_all() == [0, -signal.SIGINT]
+    shell.background.clear()
+    shell.run("brokerd-certs init .")  # server.pem, server.key and ca.pem here
+    server = shell.start(tls)
+    wait_for_ports(server, [shell.ports["mcchat-tls"]])
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
+def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
+    (shell.cwd / "var" / "backups" / "brokerd").mkdir(parents=True)
+    server = shell.start("twistd -n brokerd --smqp tcp:7720:interface=127.0.0.1 --data-dir var/lib/brokerd"
+                         " --smqp-guest-permissions psc")
+    wait_for_ports(server, [shell.ports["smqp"]])
+    shell.run("brokerd-smqp -p 7720 create /kept")
+    shell.run(blocks[2][0])
+    copies = list((shell.cwd / "var" / "backups" / "brokerd").glob("smqp-*.sqlite3"))
+    assert len(copies) == 1, copies
+    with sqlite3.connect(copies[0]) as copy:
+        assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert "kept" in str(copy.execute("SELECT * FROM topics").fetchall())
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
+def smqp_client_examples(shell: Shell, blocks: list[list[str]]) -> None:
+    """The block is run as one pasted script against the broker it presumes: alice's account,
+    SMQP on 7200 and SMQPS on 7201, and alice's certificate in the directory."""
+    shell.run("brokerd-accounts add accounts alice alicepw")
+    shell.run("brokerd-certs init . && brokerd-certs client . alice")
+    server = shell.start("twistd -n brokerd --smqp tcp:7200:interface=127.0.0.1 --smqp tls:7201:interface=127.0.0.1"
+                         " --accounts accounts --tls-cert server.pem --tls-key server.key --tls-ca ca.pem")
+    wait_for_ports(server, [shell.ports["smqp-example"], shell.ports["smqps-example"]])
+    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[1])
+    printed = shell.run(script).stdout
+    assert printed.endswith("02:00:00:00\n") or "02:00:00:00" in printed.splitlines()[-1], printed
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
+RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] = {
+    # doc -> (the blocks the runner runs, the runner)
+    "smqp.md": ([0], smqp_try_it),
+    "smqp.md#clients": ([1], smqp_client_examples),
+    "tls.md": ([0, 1, 2], tls_walkthrough),
+    "admin.md": ([0, 1], admin_commands),
+    "mcchat.md": ([0], mcchat_commands),
+    "deploy.md": ([2], deploy_backup),
+}
+
+
+def test_every_doc_command_block_is_run_or_listed() -> None:
+    found = {(path.name, i) for path in DOCS.glob("*.md") for i in range(len(sh_blocks(path)))}
+    run = {(name.partition("#")[0], i) for name, (indices, _runner) in RUNNERS.items() for i in indices}
+    assert not run & set(NOT_RUN)
+    assert found == run | set(NOT_RUN), sorted(found ^ (run | set(NOT_RUN)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", sorted(RUNNERS))
+def test_doc_commands(tmp_path: Path, doc: str) -> None:
+    ports = {protocol: free_port() for protocol in [*DEFAULT_PORTS, *EXTRA_PORTS]}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_shims(bin_dir, ports)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    shell = Shell(cwd, bin_dir, ports)
+    blocks = sh_blocks(DOCS / doc.partition("#")[0])
+    for name, default in EXTRA_PORTS.items():
+        blocks = [[re.sub(rf"\b{default}\b", str(ports[name]), line) for line in block] for block in blocks]
+        shell.run = with_extra_port(shell.run, default, ports[name])  # type: ignore[method-assign]
+        shell.start = with_extra_port(shell.start, default, ports[name])  # type: ignore[method-assign]
+    try:
+        RUNNERS[doc][1](shell, blocks)
+    finally:
+        shell.stop_all()
