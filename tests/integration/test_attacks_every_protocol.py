@@ -25,7 +25,7 @@ from brokerd.protocols.smqp.codec import encode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 from tests.integration.test_smqp_hardening import smuggling_body
 from tests.integration.test_socketmq_hardening import SLOW_REQUESTS, FrameClient, Trickle, client_frame
-from tests.protocols.mcchat.live import LOOPBACK, TIMEOUT, LiveBroker, reactor
+from tests.support.live import LOOPBACK, TIMEOUT, LiveBroker, reactor
 from tests.support.collect import Collector
 from tests.support.innocent import served_in_process
 
