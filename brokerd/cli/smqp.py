@@ -38,7 +38,7 @@ from twisted.internet.error import ConnectError, ConnectionClosed
 
 from brokerd import __version__
 from brokerd.cli import common
-from brokerd.cli.common import EXIT_ERROR, CommandError
+from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
 from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 
@@ -337,6 +337,7 @@ async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
               out: TextIO = sys.stdout) -> None:
     """The chosen command; expected failures leave as SystemExit with their code."""
     client = None
+    interruption = Interruption(reactor)
     try:
         client = await session(reactor, args, stdin)
         await run_command(client, args, stdin, out)
@@ -348,6 +349,8 @@ async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
     except (ConnectionClosed, defer.TimeoutError) as exc:
+        if interruption.stopping:
+            return  # Ctrl-C or SIGTERM closed the connection: a subscriber stopped by its user
         print(f"{PROG}: connection lost: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
     finally:

@@ -84,7 +84,7 @@ async def test_a_page_of_another_origin_cannot_open_the_websocket(tmp_path: Path
             "import('/socket.mq/socketmq.js').then(m => m.connect({base}))"
             ".then(c => {{ window.{name} = 'open'; c.close(); }}, e => {{ window.{name} = 'refused ' + e.status; }}); true"
         )
-        other = f"http://localhost:{broker.http_port}"
+        other = broker.url.replace("127.0.0.1", "localhost")
         await page.evaluate(attempt.format(base=json.dumps(other), name="other"))
         await page.evaluate(attempt.format(base="undefined", name="own"))
         assert await page.wait_for("window.own") == "open"

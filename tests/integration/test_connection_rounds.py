@@ -4,7 +4,7 @@ The broker runs in this process (``makeService`` on the test's reactor) so that 
 keeps can be counted exactly: after each round closed its connections and the broker has
 detached them all, a full garbage collection, then the live objects the collector tracks:
 those of brokerd's own classes (exactly as many as after the round before: a leaked
-session, outbox or admission shows at once), and all of them (within :data:`TOLERANCE`:
+session, outbox or admission shows at once), and all of them (the last round within :data:`TOLERANCE` of the first:
 a leak of one object per connection would be 500 more each round).  The clients are tests/support/rounds.py (the same as
 benchmarks/connection_rounds.py, which measures RSS over 5,000-connection rounds), run in a
 thread with blocking sockets whose every read and connect has a timeout (and the thread
@@ -28,11 +28,13 @@ from tests.support.rounds import PROTOCOLS, SMQP_PER_ROUND, one_round
 
 CONNECTIONS = 500
 ROUNDS = 3
-TOLERANCE = 300
-"""Live objects round N+1 may hold beyond round N.  Measured over six rounds: 0 of brokerd's
-classes each time; of all objects -200 to +220 from round to round, Twisted's cancelled
-DelayedCalls (the reactor drops them from its timer heap in batches, not at once) and
-weak references, going down again in later rounds."""
+TOLERANCE = 500
+"""Live objects the last round may hold beyond the first.  Measured over six rounds: 0 of
+brokerd's classes each time; of all objects -200 to +360 from round to round (the larger
+figure in a whole-suite run), Twisted's cancelled DelayedCalls (the reactor drops them from
+its timer heap in batches, not at once) and weak references, going down again in later
+rounds.  A leak of one object per connection would be 2 x 500 = 1,000 between the first
+round and the third."""
 
 
 def live_objects() -> tuple[int, int]:
@@ -81,8 +83,8 @@ async def test_rounds_of_connections_leave_no_objects_behind(tmp_path):
             await eventually(lambda: not broker.sessions() and broker.stats.connections == 0,
                              "the broker to detach every connection")
             counts.append(live_objects())
-        for (ours_before, all_before), (ours, everything) in zip(counts, counts[1:]):
+        for (ours_before, _), (ours, _) in zip(counts, counts[1:]):
             assert ours <= ours_before, counts
-            assert everything <= all_before + TOLERANCE, counts
+        assert counts[-1][1] <= counts[0][1] + TOLERANCE, counts
     finally:
         await service.stopService()

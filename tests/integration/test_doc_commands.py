@@ -52,6 +52,7 @@ NOT_RUN: dict[tuple[str, int], str] = {
     ("performance.md", 0): "benchmarks: minutes of full load each (benchmarks/README.md)",
     ("performance.md", 1): "a benchmark against a broker given by PORT/PID placeholders, with pbload",
     ("performance.md", 2): "benchmarks: minutes of full load each, against other commits",
+    ("performance.md", 3): "benchmarks: durable delivery side by side with another commit, minutes of full load",
 }
 
 SUBSTITUTIONS: dict[str, list[tuple[str, str]]] = {
