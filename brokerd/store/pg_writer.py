@@ -223,25 +223,40 @@ class PostgresWriter:
         if batch and batch[0][0] == self._close_connection:
             self._close_connection(self._connection)
             return [(True, None)] + [(False, Failure(StoreClosed("the store is closed")))] * (len(batch) - 1)
-        for attempt in range(RETRIES + 1):
+        try:
+            if self._connection is None:
+                self._connection = self._connect()
             try:
-                if self._connection is None:
-                    self._connection = self._connect()
                 return self._transaction(self._connection, batch)
             except (errors.DeadlockDetected, errors.SerializationFailure):
+                # Another node's transaction locked the same rows in another order.  Running
+                # the batch again would meet it again: run each operation in a transaction of
+                # its own instead (one operation locks one message at a time: no cycle).
                 self._connection.rollback()
                 self.retried += 1
-                if attempt == RETRIES:
-                    return Failure(StoreUnavailable("the database kept aborting the transaction"))
-            except StoreUnavailable:
-                return Failure()
-            except psycopg.OperationalError as exc:
-                self._drop_connection()
-                return Failure(StoreUnavailable(f"PostgreSQL: {_first_line(exc)}"))
-            except psycopg.Error as exc:
-                self._drop_connection()
-                return Failure(StoreUnavailable(f"PostgreSQL: {_first_line(exc)}"))
-        raise AssertionError("unreachable")
+                return self._one_by_one(self._connection, batch)
+        except StoreUnavailable:
+            return Failure()
+        except psycopg.Error as exc:
+            self._drop_connection()
+            return Failure(StoreUnavailable(f"PostgreSQL: {_first_line(exc)}"))
+
+    def _one_by_one(self, connection: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+        from psycopg import errors
+
+        results: list[tuple[bool, Any]] = []
+        for entry in batch:
+            for attempt in range(RETRIES + 1):
+                try:
+                    results += self._transaction(connection, [entry])
+                    break
+                except (errors.DeadlockDetected, errors.SerializationFailure):
+                    connection.rollback()
+                    self.retried += 1
+                    if attempt == RETRIES:
+                        results.append((False, Failure(StoreUnavailable(
+                            "the database kept aborting the transaction"))))
+        return results
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
