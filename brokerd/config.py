@@ -118,6 +118,11 @@ class Settings:
     """Bytes of event-log files kept; the oldest hours are deleted first (docs/events.md)."""
     event_log_max_age: float = 7 * 86400.0
     """Seconds an hour of the event log is kept after it ended."""
+    store: str | None = None
+    """The durable store: None for the SQLite file in DATA_DIR (one node), or
+    ``postgresql://user@host:port/db``, shared by the nodes of a cluster."""
+    store_password_file: Path | None = None
+    """The PostgreSQL password (the file's first line) when the --store URL has none."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
