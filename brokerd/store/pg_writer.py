@@ -2,9 +2,12 @@
 
 Every store call is an operation ``f(connection, *args)`` queued on the reactor thread.  One
 thread, the only one that holds the connection, runs the queued operations in batches: a
-batch is one transaction (a savepoint per operation, so one failing operation does not undo
-the others), and only once it is committed do the operations' Deferreds fire, in order, on the
-reactor thread.  While a batch commits the next calls queue up and share the next commit.
+batch is one transaction, and only once it is committed do the operations' Deferreds fire, in
+order, on the reactor thread.  While a batch commits the next calls queue up and share the
+next commit.  Every statement is a round trip to the server, so a batch has no savepoints:
+when one operation fails (a duplicate message), the batch is rolled back and its operations
+run again one transaction each, so that the failing one fails alone (failures are rare; the
+round trips of savepoints would be paid by every operation).
 
 Several brokerd nodes share the database, so two transactions may wait for each other's row
 locks: PostgreSQL then aborts one with a deadlock (or serialization) error, and the writer
@@ -50,6 +53,10 @@ MAX_BACKOFF = 5.0
 SCHEMES = ("postgresql", "postgres")
 
 Operation = Callable[..., Any]
+
+
+class _OperationFailed(Exception):
+    """An operation of a batch failed: run the batch again one operation per transaction."""
 
 
 class StoreUnavailable(Exception):
@@ -228,6 +235,9 @@ class PostgresWriter:
                 self._connection = self._connect()
             try:
                 return self._transaction(self._connection, batch)
+            except _OperationFailed:
+                self._connection.rollback()
+                return self._one_by_one(self._connection, batch)
             except (errors.DeadlockDetected, errors.SerializationFailure):
                 # Another node's transaction locked the same rows in another order.  Running
                 # the batch again would meet it again: run each operation in a transaction of
@@ -267,8 +277,9 @@ class PostgresWriter:
                 pass
 
     def _transaction(self, connection: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
-        """One transaction, a savepoint per operation; database errors other than an
-        operation's own (a lost connection, a deadlock) propagate and undo the batch."""
+        """One transaction.  Database errors that are no operation's own (a lost connection,
+        a deadlock) propagate; an operation's own error ends a batch of one with its failure,
+        and a longer batch with _OperationFailed (the caller runs it one by one)."""
         from psycopg import errors
 
         results: list[tuple[bool, Any]] = []
@@ -278,18 +289,18 @@ class PostgresWriter:
                 connection.commit()
                 results.append((True, operation(connection, *args)))
                 return results + [(False, Failure(StoreClosed("the store is closed")))] * (len(batch) - len(results))
-            connection.execute("SAVEPOINT op")
             try:
                 value = operation(connection, *args)
             except (errors.DeadlockDetected, errors.SerializationFailure, errors.OperationalError,
                     errors.AdminShutdown, errors.InterfaceError):
                 raise
             except Exception:
-                connection.execute("ROLLBACK TO SAVEPOINT op")
-                results.append((False, Failure()))
-            else:
-                connection.execute("RELEASE SAVEPOINT op")
-                results.append((True, value))
+                if len(batch) > 1:
+                    raise _OperationFailed() from None
+                failure = Failure()
+                connection.rollback()
+                return [(False, failure)]
+            results.append((True, value))
         connection.commit()
         self.commit_latency.observe(time.perf_counter() - started)
         return results

@@ -258,14 +258,24 @@ class PostgreSQLStore:
         if self._block is not None and self._block[0] <= seq <= self._block[1]:
             self._high = max(self._high, seq)
 
-    def _insert_message(self, c: Any, record: MessageRecord, seq: int) -> int:
+    def _insert_message(self, c: Any, record: MessageRecord, seq: int, subscribers: list[str] = (),
+                        changes: list[str] = ()) -> int:
+        """Insert the message and, in the same statement, a pending delivery per subscriber."""
         from psycopg import errors
 
         row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received, record.expires,
                record.priority, record.data, record.mode, record.receipt, record.trashed)
+        insert = (f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+                  " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
         try:
-            c.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
-                      " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
+            if subscribers:
+                c.execute(f"WITH m AS ({insert} RETURNING seq) INSERT INTO deliveries"
+                          " (subscriber, seq, state, attempts, change)"
+                          f" SELECT d.subscriber, m.seq, {PENDING}, 0, d.change FROM m,"
+                          " unnest(%s::text[], %s::text[]) AS d (subscriber, change)"
+                          " ON CONFLICT DO NOTHING", (*row, list(subscribers), list(changes)))
+            else:
+                c.execute(insert, row)
         except errors.UniqueViolation:
             raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
         self._used(seq)
@@ -347,13 +357,13 @@ class PostgreSQLStore:
         return self._submit(self._take)
 
     def publish(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> Deferred:
-        rows = [(subscriber, record.seq, PENDING, 0, change) for subscriber, change in deliveries]
+        pairs = list(deliveries)
+        subscribers = [subscriber for subscriber, _change in pairs]
+        changes = [change for _subscriber, change in pairs]
 
         def publish(c: Any) -> int:
-            seq = self._insert_message(c, record, record.seq)
-            if rows:
-                c.cursor().executemany(_INSERT_DELIVERY, rows)
-            return seq
+            # One statement, one round trip: the message and its deliveries.
+            return self._insert_message(c, record, record.seq, subscribers, changes)
 
         return self._submit(publish)
 

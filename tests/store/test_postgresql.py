@@ -196,3 +196,30 @@ def test_connection_info_reads_the_password_file_and_keeps_urls_out_of_logs(tmp_
     assert redacted("postgresql://alice:inline@h/d") == "postgresql://alice:***@h/d"
     with pytest.raises(ValueError, match="no database"):
         connection_info("postgresql://alice@h:5432/")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_url):  # noqa: F811
+    """A batch has no savepoints: a duplicate inside it rolls the batch back and its
+    operations run again one by one, so only the duplicate fails.  Publishes made together
+    share a few transactions, and none is done when publish() returns."""
+    store = await opened(postgres_url)
+    try:
+        first = await store.next_seq()
+        await store.publish(numbered(first, "news"), [])
+        outcomes = await gatherResults([
+            store.put_topics([TopicRecord("a", "a")]),
+            store.publish(numbered(first, "other"), [("s:1", "ADD")]).addErrback(lambda f: f.trap(ValueError) and "dup"),
+            store.publish(numbered(first + 1, "news"), [("s:1", "ADD"), ("s:1", "ADD"), ("t:1", "REPLACE")]),
+        ])
+        assert outcomes[1:] == ["dup", first + 1]
+        assert [r.key for r in await store.load_topics()] == ["a"]
+        assert [(d.seq, d.change) for d in await store.pending("t:1", 10)] == [(first + 1, "REPLACE")]
+        before = store.batches
+        calls = [store.publish(numbered(first + 2 + i, "bench"), [("s:1", "ADD")]) for i in range(500)]
+        assert not any(d.called for d in calls)
+        await gatherResults(calls)
+        assert store.batches - before <= 5
+        assert await store.count_messages(["bench"]) == 500
+    finally:
+        await store.close()
