@@ -284,11 +284,21 @@ class PostgresWriter:
 
         results: list[tuple[bool, Any]] = []
         started = time.perf_counter()
-        for operation, args, _d in batch:
+        index = 0
+        while index < len(batch):
+            operation, args, _d = batch[index]
             if operation == self._close_connection:
                 connection.commit()
                 results.append((True, operation(connection, *args)))
                 return results + [(False, Failure(StoreClosed("the store is closed")))] * (len(batch) - len(results))
+            if len(batch) > 1 and getattr(operation, "pipelined", False):
+                end = index
+                while end < len(batch) and getattr(batch[end][0], "pipelined", False):
+                    end += 1
+                results += self._pipelined(connection, batch[index:end])
+                index = end
+                continue
+            index += 1
             try:
                 value = operation(connection, *args)
             except (errors.DeadlockDetected, errors.SerializationFailure, errors.OperationalError,
@@ -304,6 +314,22 @@ class PostgresWriter:
         connection.commit()
         self.commit_latency.observe(time.perf_counter() - started)
         return results
+
+    def _pipelined(self, connection: Any, run: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+        """Operations that read no result (``operation.pipelined``: a publish) sent in one
+        pipeline: one round trip for them all, not one each.  An error surfaces at the end
+        of the pipeline, not at its operation: the batch then runs one by one."""
+        from psycopg import errors
+
+        try:
+            with connection.pipeline():
+                values = [operation(connection, *args) for operation, args, _d in run]
+        except (errors.DeadlockDetected, errors.SerializationFailure, errors.OperationalError,
+                errors.AdminShutdown, errors.InterfaceError):
+            raise
+        except Exception:
+            raise _OperationFailed() from None
+        return [(True, value) for value in values]
 
     # ------------------------------------------------------------------ back on the reactor
 
@@ -338,9 +364,6 @@ class PostgresWriter:
             self._flush()
 
     def _outage(self, failure: Failure) -> None:
-        if self._connection is not None and failure.check(StoreUnavailable) and \
-                "aborting" in str(failure.value):
-            return  # the connection is fine; the transaction lost every retry
         if self.available:
             self.outages += 1
             self._log.error("PostgreSQL store {name} unavailable: {reason}; stored publishes are refused"

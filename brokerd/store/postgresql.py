@@ -362,9 +362,11 @@ class PostgreSQLStore:
         changes = [change for _subscriber, change in pairs]
 
         def publish(c: Any) -> int:
-            # One statement, one round trip: the message and its deliveries.
+            # One statement: the message and its deliveries; it reads no result, so the
+            # publishes of a batch go out in one pipeline (pg_writer).
             return self._insert_message(c, record, record.seq, subscribers, changes)
 
+        publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
 
     def find_message(self, seq: int) -> Deferred:
@@ -476,17 +478,23 @@ class PostgreSQLStore:
 
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
         def ack(c: Any) -> Settled | None:
-            row = _lock_message(c, seq)  # the claim: a racing acknowledgement waits here
-            if row is None:
+            # One round trip in the common case: lock the message's row (the claim: a racing
+            # acknowledgement on another node waits here, then sees ``done``), then mark the
+            # delivery acknowledged unless a ONE message was settled by someone else.
+            row = c.execute(
+                "WITH m AS (SELECT seq, topic, mode, receipt, done FROM messages WHERE seq = %s FOR UPDATE),"
+                f" a AS (UPDATE deliveries d SET state = {ACKED} FROM m WHERE d.subscriber = %s"
+                f" AND d.seq = m.seq AND d.state = {PENDING} AND NOT (m.mode = 'ONE' AND m.done)"
+                " RETURNING d.seq)"
+                " SELECT m.topic, m.mode, m.receipt, (SELECT COUNT(*) FROM a) FROM m",
+                (seq, subscriber)).fetchone()
+            if row is None:  # the message is gone: the delivery alone
                 acked = c.execute(f"UPDATE deliveries SET state = {ACKED} WHERE subscriber = %s AND seq = %s"
                                   f" AND state = {PENDING}", (subscriber, seq)).rowcount
                 return Settled(seq, "") if acked else None
-            topic, mode, receipt, done = row
-            if mode == "ONE" and done:
-                return None  # another subscriber settled it first
-            if c.execute(f"UPDATE deliveries SET state = {ACKED} WHERE subscriber = %s AND seq = %s"
-                         f" AND state = {PENDING}", (subscriber, seq)).rowcount == 0:
-                return None
+            topic, mode, receipt, acked = row
+            if not acked:
+                return None  # nothing pending, or another subscriber settled the ONE message first
             due = _receipt(c, seq, final=False) if receipt != "NONE" else None
             released: tuple[str, ...] = ()
             if mode == "ONE":
