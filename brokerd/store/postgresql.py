@@ -16,12 +16,11 @@ what two nodes writing at once need:
   delivery is never pending again.  The expiry sweep takes its messages with ``FOR UPDATE
   SKIP LOCKED``: two nodes sweeping at once trash (and report) each message once.
 
-The schema is created on open under an advisory lock (nodes starting together create it once)
-and versioned in ``brokerd_schema``.  Import psycopg lazily: the broker runs without it.
+The schema and the row-level steps are :mod:`brokerd.store.pg_schema`'s.  psycopg is imported
+lazily: the broker runs without it.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +31,24 @@ from zope.interface import implementer
 
 from brokerd.store.base import IStore
 from brokerd.store.memory import StoreClosed
+from brokerd.store.pg_schema import (
+    INSERT_DELIVERY,
+    MESSAGE_COLUMNS,
+    PUT_TOPIC,
+    SCHEMA_VERSION,
+    SEQ_BLOCK,
+    SUBSCRIPTION_COLUMNS,
+    TOPIC_COLUMNS,
+    create_schema,
+    drop_pending_of,
+    lock_message,
+    message_record,
+    receipt as due_receipt,
+    subscription,
+    topic_record,
+    topic_row,
+    trash,
+)
 from brokerd.store.pg_writer import PostgresWriter, StoreUnavailable, redacted
 from brokerd.store.records import (
     ACKED,
@@ -40,129 +57,12 @@ from brokerd.store.records import (
     Contact,
     Delivery,
     MessageRecord,
-    ReceiptDue,
     Settled,
     SubscriptionRecord,
     TopicRecord,
-    receipt_due,
-    trash_key,
 )
 
 __all__ = ["PostgreSQLStore", "StoreUnavailable", "SCHEMA_VERSION", "SEQ_BLOCK"]
-
-SEQ_BLOCK = 1 << 36
-"""Message numbers a store takes at a time (68 billion: one node run never uses them up)."""
-SCHEMA_VERSION = 1
-_SCHEMA_LOCK = 0x62726F6B  # pg_advisory_xact_lock key: nodes starting together migrate once
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS brokerd_schema (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS topics (
-    key TEXT PRIMARY KEY, name TEXT NOT NULL, keywords TEXT NOT NULL, delivery TEXT NOT NULL,
-    link TEXT, owner TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, system BOOLEAN NOT NULL,
-    timeout DOUBLE PRECISION);
-CREATE TABLE IF NOT EXISTS contacts (account TEXT PRIMARY KEY, mime TEXT NOT NULL, data BYTEA NOT NULL);
-CREATE SEQUENCE IF NOT EXISTS message_blocks START WITH 1 INCREMENT BY {SEQ_BLOCK};
-CREATE TABLE IF NOT EXISTS messages (
-    seq BIGINT PRIMARY KEY, smuid TEXT NOT NULL UNIQUE, topic TEXT NOT NULL, publisher TEXT NOT NULL,
-    cmuid TEXT NOT NULL, received DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION,
-    priority INTEGER NOT NULL, data BYTEA NOT NULL, mode TEXT NOT NULL DEFAULT 'ALL',
-    receipt TEXT NOT NULL DEFAULT 'NONE', receipted BOOLEAN NOT NULL DEFAULT FALSE,
-    done BOOLEAN NOT NULL DEFAULT FALSE, trashed DOUBLE PRECISION);
-CREATE INDEX IF NOT EXISTS messages_by_topic ON messages (topic, seq);
-CREATE INDEX IF NOT EXISTS messages_by_expiry ON messages (expires) WHERE trashed IS NULL;
-CREATE INDEX IF NOT EXISTS messages_by_trashed ON messages (trashed) WHERE trashed IS NOT NULL;
-CREATE TABLE IF NOT EXISTS deliveries (
-    subscriber TEXT NOT NULL, seq BIGINT NOT NULL, state INTEGER NOT NULL, attempts INTEGER NOT NULL,
-    change TEXT NOT NULL, PRIMARY KEY (subscriber, seq));
-CREATE INDEX IF NOT EXISTS deliveries_by_seq ON deliveries (seq, state);
-CREATE TABLE IF NOT EXISTS subscriptions (
-    subscriber TEXT NOT NULL, kind TEXT NOT NULL, topic TEXT NOT NULL, changes TEXT NOT NULL,
-    since DOUBLE PRECISION, until DOUBLE PRECISION, PRIMARY KEY (subscriber, kind, topic));
-CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions (topic, kind)
-"""
-
-_TOPIC_COLUMNS = "key, name, keywords, delivery, link, owner, created, system, timeout"
-_PUT_TOPIC = (f"INSERT INTO topics ({_TOPIC_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-              " ON CONFLICT (key) DO UPDATE SET name = EXCLUDED.name, keywords = EXCLUDED.keywords,"
-              " delivery = EXCLUDED.delivery, link = EXCLUDED.link, owner = EXCLUDED.owner,"
-              " created = EXCLUDED.created, system = EXCLUDED.system, timeout = EXCLUDED.timeout")
-_MESSAGE_COLUMNS = "seq, smuid, topic, publisher, cmuid, received, expires, priority, data, mode, receipt, trashed"
-_INSERT_DELIVERY = ("INSERT INTO deliveries (subscriber, seq, state, attempts, change) VALUES (%s, %s, %s, %s, %s)"
-                    " ON CONFLICT DO NOTHING")
-_SUBSCRIPTION_COLUMNS = "subscriber, kind, topic, changes, since, until"
-
-
-def _topic_row(record: TopicRecord) -> tuple:
-    return (record.key, record.name, json.dumps(list(record.keywords)), record.delivery, record.link,
-            record.owner, record.created, record.system, record.timeout)
-
-
-def _topic_record(row: tuple) -> TopicRecord:
-    key, name, keywords, delivery, link, owner, created, system, timeout = row
-    return TopicRecord(key, name, tuple(json.loads(keywords)), delivery, link, owner, created, system, timeout)
-
-
-def _message_record(row: tuple) -> MessageRecord:
-    seq, smuid, topic, publisher, cmuid, received, expires, priority, data, mode, receipt, trashed = row
-    return MessageRecord(smuid, topic, publisher, cmuid, received, expires, priority, bytes(data), seq,
-                         mode, receipt, trashed)
-
-
-def _subscription(row: tuple) -> SubscriptionRecord:
-    subscriber, kind, topic, changes, since, until = row
-    return SubscriptionRecord(subscriber, kind, topic, tuple(filter(None, changes.split(","))), since, until)
-
-
-def _create_schema(c: Any) -> None:
-    c.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-    for statement in _SCHEMA.split(";"):
-        c.execute(statement)
-    row = c.execute("SELECT MAX(version) FROM brokerd_schema").fetchone()
-    if row[0] is None:
-        c.execute("INSERT INTO brokerd_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-    elif row[0] > SCHEMA_VERSION:
-        raise RuntimeError(f"schema version {row[0]} is newer than this brokerd ({SCHEMA_VERSION})")
-
-
-def _lock_message(c: Any, seq: int, live: bool = False) -> tuple | None:
-    """Lock message ``seq``'s row until the transaction ends: ``(topic, mode, receipt, done)``."""
-    where = " AND trashed IS NULL" if live else ""
-    return c.execute(f"SELECT topic, mode, receipt, done FROM messages WHERE seq = %s{where} FOR UPDATE",
-                     (seq,)).fetchone()
-
-
-def _receipt(c: Any, seq: int, final: bool) -> ReceiptDue | None:
-    """The receipt of (locked) message ``seq`` if it is due now, marked as given."""
-    row = c.execute("SELECT topic, publisher, cmuid, receipt, receipted, data FROM messages WHERE seq = %s",
-                    (seq,)).fetchone()
-    if row is None or row[3] == "NONE" or row[4]:
-        return None
-    total, acked = c.execute(
-        f"SELECT COUNT(*), COUNT(*) FILTER (WHERE state = {ACKED}) FROM deliveries WHERE seq = %s",
-        (seq,)).fetchone()
-    if not receipt_due(row[3], acked, total, final):
-        return None
-    c.execute("UPDATE messages SET receipted = TRUE WHERE seq = %s", (seq,))
-    return ReceiptDue(seq, row[0], row[1], row[2], bytes(row[5]), int(acked), int(total))
-
-
-def _drop_pending_of(c: Any, seq: int) -> tuple[str, ...]:
-    """Delete message ``seq``'s pending deliveries; who had one."""
-    rows = c.execute(f"DELETE FROM deliveries WHERE seq = %s AND state = {PENDING} RETURNING subscriber", (seq,))
-    return tuple(sorted(row[0] for row in rows))
-
-
-def _trash(c: Any, seq: int, now: float) -> Settled | None:
-    row = _lock_message(c, seq, live=True)
-    if row is None:
-        return None
-    receipt = _receipt(c, seq, final=True)
-    released = _drop_pending_of(c, seq)
-    c.execute("DELETE FROM deliveries WHERE seq = %s", (seq,))
-    c.execute("UPDATE messages SET topic = %s, trashed = %s WHERE seq = %s", (trash_key(row[0]), now, seq))
-    return Settled(seq, row[0], receipt, released, trashed=True)
 
 
 @implementer(IStore)
@@ -175,7 +75,7 @@ class PostgreSQLStore:
     def __init__(self, url: str, info: str, reactor: Any) -> None:
         self.url = redacted(url)
         self._reactor = reactor
-        self._writer = PostgresWriter(info, reactor, _create_schema, name=self.url)
+        self._writer = PostgresWriter(info, reactor, create_schema, name=self.url)
         self._state = "new"  # new -> open -> closing -> closed
         self._closed: Deferred | None = None
         self._trigger: Any = None
@@ -265,7 +165,7 @@ class PostgreSQLStore:
 
         row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received, record.expires,
                record.priority, record.data, record.mode, record.receipt, record.trashed)
-        insert = (f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+        insert = (f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES"
                   " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
         try:
             if subscribers:
@@ -298,15 +198,15 @@ class PostgreSQLStore:
     # ------------------------------------------------------------------ topics
 
     def load_topics(self) -> Deferred:
-        return self._submit(lambda c: [_topic_record(row) for row in c.execute(
-            f"SELECT {_TOPIC_COLUMNS} FROM topics ORDER BY key COLLATE \"C\"")])
+        return self._submit(lambda c: [topic_record(row) for row in c.execute(
+            f"SELECT {TOPIC_COLUMNS} FROM topics ORDER BY key COLLATE \"C\"")])
 
     def put_topics(self, records: Iterable[TopicRecord]) -> Deferred:
-        rows = [_topic_row(r) for r in records]
+        rows = [topic_row(r) for r in records]
 
         def put(c: Any) -> None:
             if rows:
-                c.cursor().executemany(_PUT_TOPIC, rows)
+                c.cursor().executemany(PUT_TOPIC, rows)
 
         return self._submit(put)
 
@@ -329,7 +229,7 @@ class PostgreSQLStore:
         def rename(c: Any) -> None:
             c.execute("DELETE FROM topics WHERE key = ANY(%s::text[])", ([old for old, _r in renames],))
             if renames:
-                c.cursor().executemany(_PUT_TOPIC, [_topic_row(record) for _old, record in renames])
+                c.cursor().executemany(PUT_TOPIC, [topic_row(record) for _old, record in renames])
 
         return self._submit(rename)
 
@@ -371,8 +271,8 @@ class PostgreSQLStore:
 
     def find_message(self, seq: int) -> Deferred:
         def get(c: Any) -> MessageRecord | None:
-            row = c.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE seq = %s", (seq,)).fetchone()
-            return _message_record(row) if row else None
+            row = c.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq = %s", (seq,)).fetchone()
+            return message_record(row) if row else None
 
         return self._submit(get)
 
@@ -382,9 +282,9 @@ class PostgreSQLStore:
         def get(c: Any) -> list[MessageRecord]:
             where = "" if wanted is None else " AND seq = ANY(%s::bigint[])"
             params: list[Any] = [topic] + ([] if wanted is None else [wanted]) + [limit]
-            rows = c.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE topic = %s{where}"
+            rows = c.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE topic = %s{where}"
                              " ORDER BY seq LIMIT %s", params)
-            return [_message_record(row) for row in rows]
+            return [message_record(row) for row in rows]
 
         return self._submit(get)
 
@@ -412,19 +312,19 @@ class PostgreSQLStore:
         return self._submit(remove)
 
     def trash_message(self, seq: int, now: float) -> Deferred:
-        return self._submit(lambda c: _trash(c, seq, now))
+        return self._submit(lambda c: trash(c, seq, now))
 
     def move_message(self, seq: int, topic: str, deliveries: Iterable[tuple[str, str]]) -> Deferred:
         rows = [(subscriber, seq, PENDING, 0, change) for subscriber, change in deliveries]
 
         def move(c: Any) -> Settled | None:
-            row = _lock_message(c, seq, live=True)
+            row = lock_message(c, seq, live=True)
             if row is None:
                 return None
-            released = _drop_pending_of(c, seq)
+            released = drop_pending_of(c, seq)
             c.execute("UPDATE messages SET topic = %s WHERE seq = %s", (topic, seq))
             if rows:
-                c.cursor().executemany(_INSERT_DELIVERY, rows)
+                c.cursor().executemany(INSERT_DELIVERY, rows)
             return Settled(seq, row[0], None, released)
 
         return self._submit(move)
@@ -434,7 +334,7 @@ class PostgreSQLStore:
             seqs = [row[0] for row in c.execute(
                 "SELECT seq FROM messages WHERE trashed IS NULL AND expires IS NOT NULL AND expires <= %s"
                 " ORDER BY expires LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit))]
-            return [settled for seq in seqs if (settled := _trash(c, seq, now)) is not None]
+            return [settled for seq in seqs if (settled := trash(c, seq, now)) is not None]
 
         return self._submit(expire)
 
@@ -495,10 +395,10 @@ class PostgreSQLStore:
             topic, mode, receipt, acked = row
             if not acked:
                 return None  # nothing pending, or another subscriber settled the ONE message first
-            due = _receipt(c, seq, final=False) if receipt != "NONE" else None
+            due = due_receipt(c, seq, final=False) if receipt != "NONE" else None
             released: tuple[str, ...] = ()
             if mode == "ONE":
-                released = _drop_pending_of(c, seq)
+                released = drop_pending_of(c, seq)
                 c.execute("UPDATE messages SET done = TRUE WHERE seq = %s", (seq,))
             return Settled(seq, topic, due, released)
 
@@ -514,14 +414,14 @@ class PostgreSQLStore:
 
     def give_up(self, subscriber: str, seq: int, now: float) -> Deferred:
         def give_up(c: Any) -> Settled | None:
-            row = _lock_message(c, seq)
+            row = lock_message(c, seq)
             if c.execute(f"UPDATE deliveries SET state = {DEAD} WHERE subscriber = %s AND seq = %s"
                          f" AND state = {PENDING}", (subscriber, seq)).rowcount == 0 or row is None:
                 return None
             if c.execute(f"SELECT 1 FROM deliveries WHERE seq = %s AND state = {PENDING} LIMIT 1",
                          (seq,)).fetchone():
                 return Settled(seq, row[0])
-            return _trash(c, seq, now)
+            return trash(c, seq, now)
 
         return self._submit(give_up)
 
@@ -551,14 +451,14 @@ class PostgreSQLStore:
     # ------------------------------------------------------------------ subscriptions
 
     def load_subscriptions(self) -> Deferred:
-        return self._submit(lambda c: [_subscription(row) for row in c.execute(
-            f"SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions"
+        return self._submit(lambda c: [subscription(row) for row in c.execute(
+            f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions"
             ' ORDER BY subscriber COLLATE "C", kind COLLATE "C", topic COLLATE "C"')])
 
     def put_subscription(self, record: SubscriptionRecord) -> Deferred:
         row = (record.subscriber, record.kind, record.topic, ",".join(record.changes), record.since, record.until)
         return self._submit(lambda c: c.execute(
-            f"INSERT INTO subscriptions ({_SUBSCRIPTION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
+            f"INSERT INTO subscriptions ({SUBSCRIPTION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (subscriber, kind, topic) DO UPDATE SET changes = EXCLUDED.changes,"
             " since = EXCLUDED.since, until = EXCLUDED.until", row) and None)
 
@@ -568,6 +468,6 @@ class PostgreSQLStore:
             (subscriber, kind, topic)).rowcount > 0)
 
     def subscriptions_of(self, subscriber: str) -> Deferred:
-        return self._submit(lambda c: [_subscription(row) for row in c.execute(
-            f"SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE subscriber = %s"
+        return self._submit(lambda c: [subscription(row) for row in c.execute(
+            f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE subscriber = %s"
             ' ORDER BY kind COLLATE "C", topic COLLATE "C"', (subscriber,))])
