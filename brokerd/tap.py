@@ -295,8 +295,10 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
 
 
 def _open_store(settings: Settings, reactor) -> Any:
-    """The --store database, opened (its schema made) once the reactor runs; a broker that
-    cannot reach it at start says so in one line and stops (a supervisor starts it again)."""
+    """The --store database, opened (its schema made) once the reactor runs.  While the
+    server cannot be reached the store keeps trying (stored publishes and SMQP wait for it);
+    a database brokerd cannot use (a newer schema, no right to create the tables) is one
+    critical line and the broker stops."""
     store = store_for(settings.store, settings.store_password_file, reactor)
 
     def unreachable(failure) -> None:

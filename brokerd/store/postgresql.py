@@ -49,7 +49,7 @@ from brokerd.store.pg_schema import (
     topic_row,
     trash,
 )
-from brokerd.store.pg_writer import PostgresWriter, StoreUnavailable, redacted
+from brokerd.store.pg_writer import MAX_QUEUE, PostgresWriter, StoreUnavailable, redacted
 from brokerd.store.records import (
     ACKED,
     DEAD,
@@ -83,6 +83,10 @@ class PostgreSQLStore:
         """The first and last message number of this store's block (writer thread only)."""
         self._high = 0
         """The highest number of the block used so far (writer thread only)."""
+        self._waiting: list[tuple[Any, tuple, Deferred]] | None = []
+        """Calls made before the first connection (None once connected)."""
+        self._opened: Deferred | None = None
+        self._retry: Any = None
 
     # ------------------------------------------------------------------ figures
 
@@ -113,7 +117,41 @@ class PostgreSQLStore:
         # alive by a waiting thread); operations queue until then.
         self._reactor.callWhenRunning(self._writer.start)
         self._trigger = self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
-        return self._submit(lambda c: None)
+        opened = self._opened = Deferred()
+        self._try_open()
+        return opened
+
+    def _try_open(self) -> None:
+        """Connect (and create the schema); while the server cannot be reached, try again
+        after the writer's backoff.  Calls made meanwhile wait (at most MAX_QUEUE of them)
+        and go out once connected: a broker started before its database serves once the
+        database is up, as a node restarted during an outage does."""
+        self._retry = None
+        if self._state != "open":
+            return
+        d = self._writer.submit(lambda c: None)
+
+        def failed(failure: Failure) -> None:
+            if failure.check(StoreUnavailable) and self._state == "open":
+                self._retry = self._reactor.callLater(self._writer.backoff, self._try_open)
+                return
+            self._release_waiting(failure)
+
+        d.addCallbacks(lambda _: self._release_waiting(None), failed)
+
+    def _release_waiting(self, failure: Failure | None) -> None:
+        waiting, self._waiting = self._waiting, None
+        opened, self._opened = self._opened, None
+        for operation, args, d in waiting or ():
+            if failure is None:
+                self._writer.submit(operation, *args).chainDeferred(d)
+            else:
+                d.errback(failure)
+        if opened is not None:
+            if failure is None:
+                opened.callback(None)
+            else:
+                opened.errback(failure)
 
     def close(self) -> Deferred:
         if self._state in ("closing", "closed"):
@@ -122,6 +160,10 @@ class PostgreSQLStore:
             self._state = "closed"
             return succeed(None)
         self._state = "closing"
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        if self._waiting is not None:
+            self._release_waiting(Failure(StoreClosed("the store was closed before it could connect")))
         if self._trigger is not None:
             try:
                 self._reactor.removeSystemEventTrigger(self._trigger)
@@ -142,6 +184,12 @@ class PostgreSQLStore:
     def _submit(self, operation: Any, *args: Any) -> Deferred:
         if self._state != "open":
             return fail(StoreClosed(f"the store is {self._state}"))
+        if self._waiting is not None:  # not connected yet: wait for it
+            if len(self._waiting) >= MAX_QUEUE:
+                return fail(StoreUnavailable(f"{MAX_QUEUE} store operations are waiting for the database"))
+            d: Deferred = Deferred()
+            self._waiting.append((operation, args, d))
+            return d
         return self._writer.submit(operation, *args)
 
     # ------------------------------------------------------------------ message numbers

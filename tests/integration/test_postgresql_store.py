@@ -150,6 +150,27 @@ def test_an_outage_refuses_stored_publishes_and_loses_nothing_acknowledged(tmp_p
     assert "unavailable" in broker.log() and "Traceback" not in again.log()
 
 
+def test_a_broker_started_before_its_database_serves_once_it_is_up(tmp_path, own_postgres):  # noqa: F811
+    url = own_postgres.create_database()
+    own_postgres.stop()
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    broker = _node(tmp_path, "early", url, accounts, SMQP_SSMP, "--open-login")
+    try:
+        ssmp = LineClient.connect(broker.ports["ssmp"])  # the other protocols serve meanwhile
+        assert ssmp.request("LOGIN early open") == b"200"
+        assert ssmp.request("MCAST anything live") == b"200"
+        own_postgres.start()
+        alice = BlockingSMQP(broker.ports["smqp"], timeout=60)  # greeted once the store is open
+        alice.login("alice", "pub")
+        assert alice.command("CREATE TOPIC /late").code == 200
+        assert _publish(alice, "/late", "L", b"stored").code == 200
+        alice.close()
+    finally:
+        broker.stop()
+    assert "unavailable" in broker.log() and "Traceback" not in broker.log()
+
+
 def test_an_unusable_store_url_is_one_line(tmp_path):
     from tests.support.broker import twistd
     import subprocess

@@ -10,6 +10,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 from twisted.internet.task import deferLater
 
+from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_writer import StoreUnavailable, connection_info, redacted
 from brokerd.store.postgresql import SCHEMA_VERSION, SEQ_BLOCK, PostgreSQLStore
 from brokerd.store.records import MessageRecord, TopicRecord
@@ -223,3 +224,36 @@ async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_
         assert await store.count_messages(["bench"]) == 500
     finally:
         await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_store_opened_while_the_server_is_down_waits_for_it(own_postgres):  # noqa: F811
+    """A node started during an outage: open() and the calls made meanwhile wait (nothing
+    fails) and go out, in order, once the server is up."""
+    url = own_postgres.create_database()
+    own_postgres.stop()
+    store = PostgreSQLStore(url, connection_info(url), reactor)
+    opening = store.open()
+    try:
+        first = store.next_seq()
+        put = store.put_topics([TopicRecord("news", "News")])
+        loaded = store.load_topics()
+        for _ in range(20):
+            await deferLater(reactor, 0, lambda: None)
+        assert not any(d.called for d in (opening, first, put, loaded))
+        own_postgres.start()
+        await opening
+        assert await first >= 1 and await put is None
+        assert [r.key for r in await loaded] == ["news"]
+        assert store.available
+    finally:
+        await store.close()
+    nowhere = "postgresql://x@127.0.0.1:1/none"  # closed before it ever connected
+    closed_early = PostgreSQLStore(nowhere, connection_info(nowhere), reactor)
+    waiting = closed_early.open()
+    call = closed_early.load_topics()
+    await closed_early.close()
+    with pytest.raises(StoreClosed):
+        await waiting
+    with pytest.raises(StoreClosed):
+        await call
