@@ -12,7 +12,6 @@ import pytest
 
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
 from tests.support.broker import LineClient, start_broker
-from tests.support.postgres import own_postgres, postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +30,7 @@ def _publish(client: BlockingSMQP, topic: str, cmuid: str, data: bytes):
     return client.reply()
 
 
-def test_node_2_serves_the_durable_subscriber_what_node_1_stored(tmp_path, postgres_url):  # noqa: F811
+def test_node_2_serves_the_durable_subscriber_what_node_1_stored(tmp_path, postgres_url):
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
     one = _node(tmp_path, "one", postgres_url, accounts)
@@ -95,7 +94,7 @@ def _publish_until_stored(client: BlockingSMQP, topic: str, data: bytes, deadlin
         time.sleep(0.2)  # one try per fifth of a second, bounded by the deadline
 
 
-def test_an_outage_refuses_stored_publishes_and_loses_nothing_acknowledged(tmp_path, own_postgres):  # noqa: F811
+def test_an_outage_refuses_stored_publishes_and_loses_nothing_acknowledged(tmp_path, own_postgres):
     url = own_postgres.create_database()
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
@@ -150,7 +149,7 @@ def test_an_outage_refuses_stored_publishes_and_loses_nothing_acknowledged(tmp_p
     assert "unavailable" in broker.log() and "Traceback" not in again.log()
 
 
-def test_a_broker_started_before_its_database_serves_once_it_is_up(tmp_path, own_postgres):  # noqa: F811
+def test_a_broker_started_before_its_database_serves_once_it_is_up(tmp_path, own_postgres):
     url = own_postgres.create_database()
     own_postgres.stop()
     accounts = tmp_path / "accounts"

@@ -14,7 +14,6 @@ from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_writer import StoreUnavailable, connection_info, redacted
 from brokerd.store.postgresql import SCHEMA_VERSION, SEQ_BLOCK, PostgreSQLStore
 from brokerd.store.records import MessageRecord, TopicRecord
-from tests.support.postgres import own_postgres, postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 MESSAGES = 150
 
@@ -30,7 +29,7 @@ async def opened(url: str) -> PostgreSQLStore:
 
 
 @pytest_twisted.async_yield_fixture
-async def two_nodes(postgres_url):  # noqa: F811
+async def two_nodes(postgres_url):
     first, second = await opened(postgres_url), await opened(postgres_url)
     yield first, second
     await gatherResults([first.close(), second.close()])
@@ -109,7 +108,7 @@ async def test_two_nodes_sweeping_expire_each_message_once(two_nodes):
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_reactor_runs_while_another_node_holds_the_lock(postgres_url):  # noqa: F811
+async def test_the_reactor_runs_while_another_node_holds_the_lock(postgres_url):
     """The store waits for row locks in its thread: while another connection holds message
     seq's lock, the acknowledgement waits and the reactor goes on running (counted, not timed)."""
     import psycopg
@@ -135,7 +134,7 @@ async def test_the_reactor_runs_while_another_node_holds_the_lock(postgres_url):
 
 
 @pytest_twisted.ensureDeferred
-async def test_survives_reopening_and_takes_a_new_block(postgres_url):  # noqa: F811
+async def test_survives_reopening_and_takes_a_new_block(postgres_url):
     import psycopg
 
     store = await opened(postgres_url)
@@ -155,7 +154,7 @@ async def test_survives_reopening_and_takes_a_new_block(postgres_url):  # noqa: 
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_outage_fails_calls_then_the_store_reconnects(own_postgres):  # noqa: F811
+async def test_an_outage_fails_calls_then_the_store_reconnects(own_postgres):
     """Server stopped (immediate, as a crash): calls fail with StoreUnavailable and the store
     says it is unavailable; what was committed before is there after the restart; the store
     connects again by itself."""
@@ -200,7 +199,7 @@ def test_connection_info_reads_the_password_file_and_keeps_urls_out_of_logs(tmp_
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_url):  # noqa: F811
+async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_url):
     """A batch has no savepoints: a duplicate inside it rolls the batch back and its
     operations run again one by one, so only the duplicate fails.  Publishes made together
     share a few transactions, and none is done when publish() returns."""
@@ -227,7 +226,7 @@ async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_store_opened_while_the_server_is_down_waits_for_it(own_postgres):  # noqa: F811
+async def test_a_store_opened_while_the_server_is_down_waits_for_it(own_postgres):
     """A node started during an outage: open() and the calls made meanwhile wait (nothing
     fails) and go out, in order, once the server is up."""
     url = own_postgres.create_database()

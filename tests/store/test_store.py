@@ -20,7 +20,6 @@ from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, To
 from brokerd.store.pg_writer import connection_info
 from brokerd.store.postgresql import PostgreSQLStore
 from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
-from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 
 def topic(key: str, **fields: object) -> TopicRecord:
@@ -271,7 +270,7 @@ async def sqlite_store(tmp_path: Path):
 
 
 @pytest_twisted.async_yield_fixture
-async def postgresql_store(postgres_url):  # noqa: F811 (the fixture imported above)
+async def postgresql_store(postgres_url):
     store = PostgreSQLStore(postgres_url, connection_info(postgres_url), reactor)
     await store.open()
     yield store
