@@ -6,6 +6,8 @@
         --commit main --commit HEAD                      # two revisions side by side, median of 3
     python benchmarks/smqp_bench.py --publishers 10 --no-compare --ssmp   # SSMP MCAST publishers
     python benchmarks/smqp_bench.py --publishers 10 --messages 5000 --no-compare --drain   # one subscriber drains
+    python benchmarks/smqp_bench.py --publishers 10 --no-compare --runs 3 \
+        --store sqlite --store postgresql                # the two stores side by side
 
 A real ``twistd brokerd --smqp`` runs in its own process on a fresh data dir (SQLite,
 synchronous=FULL).  Each publisher is its own process with a blocking socket that keeps
@@ -25,6 +27,11 @@ broker's CPU (all threads, from /proc) and the subscriber's per acknowledged del
 ``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
 core stored the message for it.
+
+``--store postgresql`` runs the broker with ``--store postgresql://...`` on a PostgreSQL
+server the benchmark starts for itself (initdb in a temp dir, fsync on, a fresh database per
+run; tests/support/postgres.py); ``--store sqlite`` (the default) is the SQLite file.  Given
+both, every run does each store in turn.
 
 ``--commit REV`` (repeatable) runs the broker from that revision (``brokerd/`` and
 ``twisted/`` exported with ``git archive``) instead of the working tree; with several, every
@@ -211,7 +218,7 @@ def export(revision: str) -> Path:
 
 def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
              tree: Path = REPO, ssmp: bool = False, drain: bool = False, profile: Path | None = None,
-             label: str = "", gil: bool = False) -> dict:
+             label: str = "", gil: bool = False, store_url: str | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
@@ -222,6 +229,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             "--accounts", str(accounts)]
     if ssmp:
         args += ["--ssmp", f"tcp:{ssmp_port}:interface=127.0.0.1", "--open-login"]
+    if store_url is not None:
+        args += ["--store", store_url]
     log = open(work / "broker.log", "wb")
     broker = subprocess.Popen(args, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONPATH=str(tree)))
@@ -325,21 +334,46 @@ def main() -> None:
                         help="with --profile: only samples of the thread holding the GIL (Python's CPU)")
     parser.add_argument("--commit", metavar="REV", action="append",
                         help="run the broker from this revision; repeatable: side by side [the working tree]")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), action="append",
+                        help="repeatable: side by side [sqlite]")
     parser.add_argument("--runs", type=int, default=1, help="measured runs, after one warm-up when > 1 [1]")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     options = parser.parse_args()
     trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
+    stores = options.store or ["sqlite"]
+    server = None
+    if "postgresql" in stores:
+        from tests.support.postgres import PostgresServer, binaries
+
+        found = binaries()
+        if found is None:
+            parser.error("--store postgresql: initdb and postgres not found (apt-get install postgresql)")
+        server = PostgresServer(found)
+        server.start()
+    try:
+        results = _measure(options, trees, stores, server)
+    finally:
+        if server is not None:
+            server.destroy()
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2))
+
+
+def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
+    variants = {(rev if len(stores) == 1 else f"{rev} / {store}"): (tree, store)
+                for rev, tree in trees.items() for store in stores}
     results = []
     for count in options.publishers or [1, 10]:
         modes = [True] if options.no_compare else [True, False]
         for group_commit in modes:
             per = max(1, options.messages // count) if count > 1 else options.messages
-            measured: dict[str, list[dict]] = {rev: [] for rev in trees}
+            measured: dict[str, list[dict]] = {rev: [] for rev in variants}
             for run in range(options.runs + (options.runs > 1)):
-                for rev, tree in trees.items():
+                for rev, (tree, store) in variants.items():
+                    url = server.create_database() if store == "postgresql" else None
                     result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp,
                                       options.drain, options.profile, rev.replace("/", "_").replace(" ", "_"),
-                                      options.profile_gil)
+                                      options.profile_gil, url)
                     result.update(revision=rev, run=run, load=os.getloadavg()[0])
                     print(json.dumps(result), flush=True)
                     if options.runs == 1 or run > 0:
@@ -352,8 +386,7 @@ def main() -> None:
                            "load": [r["load"] for r in runs], **median}
                 results.append(summary)
                 print("median", json.dumps(summary), flush=True)
-    if options.json:
-        Path(options.json).write_text(json.dumps(results, indent=2))
+    return results
 
 
 if __name__ == "__main__":

@@ -144,6 +144,11 @@ class Settings:
     """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
     node_name: str | None = None
     """This node's name in the cluster; default host name and the first listener's port."""
+    store: str | None = None
+    """The durable store: None for the SQLite file in DATA_DIR (one node), or
+    ``postgresql://user@host:port/db``, shared by the nodes of a cluster."""
+    store_password_file: Path | None = None
+    """The PostgreSQL password (the file's first line) when the --store URL has none."""
 
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""

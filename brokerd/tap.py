@@ -30,6 +30,7 @@ from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, read_fir
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.disk import DiskSpace
 
 _log = Logger()
@@ -96,6 +97,8 @@ class Options(usage.Options):
         ["max-connections-per-address", None, None, "Connections from one source IP address [256]."],
         ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together [1024]."],
         ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running [64]."],
+        ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
+        ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
         ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused [67108864]."],
         ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first [1073741824]."],
         ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
@@ -260,6 +263,8 @@ def check_settings(settings: Settings) -> None:
     listeners of front ends that are not available."""
     settings.secret()
     check_operations_settings(settings)
+    if settings.store is not None:
+        check_store_url(settings.store, settings.store_password_file)
     if settings.tls_cert is not None and settings.tls_key is not None:
         ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
     for protocol in settings.listeners:
@@ -357,8 +362,26 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     runtime.resources["operations"] = operations
     runtime.resources["event_log_service"] = event_log
     runtime.resources["disk"] = disk
+    if settings.store is not None:
+        runtime.resources["store"] = _open_store(settings, reactor)
     access_list_for(runtime)  # the UAL file, if any, is the core's access policy
     return runtime
+
+
+def _open_store(settings: Settings, reactor) -> Any:
+    """The --store database, opened (its schema made) once the reactor runs.  While the
+    server cannot be reached the store keeps trying (stored publishes and SMQP wait for it);
+    a database brokerd cannot use (a newer schema, no right to create the tables) is one
+    critical line and the broker stops."""
+    store = store_for(settings.store, settings.store_password_file, reactor)
+
+    def unreachable(failure) -> None:
+        _log.critical("brokerd: --store {url}: {reason}", url=store.url, reason=failure.getErrorMessage())
+        if reactor.running:
+            reactor.stop()
+
+    store.open().addErrback(unreachable)
+    return store
 
 
 def _listeners(settings: Settings) -> dict[str, list[str]]:

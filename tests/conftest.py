@@ -9,6 +9,10 @@ from hypothesis import HealthCheck, settings
 
 from tests.support import processes
 
+# Fixtures of servers the tests start themselves, for any test module: postgres_server,
+# postgres_url, own_postgres (tests/support/postgres.py).
+pytest_plugins = ["tests.support.postgres"]
+
 # Hypothesis' deadline and too_slow health check time each example: a busy CI machine fails
 # them for no fault of the code.  What a property test asserts is the property.
 settings.register_profile("brokerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])

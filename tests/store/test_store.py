@@ -1,5 +1,5 @@
-"""The store contract, run against every store (StoreContract), plus what only the SQLite
-store promises: durability across reopening, group commit, isolation of a failing
+"""The store contract, run against every store (StoreContract: memory, SQLite, PostgreSQL),
+plus what only the SQLite store promises: durability across reopening, group commit, isolation of a failing
 operation inside a batch, and the schema version."""
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.store.memory import MemoryStore, StoreClosed
 from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
+from brokerd.store.pg_writer import connection_info
+from brokerd.store.postgresql import PostgreSQLStore
 from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
 
 
@@ -270,6 +272,22 @@ async def sqlite_store(tmp_path: Path):
     await store.open()
     yield store
     await store.close()
+
+
+@pytest_twisted.async_yield_fixture
+async def postgresql_store(postgres_url):
+    store = PostgreSQLStore(postgres_url, connection_info(postgres_url), reactor)
+    await store.open()
+    yield store
+    await store.close()
+
+
+class TestPostgreSQLStore(StoreContract):
+    """Tests of what only PostgreSQL adds (nodes racing, outages): tests/store/test_postgresql.py."""
+
+    @pytest.fixture
+    def store(self, postgresql_store):
+        return postgresql_store
 
 
 class TestSQLiteStore(StoreContract):

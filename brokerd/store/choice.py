@@ -1,0 +1,37 @@
+"""``--store``: which durable store a broker uses.
+
+Without it, the SMQP front end opens the SQLite file in DATA_DIR (one node, no dependency).
+With ``--store postgresql://user@host:port/db`` (or ``postgres://``) every node of a cluster
+keeps its durable state in that database (:mod:`brokerd.store.postgresql`); the password comes
+from the URL or from ``--store-password-file``.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from brokerd.errors import ConfigurationError
+from brokerd.store.pg_writer import connection_info, is_postgres_url, redacted
+
+
+def check_store_url(url: str, password_file: Path | None) -> str:
+    """The libpq connection string of ``--store``; ConfigurationError (one line) when the URL
+    is not usable or psycopg is not installed."""
+    if not is_postgres_url(url):
+        raise ConfigurationError(f"--store {redacted(url)}: only postgresql:// URLs are supported"
+                                 " (without --store: the SQLite file in --data-dir)")
+    try:
+        info = connection_info(url, password_file)
+    except ValueError as exc:
+        raise ConfigurationError(f"--store {redacted(url)}: {exc}") from None
+    if importlib.util.find_spec("psycopg") is None:
+        raise ConfigurationError("--store postgresql:// needs psycopg: pip install 'brokerd[cluster]'")
+    return info
+
+
+def store_for(url: str, password_file: Path | None, reactor: Any) -> Any:
+    """The (not yet opened) store ``--store`` names."""
+    from brokerd.store.postgresql import PostgreSQLStore
+
+    return PostgreSQLStore(url, check_store_url(url, password_file), reactor)
