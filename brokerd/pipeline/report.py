@@ -48,12 +48,22 @@ def run_report(
     top: int = 100,
     html_dir: str | None = None,
     progress: Progress | None = None,
+    compact: bool = True,
+    delete_json: bool = False,
+    now_us: int | None = None,
 ) -> dict[str, Any]:
-    """Run the whole job; return the summary (also written as summary.json)."""
+    """Run the whole job; return the summary (also written as summary.json).  First the
+    closed hours not compacted yet are compacted (unless ``compact`` is false)."""
     from pyspark.sql import functions as F
+
+    from brokerd.pipeline.compact import compact as compact_log
 
     progress = progress or Progress(spark, enabled=False)
     out = out.rstrip("/") or "/"
+    compaction = None
+    if compact:
+        progress.step("compacting closed hours")
+        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
     progress.step("reading the event log")
     log = read_events(spark, data_dir, since_us, until_us)
     records = log.records
@@ -130,6 +140,10 @@ def run_report(
         "auth_failures": auth,
         "tables": list(TABLES),
         "bucket_seconds": bucket_seconds,
+        "compaction": None if compaction is None else {
+            "compacted_now": len(compaction.compacted), "already": len(compaction.already),
+            "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
+        },
     }
     progress.step("drawing the HTML report")
     plots = {
@@ -174,6 +188,10 @@ def text_summary(summary: dict[str, Any], elapsed: float | None = None) -> str:
     lines.append(f"  dead letters  {summary['dead_letters']:,}")
     lines.append(f"  auth failures {summary['auth_failure_count']:,}"
                  + (f" (top source {summary['auth_failures'][0]['source']})" if summary["auth_failures"] else ""))
+    compaction = summary.get("compaction")
+    if compaction:
+        lines.append(f"  compaction    {compaction['compacted_now']} hour(s) compacted now, "
+                     f"{compaction['already']} before, {compaction['open']} still open (read as JSON)")
     lines.append(f"  tables        {summary['out']}/{{{','.join(summary['tables'])}}}")
     lines.append(f"  html          {summary['html']}")
     if elapsed is not None:

@@ -38,8 +38,10 @@ def build_session(
     app_name: str = "brokerd-report",
     conf: dict[str, str] | None = None,
     log_level: str = "ERROR",
+    quiet: bool = False,
 ) -> Any:
-    """Create (or join) the SparkSession."""
+    """Create (or join) the SparkSession.  ``quiet``: the driver JVM logs errors only from
+    its start (Spark's default profile prints warnings before ``setLogLevel`` can act)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -52,6 +54,8 @@ def build_session(
             settings.update(LOCAL_DEFAULTS)
     elif master:
         builder = builder.master(master)
+    if quiet and not under_spark_submit():
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_quiet_log_config()}"
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -60,6 +64,29 @@ def build_session(
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log_config() -> str:
+    """A log4j2 configuration that lets only errors through, in the temp dir (one per user)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"brokerd-log4j2-quiet-{os.getuid()}.properties")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w", encoding="ascii") as handle:
+            handle.write(QUIET_LOG4J2)
+        os.replace(path + ".tmp", path)
+    return path
 
 
 class Progress:
