@@ -50,16 +50,18 @@ def build_session(
         # Python workers must be this interpreter (it has brokerd and pyarrow installed)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(master or DEFAULT_MASTER)
+        settings["spark.ui.showConsoleProgress"] = "false"  # Progress prints its own lines
         if (master or DEFAULT_MASTER).startswith("local"):
             settings.update(LOCAL_DEFAULTS)
     elif master:
         builder = builder.master(master)
-    if quiet and not under_spark_submit():
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_quiet_log_config()}"
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if quiet and not under_spark_submit():
+        spark = _quietly(builder)
+    else:
+        spark = builder.getOrCreate()
     for key, value in ALWAYS.items():
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(log_level)
@@ -75,6 +77,41 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
+
+
+JVM_NOISE = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level use")
+"""Lines the driver JVM prints on start whatever its log configuration says."""
+
+
+def _quietly(builder: Any) -> Any:
+    """Start the driver JVM logging errors only, and with its stderr passed through a filter
+    that drops :data:`JVM_NOISE` (the JVM inherits the stderr it has at start)."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:  # the JVM runs already
+        return builder.getOrCreate()
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--driver-java-options -Dlog4j2.configurationFile=file:{_quiet_log_config()} pyspark-shell"
+    )
+    read_end, write_end = os.pipe()
+    saved = os.dup(2)
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    try:
+        return builder.getOrCreate()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)  # the JVM holds the only write end now
+        threading.Thread(target=_filter_lines, args=(read_end,), name="brokerd-jvm-stderr", daemon=True).start()
+
+
+def _filter_lines(read_end: int) -> None:
+    with os.fdopen(read_end, "r", errors="replace") as lines:
+        for line in lines:
+            if not line.startswith(JVM_NOISE):
+                sys.stderr.write(line)
+                sys.stderr.flush()
 
 
 def _quiet_log_config() -> str:
