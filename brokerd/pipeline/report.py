@@ -19,7 +19,8 @@ from brokerd.pipeline.read import OK, read_events
 from brokerd.pipeline.session import Progress
 from brokerd.pipeline.timespec import format_time
 
-TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures")
+TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures",
+          "cross_protocol", "slow_consumers")
 MAX_PLOT_POINTS = 1500
 """Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
 HTML_NAME = "report.html"
@@ -75,6 +76,8 @@ def run_report(
         "top_subscribers": tables.top_subscribers(records, top),
         "dead_letters": tables.dead_letters(records),
         "auth_failures": tables.auth_failures(records),
+        "cross_protocol": tables.cross_protocol(records),
+        "slow_consumers": tables.slow_consumers(records),
     }
     for name in TABLES:
         progress.step(f"writing table {name}")
@@ -115,6 +118,10 @@ def run_report(
     dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
     auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
 
+    slow = spark.read.parquet(f"{out}/slow_consumers")
+    slow_count = slow.count()
+    slow_rows = _rows(slow.orderBy(F.col("time").desc()).limit(20))
+
     summary: dict[str, Any] = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
@@ -138,6 +145,9 @@ def run_report(
         "dead_letters": dead,
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
         "auth_failures": auth,
+        "cross_protocol": _rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
+        "slow_consumer_episodes": slow_count,
+        "slow_consumers": slow_rows,
         "tables": list(TABLES),
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {

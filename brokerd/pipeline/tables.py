@@ -216,9 +216,19 @@ def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
     )
 
 
+def internal_sessions(records: Any) -> Any:
+    """(session, protocol) of sessions the broker itself runs (SMQP's topic bridges): their
+    ``login`` has no ``source``, as they have no connection of their own."""
+    F = _f()
+    return (
+        records.filter((F.col("kind") == schema.LOGIN) & F.col("source").isNull())
+        .select("session", "protocol").distinct()
+    )
+
+
 def top_subscribers(records: Any, top: int = 100) -> Any:
     F = _f()
-    intervals = subscription_intervals(records).persist()
+    intervals = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti").persist()
     multicast = records.filter(
         (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
     ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol")
@@ -260,8 +270,56 @@ def top_subscribers(records: Any, top: int = 100) -> Any:
         (F.coalesce(F.col("routed_bytes"), zero) + F.coalesce(F.col("delivered_bytes"), zero)).alias("bytes"),
         F.coalesce(F.col("topics"), zero).alias("topics"),
     )
+    frame = frame.join(internal_sessions(records), ["session", "protocol"], "left_anti")
     order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
     return _ranked(frame, order, top)
+
+
+def cross_protocol(records: Any) -> Any:
+    """Publishing protocol x receiving protocol: multicast copies routed to subscribers (as
+    top_subscribers counts them: while subscribed, a session's own messages excluded) and
+    their bytes.  Deliveries outside the fan-out (``delivered``) carry no sender protocol and
+    are not in it."""
+    F = _f()
+    multicast = records.filter(
+        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
+    ).select(
+        "topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol",
+        F.col("protocol").alias("publishing"),
+    )
+    subscribers = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti")
+    per = (
+        subscribers.crossJoin(multicast.select("publishing").distinct())
+        .withColumn("interval", F.xxhash64("interval", "publishing"))
+        .persist()
+    )
+    keys = ["topic", "publishing"]
+    on_topic = _counts_between(multicast.select(*keys, "ts", "b", "c"), per, keys)
+    own_messages = multicast.join(subscribers.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi")
+    own = _counts_between(own_messages, per, ["topic", "session", "protocol", "publishing"]).select(
+        "interval", F.col("messages").alias("own_messages"), F.col("bytes").alias("own_bytes")
+    )
+    return (
+        per.join(on_topic, "interval", "left").join(own, "interval", "left")
+        .groupBy("publishing", F.col("protocol").alias("receiving"))
+        .agg(
+            F.sum(F.coalesce(F.col("messages"), F.lit(0)) - F.coalesce(F.col("own_messages"), F.lit(0))).cast("long").alias("messages"),
+            F.sum(F.coalesce(F.col("bytes"), F.lit(0)) - F.coalesce(F.col("own_bytes"), F.lit(0))).cast("long").alias("bytes"),
+        )
+        .filter(F.col("messages") > 0)
+        .orderBy("publishing", "receiving")
+    )
+
+
+def slow_consumers(records: Any) -> Any:
+    """Congestion episodes: ``dropped`` records for a full output buffer or queue (one record
+    per episode, ``dropped`` copies lost)."""
+    F = _f()
+    return (
+        records.filter((F.col("kind") == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
+        .select("time", "protocol", "session", "topic", "reason", F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("dropped"))
+        .orderBy("time", "session")
+    )
 
 
 def dead_letters(records: Any) -> Any:
