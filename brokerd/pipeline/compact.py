@@ -7,7 +7,8 @@ retention never touches it).  A compacted row has every field of ``brokerd.event
 plus ``status`` (``ok``, ``malformed``, ...), so bad lines stay counted after the JSON is gone.
 
 Crash safety: a run writes into ``events-compacted/_tmp-<id>/`` (Spark skips ``_`` names), puts
-a marker file ``_compacted.json`` into each finished hour there, and publishes the hour with
+a marker file ``_compacted.json`` (the hour's line count per status and its JSON files) into
+each finished hour there, and publishes the hour with
 one directory rename.  An hour is compacted exactly when its directory (with the marker) is in
 place; a run killed at any point leaves only a stale temporary directory, which the next run
 deletes before compacting what is still missing.  Two compactions of one data dir must not run
@@ -87,6 +88,19 @@ class HadoopFS:
             if status.isFile()
         )
 
+    def read_text(self, name: str) -> str:
+        stream = self.fs.open(self.path(name))
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
     def write_text(self, name: str, text: str) -> None:
         stream = self.fs.create(self.path(name), True)
         try:
@@ -160,19 +174,19 @@ def compact(
         fs.mkdirs(tmp)
         sources = [raw[hour] for hour in batch if listings[hour]]
         counts: dict[Hour, int] = {}
+        statuses: dict[Hour, dict[str, int]] = {}
         if sources:
             marked = with_status(json_reader(spark, events).json(sources))
             marked.write.partitionBy("date", "hour").parquet(f"{tmp}/data")
-            counts = {
-                (row["date"], row["hour"]): int(row["n"])
-                for row in spark.read.parquet(f"{tmp}/data").groupBy("date", "hour").count()
-                .withColumnRenamed("count", "n").collect()
-            }
+            for row in spark.read.parquet(f"{tmp}/data").groupBy("date", "hour", "status").count().collect():
+                hour_counts = statuses.setdefault((row["date"], row["hour"]), {})
+                hour_counts[row["status"]] = int(row["count"])
+            counts = {hour: sum(by_status.values()) for hour, by_status in statuses.items()}
         for hour in batch:
             staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
             fs.mkdirs(staged)
             fs.write_text(f"{staged}/{MARKER}", json.dumps({
-                "date": hour[0], "hour": hour[1], "lines": counts.get(hour, 0),
+                "date": hour[0], "hour": hour[1], "lines": counts.get(hour, 0), "statuses": statuses.get(hour, {}),
                 "json_files": [{"name": name, "bytes": size} for name, size in listings[hour]],
                 "compacted_at_us": now_micros(), "schema_version": schema.SCHEMA_VERSION,
             }) + "\n")

@@ -13,6 +13,7 @@ missing or an unknown kind).  Only ``ok`` records within the bounds reach the ta
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
@@ -141,11 +142,20 @@ def read_events(
     if not parts:
         return EventLog(empty_records(spark), {status: 0 for status in STATUSES}, path, found=found)
     columns = [name for name in schema.FIELD_NAMES if name != "payload"]
-    raw = reduce(lambda a, b: a.unionByName(b), [part.select(*columns, "status") for part in parts])
-    marked = raw.persist(StorageLevel.MEMORY_AND_DISK)
-    counts = {row["status"]: row["count"] for row in marked.groupBy("status").count().collect()}
+    # compacted hours: the statuses counted when they were compacted (no scan); open hours:
+    # counted here, from the persisted JSON rows (a few hours at most)
+    counts: dict[str, int] = {}
+    for location in parquet_hours.values():
+        for status_name, n in json.loads(fs.read_text(f"{location}/{MARKER}")).get("statuses", {}).items():
+            counts[status_name] = counts.get(status_name, 0) + int(n)
+    selected = [part.select(*columns, "status") for part in parts]
+    if json_paths:
+        selected[-1] = selected[-1].persist(StorageLevel.MEMORY_AND_DISK)
+        for row in selected[-1].groupBy("status").count().collect():
+            counts[row["status"]] = counts.get(row["status"], 0) + int(row["count"])
     quality = {status_name: int(counts.get(status_name, 0)) for status_name in STATUSES}
-    records = marked.filter(F.col("status") == OK).drop("status")
+    raw = reduce(lambda a, b: a.unionByName(b), selected)
+    records = raw.filter(F.col("status") == OK).drop("status")
     if since_us is not None:
         records = records.filter(F.col("ts") >= since_us)
     if until_us is not None:
