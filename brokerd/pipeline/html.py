@@ -48,9 +48,7 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
     else:
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
-            points = sorted(points)
-            times = [t for t, _ in points] + [points[-1][0] + width]
-            rates = [rate for _, rate in points] + [points[-1][1]]
+            times, rates = _steps(sorted(points), width)
             axes.step(times, rates, where="post", label=protocol, color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
         axes.set_ylim(bottom=0)
         axes.set_ylabel("messages/s")
@@ -60,6 +58,21 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
         figure.autofmt_xdate()
     axes.set_title("Accepted messages per second, by protocol")
     return _png(figure)
+
+
+def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datetime], list[float]]:
+    """Corners of a ``where="post"`` step line: each bucket's rate held across the bucket, zero
+    in the buckets without messages (which the table leaves out) and after the last one."""
+    times: list[datetime] = []
+    rates: list[float] = []
+    for index, (at, rate) in enumerate(points):
+        times.append(at)
+        rates.append(rate)
+        end = at + width
+        if index + 1 == len(points) or points[index + 1][0] > end:
+            times.append(end)
+            rates.append(0.0)
+    return times, rates
 
 
 LOG_SCALE_RATIO = 100
