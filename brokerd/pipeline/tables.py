@@ -183,36 +183,41 @@ def subscription_intervals(records: Any) -> Any:
     return with_logout.select(*keys, end.alias("end")).withColumn("interval", F.monotonically_increasing_id())
 
 
+COUNT_BUCKET_US = 60_000_000
+"""Messages are summed per minute before they meet the subscription endpoints."""
+
+
 def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
     """Per interval: messages (and bytes) with ``keys`` equal and ``start <= ts < end``.
 
-    One sort instead of a range join: endpoints and messages are merged per key, ordered by
-    time (an endpoint before a message at the same instant), and a running count read at
-    each endpoint is the number of messages strictly before it.
+    The count at an endpoint is the messages strictly before it: the whole minutes before the
+    endpoint's minute (from per-minute sums, a hash aggregation) plus the messages of its own
+    minute before it (a broadcast join with the few endpoints).  No sort of the messages.
     """
-    from pyspark.sql import Window
-
     F = _f()
-    points = messages.select(
-        *keys, F.col("ts").alias("at"), F.lit(1).alias("order"), F.col("c").cast("long").alias("n"),
-        F.col("b").cast("long").alias("b"), F.lit(None).cast("long").alias("interval"), F.lit(None).cast("string").alias("edge"),
-    )
+    ends = None
     for edge in ("start", "end"):
-        points = points.unionByName(
-            intervals.select(
-                *keys, F.col(edge).alias("at"), F.lit(0).alias("order"), F.lit(0).cast("long").alias("n"),
-                F.lit(0).cast("long").alias("b"), F.col("interval"), F.lit(edge).alias("edge"),
-            )
-        )
-    running = Window.partitionBy(*keys).orderBy("at", "order").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    marks = (
-        points.withColumn("cn", F.sum("n").over(running))
-        .withColumn("cb", F.sum("b").over(running))
-        .filter(F.col("edge").isNotNull())
+        part = intervals.select(*keys, "interval", F.col(edge).alias("at"), F.lit(edge).alias("edge"))
+        ends = part if ends is None else ends.unionByName(part)
+    ends = F.broadcast(ends.withColumn("bucket", F.floor(F.col("at") / COUNT_BUCKET_US)))
+    minutes = messages.groupBy(*keys, F.floor(F.col("ts") / COUNT_BUCKET_US).alias("m_bucket")).agg(
+        F.sum("c").cast("long").alias("n"), F.sum("b").cast("long").alias("nb")
     )
-    return marks.groupBy("interval").agg(
-        (F.sum(F.when(F.col("edge") == "end", F.col("cn")).otherwise(-F.col("cn")))).alias("messages"),
-        (F.sum(F.when(F.col("edge") == "end", F.col("cb")).otherwise(-F.col("cb")))).alias("bytes"),
+    e, m = ends.alias("e"), minutes.alias("m")
+    same = [F.col(f"e.{key}") == F.col(f"m.{key}") for key in keys]
+    whole = e.join(m, same + [F.col("m.m_bucket") < F.col("e.bucket")], "inner").select(
+        "e.interval", "e.edge", "m.n", "m.nb"
+    )
+    t = messages.select(*keys, "ts", F.col("c").cast("long").alias("n"), F.col("b").cast("long").alias("nb")).alias("t")
+    same = [F.col(f"e.{key}") == F.col(f"t.{key}") for key in keys]
+    partial = e.join(
+        t, same + [F.floor(F.col("t.ts") / COUNT_BUCKET_US) == F.col("e.bucket"), F.col("t.ts") < F.col("e.at")], "inner"
+    ).select("e.interval", "e.edge", "t.n", "t.nb")
+    sign = F.when(F.col("edge") == "end", 1).otherwise(-1)
+    return (
+        whole.unionByName(partial)
+        .groupBy("interval")
+        .agg((F.sum(sign * F.col("n"))).alias("messages"), (F.sum(sign * F.col("nb"))).alias("bytes"))
     )
 
 
