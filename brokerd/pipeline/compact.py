@@ -34,7 +34,8 @@ CLOSE_GRACE_US = 120 * 1_000_000
 """An hour is closed this long after it ended: the broker's writer flushes every second, so
 nothing arrives for an hour later than this."""
 HOURS_PER_JOB = 24
-"""Hours converted (and then published) per Spark job: a long backlog is published in steps."""
+"""Hours converted (one Spark job each) before they are published together: a long backlog
+is published in steps."""
 
 Hour = tuple[str, str]
 
@@ -172,16 +173,18 @@ def compact(
         listings = {hour: fs.files(raw[hour], schema.FILE_SUFFIX) for hour in batch}
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
-        sources = [raw[hour] for hour in batch if listings[hour]]
         counts: dict[Hour, int] = {}
         statuses: dict[Hour, dict[str, int]] = {}
-        if sources:
-            marked = with_status(json_reader(spark, events).json(sources))
-            marked.write.partitionBy("date", "hour").parquet(f"{tmp}/data")
-            for row in spark.read.parquet(f"{tmp}/data").groupBy("date", "hour", "status").count().collect():
-                hour_counts = statuses.setdefault((row["date"], row["hour"]), {})
-                hour_counts[row["status"]] = int(row["count"])
-            counts = {hour: sum(by_status.values()) for hour, by_status in statuses.items()}
+        for hour in batch:
+            if not listings[hour]:
+                continue
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            # one write per hour: its rows need no sort by partition, as partitionBy would do
+            with_status(json_reader(spark, events).json(raw[hour])).drop("date", "hour").write.parquet(staged)
+            statuses[hour] = {
+                row["status"]: int(row["count"]) for row in spark.read.parquet(staged).groupBy("status").count().collect()
+            }
+            counts[hour] = sum(statuses[hour].values())
         for hour in batch:
             staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
             fs.mkdirs(staged)
