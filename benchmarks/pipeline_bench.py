@@ -6,7 +6,8 @@
         runs each; then each broker's CPU while idle.
     python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR]
         Generate a log of --events events (kept in --data-dir for reuse) and time
-        ``brokerd-report`` on it: events per second on this machine.
+        ``brokerd-report`` on it: a first report (compacting every hour) and a second one with
+        no new data (reading the Parquet only); --baseline: first one on the raw JSON.
     python benchmarks/pipeline_bench.py serve --port P --data-dir DIR [--event-log]
         (internal) the broker the log-cost runs use.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -183,15 +185,21 @@ def report_bench(args: argparse.Namespace) -> None:
         command += ["--master", args.master]
     if args.driver_memory:
         command += ["--driver-memory", args.driver_memory]
-    load_before = _load()
-    started = time.monotonic()
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    elapsed = time.monotonic() - started
-    print(json.dumps({
-        "benchmark": "brokerd-report", "events": args.events, "seconds": round(elapsed, 1),
-        "events_per_s": round(args.events / elapsed), "master": args.master or "local[*]",
-        "load_before": load_before, "load_after": _load(), "cpus": os.cpu_count(),
-    }))
+    runs = [("raw JSON, no compaction", ["--no-compact"])] if args.baseline else []
+    runs += [("first report (compaction included)", []), ("second report, no new data", [])]
+    shutil.rmtree(data_dir / "events-compacted", ignore_errors=True)
+    for name, extra in runs:
+        load_before = _load()
+        started = time.monotonic()
+        result = subprocess.run(command + extra, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        elapsed = time.monotonic() - started
+        steps = [line for line in result.stderr.splitlines() if line.startswith("[brokerd-report")]
+        print(json.dumps({
+            "benchmark": "brokerd-report", "run": name, "events": args.events, "seconds": round(elapsed, 1),
+            "events_per_s": round(args.events / elapsed), "master": args.master or "local[*]",
+            "load_before": load_before, "load_after": _load(), "cpus": os.cpu_count(), "steps": steps,
+        }), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-report"))
     r.add_argument("--master")
     r.add_argument("--driver-memory", default="6g")
+    r.add_argument("--baseline", action="store_true", help="first a report on the raw JSON (--no-compact)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args.port, args.data_dir, args.event_log)

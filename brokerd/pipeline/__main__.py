@@ -1,4 +1,5 @@
-"""``python -m brokerd.pipeline report ...`` (the same as ``brokerd-report ...``) and
+"""``python -m brokerd.pipeline report ...`` (the same as ``brokerd-report ...``),
+``python -m brokerd.pipeline compact ...`` (``brokerd-report compact ...``) and
 ``python -m brokerd.pipeline generate --data-dir DIR --events N`` (a synthetic log)."""
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from brokerd.pipeline.cli import run
 
         return run(argv[1:], prog="python -m brokerd.pipeline report")
+    if argv and argv[0] == "compact":
+        from brokerd.pipeline.cli import run_compact
+
+        return run_compact(argv[1:], prog="python -m brokerd.pipeline compact")
     if argv and argv[0] == "generate":
         from brokerd.pipeline.generate import generate
 
@@ -24,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         written = generate(args.data_dir, args.events, hours=args.hours, seed=args.seed)
         print(f"wrote {written:,} events under {args.data_dir}/events")
         return 0
-    print("usage: python -m brokerd.pipeline {report,generate} ...", file=sys.stderr)
+    print("usage: python -m brokerd.pipeline {report,compact,generate} ...", file=sys.stderr)
     return 2
 
 

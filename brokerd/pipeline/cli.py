@@ -46,10 +46,71 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
     parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
                         help="any Spark setting (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--no-compact", dest="compact", action="store_false",
+                        help="do not compact closed hours first (e.g. a read-only data dir)")
+    parser.add_argument("--delete-json", action="store_true",
+                        help="delete an hour's JSON files once it is compacted [keep them]")
     return parser
 
 
+def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Convert the closed hours of a broker's event log into Parquet (once per hour; "
+        "safe to interrupt and to run again).",
+    )
+    parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
+    parser.add_argument("--master", help="Spark master URL [local[*]]")
+    parser.add_argument("--delete-json", action="store_true",
+                        help="delete an hour's JSON files once it is compacted [keep them]")
+    parser.add_argument("--hours-per-job", type=int, default=24, help="hours converted and published per Spark job [24]")
+    parser.add_argument("--driver-memory", help="Spark driver memory for local runs [4g]")
+    parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                        help="any Spark setting (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
+    args = compact_parser(prog).parse_args(argv)
+    if args.hours_per_job <= 0:
+        print(f"{prog}: --hours-per-job must be positive", file=sys.stderr)
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+        return 2
+    from brokerd.pipeline.compact import compact
+    from brokerd.pipeline.report import timed
+    from brokerd.pipeline.session import Progress, build_session
+
+    conf = dict(args.conf)
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    spark = build_session(args.master, app_name="brokerd-compact", conf=conf, quiet=args.quiet)
+    try:
+        with Progress(spark, enabled=not args.quiet) as progress:
+            result, elapsed = timed(
+                compact, spark, args.data_dir, delete_json=args.delete_json,
+                hours_per_job=args.hours_per_job, progress=progress,
+            )
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{prog}: the compaction failed: {first}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"compacted {len(result.compacted)} hour(s) ({result.lines:,} lines) in {elapsed:.1f} s; "
+          f"{len(result.already)} compacted before; {len(result.open)} still open"
+          + (f"; deleted {result.deleted_files} JSON file(s)" if args.delete_json else ""))
+    return 0
+
+
 def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "compact":
+        return run_compact(argv[1:], prog=f"{prog} compact")
     args = report_parser(prog).parse_args(argv)
     if args.since is not None and args.until is not None and args.since >= args.until:
         print(f"{prog}: --since must be before --until", file=sys.stderr)
@@ -68,12 +129,13 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     conf = dict(args.conf)
     if args.driver_memory:
         conf["spark.driver.memory"] = args.driver_memory
-    spark = build_session(args.master, conf=conf)
+    spark = build_session(args.master, conf=conf, quiet=args.quiet)
     try:
         with Progress(spark, enabled=not args.quiet) as progress:
             summary, elapsed = timed(
                 run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until,
                 top=args.top, html_dir=args.html_dir, progress=progress,
+                compact=args.compact, delete_json=args.delete_json,
             )
     except Exception as exc:  # Spark's errors are long; one line, then the exit status
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

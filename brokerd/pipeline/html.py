@@ -38,17 +38,19 @@ def _no_data(axes: Any, what: str) -> None:
 
 
 def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> str:
-    """Messages per second over time, one line per protocol."""
+    """Messages per second over time, one step line per protocol: a bucket's rate is drawn
+    flat across the bucket, so a few buckets read as bars, not as a line between points."""
+    from datetime import timedelta
+
     figure, axes = _figure()
     if not any(series.values()):
         _no_data(axes, "accepted messages")
     else:
+        width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
-            points = sorted(points)
-            axes.plot(
-                [t for t, _ in points], [rate for _, rate in points], label=protocol,
-                color=PROTOCOL_COLOURS.get(protocol), marker="." if len(points) < 50 else None,
-            )
+            times, rates = _steps(sorted(points), width)
+            axes.step(times, rates, where="post", label=protocol, color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
+        axes.set_ylim(bottom=0)
         axes.set_ylabel("messages/s")
         axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
         axes.legend(loc="upper right")
@@ -58,25 +60,73 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
     return _png(figure)
 
 
+def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datetime], list[float]]:
+    """Corners of a ``where="post"`` step line: each bucket's rate held across the bucket, zero
+    in the buckets without messages (which the table leaves out) and after the last one."""
+    times: list[datetime] = []
+    rates: list[float] = []
+    for index, (at, rate) in enumerate(points):
+        times.append(at)
+        rates.append(rate)
+        end = at + width
+        if index + 1 == len(points) or points[index + 1][0] > end:
+            times.append(end)
+            rates.append(0.0)
+    return times, rates
+
+
+LOG_SCALE_RATIO = 100
+"""Latency bars use a log axis when the largest value is this many times the smallest."""
+
+
 def latency_plot(rows: list[dict[str, Any]]) -> str:
-    """p50/p90/p99/max per protocol and kind, log scale."""
+    """p50/p90/p99/max per protocol and kind: a linear axis from zero, or a log axis when the
+    values span orders of magnitude (said in the axis label)."""
     figure, axes = _figure()
     if not rows:
         _no_data(axes, "latency measurements")
     else:
         labels = [f"{row['protocol']} {row['kind']}" for row in rows]
         width = 0.2
-        for offset, (key, name) in enumerate((("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))):
-            axes.bar([i + (offset - 1.5) * width for i in range(len(rows))], [max(1, row[key]) for row in rows], width, label=name)
+        keys = (("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))
+        values = [row[key] for row in rows for key, _ in keys if row[key] is not None]
+        positive = [v for v in values if v > 0]
+        log = bool(positive) and max(positive) >= LOG_SCALE_RATIO * min(positive)
+        for offset, (key, name) in enumerate(keys):
+            heights = [max(1, row[key] or 0) if log else (row[key] or 0) for row in rows]
+            axes.bar([i + (offset - 1.5) * width for i in range(len(rows))], heights, width, label=name)
         axes.set_xlim(-0.6, len(rows) - 0.4)
         axes.set_xticks(range(len(rows)))
         axes.set_xticklabels(labels, rotation=20, ha="right")
-        axes.set_yscale("log")
-        axes.set_ylabel("microseconds")
+        if log:
+            axes.set_yscale("log")
+            axes.set_ylim(bottom=1)
+            axes.set_ylabel("microseconds (log scale)")
+        else:
+            axes.set_ylim(bottom=0)
+            axes.set_ylabel("microseconds")
         axes.legend()
         axes.grid(alpha=0.3, axis="y")
-    axes.set_title("Delivery latency percentiles")
+    axes.set_title("Delivery latency percentiles, by protocol")
     return _png(figure)
+
+
+def cross_protocol_table(rows: list[dict[str, Any]]) -> str:
+    """Publishing protocol (rows) x receiving protocol (columns): messages and bytes."""
+    if not rows:
+        return "<p class=empty>no multicast messages reached a subscriber</p>"
+    publishing = sorted({row["publishing"] for row in rows})
+    receiving = sorted({row["receiving"] for row in rows})
+    cells = {(row["publishing"], row["receiving"]): row for row in rows}
+    head = "<th>published on ↓, received on →</th>" + "".join(f"<th>{html.escape(r)}</th>" for r in receiving)
+    body = ""
+    for p in publishing:
+        body += f"<tr><th>{html.escape(p)}</th>"
+        for r in receiving:
+            cell = cells.get((p, r))
+            body += "<td>—</td>" if cell is None else f"<td>{cell['messages']:,} msgs<br>{cell['bytes']:,} B</td>"
+        body += "</tr>"
+    return f'<table class="matrix" id="cross-protocol"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def topics_plot(rows: list[tuple[str, int]]) -> str:
@@ -154,6 +204,14 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
 <h2>Latency</h2>
 <img alt="latency percentiles" src="{plots['latency']}">
 {_table(report['latency_by_protocol'], ['protocol', 'kind', 'count', 'p50_us', 'p90_us', 'p99_us', 'max_us'])}
+<p class=note>Protocols without a row log no latency: today only SMQP's acknowledgements (and accepted
+messages kept for later subscribers) carry <code>latency_us</code>; for SMQP it is acceptance to
+acknowledgement, time queued while the subscriber was away included.</p>
+<h2>Cross-protocol traffic</h2>
+{cross_protocol_table(report.get('cross_protocol', []))}
+<h2>Slow consumers</h2>
+<p>{report.get('slow_consumer_episodes', 0):,} congestion episode(s) (a full output buffer or queue); the latest:</p>
+{_table(report.get('slow_consumers', []), ['time', 'protocol', 'session', 'topic', 'reason', 'dropped'])}
 <h2>Top topics</h2>
 <img alt="top topics" src="{plots['topics']}">
 <h2>Top publishers</h2>

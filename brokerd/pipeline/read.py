@@ -2,8 +2,10 @@
 
 The log is read with Spark's JSON reader against the schema in ``brokerd.events.schema``
 (no inference: a field of the wrong type makes the line malformed instead of changing the
-table).  ``date=``/``hour=`` directories are partition columns, so ``--since``/``--until``
-prune whole hours before any file is opened; the exact bounds then apply to ``ts``.
+table).  Hours already compacted (brokerd.pipeline.compact) are read from their Parquet
+instead, which holds the same rows with their status.  ``date=``/``hour=`` directories are
+listed first, so ``--since``/``--until`` prune whole hours before any file is opened; the
+exact bounds then apply to ``ts``.
 
 Every line ends up in exactly one status: ``ok``; ``malformed`` (not JSON, cut short by a
 crash, or a field of the wrong type); ``unsupported_version``; ``invalid`` (a required field
@@ -11,6 +13,7 @@ missing or an unknown kind).  Only ``ok`` records within the bounds reach the ta
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
@@ -54,58 +57,31 @@ def events_path(data_dir: str) -> str:
     return data_dir.rstrip("/") + "/" + schema.EVENTS_DIR
 
 
-def _exists(spark: Any, path: str) -> bool:
-    """Whether ``path`` exists, through Hadoop's FileSystem (local paths and cluster URIs)."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return bool(fs.exists(hadoop_path))
+def _hour_in_window(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
+    """Whether the hour overlaps [since, until): hours outside are never opened."""
+    if since_us is not None and hour < schema.partition_of(since_us):
+        return False
+    if until_us is not None and hour > schema.partition_of(until_us - 1):
+        return False
+    return True
 
 
-def _partition_filter(since_us: int | None, until_us: int | None) -> Any:
-    """A condition on the date/hour partition columns that keeps every hour overlapping
-    [since, until)."""
-    from pyspark.sql import functions as F
-
-    condition = F.lit(True)
-    if since_us is not None:
-        date, hour = schema.partition_of(since_us)
-        condition = condition & ((F.col("date") > date) | ((F.col("date") == date) & (F.col("hour") >= hour)))
-    if until_us is not None:
-        date, hour = schema.partition_of(until_us - 1)
-        condition = condition & ((F.col("date") < date) | ((F.col("date") == date) & (F.col("hour") <= hour)))
-    return condition
-
-
-def empty_records(spark: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    struct = event_struct()
-    frame = spark.createDataFrame([], struct).drop(CORRUPT, "payload")
-    return frame.withColumn("time", F.timestamp_micros(F.col("ts")))
-
-
-def read_events(spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None) -> EventLog:
-    """Read ``data_dir``'s event log; never raises for bad or missing data (an absent or
-    empty log is an empty EventLog)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    path = events_path(data_dir)
-    if not _exists(spark, path):
-        return EventLog(empty_records(spark), {status: 0 for status in STATUSES}, path, found=False)
-    raw = (
+def json_reader(spark: Any, base_path: str) -> Any:
+    """Spark's JSON reader for log files under ``base_path``: the schema given (no inference),
+    bad lines kept in the corrupt column, only ``*.jsonl`` files."""
+    return (
         spark.read.schema(event_struct())
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .option("pathGlobFilter", "*" + schema.FILE_SUFFIX)
-        .option("basePath", path)
-        .json(path)
+        .option("basePath", base_path)
     )
-    if "date" not in raw.columns or "hour" not in raw.columns:
-        # no date=/hour= directories yet: nothing the broker wrote
-        return EventLog(empty_records(spark), {status: 0 for status in STATUSES}, path)
-    raw = raw.filter(_partition_filter(since_us, until_us))
+
+
+def with_status(raw: Any) -> Any:
+    """Every schema field (payload too), ``status``, ``date`` and ``hour`` of each line read."""
+    from pyspark.sql import functions as F
+
     kinds = sorted(schema.KINDS)
     status = (
         F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED))
@@ -116,14 +92,73 @@ def read_events(spark: Any, data_dir: str, since_us: int | None = None, until_us
         )
         .otherwise(F.lit(OK))
     )
+    return raw.select(*schema.FIELD_NAMES, status.alias("status"), "date", "hour")
+
+
+def compacted_struct() -> Any:
+    """The Parquet schema of compacted hours (``with_status``'s columns)."""
+    from pyspark.sql import types
+
+    struct = event_struct()
+    fields = [f for f in struct.fields if f.name != CORRUPT]
+    fields += [types.StructField(name, types.StringType(), True) for name in ("status", "date", "hour")]
+    return types.StructType(fields)
+
+
+def empty_records(spark: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    struct = event_struct()
+    frame = spark.createDataFrame([], struct).drop(CORRUPT, "payload")
+    return frame.withColumn("time", F.timestamp_micros(F.col("ts")))
+
+
+def read_events(
+    spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None
+) -> EventLog:
+    """Read ``data_dir``'s event log: Parquet for compacted hours, JSON for the others;
+    never raises for bad or missing data (an absent or empty log is an empty EventLog)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline.compact import MARKER, HadoopFS, compacted_path
+
+    path, compacted = events_path(data_dir), compacted_path(data_dir)
+    fs = HadoopFS(spark, data_dir)
+    found = fs.exists(path) or fs.exists(compacted)
+    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if _hour_in_window(h, since_us, until_us)}
+    json_hours = {
+        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and _hour_in_window(h, since_us, until_us)
+    }
+    json_paths = [p for h, p in sorted(json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
+    parts = []
+    if parquet_hours:
+        parts.append(
+            spark.read.schema(compacted_struct()).option("basePath", compacted)
+            .parquet(*[p for _h, p in sorted(parquet_hours.items())])
+        )
+    if json_paths:
+        parts.append(with_status(json_reader(spark, path).json(json_paths)))
+    if not parts:
+        return EventLog(empty_records(spark), {status: 0 for status in STATUSES}, path, found=found)
     columns = [name for name in schema.FIELD_NAMES if name != "payload"]
-    marked = raw.select(*columns, status.alias("status")).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = {row["status"]: row["count"] for row in marked.groupBy("status").count().collect()}
+    # compacted hours: the statuses counted when they were compacted (no scan); open hours:
+    # counted here, from the persisted JSON rows (a few hours at most)
+    counts: dict[str, int] = {}
+    for location in parquet_hours.values():
+        for status_name, n in json.loads(fs.read_text(f"{location}/{MARKER}")).get("statuses", {}).items():
+            counts[status_name] = counts.get(status_name, 0) + int(n)
+    selected = [part.select(*columns, "status") for part in parts]
+    if json_paths:
+        selected[-1] = selected[-1].persist(StorageLevel.MEMORY_AND_DISK)
+        for row in selected[-1].groupBy("status").count().collect():
+            counts[row["status"]] = counts.get(row["status"], 0) + int(row["count"])
     quality = {status_name: int(counts.get(status_name, 0)) for status_name in STATUSES}
-    records = marked.filter(F.col("status") == OK).drop("status")
+    raw = reduce(lambda a, b: a.unionByName(b), selected)
+    records = raw.filter(F.col("status") == OK).drop("status")
     if since_us is not None:
         records = records.filter(F.col("ts") >= since_us)
     if until_us is not None:
         records = records.filter(F.col("ts") < until_us)
     records = records.withColumn("time", F.timestamp_micros(F.col("ts")))
-    return EventLog(records, quality, path)
+    return EventLog(records, quality, path, found=found)

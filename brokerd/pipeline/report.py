@@ -19,7 +19,8 @@ from brokerd.pipeline.read import OK, read_events
 from brokerd.pipeline.session import Progress
 from brokerd.pipeline.timespec import format_time
 
-TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures")
+TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures",
+          "cross_protocol", "slow_consumers")
 MAX_PLOT_POINTS = 1500
 """Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
 HTML_NAME = "report.html"
@@ -48,12 +49,22 @@ def run_report(
     top: int = 100,
     html_dir: str | None = None,
     progress: Progress | None = None,
+    compact: bool = True,
+    delete_json: bool = False,
+    now_us: int | None = None,
 ) -> dict[str, Any]:
-    """Run the whole job; return the summary (also written as summary.json)."""
+    """Run the whole job; return the summary (also written as summary.json).  First the
+    closed hours not compacted yet are compacted (unless ``compact`` is false)."""
     from pyspark.sql import functions as F
+
+    from brokerd.pipeline.compact import compact as compact_log
 
     progress = progress or Progress(spark, enabled=False)
     out = out.rstrip("/") or "/"
+    compaction = None
+    if compact:
+        progress.step("compacting closed hours")
+        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
     progress.step("reading the event log")
     log = read_events(spark, data_dir, since_us, until_us)
     records = log.records
@@ -65,6 +76,8 @@ def run_report(
         "top_subscribers": tables.top_subscribers(records, top),
         "dead_letters": tables.dead_letters(records),
         "auth_failures": tables.auth_failures(records),
+        "cross_protocol": tables.cross_protocol(records),
+        "slow_consumers": tables.slow_consumers(records),
     }
     for name in TABLES:
         progress.step(f"writing table {name}")
@@ -105,6 +118,10 @@ def run_report(
     dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
     auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
 
+    slow = spark.read.parquet(f"{out}/slow_consumers")
+    slow_count = slow.count()
+    slow_rows = _rows(slow.orderBy(F.col("time").desc()).limit(20))
+
     summary: dict[str, Any] = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
@@ -128,8 +145,15 @@ def run_report(
         "dead_letters": dead,
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
         "auth_failures": auth,
+        "cross_protocol": _rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
+        "slow_consumer_episodes": slow_count,
+        "slow_consumers": slow_rows,
         "tables": list(TABLES),
         "bucket_seconds": bucket_seconds,
+        "compaction": None if compaction is None else {
+            "compacted_now": len(compaction.compacted), "already": len(compaction.already),
+            "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
+        },
     }
     progress.step("drawing the HTML report")
     plots = {
@@ -174,6 +198,10 @@ def text_summary(summary: dict[str, Any], elapsed: float | None = None) -> str:
     lines.append(f"  dead letters  {summary['dead_letters']:,}")
     lines.append(f"  auth failures {summary['auth_failure_count']:,}"
                  + (f" (top source {summary['auth_failures'][0]['source']})" if summary["auth_failures"] else ""))
+    compaction = summary.get("compaction")
+    if compaction:
+        lines.append(f"  compaction    {compaction['compacted_now']} hour(s) compacted now, "
+                     f"{compaction['already']} before, {compaction['open']} still open (read as JSON)")
     lines.append(f"  tables        {summary['out']}/{{{','.join(summary['tables'])}}}")
     lines.append(f"  html          {summary['html']}")
     if elapsed is not None:

@@ -38,8 +38,10 @@ def build_session(
     app_name: str = "brokerd-report",
     conf: dict[str, str] | None = None,
     log_level: str = "ERROR",
+    quiet: bool = False,
 ) -> Any:
-    """Create (or join) the SparkSession."""
+    """Create (or join) the SparkSession.  ``quiet``: the driver JVM logs errors only from
+    its start (Spark's default profile prints warnings before ``setLogLevel`` can act)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -48,6 +50,7 @@ def build_session(
         # Python workers must be this interpreter (it has brokerd and pyarrow installed)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(master or DEFAULT_MASTER)
+        settings["spark.ui.showConsoleProgress"] = "false"  # Progress prints its own lines
         if (master or DEFAULT_MASTER).startswith("local"):
             settings.update(LOCAL_DEFAULTS)
     elif master:
@@ -55,11 +58,72 @@ def build_session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if quiet and not under_spark_submit():
+        spark = _quietly(builder)
+    else:
+        spark = builder.getOrCreate()
     for key, value in ALWAYS.items():
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+JVM_NOISE = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level use")
+"""Lines the driver JVM prints on start whatever its log configuration says."""
+
+
+def _quietly(builder: Any) -> Any:
+    """Start the driver JVM logging errors only, and with its stderr passed through a filter
+    that drops :data:`JVM_NOISE` (the JVM inherits the stderr it has at start)."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:  # the JVM runs already
+        return builder.getOrCreate()
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--driver-java-options -Dlog4j2.configurationFile=file:{_quiet_log_config()} pyspark-shell"
+    )
+    read_end, write_end = os.pipe()
+    saved = os.dup(2)
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    try:
+        return builder.getOrCreate()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)  # the JVM holds the only write end now
+        threading.Thread(target=_filter_lines, args=(read_end,), name="brokerd-jvm-stderr", daemon=True).start()
+
+
+def _filter_lines(read_end: int) -> None:
+    with os.fdopen(read_end, "r", errors="replace") as lines:
+        for line in lines:
+            if not line.startswith(JVM_NOISE):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+
+def _quiet_log_config() -> str:
+    """A log4j2 configuration that lets only errors through, in the temp dir (one per user)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"brokerd-log4j2-quiet-{os.getuid()}.properties")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w", encoding="ascii") as handle:
+            handle.write(QUIET_LOG4J2)
+        os.replace(path + ".tmp", path)
+    return path
 
 
 class Progress:

@@ -183,42 +183,57 @@ def subscription_intervals(records: Any) -> Any:
     return with_logout.select(*keys, end.alias("end")).withColumn("interval", F.monotonically_increasing_id())
 
 
+COUNT_BUCKET_US = 60_000_000
+"""Messages are summed per minute before they meet the subscription endpoints."""
+
+
 def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
     """Per interval: messages (and bytes) with ``keys`` equal and ``start <= ts < end``.
 
-    One sort instead of a range join: endpoints and messages are merged per key, ordered by
-    time (an endpoint before a message at the same instant), and a running count read at
-    each endpoint is the number of messages strictly before it.
+    The count at an endpoint is the messages strictly before it: the whole minutes before the
+    endpoint's minute (from per-minute sums, a hash aggregation) plus the messages of its own
+    minute before it (a broadcast join with the few endpoints).  No sort of the messages.
     """
-    from pyspark.sql import Window
-
     F = _f()
-    points = messages.select(
-        *keys, F.col("ts").alias("at"), F.lit(1).alias("order"), F.col("c").cast("long").alias("n"),
-        F.col("b").cast("long").alias("b"), F.lit(None).cast("long").alias("interval"), F.lit(None).cast("string").alias("edge"),
-    )
+    ends = None
     for edge in ("start", "end"):
-        points = points.unionByName(
-            intervals.select(
-                *keys, F.col(edge).alias("at"), F.lit(0).alias("order"), F.lit(0).cast("long").alias("n"),
-                F.lit(0).cast("long").alias("b"), F.col("interval"), F.lit(edge).alias("edge"),
-            )
-        )
-    running = Window.partitionBy(*keys).orderBy("at", "order").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    marks = (
-        points.withColumn("cn", F.sum("n").over(running))
-        .withColumn("cb", F.sum("b").over(running))
-        .filter(F.col("edge").isNotNull())
+        part = intervals.select(*keys, "interval", F.col(edge).alias("at"), F.lit(edge).alias("edge"))
+        ends = part if ends is None else ends.unionByName(part)
+    ends = F.broadcast(ends.withColumn("bucket", F.floor(F.col("at") / COUNT_BUCKET_US)))
+    minutes = messages.groupBy(*keys, F.floor(F.col("ts") / COUNT_BUCKET_US).alias("m_bucket")).agg(
+        F.sum("c").cast("long").alias("n"), F.sum("b").cast("long").alias("nb")
     )
-    return marks.groupBy("interval").agg(
-        (F.sum(F.when(F.col("edge") == "end", F.col("cn")).otherwise(-F.col("cn")))).alias("messages"),
-        (F.sum(F.when(F.col("edge") == "end", F.col("cb")).otherwise(-F.col("cb")))).alias("bytes"),
+    e, m = ends.alias("e"), minutes.alias("m")
+    same = [F.col(f"e.{key}") == F.col(f"m.{key}") for key in keys]
+    whole = e.join(m, same + [F.col("m.m_bucket") < F.col("e.bucket")], "inner").select(
+        "e.interval", "e.edge", "m.n", "m.nb"
+    )
+    t = messages.select(*keys, "ts", F.col("c").cast("long").alias("n"), F.col("b").cast("long").alias("nb")).alias("t")
+    same = [F.col(f"e.{key}") == F.col(f"t.{key}") for key in keys]
+    partial = e.join(
+        t, same + [F.floor(F.col("t.ts") / COUNT_BUCKET_US) == F.col("e.bucket"), F.col("t.ts") < F.col("e.at")], "inner"
+    ).select("e.interval", "e.edge", "t.n", "t.nb")
+    sign = F.when(F.col("edge") == "end", 1).otherwise(-1)
+    return (
+        whole.unionByName(partial)
+        .groupBy("interval")
+        .agg((F.sum(sign * F.col("n"))).alias("messages"), (F.sum(sign * F.col("nb"))).alias("bytes"))
+    )
+
+
+def internal_sessions(records: Any) -> Any:
+    """(session, protocol) of sessions the broker itself runs (SMQP's topic bridges): their
+    ``login`` has no ``source``, as they have no connection of their own."""
+    F = _f()
+    return (
+        records.filter((F.col("kind") == schema.LOGIN) & F.col("source").isNull())
+        .select("session", "protocol").distinct()
     )
 
 
 def top_subscribers(records: Any, top: int = 100) -> Any:
     F = _f()
-    intervals = subscription_intervals(records).persist()
+    intervals = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti").persist()
     multicast = records.filter(
         (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
     ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol")
@@ -260,8 +275,56 @@ def top_subscribers(records: Any, top: int = 100) -> Any:
         (F.coalesce(F.col("routed_bytes"), zero) + F.coalesce(F.col("delivered_bytes"), zero)).alias("bytes"),
         F.coalesce(F.col("topics"), zero).alias("topics"),
     )
+    frame = frame.join(internal_sessions(records), ["session", "protocol"], "left_anti")
     order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
     return _ranked(frame, order, top)
+
+
+def cross_protocol(records: Any) -> Any:
+    """Publishing protocol x receiving protocol: multicast copies routed to subscribers (as
+    top_subscribers counts them: while subscribed, a session's own messages excluded) and
+    their bytes.  Deliveries outside the fan-out (``delivered``) carry no sender protocol and
+    are not in it."""
+    F = _f()
+    multicast = records.filter(
+        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
+    ).select(
+        "topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol",
+        F.col("protocol").alias("publishing"),
+    )
+    subscribers = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti")
+    per = (
+        subscribers.crossJoin(multicast.select("publishing").distinct())
+        .withColumn("interval", F.xxhash64("interval", "publishing"))
+        .persist()
+    )
+    keys = ["topic", "publishing"]
+    on_topic = _counts_between(multicast.select(*keys, "ts", "b", "c"), per, keys)
+    own_messages = multicast.join(subscribers.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi")
+    own = _counts_between(own_messages, per, ["topic", "session", "protocol", "publishing"]).select(
+        "interval", F.col("messages").alias("own_messages"), F.col("bytes").alias("own_bytes")
+    )
+    return (
+        per.join(on_topic, "interval", "left").join(own, "interval", "left")
+        .groupBy("publishing", F.col("protocol").alias("receiving"))
+        .agg(
+            F.sum(F.coalesce(F.col("messages"), F.lit(0)) - F.coalesce(F.col("own_messages"), F.lit(0))).cast("long").alias("messages"),
+            F.sum(F.coalesce(F.col("bytes"), F.lit(0)) - F.coalesce(F.col("own_bytes"), F.lit(0))).cast("long").alias("bytes"),
+        )
+        .filter(F.col("messages") > 0)
+        .orderBy("publishing", "receiving")
+    )
+
+
+def slow_consumers(records: Any) -> Any:
+    """Congestion episodes: ``dropped`` records for a full output buffer or queue (one record
+    per episode, ``dropped`` copies lost)."""
+    F = _f()
+    return (
+        records.filter((F.col("kind") == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
+        .select("time", "protocol", "session", "topic", "reason", F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("dropped"))
+        .orderBy("time", "session")
+    )
 
 
 def dead_letters(records: Any) -> Any:

@@ -56,3 +56,12 @@ def test_time_arguments() -> None:
     assert format_time(now + 5) == "2024-05-01T12:00:00.000005Z"
     with pytest.raises(ValueError):
         parse_time("@soon", now)
+
+
+def test_compact_subcommand_checks_its_arguments_first(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["compact", "--data-dir", "d", "--hours-per-job", "0"]) == 2
+    assert "--hours-per-job must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        run(["compact"])
+    assert exited.value.code == 2
+    assert "--data-dir" in capsys.readouterr().err

@@ -214,3 +214,35 @@ def test_an_empty_or_missing_log_gives_an_empty_report(spark: Any, tmp_path: Pat
         assert spark.read.parquet(str(tmp_path / out / "traffic")).count() == 0
         page = (tmp_path / out / "report.html").read_text()
         assert page.count("data:image/png;base64,") == 3
+
+
+def test_cross_protocol_matrix(report: dict[str, Any]) -> None:
+    # bob (ssmp) got alice's two news messages before he left; carol (mcchat) got alice's three
+    # and bob's one; nobody subscribed to orders
+    matrix = sorted((r["publishing"], r["receiving"], r["messages"], r["bytes"]) for r in _table(report, "cross_protocol"))
+    assert matrix == [("ssmp", "mcchat", 4, 42), ("ssmp", "ssmp", 2, 30)]
+    assert report["summary"]["slow_consumer_episodes"] == 1
+
+
+def test_internal_sessions_are_never_subscribers_and_slow_consumers_are_listed(spark: Any, tmp_path: Path) -> None:
+    hour = tmp_path / "data" / "events" / "date=2024-05-01" / "hour=10"
+    hour.mkdir(parents=True)
+    hour.joinpath("events-b1-run1-1.jsonl").write_text("".join([
+        rec(H0 + S, "smqp", "login", session="bridge:news", outcome="ok"),  # no connection: the broker's own
+        rec(H0 + S, "smqp", "subscribed", session="bridge:news", topic="news"),
+        rec(H0 + S, "mcchat", "login", session="carol", outcome="ok", source="127.0.0.1:4000"),
+        rec(H0 + S, "mcchat", "subscribed", session="carol", topic="news"),
+        rec(H0 + 2 * S, "ssmp", "accepted", session="alice", topic="news", message="multicast", bytes=10, fanout=2, count=2),
+        rec(H0 + 3 * S, "socketmq", "accepted", session="sam", topic="news", message="multicast", bytes=4, fanout=2),
+        rec(H0 + 4 * S, "mcchat", "dropped", session="carol", topic="news", reason="slow_consumer", dropped=3),
+        rec(H0 + 5 * S, "ssmp", "dropped", session="alice", reason="no_recipient"),
+    ]), "utf-8")
+    summary = run_report(spark, str(tmp_path / "data"), str(tmp_path / "out"))
+    assert [(r["session"], r["messages"]) for r in summary["top_subscribers"]] == [("carol", 3)]
+    assert sorted((r["publishing"], r["receiving"], r["messages"], r["bytes"]) for r in summary["cross_protocol"]) == [
+        ("socketmq", "mcchat", 1, 4), ("ssmp", "mcchat", 2, 10),
+    ]
+    assert summary["slow_consumer_episodes"] == 1
+    assert [(r["session"], r["reason"], r["dropped"]) for r in summary["slow_consumers"]] == [("carol", "slow_consumer", 3)]
+    page = (tmp_path / "out" / "report.html").read_text("utf-8")
+    assert "bridge:news" not in page and "carol" in page

@@ -1,0 +1,209 @@
+"""Incremental compaction: closed hours of the JSON event log converted once into Parquet.
+
+Parsing JSON is most of a report's cost, and the broker never changes an hour once it has
+ended, so each closed hour is parsed once and kept as Parquet under
+``DATA_DIR/events-compacted/date=YYYY-MM-DD/hour=HH/`` (outside ``events/``, so the broker's
+retention never touches it).  A compacted row has every field of ``brokerd.events.schema``
+plus ``status`` (``ok``, ``malformed``, ...), so bad lines stay counted after the JSON is gone.
+
+Crash safety: a run writes into ``events-compacted/_tmp-<id>/`` (Spark skips ``_`` names), puts
+a marker file ``_compacted.json`` (the hour's line count per status and its JSON files) into
+each finished hour there, and publishes the hour with
+one directory rename.  An hour is compacted exactly when its directory (with the marker) is in
+place; a run killed at any point leaves only a stale temporary directory, which the next run
+deletes before compacting what is still missing.  Two compactions of one data dir must not run
+at the same time (the report runs one before reading).
+
+Everything goes through Hadoop's FileSystem, so cluster URIs work as local paths do.
+"""
+from __future__ import annotations
+
+import calendar
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokerd.events import schema
+
+COMPACTED_DIR = "events-compacted"
+MARKER = "_compacted.json"
+TMP_PREFIX = "_tmp-"
+CLOSE_GRACE_US = 120 * 1_000_000
+"""An hour is closed this long after it ended: the broker's writer flushes every second, so
+nothing arrives for an hour later than this."""
+HOURS_PER_JOB = 24
+"""Hours converted (one Spark job each) before they are published together: a long backlog
+is published in steps."""
+
+Hour = tuple[str, str]
+
+
+@dataclass
+class Compaction:
+    """What a run did: hours published now, hours already compacted, hours still open."""
+
+    compacted: list[Hour] = field(default_factory=list)
+    already: list[Hour] = field(default_factory=list)
+    open: list[Hour] = field(default_factory=list)
+    lines: int = 0
+    deleted_files: int = 0
+
+
+class HadoopFS:
+    """The few FileSystem calls compaction and reading need, on ``spark``'s Hadoop config."""
+
+    def __init__(self, spark: Any, root: str) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self.fs = self.path(root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(name)
+
+    def exists(self, name: str) -> bool:
+        return bool(self.fs.exists(self.path(name)))
+
+    def glob(self, pattern: str) -> list[Any]:
+        found = self.fs.globStatus(self.path(pattern))
+        return [] if found is None else list(found)
+
+    def hours(self, base: str, marker: str | None = None) -> dict[Hour, str]:
+        """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
+        result: dict[Hour, str] = {}
+        for status in self.glob(f"{base}/date=*/hour=*"):
+            if not status.isDirectory():
+                continue
+            path = status.getPath()
+            hour = path.getName().partition("=")[2]
+            date = path.getParent().getName().partition("=")[2]
+            location = f"{base}/date={date}/hour={hour}"
+            if marker is None or self.exists(f"{location}/{marker}"):
+                result[(date, hour)] = location
+        return result
+
+    def files(self, directory: str, suffix: str) -> list[tuple[str, int]]:
+        return sorted(
+            (status.getPath().getName(), int(status.getLen()))
+            for status in self.glob(f"{directory}/*{suffix}")
+            if status.isFile()
+        )
+
+    def read_text(self, name: str) -> str:
+        stream = self.fs.open(self.path(name))
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def write_text(self, name: str, text: str) -> None:
+        stream = self.fs.create(self.path(name), True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def mkdirs(self, name: str) -> None:
+        self.fs.mkdirs(self.path(name))
+
+    def rename(self, source: str, target: str) -> bool:
+        return bool(self.fs.rename(self.path(source), self.path(target)))
+
+    def delete(self, name: str, recursive: bool = True) -> None:
+        self.fs.delete(self.path(name), recursive)
+
+
+def compacted_path(data_dir: str) -> str:
+    return data_dir.rstrip("/") + "/" + COMPACTED_DIR
+
+
+def hour_start_us(hour: Hour) -> int:
+    date, hh = hour
+    return calendar.timegm(time.strptime(f"{date} {hh}", "%Y-%m-%d %H")) * 1_000_000
+
+
+def is_closed(hour: Hour, now_us: int, grace_us: int = CLOSE_GRACE_US) -> bool:
+    return hour_start_us(hour) + schema.HOUR_US + grace_us <= now_us
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+def compact(
+    spark: Any,
+    data_dir: str,
+    *,
+    now_us: int | None = None,
+    grace_us: int = CLOSE_GRACE_US,
+    delete_json: bool = False,
+    hours_per_job: int = HOURS_PER_JOB,
+    progress: Any = None,
+) -> Compaction:
+    """Compact every closed hour of ``data_dir``'s log not compacted yet; with
+    ``delete_json``, remove an hour's JSON files once its Parquet is published."""
+    from brokerd.pipeline.read import events_path, json_reader, with_status
+
+    now_us = now_micros() if now_us is None else now_us
+    events, target = events_path(data_dir), compacted_path(data_dir)
+    fs = HadoopFS(spark, data_dir)
+    result = Compaction()
+    if not fs.exists(events):
+        return result
+    for stale in fs.glob(f"{target}/{TMP_PREFIX}*"):  # what a killed run left
+        fs.delete(stale.getPath().toString())
+    raw = fs.hours(events)
+    done = fs.hours(target, MARKER)
+    for hour in sorted(raw):
+        if hour in done:
+            result.already.append(hour)
+        elif not is_closed(hour, now_us, grace_us):
+            result.open.append(hour)
+    todo = [hour for hour in sorted(raw) if hour not in done and is_closed(hour, now_us, grace_us)]
+    for first in range(0, len(todo), max(1, hours_per_job)):
+        batch = todo[first:first + max(1, hours_per_job)]
+        if progress is not None:
+            progress.step(f"compacting {len(batch)} hour(s) from {batch[0][0]} {batch[0][1]}:00")
+        listings = {hour: fs.files(raw[hour], schema.FILE_SUFFIX) for hour in batch}
+        tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
+        fs.mkdirs(tmp)
+        counts: dict[Hour, int] = {}
+        statuses: dict[Hour, dict[str, int]] = {}
+        for hour in batch:
+            if not listings[hour]:
+                continue
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            # one write per hour: its rows need no sort by partition, as partitionBy would do
+            with_status(json_reader(spark, events).json(raw[hour])).drop("date", "hour").write.parquet(staged)
+            statuses[hour] = {
+                row["status"]: int(row["count"]) for row in spark.read.parquet(staged).groupBy("status").count().collect()
+            }
+            counts[hour] = sum(statuses[hour].values())
+        for hour in batch:
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            fs.mkdirs(staged)
+            fs.write_text(f"{staged}/{MARKER}", json.dumps({
+                "date": hour[0], "hour": hour[1], "lines": counts.get(hour, 0), "statuses": statuses.get(hour, {}),
+                "json_files": [{"name": name, "bytes": size} for name, size in listings[hour]],
+                "compacted_at_us": now_micros(), "schema_version": schema.SCHEMA_VERSION,
+            }) + "\n")
+            published = f"{target}/date={hour[0]}/hour={hour[1]}"
+            if fs.exists(published):  # a directory without its marker: never published by us
+                fs.delete(published)
+            fs.mkdirs(f"{target}/date={hour[0]}")
+            if not fs.rename(staged, published):
+                raise OSError(f"could not publish {published}")
+            result.compacted.append(hour)
+            result.lines += counts.get(hour, 0)
+            if delete_json:
+                for name, _size in listings[hour]:
+                    fs.delete(f"{raw[hour]}/{name}", False)
+                    result.deleted_files += 1
+        fs.delete(tmp)
+    return result

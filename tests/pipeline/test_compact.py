@@ -1,0 +1,126 @@
+"""Incremental compaction: closed hours become Parquet once; a second run changes nothing; a
+run killed half-way shows no partial hour and the next run finishes it; a report on
+compacted plus open hours equals a report on the raw JSON."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokerd.pipeline.compact import COMPACTED_DIR, MARKER, TMP_PREFIX, compact
+from brokerd.pipeline.generate import generate
+from brokerd.pipeline.report import TABLES, run_report
+from tests.pipeline.test_report import H0, write_log
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+HOUR = 3600 * 1_000_000
+
+
+def rows(spark: Any, path: Path) -> list[str]:
+    """A table's rows, order-independent and comparable."""
+    return sorted(repr(sorted(row.asDict(recursive=True).items())) for row in spark.read.parquet(str(path)).collect())
+
+
+def published(data_dir: Path) -> dict[str, list[str]]:
+    """Every published hour directory and its files."""
+    base = data_dir / COMPACTED_DIR
+    return {
+        str(hour.relative_to(base)): sorted(p.name for p in hour.iterdir())
+        for hour in sorted(base.glob("date=*/hour=*"))
+    }
+
+
+def test_compacting_twice_is_the_same_as_once(spark: Any, tmp_path: Path) -> None:
+    write_log(tmp_path)
+    first = compact(spark, str(tmp_path))
+    assert first.compacted == [("2024-05-01", "09"), ("2024-05-01", "10"), ("2024-05-01", "11"), ("2024-05-01", "12")]
+    assert first.lines == 2 + 30 + 3 + 2  # every line, the bad ones included (with their status)
+    files_before = published(tmp_path)
+    assert all(MARKER in names and any(n.endswith(".parquet") for n in names) for names in files_before.values())
+    table_before = rows(spark, tmp_path / COMPACTED_DIR)
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / COMPACTED_DIR).rglob("*")}
+
+    second = compact(spark, str(tmp_path))
+    assert second.compacted == [] and len(second.already) == 4
+    assert published(tmp_path) == files_before
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / COMPACTED_DIR).rglob("*")} == mtimes
+    assert rows(spark, tmp_path / COMPACTED_DIR) == table_before
+    assert not list((tmp_path / COMPACTED_DIR).glob(TMP_PREFIX + "*"))
+    # the JSON was kept (the default)
+    assert len(list((tmp_path / "events").rglob("*.jsonl"))) == 5
+
+
+def test_open_hours_stay_json_and_the_report_equals_one_on_raw_json(spark: Any, tmp_path: Path) -> None:
+    raw_dir, mixed_dir = tmp_path / "raw", tmp_path / "mixed"
+    write_log(raw_dir)
+    shutil.copytree(raw_dir, mixed_dir)
+    raw = run_report(spark, str(raw_dir), str(tmp_path / "out-raw"), compact=False)
+    assert not (raw_dir / COMPACTED_DIR).exists()
+    # at 11:30 hours 09 and 10 are closed, 11 is open, 12 is in the future
+    now = H0 + HOUR + HOUR // 2
+    mixed = run_report(spark, str(mixed_dir), str(tmp_path / "out-mixed"), now_us=now, delete_json=True)
+    assert list(published(mixed_dir)) == ["date=2024-05-01/hour=09", "date=2024-05-01/hour=10"]
+    assert mixed["compaction"] == {"compacted_now": 2, "already": 0, "open": 2, "deleted_json_files": 3}
+    # the compacted hours' JSON is gone, the open hours' is still read
+    assert not list((mixed_dir / "events" / "date=2024-05-01" / "hour=10").glob("*.jsonl"))
+    assert list((mixed_dir / "events" / "date=2024-05-01" / "hour=11").glob("*.jsonl"))
+    for key in ("quality", "events", "events_by_kind", "messages_by_protocol", "top_topics", "latency_by_protocol",
+                "first_event", "last_event", "top_publishers", "top_subscribers", "auth_failures"):
+        assert mixed[key] == raw[key], key
+    for table in TABLES:
+        assert rows(spark, tmp_path / "out-mixed" / table) == rows(spark, tmp_path / "out-raw" / table), table
+    assert raw["events"] == 29 and raw["quality"]["malformed"] == 5
+
+
+def _wait_for(condition: Any, what: str, process: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"the compaction ended before {what}: {process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout} s")
+        time.sleep(0.05)
+
+
+def test_a_compaction_killed_half_way_is_finished_by_the_next_run(spark: Any, tmp_path: Path) -> None:
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    generate(killed, 20_000, hours=4, seed=3, workers=1)
+    shutil.copytree(killed, clean)
+    base = killed / COMPACTED_DIR
+    process = subprocess.Popen(
+        [sys.executable, "-m", "brokerd.pipeline", "compact", "--data-dir", str(killed), "--master", "local[1]",
+         "--hours-per-job", "1", "--driver-memory", "1g", "--quiet"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        # the first hour is published, and the next one's Spark job is writing: kill it there
+        _wait_for(lambda: list(base.glob("date=*/hour=*/" + MARKER)), "first published hour", process)
+        _wait_for(lambda: any(base.glob(TMP_PREFIX + "*/data")), "a second job's output", process)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    left = published(killed)
+    assert 1 <= len(left) < 4, left  # killed half-way
+    assert list(base.glob(TMP_PREFIX + "*"))  # its unfinished work, invisible to readers
+    assert all(MARKER in names for names in left.values())  # nothing partial is published
+    # a reader sees whole hours only: those published are read as Parquet, the rest as JSON
+    mid = run_report(spark, str(killed), str(tmp_path / "out-mid"), compact=False)
+    assert mid["events"] == mid["lines"] == 20_000
+
+    again = compact(spark, str(killed))
+    assert len(again.already) == len(left) and len(again.compacted) == 4 - len(left)
+    assert not list(base.glob(TMP_PREFIX + "*"))
+    compact(spark, str(clean))
+    assert list(published(killed)) == list(published(clean))
+    assert rows(spark, base) == rows(spark, clean / COMPACTED_DIR)
+    assert rows(spark, base)  # not two empty tables

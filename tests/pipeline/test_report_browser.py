@@ -1,0 +1,68 @@
+"""The HTML report looked at in headless Chromium: every plot is an image the browser decoded,
+the latency, cross-protocol and slow-consumer sections are there with their figures, and the
+broker's internal sessions are nowhere on the page.  The screenshot is saved as
+test-artifacts/pipeline-report.png."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from brokerd.pipeline.report import run_report
+from tests.browser.cdp import Chromium, chromium_or_skip
+from tests.pipeline.test_report import H0, S, rec, write_log
+
+pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def report_file(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chromium_or_skip()  # before the Spark work
+    data_dir = tmp_path_factory.mktemp("data")
+    write_log(data_dir)
+    hour = data_dir / "events" / "date=2024-05-01" / "hour=10"
+    (hour / "events-b1-run3-1.jsonl").write_text(
+        rec(H0 + 1 * S, "smqp", "login", session="bridge:news", outcome="ok")
+        + rec(H0 + 1 * S, "smqp", "subscribed", session="bridge:news", topic="news"),
+        "utf-8",
+    )
+    out = tmp_path_factory.mktemp("out")
+    run_report(spark, str(data_dir), str(out))
+    return out / "report.html"
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_report_reads_well_in_a_browser(report_file: Path, tmp_path: Path) -> None:
+    binary = chromium_or_skip()
+    browser = await Chromium.launch(tmp_path, binary)
+    try:
+        page = await browser.page()
+        await page.call("Page.navigate", url=report_file.as_uri())
+        assert await page.wait_for("document.readyState === 'complete' && document.images.length === 3")
+        images = await page.evaluate(
+            "Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 300 && i.naturalHeight > 100])")
+        assert images == [["messages per second by protocol", True], ["latency percentiles", True], ["top topics", True]]
+        headings = await page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
+        for section in ("Latency", "Cross-protocol traffic", "Slow consumers", "Top subscribers", "Auth failures by source"):
+            assert section in headings
+        latency = await page.evaluate(
+            "Array.from(document.querySelectorAll('h2 + img + table tbody tr')).map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent)")
+        assert latency == ["smqp accepted", "smqp acked"]
+        matrix = await page.evaluate(
+            "Array.from(document.querySelectorAll('#cross-protocol tbody tr')).map(r => Array.from(r.cells).map(c => c.innerText))")
+        assert matrix == [["ssmp", "4 msgs\n42 B", "2 msgs\n30 B"]]
+        text = await page.evaluate("document.body.innerText")
+        assert "bridge:news" not in text  # the broker's own session is no subscriber
+        assert "carol" in text and "192.0.2.1" in text
+        await page.call("Emulation.setDeviceMetricsOverride", width=1000, height=2400, deviceScaleFactor=1, mobile=False)
+        png = await page.screenshot()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        artifacts = REPO / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        (artifacts / "pipeline-report.png").write_bytes(png)
+    finally:
+        browser.close()
