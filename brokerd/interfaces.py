@@ -86,7 +86,8 @@ class IBrokerObserver(Interface):
 
 class IAccessPolicy(Interface):
     """Topic permissions: the core asks it (and caches the answer) for every subscribe,
-    publish and unicast when the broker has an access list."""
+    publish and unicast of every protocol, SMQP's commands and embedded publishes included,
+    when the broker has an access list."""
 
     def permissions(principal, topic):
         """The brokerd.core.access.Perm flags ``principal`` holds on the core ``topic`` (bytes,

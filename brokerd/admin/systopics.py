@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from brokerd.admin.figures import Figures
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.principal import BROKER
 
 PREFIX = "~sys/brokerd"
 PROTOCOL = "sys"
@@ -79,6 +80,7 @@ class StatisticsTopics(Service):
             name = topic.encode("utf-8")
             if broker.topics.get(name) is None:
                 continue
-            broker.publish(Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER))
+            broker.publish(Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER,
+                                   principal=BROKER))
             sent += 1
         return sent

@@ -21,7 +21,7 @@ from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
-from brokerd.core.principal import Principal
+from brokerd.core.principal import NOBODY, Principal
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
@@ -346,8 +346,14 @@ class Broker(Service):
         return revoked
 
     def _check_publish(self, message: Message, topic: bytes) -> None:
+        """Only called when there is a policy.  A message that names no principal (a program
+        embedding the broker that did not say who publishes) is checked as NOBODY, the
+        anonymous login: code that should bypass the list says so with a SERVICE principal
+        (brokerd.core.principal.BROKER), which AccessControl allows without asking."""
         principal = message.principal
-        if principal is not None and not self.access.allows(principal, topic, Perm.PUBLISH):
+        if principal is None:
+            principal = NOBODY
+        if not self.access.allows(principal, topic, Perm.PUBLISH):
             raise Forbidden(topic)
 
     # ------------------------------------------------------------------ routing

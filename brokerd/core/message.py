@@ -115,8 +115,9 @@ class Message:
     payload arrives here without its two length bytes).  ``binary`` records that the sender
     marked the content as binary.  ``details`` holds the rest (:class:`Details`: content
     type, id, times, priority, header attributes, parts), also readable as properties of the
-    Message.  ``principal`` is who sent it (the access policy checks it); None for the broker
-    itself and programs embedding it.  See docs/architecture.md for how each protocol maps onto these fields.
+    Message.  ``principal`` is who sent it (the access policy checks it, when there is one);
+    the broker's own publishers say BROKER (trusted), and None, a program embedding the
+    broker that named no one, is checked as the anonymous login.  See docs/architecture.md for how each protocol maps onto these fields.
     """
 
     __slots__ = ("kind", "target", "payload", "binary", "protocol", "sender_name", "display_name", "details",

@@ -27,8 +27,9 @@ GUEST = "guest"
 OPENPGP = "openpgp"
 """A socket.mq client that proved it holds a key of the server's key ring; named ``fpr:<fpr>``."""
 SERVICE = "service"
-"""The broker itself and programs embedding it (socket.mq applications, SMQP's bridges):
-trusted, never checked."""
+"""The broker's own publishers (statistics topics, MCCHAT announcements, socket.mq
+applications, what an SMQP server link relays) and embedding programs that say so: trusted,
+never checked."""
 
 PROVEN = frozenset({ACCOUNT, CERTIFICATE})
 """Realms whose name is an identity an access list may name (the others match ``*`` only)."""
@@ -52,7 +53,8 @@ class Principal:
 NOBODY = Principal("", ANONYMOUS)
 """The principal of a session that has not logged in (or never does)."""
 BROKER = Principal("broker", SERVICE)
-"""The principal of the broker's own sessions and of messages embedding programs publish."""
+"""The principal of the broker's own sessions and messages, and of what an embedding program
+publishes as trusted internal code (docs/embedding.md)."""
 
 
 def certificate_principal(names: tuple[str, ...]) -> Principal:

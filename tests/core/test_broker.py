@@ -8,7 +8,7 @@ from zope.interface.verify import verifyObject
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.access import Perm
-from brokerd.core.principal import ACCOUNT, NOBODY, Principal
+from brokerd.core.principal import ACCOUNT, BROKER, NOBODY, Principal
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
 
@@ -416,7 +416,7 @@ def test_a_new_policy_revokes_live_subscriptions_at_once(broker):
     b.subscription_revoked = revoked.append
     assert broker.set_policy(Policy({("a", b"t"): Perm.SUBSCRIBE})) == 1
     assert revoked == [b"t"] and broker.subscriptions(b) == [] and broker.subscriptions(a) == [b"t"]
-    broker.publish(msg(MULTICAST, b"t", b"after"))
+    broker.publish(Message(MULTICAST, b"t", b"after", "test", b"s", principal=BROKER))
     assert a.got == [b"f|multicast|b't'|after"] and b.got == []
 
 

@@ -56,7 +56,7 @@ from brokerd.config import Runtime, Settings
 from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.principal import NOBODY, Principal, certificate_principal
+from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.events.schema import DROPPED, REJECTED
@@ -181,7 +181,7 @@ class Discovery:
         self.broker.publish(
             Message(
                 MULTICAST, RESERVED_TOPIC, topic, "mcchat", SERVER_USERNAME,
-                display_name=SERVER_USERNAME,
+                display_name=SERVER_USERNAME, principal=BROKER,
             )
         )
 

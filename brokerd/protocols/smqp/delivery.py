@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from brokerd.core.durable import TRASH_RETENTION, DurableService
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
+from brokerd.errors import Forbidden
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.flow import record_drops
@@ -80,7 +81,7 @@ class MessageService:
         self.max_queued_bytes: int = MAX_QUEUED_BYTES
         """Bytes of one session's window and of its FIFO (``--smqp-max-queued-bytes``)."""
         self.counts = {"volatile": 0, "receipts": 0, "volatile_dropped": 0, "foreign_out": 0,
-                       "not_forwarded": 0}
+                       "not_forwarded": 0, "forbidden": 0}
 
     @property
     def stats(self) -> dict[str, int]:
@@ -173,7 +174,14 @@ class MessageService:
         if not carried(message):
             self.counts["not_forwarded"] += 1
             return False
-        if self.broker.publish(message):
+        try:
+            reached = self.broker.publish(message)
+        except Forbidden:
+            # The core decides for SMQP as for every protocol: the same cached decision the
+            # session was answered with, so this only refuses when a reload came in between.
+            self.counts["forbidden"] += 1
+            return False
+        if reached:
             self.counts["foreign_out"] += 1
         return True
 

@@ -23,10 +23,12 @@ from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline, thread_run
 from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.realm import BrokerRealm
 from brokerd.auth.workers import shared_work_queue
-from brokerd.auth.policy import AccessListFile, access_list_for
+from brokerd.auth.policy import AccessListFile, access_list_for, ual_account
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Runtime, Settings
 from brokerd.core.durable import DurableService
+from brokerd.core.principal import ACCOUNT, Principal
+from brokerd.core.principal import GUEST as GUEST_REALM
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
@@ -283,17 +285,26 @@ class SMQPServerFactory(Factory):
                 if not session.closed and session.server_bye:
                     session.transport.write(bye)
 
-    def permissions(self, account: str, key: str) -> Perm:
-        """What ``account`` may do on topic ``key`` (``a/b``; ``""`` the root) under the
-        current UAL."""
-        return self.ual.permissions(account, tuple(key.split("/")) if key else ())
+    def permissions(self, principal: Principal, key: str) -> Perm:
+        """What ``principal`` may do on topic ``key`` (``a/b``; ``""`` the root).
+
+        With an access list the core decides (its policy, its cached decision per
+        (principal, topic)): the same answer SSMP, MCCHAT and socket.mq get, and the one the
+        core applies again when the message reaches it.  Without one the core allows
+        everything, and SMQP's own built-in defaults apply to its commands (the guest only
+        reads, ``/accounts`` is the server's), as they always have."""
+        access = self.broker.access
+        if access.policy is not None:
+            return access.permissions(principal, key.encode("utf-8"))
+        return self.ual.permissions(ual_account(principal), tuple(key.split("/")) if key else ())
 
     def readable(self, subscriber: str, key: str) -> bool:
-        """May ``subscriber`` (``account:channel``) read topic ``key`` under the current UAL?
-        (A link's outgoing queue may: the sender's permission was checked at publish.)"""
+        """May ``subscriber`` (``account:channel``) read topic ``key`` now?  Asked at each
+        durable delivery, so a reload stops what is no longer permitted.  (A link's outgoing
+        queue may: the sender's permission was checked at publish.)"""
         if subscriber.startswith(OUT_PREFIX):
             return True
-        return Perm.SUBSCRIBE in self.permissions(subscriber.partition(":")[0], key)
+        return Perm.SUBSCRIBE in self.permissions(account_principal(subscriber.partition(":")[0]), key)
 
     @property
     def ual(self) -> AccessList:
@@ -358,3 +369,10 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     runtime.resources["smqp_links"] = factory.links
     opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
     return factory
+
+
+def account_principal(account: str) -> Principal:
+    """The principal an SMQP account name stands for when only the name is known (a durable
+    subscription whose session is offline): the guest, or the proven account of that name
+    (the policy treats an account and a certificate of one name alike)."""
+    return Principal(GUEST, GUEST_REALM) if account == GUEST else Principal(account, ACCOUNT)

@@ -28,6 +28,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
+from brokerd.core.principal import BROKER
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import format_datetime
 from brokerd.protocols.smqp.events import Body
@@ -163,7 +164,7 @@ class Forwarded:
         mode = "ONE" if "ONE" in (node.delivery, publication.delivery) else "ALL"
         publisher = f"{domain_leaf(remote)}:link"
         message = to_message(stored, key, publisher, message_id=smuid, created=publication.created,
-                             priority=publication.priority, expires=expires)
+                             priority=publication.priority, expires=expires, principal=BROKER)
         record = MessageRecord(smuid, key, publisher, cmuid, now, expires, publication.priority,
                                encode_message(message), seq, mode, "NONE")
         if origin is not None:  # seen from now on: a copy arriving while this one is stored is dropped

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.core.principal import Principal
 from brokerd.protocols.smqp.codec import decode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 
@@ -48,9 +49,10 @@ def main_section(body: Body) -> int | None:
 
 
 def to_message(body: Body, key: str, publisher: str, *, message_id: str | None, created: float | None,
-               priority: int, expires: float | None) -> Message:
+               priority: int, expires: float | None, principal: Principal) -> Message:
     """The neutral Message of SMQP ``body`` published to topic ``key`` by ``publisher``
-    (``account:channel``)."""
+    (``account:channel``), whose login proved ``principal`` (the core checks it again when
+    the message reaches the other protocols; BROKER for what a linked server relays)."""
     parts = tuple(Part(section.content_type, section.attributes, section.data) for section in body.sections)
     index = main_section(body)
     if index is None:
@@ -62,7 +64,7 @@ def to_message(body: Body, key: str, publisher: str, *, message_id: str | None, 
     details = Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
                       expires=expires, attributes=body.attributes, parts=parts)
     return Message(MULTICAST, key.encode("utf-8"), payload, "smqp", publisher.encode("utf-8"), binary,
-                   details=details)
+                   details=details, principal=principal)
 
 
 def to_body(message: Message, domain: str, now: float = 0.0, volatile_id: str | None = None) -> Body:

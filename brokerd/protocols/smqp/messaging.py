@@ -137,7 +137,7 @@ class MessagingCommands:
             key = record.topic
             if record.trashed is not None:
                 key = trash_owner(key) or ""
-            perms = self.factory.permissions(self.account, key)
+            perms = self.factory.permissions(self.principal, key)  # type: ignore[attr-defined]
             if not perms:
                 raise Refused(404, "Not found: the message answered is not on the server")
             if Perm.REPLY not in perms:
@@ -164,7 +164,7 @@ class MessagingCommands:
         """``Timeout: INFINITE`` (a state message, kept until removed) needs administer
         permission (UAL ``a``) on the queue that keeps it, like SET TOPIC TIMEOUT INFINITE:
         otherwise any publisher could fill the store with messages that never expire."""
-        perms = self.factory.permissions(self.account, key)
+        perms = self.factory.permissions(self.principal, key)  # type: ignore[attr-defined]
         if Perm.ADMINISTER not in perms:
             raise Refused(403, f"Forbidden: Timeout INFINITE needs administer permission on "
                                f"{self.service.display(key)}")
@@ -230,7 +230,8 @@ class MessagingCommands:
         mode = "ONE" if "ONE" in (node_mode, publication.delivery) else "ALL"
         expires = self._expiry(publication, key, now)
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
-                             priority=publication.priority, expires=expires)
+                             priority=publication.priority, expires=expires,
+                             principal=self.principal)  # type: ignore[attr-defined]
         # a linked domain's topic (/<domain>/...) goes to its server too, over the link
         link = self.factory.links.for_key(key)
         if link is not None:
@@ -257,7 +258,8 @@ class MessagingCommands:
         subscribers.update(dict.fromkeys(recipients_for(self.service.recipients(key, "ADD", now), publication,
                                                         guaranteed=False)))
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
-                             priority=publication.priority, expires=None)
+                             priority=publication.priority, expires=None,
+                             principal=self.principal)  # type: ignore[attr-defined]
         self.service.publish_volatile(key, self.subscriber, stored, message, subscribers)
 
     def _owned(self, record: MessageRecord, key: str) -> bool:

@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.auth.ual import Perm, format_permissions
+from brokerd.core.principal import Principal
 from brokerd.core.subscriptions import Subscription
 from brokerd.protocols.smqp.codec import format_keywords, format_timeout, parse_topic
 from brokerd.protocols.smqp.events import Command, TopicRef
@@ -37,9 +38,10 @@ class TopicCommands:
     _log = Logger()
     factory: Any
     account: str | None
+    principal: Principal
 
     def _permissions(self, node: Node) -> Perm:
-        return self.factory.ual.permissions(self.account, node.path)  # type: ignore[arg-type]
+        return self.factory.permissions(self.principal, node.key)  # type: ignore[no-any-return]
 
     def _resolve(self, ref: TopicRef, *, follow: bool = True, need: Perm = Perm.NONE,
                  trash: bool = False) -> Found:

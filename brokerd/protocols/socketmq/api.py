@@ -40,6 +40,7 @@ from zope.interface import implementer
 
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.principal import BROKER
 from brokerd.errors import BrokerError
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.socketmq import limits
@@ -231,7 +232,8 @@ class Server:
         if not is_event_name(event):
             raise ValueError(f"not a valid event name: {event!r}")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        message = Message(MULTICAST, event.encode("utf-8"), payload, "socketmq", self.application_name.encode(), binary)
+        message = Message(MULTICAST, event.encode("utf-8"), payload, "socketmq", self.application_name.encode(), binary,
+                          principal=BROKER)
         delivered = self.broker.publish(message)
         kept = self.broker.keep([message])
         if kept is not None:
