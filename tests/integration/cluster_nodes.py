@@ -76,11 +76,16 @@ class Node:
         self.clients.append(client)
         return client
 
-    async def smqp(self, account: str, channel: str, password: str) -> SMQPClientProtocol:
-        """An SMQP session logged in as ``account``/``channel``."""
+    async def smqp_connection(self) -> SMQPClientProtocol:
+        """An SMQP connection, greeted, not logged in."""
         endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", self.port("smqp"))
         client: SMQPClientProtocol = await smqp_connect(endpoint).addTimeout(TIMEOUT, reactor())
         self.clients.append(client)
+        return client
+
+    async def smqp(self, account: str, channel: str, password: str) -> SMQPClientProtocol:
+        """An SMQP session logged in as ``account``/``channel``."""
+        client = await self.smqp_connection()
         await client.login(account, channel, password).addTimeout(TIMEOUT, reactor())
         return client
 

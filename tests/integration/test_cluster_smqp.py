@@ -12,8 +12,10 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 
+from brokerd.protocols.smqp.client import SMQPError
 from tests.integration.cluster_nodes import TIMEOUT, Inbox, Node, Waiter, reactor, ssmp_subscribed
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration.test_cluster_routing import poll_until
 from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
 
@@ -218,5 +220,64 @@ async def test_durable_subscriber_served_by_node_2_after_publishing_on_node_1(
         await later.until(b"later").addTimeout(TIMEOUT, reactor())
         await later.acknowledged()
         assert durable_payloads(later) == [b"later"]
+    finally:
+        await stop_all(nodes)
+
+
+async def nodes_seen(node: Node, names: set[str]) -> None:
+    """Wait (bounded) until ``node``'s directory lists exactly ``names`` as the other live nodes."""
+    seen = Waiter()
+    poll_until(lambda: node.engine.other_nodes() == names, seen)
+    await seen.count(1).addTimeout(TIMEOUT, reactor())
+
+
+async def redirected(node: Node) -> tuple[int, tuple[str, ...]]:
+    """A LOGIN on ``node``: the refusal's code and lines."""
+    client = await node.smqp_connection()
+    try:
+        await client.login("bob", "extra", ACCOUNTS["bob"]).addTimeout(TIMEOUT, reactor())
+    except SMQPError as error:
+        await client.when_closed().addTimeout(TIMEOUT, reactor())
+        return error.code, tuple(error.lines)
+    raise AssertionError("the LOGIN over the limit was accepted")
+
+
+@pytest_twisted.ensureDeferred
+async def test_login_over_the_limit_is_redirected_to_the_live_nodes_of_the_directory(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Every node may be given the same ``--smqp-redirect NAME=host:port`` list: node 1, at
+    its connection limit, answers LOGIN with 311 and the SMQP address of another live node in
+    turn (never its own); a node that left is skipped once the directory drops it; with no
+    live node left the LOGIN gets 421."""
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    common = {"store": postgres_url, "accounts_file": accounts, "cluster_heartbeat": 0.5}
+    second = await Node(tmp_path / "node2", redis_server.url, "node2", **common).start()
+    third = await Node(tmp_path / "node3", redis_server.url, "node3", **common).start()
+    targets = {"node2": f"127.0.0.1:{second.port('smqp')}", "node3": f"127.0.0.1:{third.port('smqp')}"}
+    listed = f"node1=127.0.0.1:1,node2={targets['node2']},node3={targets['node3']}"
+    first = await Node(tmp_path / "node1", redis_server.url, "node1", smqp_redirect=listed, **common).start()
+    nodes = [first, second, third]
+    try:
+        await nodes_seen(first, {"node2", "node3"})
+        first.broker.admissions.max_listener_connections = 1
+        inside = await first.smqp("alice", "inside", ACCOUNTS["alice"])  # under the limit: served
+        assert (await inside.noop()).code == 200
+
+        answers = [await redirected(first) for _ in range(4)]
+        assert answers == [(311, ("Redirect request", targets[name])) for name in ("node2", "node3") * 2]
+        # The target is a node that serves: the client logs in there.
+        moved = await second.smqp("bob", "moved", ACCOUNTS["bob"])
+        assert (await moved.noop()).code == 200
+
+        await second.stop()
+        await nodes_seen(first, {"node3"})
+        assert [await redirected(first) for _ in range(2)] == [(311, ("Redirect request", targets["node3"]))] * 2
+
+        await third.stop()
+        await nodes_seen(first, set())
+        code, lines = await redirected(first)
+        assert code == 421, lines
+        assert (await inside.noop()).code == 200  # the admitted session is untouched
     finally:
         await stop_all(nodes)
