@@ -139,3 +139,7 @@ class IEngine(Interface):
 
     def topics():
         """Topics with members on other nodes (bytes)."""
+
+    def other_nodes():
+        """The names of the cluster's other live nodes (heard from within the node timeout),
+        a set of str; None when there is no cluster (one node)."""

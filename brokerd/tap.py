@@ -64,7 +64,7 @@ class Options(usage.Options):
         ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own it may name: IPs, CIDRs, host names, each optionally :port (commas) [none]."],
         ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
         ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
-        ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311 [none]."],
+        ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311; NAME=host:port: cluster node NAME, used while it is live [none]."],
         ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds [86400]."],
         ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again [30]."],
         ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash [5]."],

@@ -189,6 +189,11 @@ class RedisEngine:
 
     # ------------------------------------------------------------------ the other nodes
 
+    def other_nodes(self) -> set[str]:
+        """The nodes in the directory: a node leaves it with its BYE, or once silent for
+        ``node_timeout``."""
+        return {node.name for node in self.directory.nodes.values()}
+
     def _announce(self, kind: str, **fields: Any) -> None:
         """Queue a control message for this turn's flush (dropped while Redis is away: the
         hello and state sent on reconnection bring the other nodes up to date)."""

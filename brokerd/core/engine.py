@@ -52,6 +52,10 @@ class InMemoryEngine:
         """No other node has topics."""
         return set()
 
+    def other_nodes(self) -> None:
+        """No cluster."""
+        return None
+
 
 IN_MEMORY = InMemoryEngine()
 """The engine of every Broker that was given none (stateless, so shared)."""

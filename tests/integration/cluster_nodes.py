@@ -1,6 +1,7 @@
 """brokerd nodes of one cluster in this process: makeService with SSMP, MCCHAT and socket.mq on
 OS-chosen loopback ports and ``--cluster`` pointing at the test's redis-server, all on the
-test's reactor, with one client helper per protocol."""
+test's reactor, with one client helper per protocol.  With ``store=postgresql://...`` a node
+listens for SMQP too (a cluster with SMQP needs the shared PostgreSQL store)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,8 @@ from twisted.internet.protocol import Factory
 
 from brokerd.config import Settings
 from brokerd.protocols.mcchat.client import MCChatClientProtocol, client_endpoint, connect
+from brokerd.protocols.smqp.client import SMQPClientProtocol
+from brokerd.protocols.smqp.client import connect as smqp_connect
 from brokerd.protocols.socketmq.api import Client
 from brokerd.tap import ListenerService, makeService
 from tests.support.live import Inbox
@@ -26,8 +29,9 @@ class Node:
 
     def __init__(self, data_dir: Path, cluster: str, name: str, **fields: Any) -> None:
         self.name = name
+        protocols = (*LISTENERS, "smqp") if fields.get("store") else LISTENERS
         self.settings = Settings(
-            listeners={protocol: [LOOPBACK] for protocol in LISTENERS},
+            listeners={protocol: [LOOPBACK] for protocol in protocols},
             data_dir=data_dir, open_login=True, event_log=False, cluster=cluster, node_name=name, **fields,
         )
         self.service: Any = None
@@ -72,8 +76,26 @@ class Node:
         self.clients.append(client)
         return client
 
+    async def smqp_connection(self) -> SMQPClientProtocol:
+        """An SMQP connection, greeted, not logged in."""
+        endpoint = endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", self.port("smqp"))
+        client: SMQPClientProtocol = await smqp_connect(endpoint).addTimeout(TIMEOUT, reactor())
+        self.clients.append(client)
+        return client
+
+    async def smqp(self, account: str, channel: str, password: str) -> SMQPClientProtocol:
+        """An SMQP session logged in as ``account``/``channel``."""
+        client = await self.smqp_connection()
+        await client.login(account, channel, password).addTimeout(TIMEOUT, reactor())
+        return client
+
     async def stop(self) -> None:
         for client in self.clients:
+            if isinstance(client, SMQPClientProtocol):
+                if client.transport is not None and client._lost is None:
+                    client.transport.abortConnection()
+                    await client.when_closed().addTimeout(TIMEOUT, reactor())
+                continue
             close = client.close()
             if isinstance(close, Deferred):
                 try:

@@ -61,6 +61,7 @@ async def test_login_during_shutdown_is_redirected(smqp_server):
 def test_redirect_targets_are_checked():
     assert parse_redirects("a.example:720 192.0.2.1:7720") == ("a.example:720", "192.0.2.1:7720")
     assert parse_redirects(["[::1]:720"]) == ("[::1]:720",)
-    for bad in ("a.example", "a.example:0", ":720", "host:http"):
+    assert parse_redirects("node2=a.example:720,b.example:720") == ("node2=a.example:720", "b.example:720")
+    for bad in ("a.example", "a.example:0", ":720", "host:http", "=a.example:720", "node2=a.example"):
         with pytest.raises(ConfigurationError):
             parse_redirects(bad)

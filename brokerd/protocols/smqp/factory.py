@@ -263,12 +263,19 @@ class SMQPServerFactory(Factory):
         return True
 
     def next_redirect(self) -> str | None:
-        """The next ``311`` target, round robin (None when none is configured)."""
-        if not self.redirects:
-            return None
-        target = self.redirects[self._redirect_turn % len(self.redirects)]
-        self._redirect_turn += 1
-        return target
+        """The next ``311`` target, round robin (None when none is configured).  A target
+        named for a cluster node (``NAME=host:port``) is taken only while the engine's
+        directory lists NAME among the other live nodes, so that every node may be given the
+        same list: a node never sends clients to itself nor to a node that died or left.
+        None when no target is live (the caller then says Not Available)."""
+        live = self.broker.engine.other_nodes()
+        for _ in range(len(self.redirects)):
+            item = self.redirects[self._redirect_turn % len(self.redirects)]
+            self._redirect_turn += 1
+            node, equals, target = item.rpartition("=")
+            if not equals or live is None or node in live:
+                return target
+        return None
 
     def stopFactory(self) -> None:
         """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
@@ -323,12 +330,17 @@ class SMQPServerFactory(Factory):
 
 def parse_redirects(value: str | list[str] | None) -> tuple[str, ...]:
     """``--smqp-redirect``: ``host:port`` targets separated by commas or blanks (or a TOML
-    list), as the draft's ``311`` reply names them.  Raises ConfigurationError."""
+    list), as the draft's ``311`` reply names them, each optionally ``NAME=host:port``: the
+    SMQP address of cluster node NAME (``--node-name``), used while that node is live.
+    Raises ConfigurationError."""
     if not value:
         return ()
     items = value.replace(",", " ").split() if isinstance(value, str) else [str(v) for v in value]
     for item in items:
-        host, colon, port = item.rpartition(":")
+        node, equals, target = item.rpartition("=")
+        if equals and not node:
+            raise ConfigurationError(f"smqp-redirect: {item!r} names no node before '='")
+        host, colon, port = target.rpartition(":")
         if not colon or not host or not (port.isdigit() and 0 < int(port) < 65536) \
                 or any(c.isspace() or ord(c) < 32 for c in host):
             raise ConfigurationError(f"smqp-redirect: {item!r} is not host:port")

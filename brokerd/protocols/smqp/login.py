@@ -70,6 +70,10 @@ class LoginCommands:
                 self._reply(311, "Redirect request", target)
                 self._close()
                 return None
+            if self.redirect_only:  # over the limit and no target is live: never admitted
+                self._reply(421, "Service closing: no server with room")
+                self._close()
+                return None
         if method == CLEAR:
             d = self.factory.checker.exists(account)
             d.addCallback(self._login_account_checked, account, channel)

@@ -1,0 +1,283 @@
+"""Three brokerd nodes sharing one redis-server (``--cluster``) and one PostgreSQL database
+(``--store postgresql://``), with SMQP listening beside SSMP, MCCHAT and socket.mq: the 4x4
+matrix (a publisher of every protocol on node 1, a subscriber of every protocol on every
+node: each gets every message once, in order per publisher), and SMQP durable subscribers
+served by another node than the one the messages were published on."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet.defer import Deferred, gatherResults
+
+from brokerd.protocols.smqp.client import SMQPError
+from tests.integration.cluster_nodes import TIMEOUT, Inbox, Node, Waiter, reactor, ssmp_subscribed
+from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration.test_cluster_routing import poll_until
+from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
+from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+TOPIC = b"room"
+SMQP_TOPIC = "/room"
+PROTOCOLS = ("ssmp", "mcchat", "socketmq", "smqp")
+
+
+def ssmp_payloads(client: Any) -> list[bytes]:
+    return [line.split(b" ", 4)[4] for line in client.lines.items if line.split(b" ", 3)[2:3] == [b"MCAST"]]
+
+
+class AckingSMQP:
+    """Collects an SMQP session's NOTIFY MESSAGEs and acknowledges each (310) as it comes, as
+    a two-phase subscriber does; ``payloads`` is the first section of each, in arrival order."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.payloads: list[bytes] = []
+        self.smuids: list[str] = []
+        self.waiter = Waiter()
+        self.acks: list[Deferred] = []
+        client.notifyReceived = self.got
+
+    def got(self, notify: Any) -> None:
+        self.payloads.append(notify.body.sections[0].data)
+        self.smuids.append(notify.body.get("Smuid"))
+        self.acks.append(self.client.acknowledge())
+        self.waiter(notify.body.sections[0].data)
+
+    def until(self, last: bytes) -> Deferred:
+        return self.waiter.until(lambda items: last in items)
+
+    async def acknowledged(self) -> None:
+        """Every acknowledgement sent so far was answered."""
+        await gatherResults(list(self.acks)).addTimeout(TIMEOUT, reactor())
+
+
+class Subscribers:
+    """One subscriber of each protocol on one node, subscribed to TOPIC (/room for SMQP)."""
+
+    @classmethod
+    async def on(cls, node: Node, tag: str, smqp: bool = True) -> Subscribers:
+        self = cls()
+        self.smqp: AckingSMQP | None = None
+        self.node = node
+        self.ssmp = await node.ssmp(f"sub-{tag}".encode())
+        await ssmp_subscribed(self.ssmp, TOPIC)
+        self.mc_inbox = Inbox()
+        self.mcchat = await node.mcchat(self.mc_inbox)
+        self.mcchat.subscribe(TOPIC)
+        await self.mcchat.sync().addTimeout(TIMEOUT, reactor())
+        self.events = Waiter()
+        self.socketmq = await node.socketmq()
+        await self.socketmq.subscribe(TOPIC.decode(), self.events).addTimeout(TIMEOUT, reactor())
+        if smqp:
+            session = await node.smqp("alice", f"sub_{tag}", ACCOUNTS["alice"])
+            self.smqp = AckingSMQP(session)
+            await session.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        return self
+
+    def payloads(self) -> dict[str, list[bytes]]:
+        found = {
+            "ssmp": ssmp_payloads(self.ssmp),
+            "mcchat": [m[2].encode() for m in self.mc_inbox.messages],
+            "socketmq": [event.data for event in self.events.items],
+        }
+        if self.smqp is not None:
+            found["smqp"] = list(self.smqp.payloads)
+        return found
+
+    def until(self, last: bytes) -> Deferred:
+        """Fires once every one of the four saw ``last``."""
+        waits = [
+            self.ssmp.lines.until(lambda lines: any(line.endswith(b" " + last) for line in lines)),
+            self.mc_inbox.until(lambda inbox: any(m[2].encode() == last for m in inbox.messages)),
+            self.events.until(lambda items: any(event.data == last for event in items)),
+        ]
+        if self.smqp is not None:
+            waits.append(self.smqp.until(last))
+        return gatherResults(waits)
+
+
+async def cluster(tmp_path: Path, redis: RedisServer, store: str, count: int = 3) -> list[Node]:
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    nodes = []
+    for index in range(1, count + 1):
+        node = Node(tmp_path / f"node{index}", redis.url, f"node{index}", store=store, accounts_file=accounts)
+        nodes.append(await node.start())
+    return nodes
+
+
+async def stop_all(nodes: list[Node]) -> None:
+    for node in nodes:
+        await node.stop()
+
+
+async def create_room(node: Node) -> None:
+    """alice creates /room (the topic tree is in PostgreSQL, every node sees it)."""
+    owner = await node.smqp("alice", "owner", ACCOUNTS["alice"])
+    await owner.create_topic(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+
+
+@pytest_twisted.ensureDeferred
+async def test_four_protocols_reach_every_protocol_on_every_node_once_in_order(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Publishers of the four protocols on node 1; SSMP, MCCHAT and socket.mq subscribers on
+    every node, an SMQP subscriber on node 1.  (An SMQP subscriber connected to another node
+    gets node 1's stored messages when it logs in, not live: docs/cluster.md, and the next
+    test.)"""
+    nodes = await cluster(tmp_path, redis_server, postgres_url)
+    try:
+        await create_room(nodes[0])
+        groups = [await Subscribers.on(node, f"n{i}", smqp=i == 1) for i, node in enumerate(nodes, 1)]
+        for node in nodes[1:]:
+            await node.engine.when_following(TOPIC).addTimeout(TIMEOUT, reactor())
+        origin = nodes[0]
+        ssmp_pub = await origin.ssmp(b"publisher")
+        mc_pub = await origin.mcchat(Inbox())
+        web_pub = await origin.socketmq()
+        smqp_pub = await origin.smqp("alice", "publisher", ACCOUNTS["alice"])
+
+        sent: dict[str, list[bytes]] = {protocol: [] for protocol in PROTOCOLS}
+        for i in range(20):
+            for protocol in sent:
+                sent[protocol].append(f"{protocol}-{i}".encode())
+            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
+            mc_pub.publish("room", "mc", f"mcchat-{i}")
+            await web_pub.publish("room", f"socketmq-{i}").addTimeout(TIMEOUT, reactor())
+            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
+                .addTimeout(TIMEOUT, reactor())
+            assert reply.code == 200, reply
+        ssmp_pub.send(b"MCAST room the-end")
+        for group in groups:
+            await group.until(b"the-end").addTimeout(TIMEOUT, reactor())
+
+        total = 20 * len(PROTOCOLS) + 1
+        for group in groups:
+            if group.smqp is not None:
+                await group.smqp.acknowledged()
+            for receiver, payloads in group.payloads().items():
+                assert payloads[-1] == b"the-end", (group.node.name, receiver, payloads)
+                assert len(payloads) == total, (group.node.name, receiver, payloads)  # each once
+                for protocol, expected in sent.items():
+                    got = [p for p in payloads if p.startswith(protocol.encode() + b"-")]
+                    assert got == expected, (group.node.name, receiver, protocol)  # in order
+        stats = [node.engine.stats for node in nodes]
+        assert stats[0].messages_sent == total
+        assert all(s.messages_received == total for s in stats[1:])
+    finally:
+        await stop_all(nodes)
+
+
+def durable_payloads(inbox: AckingSMQP) -> list[bytes]:
+    return list(inbox.payloads)
+
+
+@pytest_twisted.ensureDeferred
+async def test_durable_subscriber_served_by_node_2_after_publishing_on_node_1(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """alice:durable subscribes to /room on node 1 and leaves; SMQP and SSMP publishers on node
+    1 are answered 200 (committed in PostgreSQL); alice:durable logs in on node 2 and gets
+    every message once, in order, two-phase; after its acknowledgements nothing is pending
+    for it on any node."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        await create_room(first)
+        subscriber = await first.smqp("alice", "durable", ACCOUNTS["alice"])
+        await subscriber.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        await subscriber.quit().addTimeout(TIMEOUT, reactor())
+
+        smqp_pub = await first.smqp("alice", "publisher", ACCOUNTS["alice"])
+        ssmp_pub = await first.ssmp(b"publisher")
+        sent = []
+        for i in range(10):
+            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
+                .addTimeout(TIMEOUT, reactor())
+            assert reply.code == 200, reply
+            before = len(ssmp_pub.lines.items)
+            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
+            await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
+            assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
+            sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+
+        client = await second.smqp("alice", "durable", ACCOUNTS["alice"])
+        inbox = AckingSMQP(client)
+        await inbox.until(sent[-1]).addTimeout(TIMEOUT, reactor())
+        await inbox.acknowledged()
+        assert durable_payloads(inbox) == sent
+        assert len(set(inbox.smuids)) == len(sent)
+        await client.quit().addTimeout(TIMEOUT, reactor())
+
+        # Acknowledged on node 2: back on node 1 it gets only what was published since.
+        again = await first.smqp("alice", "durable", ACCOUNTS["alice"])
+        later = AckingSMQP(again)
+        reply = await smqp_pub.publish(SMQP_TOPIC, "later", [("text/plain", b"later")]).addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        await later.until(b"later").addTimeout(TIMEOUT, reactor())
+        await later.acknowledged()
+        assert durable_payloads(later) == [b"later"]
+    finally:
+        await stop_all(nodes)
+
+
+async def nodes_seen(node: Node, names: set[str]) -> None:
+    """Wait (bounded) until ``node``'s directory lists exactly ``names`` as the other live nodes."""
+    seen = Waiter()
+    poll_until(lambda: node.engine.other_nodes() == names, seen)
+    await seen.count(1).addTimeout(TIMEOUT, reactor())
+
+
+async def redirected(node: Node) -> tuple[int, tuple[str, ...]]:
+    """A LOGIN on ``node``: the refusal's code and lines."""
+    client = await node.smqp_connection()
+    try:
+        await client.login("bob", "extra", ACCOUNTS["bob"]).addTimeout(TIMEOUT, reactor())
+    except SMQPError as error:
+        await client.when_closed().addTimeout(TIMEOUT, reactor())
+        return error.code, tuple(error.lines)
+    raise AssertionError("the LOGIN over the limit was accepted")
+
+
+@pytest_twisted.ensureDeferred
+async def test_login_over_the_limit_is_redirected_to_the_live_nodes_of_the_directory(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Every node may be given the same ``--smqp-redirect NAME=host:port`` list: node 1, at
+    its connection limit, answers LOGIN with 311 and the SMQP address of another live node in
+    turn (never its own); a node that left is skipped once the directory drops it; with no
+    live node left the LOGIN gets 421."""
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    common = {"store": postgres_url, "accounts_file": accounts, "cluster_heartbeat": 0.5}
+    second = await Node(tmp_path / "node2", redis_server.url, "node2", **common).start()
+    third = await Node(tmp_path / "node3", redis_server.url, "node3", **common).start()
+    targets = {"node2": f"127.0.0.1:{second.port('smqp')}", "node3": f"127.0.0.1:{third.port('smqp')}"}
+    listed = f"node1=127.0.0.1:1,node2={targets['node2']},node3={targets['node3']}"
+    first = await Node(tmp_path / "node1", redis_server.url, "node1", smqp_redirect=listed, **common).start()
+    nodes = [first, second, third]
+    try:
+        await nodes_seen(first, {"node2", "node3"})
+        first.broker.admissions.max_listener_connections = 1
+        inside = await first.smqp("alice", "inside", ACCOUNTS["alice"])  # under the limit: served
+        assert (await inside.noop()).code == 200
+
+        answers = [await redirected(first) for _ in range(4)]
+        assert answers == [(311, ("Redirect request", targets[name])) for name in ("node2", "node3") * 2]
+        # The target is a node that serves: the client logs in there.
+        moved = await second.smqp("bob", "moved", ACCOUNTS["bob"])
+        assert (await moved.noop()).code == 200
+
+        await second.stop()
+        await nodes_seen(first, {"node3"})
+        assert [await redirected(first) for _ in range(2)] == [(311, ("Redirect request", targets["node3"]))] * 2
+
+        await third.stop()
+        await nodes_seen(first, set())
+        code, lines = await redirected(first)
+        assert code == 421, lines
+        assert (await inside.noop()).code == 200  # the admitted session is untouched
+    finally:
+        await stop_all(nodes)
