@@ -25,6 +25,7 @@ from brokerd.protocols.socketmq.events import Event
 _PREPARER = WebSocketServerFactory()
 """Only for ``prepareMessage``: a server factory prepares unmasked frames (the message, not
 the factory, is what every session sends)."""
+_prepare = _PREPARER.prepareMessage
 
 
 class PreparedFrames(bytes):
@@ -64,7 +65,10 @@ class SocketMQWireFormat:
             return None
         sender = message.sender_name.decode("utf-8", "replace")
         event = Event(name, message.payload, message.binary, sender, message.protocol)
-        return PreparedFrames.of((_PREPARER.prepareMessage(*encode(event)),))
+        prepared = _prepare(*encode(event))
+        frames = PreparedFrames(prepared.payloadHybi)
+        frames.prepared = (prepared,)
+        return frames
 
     def render_run(self, messages: list[Message]) -> PreparedFrames | None:
         """A run of messages (one topic) as one PreparedFrames; None if one cannot be carried
