@@ -256,6 +256,8 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     def _send_prepared(self, data: bytes) -> None:
         """``send`` through Autobahn's public API: each event of the core's rendering (a
         PreparedFrames; bytes of another origin are complete uncompressed frames)."""
+        if self.state != self.STATE_OPEN:
+            return  # Autobahn's sendMessage raises once closing; the core's loop must go on
         prepared = getattr(data, "prepared", None)
         if prepared is None:
             self.sendData(data)
@@ -580,20 +582,6 @@ _DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
 }
 
 
-def _refuse_compression(offers: list[Any]) -> None:
-    """Without ``--socketmq-deflate`` no offer is accepted: frames go out uncompressed."""
-    return None
-
-
-def _accept_deflate(offers: list[Any]) -> PerMessageDeflateOfferAccept | None:
-    """``--socketmq-deflate``: accept the client's first permessage-deflate offer, with the
-    parameters it asked for (RFC 7692)."""
-    for offer in offers:
-        if isinstance(offer, PerMessageDeflateOffer):
-            return PerMessageDeflateOfferAccept(offer)
-    return None
-
-
 class SocketMQWebSocketFactory(WebSocketServerFactory):
     """Builds sessions for one listener; ``pending_admission`` is set by the resource while
     it upgrades a connection, so the session inherits the channel's connection count."""
@@ -612,8 +600,17 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
             failByDrop=False,
             autoPingInterval=ping_interval,
             autoPingTimeout=pong_timeout,
-            perMessageCompressionAccept=_accept_deflate if hub.deflate else _refuse_compression,
+            perMessageCompressionAccept=self._accept_compression,
         )
+
+    def _accept_compression(self, offers: list[Any]) -> PerMessageDeflateOfferAccept | None:
+        """With ``--socketmq-deflate``, accept the client's first permessage-deflate offer with
+        the parameters it asked for (RFC 7692); without it, none: frames go out uncompressed."""
+        if self.hub.deflate:
+            for offer in offers:
+                if isinstance(offer, PerMessageDeflateOffer):
+                    return PerMessageDeflateOfferAccept(offer)
+        return None
 
     def buildProtocol(self, addr: Any) -> SocketMQSession:
         session = super().buildProtocol(addr)
