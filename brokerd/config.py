@@ -93,6 +93,8 @@ class Settings:
     """SMQP: bytes of notifications one session holds in memory, in its window of pending
     messages and in its queue of notifications that need no acknowledgement (each)."""
     socketmq_max_frames: int = 1024
+    socketmq_deflate: bool = False
+    """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""
     """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
     socketmq_request_read_timeout: float = 30.0
     """socket.mq: seconds from an HTTP request's first byte until its headers and body arrived."""

@@ -50,6 +50,7 @@ class Options(usage.Options):
         ["no-event-log", None, "Do not keep the event log."],
         ["event-log-payloads", None, "Include message contents (base64) in the event log."],
         ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
+        ["socketmq-deflate", None, "socket.mq: accept permessage-deflate (compressed WebSocket messages) [off]."],
     ]
     optParameters = [
         ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],

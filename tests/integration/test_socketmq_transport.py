@@ -4,11 +4,13 @@ certificate identities, slow WebSocket consumers (bounded buffer, drop and count
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
 import pytest_twisted
 from autobahn.twisted.websocket import WebSocketClientFactory
+from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateResponseAccept
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
 
@@ -71,11 +73,16 @@ async def test_https_request_carries_the_client_certificate_identity(tls_brokerd
     assert [r.client_id for r in seen] == [CLIENT_NAME, None]
 
 
-async def stalled_subscriber(brokerd: LiveBrokerd, event: str) -> tuple[RawWebSocket, Any]:
+async def stalled_subscriber(brokerd: LiveBrokerd, event: str, deflate: bool = False) -> tuple[RawWebSocket, Any]:
     port = brokerd.http_port.getHost().port
     factory = WebSocketClientFactory(f"ws://127.0.0.1:{port}/socket.mq/ws", protocols=["socketmq.v1"])
     factory.protocol = RawWebSocket
     factory.setProtocolOptions(maxMessagePayloadSize=0, maxFramePayloadSize=0)
+    if deflate:
+        factory.setProtocolOptions(
+            perMessageCompressionOffers=[PerMessageDeflateOffer()],
+            perMessageCompressionAccept=lambda response: PerMessageDeflateResponseAccept(response),
+        )
     ws: RawWebSocket = await endpoints.TCP4ClientEndpoint(reactor(), "127.0.0.1", port).connect(factory)
     await ws.opened.addTimeout(TIMEOUT, reactor())
     ws.sendMessage(json.dumps({"type": "subscribe", "id": 1, "event": event}).encode())
@@ -91,14 +98,24 @@ def buffered(transport: Any) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("path", ["fast-path", "send-prepared-message", "deflate"])
 @pytest_twisted.ensureDeferred
-async def test_slow_consumer_is_bounded_then_told_what_it_missed(small_buffer_brokerd: LiveBrokerd) -> None:
+async def test_slow_consumer_is_bounded_then_told_what_it_missed(
+    small_buffer_brokerd: LiveBrokerd, monkeypatch: Any, path: str
+) -> None:
+    """The same bound and notice whichever way the session sends (session.FAST_FANOUT, or
+    Autobahn's sendPreparedMessage, which compresses when deflate was negotiated)."""
     brokerd = small_buffer_brokerd
-    ws, session = await stalled_subscriber(brokerd, "flood")
-    payload = b"x" * 16384
+    if path != "fast-path":
+        monkeypatch.setattr(session_module, "FAST_FANOUT", False)
+    monkeypatch.setattr(brokerd.hub, "deflate", path == "deflate")
+    ws, session = await stalled_subscriber(brokerd, "flood", deflate=path == "deflate")
+    assert len(session.websocket_extensions_in_use) == (path == "deflate")
+    size = 16384
     sent = 0
     for _round in range(200):
         for _ in range(50):
+            payload = os.urandom(size // 2).hex().encode()  # new each time: deflate halves it, no more
             brokerd.broker.publish(Message(MULTICAST, b"flood", payload, "ssmp", b"firehose"))
             sent += 1
             assert buffered(session.transport) <= BUFFER + 2 * len(payload)

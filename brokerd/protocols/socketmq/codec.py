@@ -13,8 +13,9 @@ Two kinds of bad input, each carrying what the peer deserves:
   missing or bad field): answered with a ``result`` of ``status`` (400, or 501 for an unknown
   type), and the connection stays open.
 
-It also frames server-to-client messages itself (:func:`frame`), so the broker can render an
-event once and write the same frame bytes to every subscriber.
+It also frames the server's replies to one client itself (:func:`frame`: results, hello,
+dropped, forwarded requests).  Events for many subscribers are prepared once through Autobahn
+instead (wire.py).
 """
 from __future__ import annotations
 

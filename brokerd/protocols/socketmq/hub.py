@@ -158,6 +158,8 @@ class Hub:
         self.applications: dict[str, Application] = {}
         self.request_timeout = float(limits.setting(settings, "socketmq_request_timeout", limits.REQUEST_TIMEOUT))
         self.max_output_buffer = int(limits.setting(settings, "max_output_buffer", 1 << 20))
+        self.deflate = bool(getattr(settings, "socketmq_deflate", False))
+        """Accept permessage-deflate offers (``--socketmq-deflate``; off by default)."""
         self.max_frames = int(limits.setting(settings, "socketmq_max_frames", limits.MAX_FRAMES))
         self.read_timeout = float(limits.setting(settings, "socketmq_request_read_timeout", limits.REQUEST_READ_TIMEOUT))
         self.handshake_timeout = float(limits.setting(settings, "socketmq_handshake_timeout", limits.OPEN_HANDSHAKE_TIMEOUT))

@@ -1,19 +1,47 @@
 """How broker events look to socket.mq subscribers (the socket.mq IWireFormat).
 
 One instance is shared by every socket.mq WebSocket session, so the core renders each message
-once for all of them: the result is a complete WebSocket frame, which each session writes to
-its transport unchanged.  Messages of every protocol become ``event`` messages; a payload that
-is text (valid UTF-8, not marked binary) travels as a JSON string in a text frame, anything
-else intact in a binary frame.
+once for all of them through Autobahn's public ``prepareMessage``: the result is a
+:class:`PreparedFrames`, the bytes of the unmasked WebSocket frame(s) carrying the Autobahn
+``PreparedMessage`` objects they came from.  Each session hands those to Autobahn's
+``sendPreparedMessage`` (which compresses per connection when permessage-deflate was
+negotiated), or, on a checked Autobahn release and without compression, writes the bytes
+themselves (session.py, ``fast_fanout``).  Messages of every protocol become ``event``
+messages; a payload that is text (valid UTF-8, not marked binary) travels as a JSON string in a
+text frame, anything else intact in a binary frame.
 """
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+from autobahn.twisted.websocket import WebSocketServerFactory
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
-from brokerd.protocols.socketmq.codec import encode, frame, is_event_name
+from brokerd.protocols.socketmq.codec import encode, is_event_name
 from brokerd.protocols.socketmq.events import Event
+
+_PREPARER = WebSocketServerFactory()
+"""Only for ``prepareMessage``: a server factory prepares unmasked frames (the message, not
+the factory, is what every session sends)."""
+_prepare = _PREPARER.prepareMessage
+
+
+class PreparedFrames(bytes):
+    """The frames of one event, or of a run of events, as one bytes object (what a session
+    without compression writes), with ``prepared``: the Autobahn PreparedMessages, in order.
+
+    A bytes subclass so the core can hand it to every session unchanged, and join the frames
+    of a run as it does for every wire format."""
+
+    prepared: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, prepared: Sequence[Any]) -> PreparedFrames:
+        frames = cls(b"".join([message.payloadHybi for message in prepared]))
+        frames.prepared = tuple(prepared)
+        return frames
 
 
 @implementer(IWireFormat)
@@ -37,7 +65,22 @@ class SocketMQWireFormat:
             return None
         sender = message.sender_name.decode("utf-8", "replace")
         event = Event(name, message.payload, message.binary, sender, message.protocol)
-        return frame(*encode(event))
+        prepared = _prepare(*encode(event))
+        frames = PreparedFrames(prepared.payloadHybi)
+        frames.prepared = (prepared,)
+        return frames
+
+    def render_run(self, messages: list[Message]) -> PreparedFrames | None:
+        """A run of messages (one topic) as one PreparedFrames; None if one cannot be carried
+        (the core then renders them one by one and counts what it drops)."""
+        prepared = []
+        for message in messages:
+            rendered = self.render_message(message)
+            if rendered is None:
+                self.unrepresentable -= 1  # the core's per-message fallback counts it again
+                return None
+            prepared.append(rendered.prepared[0])
+        return PreparedFrames.of(prepared)
 
     def render_presence(
         self, topic: bytes, member: ISubscriber, joined: bool, presence: bool

@@ -38,9 +38,8 @@ def test_unrepresentable_messages() -> None:
 
 
 def test_frames_are_the_bytes_autobahns_prepared_messages_carry() -> None:
-    """Each message is framed once for all recipients, as Autobahn's public prepareMessage /
-    sendPreparedMessage would do it (without compression, which socket.mq does not
-    negotiate); this fails the day Autobahn frames a message differently."""
+    """The replies socket.mq frames itself (codec.frame) are the frames Autobahn's public
+    prepareMessage makes for events; this fails the day Autobahn frames a message differently."""
     from autobahn.twisted.websocket import WebSocketServerFactory
 
     from brokerd.protocols.socketmq.codec import frame
@@ -50,3 +49,16 @@ def test_frames_are_the_bytes_autobahns_prepared_messages_carry() -> None:
         for binary in (False, True):
             payload = (b"\xff" if binary else b"x") * size
             assert frame(payload, binary) == factory.prepareMessage(payload, binary).payloadHybi
+
+
+def test_a_run_is_the_joined_frames_with_every_prepared_message() -> None:
+    """render_run must equal the joined render_message results (IWireFormat), and carry the
+    prepared messages in order for sessions that send them through Autobahn."""
+    run = [Message(MULTICAST, b"t", payload, "ssmp", b"s") for payload in (b"one", b"\xff\x00", b"three")]
+    rendered = SOCKETMQ_WIRE.render_run(run)
+    singles = [SOCKETMQ_WIRE.render_message(message) for message in run]
+    assert rendered == b"".join(singles)
+    assert [prepared.payloadHybi for prepared in rendered.prepared] == singles
+    before = SOCKETMQ_WIRE.unrepresentable
+    assert SOCKETMQ_WIRE.render_run([Message(MULTICAST, b"a\nb", b"x", "ssmp", b"s")]) is None
+    assert SOCKETMQ_WIRE.unrepresentable == before  # the core's fallback counts it
