@@ -133,7 +133,13 @@ class Broker(Service):
         """Keep messages for durable subscribers with ``durable`` (over the store); the
         front end that owns durable subscriptions (SMQP) makes it."""
         self.durable = durable
+        durable.announce = lambda **changes: self.engine.durable_changed(**changes)
         return durable
+
+    def durable_announced(self, tree: bool, subscribers: list[str], pending: list[str]) -> None:
+        """Another node committed durable state to the shared store (the engine's report)."""
+        if self.durable is not None:
+            self.durable.announced(tree, subscribers, pending)
 
     def stopService(self):
         """Detach every session still connected, so their topics are left and the event log

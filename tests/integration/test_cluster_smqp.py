@@ -224,6 +224,78 @@ async def test_durable_subscriber_served_by_node_2_after_publishing_on_node_1(
         await stop_all(nodes)
 
 
+async def holds(condition: Any) -> None:
+    """Wait (bounded) until ``condition()`` holds: another node's announcement was applied."""
+    seen = Waiter()
+    poll_until(condition, seen)
+    await seen.count(1).addTimeout(TIMEOUT, reactor())
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_created_on_node_1_is_usable_on_running_node_2(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Both nodes run before /room exists; alice creates it on node 1; node 2 reads the tree
+    again on node 1's announcement: there a SUBSCRIBE and a PUBLISH to /room are answered
+    200 (404 before the change), and so is a topic made under /room on node 2, seen on node 1."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        client = await second.smqp("alice", "early", ACCOUNTS["alice"])
+        with pytest.raises(SMQPError) as missing:
+            await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert missing.value.code == 404
+        await create_room(first)
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())  # raises unless 200
+        reply = await client.publish(SMQP_TOPIC, "m", [("text/plain", b"on node 2")]).addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        await client.create_topic(SMQP_TOPIC + "/inner").addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.smqp_factory.tree.get("room/inner") is not None)
+    finally:
+        await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_smqp_subscriber_on_node_2_receives_node_1_publishes_live(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """alice:live logs in on node 2 and subscribes to /room once both nodes run; node 1
+    learns the subscription from node 2's announcement, so its SMQP and SSMP publishes are
+    stored for alice:live, and node 2, told of the pending deliveries, offers them to the
+    connected session at once: it gets every message once, in order, without reconnecting."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        await create_room(first)
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        client = await second.smqp("alice", "live", ACCOUNTS["alice"])
+        inbox = AckingSMQP(client)
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.broker.durable.covers(TOPIC))
+
+        smqp_pub = await first.smqp("alice", "publisher", ACCOUNTS["alice"])
+        ssmp_pub = await first.ssmp(b"publisher")
+        sent = []
+        for i in range(10):
+            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
+                .addTimeout(TIMEOUT, reactor())
+            assert reply.code == 200, reply
+            before = len(ssmp_pub.lines.items)
+            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
+            await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
+            assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
+            sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+        await inbox.until(sent[-1]).addTimeout(TIMEOUT, reactor())
+        await inbox.acknowledged()
+        assert durable_payloads(inbox) == sent
+        assert len(set(inbox.smuids)) == len(sent)
+
+        # Unsubscribed on node 2: node 1 reads its subscriptions again and stores no more for it.
+        await client.unsubscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        await holds(lambda: not first.broker.durable.covers(TOPIC))
+    finally:
+        await stop_all(nodes)
+
+
 async def nodes_seen(node: Node, names: set[str]) -> None:
     """Wait (bounded) until ``node``'s directory lists exactly ``names`` as the other live nodes."""
     seen = Waiter()
