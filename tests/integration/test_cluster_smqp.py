@@ -125,16 +125,20 @@ async def create_room(node: Node) -> None:
 @pytest_twisted.ensureDeferred
 async def test_four_protocols_reach_every_protocol_on_every_node_once_in_order(
         tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
-    """Publishers of the four protocols on node 1; SSMP, MCCHAT and socket.mq subscribers on
-    every node, an SMQP subscriber on node 1.  (An SMQP subscriber connected to another node
-    gets node 1's stored messages when it logs in, not live: docs/cluster.md, and the next
-    test.)"""
+    """Publishers of the four protocols on node 1; a subscriber of each of the four protocols
+    on every node.  The SMQP subscribers of nodes 2 and 3 subscribe once every node runs
+    (node 1 learns of their subscriptions from their nodes' announcements) and are served
+    live: their nodes are told of node 1's stored messages."""
     nodes = await cluster(tmp_path, redis_server, postgres_url)
     try:
         await create_room(nodes[0])
-        groups = [await Subscribers.on(node, f"n{i}", smqp=i == 1) for i, node in enumerate(nodes, 1)]
+        for node in nodes[1:]:
+            await holds(lambda node=node: node.smqp_factory.tree.get("room") is not None)
+        groups = [await Subscribers.on(node, f"n{i}") for i, node in enumerate(nodes, 1)]
         for node in nodes[1:]:
             await node.engine.when_following(TOPIC).addTimeout(TIMEOUT, reactor())
+        durable = nodes[0].broker.durable
+        await holds(lambda: all(durable.index.count_of(f"alice:sub_n{i}") for i in (2, 3)))
         origin = nodes[0]
         ssmp_pub = await origin.ssmp(b"publisher")
         mc_pub = await origin.mcchat(Inbox())
