@@ -235,6 +235,8 @@ class RedisEngine:
                 self.broker.durable_announced(*control.read_durable(message))
                 return
             if message["k"] == control.HELLO:
+                if message.get("re"):
+                    self.broker.durable_resync()
                 self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
             self.directory.apply(message, self.reactor.seconds())
         except (control.ControlError, KeyError, TypeError, ValueError) as exc:
@@ -280,12 +282,17 @@ class RedisEngine:
         if not self.connected:
             return
         self.stats.connected = 1
+        again = self._down
         if self._down:
             self._down = False
             _log.info("Cluster: connected to Redis at {address} again; routing between nodes resumed",
                       address=str(self.address))
         # Ask the others for their state and tell them ours (new, or back after an outage).
-        self._announce(control.HELLO)
+        # Back after an outage ("re"): every node reads the durable state again, since the
+        # DURABLE announcements of the outage were lost (this node's and the others').
+        self._announce(control.HELLO, **({"re": 1} if again else {}))
+        if again:
+            self.broker.durable_resync()
         self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         ready, self._ready = self._ready, []
         for d in ready:

@@ -141,6 +141,12 @@ class Broker(Service):
         if self.durable is not None:
             self.durable.announced(tree, subscribers, pending)
 
+    def durable_resync(self) -> None:
+        """A node of the cluster came back after an outage of the shared medium: durable
+        announcements may have been missed, read the durable state again."""
+        if self.durable is not None:
+            self.durable.resync()
+
     def stopService(self):
         """Detach every session still connected, so their topics are left and the event log
         (stopped after the broker) records their logout."""

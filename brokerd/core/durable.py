@@ -330,6 +330,23 @@ class DurableService:
                 session.refresh()
         return DeferredList(reads, consumeErrors=True).addCallback(lambda _: None)
 
+    def resync(self) -> Deferred:
+        """Read the tree and every subscription again and have every connected subscriber
+        pull its pending deliveries: a node (this one or another) was cut off from the
+        others, so announcements may have been missed.  Fires once done."""
+        if self.on_tree_changed is not None:
+            self.on_tree_changed()
+        d = self.store.load_subscriptions()
+
+        def read(records: list[Any]) -> None:
+            self.index.replace(records)
+            for session in list(self.sessions.values()):
+                if not session.closed:
+                    session.refresh()
+
+        d.addCallback(read)
+        return d.addErrback(self._log.failure, "Reading the durable subscriptions again")
+
     def _reload(self, subscriber: str) -> Deferred:
         d = self.store.subscriptions_of(subscriber)
 

@@ -300,6 +300,49 @@ async def test_smqp_subscriber_on_node_2_receives_node_1_publishes_live(
         await stop_all(nodes)
 
 
+@pytest_twisted.ensureDeferred
+async def test_changes_made_while_redis_is_away_are_read_again_once_it_is_back(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Redis killed: /room is created on node 1 and alice:away subscribes to /room on node 2
+    (both committed in PostgreSQL, their announcements lost).  Once Redis is back every node
+    reads the durable state again: node 2 has /room, node 1 stores its publishes for
+    alice:away, and the subscriber, connected on node 2 throughout, gets them live."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        owner = await first.smqp("alice", "owner", ACCOUNTS["alice"])
+        client = await second.smqp("alice", "away", ACCOUNTS["alice"])
+        inbox = AckingSMQP(client)
+        redis_server.kill()
+        await holds(lambda: all(node.engine.stats.outages >= 1 for node in nodes))
+
+        await owner.create_topic(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        with pytest.raises(SMQPError) as missing:  # node 2 did not hear of it
+            await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert missing.value.code == 404
+
+        redis_server.start()
+        for node in nodes:
+            await node.engine.when_connected().addTimeout(TIMEOUT, reactor())
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        redis_server.kill()
+        await holds(lambda: all(node.engine.stats.outages >= 2 for node in nodes))
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert not first.broker.durable.covers(TOPIC)  # node 1 did not hear of it
+
+        redis_server.start()
+        for node in nodes:
+            await node.engine.when_connected().addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.broker.durable.covers(TOPIC))
+        reply = await owner.publish(SMQP_TOPIC, "m", [("text/plain", b"after")]).addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        await inbox.until(b"after").addTimeout(TIMEOUT, reactor())
+        await inbox.acknowledged()
+        assert durable_payloads(inbox) == [b"after"]
+    finally:
+        await stop_all(nodes)
+
+
 async def nodes_seen(node: Node, names: set[str]) -> None:
     """Wait (bounded) until ``node``'s directory lists exactly ``names`` as the other live nodes."""
     seen = Waiter()
