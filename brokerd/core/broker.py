@@ -123,6 +123,8 @@ class Broker(Service):
         """Route through ``engine`` (a cluster's) from now on; it starts with the broker."""
         self.engine = engine
         self._forward = engine.forward if engine.shared else None
+        if self.durable is not None:
+            self.durable.announce = engine.durable_changed if engine.shared else None
         return engine
 
     def startService(self) -> None:
@@ -133,7 +135,7 @@ class Broker(Service):
         """Keep messages for durable subscribers with ``durable`` (over the store); the
         front end that owns durable subscriptions (SMQP) makes it."""
         self.durable = durable
-        durable.announce = lambda **changes: self.engine.durable_changed(**changes)
+        durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
 
     def durable_announced(self, tree: bool, subscribers: list[str], pending: list[str]) -> None:

@@ -138,9 +138,10 @@ class DurableService:
         self.size_of: Callable[[bytes], int] | None = None
         """The size the event log reports of a stored row that is no stored Message (a front
         end's own rows, e.g. SMQP bodies stored before the durable service existed)."""
-        self.announce: Callable[..., None] = lambda **_changes: None
+        self.announce: Callable[..., None] | None = None
         """Tell the other nodes of a cluster what this node committed (keywords ``tree``,
-        ``subscribers``, ``pending``); the Broker sets it to its engine's ``durable_changed``."""
+        ``subscribers``, ``pending``): the Broker sets it to its engine's ``durable_changed``
+        when the engine is shared; None on one node (nothing to tell, nothing computed)."""
         self.on_tree_changed: Callable[[], Any] | None = None
         """Called when another node changed the topic tree of the owning front end (SMQP
         reads it from the store again)."""
@@ -286,9 +287,10 @@ class DurableService:
             self.stats["published"] += 1
             self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
             self.offer(record, deliveries)
-            elsewhere = {name for name, _change in deliveries if name not in self.sessions}
-            if elsewhere:
-                self.announce(pending=elsewhere)
+            if self.announce is not None:
+                elsewhere = {name for name, _change in deliveries if name not in self.sessions}
+                if elsewhere:
+                    self.announce(pending=elsewhere)
             return seq
 
         return d.addCallback(committed)
@@ -314,6 +316,12 @@ class DurableService:
             session.offer(delivery)
 
     # ------------------------------------------------------------------ other nodes
+
+    def changed(self, tree: bool = False, subscribers: Iterable[str] = ()) -> None:
+        """The owning front end committed a change to its topic tree or to ``subscribers``'
+        subscriptions: tell the other nodes (nothing on one node)."""
+        if self.announce is not None:
+            self.announce(tree=tree, subscribers=subscribers)
 
     def announced(self, tree: bool, subscribers: Iterable[str], pending: Iterable[str]) -> Deferred:
         """Another node committed durable state to the shared store: read the changed part
