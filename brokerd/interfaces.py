@@ -137,6 +137,12 @@ class IEngine(Interface):
         """The other nodes' members of ``topic``: (member, presence) pairs, the member an
         ISubscriber that only presence rendering looks at."""
 
+    def durable_changed(tree, subscribers, pending):
+        """This node committed durable state to the store the nodes share: the topic tree
+        (``tree`` True), the durable subscriptions of ``subscribers``, pending deliveries
+        for ``pending`` (names).  Tell the other nodes, which hand it to
+        :meth:`Broker.durable_announced`.  Must not raise or block; may batch."""
+
     def topics():
         """Topics with members on other nodes (bytes)."""
 

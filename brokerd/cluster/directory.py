@@ -22,6 +22,11 @@ from brokerd.core.principal import NOBODY
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
+DURABLE = "durable"
+"""Durable state this node committed to the shared store: ``tr`` (the SMQP topic tree
+changed), ``s`` (subscribers whose durable subscriptions changed), ``p`` (subscribers that
+got pending deliveries).  The other nodes re-read that part of the store (see
+:meth:`brokerd.core.durable.DurableService.announced`); the directory ignores it."""
 
 
 class ControlError(ValueError):
@@ -52,6 +57,19 @@ def decode(data: bytes) -> dict[str, Any]:
 
 def address_fields(namespace: str, address: bytes, at: float = 0.0) -> dict[str, Any]:
     return {"ns": namespace, "a": _s(address), "at": at}
+
+
+def durable_fields(tree: bool, subscribers: Any, pending: Any) -> dict[str, Any]:
+    return {"tr": bool(tree), "s": sorted(subscribers), "p": sorted(pending)}
+
+
+def read_durable(message: dict[str, Any]) -> tuple[bool, list[str], list[str]]:
+    """The fields of a DURABLE message; ControlError when they are not names."""
+    subscribers, pending = message.get("s", []), message.get("p", [])
+    if not isinstance(subscribers, list) or not isinstance(pending, list) or \
+            not all(isinstance(name, str) for name in (*subscribers, *pending)):
+        raise ControlError("a durable change without subscriber names")
+    return bool(message.get("tr")), subscribers, pending
 
 
 def member_fields(topic: bytes, protocol: str, name: bytes, presence: bool) -> dict[str, Any]:

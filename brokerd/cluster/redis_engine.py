@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
@@ -91,6 +91,10 @@ class RedisEngine:
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
         self._raw: list[tuple[bytes, bytes]] = []
+        self._durable_tree = False
+        self._durable_subscribers: set[str] = set()
+        self._durable_pending: set[str] = set()
+        """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None
         self._logins: dict[tuple[str, bytes], float] = {}
@@ -202,6 +206,17 @@ class RedisEngine:
         self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
         self._schedule()
 
+    def durable_changed(self, tree: bool = False, subscribers: Iterable[str] = (),
+                        pending: Iterable[str] = ()) -> None:
+        """Tell the other nodes what this node committed to the shared store (one DURABLE
+        control message per turn, however many changes the turn made)."""
+        if self._publisher is None or self._publisher.protocol is None:
+            return  # the hello on reconnection does not carry these: see docs/cluster.md
+        self._durable_tree = self._durable_tree or tree
+        self._durable_subscribers.update(subscribers)
+        self._durable_pending.update(pending)
+        self._schedule()
+
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
         now = self.reactor.seconds()
@@ -216,7 +231,12 @@ class RedisEngine:
             message = control.decode(data)
             if message["o"] == self.origin:
                 return
+            if message["k"] == control.DURABLE:
+                self.broker.durable_announced(*control.read_durable(message))
+                return
             if message["k"] == control.HELLO:
+                if message.get("re"):
+                    self.broker.durable_resync()
                 self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
             self.directory.apply(message, self.reactor.seconds())
         except (control.ControlError, KeyError, TypeError, ValueError) as exc:
@@ -262,12 +282,17 @@ class RedisEngine:
         if not self.connected:
             return
         self.stats.connected = 1
+        again = self._down
         if self._down:
             self._down = False
             _log.info("Cluster: connected to Redis at {address} again; routing between nodes resumed",
                       address=str(self.address))
         # Ask the others for their state and tell them ours (new, or back after an outage).
-        self._announce(control.HELLO)
+        # Back after an outage ("re"): every node reads the durable state again, since the
+        # DURABLE announcements of the outage were lost (this node's and the others').
+        self._announce(control.HELLO, **({"re": 1} if again else {}))
+        if again:
+            self.broker.durable_resync()
         self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         ready, self._ready = self._ready, []
         for d in ready:
@@ -316,6 +341,12 @@ class RedisEngine:
         """Encode every run queued this turn, once, and write them as one pipeline."""
         self._flush_call = None
         queued, self._queued = self._queued, {}
+        if self._durable_tree or self._durable_subscribers or self._durable_pending:
+            self._raw.append((CONTROL_CHANNEL, control.encode(
+                self.origin, self.node_name, control.DURABLE,
+                **control.durable_fields(self._durable_tree, self._durable_subscribers, self._durable_pending))))
+            self._durable_tree = False
+            self._durable_subscribers, self._durable_pending = set(), set()
         raw, self._raw = self._raw, []
         protocol = self._publisher.protocol if self._publisher is not None else None
         stats = self.stats

@@ -123,6 +123,8 @@ class Broker(Service):
         """Route through ``engine`` (a cluster's) from now on; it starts with the broker."""
         self.engine = engine
         self._forward = engine.forward if engine.shared else None
+        if self.durable is not None:
+            self.durable.announce = engine.durable_changed if engine.shared else None
         return engine
 
     def startService(self) -> None:
@@ -133,7 +135,19 @@ class Broker(Service):
         """Keep messages for durable subscribers with ``durable`` (over the store); the
         front end that owns durable subscriptions (SMQP) makes it."""
         self.durable = durable
+        durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
+
+    def durable_announced(self, tree: bool, subscribers: list[str], pending: list[str]) -> None:
+        """Another node committed durable state to the shared store (the engine's report)."""
+        if self.durable is not None:
+            self.durable.announced(tree, subscribers, pending)
+
+    def durable_resync(self) -> None:
+        """A node of the cluster came back after an outage of the shared medium: durable
+        announcements may have been missed, read the durable state again."""
+        if self.durable is not None:
+            self.durable.resync()
 
     def stopService(self):
         """Detach every session still connected, so their topics are left and the event log

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -138,6 +138,13 @@ class DurableService:
         self.size_of: Callable[[bytes], int] | None = None
         """The size the event log reports of a stored row that is no stored Message (a front
         end's own rows, e.g. SMQP bodies stored before the durable service existed)."""
+        self.announce: Callable[..., None] | None = None
+        """Tell the other nodes of a cluster what this node committed (keywords ``tree``,
+        ``subscribers``, ``pending``): the Broker sets it to its engine's ``durable_changed``
+        when the engine is shared; None on one node (nothing to tell, nothing computed)."""
+        self.on_tree_changed: Callable[[], Any] | None = None
+        """Called when another node changed the topic tree of the owning front end (SMQP
+        reads it from the store again)."""
         self.retry_timeout: float = RETRY_TIMEOUT
         self.max_attempts: int = MAX_ATTEMPTS
         self.trash_retention: float = TRASH_RETENTION
@@ -280,6 +287,10 @@ class DurableService:
             self.stats["published"] += 1
             self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
             self.offer(record, deliveries)
+            if self.announce is not None:
+                elsewhere = {name for name, _change in deliveries if name not in self.sessions}
+                if elsewhere:
+                    self.announce(pending=elsewhere)
             return seq
 
         return d.addCallback(committed)
@@ -303,6 +314,61 @@ class DurableService:
                 delivery = made[change] = Delivery(record.seq, record.topic, record.priority, change, 0,
                                                    record.mode, record.data)
             session.offer(delivery)
+
+    # ------------------------------------------------------------------ other nodes
+
+    def changed(self, tree: bool = False, subscribers: Iterable[str] = ()) -> None:
+        """The owning front end committed a change to its topic tree or to ``subscribers``'
+        subscriptions: tell the other nodes (nothing on one node)."""
+        if self.announce is not None:
+            self.announce(tree=tree, subscribers=subscribers)
+
+    def announced(self, tree: bool, subscribers: Iterable[str], pending: Iterable[str]) -> Deferred:
+        """Another node committed durable state to the shared store: read the changed part
+        again.  ``tree``: the front end's topic tree (``on_tree_changed``); ``subscribers``:
+        their subscriptions, so they are recipients of the next message stored here;
+        ``pending``: new pending deliveries, pulled by those connected here (their refill
+        path), so they are served live.  Fires once the subscriptions are read."""
+        if tree and self.on_tree_changed is not None:
+            self.on_tree_changed()
+        reads = [self._reload(name) for name in subscribers]
+        for name in pending:
+            session = self.sessions.get(name)
+            if session is not None and not session.closed:
+                session.refresh()
+        return DeferredList(reads, consumeErrors=True).addCallback(lambda _: None)
+
+    def resync(self) -> Deferred:
+        """Read the tree and every subscription again and have every connected subscriber
+        pull its pending deliveries: a node (this one or another) was cut off from the
+        others, so announcements may have been missed.  Fires once done."""
+        if self.on_tree_changed is not None:
+            self.on_tree_changed()
+        d = self.store.load_subscriptions()
+
+        def read(records: list[Any]) -> None:
+            self.index.replace(records)
+            for session in list(self.sessions.values()):
+                if not session.closed:
+                    session.refresh()
+
+        d.addCallback(read)
+        return d.addErrback(self._log.failure, "Reading the durable subscriptions again")
+
+    def _reload(self, subscriber: str) -> Deferred:
+        d = self.store.subscriptions_of(subscriber)
+
+        def read(records: list[Any]) -> None:
+            index = self.index
+            for sub in index.of(subscriber):
+                index.remove(subscriber, sub.record.kind, sub.record.topic)
+            index.load(records)
+            session = self.sessions.get(subscriber)
+            if session is not None and not session.closed:
+                session.refresh()
+
+        d.addCallback(read)
+        return d.addErrback(self._log.failure, "Reading the subscriptions of {s} again", s=subscriber)
 
     # ------------------------------------------------------------------ acknowledgements
 

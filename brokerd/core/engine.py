@@ -44,6 +44,9 @@ class InMemoryEngine:
     def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
         """Nobody else to tell."""
 
+    def durable_changed(self, tree: bool = False, subscribers: Any = (), pending: Any = ()) -> None:
+        """No other node reads the store."""
+
     def members(self, topic: bytes) -> list:
         """No other node has members."""
         return []

@@ -97,6 +97,14 @@ class SubscriptionIndex:
         for record in records:
             self.add(record)
 
+    def replace(self, records: Iterable[SubscriptionRecord]) -> None:
+        """Forget every subscription and load ``records`` (the whole store, read again)."""
+        self._of.clear()
+        self._exact.clear()
+        self._wild.clear()
+        self._covered.clear()
+        self.load(records)
+
     def add(self, record: SubscriptionRecord) -> Subscription:
         """Add or replace (same subscriber, kind and topic)."""
         self.remove(record.subscriber, record.kind, record.topic)

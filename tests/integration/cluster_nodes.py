@@ -51,6 +51,14 @@ class Node:
     def engine(self) -> Any:
         return self.broker.engine
 
+    @property
+    def smqp_factory(self) -> Any:
+        """The SMQP front end (its ``tree``)."""
+        for service in self.service:
+            if isinstance(service, ListenerService) and service.option == "smqp":
+                return service.factory
+        raise LookupError("smqp")
+
     def port(self, protocol: str) -> int:
         for service in self.service:
             if isinstance(service, ListenerService) and service.option == protocol:

@@ -125,16 +125,20 @@ async def create_room(node: Node) -> None:
 @pytest_twisted.ensureDeferred
 async def test_four_protocols_reach_every_protocol_on_every_node_once_in_order(
         tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
-    """Publishers of the four protocols on node 1; SSMP, MCCHAT and socket.mq subscribers on
-    every node, an SMQP subscriber on node 1.  (An SMQP subscriber connected to another node
-    gets node 1's stored messages when it logs in, not live: docs/cluster.md, and the next
-    test.)"""
+    """Publishers of the four protocols on node 1; a subscriber of each of the four protocols
+    on every node.  The SMQP subscribers of nodes 2 and 3 subscribe once every node runs
+    (node 1 learns of their subscriptions from their nodes' announcements) and are served
+    live: their nodes are told of node 1's stored messages."""
     nodes = await cluster(tmp_path, redis_server, postgres_url)
     try:
         await create_room(nodes[0])
-        groups = [await Subscribers.on(node, f"n{i}", smqp=i == 1) for i, node in enumerate(nodes, 1)]
+        for node in nodes[1:]:
+            await holds(lambda node=node: node.smqp_factory.tree.get("room") is not None)
+        groups = [await Subscribers.on(node, f"n{i}") for i, node in enumerate(nodes, 1)]
         for node in nodes[1:]:
             await node.engine.when_following(TOPIC).addTimeout(TIMEOUT, reactor())
+        durable = nodes[0].broker.durable
+        await holds(lambda: all(durable.index.count_of(f"alice:sub_n{i}") for i in (2, 3)))
         origin = nodes[0]
         ssmp_pub = await origin.ssmp(b"publisher")
         mc_pub = await origin.mcchat(Inbox())
@@ -220,6 +224,121 @@ async def test_durable_subscriber_served_by_node_2_after_publishing_on_node_1(
         await later.until(b"later").addTimeout(TIMEOUT, reactor())
         await later.acknowledged()
         assert durable_payloads(later) == [b"later"]
+    finally:
+        await stop_all(nodes)
+
+
+async def holds(condition: Any) -> None:
+    """Wait (bounded) until ``condition()`` holds: another node's announcement was applied."""
+    seen = Waiter()
+    poll_until(condition, seen)
+    await seen.count(1).addTimeout(TIMEOUT, reactor())
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_created_on_node_1_is_usable_on_running_node_2(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Both nodes run before /room exists; alice creates it on node 1; node 2 reads the tree
+    again on node 1's announcement: there a SUBSCRIBE and a PUBLISH to /room are answered
+    200 (404 before the change), and so is a topic made under /room on node 2, seen on node 1."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        client = await second.smqp("alice", "early", ACCOUNTS["alice"])
+        with pytest.raises(SMQPError) as missing:
+            await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert missing.value.code == 404
+        await create_room(first)
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())  # raises unless 200
+        reply = await client.publish(SMQP_TOPIC, "m", [("text/plain", b"on node 2")]).addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        await client.create_topic(SMQP_TOPIC + "/inner").addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.smqp_factory.tree.get("room/inner") is not None)
+    finally:
+        await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_smqp_subscriber_on_node_2_receives_node_1_publishes_live(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """alice:live logs in on node 2 and subscribes to /room once both nodes run; node 1
+    learns the subscription from node 2's announcement, so its SMQP and SSMP publishes are
+    stored for alice:live, and node 2, told of the pending deliveries, offers them to the
+    connected session at once: it gets every message once, in order, without reconnecting."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        await create_room(first)
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        client = await second.smqp("alice", "live", ACCOUNTS["alice"])
+        inbox = AckingSMQP(client)
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.broker.durable.covers(TOPIC))
+
+        smqp_pub = await first.smqp("alice", "publisher", ACCOUNTS["alice"])
+        ssmp_pub = await first.ssmp(b"publisher")
+        sent = []
+        for i in range(10):
+            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
+                .addTimeout(TIMEOUT, reactor())
+            assert reply.code == 200, reply
+            before = len(ssmp_pub.lines.items)
+            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
+            await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
+            assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
+            sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+        await inbox.until(sent[-1]).addTimeout(TIMEOUT, reactor())
+        await inbox.acknowledged()
+        assert durable_payloads(inbox) == sent
+        assert len(set(inbox.smuids)) == len(sent)
+
+        # Unsubscribed on node 2: node 1 reads its subscriptions again and stores no more for it.
+        await client.unsubscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        await holds(lambda: not first.broker.durable.covers(TOPIC))
+    finally:
+        await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_changes_made_while_redis_is_away_are_read_again_once_it_is_back(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """Redis killed: /room is created on node 1 and alice:away subscribes to /room on node 2
+    (both committed in PostgreSQL, their announcements lost).  Once Redis is back every node
+    reads the durable state again: node 2 has /room, node 1 stores its publishes for
+    alice:away, and the subscriber, connected on node 2 throughout, gets them live."""
+    nodes = await cluster(tmp_path, redis_server, postgres_url, count=2)
+    try:
+        first, second = nodes
+        owner = await first.smqp("alice", "owner", ACCOUNTS["alice"])
+        client = await second.smqp("alice", "away", ACCOUNTS["alice"])
+        inbox = AckingSMQP(client)
+        redis_server.kill()
+        await holds(lambda: all(node.engine.stats.outages >= 1 for node in nodes))
+
+        await owner.create_topic(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        with pytest.raises(SMQPError) as missing:  # node 2 did not hear of it
+            await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert missing.value.code == 404
+
+        redis_server.start()
+        for node in nodes:
+            await node.engine.when_connected().addTimeout(TIMEOUT, reactor())
+        await holds(lambda: second.smqp_factory.tree.get("room") is not None)
+        redis_server.kill()
+        await holds(lambda: all(node.engine.stats.outages >= 2 for node in nodes))
+        await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
+        assert not first.broker.durable.covers(TOPIC)  # node 1 did not hear of it
+
+        redis_server.start()
+        for node in nodes:
+            await node.engine.when_connected().addTimeout(TIMEOUT, reactor())
+        await holds(lambda: first.broker.durable.covers(TOPIC))
+        reply = await owner.publish(SMQP_TOPIC, "m", [("text/plain", b"after")]).addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        await inbox.until(b"after").addTimeout(TIMEOUT, reactor())
+        await inbox.acknowledged()
+        assert durable_payloads(inbox) == [b"after"]
     finally:
         await stop_all(nodes)
 

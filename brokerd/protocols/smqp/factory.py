@@ -116,6 +116,9 @@ class SMQPServerFactory(Factory):
         self.durable = broker.durable if broker.durable is not None else broker.use_durable(
             DurableService(store, clock, events))
         """The core's durable service: SMQP's subscriptions are its durable subscriptions."""
+        self.durable.on_tree_changed = self.reload_tree
+        self._tree_reading: Deferred | None = None
+        self._tree_again = False
         self.service = MessageService(store, clock, broker, self.wire, self.display, events,
                                       durable=self.durable, domain=self.domain)
         durable = self.durable
@@ -157,6 +160,34 @@ class SMQPServerFactory(Factory):
         for record in skipped:
             self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
         return self.store.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))
+
+    def reload_tree(self) -> None:
+        """Another node of a cluster changed the topic tree in the shared store: read it
+        again (once more after this read when another change is announced meanwhile)."""
+        if self._tree_reading is not None:
+            self._tree_again = True
+            return
+        self._tree_again = False
+        d = self._tree_reading = self.store.load_topics()
+
+        def read(records: list[TopicRecord]) -> None:
+            tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
+            for record in skipped:
+                self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
+            held = {node.key for node in tree.descendants_all(tree.root) if node.delivery == "NONE"}
+            for key in set(self.durable.held) - held:
+                self.durable.hold(key, False)
+            for key in held:
+                self.durable.hold(key, True)
+            self.tree = tree
+
+        def done(_: Any) -> None:
+            self._tree_reading = None
+            if self._tree_again:
+                self.reload_tree()
+
+        d.addCallback(read).addErrback(self._log.failure, "Reading the SMQP topic tree again")
+        d.addBoth(done)
 
     def _suid_loaded(self, suid: str | None) -> Deferred | None:
         if suid is None:

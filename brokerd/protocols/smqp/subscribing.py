@@ -77,6 +77,7 @@ class SubscriptionCommands:
             return None
 
         def done(_: Any) -> None:
+            self.factory.durable.changed(subscribers=(name,))
             if kind == MESSAGE:
                 self.outbox.refresh()
                 if pattern is None:
@@ -150,6 +151,7 @@ class SubscriptionCommands:
         d = store.drop_pending(name, dropped) if dropped else removals[-1]
 
         def done(_: Any) -> None:
+            self.factory.durable.changed(subscribers=(name,))
             if dropped:
                 self.outbox.refresh()
             for sub in selected:

@@ -75,6 +75,7 @@ class TopicCommands:
         """Answer 200 once the store has the change (and run ``then``: notices); undo it in
         memory if the store fails."""
         def stored(_result: Any) -> None:
+            self.factory.durable.changed(tree=True)
             self._reply(OK, "OK")
             if then is not None:
                 then()
@@ -147,6 +148,7 @@ class TopicCommands:
         d.addCallback(lambda _: store.delete_topics(keys, entries))
 
         def done(_result: Any) -> None:
+            self.factory.durable.changed(tree=True, subscribers={entry[0] for entry in entries})
             self._reply(OK, "OK", f"{pending[0]} messages pending")
             service.topics_removed(paths, dropped)
 
