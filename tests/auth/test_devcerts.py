@@ -13,7 +13,12 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 
 from brokerd.auth import devcerts
 
-NOW = datetime.now(timezone.utc)
+
+
+def now() -> datetime:
+    """The time at the call: a test run later than the module's import (a long, shuffled run)
+    must not verify against a moment before its certificates were made."""
+    return datetime.now(timezone.utc)
 
 
 @pytest.fixture(scope="module")
@@ -21,20 +26,20 @@ def ca() -> devcerts.Issued:
     return devcerts.make_ca("test CA")
 
 
-def _verify_server(ca: devcerts.Issued, leaf: devcerts.Issued, name: str, when=NOW) -> None:
+def _verify_server(ca: devcerts.Issued, leaf: devcerts.Issued, name: str, when: datetime | None = None) -> None:
     subject: x509.verification.Subject
     try:
         subject = x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
         subject = x509.DNSName(name)
-    verifier = PolicyBuilder().store(Store([ca.certificate])).time(when).build_server_verifier(
+    verifier = PolicyBuilder().store(Store([ca.certificate])).time(when or now()).build_server_verifier(
         subject
     )
     verifier.verify(leaf.certificate, [])
 
 
-def _verify_client(ca: devcerts.Issued, leaf: devcerts.Issued, when=NOW):
-    verifier = PolicyBuilder().store(Store([ca.certificate])).time(when).build_client_verifier()
+def _verify_client(ca: devcerts.Issued, leaf: devcerts.Issued, when: datetime | None = None):
+    verifier = PolicyBuilder().store(Store([ca.certificate])).time(when or now()).build_client_verifier()
     return verifier.verify(leaf.certificate, [])
 
 
@@ -111,30 +116,30 @@ def test_client_certificate_from_another_ca_does_not_verify(ca):
 
 
 def test_explicit_validity_makes_expired_certificates():
-    ca = devcerts.make_ca(not_before=NOW - timedelta(days=30))
+    ca = devcerts.make_ca(not_before=now() - timedelta(days=30))
     client = devcerts.make_client_cert(
         ca,
         "alice",
         dns_names=["alice.example"],
-        not_before=NOW - timedelta(days=10),
-        not_after=NOW - timedelta(days=1),
+        not_before=now() - timedelta(days=10),
+        not_after=now() - timedelta(days=1),
     )
-    assert client.certificate.not_valid_after_utc < NOW
+    assert client.certificate.not_valid_after_utc < now()
     with pytest.raises(VerificationError):
         _verify_client(ca, client)
-    _verify_client(ca, client, when=NOW - timedelta(days=2))
+    _verify_client(ca, client, when=now() - timedelta(days=2))
 
 
 def test_days_sets_the_default_validity(ca):
     server = devcerts.make_server_cert(ca, days=3)
     lifetime = server.certificate.not_valid_after_utc - server.certificate.not_valid_before_utc
     assert timedelta(days=3) <= lifetime <= timedelta(days=3, minutes=11)
-    assert server.certificate.not_valid_before_utc <= NOW
+    assert server.certificate.not_valid_before_utc <= now()
 
 
 def test_validity_must_not_end_before_it_starts():
     with pytest.raises(ValueError):
-        devcerts.validity(not_before=NOW, not_after=NOW - timedelta(seconds=1))
+        devcerts.validity(not_before=now(), not_after=now() - timedelta(seconds=1))
 
 
 def test_write_and_read_pem_round_trip(ca, tmp_path):
