@@ -7,7 +7,7 @@ lists them all).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -87,31 +87,25 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
 
     links = snapshot.get("smqp_links") or []
     if links:
-        up = GaugeMetricFamily("brokerd_smqp_link_up", "1 while an SMQP server link is logged in, by domain.",
-                               labels=["domain"])
-        received = CounterMetricFamily("brokerd_smqp_link_messages_total",
-                                       "Messages an SMQP server link received (stored, or dropped as seen, looped or local-only), by domain.",
-                                       labels=["domain"])
-        connects = CounterMetricFamily("brokerd_smqp_link_logins_total",
-                                       "Logins of an SMQP server link (1 + reconnections), by domain.",
-                                       labels=["domain"])
-        refused = CounterMetricFamily("brokerd_smqp_link_refused_total",
-                                      "Subscriptions the other server refused to an SMQP link, by domain.",
-                                      labels=["domain"])
-        sent = CounterMetricFamily("brokerd_smqp_link_sent_total",
-                                   "Messages an SMQP server link published on the other server, by domain.",
-                                   labels=["domain"])
-        undeliverable = CounterMetricFamily("brokerd_smqp_link_undeliverable_total",
-                                            "Messages the other server refused to an SMQP link (dropped), by domain.",
-                                            labels=["domain"])
-        for link in links:
-            sent.add_metric([link["domain"]], link.get("sent", 0))
-            undeliverable.add_metric([link["domain"]], link.get("undeliverable", 0))
-            up.add_metric([link["domain"]], int(link["state"] == "up"))
-            received.add_metric([link["domain"]], link["received"])
-            connects.add_metric([link["domain"]], link["connects"])
-            refused.add_metric([link["domain"]], link["refused"])
-        yield from (up, received, connects, refused, sent, undeliverable)
+        def by_domain(figure: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+            return {link["domain"]: figure(link) for link in links}
+
+        yield _gauge("brokerd_smqp_link_up", "1 while an SMQP server link is logged in, by domain.",
+                     by_domain(lambda link: int(link["state"] == "up")), "domain")
+        yield _counter("brokerd_smqp_link_messages_total",
+                       "Messages an SMQP server link received (stored, or dropped as seen, looped or local-only), by domain.",
+                       by_domain(lambda link: link["received"]), "domain")
+        yield _counter("brokerd_smqp_link_logins_total", "Logins of an SMQP server link (1 + reconnections), by domain.",
+                       by_domain(lambda link: link["connects"]), "domain")
+        yield _counter("brokerd_smqp_link_refused_total",
+                       "Subscriptions the other server refused to an SMQP link, by domain.",
+                       by_domain(lambda link: link["refused"]), "domain")
+        yield _counter("brokerd_smqp_link_sent_total",
+                       "Messages an SMQP server link published on the other server, by domain.",
+                       by_domain(lambda link: link.get("sent", 0)), "domain")
+        yield _counter("brokerd_smqp_link_undeliverable_total",
+                       "Messages the other server refused to an SMQP link (dropped), by domain.",
+                       by_domain(lambda link: link.get("undeliverable", 0)), "domain")
 
     store = snapshot.get("store")
     if store is not None:
