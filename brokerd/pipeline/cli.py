@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from brokerd import __version__
 from brokerd.pipeline.timespec import parse_time
@@ -71,24 +72,38 @@ def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentPar
     return parser
 
 
+def _has_pyspark(prog: str) -> bool:
+    """Whether PySpark imports; if not, says so in one line (it is the optional extra)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+        return False
+    return True
+
+
+def _session(args: argparse.Namespace, **options: Any) -> Any:
+    """The Spark session of both subcommands, from --master, --conf, --driver-memory, --quiet."""
+    from brokerd.pipeline.session import build_session
+
+    conf = dict(args.conf)
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    return build_session(args.master, conf=conf, quiet=args.quiet, **options)
+
+
 def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
     args = compact_parser(prog).parse_args(argv)
     if args.hours_per_job <= 0:
         print(f"{prog}: --hours-per-job must be positive", file=sys.stderr)
         return 2
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+    if not _has_pyspark(prog):
         return 2
     from brokerd.pipeline.compact import compact
     from brokerd.pipeline.report import timed
-    from brokerd.pipeline.session import Progress, build_session
+    from brokerd.pipeline.session import Progress
 
-    conf = dict(args.conf)
-    if args.driver_memory:
-        conf["spark.driver.memory"] = args.driver_memory
-    spark = build_session(args.master, app_name="brokerd-compact", conf=conf, quiet=args.quiet)
+    spark = _session(args, app_name="brokerd-compact")
     try:
         with Progress(spark, enabled=not args.quiet) as progress:
             result, elapsed = timed(
@@ -118,18 +133,12 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if args.top <= 0:
         print(f"{prog}: --top must be positive", file=sys.stderr)
         return 2
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+    if not _has_pyspark(prog):
         return 2
     from brokerd.pipeline.report import run_report, text_summary, timed
-    from brokerd.pipeline.session import Progress, build_session
+    from brokerd.pipeline.session import Progress
 
-    conf = dict(args.conf)
-    if args.driver_memory:
-        conf["spark.driver.memory"] = args.driver_memory
-    spark = build_session(args.master, conf=conf, quiet=args.quiet)
+    spark = _session(args)
     try:
         with Progress(spark, enabled=not args.quiet) as progress:
             summary, elapsed = timed(
