@@ -122,6 +122,25 @@ async def create_room(node: Node) -> None:
     await owner.create_topic(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
 
 
+
+async def publish_acknowledged(node: Node, count: int) -> tuple[list[bytes], Any]:
+    """``count`` SMQP and ``count`` SSMP publishes to the durable topic on ``node``, in turn,
+    each answered 200 (stored) before the next: the payloads in the order sent, and the SMQP
+    publisher (still logged in)."""
+    smqp_pub = await node.smqp("alice", "publisher", ACCOUNTS["alice"])
+    ssmp_pub = await node.ssmp(b"publisher")
+    sent = []
+    for i in range(count):
+        reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
+            .addTimeout(TIMEOUT, reactor())
+        assert reply.code == 200, reply
+        before = len(ssmp_pub.lines.items)
+        ssmp_pub.send(b"MCAST room ssmp-%d" % i)
+        await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
+        assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
+        sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+    return sent, smqp_pub
+
 @pytest_twisted.ensureDeferred
 async def test_four_protocols_reach_every_protocol_on_every_node_once_in_order(
         tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
@@ -195,18 +214,7 @@ async def test_durable_subscriber_served_by_node_2_after_publishing_on_node_1(
         await subscriber.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
         await subscriber.quit().addTimeout(TIMEOUT, reactor())
 
-        smqp_pub = await first.smqp("alice", "publisher", ACCOUNTS["alice"])
-        ssmp_pub = await first.ssmp(b"publisher")
-        sent = []
-        for i in range(10):
-            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
-                .addTimeout(TIMEOUT, reactor())
-            assert reply.code == 200, reply
-            before = len(ssmp_pub.lines.items)
-            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
-            await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
-            assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
-            sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+        sent, smqp_pub = await publish_acknowledged(first, 10)
 
         client = await second.smqp("alice", "durable", ACCOUNTS["alice"])
         inbox = AckingSMQP(client)
@@ -276,18 +284,7 @@ async def test_smqp_subscriber_on_node_2_receives_node_1_publishes_live(
         await client.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
         await holds(lambda: first.broker.durable.covers(TOPIC))
 
-        smqp_pub = await first.smqp("alice", "publisher", ACCOUNTS["alice"])
-        ssmp_pub = await first.ssmp(b"publisher")
-        sent = []
-        for i in range(10):
-            reply = await smqp_pub.publish(SMQP_TOPIC, f"m{i}", [("text/plain", f"smqp-{i}".encode())]) \
-                .addTimeout(TIMEOUT, reactor())
-            assert reply.code == 200, reply
-            before = len(ssmp_pub.lines.items)
-            ssmp_pub.send(b"MCAST room ssmp-%d" % i)
-            await ssmp_pub.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
-            assert ssmp_pub.lines.items[before] == b"200", ssmp_pub.lines.items
-            sent += [f"smqp-{i}".encode(), f"ssmp-{i}".encode()]
+        sent, _publisher = await publish_acknowledged(first, 10)
         await inbox.until(sent[-1]).addTimeout(TIMEOUT, reactor())
         await inbox.acknowledged()
         assert durable_payloads(inbox) == sent
