@@ -1,21 +1,29 @@
 """CPU per SSMP message on the broker's hot path, in process, revisions side by side.
 
-    python benchmarks/ssmp_cpu.py --commit main --commit HEAD        # (a), (b), (c); 5 rounds
+    python benchmarks/ssmp_cpu.py --commit main --commit HEAD        # (a), (b), (c), (d); 5 rounds
+    python benchmarks/ssmp_cpu.py --commit HEAD --minimal --only a,c,d   # HEAD beside the minimal server
     python benchmarks/ssmp_cpu.py --commit HEAD --tree variant=/tmp/variant   # HEAD beside a prepared tree
+    python benchmarks/ssmp_cpu.py --commit HEAD --profile /tmp/prof --only d  # py-spy's stacks instead
 
 Why: on a machine shared with other work, the wall-clock throughput of run_ssmp.py swings
 by tens of per cent from run to run.  This measures what a change does to the broker's own
 work instead: an SSMP server factory with StringTransport connections (no sockets, no
-reactor), the shapes of workloads (a) 1 -> 1, (b) 1 -> 50 and (c) 10 x 10 own topics, reads
-of 16 pipelined 64-byte MCASTs fed to ``dataReceived``, and the process CPU time
-(``time.process_time``) per message, the best of several repetitions.  The revisions run in
-turn, round after round, in fresh processes, so they share the machine's state.  It leaves
-out what the kernel does for sockets, so a change shows here larger than in run_ssmp.py.
+reactor), the shapes of workloads (a) 1 -> 1, (b) 1 -> 50, (c) 10 x 10 own topics (reads of
+16 pipelined 64-byte MCASTs) and (d) 50 senders each sending UCASTs to its own receiver
+(reads of 16 100-byte UCASTs), fed to ``dataReceived``, and the process CPU time
+(``time.process_time``, all threads) per message, the best of several repetitions.  The
+broker's observer is what brokerd.tap makes it (the operator log in front of the event log,
+which is off unless ``--event-log``).  ``--minimal`` runs benchmarks/minimal_ssmp.py in the
+same harness: the in-process floor the socket comparison (compare_ssmp.py) measures against.
+The revisions run in turn, round after round, in fresh processes, so they share the
+machine's state.  It leaves out what the kernel does for sockets, so a change shows here
+larger than in run_ssmp.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,61 +33,96 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 MEASURE = r'''
-import json, sys, time
+import json, sys, tempfile, time
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from brokerd.auth.realm import build_portal
-from brokerd.config import Settings
-from brokerd.core.broker import Broker
-from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.ssmp.server import SSMPServerFactory
+
+config = json.loads(sys.argv[1])
+SHAPES = {"a": (1, 1), "b": (1, 50), "c": (10, 10), "d": (50, 1)}
+PAYLOAD = {"d": 100}
 
 
-class Discard(StringTransport):
+class Transport(StringTransport):
+    def setTcpNoDelay(self, enabled):
+        pass
+
+
+class Discard(Transport):
     def write(self, data):
         pass
 
 
-def sessions(kind):
+def brokerd_factory():
+    from brokerd.auth.realm import build_portal
+    from brokerd.config import Settings
+    from brokerd.core.broker import Broker
+    from brokerd.events.log import NULL_EVENT_LOG
+    from brokerd.protocols.ssmp.server import SSMPServerFactory
+    events = NULL_EVENT_LOG
+    if config["event_log"]:
+        from brokerd.events.log import EventLog
+        events = EventLog(tempfile.mkdtemp(prefix="ssmp-cpu-events-"), reactor=Clock())
+        events.startService()
+    broker = Broker()
+    try:  # what brokerd.tap makes the broker's observer (the event log behind the operator log)
+        from brokerd.admin.oplog import OperatorLog
+        broker.observer = OperatorLog(events)
+    except ImportError:  # revisions before the operator log
+        broker.observer = events if config["event_log"] else None
     settings = Settings(max_output_buffer=10**12)
-    factory = SSMPServerFactory(Broker(), build_portal(open_login=True, secret=None), settings, Clock(),
-                                NULL_EVENT_LOG)
+    factory = SSMPServerFactory(broker, build_portal(open_login=True, secret=None), settings, Clock(), events)
     factory.startFactory()
+    return factory
+
+
+def minimal_factory():
+    sys.path.insert(0, config["benchmarks"])
+    from minimal_ssmp import MinimalFactory
+    return MinimalFactory()
+
+
+def sessions(kind):
+    factory = minimal_factory() if config["server"] == "minimal" else brokerd_factory()
     ports = iter(range(40000, 50000))
 
-    def login(name, topic=None):
+    def login(name, topic=None, quiet=False):
         address = IPv4Address("TCP", "127.0.0.1", next(ports))
         protocol = factory.buildProtocol(address)
-        transport = StringTransport(peerAddress=address)
+        transport = Transport(peerAddress=address)
         protocol.makeConnection(transport)
         protocol.dataReceived(b"LOGIN " + name + b" open\n")
         if topic is not None:
             protocol.dataReceived(b"SUBSCRIBE " + topic + b"\n")
+        if quiet:
             transport.__class__ = Discard
         transport.clear()
         return protocol, transport
 
-    shape = {"a": (1, 1), "b": (1, 50), "c": (10, 10)}[kind]
+    senders, receivers = SHAPES[kind]
     publishers = []
-    for t in range(shape[0]):
+    for t in range(senders):
+        if kind == "d":  # (d): sender i sends UCASTs to receiver i, which subscribes to nothing
+            login(b"s%d" % t, quiet=True)
+            publishers.append((*login(b"p%d" % t), b"UCAST s%d " % t))
+            continue
         topic = b"t%d" % t
-        for s in range(shape[1]):
-            login(b"s%d_%d" % (t, s), topic)
-        publishers.append((*login(b"p%d" % t), topic))
+        for s in range(receivers):
+            login(b"s%d_%d" % (t, s), topic, quiet=True)
+        publishers.append((*login(b"p%d" % t), b"MCAST " + topic + b" "))
     return publishers
 
 
 def measure(kind, messages, per_read=16, repeat=5):
     publishers = sessions(kind)
-    reads = [b"".join(b"MCAST " + topic + b" " + b"x" * 64 + b"\n" for _ in range(per_read))
-             for (_p, _t, topic) in publishers]
+    payload = b"x" * PAYLOAD.get(kind, 64)
+    reads = [b"".join(head + payload + b"\n" for _ in range(per_read)) for (_p, _t, head) in publishers]
     rounds = max(1, messages // (per_read * len(publishers)))
     best = None
     for _ in range(repeat):
         started = time.process_time()
         for _ in range(rounds):
-            for (protocol, transport, _topic), data in zip(publishers, reads):
+            for (protocol, transport, _head), data in zip(publishers, reads):
                 protocol.dataReceived(data)
                 transport.clear()
         cost = (time.process_time() - started) / (rounds * per_read * len(publishers)) * 1e9
@@ -87,7 +130,7 @@ def measure(kind, messages, per_read=16, repeat=5):
     return best
 
 
-print(json.dumps({kind: measure(kind, int(sys.argv[1])) for kind in sys.argv[2:]}))
+print(json.dumps({kind: measure(kind, config["messages"]) for kind in config["kinds"]}))
 '''
 
 
@@ -99,32 +142,67 @@ def export(revision: str) -> Path:
     return tree
 
 
+def run_tree(tree: Path, server: str, options: argparse.Namespace, kinds: list[str],
+             profile: Path | None = None) -> dict[str, float]:
+    """One fresh process measuring ``kinds`` with the brokerd of ``tree`` (or the minimal
+    server); under ``py-spy record`` into ``profile`` (raw collapsed stacks) when given."""
+    config = json.dumps({"server": server, "messages": options.messages, "kinds": kinds,
+                         "event_log": options.event_log, "benchmarks": str(REPO / "benchmarks")})
+    command = [sys.executable, "-c", MEASURE, config]
+    if profile is not None:
+        command = ["py-spy", "record", "--format", "raw", "--rate", str(options.profile_rate), "--nonblocking",
+                   "-o", str(profile), "--", *command]
+    out = subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", "")}).stdout
+    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))  # py-spy adds lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
     parser.add_argument("--tree", metavar="LABEL=DIR", action="append",
                         help="a prepared source tree (DIR/brokerd) to run beside the commits, e.g. a variant"
                              " of HEAD with some lines removed; repeatable")
+    parser.add_argument("--minimal", action="store_true",
+                        help="also measure benchmarks/minimal_ssmp.py in the same harness (the floor)")
+    parser.add_argument("--event-log", action="store_true",
+                        help="brokerd with the event log on (files in a temporary directory) [off, as"
+                             " compare_ssmp.py runs it]")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all revisions [5]")
     parser.add_argument("--messages", type=int, default=32000, help="messages per repetition [32000]")
-    parser.add_argument("--only", default="a,b,c", help="workloads [a,b,c]")
+    parser.add_argument("--only", default="a,b,c,d", help="workloads [a,b,c,d]")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="instead of measuring: one run per revision and workload under py-spy, raw"
+                             " collapsed stacks into DIR/<label>-<workload>.txt")
+    parser.add_argument("--profile-rate", type=int, default=1000, help="py-spy samples per second [1000]")
     options = parser.parse_args()
-    trees = {rev: export(rev) for rev in options.commit or []}
+    trees: dict[str, tuple[Path, str]] = {rev: (export(rev), "brokerd") for rev in options.commit or []}
     for label, _eq, directory in (spec.partition("=") for spec in options.tree or []):
-        trees[label] = Path(directory).resolve()
-    if not trees:
-        trees["working tree"] = REPO
+        trees[label] = (Path(directory).resolve(), "brokerd")
+    if not options.commit and not options.tree:
+        trees["working tree"] = (REPO, "brokerd")
+    if options.minimal:
+        trees["minimal"] = (REPO, "minimal")
     kinds = options.only.split(",")
+    if options.profile:
+        out_dir = Path(options.profile)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for rev, (tree, server) in trees.items():
+            for kind in kinds:
+                target = out_dir / f"{''.join(c if c.isalnum() else '_' for c in rev)}-{kind}.txt"
+                result = run_tree(tree, server, options, [kind], profile=target)
+                print(f"{rev} ({kind}) {result[kind]:.0f} ns under py-spy -> {target}", flush=True)
+        return
     seen: dict[str, dict[str, list[float]]] = {rev: {kind: [] for kind in kinds} for rev in trees}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     for round_ in range(options.rounds):
-        for rev, tree in trees.items():
-            out = subprocess.run([sys.executable, "-c", MEASURE, str(options.messages), *kinds], cwd=tree,
-                                 check=True, capture_output=True, text=True, env={"PYTHONPATH": str(tree)}).stdout
-            for kind, ns in json.loads(out).items():
+        for rev, (tree, server) in trees.items():
+            result = run_tree(tree, server, options, kinds)
+            for kind, ns in result.items():
                 seen[rev][kind].append(ns)
-            print(f"round {round_ + 1} {rev[:12]}: " + ", ".join(f"({k}) {v:.0f} ns" for k, v in json.loads(out).items()),
+            print(f"round {round_ + 1} {rev[:12]}: " + ", ".join(f"({k}) {v:.0f} ns" for k, v in result.items()),
                   flush=True)
-    print()
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     base = next(iter(trees))
     for kind in kinds:
         cells = []
