@@ -27,10 +27,11 @@ class IWireFormat(Interface):
         joined (``joined`` True) or left ``topic`` (bytes); ``presence`` says whether the member
         itself asked for presence.  None when this protocol has no way to say it."""
 
-    # Optional: ``render_run(messages)``, the bytes of a run of multicast messages to one
-    # topic (Broker.publish_batch), or None to have them rendered one by one with
-    # render_message.  It must equal the joined render_message results; a format with a
-    # cheaper way to render a run (one join instead of one per message) provides it.
+    # Optional: ``render_run(messages)``, the bytes of a run of messages of one kind from one
+    # sender to one topic (Broker.publish_batch) or one address (Broker.unicast_run), or None
+    # to have them rendered one by one with render_message.  It must equal the joined
+    # render_message results; a format with a cheaper way to render a run (one join instead
+    # of one per message) provides it.
 
 
 class ISubscriber(Interface):

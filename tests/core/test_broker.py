@@ -428,3 +428,51 @@ def test_without_a_policy_the_broker_never_asks():
     broker.attach(session)
     broker.subscribe(session, b"anything")
     assert broker.publish(Message(MULTICAST, b"anything", b"x", "f", b"n", principal=NOBODY)) == 1
+
+
+class RunObserver:
+    """Records what the broker reports routed, run by run."""
+
+    def __init__(self) -> None:
+        self.routed: list[tuple] = []
+
+    def message_routed(self, message, recipients, dropped):
+        self.routed.append(([message.payload], recipients, dropped))
+
+    def messages_routed(self, messages, recipients_each, dropped_each):
+        self.routed.append(([m.payload for m in messages], recipients_each, dropped_each))
+
+
+def test_unicast_run_is_one_send_and_one_report_and_counts_every_message(broker):
+    fmt = RunFormat("r")
+    (a,) = attached(broker, Session("a", fmt))
+    broker.observer = observer = RunObserver()
+    assert broker.unicast_run([msg(UNICAST, b"a", p) for p in (b"1", b"2", b"3")], "r")
+    assert a.got == [b"run:1,2,3"] and fmt.rendered == 0
+    assert observer.routed == [([b"1", b"2", b"3"], 1, 0)]
+    assert (broker.stats.published, broker.stats.delivered) == (3, 3)
+    assert not broker.unicast_run([msg(UNICAST, b"nobody", p) for p in (b"4", b"5")], "r")
+    assert broker.stats.published == 3, "nothing is accepted for an address nobody has"
+
+
+def test_unicast_run_a_format_renders_message_by_message_is_still_one_send(broker):
+    """Without render_run (or when it declines) each message is rendered on its own, what
+    cannot be rendered is counted and reported as dropped, and the rest is one send."""
+    fmt = RunFormat("r", refuse=b"bad")
+    (a,) = attached(broker, Session("a", fmt))
+    broker.observer = observer = RunObserver()
+    assert broker.unicast_run([msg(UNICAST, b"a", p) for p in (b"single", b"bad", b"6")], "r")
+    assert a.got == [b"r|unicast|b'a'|singler|unicast|b'a'|6"]
+    assert observer.routed == [([b"single"], 1, 0), ([b"bad"], 0, 1), ([b"6"], 1, 0)]
+    assert (broker.stats.published, broker.stats.delivered, broker.stats.unrenderable) == (3, 2, 1)
+
+
+def test_unicast_run_asks_the_policy_as_unicast_does(broker):
+    fmt = Format("f")
+    broker.set_policy(Policy({("a", b"accounts/b"): Perm.PUBLISH}))
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    with pytest.raises(Forbidden):
+        broker.unicast_run([Message(UNICAST, b"a", b"x", "f", b"b", principal=b.principal)] * 2, "f")
+    assert a.got == [] and broker.stats.published == 0
+    assert broker.unicast_run([Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")], "f")
+    assert b.got == [b"f|unicast|b'b'|1f|unicast|b'b'|2"]

@@ -75,17 +75,19 @@ class SSMPWireFormat:
         return None
 
     def render_run(self, messages: list[Message]) -> bytes | None:
-        """A run of text MCASTs one SSMP session sent to one topic (the SSMP front end's
-        MCAST runs) as one join: ``head + (b"\\n" + head).join(payloads)``; None for any
-        other run, which is rendered message by message."""
+        """A run of text MCASTs (or UCASTs) one SSMP session sent to one topic (or address),
+        the SSMP front end's runs, as one join: ``head + (b"\\n" + head).join(payloads)``;
+        None for any other run, which is rendered message by message."""
         first = messages[0]
-        if first.protocol != "ssmp" or first.kind != MULTICAST:
+        kind = first.kind
+        if first.protocol != "ssmp" or (kind != MULTICAST and kind != UNICAST):
             return None
         sender = first.sender_name
         for message in messages:
             if message.binary or message.sender_name is not sender or message.protocol != "ssmp":
                 return None
-        head = b"".join((b"000 ", sender, b" MCAST ", first.target, b" "))  # type: ignore[arg-type]
+        verb = b" MCAST " if kind == MULTICAST else b" UCAST "
+        head = b"".join((b"000 ", sender, verb, first.target, b" "))  # type: ignore[arg-type]
         return b"".join((head, (b"\n" + head).join([message.payload for message in messages]), b"\n"))
 
     def render_presence(

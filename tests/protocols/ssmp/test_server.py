@@ -306,6 +306,44 @@ def test_what_a_read_held_for_a_connection_it_then_replaces_is_written_before_th
     assert old.closed
 
 
+def test_consecutive_ucasts_to_one_peer_go_as_one_run_and_every_one_is_answered_in_order(h):
+    """A read's UCASTs to one peer are sent as one run (Broker.unicast_run): one write to the
+    peer, one reply per UCAST in request order, a 404 for each to nobody, and an UCAST to
+    oneself still puts its event before its own 200."""
+    a, b, c = h.login("alice"), h.login("bob"), h.login("carol")
+    writes = {x: [] for x in (b, c)}
+    for x, recorded in writes.items():
+        x.transport.write = lambda data, write=x.transport.write, recorded=recorded: (recorded.append(data), write(data))
+    routed = []
+
+    class Observer:
+        def message_routed(self, message, recipients, dropped):
+            routed.append((message.payload,))
+
+        def messages_routed(self, messages, recipients, dropped):
+            routed.append(tuple(message.payload for message in messages))
+
+    h.broker.observer = Observer()
+    reply = a.request("UCAST bob 1\nUCAST bob 2\nUCAST nobody 3\nUCAST nobody 4\nUCAST alice 5\n"
+                      "UCAST bob 6\nUCAST carol 7\nPING\nUCAST carol 8")
+    assert reply == b"200\n200\n404\n404\n000 alice UCAST alice 5\n200\n200\n200\n000 . PONG\n200\n"
+    assert writes[b] == [b"000 alice UCAST bob 1\n000 alice UCAST bob 2\n000 alice UCAST bob 6\n"]
+    assert writes[c] == [b"000 alice UCAST carol 7\n000 alice UCAST carol 8\n"]
+    assert (h.broker.stats.published, h.broker.stats.delivered) == (6, 6)
+    assert routed == [(b"1", b"2"), (b"5",), (b"6",), (b"7",), (b"8",)], "each run reported as one"
+    assert a.request("UCAST bob 9\nUCAST bob 10") == b"200\n200\n"  # a read that is one run
+    assert writes[b][1:] == [b"000 alice UCAST bob 9\n000 alice UCAST bob 10\n"]
+
+
+def test_a_ucast_run_with_a_binary_payload_is_rendered_message_by_message_in_one_write(h):
+    a, b = h.login("alice"), h.login("bob")
+    writes = []
+    b.transport.write = lambda data, write=b.transport.write: (writes.append(data), write(data))
+    binary = b"\x00\x02a\nb"
+    assert a.request(b"UCAST bob text\nUCAST bob " + binary + b"\nUCAST bob more") == b"200\n" * 3
+    assert writes == [b"000 alice UCAST bob text\n000 alice UCAST bob " + binary + b"\n000 alice UCAST bob more\n"]
+
+
 def test_what_a_read_holds_for_a_peer_is_bounded_by_the_output_limit():
     h = Harness(max_output_buffer=1000)
     a, b = h.login("alice"), h.login("bob")
