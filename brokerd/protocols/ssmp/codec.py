@@ -130,6 +130,11 @@ def _parse_unsubscribe(verb: bytes, rest: bytes, has_rest: bool) -> Request:
     return Request(verb, rest)
 
 
+def parse_cast(verb: bytes, rest: bytes, has_rest: bool = True) -> Request:
+    """An MCAST or UCAST line's request (``rest``: what follows the verb and its space)."""
+    return _parse_cast(verb, rest, has_rest)
+
+
 def _parse_cast(verb: bytes, rest: bytes, has_rest: bool) -> Request:
     # The hot path of the whole broker: keep it to a partition, a dict lookup and a tuple.
     target, sp, payload = rest.partition(b" ")
@@ -335,6 +340,20 @@ class SSMPParser:
     @property
     def buffered(self) -> int:
         return self._framer.buffered
+
+    def lines(self, data: bytes) -> tuple[list[bytes], SSMPProtocolError | None]:
+        """Framing only: the request lines (LF removed) completed by ``data`` and, if the
+        stream then broke the framing, the error.  For a caller that parses each line itself
+        (the server's request loop, which handles the common MCAST/UCAST line without making
+        a Request): it parses the others with :func:`parse_request`, or :func:`parse_cast`
+        for an MCAST/UCAST line that is not the common case, and reports a line that does not
+        parse with :meth:`fail`."""
+        return self._framer.frame(data)
+
+    def fail(self, error: SSMPProtocolError) -> SSMPProtocolError:
+        """A line :meth:`lines` returned broke the grammar: from now on only ``error``."""
+        self._framer.failed = error
+        return error
 
     def feed(self, data: bytes) -> tuple[list[Request], SSMPProtocolError | None]:
         """Return the requests completed by ``data`` and, if the stream then broke the

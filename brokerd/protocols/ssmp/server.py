@@ -42,7 +42,16 @@ from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
 from brokerd.protocols.nodelay import no_delay
-from brokerd.protocols.ssmp.codec import ANONYMOUS, MAX_EVENT_LINE, SSMPParser, SSMPProtocolError
+from brokerd.protocols.ssmp.codec import (
+    _KNOWN_IDS,  # is_id's memory of valid ids: looked up inline, as the codec's parser does, on the hot path
+    ANONYMOUS,
+    MAX_EVENT_LINE,
+    MAX_PAYLOAD,
+    SSMPParser,
+    SSMPProtocolError,
+    parse_cast,
+    parse_request,
+)
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
 
@@ -114,7 +123,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         :meth:`_hold`)."""
         self._close_when_answered = False
         self._commit_paused = False
-        self._pending: list[Request] = []
+        self._pending: list[bytes] = []
+        """Request lines read while a login is checked, handled after it."""
         self._pending_error: SSMPProtocolError | None = None
         self._waiting_for_login = False
         self._login_request: Request | None = None
@@ -191,14 +201,14 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         if self.closed:
             return
         self.heard = True
-        requests, error = self._parser.feed(data)
+        lines, error = self._parser.lines(data)
         if self._waiting_for_login:
-            self._pending.extend(requests)
+            self._pending.extend(lines)
             self._pending_error = self._pending_error or error
             return
-        self._handle(requests, error)
+        self._handle(lines, error)
 
-    def _handle(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
+    def _handle(self, lines: list[bytes], error: SSMPProtocolError | None) -> None:
         """Handle the requests of one read; what they deliver to other connections is written
         when they are done, one write per connection (brokerd.protocols.flow.begin_read).
 
@@ -209,58 +219,70 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         for nothing."""
         outer, self._corking = self._corking, None
         try:
-            self._handle_requests(requests, error)
+            self._handle_lines(lines, error)
         finally:
             if self._corking:
                 end_read()
             self._corking = outer
 
-    def _handle_requests(self, requests: list[Request], error: SSMPProtocolError | None) -> None:
-        """Dispatch ``requests`` in order, then answer ``error`` (400 and close); the replies
-        and the MCAST runs of this read are written when it is done.
+    def _handle_lines(self, lines: list[bytes], error: SSMPProtocolError | None) -> None:
+        """Parse and dispatch the request ``lines`` of one read in order, then answer ``error``
+        (400 and close); a line that does not parse is answered the same way, after the
+        lines before it.  The replies and the runs of this read are written when it is done.
 
-        MCAST and UCAST, the requests that matter for throughput, are handled inline once
-        logged in: an MCAST joins the current run (consecutive MCASTs to one topic, published
-        as one batch); an UCAST goes to the broker at once (what it delivers is held for one
-        write per recipient until the read is done).
+        MCAST and UCAST, the requests that matter for throughput, are parsed and handled
+        inline once logged in, without a Request: the common line (an id seen before, a text
+        payload) is checked here as the codec's parser checks it, any other goes through
+        :func:`parse_cast`.  An MCAST joins the current run (consecutive MCASTs to one topic,
+        published as one batch); an UCAST joins the current UCAST run (consecutive UCASTs to
+        one peer, Broker.unicast_run), except one to this connection itself or to another
+        protocol's session, which goes to the broker at once.
         """
         run = self._run
         ucasts = self._ucasts
         replies = self._replies
         access = self.factory.broker.access
         guarded = access.policy is not None
+        known = _KNOWN_IDS
         self.hold_writes(replies)
-        for index, request in enumerate(requests):
+        index = 0
+        for line in lines:
+            index += 1
             if self.closed:
                 return
-            verb = request[0]
-            if verb == _UCAST and self._dispatch is not _BEFORE_LOGIN:
-                target, payload = request[1], request[2]
-                if ucasts:
-                    if ucasts[0].target == target and len(ucasts) < self._ucast_limit:
+            verb, sp, rest = line.partition(b" ")
+            if (verb == _UCAST or verb == _MCAST) and self._dispatch is not _BEFORE_LOGIN:
+                target, separated, payload = rest.partition(b" ")
+                if not (separated and target in known and payload and payload[0] > 3 and len(payload) <= MAX_PAYLOAD):
+                    try:
+                        parse_cast(verb, rest, bool(sp))
+                    except SSMPProtocolError as exc:
+                        error = self._parser.fail(exc)
+                        break
+                if verb == _UCAST:
+                    if ucasts:
+                        if ucasts[0].target == target and len(ucasts) < self._ucast_limit:
+                            ucasts.append(self._ucast_message(target, payload))
+                            continue
+                        if self._corking is None:
+                            self._corking = begin_read()
+                        self._publish_ucasts()
+                        ucasts = self._ucasts
+                    elif run:
+                        if self._corking is None:
+                            self._corking = begin_read()
+                        self._publish_run()
+                        run = self._run
+                    if target == self.address or target.startswith(FOREIGN_PREFIXES):
+                        # To itself (its event and the reply leave in order: event, then 200)
+                        # or to another protocol's session: one at a time.
+                        if self._corking is None:
+                            self._corking = begin_read()
+                        replies.append(self._unicast(target, payload))
+                    else:
                         ucasts.append(self._ucast_message(target, payload))
-                        continue
-                    if self._corking is None:
-                        self._corking = begin_read()
-                    self._publish_ucasts()
-                    ucasts = self._ucasts
-                elif run:
-                    if self._corking is None:
-                        self._corking = begin_read()
-                    self._publish_run()
-                    run = self._run
-                if target == self.address or target.startswith(FOREIGN_PREFIXES):
-                    # To itself (its event and the reply leave in order: event, then 200) or
-                    # to another protocol's session: one at a time.
-                    if self._corking is None:
-                        self._corking = begin_read()
-                    replies.append(self._unicast(target, payload))
-                else:
-                    ucasts.append(self._ucast_message(target, payload))
-                continue
-            if verb == _MCAST and self._dispatch is not _BEFORE_LOGIN:
-                topic, payload = request[1], request[2]
-                if guarded and not access.allows(self.principal, topic, Perm.PUBLISH):
+                    continue
+                if guarded and not access.allows(self.principal, target, Perm.PUBLISH):
                     replies.append(NOT_ALLOWED)
                     continue
                 if ucasts:
@@ -268,20 +290,25 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
                         self._corking = begin_read()
                     self._publish_ucasts()
                     ucasts = self._ucasts
-                elif run and run[0].target != topic:
+                elif run and run[0].target != target:
                     if self._corking is None:
                         self._corking = begin_read()
                     self._publish_run()
                     run = self._run
                 # All arguments positional: a keyword argument costs about 100 ns per call here.
                 if payload[0] > 3:
-                    run.append(Message(MULTICAST, topic, payload, "ssmp", self.name, False, None, PLAIN,
+                    run.append(Message(MULTICAST, target, payload, "ssmp", self.name, False, None, PLAIN,
                                        self.principal))
                 else:
-                    run.append(Message(MULTICAST, topic, payload[2:], "ssmp", self.name, True, None, PLAIN,
+                    run.append(Message(MULTICAST, target, payload[2:], "ssmp", self.name, True, None, PLAIN,
                                        self.principal))
                 replies.append(OK)
                 continue
+            try:
+                request = parse_request(line)
+            except SSMPProtocolError as exc:
+                error = self._parser.fail(exc)
+                break
             if self._corking is None:
                 self._corking = begin_read()
             if run:
@@ -295,7 +322,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
                 handler = self._fallback
             handler(self, request)
             if self._waiting_for_login:
-                self._pending.extend(requests[index + 1:])
+                self._pending.extend(lines[index:])
                 self._pending_error = error
                 break
         if error is not None and not self._waiting_for_login:
@@ -567,7 +594,7 @@ _NAMED = {
     b"PONG": P.do_PONG,
     b"SUBSCRIBE": P.do_SUBSCRIBE,
     b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
-    # MCAST and UCAST are handled inline by _handle_requests once logged in.
+    # MCAST and UCAST are parsed and handled inline by _handle_lines once logged in.
     b"BCAST": P.do_BCAST,
 }
 _ANONYMOUS = dict(_NAMED)

@@ -434,6 +434,24 @@ def test_grammar_violation_answers_earlier_requests_then_400(h):
     assert b.take() == b"000 alice MCAST t first\n"
 
 
+def test_a_grammar_violation_after_a_ucast_run_answers_the_run_first(h):
+    a, b = h.login("alice"), h.login("bob")
+    a.take()
+    a.send("UCAST bob first\nUCAST bob second\nUCAST bob\nUCAST bob never\n")
+    assert a.take() == b"200\n200\n400\n"
+    assert a.closed
+    assert b.take() == b"000 alice UCAST bob first\n000 alice UCAST bob second\n"
+
+
+def test_requests_read_with_the_login_are_handled_after_it_in_order(h):
+    b = h.login("bob")
+    b.request("SUBSCRIBE t")
+    a = h.connect()
+    a.send("LOGIN alice open\nUCAST bob 1\nUCAST bob 2\nMCAST t 3\nMCAST t \x00\x00z\nUCAST nobody 5\n")
+    assert a.take() == b"200\n" * 5 + b"404\n"
+    assert b.take() == b"000 alice UCAST bob 1\n000 alice UCAST bob 2\n000 alice MCAST t 3\n000 alice MCAST t \x00\x00z\n"
+
+
 def test_disconnect_unsubscribes_everything(h):
     a = h.login("alice")
     a.request("SUBSCRIBE t1")
