@@ -147,11 +147,11 @@ def export(revision: str) -> Path:
 
 
 def run_tree(tree: Path, server: str, options: argparse.Namespace, kinds: list[str],
-             profile: Path | None = None) -> dict[str, float]:
+             profile: Path | None = None, event_log: bool = False) -> dict[str, float]:
     """One fresh process measuring ``kinds`` with the brokerd of ``tree`` (or the minimal
     server); under ``py-spy record`` into ``profile`` (raw collapsed stacks) when given."""
     config = json.dumps({"server": server, "messages": options.messages, "kinds": kinds,
-                         "event_log": options.event_log, "benchmarks": str(REPO / "benchmarks")})
+                         "event_log": event_log, "benchmarks": str(REPO / "benchmarks")})
     command = [sys.executable, "-c", MEASURE, config]
     if profile is not None:
         command = ["py-spy", "record", "--format", "raw", "--rate", str(options.profile_rate), "--nonblocking",
@@ -172,6 +172,8 @@ def main() -> None:
     parser.add_argument("--event-log", action="store_true",
                         help="brokerd with the event log on (files in a temporary directory) [off, as"
                              " compare_ssmp.py runs it]")
+    parser.add_argument("--event-log-too", action="store_true",
+                        help="also the first revision with the event log on, as '<label> +event log'")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all revisions [5]")
     parser.add_argument("--messages", type=int, default=32000, help="messages per repetition [32000]")
     parser.add_argument("--only", default="a,b,c,d", help="workloads [a,b,c,d]")
@@ -180,31 +182,35 @@ def main() -> None:
                              " collapsed stacks into DIR/<label>-<workload>.txt")
     parser.add_argument("--profile-rate", type=int, default=1000, help="py-spy samples per second [1000]")
     options = parser.parse_args()
-    trees: dict[str, tuple[Path, str]] = {rev: (export(rev), "brokerd") for rev in options.commit or []}
+    log = options.event_log
+    trees: dict[str, tuple[Path, str, bool]] = {rev: (export(rev), "brokerd", log) for rev in options.commit or []}
     for label, _eq, directory in (spec.partition("=") for spec in options.tree or []):
-        trees[label] = (Path(directory).resolve(), "brokerd")
+        trees[label] = (Path(directory).resolve(), "brokerd", log)
     if not options.commit and not options.tree:
-        trees["working tree"] = (REPO, "brokerd")
+        trees["working tree"] = (REPO, "brokerd", log)
+    if options.event_log_too:
+        label, (tree, _server, _log) = next(iter(trees.items()))
+        trees[f"{label} +event log"] = (tree, "brokerd", True)
     if options.minimal:
-        trees["minimal"] = (REPO, "minimal")
+        trees["minimal"] = (REPO, "minimal", False)
     kinds = options.only.split(",")
     if options.profile:
         out_dir = Path(options.profile)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for rev, (tree, server) in trees.items():
+        for rev, (tree, server, event_log) in trees.items():
             for kind in kinds:
                 target = out_dir / f"{''.join(c if c.isalnum() else '_' for c in rev)}-{kind}.txt"
-                result = run_tree(tree, server, options, [kind], profile=target)
+                result = run_tree(tree, server, options, [kind], profile=target, event_log=event_log)
                 print(f"{rev} ({kind}) {result[kind]:.0f} ns under py-spy -> {target}", flush=True)
         return
     seen: dict[str, dict[str, list[float]]] = {rev: {kind: [] for kind in kinds} for rev in trees}
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     for round_ in range(options.rounds):
-        for rev, (tree, server) in trees.items():
-            result = run_tree(tree, server, options, kinds)
+        for rev, (tree, server, event_log) in trees.items():
+            result = run_tree(tree, server, options, kinds, event_log=event_log)
             for kind, ns in result.items():
                 seen[rev][kind].append(ns)
-            print(f"round {round_ + 1} {rev[:12]}: " + ", ".join(f"({k}) {v:.0f} ns" for k, v in result.items()),
+            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} ns" for k, v in result.items()),
                   flush=True)
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     base = next(iter(trees))
@@ -214,7 +220,7 @@ def main() -> None:
             best = min(seen[rev][kind])
             median = statistics.median(seen[rev][kind])
             change = "" if rev == base else f" ({(best / min(seen[base][kind]) - 1) * 100:+.1f} %)"
-            cells.append(f"{rev[:12]} best {best:.0f} ns, median {median:.0f} ns{change}")
+            cells.append(f"{rev} best {best:.0f} ns, median {median:.0f} ns{change}")
         print(f"({kind}) " + " | ".join(cells))
 
 
