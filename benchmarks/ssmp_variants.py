@@ -98,10 +98,11 @@ VARIANTS: dict[str, tuple[str, list[Edit]]] = {
                  "from collections import namedtuple as _nt\n"
                  "_Bare = _nt('_Bare', 'kind target payload protocol sender_name binary display_name details principal')\n"
                  "_bare = tuple.__new__\n"),
-        (SERVER, "                    run.append(Message(MULTICAST, target, payload, \"ssmp\", self.name, False, None, PLAIN,\n"
-                 "                                       self.principal))",
-                 "                    run.append(_bare(_Bare, (MULTICAST, target, payload, \"ssmp\", self.name, False, None, PLAIN,\n"
-                 "                                       self.principal)))"),
+        (SERVER, "run.append(Message(MULTICAST, target, payload, \"ssmp\", name, False, None, PLAIN, principal))",
+                 "run.append(_bare(_Bare, (MULTICAST, target, payload, \"ssmp\", name, False, None, PLAIN, principal)))"),
+        (SERVER, "ucasts.append(Message(UNICAST, target, payload, \"ssmp\", name, False, None, PLAIN,\n"
+                 "                                                      principal))",
+                 "ucasts.append(_bare(_Bare, (UNICAST, target, payload, \"ssmp\", name, False, None, PLAIN, principal)))"),
         (SERVER, "            return Message(UNICAST, target, payload, \"ssmp\", self.name, False, None, PLAIN, self.principal)",
                  "            return _bare(_Bare, (UNICAST, target, payload, \"ssmp\", self.name, False, None, PLAIN, self.principal))"),
     ]),
