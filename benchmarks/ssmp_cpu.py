@@ -10,7 +10,9 @@ by tens of per cent from run to run.  This measures what a change does to the br
 work instead: an SSMP server factory with StringTransport connections (no sockets, no
 reactor), the shapes of workloads (a) 1 -> 1, (b) 1 -> 50, (c) 10 pairs on own topics (reads of
 16 pipelined 64-byte MCASTs) and (d) 50 senders each sending UCASTs to its own receiver
-(reads of 16 100-byte UCASTs), fed to ``dataReceived``, and the process CPU time
+(reads of 16 100-byte UCASTs), and (r), not a pbload workload, 100 connections each sending
+UCASTs to random others (the shape of ssmperf's load, the issue's lipwig comparison: runs of
+one), fed to ``dataReceived``, and the process CPU time
 (``time.process_time``, all threads) per message, the best of several repetitions.  The
 broker's observer is what brokerd.tap makes it (the operator log in front of the event log,
 which is off unless ``--event-log``).  ``--minimal`` runs benchmarks/minimal_ssmp.py in the
@@ -40,9 +42,9 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 config = json.loads(sys.argv[1])
-SHAPES = {"a": (1, 1), "b": (1, 50), "c": (10, 1), "d": (50, 1)}
+SHAPES = {"a": (1, 1), "b": (1, 50), "c": (10, 1), "d": (50, 1), "r": (100, 0)}
 """(publishers, receivers each)."""
-PAYLOAD = {"d": 100}
+PAYLOAD = {"d": 100, "r": 100}
 
 
 class Transport(StringTransport):
@@ -107,6 +109,8 @@ def sessions(kind):
 
     senders, receivers = SHAPES[kind]
     publishers = []
+    if kind == "r":  # (r): 100 connections, each sends UCASTs to random others (ssmperf's shape)
+        return [(*login(b"u%d" % i, quiet=True), None) for i in range(senders)]
     for t in range(senders):
         if kind == "d":  # (d): sender i sends UCASTs to receiver i, which subscribes to nothing
             login(b"s%d" % t, quiet=True)
@@ -122,7 +126,14 @@ def sessions(kind):
 def measure(kind, messages, per_read=16, repeat=5):
     publishers = sessions(kind)
     payload = b"x" * PAYLOAD.get(kind, 64)
-    reads = [b"".join(head + payload + b"\n" for _ in range(per_read)) for (_p, _t, head) in publishers]
+    if kind == "r":
+        import random
+        pick = random.Random(14)
+        others = lambda i: pick.choice([j for j in range(len(publishers)) if j != i])
+        reads = [b"".join(b"UCAST u%d " % others(i) + payload + b"\n" for _ in range(per_read))
+                 for i in range(len(publishers))]
+    else:
+        reads = [b"".join(head + payload + b"\n" for _ in range(per_read)) for (_p, _t, head) in publishers]
     rounds = max(1, messages // (per_read * len(publishers)))
     best = None
     for _ in range(repeat):

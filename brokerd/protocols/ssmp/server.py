@@ -370,13 +370,17 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def _publish_ucasts(self) -> None:
         """Send the pending UCAST run to its peer and add its replies (one per UCAST)."""
         ucasts, self._ucasts = self._ucasts, []
+        broker = self.factory.broker
         try:
-            found = self.factory.broker.unicast_run(ucasts, "ssmp")
+            found = broker.unicast(ucasts[0], "ssmp") if len(ucasts) == 1 else broker.unicast_run(ucasts, "ssmp")
         except Forbidden:
             reply = NOT_ALLOWED
         else:
             reply = OK if found else NOT_FOUND
-        self._replies.extend([reply] * len(ucasts))
+        if len(ucasts) == 1:
+            self._replies.append(reply)
+        else:
+            self._replies.extend([reply] * len(ucasts))
 
     # ------------------------------------------------------------------ durable topics
 
