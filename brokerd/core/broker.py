@@ -520,9 +520,23 @@ class Broker(Service):
             return True
         if self.access.policy is not None:
             self._check_publish(message, inbox(recipient.principal))
-        self.stats.published += 1
-        self.stats.accepted_by[message.protocol] += 1
-        return self._deliver_unicast(message, recipient)
+        stats = self.stats
+        stats.published += 1
+        stats.accepted_by[message.protocol] += 1
+        # _deliver_unicast, inlined: this runs once per UCAST.
+        fmt = recipient.wire_format
+        data = fmt.render_message(message)
+        if data is None:
+            stats.unrenderable += 1
+            delivered, dropped = 0, 1
+        else:
+            recipient.send(data)
+            stats.delivered += 1
+            stats.routed_by[message.protocol][fmt] += 1
+            delivered, dropped = 1, 0
+        if self.observer is not None:
+            self.observer.message_routed(message, delivered, dropped)
+        return True
 
     def unicast_run(self, messages: list[Message], namespace: str) -> bool:
         """Deliver consecutive unicast ``messages`` from one sender to one address (what a

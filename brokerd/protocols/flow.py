@@ -227,7 +227,13 @@ class DropWhenCongested:
 
     def uncork(self) -> None:
         """Write what :meth:`deliver` held during a read (see :func:`end_read`)."""
-        held = self.release_writes()
+        # release_writes, inlined: this runs once per recipient per read.
+        held = self._read_held
+        if held is None:
+            return
+        self._read_held = None
+        if self.send == self._hold_during_read:
+            self.send = self.deliver
         if held:
             self.write_now(held[0] if len(held) == 1 else b"".join(held))
 
