@@ -1,7 +1,7 @@
 """Where brokerd's CPU per SSMP message goes: a revision beside variants of it, each with one
 feature taken out, and the minimal server, in the in-process harness (ssmp_cpu.py).
 
-    python benchmarks/ssmp_variants.py                       # HEAD, every variant, minimal; (a), (c), (d)
+    python benchmarks/ssmp_variants.py                       # HEAD, every variant, minimal; (a), (c), (d), (r)
     python benchmarks/ssmp_variants.py --only d --rounds 7
     python benchmarks/ssmp_variants.py --variants observer,flow --keep /tmp/variants
 
@@ -43,6 +43,9 @@ VARIANTS: dict[str, tuple[str, list[Edit]]] = {
         (BROKER, "            stats.delivered += delivered\n            stats.unrenderable += unrenderable\n", ""),
         (BROKER, "        stats.published += count\n        stats.accepted_by[first.protocol] += count\n", ""),
         (BROKER, "            stats.delivered += count\n            stats.routed_by[first.protocol][fmt] += count\n", ""),
+        (BROKER, "        stats.published += 1\n        stats.accepted_by[message.protocol] += 1\n        # _deliver_unicast, inlined",
+                 "        # _deliver_unicast, inlined"),
+        (BROKER, "            stats.delivered += 1\n            stats.routed_by[message.protocol][fmt] += 1\n", ""),
     ]),
     "permissions": ("no access-policy tests (the request loop's and the core's `policy is not None`)", [
         (SERVER, "        guarded = access.policy is not None\n", "        guarded = False\n"),
@@ -50,6 +53,8 @@ VARIANTS: dict[str, tuple[str, list[Edit]]] = {
                  "        if False:\n            self._check_publish(messages[0], messages[0].target)"),
         (BROKER, "        if self.access.policy is not None:\n            self._check_publish(first, inbox(recipient.principal))",
                  "        if False:\n            self._check_publish(first, inbox(recipient.principal))"),
+        (BROKER, "        if self.access.policy is not None:\n            self._check_publish(message, inbox(recipient.principal))",
+                 "        if False:\n            self._check_publish(message, inbox(recipient.principal))"),
     ]),
     "durable": ("no durable-subscriber test per run (Broker.keep)", [
         (SERVER, "        kept = broker.keep(run)\n", "        kept = None\n"),
@@ -130,7 +135,7 @@ def main() -> None:
     parser.add_argument("--commit", default="HEAD", help="the revision the variants are made of [HEAD]")
     parser.add_argument("--variants", default=",".join([*VARIANTS, "all"]),
                         help=f"comma-separated, of {', '.join(VARIANTS)}, all [every one, and all]")
-    parser.add_argument("--only", default="a,c,d", help="workloads of ssmp_cpu.py [a,c,d]")
+    parser.add_argument("--only", default="a,c,d,r", help="workloads of ssmp_cpu.py [a,c,d,r]")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=32000)
     parser.add_argument("--keep", metavar="DIR", help="make the trees in DIR and keep them [a temporary directory]")
