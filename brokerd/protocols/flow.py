@@ -179,9 +179,14 @@ class DropWhenCongested:
         if corked is None:
             self.write_now(data)
             return
+        if self._read_held is not None:
+            self._hold_during_read(data)
+            return
+        # ``send`` stays this method: most recipients get one delivery per read (UCASTs to
+        # many peers), and switching it to _hold_during_read and back cost more than the
+        # test above.
         self._read_held = [data]
         self._read_held_size = len(data)
-        self.send = self._hold_during_read
         corked.append(self)
 
     def hold_writes(self, into: list[bytes]) -> None:
