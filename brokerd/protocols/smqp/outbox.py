@@ -31,6 +31,17 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
+
+Notification window (a brokerd extension, ``SET NOTIFY WINDOW n``, docs/smqp.md): by default
+one notification is outstanding, as the draft has it.  With a window of ``n`` up to ``n``
+NOTIFYs (and at most ``max_queued_bytes`` of their bodies, always at least one) are
+outstanding: written, and the server's answer to the client's answer not yet written (the
+session reports that with :meth:`Outbox.replied`).  The client answers them in the order
+they were sent, so each ``310``/``312``/``416`` settles the oldest one; their store writes
+overlap and share the store's group commits.  A notification of a window left unanswered for
+the retry timeout is not sent again on the same connection (it would break the order of the
+answers): its attempt is counted (given up at ``max_attempts``) and the session is closed, so
+everything unanswered is sent again on the next login.
 """
 from __future__ import annotations
 
@@ -56,6 +67,11 @@ MAX_QUEUED_BYTES = 4 << 20
 that need no acknowledgement (each): the default of ``--smqp-max-queued-bytes``."""
 BATCH = 64 * 1024
 """Bytes of the FIFO written at once before the session's output limit is checked again."""
+MAX_NOTIFY_WINDOW = 64
+"""The default of ``--smqp-max-notify-window``: notifications outstanding at most per session
+when the client asks for a window (SET NOTIFY WINDOW)."""
+NOTIFY_WINDOW_LIMIT = 1024
+"""The highest ``--smqp-max-notify-window`` accepted."""
 
 
 class Session(Protocol):
@@ -68,6 +84,23 @@ class Session(Protocol):
 
 class NoNotification(Exception):
     """A 310/312/416 with no notification outstanding."""
+
+
+class _Sent:
+    """A notification written to the client and not answered yet."""
+
+    __slots__ = ("delivery", "parts", "call")
+
+    def __init__(self, delivery: Delivery, parts: list[bytes]) -> None:
+        self.delivery = delivery
+        self.parts = parts
+        self.call: Any = None
+        """The retry timeout's DelayedCall."""
+
+    def cancel(self) -> None:
+        if self.call is not None and self.call.active():
+            self.call.cancel()
+        self.call = None
 
 
 class Outbox:
@@ -86,10 +119,18 @@ class Outbox:
         self.window_bytes = 0
         """Bytes of the message bodies in the heap."""
         self.max_bytes: int = getattr(service, "max_queued_bytes", MAX_QUEUED_BYTES)
-        self.inflight: Delivery | None = None
-        self.inflight_parts: list[bytes] | None = None
-        self.settling = False
-        self._retry_call: Any = None
+        self.sent: deque[_Sent] = deque()
+        """Notifications written and not answered by the client, oldest first."""
+        self.sent_bytes = 0
+        """Bytes of the message bodies in ``sent``."""
+        self.window = 1
+        """Notifications outstanding at most (``SET NOTIFY WINDOW``; 1: the draft's)."""
+        self.settles = 0
+        """Client answers whose store write has not completed."""
+        self.unreplied = 0
+        """Client answers the session has not written its own answer to yet."""
+        self._counting = False
+        """A retry's attempt is being counted, or a delivery given up."""
         self._later: dict[int, Any] = {}
         self.waiting_one: dict[int, Delivery] = {}
         self.stale = True
@@ -105,6 +146,30 @@ class Outbox:
         self._resend_attempt = 0
         """The attempt number of the retry of the notification in flight waiting for the
         session's output to drain (0: none)."""
+
+    @property
+    def inflight(self) -> Delivery | None:
+        """The oldest notification not answered yet."""
+        return self.sent[0].delivery if self.sent else None
+
+    @property
+    def settling(self) -> bool:
+        return self._counting or self.settles > 0
+
+    def outstanding(self) -> int:
+        """Notifications sent whose exchange is not over (see the module docstring)."""
+        return len(self.sent) + self.settles + self.unreplied
+
+    def set_window(self, size: int) -> None:
+        """SET NOTIFY WINDOW: up to ``size`` notifications outstanding from now on."""
+        self.window = size
+        self.pump()
+
+    def replied(self) -> None:
+        """The session wrote its answer to one client answer: the window has room again."""
+        if self.unreplied:
+            self.unreplied -= 1
+        self.pump()
 
     # ------------------------------------------------------------------ suspension
 
@@ -202,13 +267,12 @@ class Outbox:
 
     def pump(self) -> None:
         """Send what may be sent now."""
-        if self.closed or self.settling or not self.session.can_notify():
+        if self.closed or self._counting or not self.session.can_notify():
             return
-        if self.inflight is not None:
-            if self._resend_attempt:
-                self._resend()
+        if self._resend_attempt and self.sent:
+            self._resend()
             return
-        if self.suspended_all:
+        if self.suspended_all or self.outstanding() >= self.window:
             return
         volatile = self.volatile
         while volatile:
@@ -227,27 +291,35 @@ class Outbox:
         if not self.session.can_notify():
             return
         heap = self.heap
-        while heap:
+        while heap and self.outstanding() < self.window:
+            if not self.session.can_notify():
+                return
             _p, seq, delivery = self._pop()
             if seq not in self.known or seq in self.waiting_one:
                 continue
             if self.blocked(delivery.topic):
                 self.known.discard(seq)
                 continue
+            if self.sent and self.sent_bytes + len(delivery.data) > self.max_bytes:
+                self.known.discard(seq)
+                self._push(delivery)  # over the bytes in flight: once answers come
+                return
             if delivery.mode == "ONE" and not self.durable.claim(seq, self):
                 self.waiting_one[seq] = delivery
                 continue
             self._send(delivery)
+        if self.outstanding() >= self.window:
             return
         if self.stale and not self.loading:
             self._reload()
 
     def _send(self, delivery: Delivery) -> None:
-        self.inflight = delivery
         self._resend_attempt = 0
-        self.inflight_parts = self.service.render(delivery)
-        self.session.write_notify(self.inflight_parts)
-        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+        entry = _Sent(delivery, self.service.render(delivery))
+        self.sent.append(entry)
+        self.sent_bytes += len(delivery.data)
+        self.session.write_notify(entry.parts)
+        entry.call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry, entry)
         if delivery.seq in self._resending or delivery.attempts:
             self._resending.discard(delivery.seq)
             self.durable.redelivered(self, delivery, delivery.attempts + 1)
@@ -296,13 +368,13 @@ class Outbox:
     def acknowledge(self, wait: bool = False) -> Deferred:
         """The client's ``310 ACK`` (``wait``: its ``312``): fires once stored."""
         delivery = self._take()
-        self.settling = True
+        self.settles += 1
         if wait:
             self.suspend(delivery.topic)
         d = self.durable.acknowledged(self, delivery)
 
         def done(result: Any) -> Any:
-            self.settling = False
+            self.settles -= 1
             self.known.discard(delivery.seq)
             return result
 
@@ -313,11 +385,11 @@ class Outbox:
         delivery = self._take()
         if delivery.mode == "ONE":
             self.durable.release(delivery.seq, self)
-        self.settling = True
+        self.settles += 1
         d = self.durable.store.attempt(self.name, delivery.seq)
 
         def counted(attempts: int) -> Deferred | None:
-            self.settling = False
+            self.settles -= 1
             if attempts == 0:
                 self.known.discard(delivery.seq)
                 return None
@@ -328,22 +400,21 @@ class Outbox:
             return None
 
         def failed(failure: Failure) -> None:
-            self.settling = False
+            self.settles -= 1
             self.known.discard(delivery.seq)
             self._log.failure("Counting a refused delivery", failure)
 
         return d.addCallbacks(counted, failed)
 
     def _take(self) -> Delivery:
-        delivery = self.inflight
-        if delivery is None or self.settling:
+        """The oldest notification not answered: the one the client's answer is for."""
+        if not self.sent or self._counting:
             raise NoNotification()
-        self.inflight = self.inflight_parts = None
+        entry = self.sent.popleft()
+        entry.cancel()
+        self.sent_bytes -= len(entry.delivery.data)
         self._resend_attempt = 0
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
-        self._retry_call = None
-        return delivery
+        return entry.delivery
 
     def _again(self, delivery: Delivery) -> None:
         self._later.pop(delivery.seq, None)
@@ -355,50 +426,74 @@ class Outbox:
         if delivery.seq not in self.known:  # not taken (suspended, full window): forget it
             self._resending.discard(delivery.seq)
 
-    def _retry(self) -> None:
-        """No acknowledgement in time: count the attempt, send again or give up."""
-        self._retry_call = None
-        delivery = self.inflight
-        if delivery is None or self.closed:
+    def _retry(self, entry: _Sent) -> None:
+        """No acknowledgement in time: count the attempt, send again or give up (with a
+        window: close the session once counted, see the module docstring)."""
+        entry.call = None
+        delivery = entry.delivery
+        if self.closed or not self.sent or entry not in self.sent:
             return
-        self.settling = True
+        windowed = self.window > 1 or len(self.sent) > 1
+        self._counting = not windowed  # a window's answers go on meanwhile
         d = self.durable.store.attempt(self.name, delivery.seq)
 
         def counted(attempts: int) -> Deferred | None:
-            self.settling = False
-            if self.closed or self.inflight is not delivery:
+            self._counting = False
+            if self.closed or entry not in self.sent:
                 return None
+            if windowed:
+                return self._window_timed_out(entry, attempts)
             if attempts == 0:
-                self._abandon(delivery)
+                self._abandon(entry)
                 return None
             if attempts >= self.durable.max_attempts:
-                self.inflight = self.inflight_parts = None
+                self._drop(entry)
                 return self._give_up(delivery)
             self._resend_attempt = attempts + 1
             self.pump()  # now if the output is under its limit, else once it drains
             return None
 
         def failed(failure: Failure) -> None:
-            self.settling = False
+            self._counting = False
             self._log.failure("Counting a delivery attempt", failure)
-            if self.inflight is delivery and not self.closed:
-                self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+            if entry in self.sent and not self.closed:
+                entry.call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry, entry)
 
         d.addCallbacks(counted, failed)
+
+    def _window_timed_out(self, entry: _Sent, attempts: int) -> Deferred | None:
+        """A notification of a window was not answered in time: give it up when its
+        attempts are spent, then end the session (what is unanswered stays pending)."""
+        close = getattr(self.session, "window_timed_out", None)
+        if attempts and attempts >= self.durable.max_attempts:
+            self._drop(entry)
+            d = self._give_up(entry.delivery)
+            if close is not None:
+                d.addBoth(lambda result: (close(), result)[1])
+            return d
+        if close is not None:
+            close()
+        return None
+
+    def _drop(self, entry: _Sent) -> None:
+        """``entry`` leaves the notifications outstanding without an answer."""
+        entry.cancel()
+        self.sent.remove(entry)
+        self.sent_bytes -= len(entry.delivery.data)
 
     def _resend(self) -> None:
         """The retry of the notification in flight, written under the same output limit as
         any notification; its retry timeout starts once it is written."""
         attempt, self._resend_attempt = self._resend_attempt, 0
-        delivery, parts = self.inflight, self.inflight_parts
-        assert delivery is not None and parts is not None
-        self.durable.redelivered(self, delivery, attempt)
-        self.session.write_notify(parts)
-        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+        entry = self.sent[0]
+        self.durable.redelivered(self, entry.delivery, attempt)
+        self.session.write_notify(entry.parts)
+        entry.call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry, entry)
 
-    def _abandon(self, delivery: Delivery) -> None:
+    def _abandon(self, entry: _Sent) -> None:
         """The delivery vanished from the store (expired, removed): move on."""
-        self.inflight = self.inflight_parts = None
+        self._drop(entry)
+        delivery = entry.delivery
         if delivery.mode == "ONE":
             self.durable.release(delivery.seq, self)
         self.known.discard(delivery.seq)
@@ -407,10 +502,10 @@ class Outbox:
     def _give_up(self, delivery: Delivery) -> Deferred:
         if delivery.mode == "ONE":
             self.durable.release(delivery.seq, self)
-        self.settling = True
+        self._counting = True
 
         def done(result: Any) -> Any:
-            self.settling = False
+            self._counting = False
             self.known.discard(delivery.seq)
             self.pump()
             return result
@@ -422,16 +517,16 @@ class Outbox:
     def close(self) -> None:
         """The connection is gone: what was not acknowledged stays pending in the store."""
         self.closed = True
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
         for call in self._later.values():
             if call.active():
                 call.cancel()
         self._later.clear()
-        inflight = self.inflight
-        self.inflight = self.inflight_parts = None
-        if inflight is not None and inflight.mode == "ONE":
-            self.durable.release(inflight.seq, self)
+        sent, self.sent = self.sent, deque()
+        self.sent_bytes = 0
+        for entry in sent:
+            entry.cancel()
+            if entry.delivery.mode == "ONE":
+                self.durable.release(entry.delivery.seq, self)
         for seq in list(self.waiting_one):
             self.durable.unwait(seq, self)
         self.heap.clear()
