@@ -34,6 +34,11 @@ broker's CPU (all threads, from /proc) and the subscriber's per acknowledged del
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
 core stored the message for it.
 
+``--minimal`` also runs every figure against ``minimal_smqp.py`` (a ~200-line Twisted and
+SQLite SMQP server, ``synchronous=FULL`` like brokerd's store, with the window extension too)
+in the same run, each variant in turn: the floor for CPython.  Its "broker CPU" is that
+server's process.
+
 ``--store postgresql`` runs the broker with ``--store postgresql://...`` on a PostgreSQL
 server the benchmark starts for itself (initdb in a temp dir, fsync on, a fresh database per
 run; tests/support/postgres.py); ``--store sqlite`` (the default) is the SQLite file.  Given
@@ -265,7 +270,7 @@ def export(revision: str) -> Path:
 def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
              tree: Path = REPO, ssmp: bool = False, drain: bool = False, profile: Path | None = None,
              label: str = "", gil: bool = False, store_url: str | None = None,
-             notify_window: int = 1) -> dict:
+             notify_window: int = 1, minimal: bool = False) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
@@ -280,6 +285,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         args += ["--store", store_url]
     if notify_window > 64:
         args += ["--smqp-max-notify-window", str(notify_window)]
+    if minimal:
+        args = [sys.executable, str(REPO / "benchmarks" / "minimal_smqp.py"), str(port), str(work / "data")]
     log = open(work / "broker.log", "wb")
     broker = subprocess.Popen(args, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONPATH=str(tree)))
@@ -382,6 +389,8 @@ def main() -> None:
                         help="the subscriber drains the stored backlog after the publishers finished")
     parser.add_argument("--notify-window", type=int, metavar="N",
                         help="with --drain: also drain with SET NOTIFY WINDOW N, side by side with the default")
+    parser.add_argument("--minimal", action="store_true",
+                        help="also measure minimal_smqp.py in the same run (SMQP publishers only)")
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="py-spy's raw collapsed stacks of the broker into DIR, one file per run")
     parser.add_argument("--profile-gil", action="store_true",
@@ -395,6 +404,8 @@ def main() -> None:
     options = parser.parse_args()
     if options.notify_window is not None and (not options.drain or options.notify_window < 2):
         parser.error("--notify-window N needs --drain and N >= 2")
+    if options.minimal and (options.ssmp or options.profile):
+        parser.error("--minimal: SMQP publishers, no profile")
     trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
     stores = options.store or ["sqlite"]
     server = None
@@ -417,8 +428,11 @@ def main() -> None:
 
 def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
     windows = [1, options.notify_window] if options.notify_window else [1]
-    variants = {_variant(rev, store, len(stores), window): (tree, store, window)
+    variants = {_variant(rev, store, len(stores), window): (tree, store, window, False)
                 for rev, tree in trees.items() for store in stores for window in windows}
+    if options.minimal:
+        variants.update({_variant("minimal server", "", 1, window): (REPO, "sqlite", window, True)
+                         for window in windows})
     results = []
     for count in options.publishers or [1, 10]:
         modes = [True] if options.no_compare else [True, False]
@@ -426,11 +440,11 @@ def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
             per = max(1, options.messages // count) if count > 1 else options.messages
             measured: dict[str, list[dict]] = {rev: [] for rev in variants}
             for run in range(options.runs + (options.runs > 1)):
-                for rev, (tree, store, notify_window) in variants.items():
+                for rev, (tree, store, notify_window, minimal) in variants.items():
                     url = server.create_database() if store == "postgresql" else None
                     result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp,
                                       options.drain, options.profile, rev.replace("/", "_").replace(" ", "_"),
-                                      options.profile_gil, url, notify_window)
+                                      options.profile_gil, url, notify_window, minimal)
                     result.update(revision=rev, run=run, load=os.getloadavg()[0])
                     print(json.dumps(result), flush=True)
                     if options.runs == 1 or run > 0:
