@@ -133,6 +133,32 @@ async def test_acknowledgements_of_one_subscriber_share_commits_only_with_a_wind
 
 
 @pytest_twisted.ensureDeferred
+async def test_bytes_outstanding_are_bounded_by_the_queued_bytes_limit(smqp_server):
+    server = await smqp_server(smqp_max_queued_bytes=2500)
+    alice = await server.login("alice", "c1")
+    await alice.create_topic("/b")
+    await alice.subscribe("/b")
+    await alice.quit()
+    bob = await server.login("bob", "pub")
+    for i in range(3):
+        await bob.publish("/b", f"B{i}", [("application/octet-stream", bytes([i]) * 1500)])
+    alice = await server.login("alice", "c1")
+    inbox = SMQPInbox(alice)
+    assert await alice.set_notify_window(10) == 10
+    # Two bodies of 1500 bytes would pass 2500: one outstanding despite the window of 10.
+    assert data_of(await inbox.next()) == b"\x00" * 1500
+    assert await inbox.quiet()
+    assert len(server.factory.service.outboxes["alice:c1"].sent) == 1
+    assert (await alice.acknowledge()).code == 310
+    assert data_of(await inbox.next()) == b"\x01" * 1500
+    assert await inbox.quiet()
+    assert (await alice.acknowledge()).code == 310
+    assert data_of(await inbox.next()) == b"\x02" * 1500
+    assert (await alice.acknowledge()).code == 310
+    assert await inbox.quiet()
+
+
+@pytest_twisted.ensureDeferred
 async def test_bad_windows_are_refused_and_the_client_falls_back_to_one(smqp_server):
     server = await smqp_server(smqp_max_notify_window=8)
     await backlog(server, "/f", 3)
