@@ -92,6 +92,9 @@ class Settings:
     smqp_max_queued_bytes: int = 4 << 20
     """SMQP: bytes of notifications one session holds in memory, in its window of pending
     messages and in its queue of notifications that need no acknowledgement (each)."""
+    smqp_max_notify_window: int = 64
+    """SMQP: the largest notification window a session may ask for with SET NOTIFY WINDOW
+    (brokerd's extension; at most 1024)."""
     socketmq_max_frames: int = 1024
     socketmq_deflate: bool = False
     """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""
