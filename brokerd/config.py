@@ -81,6 +81,10 @@ class Settings:
     """Include message contents (base64) in the event log."""
     event_log_flush: float = 1.0
     """Seconds between event-log writes: what a crash may lose."""
+    event_log_sample: float = 0.1
+    """Seconds between two delivery-latency samples at most (``latency`` records)."""
+    event_log_gauge: float = 10.0
+    """Seconds between two readings of SMQP's queue depth and Trash (``gauge`` records)."""
     mcchat_idle_timeout: float = 300.0
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False

@@ -142,6 +142,8 @@ class SMQPServerFactory(Factory):
         durable.retry_timeout = retry_timeout
         durable.max_attempts = max_attempts
         durable.trash_retention = trash_retention
+        if getattr(settings, "event_log", False):
+            durable.gauge_interval = float(getattr(settings, "event_log_gauge", 10.0))
         durable.is_link = lambda name: link_domain_leaf(name) is not None
         if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
             self.durable.readable = self.readable
