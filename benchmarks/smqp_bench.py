@@ -6,6 +6,8 @@
         --commit main --commit HEAD                      # two revisions side by side, median of 3
     python benchmarks/smqp_bench.py --publishers 10 --no-compare --ssmp   # SSMP MCAST publishers
     python benchmarks/smqp_bench.py --publishers 10 --messages 5000 --no-compare --drain   # one subscriber drains
+    python benchmarks/smqp_bench.py --publishers 10 --messages 5000 --no-compare --drain --notify-window 64 \
+        --runs 3                                         # the draft's one at a time and a window of 64
     python benchmarks/smqp_bench.py --publishers 10 --no-compare --runs 3 \
         --store sqlite --store postgresql                # the two stores side by side
 
@@ -18,6 +20,10 @@ next.  So the client side is never the bottleneck: every process does little but
 ``--drain``: the subscriber subscribes first, is offline while the publishers publish, and
 then drains the stored backlog alone: the acknowledged delivery rate of one subscriber
 (``drain_rate``, first NOTIFY to last ``310``) with no publisher sharing the store's commits.
+``--notify-window N`` drains once with the draft's exchange (one NOTIFY outstanding) and once
+with ``SET NOTIFY WINDOW N`` (brokerd's extension, docs/smqp.md) in every run, side by side:
+the subscriber then answers every NOTIFY a read brought in one write and counts the server's
+``310``s, the drain ending at the last one.
 
 ``--profile DIR``: py-spy records the broker (all threads, idle samples left out; with
 ``--profile-gil`` only the thread holding the GIL) into DIR for each run, in its raw
@@ -27,6 +33,11 @@ broker's CPU (all threads, from /proc) and the subscriber's per acknowledged del
 ``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
 core stored the message for it.
+
+``--minimal`` also runs every figure against ``minimal_smqp.py`` (a ~200-line Twisted and
+SQLite SMQP server, ``synchronous=FULL`` like brokerd's store, with the window extension too)
+in the same run, each variant in turn: the floor for CPython.  Its "broker CPU" is that
+server's process.
 
 ``--store postgresql`` runs the broker with ``--store postgresql://...`` on a PostgreSQL
 server the benchmark starts for itself (initdb in a temp dir, fsync on, a fresh database per
@@ -196,6 +207,46 @@ def subscriber(port: int, total: int, ready, out, subscribe: bool = True) -> Non
     out.put(("subscriber", 0, time.time(), (first, latencies, time.process_time() - cpu)))
 
 
+def windowed_subscriber(port: int, total: int, notify_window: int, ready, out) -> None:
+    """The drain with ``SET NOTIFY WINDOW notify_window``: every NOTIFY a read brings is
+    answered in one write; done once the server's ``310`` of the last one came."""
+    conn = Conn(port)
+    conn.login("bob", "sub", "bobpw")
+    conn.sock.sendall(b"SET NOTIFY SUSPEND\r\n" + f"SET NOTIFY WINDOW {notify_window}\r\n".encode()
+                      + b"SET NOTIFY RESUME\r\n")
+    ready.set()
+    latencies: list[float] = []
+    first = None
+    cpu = 0.0
+    confirmed = 0
+    replies: list[int] = []
+    events, conn.events = conn.events, []
+    while confirmed < total:
+        answers = 0
+        for event in events:
+            if isinstance(event, Notify):
+                now = time.time()
+                if first is None:
+                    first, cpu = now, time.process_time()
+                latencies.append(now - float(event.body.sections[0].data.rstrip(b".")))
+                answers += 1
+            elif isinstance(event, Reply):
+                if event.code == 310:
+                    confirmed += 1
+                else:
+                    replies.append(event.code)
+        if answers:
+            conn.sock.sendall(b"310 ACK\r\n" * answers)
+        if confirmed >= total:
+            break
+        data = conn.sock.recv(262144)
+        if not data:
+            raise EOFError("closed")
+        events = conn.parser.feed(data)
+    assert replies[:3] == [200, 200, 200], f"SET NOTIFY WINDOW {notify_window} refused: {replies}"
+    out.put(("subscriber", 0, time.time(), (first, latencies, time.process_time() - cpu)))
+
+
 def _cpu_seconds(pid: int) -> float:
     """A process's CPU time so far (all threads, user and system), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -218,7 +269,8 @@ def export(revision: str) -> Path:
 
 def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
              tree: Path = REPO, ssmp: bool = False, drain: bool = False, profile: Path | None = None,
-             label: str = "", gil: bool = False, store_url: str | None = None) -> dict:
+             label: str = "", gil: bool = False, store_url: str | None = None,
+             notify_window: int = 1, minimal: bool = False) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
@@ -231,6 +283,10 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         args += ["--ssmp", f"tcp:{ssmp_port}:interface=127.0.0.1", "--open-login"]
     if store_url is not None:
         args += ["--store", store_url]
+    if notify_window > 64:
+        args += ["--smqp-max-notify-window", str(notify_window)]
+    if minimal:
+        args = [sys.executable, str(REPO / "benchmarks" / "minimal_smqp.py"), str(port), str(work / "data")]
     log = open(work / "broker.log", "wb")
     broker = subprocess.Popen(args, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONPATH=str(tree)))
@@ -255,7 +311,10 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             offline.login("bob", "sub", "bobpw")
             offline.command(f"SUB MESSAGE {TOPIC}")
             offline.sock.close()
-        sub = multiprocessing.Process(target=subscriber, args=(port, total, ready, queue, not drain))
+        if notify_window > 1:
+            sub = multiprocessing.Process(target=windowed_subscriber, args=(port, total, notify_window, ready, queue))
+        else:
+            sub = multiprocessing.Process(target=subscriber, args=(port, total, ready, queue, not drain))
         if not drain:
             sub.start()
             ready.wait(30)
@@ -300,7 +359,7 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
                        "drain_subscriber_cpu_us": round(sub_cpu / total * 1e6, 1)}
         return {**figures,
             "publishers": publishers, "protocol": "ssmp" if ssmp else "smqp", "messages": total,
-            "window": window, "size": size, "group_commit": group_commit,
+            "window": window, "size": size, "group_commit": group_commit, "notify_window": notify_window,
             "publish_rate": round(total / (published_at - start), 1),
             "publish_p50_ms": round(percentile(publish_latencies, 50) * 1000, 2),
             "publish_p99_ms": round(percentile(publish_latencies, 99) * 1000, 2),
@@ -328,6 +387,10 @@ def main() -> None:
     parser.add_argument("--ssmp", action="store_true", help="SSMP publishers (MCAST), SMQP durable subscriber")
     parser.add_argument("--drain", action="store_true",
                         help="the subscriber drains the stored backlog after the publishers finished")
+    parser.add_argument("--notify-window", type=int, metavar="N",
+                        help="with --drain: also drain with SET NOTIFY WINDOW N, side by side with the default")
+    parser.add_argument("--minimal", action="store_true",
+                        help="also measure minimal_smqp.py in the same run (SMQP publishers only)")
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="py-spy's raw collapsed stacks of the broker into DIR, one file per run")
     parser.add_argument("--profile-gil", action="store_true",
@@ -339,6 +402,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="measured runs, after one warm-up when > 1 [1]")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     options = parser.parse_args()
+    if options.notify_window is not None and (not options.drain or options.notify_window < 2):
+        parser.error("--notify-window N needs --drain and N >= 2")
+    if options.minimal and (options.ssmp or options.profile):
+        parser.error("--minimal: SMQP publishers, no profile")
     trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
     stores = options.store or ["sqlite"]
     server = None
@@ -360,8 +427,12 @@ def main() -> None:
 
 
 def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
-    variants = {(rev if len(stores) == 1 else f"{rev} / {store}"): (tree, store)
-                for rev, tree in trees.items() for store in stores}
+    windows = [1, options.notify_window] if options.notify_window else [1]
+    variants = {_variant(rev, store, len(stores), window): (tree, store, window, False)
+                for rev, tree in trees.items() for store in stores for window in windows}
+    if options.minimal:
+        variants.update({_variant("minimal server", "", 1, window): (REPO, "sqlite", window, True)
+                         for window in windows})
     results = []
     for count in options.publishers or [1, 10]:
         modes = [True] if options.no_compare else [True, False]
@@ -369,11 +440,11 @@ def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
             per = max(1, options.messages // count) if count > 1 else options.messages
             measured: dict[str, list[dict]] = {rev: [] for rev in variants}
             for run in range(options.runs + (options.runs > 1)):
-                for rev, (tree, store) in variants.items():
+                for rev, (tree, store, notify_window, minimal) in variants.items():
                     url = server.create_database() if store == "postgresql" else None
                     result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp,
                                       options.drain, options.profile, rev.replace("/", "_").replace(" ", "_"),
-                                      options.profile_gil, url)
+                                      options.profile_gil, url, notify_window, minimal)
                     result.update(revision=rev, run=run, load=os.getloadavg()[0])
                     print(json.dumps(result), flush=True)
                     if options.runs == 1 or run > 0:
@@ -387,6 +458,11 @@ def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
                 results.append(summary)
                 print("median", json.dumps(summary), flush=True)
     return results
+
+
+def _variant(rev: str, store: str, stores: int, window: int) -> str:
+    name = rev if stores == 1 else f"{rev} / {store}"
+    return name if window == 1 else f"{name} / notify window {window}"
 
 
 if __name__ == "__main__":

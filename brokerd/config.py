@@ -81,6 +81,10 @@ class Settings:
     """Include message contents (base64) in the event log."""
     event_log_flush: float = 1.0
     """Seconds between event-log writes: what a crash may lose."""
+    event_log_sample: float = 0.1
+    """Seconds between two delivery-latency samples at most (``latency`` records)."""
+    event_log_gauge: float = 10.0
+    """Seconds between two readings of SMQP's queue depth and Trash (``gauge`` records)."""
     mcchat_idle_timeout: float = 300.0
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
@@ -92,6 +96,9 @@ class Settings:
     smqp_max_queued_bytes: int = 4 << 20
     """SMQP: bytes of notifications one session holds in memory, in its window of pending
     messages and in its queue of notifications that need no acknowledgement (each)."""
+    smqp_max_notify_window: int = 64
+    """SMQP: the largest notification window a session may ask for with SET NOTIFY WINDOW
+    (brokerd's extension; at most 1024)."""
     socketmq_max_frames: int = 1024
     socketmq_deflate: bool = False
     """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""

@@ -32,6 +32,12 @@ class IWireFormat(Interface):
     # to have them rendered one by one with render_message.  It must equal the joined
     # render_message results; a format with a cheaper way to render a run (one join instead
     # of one per message) provides it.
+    #
+    # Optional flags for the delivery-latency sampler (brokerd.core.sampling):
+    # ``writes_after_read = True`` when its sessions hold what a read sends them until the read
+    # is handled (then the sample is taken after that write), ``queued_delivery = True`` when
+    # the core's hand-over is a queue, not a write (no sample is taken; the front end logs its
+    # own writes).
 
 
 class ISubscriber(Interface):

@@ -29,7 +29,9 @@ from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, read_first_line, settings_from
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
+from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.protocols.flow import after_read
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.disk import DiskSpace
 
@@ -80,10 +82,13 @@ class Options(usage.Options):
         ["max-subscriptions", None, None, "Topics one session may subscribe to [1024]."],
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
+        ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log [0.1]."],
+        ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log [10]."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create [10000]."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory [4194304]."],
+        ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024 [64]."],
         ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
@@ -360,6 +365,9 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log
+    if event_log is not None:
+        broker.sampler = DeliverySampler(broker, operations.operator_log, reactor,
+                                         interval=settings.event_log_sample, after_read=after_read)
     runtime.resources["operations"] = operations
     runtime.resources["event_log_service"] = event_log
     runtime.resources["disk"] = disk

@@ -14,6 +14,7 @@
     brokerd-smqp -u alice channel                       GET LOGIN CHANNEL
     brokerd-smqp -u alice pub /stocks 'IBM 132.5'       PUBLISH MESSAGE (text/plain; -t TYPE, -f FILE)
     brokerd-smqp -u alice sub /stocks -C 10             SUBSCRIBE MESSAGE; print and acknowledge each
+    brokerd-smqp -u alice sub /stocks --window 32       ... with up to 32 notifications in flight
     brokerd-smqp -u alice raw 'COUNT TOPIC /' ...       any command lines; prints the replies
     brokerd-smqp --tls --ca ca.pem --cert alice.pem --key alice.key -u alice list /
 
@@ -114,11 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("topic")
     sub.add_argument("-C", "--count", type=int, help="exit after COUNT messages")
     sub.add_argument("-v", "--verbose", action="store_true", help="print the header attributes too")
+    sub.add_argument("--window", type=_window_size, default=1, metavar="N",
+                     help="ask for up to N notifications in flight (SET NOTIFY WINDOW, a brokerd "
+                          "extension; one at a time when the server refuses) [1]")
     sub.add_argument("--keep", action="store_true",
                      help="keep the (durable) subscription when exiting [UNSUBSCRIBE at exit]")
     sub = commands.add_parser("raw", help="send command lines, print each reply")
     sub.add_argument("lines", nargs="+", metavar="LINE")
     return parser
+
+
+def _window_size(text: str) -> int:
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError("at least 1")
+    return size
 
 
 def _timeout_value(text: str) -> str:
@@ -271,8 +285,13 @@ async def _publish(client: SMQPClientProtocol, args: argparse.Namespace, stdin: 
 async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: TextIO) -> None:
     notifications: defer.DeferredQueue = defer.DeferredQueue()
     client.notifyReceived = notifications.put  # type: ignore[method-assign]
+    if args.window > 1:
+        window = await client.set_notify_window(args.window)
+        if window != args.window:
+            sys.stderr.write(f"{PROG}: the server refused a window of {args.window}; one at a time\n")
     await client.subscribe(args.topic)
     received = 0
+    last: defer.Deferred | None = None
     try:
         while args.count is None or received < args.count:
             notify = await notifications.get()
@@ -281,10 +300,23 @@ async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: 
             received += 1
             _print_message(notify, args.verbose, out)
             if (notify.body.get("Guarantee") or "YES").upper() != "NO":
-                await client.acknowledge()
+                if client.notify_window == 1:
+                    await client.acknowledge()
+                else:  # the server's 310s come in order; the next NOTIFYs do not wait for them
+                    last = _chain(last, client.acknowledge())
+        if last is not None:
+            await last
     finally:
         if not args.keep and client.is_open:
             await client.unsubscribe(args.topic)
+
+
+def _chain(previous: defer.Deferred | None, answer: defer.Deferred) -> defer.Deferred:
+    """The server's answers in order: a Deferred that fails with the first refusal among
+    them and otherwise fires once ``answer`` (the latest) has."""
+    if previous is None:
+        return answer
+    return previous.addCallback(lambda _: answer)
 
 
 def _print_message(notify: Any, verbose: bool, out: TextIO) -> None:

@@ -22,6 +22,7 @@ from brokerd.core.engine import IN_MEMORY
 from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
+from brokerd.core.sampling import DeliverySampler
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
@@ -78,6 +79,12 @@ class Broker(Service):
     name = "broker"
     _log = Logger()
 
+    sampling = False
+    """Whether the next multicast publish is timed (set by ``sampler``, at most once per its
+    interval; see brokerd.core.sampling): the one attribute the publish path tests for it."""
+    sampler: DeliverySampler | None = None
+    """The delivery-latency sampler (None: no samples), set before the broker starts."""
+
     def __init__(
         self,
         *,
@@ -130,6 +137,8 @@ class Broker(Service):
     def startService(self) -> None:
         super().startService()
         self.engine.start(self)
+        if self.sampler is not None:
+            self.sampler.start()
 
     def use_durable(self, durable: DurableService) -> DurableService:
         """Keep messages for durable subscribers with ``durable`` (over the store); the
@@ -153,6 +162,8 @@ class Broker(Service):
         """Detach every session still connected, so their topics are left and the event log
         (stopped after the broker) records their logout."""
         super().stopService()
+        if self.sampler is not None:
+            self.sampler.stop()
         for session in list(self._sessions):
             self.detach(session)
         return self.engine.stop()
@@ -384,6 +395,8 @@ class Broker(Service):
         stats.published += 1
         sender = message.protocol
         stats.accepted_by[sender] += 1
+        if self.sampling:
+            return self.sampler.route([message], exclude)  # type: ignore[union-attr]
         topic = self.topics.get(message.target)  # type: ignore[arg-type]
         if topic is None:
             if self.observer is not None:
@@ -430,6 +443,8 @@ class Broker(Service):
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[messages[0].protocol] += len(messages)
+        if self.sampling:
+            return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
         return self._route_run(messages, exclude)
 
     def deliver_remote(self, messages: list[Message]) -> int:
@@ -438,7 +453,10 @@ class Broker(Service):
         policy and counted the messages as published; here they only count as delivered."""
         return self._route_run(messages, None)
 
-    def _route_run(self, messages: list[Message], exclude: ISubscriber | None) -> int:
+    def _route_run(self, messages: list[Message], exclude: ISubscriber | None,
+                   stamps: list[tuple[IWireFormat, int, int]] | None = None) -> int:
+        """Fan a run out; with ``stamps`` (a sampled run), append (wire format, recipients,
+        time in ns) once each format's recipients were handed the run."""
         stats = self.stats
         sender = messages[0].protocol
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
@@ -476,6 +494,8 @@ class Broker(Service):
                         count += 1
                 delivered += count * rendered
                 routed[fmt] += count * rendered
+                if stamps is not None:
+                    stamps.append((fmt, count, self.sampler.clock_ns()))  # type: ignore[union-attr]
             stats.delivered += delivered
             stats.unrenderable += unrenderable
         if self.observer is not None:

@@ -148,6 +148,14 @@ class DurableService:
         self.retry_timeout: float = RETRY_TIMEOUT
         self.max_attempts: int = MAX_ATTEMPTS
         self.trash_retention: float = TRASH_RETENTION
+        self.gauge_interval: float | None = None
+        """Seconds between readings of the store's queue figures into ``gauge`` events (None:
+        none; the owning front end sets it when the event log is on)."""
+        self._gauge_last: tuple[int, int, int] | None = None
+        self.online: dict[str, float] = {}
+        """Connected durable subscribers by name: when they connected (clock seconds), which
+        splits an outcome's latency into the time the message waited for its subscriber
+        and the time it took once the subscriber was there (``queued_us``)."""
         self._seq = 0
         self._loops: list[LoopingCall] = []
         self.stats = {"published": 0, "kept": 0, "acked": 0, "redelivered": 0, "expired": 0,
@@ -169,7 +177,10 @@ class DurableService:
     def start_sweeps(self) -> None:
         if self._loops:
             return
-        for interval, work in ((EXPIRY_INTERVAL, self.sweep), (TRASH_INTERVAL, self.empty_trash)):
+        work_list = [(EXPIRY_INTERVAL, self.sweep), (TRASH_INTERVAL, self.empty_trash)]
+        if self.gauge_interval is not None:
+            work_list.append((self.gauge_interval, self.gauge))
+        for interval, work in work_list:
             loop = LoopingCall(work)
             loop.clock = self.clock
             loop.start(interval, now=False).addErrback(self._log.failure, "Durable delivery sweep")
@@ -192,10 +203,12 @@ class DurableService:
         """A durable subscriber connected; an older session of the same name is closed by
         its front end before."""
         self.sessions[session.name] = session
+        self.online[session.name] = self.clock.seconds()
 
     def detach(self, session: IDurableSession) -> None:
         if self.sessions.get(session.name) is session:
             del self.sessions[session.name]
+            self.online.pop(session.name, None)
 
     def delivery_mode(self, key: str) -> str:
         return "NONE" if key in self.held else "ALL"
@@ -456,18 +469,36 @@ class DurableService:
         d = self.store.empty_trash(self.clock.seconds() - self.trash_retention)
         return d.addErrback(self._log.failure, "Emptying the Trash")
 
+    def gauge(self) -> Deferred | None:
+        """Read the store's queue figures (off the reactor thread: one counting query) and
+        log a ``gauge`` event when they changed since the last one."""
+        ask = getattr(self.store, "queue_figures", None)
+        if ask is None:
+            return None
+
+        def read(figures: dict[str, Any]) -> None:
+            reading = (int(figures.get("pending", 0)), int(figures.get("unacknowledged", 0)),
+                       sum(int(n) for n in figures.get("trash", {}).values()))
+            if reading != self._gauge_last:
+                self._gauge_last = reading
+                self.events.record(schema.GAUGE, self.protocol, pending=reading[0], unacknowledged=reading[1],
+                                   trash=reading[2])
+
+        return ask().addCallback(read).addErrback(self._log.failure, "Reading the queue figures")
+
     # ------------------------------------------------------------------ outcomes
 
     def delivered(self, session: Any, delivery: Delivery) -> None:
         """A stored message was written to the subscriber's connection (not a resend after
         an acknowledgement timed out: that is :meth:`redelivered`)."""
         self.stats["delivered"] += 1
-        self._outcome(schema.DELIVERED, session.session, delivery.seq, delivery.topic)
+        self._outcome(schema.DELIVERED, session.session, delivery.seq, delivery.topic,
+                      online=self.online.get(session.name))
 
     def acked(self, session: Any, delivery: Delivery) -> None:
         """The subscriber's acknowledgement of ``delivery`` is stored (never sent again)."""
         self.stats["acked"] += 1
-        self._outcome(schema.ACKED, session.session, delivery.seq, delivery.topic)
+        self._outcome(schema.ACKED, session.session, delivery.seq, delivery.topic, online=self.online.get(session.name))
 
     def redelivered(self, session: Any, delivery: Delivery, attempt: int) -> None:
         """``delivery`` was sent again (attempt number ``attempt``): no ack in time."""
@@ -492,18 +523,21 @@ class DurableService:
         self._outcome(schema.TRASHED, None, settled.seq, settled.topic, reason)
         self.published.pop(settled.seq, None)
 
-    def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None) -> None:
+    def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None,
+                 online: float | None = None) -> None:
         """Write one outcome event about message ``seq`` for ``session`` (the subscriber's
-        ISubscriber, its name, or None for an event about the message itself)."""
+        ISubscriber, its name, or None for an event about the message itself); ``online``:
+        since when the subscriber is connected, for ``queued_us``."""
         published = self.published.get(seq)
         now = self.clock.seconds()
         if published is not None:
-            self._write(kind, session, topic, reason, now, published)
+            self._write(kind, session, topic, reason, now, published, online)
             return
         d = self.store.find_message(seq)
 
         def found(record: MessageRecord | None) -> None:
-            self._write(kind, session, topic, reason, now, None if record is None else self._published_of(record))
+            self._write(kind, session, topic, reason, now, None if record is None else self._published_of(record),
+                        online)
 
         d.addCallback(found).addErrback(self._log.failure, "Reading message {seq} for the event log", seq=seq)
 
@@ -519,7 +553,7 @@ class DurableService:
         return Published(record.smuid, record.publisher, record.received, size)
 
     def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
-               published: Published | None) -> None:
+               published: Published | None, online: float | None = None) -> None:
         name = getattr(session, "name", session)
         fields: dict[str, Any] = {"session": name, "topic": topic, "reason": reason, "outcome": kind}
         if published is not None:
@@ -527,4 +561,6 @@ class DurableService:
             fields["message_id"] = published.message_id
             fields["bytes"] = published.size
             fields["latency_us"] = max(0, int((now - published.received) * 1_000_000))
+            if online is not None:
+                fields["queued_us"] = max(0, int((min(online, now) - published.received) * 1_000_000))
         self.events.record(kind, self.protocol, **fields)

@@ -38,6 +38,11 @@ latency_us     int       microseconds from acceptance to this outcome, where kno
 source         str       the peer address (logins, auth failures)
 scheme         str       the login scheme (open, secret, cert, password, ...)
 payload        str       the content, base64; only when the broker runs with payloads on
+queued_us      int       SMQP outcomes: the part of ``latency_us`` the message waited for its
+                         subscriber to come online (0 when it was online at the publish)
+pending        int       ``gauge``: deliveries stored and never sent yet
+unacknowledged int       ``gauge``: deliveries sent at least once, not acknowledged yet
+trash          int       ``gauge``: messages in the Trash queues
 =============  ========  ================================================================
 
 Names, topics and ids are bytes in the broker; they are written as UTF-8 text, bytes that
@@ -83,6 +88,14 @@ SUBSCRIBED = "subscribed"
 """A session joined a topic."""
 UNSUBSCRIBED = "unsubscribed"
 """A session left a topic (explicitly; a logout ends every subscription of the session)."""
+LATENCY = "latency"
+"""A sampled delivery: ``latency_us`` from the core's acceptance of a message to the write of
+its copies to the recipients of one protocol (``protocol`` is the receiving front end,
+``sender`` ``<publishing protocol>:<name>``, ``fanout`` those recipients).  Taken at most a few
+times a second, never per message; not a delivery (those are counted in ``accepted.fanout``)."""
+GAUGE = "gauge"
+"""A periodic reading of a queue (SMQP's store): ``pending``, ``unacknowledged``, ``trash``,
+written only when a figure changed."""
 
 KINDS = frozenset(
     {
@@ -98,6 +111,8 @@ KINDS = frozenset(
         AUTH_FAILURE,
         SUBSCRIBED,
         UNSUBSCRIBED,
+        LATENCY,
+        GAUGE,
     }
 )
 DEAD_LETTER_KINDS = frozenset({EXPIRED, TRASHED})
@@ -153,6 +168,10 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("source", "string"),
     ("scheme", "string"),
     ("payload", "string"),
+    ("queued_us", "long"),
+    ("pending", "long"),
+    ("unacknowledged", "long"),
+    ("trash", "long"),
 )
 """Every key of a version-1 record and its type, in Spark SQL type names (int, long, string),
 in the order the writer puts them."""

@@ -12,6 +12,8 @@ import io
 from datetime import datetime, timezone
 from typing import Any
 
+from brokerd.pipeline import latency
+
 PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
 
 
@@ -79,7 +81,7 @@ LOG_SCALE_RATIO = 100
 """Latency bars use a log axis when the largest value is this many times the smallest."""
 
 
-def latency_plot(rows: list[dict[str, Any]]) -> str:
+def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> str:
     """p50/p90/p99/max per protocol and kind: a linear axis from zero, or a log axis when the
     values span orders of magnitude (said in the axis label)."""
     figure, axes = _figure()
@@ -107,7 +109,7 @@ def latency_plot(rows: list[dict[str, Any]]) -> str:
             axes.set_ylabel("microseconds")
         axes.legend()
         axes.grid(alpha=0.3, axis="y")
-    axes.set_title("Delivery latency percentiles, by protocol")
+    axes.set_title(title)
     return _png(figure)
 
 
@@ -204,9 +206,13 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
 <h2>Latency</h2>
 <img alt="latency percentiles" src="{plots['latency']}">
 {_table(report['latency_by_protocol'], ['protocol', 'kind', 'count', 'p50_us', 'p90_us', 'p99_us', 'max_us'])}
-<p class=note>Protocols without a row log no latency: today only SMQP's acknowledgements (and accepted
-messages kept for later subscribers) carry <code>latency_us</code>; for SMQP it is acceptance to
-acknowledgement, time queued while the subscriber was away included.</p>
+<p class=note>Every record with <code>latency_us</code>, by the protocol and kind that logged it: SMQP's
+acknowledgements count from acceptance, time queued while the subscriber was away included.</p>
+<h2>Delivery latency by protocol</h2>
+{latency.sections_html(report.get('delivery_latency', []), report.get('smqp_latency_split', []),
+                       plots['delivery_latency'], plots['smqp_split'])}
+<h2>SMQP queue depth and Trash</h2>
+<img alt="SMQP queue depth and Trash" src="{plots['queue']}">
 <h2>Cross-protocol traffic</h2>
 {cross_protocol_table(report.get('cross_protocol', []))}
 <h2>Slow consumers</h2>

@@ -14,13 +14,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from brokerd.events import schema
-from brokerd.pipeline import html, tables
+from brokerd.pipeline import gauges, html, latency, tables
 from brokerd.pipeline.read import OK, read_events
 from brokerd.pipeline.session import Progress
 from brokerd.pipeline.timespec import format_time
 
 TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures",
-          "cross_protocol", "slow_consumers")
+          "cross_protocol", "slow_consumers", "delivery_latency", "smqp_latency_split", "queue_gauges")
 MAX_PLOT_POINTS = 1500
 """Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
 HTML_NAME = "report.html"
@@ -78,6 +78,9 @@ def run_report(
         "auth_failures": tables.auth_failures(records),
         "cross_protocol": tables.cross_protocol(records),
         "slow_consumers": tables.slow_consumers(records),
+        "delivery_latency": latency.delivery_latency(records),
+        "smqp_latency_split": latency.smqp_latency_split(records),
+        "queue_gauges": gauges.queue_gauges(records),
     }
     for name in TABLES:
         progress.step(f"writing table {name}")
@@ -122,6 +125,9 @@ def run_report(
     slow_count = slow.count()
     slow_rows = _rows(slow.orderBy(F.col("time").desc()).limit(20))
 
+    delivery_rows = _rows(spark.read.parquet(f"{out}/delivery_latency").orderBy("protocol", "source"))
+    split_rows = _rows(spark.read.parquet(f"{out}/smqp_latency_split").orderBy("kind", F.col("part").desc()))
+    gauge_rows = _rows(spark.read.parquet(f"{out}/queue_gauges").orderBy("time"))
     summary: dict[str, Any] = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
@@ -148,6 +154,10 @@ def run_report(
         "cross_protocol": _rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
         "slow_consumer_episodes": slow_count,
         "slow_consumers": slow_rows,
+        "delivery_latency": delivery_rows,
+        "smqp_latency_split": split_rows,
+        "queue_gauge_readings": len(gauge_rows),
+        "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {
@@ -160,6 +170,11 @@ def run_report(
         "rate": html.rate_plot(series, bucket_seconds),
         "latency": html.latency_plot(latency_by_protocol),
         "topics": html.topics_plot(top_topics),
+        "delivery_latency": html.latency_plot([{**row, "kind": row["source"]} for row in delivery_rows],
+                                              "Delivery latency percentiles, by receiving protocol"),
+        "smqp_split": html.latency_plot([{**row, "protocol": row["kind"], "kind": row["part"]} for row in split_rows],
+                                        "SMQP latency: queued while away vs. once online"),
+        "queue": gauges.queue_plot(gauge_rows),
     }
     target = local_dir(out) or Path(html_dir or ".")
     target.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ slow reader costs the hot path an integer increment per write, never a log entry
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -85,12 +86,31 @@ def begin_read() -> bool:
     return True
 
 
+_after_read: list[Callable[[], None]] = []
+"""Called once the current read's held writes are written (:func:`after_read`)."""
+
+
+def after_read(callback: Callable[[], None]) -> bool:
+    """Run ``callback`` right after the read being handled wrote what it held (the delivery
+    latency sampler times those writes, brokerd.core.sampling); False when no read is being
+    handled (deliveries are then written as they are handed over)."""
+    if _corked is None:
+        return False
+    _after_read.append(callback)
+    return True
+
+
 def end_read() -> None:
     """Write what the read held, one write per connection."""
     global _corked
     corked, _corked = _corked, None
     for session in corked or ():
         session.uncork()
+    if _after_read:
+        callbacks = _after_read[:]
+        _after_read.clear()
+        for callback in callbacks:
+            callback()
 
 
 def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:

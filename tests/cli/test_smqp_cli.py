@@ -106,3 +106,23 @@ async def test_pub_and_sub(smqp_server, tmp_path, monkeypatch):
     assert (await run(server, *alice, "pub", "/quotes"))[0] == cli.EXIT_ERROR
     assert (await run(server, *alice, "pub", "/quotes", "x", "--header", "bad"))[0] == cli.EXIT_ERROR
     assert (await run(server, *alice, "pub", "/nowhere", "x"))[0] == cli.EXIT_REFUSED
+
+
+@pytest_twisted.ensureDeferred
+async def test_sub_with_a_notification_window(smqp_server, monkeypatch, capsys):
+    server = await smqp_server(smqp_max_notify_window=8)
+    monkeypatch.setenv(cli.PASSWORD_ENV, "alicepw")
+    alice = ("-u", "alice", "-c", "win")
+    assert await run(server, *alice, "create", "/w") == (0, "")
+    assert await run(server, *alice, "sub", "/w", "-C", "0", "--keep") == (0, "")
+    for i in range(12):
+        assert (await run(server, *alice, "pub", "/w", f"m{i}"))[0] == 0
+    code, out = await run(server, *alice, "sub", "/w", "-C", "6", "--window", "4", "--keep")
+    assert (code, out.splitlines()) == (0, [f"/w m{i}" for i in range(6)])
+    # Over the server's maximum: refused, one at a time instead, nothing lost or repeated.
+    code, out = await run(server, *alice, "sub", "/w", "-C", "6", "--window", "9")
+    assert (code, out.splitlines()) == (0, [f"/w m{i}" for i in range(6, 12)])
+    assert "refused a window of 9" in capsys.readouterr().err
+    assert server.factory.service.stats["acked"] == 12
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["sub", "/w", "--window", "0"])

@@ -178,7 +178,8 @@ def test_dead_letters_and_auth_failures(report: dict[str, Any]) -> None:
 def test_html_report_is_self_contained_with_the_plots(report: dict[str, Any]) -> None:
     page = (report["out"] / "report.html").read_text("utf-8")
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert [alt for alt, _ in images] == ["messages per second by protocol", "latency percentiles", "top topics"]
+    assert [alt for alt, _ in images] == ["messages per second by protocol", "latency percentiles",
+                                          "delivery latency by protocol", "SMQP queue depth and Trash", "top topics"]
     import base64
 
     assert all(base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n") for _, data in images)
@@ -213,7 +214,9 @@ def test_an_empty_or_missing_log_gives_an_empty_report(spark: Any, tmp_path: Pat
     for out in ("out1", "out2"):
         assert spark.read.parquet(str(tmp_path / out / "traffic")).count() == 0
         page = (tmp_path / out / "report.html").read_text()
-        assert page.count("data:image/png;base64,") == 3
+        assert page.count("data:image/png;base64,") == 5  # the SMQP split has no plot without data
+        for protocol in ("ssmp", "mcchat", "socketmq", "smqp"):
+            assert f'id="latency-{protocol}"><h3>{protocol}</h3><p class=empty>' in page
 
 
 def test_cross_protocol_matrix(report: dict[str, Any]) -> None:
@@ -246,3 +249,58 @@ def test_internal_sessions_are_never_subscribers_and_slow_consumers_are_listed(s
     assert [(r["session"], r["reason"], r["dropped"]) for r in summary["slow_consumers"]] == [("carol", "slow_consumer", 3)]
     page = (tmp_path / "out" / "report.html").read_text("utf-8")
     assert "bridge:news" not in page and "carol" in page
+
+
+LATENCY_LOG = [
+    rec(H0 + 1 * S, "ssmp", "latency", sender="ssmp:alice", topic="news", message="multicast", fanout=2, latency_us=40),
+    rec(H0 + 2 * S, "ssmp", "latency", sender="ssmp:alice", topic="news", message="multicast", fanout=2, latency_us=60),
+    rec(H0 + 1 * S, "mcchat", "latency", sender="ssmp:alice", topic="news", message="multicast", fanout=1, latency_us=80),
+    rec(H0 + 3 * S, "socketmq", "latency", sender="smqp:bob:c1", topic="news", message="multicast", fanout=5,
+        latency_us=120),
+    # kept 643 s for a subscriber who was away, then delivered in 2 ms and acknowledged 5 ms later
+    rec(H0 + 650 * S, "smqp", "delivered", session="erin:c1", topic="news", sender="ssmp:alice",
+        latency_us=643_002_000, queued_us=643_000_000),
+    rec(H0 + 651 * S, "smqp", "acked", session="erin:c1", topic="news", sender="ssmp:alice",
+        latency_us=643_007_000, queued_us=643_000_000),
+    # online when it came: nothing queued
+    rec(H0 + 700 * S, "smqp", "delivered", session="erin:c1", topic="news", sender="ssmp:alice", latency_us=3_000,
+        queued_us=0),
+    rec(H0 + 5 * S, "smqp", "gauge", pending=3, unacknowledged=0, trash=0),
+    rec(H0 + 60 * S, "smqp", "gauge", pending=1, unacknowledged=2, trash=0),
+    rec(H0 + 120 * S, "smqp", "gauge", pending=0, unacknowledged=0, trash=2),
+]
+
+
+def test_delivery_latency_per_protocol_smqp_split_and_queue_gauges(spark: Any, tmp_path: Path) -> None:
+    hour = tmp_path / "data" / "events" / "date=2024-05-01" / "hour=10"
+    hour.mkdir(parents=True)
+    hour.joinpath("events-b1-run1-1.jsonl").write_text("".join(LATENCY_LOG), "utf-8")
+    out = tmp_path / "out"
+    summary = run_report(spark, str(tmp_path / "data"), str(out))
+    assert summary["quality"]["ok"] == len(LATENCY_LOG)
+    delivery = [(r["protocol"], r["source"], r["count"], r["p50_us"], r["max_us"]) for r in summary["delivery_latency"]]
+    assert delivery == [
+        ("mcchat", "sampled write", 1, 80, 80),
+        ("smqp", "delivered, once online", 2, 2_000, 3_000),  # not 643 s: the queued part is apart
+        ("socketmq", "sampled write", 1, 120, 120),
+        ("ssmp", "sampled write", 2, 40, 60),
+    ]
+    split = [(r["kind"], r["part"], r["count"], r["p50_us"], r["max_us"]) for r in summary["smqp_latency_split"]]
+    assert split == [
+        ("acked", "queued", 1, 643_000_000, 643_000_000),
+        ("acked", "online", 1, 7_000, 7_000),
+        ("delivered", "queued", 2, 0, 643_000_000),
+        ("delivered", "online", 2, 2_000, 3_000),
+    ]
+    gauges = [row.asDict() for row in spark.read.parquet(str(out / "queue_gauges")).orderBy("time").collect()]
+    assert [(g["pending"], g["unacknowledged"], g["trash"]) for g in gauges] == [(3, 0, 0), (1, 2, 0), (0, 0, 2)]
+    assert summary["queue_gauge_readings"] == 3 and summary["queue_gauge_last"]["trash"] == 2
+    page = (out / "report.html").read_text("utf-8")
+    images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,', page)
+    assert images == ["messages per second by protocol", "latency percentiles", "delivery latency by protocol",
+                      "SMQP latency split", "SMQP queue depth and Trash", "top topics"]
+    for protocol in ("ssmp", "mcchat", "socketmq", "smqp"):
+        section = re.search(f'<section class="latency" id="latency-{protocol}">(.*?)</section>', page).group(1)
+        assert "<table>" in section and "no latency records" not in section
+    assert "<td>delivered, once online</td><td>2</td><td>2,000</td>" in page
+    assert '<table id="smqp-split-table">' in page

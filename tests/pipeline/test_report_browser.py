@@ -12,7 +12,7 @@ import pytest_twisted
 
 from brokerd.pipeline.report import run_report
 from tests.browser.cdp import Chromium, chromium_or_skip
-from tests.pipeline.test_report import H0, S, rec, write_log
+from tests.pipeline.test_report import H0, LATENCY_LOG, S, rec, write_log
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.slow]
 
@@ -30,6 +30,7 @@ def report_file(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         + rec(H0 + 1 * S, "smqp", "subscribed", session="bridge:news", topic="news"),
         "utf-8",
     )
+    (hour / "events-b1-run4-1.jsonl").write_text("".join(LATENCY_LOG), "utf-8")
     out = tmp_path_factory.mktemp("out")
     run_report(spark, str(data_dir), str(out))
     return out / "report.html"
@@ -42,16 +43,25 @@ async def test_the_report_reads_well_in_a_browser(report_file: Path, tmp_path: P
     try:
         page = await browser.page()
         await page.call("Page.navigate", url=report_file.as_uri())
-        assert await page.wait_for("document.readyState === 'complete' && document.images.length === 3")
+        assert await page.wait_for("document.readyState === 'complete' && document.images.length === 6")
         images = await page.evaluate(
             "Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 300 && i.naturalHeight > 100])")
-        assert images == [["messages per second by protocol", True], ["latency percentiles", True], ["top topics", True]]
+        assert images == [["messages per second by protocol", True], ["latency percentiles", True],
+                          ["delivery latency by protocol", True], ["SMQP latency split", True],
+                          ["SMQP queue depth and Trash", True], ["top topics", True]]
         headings = await page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
-        for section in ("Latency", "Cross-protocol traffic", "Slow consumers", "Top subscribers", "Auth failures by source"):
+        for section in ("Latency", "Delivery latency by protocol", "SMQP queue depth and Trash", "Cross-protocol traffic", "Slow consumers", "Top subscribers", "Auth failures by source"):
             assert section in headings
         latency = await page.evaluate(
             "Array.from(document.querySelectorAll('h2 + img + table tbody tr')).map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent)")
-        assert latency == ["smqp accepted", "smqp acked"]
+        assert latency == ["mcchat latency", "smqp accepted", "smqp acked", "smqp delivered", "socketmq latency",
+                           "ssmp latency"]
+        sections = await page.evaluate(
+            "Array.from(document.querySelectorAll('section.latency')).map(s => [s.id, s.querySelectorAll('tbody tr').length])")
+        assert sections == [["latency-ssmp", 1], ["latency-mcchat", 1], ["latency-socketmq", 1], ["latency-smqp", 1]]
+        split = await page.evaluate(
+            "Array.from(document.querySelectorAll('#smqp-split-table tbody tr')).map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent)")
+        assert split == ["acked queued", "acked online", "delivered queued", "delivered online"]
         matrix = await page.evaluate(
             "Array.from(document.querySelectorAll('#cross-protocol tbody tr')).map(r => Array.from(r.cells).map(c => c.innerText))")
         assert matrix == [["ssmp", "4 msgs\n42 B", "2 msgs\n30 B"]]

@@ -103,7 +103,8 @@ class Command:
       account])``, REMOVE/GET MESSAGE ``(smuid,)``, MOVE MESSAGE ``(smuid,)``, CONNECTTO
       ``(account, channel, address, port)``, CREATE TOPIC ``(remote-url,)`` for a link to
       another server.
-    - ``keywords``: a ``(...)`` keyword list; ``depth``: FIND TOPIC's depth.
+    - ``keywords``: a ``(...)`` keyword list; ``depth``: FIND TOPIC's depth, SET NOTIFY
+      WINDOW's size.
     - ``mode``: PUBLISH's NEW/REPLY/REPLACE/RECALL, SET TOPIC DELIVERY's NONE/ALL/ONE,
       SUBSCRIBE/UNSUBSCRIBE SERVER's TIMEOUT/BYE, SET TOPIC TIMEOUT's SECONDS/INFINITE/DEFAULT.
     - ``timeout``: SET TOPIC TIMEOUT's seconds (mode SECONDS).

@@ -36,7 +36,13 @@ from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
 from brokerd.protocols.smqp.federation import OUT_PREFIX, Forwarded, link_domain_leaf
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
-from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, MAX_QUEUED_BYTES, RETRY_TIMEOUT
+from brokerd.protocols.smqp.outbox import (
+    MAX_ATTEMPTS,
+    MAX_NOTIFY_WINDOW,
+    MAX_QUEUED_BYTES,
+    NOTIFY_WINDOW_LIMIT,
+    RETRY_TIMEOUT,
+)
 from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
 from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
@@ -123,6 +129,11 @@ class SMQPServerFactory(Factory):
                                       durable=self.durable, domain=self.domain)
         durable = self.durable
         self.service.max_queued_bytes = int(getattr(settings, "smqp_max_queued_bytes", MAX_QUEUED_BYTES))
+        self.max_notify_window = int(getattr(settings, "smqp_max_notify_window", MAX_NOTIFY_WINDOW))
+        """The largest SET NOTIFY WINDOW granted (--smqp-max-notify-window)."""
+        if not 1 <= self.max_notify_window <= NOTIFY_WINDOW_LIMIT:
+            raise ConfigurationError(
+                f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {self.max_notify_window}")
         durable.default_timeout = message_timeout
         durable.timeout_for = self.message_timeout_for
         durable.mode_for = self.delivery_for
@@ -131,6 +142,8 @@ class SMQPServerFactory(Factory):
         durable.retry_timeout = retry_timeout
         durable.max_attempts = max_attempts
         durable.trash_retention = trash_retention
+        if getattr(settings, "event_log", False):
+            durable.gauge_interval = float(getattr(settings, "event_log_gauge", 10.0))
         durable.is_link = lambda name: link_domain_leaf(name) is not None
         if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
             self.durable.readable = self.readable

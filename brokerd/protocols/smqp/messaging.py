@@ -10,6 +10,7 @@ come back in order.  See docs/smqp.md for the reply codes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -35,6 +36,8 @@ class Overlap:
     fires with the reply bytes (or fails like any command)."""
 
     d: Deferred
+    after: Callable[[], None] | None = None
+    """Called once the reply has been written (whether it succeeded or failed)."""
 
 
 class Refused(Exception):
@@ -71,14 +74,27 @@ class MessagingCommands:
         outbox = self.outbox
         if event.code not in (310, 312, 416):
             raise Refused(400, f"Bad request: {event.code} is not an acknowledgement (310, 312 or 416)")
+        windowed = outbox is not None and (outbox.window > 1 or len(outbox.sent) > 1)
         try:
             if event.code == 416:
                 d = outbox.refuse()
+                if windowed:
+                    return self._windowed_answer(d, encode_reply(200, "OK"))
                 return d.addCallback(lambda _: self._reply(200, "OK"))
             d = outbox.acknowledge(wait=event.code == 312)
         except (NoNotification, AttributeError):
             raise Refused(503, "Bad sequence: no notification to acknowledge") from None
+        if windowed:
+            return self._windowed_answer(d, encode_reply(310, "ACK"))
         return d.addCallback(lambda _: self._server_ack())
+
+    def _windowed_answer(self, d: Deferred, reply: bytes) -> Overlap:
+        """With a notification window the answers do not wait for each other (their store
+        writes share commits); each reply is still written after its own commit, in order,
+        and only then does the window have room for one more NOTIFY."""
+        outbox = self.outbox
+        outbox.unreplied += 1
+        return Overlap(d.addCallback(lambda _: reply), after=outbox.replied)
 
     def _server_ack(self) -> None:
         self._reply(310, "ACK")

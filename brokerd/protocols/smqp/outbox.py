@@ -31,6 +31,17 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
 
 New deliveries arrive with :meth:`Outbox.offer` after their publish committed; a full
 window only marks the outbox ``stale``, and the store is read again when the window drains.
+
+Notification window (a brokerd extension, ``SET NOTIFY WINDOW n``, docs/smqp.md): by default
+one notification is outstanding, as the draft has it.  With a window of ``n`` up to ``n``
+NOTIFYs (and at most ``max_queued_bytes`` of their bodies, always at least one) are
+outstanding: written, and the server's answer to the client's answer not yet written (the
+session reports that with :meth:`Outbox.replied`).  The client answers them in the order
+they were sent, so each ``310``/``312``/``416`` settles the oldest one; their store writes
+overlap and share the store's group commits.  A notification of a window left unanswered for
+the retry timeout is not sent again on the same connection (it would break the order of the
+answers): its attempt is counted (given up at ``max_attempts``) and the session is closed, so
+everything unanswered is sent again on the next login.
 """
 from __future__ import annotations
 
@@ -38,12 +49,12 @@ import heapq
 from collections import deque
 from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.core.durable import MAX_ATTEMPTS, RETRY_TIMEOUT  # noqa: F401 (the defaults of --smqp-retry-timeout, --smqp-max-attempts)
 from brokerd.core.subscriptions import wildcard_covers
+from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.records import Delivery
 
 WINDOW = 256
@@ -56,6 +67,11 @@ MAX_QUEUED_BYTES = 4 << 20
 that need no acknowledgement (each): the default of ``--smqp-max-queued-bytes``."""
 BATCH = 64 * 1024
 """Bytes of the FIFO written at once before the session's output limit is checked again."""
+MAX_NOTIFY_WINDOW = 64
+"""The default of ``--smqp-max-notify-window``: notifications outstanding at most per session
+when the client asks for a window (SET NOTIFY WINDOW)."""
+NOTIFY_WINDOW_LIMIT = 1024
+"""The highest ``--smqp-max-notify-window`` accepted."""
 
 
 class Session(Protocol):
@@ -66,11 +82,7 @@ class Session(Protocol):
     def can_notify(self) -> bool: ...
 
 
-class NoNotification(Exception):
-    """A 310/312/416 with no notification outstanding."""
-
-
-class Outbox:
+class Outbox(Answers):
     _log = Logger()
 
     def __init__(self, session: Session, service: Any) -> None:
@@ -86,10 +98,18 @@ class Outbox:
         self.window_bytes = 0
         """Bytes of the message bodies in the heap."""
         self.max_bytes: int = getattr(service, "max_queued_bytes", MAX_QUEUED_BYTES)
-        self.inflight: Delivery | None = None
-        self.inflight_parts: list[bytes] | None = None
-        self.settling = False
-        self._retry_call: Any = None
+        self.sent: deque[_Sent] = deque()
+        """Notifications written and not answered by the client, oldest first."""
+        self.sent_bytes = 0
+        """Bytes of the message bodies in ``sent``."""
+        self.window = 1
+        """Notifications outstanding at most (``SET NOTIFY WINDOW``; 1: the draft's)."""
+        self.settles = 0
+        """Client answers whose store write has not completed."""
+        self.unreplied = 0
+        """Client answers the session has not written its own answer to yet."""
+        self._counting = False
+        """A retry's attempt is being counted, or a delivery given up."""
         self._later: dict[int, Any] = {}
         self.waiting_one: dict[int, Delivery] = {}
         self.stale = True
@@ -105,6 +125,30 @@ class Outbox:
         self._resend_attempt = 0
         """The attempt number of the retry of the notification in flight waiting for the
         session's output to drain (0: none)."""
+
+    @property
+    def inflight(self) -> Delivery | None:
+        """The oldest notification not answered yet."""
+        return self.sent[0].delivery if self.sent else None
+
+    @property
+    def settling(self) -> bool:
+        return self._counting or self.settles > 0
+
+    def outstanding(self) -> int:
+        """Notifications sent whose exchange is not over (see the module docstring)."""
+        return len(self.sent) + self.settles + self.unreplied
+
+    def set_window(self, size: int) -> None:
+        """SET NOTIFY WINDOW: up to ``size`` notifications outstanding from now on."""
+        self.window = size
+        self.pump()
+
+    def replied(self) -> None:
+        """The session wrote its answer to one client answer: the window has room again."""
+        if self.unreplied:
+            self.unreplied -= 1
+        self.pump()
 
     # ------------------------------------------------------------------ suspension
 
@@ -202,13 +246,12 @@ class Outbox:
 
     def pump(self) -> None:
         """Send what may be sent now."""
-        if self.closed or self.settling or not self.session.can_notify():
+        if self.closed or self._counting or not self.session.can_notify():
             return
-        if self.inflight is not None:
-            if self._resend_attempt:
-                self._resend()
+        if self._resend_attempt and self.sent:
+            self._resend()
             return
-        if self.suspended_all:
+        if self.suspended_all or self.outstanding() >= self.window:
             return
         volatile = self.volatile
         while volatile:
@@ -227,27 +270,35 @@ class Outbox:
         if not self.session.can_notify():
             return
         heap = self.heap
-        while heap:
+        while heap and self.outstanding() < self.window:
+            if not self.session.can_notify():
+                return
             _p, seq, delivery = self._pop()
             if seq not in self.known or seq in self.waiting_one:
                 continue
             if self.blocked(delivery.topic):
                 self.known.discard(seq)
                 continue
+            if self.sent and self.sent_bytes + len(delivery.data) > self.max_bytes:
+                self.known.discard(seq)
+                self._push(delivery)  # over the bytes in flight: once answers come
+                return
             if delivery.mode == "ONE" and not self.durable.claim(seq, self):
                 self.waiting_one[seq] = delivery
                 continue
             self._send(delivery)
+        if self.outstanding() >= self.window:
             return
         if self.stale and not self.loading:
             self._reload()
 
     def _send(self, delivery: Delivery) -> None:
-        self.inflight = delivery
         self._resend_attempt = 0
-        self.inflight_parts = self.service.render(delivery)
-        self.session.write_notify(self.inflight_parts)
-        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
+        entry = _Sent(delivery, self.service.render(delivery))
+        self.sent.append(entry)
+        self.sent_bytes += len(delivery.data)
+        self.session.write_notify(entry.parts)
+        entry.call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry, entry)
         if delivery.seq in self._resending or delivery.attempts:
             self._resending.discard(delivery.seq)
             self.durable.redelivered(self, delivery, delivery.attempts + 1)
@@ -291,147 +342,21 @@ class Outbox:
         self._log.failure("Reading the pending notifications of {name}", failure, name=self.name)
         self.stale = True
 
-    # ------------------------------------------------------------------ the client's answer
-
-    def acknowledge(self, wait: bool = False) -> Deferred:
-        """The client's ``310 ACK`` (``wait``: its ``312``): fires once stored."""
-        delivery = self._take()
-        self.settling = True
-        if wait:
-            self.suspend(delivery.topic)
-        d = self.durable.acknowledged(self, delivery)
-
-        def done(result: Any) -> Any:
-            self.settling = False
-            self.known.discard(delivery.seq)
-            return result
-
-        return d.addBoth(done)
-
-    def refuse(self) -> Deferred:
-        """The client's ``416``: try again later (a ONE message: someone else first)."""
-        delivery = self._take()
-        if delivery.mode == "ONE":
-            self.durable.release(delivery.seq, self)
-        self.settling = True
-        d = self.durable.store.attempt(self.name, delivery.seq)
-
-        def counted(attempts: int) -> Deferred | None:
-            self.settling = False
-            if attempts == 0:
-                self.known.discard(delivery.seq)
-                return None
-            if attempts >= self.durable.max_attempts:
-                return self._give_up(delivery)
-            durable = self.durable
-            self._later[delivery.seq] = durable.clock.callLater(durable.retry_timeout, self._again, delivery)
-            return None
-
-        def failed(failure: Failure) -> None:
-            self.settling = False
-            self.known.discard(delivery.seq)
-            self._log.failure("Counting a refused delivery", failure)
-
-        return d.addCallbacks(counted, failed)
-
-    def _take(self) -> Delivery:
-        delivery = self.inflight
-        if delivery is None or self.settling:
-            raise NoNotification()
-        self.inflight = self.inflight_parts = None
-        self._resend_attempt = 0
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
-        self._retry_call = None
-        return delivery
-
-    def _again(self, delivery: Delivery) -> None:
-        self._later.pop(delivery.seq, None)
-        if self.closed or delivery.seq not in self.known:
-            return
-        self.known.discard(delivery.seq)
-        self._resending.add(delivery.seq)
-        self.offer(delivery)
-        if delivery.seq not in self.known:  # not taken (suspended, full window): forget it
-            self._resending.discard(delivery.seq)
-
-    def _retry(self) -> None:
-        """No acknowledgement in time: count the attempt, send again or give up."""
-        self._retry_call = None
-        delivery = self.inflight
-        if delivery is None or self.closed:
-            return
-        self.settling = True
-        d = self.durable.store.attempt(self.name, delivery.seq)
-
-        def counted(attempts: int) -> Deferred | None:
-            self.settling = False
-            if self.closed or self.inflight is not delivery:
-                return None
-            if attempts == 0:
-                self._abandon(delivery)
-                return None
-            if attempts >= self.durable.max_attempts:
-                self.inflight = self.inflight_parts = None
-                return self._give_up(delivery)
-            self._resend_attempt = attempts + 1
-            self.pump()  # now if the output is under its limit, else once it drains
-            return None
-
-        def failed(failure: Failure) -> None:
-            self.settling = False
-            self._log.failure("Counting a delivery attempt", failure)
-            if self.inflight is delivery and not self.closed:
-                self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
-
-        d.addCallbacks(counted, failed)
-
-    def _resend(self) -> None:
-        """The retry of the notification in flight, written under the same output limit as
-        any notification; its retry timeout starts once it is written."""
-        attempt, self._resend_attempt = self._resend_attempt, 0
-        delivery, parts = self.inflight, self.inflight_parts
-        assert delivery is not None and parts is not None
-        self.durable.redelivered(self, delivery, attempt)
-        self.session.write_notify(parts)
-        self._retry_call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry)
-
-    def _abandon(self, delivery: Delivery) -> None:
-        """The delivery vanished from the store (expired, removed): move on."""
-        self.inflight = self.inflight_parts = None
-        if delivery.mode == "ONE":
-            self.durable.release(delivery.seq, self)
-        self.known.discard(delivery.seq)
-        self.pump()
-
-    def _give_up(self, delivery: Delivery) -> Deferred:
-        if delivery.mode == "ONE":
-            self.durable.release(delivery.seq, self)
-        self.settling = True
-
-        def done(result: Any) -> Any:
-            self.settling = False
-            self.known.discard(delivery.seq)
-            self.pump()
-            return result
-
-        return self.durable.give_up(self, delivery).addBoth(done)
-
     # ------------------------------------------------------------------ end
 
     def close(self) -> None:
         """The connection is gone: what was not acknowledged stays pending in the store."""
         self.closed = True
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
         for call in self._later.values():
             if call.active():
                 call.cancel()
         self._later.clear()
-        inflight = self.inflight
-        self.inflight = self.inflight_parts = None
-        if inflight is not None and inflight.mode == "ONE":
-            self.durable.release(inflight.seq, self)
+        sent, self.sent = self.sent, deque()
+        self.sent_bytes = 0
+        for entry in sent:
+            entry.cancel()
+            if entry.delivery.mode == "ONE":
+                self.durable.release(entry.delivery.seq, self)
         for seq in list(self.waiting_one):
             self.durable.unwait(seq, self)
         self.heap.clear()

@@ -231,6 +231,10 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         """A newer login of this account and channel took over."""
         self._close(421, f"Replaced by a newer login of {self.account}:{self.channel}")
 
+    def window_timed_out(self) -> None:
+        """A notification of the session's window went unanswered (brokerd.protocols.smqp.outbox)."""
+        self._close(421, "Service closing: a notification of the window was not acknowledged in time")
+
     def send(self, data: bytes) -> None:
         """A message from the core (another protocol's UCAST to this session): queued with
         the notifications that need no acknowledgement."""
@@ -309,6 +313,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
                 if isinstance(result, Overlap):
                     slot.ready = False
                     self._slot = None
+                    if result.after is not None:
+                        slot.after.append(result.after)
                     result.d.addCallbacks(self._overlap_done, self._overlap_failed,
                                           callbackArgs=(slot,), errbackArgs=(slot,))
                 elif isinstance(result, Deferred):

@@ -219,3 +219,15 @@ class SubscriptionCommands:
         self.outbox.resume(self._notify_scope(command.topic))  # type: ignore[arg-type]
         self._reply(200, "OK")
 
+    def do_SET_NOTIFY_WINDOW(self, command: Command) -> None:
+        """brokerd's extension (docs/smqp.md): up to ``n`` notifications outstanding, their
+        acknowledgements sharing commits.  A server without it answers 400 (SET NOTIFY
+        takes SUSPEND or RESUME), over this server's maximum 510: the client keeps the
+        draft's one at a time either way."""
+        size = int(command.depth or 0)
+        most = self.factory.max_notify_window
+        if size > most:
+            raise Refused(510, f"Maximum quantities exceeded: a notification window of at most {most}")
+        self.outbox.set_window(size)
+        self._reply(200, "OK")
+

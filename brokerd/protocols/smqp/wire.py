@@ -55,6 +55,9 @@ class SMQPWireFormat:
     server's SUID), ``domain`` names this server in Cmuids, ``clock`` gives the time."""
 
     protocol = "smqp"
+    queued_delivery = True
+    """The core hands messages to a queue (the store, an outbox), not to a socket: SMQP logs
+    the write itself (``delivered``), so the delivery-latency sampler leaves it out."""
 
     def __init__(self, server_id: str, domain: str, clock: Callable[[], float]) -> None:
         self.server_id = server_id

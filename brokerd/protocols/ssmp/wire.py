@@ -45,6 +45,9 @@ def ssmp_name(protocol: str, name: bytes) -> bytes:
 @implementer(IWireFormat)
 class SSMPWireFormat:
     protocol = "ssmp"
+    writes_after_read = True
+    """A session holds what a read sends it until the read is handled (brokerd.protocols.flow):
+    the delivery-latency sampler times that write (brokerd.core.sampling)."""
 
     def __init__(self) -> None:
         self.unrepresentable = 0

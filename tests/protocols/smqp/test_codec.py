@@ -89,6 +89,7 @@ def one(line: str) -> Command:
     ("SET NOTIFY SUSPEND", "SET NOTIFY SUSPEND"),
     ("SET NOTIFY SUS /a", "SET NOTIFY SUSPEND"),
     ("SET NOTIFY RES", "SET NOTIFY RESUME"),
+    ("set notify window 16", "SET NOTIFY WINDOW"),
     ("FIND TOPIC /stocks", "FIND TOPIC"),
     ("FIND TOPICS /stocks/* (BLUE) 4", "FIND TOPIC"),
     ("SUB MESSAGE /stocks/quotes/ibm", "SUBSCRIBE MESSAGE"),
@@ -151,6 +152,7 @@ def test_set_topic_timeout_values() -> None:
     assert (one("SET TOPIC TIMEOUT /a 3600").mode, one("SET TOPIC TIMEOUT /a 3600").timeout) == ("SECONDS", 3600.0)
     assert one("SET TOPIC TIMEOUT /a 00:01:00").timeout == 60.0
     assert one("SET TOPIC TIMEOUT /a 01:00:00:00").timeout == 86400.0
+    assert one("SET NOTIFY WINDOW 016").depth == 16
     assert one("SET TOPIC TIMEOUT /a 0").timeout == 0.0
     infinite = one("SET TOPIC TIMEOUT /A/b INFINITE")
     assert (infinite.mode, infinite.timeout, infinite.topic) == ("INFINITE", None, TopicRef(("A", "b")))
@@ -180,6 +182,12 @@ def test_password_takes_the_rest_of_the_line() -> None:
     ("CREATE TOPIC /a (unbalanced", 400),
     ("CREATE TOPIC /a (x) extra", 400),
     ("SET TOPIC DELIVERY /a SOME", 400),
+    ("SET NOTIFY WINDOW", 400),
+    ("SET NOTIFY WINDOW 0", 400),
+    ("SET NOTIFY WINDOW -3", 400),
+    ("SET NOTIFY WINDOW 1.5", 400),
+    ("SET NOTIFY WINDOW 1234567", 400),
+    ("SET NOTIFY WINDOW 8 /a", 400),
     ("SET TOPIC TIMEOUT /a", 400),
     ("SET TOPIC TIMEOUT /a soon", 400),
     ("SET TOPIC TIMEOUT /a -5", 400),

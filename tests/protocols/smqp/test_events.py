@@ -155,7 +155,7 @@ def test_delivered_then_acked_with_id_topic_size_and_latency(s):
     delivered, acked = s.events.of("delivered"), s.events.of("acked")
     assert acked == [{"protocol": "smqp", "kind": "acked", "session": "alice:s1", "topic": "a",
                       "outcome": "acked", "sender": "alice:p1", "message_id": smuid, "bytes": 2,
-                      "latency_us": 250_000}]
+                      "latency_us": 250_000, "queued_us": 0}]  # online when it was published: nothing queued
     assert [(d["session"], d["message_id"], d["latency_us"]) for d in delivered] == [("alice:s1", smuid, 0)]
     # forwarded to the core, which logs it as ``accepted`` with the same id
     [message] = [m for m in s.routed.messages if m.protocol == "smqp"]

@@ -20,6 +20,9 @@ from brokerd.protocols.smqp.codec.values import (
 )
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected, TopicRef
 
+MAX_WINDOW_DIGITS = 6
+"""Digits of a SET NOTIFY WINDOW size (the server's own maximum is far lower)."""
+
 
 def _tokens(text: str) -> list[str]:
     """Words separated by spaces or tabs; a word starting with ``(`` runs to the matching
@@ -246,7 +249,13 @@ def _p_set(w: _Words) -> Command:
         w.end()
         return Command("SET LOGIN CONTACT", args=(mime,))
     item = w.choice({"SUSPEND": "SUSPEND", "SUS": "SUSPEND", "RESUME": "RESUME",
-                     "RES": "RESUME"}, "SUSPEND or RESUME")
+                     "RES": "RESUME", "WINDOW": "WINDOW"}, "SUSPEND, RESUME or WINDOW")
+    if item == "WINDOW":  # brokerd's extension: notifications outstanding at once
+        size = w.word("window size")
+        w.end()
+        if not size.isdigit() or len(size) > MAX_WINDOW_DIGITS or int(size) < 1:
+            raise _Bad(f"SET NOTIFY WINDOW: expected a number of notifications from 1, not {size!r}")
+        return Command("SET NOTIFY WINDOW", depth=int(size))
     topic = w.topic(wildcard=True) if w.more() else TopicRef((), "*")
     w.end()
     return Command(f"SET NOTIFY {item}", topic=topic)
