@@ -130,6 +130,11 @@ class IEngine(Interface):
         other node with members of any of them, which hands it to
         :meth:`Broker.deliver_broadcast`.  Must not raise or block."""
 
+    def principal_of(namespace, address):
+        """The Principal of the other node's session at ``address`` in ``namespace`` (as its
+        node announced it), or None: the Broker checks a unicast to it against the access
+        policy before sending, as it does for a local recipient."""
+
     def claim(namespace, name):
         """A local front end serves ``name`` in ``namespace`` (not a session address: e.g. a
         socket.mq application): tell the other nodes, whose :meth:`owner` then names this

@@ -199,6 +199,10 @@ class RedisEngine:
     def owner(self, namespace: str, name: bytes) -> str | None:
         return self.directory.owner.get((namespace, name))
 
+    def principal_of(self, namespace: str, address: bytes) -> Any:
+        """The principal of the other node's session at ``address``, when known."""
+        return self.directory.principals.get((namespace, address))
+
     def serve(self, service: str, handler: Any) -> None:
         self._services[service] = handler
 
@@ -218,7 +222,8 @@ class RedisEngine:
     def session_attached(self, session: Any) -> None:
         if session.address is not None:
             at = self._logins[(session.protocol, session.address)] = time.time()
-            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at))
+            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at,
+                                                                    session.principal))
 
     def session_detached(self, session: Any) -> None:
         if session.address is not None:

@@ -510,10 +510,18 @@ class Broker(Service):
     def unicast(self, message: Message, namespace: str) -> bool:
         """Deliver ``message`` to the session of protocol ``namespace`` at address
         ``message.target``; False when there is none.  Raises Forbidden when the sender may not
-        publish to the recipient's login topic (:func:`brokerd.core.access.inbox`)."""
+        publish to the recipient's login topic (:func:`brokerd.core.access.inbox`), also for a
+        recipient on another node of a cluster (whose principal its node announced; that node
+        checks again on delivery)."""
         recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
-            if self._forward is None or not self.engine.unicast(message, namespace):
+            if self._forward is None:
+                return False
+            if self.access.policy is not None:
+                remote = self.engine.principal_of(namespace, message.target)
+                if remote is not None:
+                    self._check_publish(message, inbox(remote))
+            if not self.engine.unicast(message, namespace):
                 return False
             self.stats.published += 1
             self.stats.accepted_by[message.protocol] += 1

@@ -51,6 +51,10 @@ class InMemoryEngine:
         """No other node serves anything."""
         return None
 
+    def principal_of(self, namespace: str, address: bytes) -> None:
+        """No other node has sessions."""
+        return None
+
     def serve(self, service: str, handler: Any) -> None:
         """No other node sends anything."""
 

@@ -1,7 +1,9 @@
-"""SSMP BCAST across the nodes of a cluster (one real redis-server, three nodes, one UAL file):
-a BCAST on node 1 reaches every peer sharing a topic the sender may publish to, on every node,
-once each, in order; peers of topics it may only read, and anonymous senders, get what one
-node gives them (nothing; ``405``)."""
+"""SSMP BCAST and UCAST under one access policy across the nodes of a cluster (one real
+redis-server, three nodes, one UAL file): a BCAST on node 1 reaches every peer sharing a topic
+the sender may publish to, on every node, once each, in order; peers of topics it may only
+read, and anonymous senders, get what one node gives them (nothing; ``405``).  A UCAST to a
+session on another node is refused with one node's code when the sender may not publish to
+the recipient's login topic."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,6 +22,7 @@ UAL = """\
 /lobby     *  ps
 /news      *  ps
 /readonly  *  s
+/accounts/a3  *  p
 """
 
 
@@ -87,3 +90,40 @@ async def test_bcast_reaches_the_peers_of_every_node_once_and_only_where_allowed
         assert bcasts(sam) == [] and bcasts(nina) == []  # a sender does not get its own
     finally:
         await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_ucast_to_another_node_is_refused_as_on_one_node_when_the_policy_says_so(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    ual = tmp_path / "ual"
+    ual.write_text(UAL)
+    nodes = await cluster(tmp_path, redis_server, count=3, ual_file=ual)
+    try:
+        allowed = await nodes[2].ssmp(b"a3")
+        closed = await nodes[2].ssmp(b"r3")  # nobody may publish to accounts/r3
+        local = await nodes[0].ssmp(b"r1")  # the same on node 1, for comparison
+        sender = await nodes[0].ssmp(b"sam")
+        for address in (b"a3", b"r3"):
+            await until_owner(nodes[0], ("ssmp", address))
+        before = len(sender.lines.items)
+        sender.send(b"UCAST r1 psst", b"UCAST r3 psst", b"UCAST nobody psst", b"UCAST a3 hello")
+        await sender.lines.count(before + 4).addTimeout(TIMEOUT, reactor())
+        assert sender.lines.items[before:] == [b"405", b"405", b"404", b"200"]
+        line = await allowed.next_line(lambda line: b"UCAST" in line).addTimeout(TIMEOUT, reactor())
+        assert line == b"000 sam UCAST a3 hello"
+        assert not [line for line in closed.lines.items + local.lines.items if b"UCAST" in line]
+    finally:
+        await stop_all(nodes)
+
+
+async def until_owner(node: Node, address: tuple[str, bytes]) -> None:
+    d: Deferred = Deferred()
+
+    def check() -> None:
+        if address in node.engine.directory.principals:
+            d.callback(None)
+        elif not d.called:
+            reactor().callLater(0.02, check)
+
+    check()
+    await d.addTimeout(TIMEOUT, reactor())
