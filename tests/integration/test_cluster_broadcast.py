@@ -57,7 +57,7 @@ async def test_bcast_reaches_the_peers_of_every_node_once_and_only_where_allowed
         tmp_path: Path, redis_server: RedisServer) -> None:
     ual = tmp_path / "ual"
     ual.write_text(UAL)
-    nodes = await cluster(tmp_path, redis_server, count=3, ual_file=ual, anonymous=True)
+    nodes = await cluster(tmp_path, redis_server, count=3, ual_file=ual, anonymous=True, event_log=True)
     try:
         sam = await joined(nodes[0], b"sam", b"lobby", b"readonly")
         nina = await joined(nodes[0], b"nina", b"news")
@@ -90,6 +90,22 @@ async def test_bcast_reaches_the_peers_of_every_node_once_and_only_where_allowed
         assert bcasts(sam) == [] and bcasts(nina) == []  # a sender does not get its own
     finally:
         await stop_all(nodes)
+    # The event log: each node records its own deliveries of each BCAST (stopping flushed it).
+    fanout = {node.name: sorted((r["session"], r["fanout"]) for r in event_records(node)
+                                if r.get("message") == "broadcast" and r["kind"] == "accepted")
+              for node in nodes}
+    assert fanout == {
+        "node1": [("nina", 0), ("sam", 1), ("sam", 1)],  # a1; nina's peer is on node 3
+        "node2": [("sam", 1), ("sam", 1)],  # a2, once
+        "node3": [("nina", 1), ("sam", 1), ("sam", 1)],  # a3; r3 for nina's
+    }
+
+
+def event_records(node: Node) -> list[dict]:
+    import json
+
+    return [json.loads(line) for path in sorted((node.data_dir / "events").rglob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest_twisted.ensureDeferred
