@@ -56,7 +56,7 @@ def rss_kb(pid: int) -> int:
 
 # ---------------------------------------------------------------------- the idle client (child)
 
-def client_main(port: int, count: int, prefix: str, topics: int, hold_fd: int) -> int:
+def client_main(port: int, count: int, prefix: str, topics: int) -> int:
     """Open ``count`` logged-in, subscribed connections; print READY; hold them until stdin
     closes."""
     raise_nofile()
@@ -203,7 +203,7 @@ def run_once(tmp: Path, nodes: int, cluster: bool, connections: int, topics: int
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         port, count, prefix, topics = sys.argv[2:6]
-        return client_main(int(port), int(count), prefix, int(topics), 0)
+        return client_main(int(port), int(count), prefix, int(topics))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=10_000, help="idle connections per node")
     parser.add_argument("--topics", type=int, default=0, help="topics idle<i %% k>; 0: one per connection")
