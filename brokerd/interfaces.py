@@ -131,6 +131,41 @@ class IEngine(Interface):
         """No local session of ``namespace`` has the address ``message.target``: send the
         message to the node whose session has it.  True when one is known to."""
 
+    def broadcast(message, topics):
+        """A broadcast ``message`` was accepted here for the peers of ``topics`` (its sender's
+        topics that it may publish to) and delivered to the local ones: send it once to each
+        other node with members of any of them, which hands it to
+        :meth:`Broker.deliver_broadcast`.  Must not raise or block."""
+
+    def principal_of(namespace, address):
+        """The Principal of the other node's session at ``address`` in ``namespace`` (as its
+        node announced it), or None: the Broker checks a unicast to it against the access
+        policy before sending, as it does for a local recipient."""
+
+    def claim(namespace, name):
+        """A local front end serves ``name`` in ``namespace`` (not a session address: e.g. a
+        socket.mq application): tell the other nodes, whose :meth:`owner` then names this
+        node.  Must not raise or block."""
+
+    def release(namespace, name):
+        """The local front end no longer serves ``name`` in ``namespace``."""
+
+    def owner(namespace, name):
+        """The id (str) of the other node that claimed ``name`` in ``namespace``, or None."""
+
+    def serve(service, handler):
+        """Hand every node message for ``service`` (a str) to ``handler(origin, data)``:
+        ``origin`` the sending node's id, ``data`` bytes."""
+
+    def send(origin, service, data):
+        """Send ``data`` (bytes) for ``service`` to the node ``origin``; False when no other
+        node is reachable (nothing was sent).  Messages to one node arrive in order."""
+
+    node_listeners = Attribute(
+        "list of callables: each is called with the id (str) of another node that left the "
+        "cluster (said goodbye, or stopped answering)."
+    )
+
     def session_attached(session):
         """A local session logged in (its address now belongs to this node)."""
 

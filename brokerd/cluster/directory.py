@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from brokerd.core.principal import NOBODY
+from brokerd.core.principal import NOBODY, Principal
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
@@ -55,8 +55,19 @@ def decode(data: bytes) -> dict[str, Any]:
     return message
 
 
-def address_fields(namespace: str, address: bytes, at: float = 0.0) -> dict[str, Any]:
-    return {"ns": namespace, "a": _s(address), "at": at}
+def address_fields(namespace: str, address: bytes, at: float = 0.0, principal: Principal | None = None) -> dict[str, Any]:
+    """An address's fields; with the ``principal`` of its session, so that the sending node
+    of a unicast can apply the access policy to the recipient's login topic as one node does."""
+    fields: dict[str, Any] = {"ns": namespace, "a": _s(address), "at": at}
+    if principal is not None:
+        fields["pn"], fields["pr"] = principal.name, principal.realm
+    return fields
+
+
+def _principal(name: Any, realm: Any) -> Principal | None:
+    if isinstance(name, str) and isinstance(realm, str):
+        return Principal(name, realm)
+    return None
 
 
 def durable_fields(tree: bool, subscribers: Any, pending: Any) -> dict[str, Any]:
@@ -124,6 +135,8 @@ class Directory:
         self.nodes: dict[str, RemoteNode] = {}
         self.owner: dict[tuple[str, bytes], str] = {}
         """(namespace, address) -> the origin of the node whose session has it."""
+        self.principals: dict[tuple[str, bytes], Principal] = {}
+        """(namespace, address) -> the principal of the session that has it, when announced."""
         self.on_presence = on_presence
         self.on_address = on_address
 
@@ -143,12 +156,12 @@ class Directory:
             return
         node = self.node(origin, str(message.get("n", "")), now)
         if kind == ATTACH:
-            self._attach(node, message["ns"], _b(message["a"]), float(message.get("at", 0.0)))
+            self._attach(node, message["ns"], _b(message["a"]), float(message.get("at", 0.0)),
+                         _principal(message.get("pn"), message.get("pr")))
         elif kind == DETACH:
             key = (message["ns"], _b(message["a"]))
             node.addresses.discard(key)
-            if self.owner.get(key) == origin:
-                del self.owner[key]
+            self._drop(key, origin)
         elif kind == JOIN:
             self._join(node, _b(message["t"]), message["p"], _b(message["m"]), bool(message["pr"]))
         elif kind == LEAVE:
@@ -156,13 +169,24 @@ class Directory:
         elif kind == STATE:
             self._replace_state(node, message)
 
-    def _attach(self, node: RemoteNode, namespace: str, address: bytes, at: float) -> None:
+    def _drop(self, key: tuple[str, bytes], origin: str) -> None:
+        """Forget who has ``key`` if it is still node ``origin``."""
+        if self.owner.get(key) == origin:
+            del self.owner[key]
+            self.principals.pop(key, None)
+
+    def _attach(self, node: RemoteNode, namespace: str, address: bytes, at: float,
+                principal: Principal | None = None) -> None:
         key = (namespace, address)
         previous = self.owner.get(key)
         if previous is not None and previous != node.origin and previous in self.nodes:
             self.nodes[previous].addresses.discard(key)
         node.addresses.add(key)
         self.owner[key] = node.origin
+        if principal is not None:
+            self.principals[key] = principal
+        else:
+            self.principals.pop(key, None)
         self.on_address(namespace, address, at, node.origin)
 
     def _join(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes, presence: bool) -> None:
@@ -191,13 +215,13 @@ class Directory:
             self.on_topics()
 
     def _replace_state(self, node: RemoteNode, message: dict[str, Any]) -> None:
-        addresses = {(ns, _b(a)): float(at) for ns, a, at in message.get("addresses", ())}
+        addresses = {(entry[0], _b(entry[1])): (float(entry[2]), _principal(*entry[3:5]) if len(entry) >= 5 else None)
+                     for entry in message.get("addresses", ())}
         for key in node.addresses - addresses.keys():
-            if self.owner.get(key) == node.origin:
-                del self.owner[key]
+            self._drop(key, node.origin)
         node.addresses = set()
-        for (namespace, address), at in addresses.items():
-            self._attach(node, namespace, address, at)
+        for (namespace, address), (at, principal) in addresses.items():
+            self._attach(node, namespace, address, at, principal)
         wanted = {(_b(t), p, _b(m)): bool(pr) for t, p, m, pr in message.get("members", ())}
         for topic, members in list(node.members.items()):
             for protocol, name in list(members):
@@ -218,8 +242,7 @@ class Directory:
             node.members = {}
             self._topics_changed()
         for key in node.addresses:
-            if self.owner.get(key) == origin:
-                del self.owner[key]
+            self._drop(key, origin)
         return node
 
     def expired(self, now: float, timeout: float) -> list[str]:
@@ -239,7 +262,14 @@ class Directory:
 def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[str, Any]:
     """This node's whole state (its answer to a hello); ``logins`` the local addresses and
     when each was taken."""
-    addresses = [[namespace, _s(address), at] for (namespace, address), at in logins.items()]
+    addresses = []
+    for (namespace, address), at in logins.items():
+        session = broker.session_for(namespace, address)
+        principal = getattr(session, "principal", None)
+        entry = [namespace, _s(address), at]
+        if principal is not None:
+            entry += [principal.name, principal.realm]
+        addresses.append(entry)
     members = []
     for name in broker.topics.active():
         topic = broker.topics.get(name)

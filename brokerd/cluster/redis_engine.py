@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope
+from brokerd.cluster import envelope, frames
 from brokerd.cluster.address import RedisAddress, client_endpoint
 from brokerd.cluster.connection import Link, channel, protocols
 from brokerd.core.message import Message
@@ -112,6 +112,9 @@ class RedisEngine:
         self.following: set[bytes] = set()
         """Channels Redis confirmed this node is subscribed to."""
         self._follow_waits: dict[bytes, list[Deferred]] = {}
+        self._services: dict[str, Any] = {}
+        """Front ends' handlers of node messages (:meth:`serve`), by service name."""
+        self.node_listeners: list[Any] = []
 
     # ------------------------------------------------------------------ IEngine
 
@@ -166,15 +169,61 @@ class RedisEngine:
         if self._publisher is None or self._publisher.protocol is None:
             self.stats.dropped_unreachable += 1
             return True
-        ns = namespace.encode("ascii")
-        self._raw.append((NODE_PREFIX + origin.encode(), bytes((len(ns),)) + ns + envelope.encode(self.instance, [message])))
+        self._raw.append((NODE_PREFIX + origin.encode(), frames.unicast(self.instance, namespace, message)))
         self._schedule()
         return True
+
+    def broadcast(self, message: Message, topics: Sequence[bytes]) -> None:
+        """Send a broadcast once to each other node with members of any of ``topics``."""
+        wanted = set(topics)
+        origins = [node.origin for node in self.directory.nodes.values() if not wanted.isdisjoint(node.members)]
+        if not origins:
+            return
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += 1
+            return
+        data = frames.broadcast(self.instance, message, topics)
+        for origin in origins:
+            self._raw.append((NODE_PREFIX + origin.encode(), data))
+        self._schedule()
+
+    def claim(self, namespace: str, name: bytes) -> None:
+        """Announce a name this node serves, as a login announces an address."""
+        at = self._logins[(namespace, name)] = time.time()
+        self._announce(control.ATTACH, **control.address_fields(namespace, name, at))
+
+    def release(self, namespace: str, name: bytes) -> None:
+        if self._logins.pop((namespace, name), None) is not None:
+            self._announce(control.DETACH, **control.address_fields(namespace, name))
+
+    def owner(self, namespace: str, name: bytes) -> str | None:
+        return self.directory.owner.get((namespace, name))
+
+    def principal_of(self, namespace: str, address: bytes) -> Any:
+        """The principal of the other node's session at ``address``, when known."""
+        return self.directory.principals.get((namespace, address))
+
+    def serve(self, service: str, handler: Any) -> None:
+        self._services[service] = handler
+
+    def send(self, origin: str, service: str, data: bytes) -> bool:
+        """Queue ``data`` for ``service`` on node ``origin`` (this turn's flush sends it)."""
+        if self._publisher is None or self._publisher.protocol is None:
+            self.stats.dropped_unreachable += 1
+            return False
+        self._raw.append((NODE_PREFIX + origin.encode(), frames.service(self.origin, service, data)))
+        self._schedule()
+        return True
+
+    def _node_gone(self, origin: str) -> None:
+        for listener in tuple(self.node_listeners):
+            listener(origin)
 
     def session_attached(self, session: Any) -> None:
         if session.address is not None:
             at = self._logins[(session.protocol, session.address)] = time.time()
-            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at))
+            self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at,
+                                                                    session.principal))
 
     def session_detached(self, session: Any) -> None:
         if session.address is not None:
@@ -223,6 +272,7 @@ class RedisEngine:
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
             if node is not None:
+                self._node_gone(origin)
                 _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
                           node=node.name, timeout=self.node_timeout)
 
@@ -239,6 +289,8 @@ class RedisEngine:
                     self.broker.durable_resync()
                 self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
             self.directory.apply(message, self.reactor.seconds())
+            if message["k"] == control.BYE:
+                self._node_gone(message["o"])
         except (control.ControlError, KeyError, TypeError, ValueError) as exc:
             self.stats.bad_envelopes += 1
             _log.warn("Cluster: dropped a damaged control message: {error}", error=repr(exc))
@@ -251,17 +303,33 @@ class RedisEngine:
         if local is not None and (at, origin) > (local, self.origin):
             self.broker.replace_address(namespace, address)
 
-    def _unicast_received(self, data: bytes) -> None:
+    def _node_message(self, data: bytes) -> None:
+        """A frame on this node's own channel: a unicast, a broadcast or a service's message."""
         try:
-            size = data[0]
-            namespace = data[1:1 + size].decode("ascii")
-            (message,) = envelope.decode(data[1 + size:])
-        except (IndexError, UnicodeDecodeError, ValueError) as exc:
+            name, start = frames.kind(data)
+            if name.startswith(frames.SERVICE):
+                handler = self._services.get(name[len(frames.SERVICE):])
+                if handler is None:
+                    raise frames.FrameError(f"no service {name!r} here")
+                origin, body = frames.read_service(data, start)
+                try:
+                    handler(origin, body)
+                except Exception:  # noqa: BLE001 - a front end's bug must not cut the Redis link
+                    _log.failure("Cluster: the {service} service failed on a message from node {origin}",
+                                 service=name, origin=origin)
+                return
+            if name == frames.BROADCAST:
+                topics, message = frames.read_broadcast(data, start)
+                self.stats.messages_received += 1
+                self.broker.deliver_broadcast(message, topics)
+                return
+            message = frames.one_message(data, start)
+        except frames.FrameError as exc:
             self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged unicast: {error}", error=repr(exc))
+            _log.warn("Cluster: dropped a damaged message for this node: {error}", error=str(exc))
             return
         self.stats.messages_received += 1
-        self.broker.deliver_unicast(message, namespace)
+        self.broker.deliver_unicast(message, name)
 
     # ------------------------------------------------------------------ state
 
@@ -385,7 +453,7 @@ class RedisEngine:
             self._control(data)
             return
         if name == self.node_channel:
-            self._unicast_received(data)
+            self._node_message(data)
             return
         try:
             if envelope.origin_of(data) == self.instance:

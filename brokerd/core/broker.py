@@ -530,10 +530,18 @@ class Broker(Service):
     def unicast(self, message: Message, namespace: str) -> bool:
         """Deliver ``message`` to the session of protocol ``namespace`` at address
         ``message.target``; False when there is none.  Raises Forbidden when the sender may not
-        publish to the recipient's login topic (:func:`brokerd.core.access.inbox`)."""
+        publish to the recipient's login topic (:func:`brokerd.core.access.inbox`), also for a
+        recipient on another node of a cluster (whose principal its node announced; that node
+        checks again on delivery)."""
         recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
-            if self._forward is None or not self.engine.unicast(message, namespace):
+            if self._forward is None:
+                return False
+            if self.access.policy is not None:
+                remote = self.engine.principal_of(namespace, message.target)
+                if remote is not None:
+                    self._check_publish(message, inbox(remote))
+            if not self.engine.unicast(message, namespace):
                 return False
             self.stats.published += 1
             self.stats.accepted_by[message.protocol] += 1
@@ -634,23 +642,58 @@ class Broker(Service):
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with
         ``publishing``, only topics the access policy lets ``session`` publish to."""
-        peers: dict[ISubscriber, None] = {}
-        access = self.access
-        check = publishing and access.policy is not None
-        for name, topic in self._joined.get(session, {}).items():
-            if check and not access.allows(session.principal, name, Perm.PUBLISH):
-                continue
-            peers.update(dict.fromkeys(topic.members))
+        names = self._joined.get(session, {})
+        if publishing:
+            names = self._publishable(session)
+        peers = self._members_of(names)
         peers.pop(session, None)
         return list(peers)
 
+    def _publishable(self, session: ISubscriber) -> list[bytes]:
+        """The topics ``session`` joined and the access policy lets it publish to."""
+        access = self.access
+        joined = self._joined.get(session, {})
+        if access.policy is None:
+            return list(joined)
+        return [name for name in joined if access.allows(session.principal, name, Perm.PUBLISH)]
+
+    def _members_of(self, names: Iterable[bytes]) -> dict[ISubscriber, None]:
+        """The local members of the topics ``names``, each once, in join order."""
+        peers: dict[ISubscriber, None] = {}
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is not None:
+                peers.update(dict.fromkeys(topic.members))
+        return peers
+
     def broadcast(self, message: Message, sender: ISubscriber) -> int:
         """Deliver ``message`` once to each peer sharing a topic with ``sender`` that the
-        sender may publish to."""
+        sender may publish to; in a cluster the other nodes get the message once each with
+        the names of those topics (:meth:`deliver_broadcast`)."""
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
         unrenderable = self.stats.unrenderable
-        delivered = self._render_and_send(message, self.peers_of(sender, publishing=True))
+        names = self._publishable(sender)
+        peers = self._members_of(names)
+        peers.pop(sender, None)
+        delivered = self._render_and_send(message, peers)
+        if self._forward is not None and names:
+            self.engine.broadcast(message, names)
+        if self.observer is not None:
+            self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
+        return delivered
+
+    def deliver_broadcast(self, message: Message, names: Iterable[bytes]) -> int:
+        """Deliver a broadcast ``message`` another node accepted to this node's members of the
+        topics ``names`` (its sender's), once each.  The access policy is applied again here
+        to each topic, by the message's principal, so a node with the same policy reaches
+        exactly the topics the sender's node did; returns the deliveries."""
+        access = self.access
+        if access.policy is not None:
+            principal = message.principal if message.principal is not None else NOBODY
+            names = [name for name in names if access.allows(principal, name, Perm.PUBLISH)]
+        unrenderable = self.stats.unrenderable
+        delivered = self._render_and_send(message, self._members_of(names))
         if self.observer is not None:
             self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
         return delivered

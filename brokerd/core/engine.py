@@ -35,6 +35,33 @@ class InMemoryEngine:
         """No other node has the address."""
         return False
 
+    node_listeners: tuple = ()
+    """No other node can leave (a tuple: this engine is shared by every Broker)."""
+
+    def broadcast(self, message: Message, topics: Sequence[bytes]) -> None:
+        """There is no other node to send to."""
+
+    def claim(self, namespace: str, name: bytes) -> None:
+        """Nobody else to tell."""
+
+    def release(self, namespace: str, name: bytes) -> None:
+        """Nobody else to tell."""
+
+    def owner(self, namespace: str, name: bytes) -> None:
+        """No other node serves anything."""
+        return None
+
+    def principal_of(self, namespace: str, address: bytes) -> None:
+        """No other node has sessions."""
+        return None
+
+    def serve(self, service: str, handler: Any) -> None:
+        """No other node sends anything."""
+
+    def send(self, origin: str, service: str, data: bytes) -> bool:
+        """No other node to send to."""
+        return False
+
     def session_attached(self, session: Any) -> None:
         """Nobody else to tell."""
 

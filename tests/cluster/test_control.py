@@ -21,3 +21,25 @@ def test_a_durable_change_without_names_is_refused() -> None:
         with pytest.raises(control.ControlError):
             control.read_durable(message)
     assert control.read_durable(control.decode(control.encode("ab12", "n", control.DURABLE))) == (False, [], [])
+
+
+def test_an_address_carries_its_principal_until_it_is_gone() -> None:
+    from brokerd.core.principal import OPEN, Principal
+
+    directory = control.Directory(lambda *args: None, lambda *args: None)
+    alice = Principal("alice", OPEN)
+
+    def apply(kind: str, **fields) -> None:
+        directory.apply(control.decode(control.encode("n2", "node2", kind, **fields)), 0.0)
+
+    apply(control.ATTACH, **control.address_fields("ssmp", b"alice", 1.0, alice))
+    apply(control.ATTACH, **control.address_fields("socketmq-app", b"echo", 1.0))  # a claim: no principal
+    assert directory.principals == {("ssmp", b"alice"): alice}
+    assert directory.owner == {("ssmp", b"alice"): "n2", ("socketmq-app", b"echo"): "n2"}
+    apply(control.STATE, addresses=[["ssmp", "alice", 2.0, "alice", OPEN], ["ssmp", "bob", 2.0]])
+    assert directory.principals == {("ssmp", b"alice"): alice} and ("ssmp", b"bob") in directory.owner
+    apply(control.DETACH, **control.address_fields("ssmp", b"alice"))
+    assert directory.principals == {}
+    apply(control.ATTACH, **control.address_fields("ssmp", b"carol", 3.0, Principal("carol", OPEN)))
+    directory.forget("n2")
+    assert directory.principals == {} and directory.owner == {}

@@ -476,3 +476,66 @@ def test_unicast_run_asks_the_policy_as_unicast_does(broker):
     assert a.got == [] and broker.stats.published == 0
     assert broker.unicast_run([Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")], "f")
     assert b.got == [b"f|unicast|b'b'|1f|unicast|b'b'|2"]
+
+class RecordingEngine:
+    """A shared engine that records the broadcasts the Broker hands it."""
+
+    shared = True
+    node_listeners: list = []
+
+    def __init__(self):
+        self.broadcasts = []
+
+    def forward(self, messages):
+        pass
+
+    def broadcast(self, message, topics):
+        self.broadcasts.append((message.payload, list(topics)))
+
+    def member_changed(self, topic, session, joined, presence):
+        pass
+
+    def session_attached(self, session):
+        pass
+
+    def session_detached(self, session):
+        pass
+
+
+def test_a_broadcast_goes_to_the_engine_with_the_topics_the_sender_may_publish_to():
+    broker = Broker()
+    engine = broker.use_engine(RecordingEngine())
+    broker.set_policy(Policy({("a", b"t1"): Perm.SUBSCRIBE | Perm.PUBLISH, ("a", b"t2"): Perm.SUBSCRIBE,
+                              ("b", b"t1"): Perm.SUBSCRIBE, ("b", b"t2"): Perm.SUBSCRIBE}))
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    for session in (a, b):
+        broker.subscribe(session, b"t1")
+        broker.subscribe(session, b"t2")
+    assert broker.broadcast(Message(BROADCAST, None, b"hi", "f", b"a", principal=a.principal), a) == 1
+    assert engine.broadcasts == [(b"hi", [b"t1"])]  # not t2, which a may only read
+    lone = attached(broker, Session("c", fmt))[0]
+    assert broker.broadcast(Message(BROADCAST, None, b"alone", "f", b"c", principal=lone.principal), lone) == 0
+    assert engine.broadcasts == [(b"hi", [b"t1"])]  # no topics: nothing for the other nodes
+
+
+def test_a_broadcast_from_another_node_reaches_each_member_once_where_the_policy_allows():
+    observer = Observer()
+    broker = Broker(observer=observer)
+    broker.set_policy(Policy({("a", b"t1"): Perm.PUBLISH, ("a", b"t2"): Perm.PUBLISH,
+                              **{(n, t): Perm.SUBSCRIBE for n in "bcd" for t in (b"t1", b"t2", b"t3")}}))
+    fmt = Format("f")
+    b, c, d = attached(broker, *(Session(n, fmt) for n in "bcd"))
+    broker.subscribe(b, b"t1")
+    broker.subscribe(b, b"t2")
+    broker.subscribe(c, b"t2")
+    broker.subscribe(d, b"t3")
+    del observer.events[:]
+    sender = Principal("a", ACCOUNT)
+    # t3 is named although a may not publish there (a node with another policy): refused here
+    delivered = broker.deliver_broadcast(Message(BROADCAST, None, b"hi", "f", b"a", principal=sender),
+                                         [b"t1", b"t2", b"t3", b"gone"])
+    assert delivered == 2
+    assert b.got == c.got == [b"f|broadcast|None|hi"] and d.got == []
+    assert observer.events == [("routed", b"hi", 2, 0)]
+    assert broker.stats.published == 0 and broker.stats.delivered == 2  # counted as published where sent

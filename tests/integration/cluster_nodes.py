@@ -32,8 +32,9 @@ class Node:
         protocols = (*LISTENERS, "smqp") if fields.get("store") else LISTENERS
         self.settings = Settings(
             listeners={protocol: [LOOPBACK] for protocol in protocols},
-            data_dir=data_dir, open_login=True, event_log=False, cluster=cluster, node_name=name, **fields,
+            data_dir=data_dir, open_login=True, cluster=cluster, node_name=name, **{"event_log": False, **fields},
         )
+        self.data_dir = data_dir
         self.service: Any = None
         self.clients: list[Any] = []
 

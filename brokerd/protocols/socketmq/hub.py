@@ -64,6 +64,7 @@ class IncomingRequest:
         client_id: str | None = None,
         version: str | None = None,
         content_type: str | None = None,
+        names: tuple[str, ...] | None = None,
     ) -> None:
         self.application = application
         self.request_id = request_id
@@ -71,6 +72,9 @@ class IncomingRequest:
         self.client_id = client_id
         self.version = version
         self.content_type = content_type
+        self.names = names
+        """Every name the client is known by (None: not authenticated): what the policy
+        matched, and what another node serving the application matches again."""
         self.answered: Deferred = Deferred()
         """Fires with (status, body, content_type) once, on the first respond()."""
         self._cleanups: list[Callable[[], None]] = []
@@ -166,6 +170,13 @@ class Hub:
         self.origins = OriginPolicy.from_setting(getattr(settings, "socketmq_origins", None))
         """The browser origins that may use this server (docs/socketmq.md, Browsers)."""
         self.stats = {"requests": 0, "timeouts": 0}
+        self.remote: Any = None
+        """Applications of the other nodes of a cluster (None on a single node)."""
+        engine = getattr(broker, "engine", None)
+        if engine is not None and engine.shared:
+            from brokerd.protocols.socketmq.remote import RemoteApplications  # a cluster's only
+
+            self.remote = RemoteApplications(self, engine)
 
     # ------------------------------------------------------------------ security
 
@@ -191,24 +202,35 @@ class Hub:
     # ------------------------------------------------------------------ applications
 
     def register(self, name: str, application: Application) -> bool:
-        """Serve ``name`` with ``application``; False when someone else already does."""
+        """Serve ``name`` with ``application``; False when someone else already does (on
+        this node, or on another node of the cluster)."""
         current = self.applications.get(name)
         if current is not None and current is not application:
             return False
-        self.applications[name] = application
+        if current is None:
+            if self.remote is not None:
+                if self.remote.served_elsewhere(name) is not None:
+                    return False
+                self.remote.claim(name)
+            self.applications[name] = application
         return True
 
     def unregister(self, name: str, application: Application) -> bool:
         if self.applications.get(name) is not application:
             return False
         del self.applications[name]
+        if self.remote is not None:
+            self.remote.release(name)
         return True
 
-    def dispatch(self, request: IncomingRequest) -> Deferred:
-        """Hand ``request`` to its application; the Deferred fires with (status, body,
+    def dispatch(self, request: IncomingRequest, here_only: bool = False) -> Deferred:
+        """Hand ``request`` to its application (on this node, or in a cluster on the node
+        that serves it unless ``here_only``); the Deferred fires with (status, body,
         content_type): 404 when nobody serves the application, 504 after the timeout."""
         self.stats["requests"] += 1
         application = self.applications.get(request.application)
+        if application is None and self.remote is not None and not here_only:
+            application = self.remote.served_elsewhere(request.application)
         if application is None:
             request.respond(404, f"no application {request.application} is registered\n", TEXT)
             return request.answered

@@ -195,7 +195,7 @@ class RequestResource(resource.Resource):
                 hub.auth_failure(request.getClientAddress(), client_id, scheme, f"not allowed: {what}")
                 finish(request, 403, f"{client_id} may not request {application}/{request_id}\n".encode())
             return
-        incoming = IncomingRequest(application, request_id, body, client_id, interface, content_type)
+        incoming = IncomingRequest(application, request_id, body, client_id, interface, content_type, names)
         request.notifyFinish().addErrback(lambda _: incoming.respond(499, b"the client went away\n", TEXT))
         d = hub.dispatch(incoming)
         if identity is None:
