@@ -535,17 +535,7 @@ class Broker(Service):
         checks again on delivery)."""
         recipient = self._addresses.get((namespace, message.target))  # type: ignore[arg-type]
         if recipient is None:
-            if self._forward is None:
-                return False
-            if self.access.policy is not None:
-                remote = self.engine.principal_of(namespace, message.target)
-                if remote is not None:
-                    self._check_publish(message, inbox(remote))
-            if not self.engine.unicast(message, namespace):
-                return False
-            self.stats.published += 1
-            self.stats.accepted_by[message.protocol] += 1
-            return True
+            return self._forward is not None and self._unicast_remote([message], namespace)
         if self.access.policy is not None:
             self._check_publish(message, inbox(recipient.principal))
         stats = self.stats
@@ -578,12 +568,7 @@ class Broker(Service):
         recipient = self._addresses.get((namespace, first.target))  # type: ignore[arg-type]
         stats = self.stats
         if recipient is None:
-            if self._forward is None:
-                return False
-            accepted = sum(1 for message in messages if self.engine.unicast(message, namespace))
-            stats.published += accepted
-            stats.accepted_by[first.protocol] += accepted
-            return accepted > 0
+            return self._forward is not None and self._unicast_remote(messages, namespace)
         if self.access.policy is not None:
             self._check_publish(first, inbox(recipient.principal))
         count = len(messages)
@@ -611,6 +596,21 @@ class Broker(Service):
             for message, part in zip(messages, parts):
                 self.observer.message_routed(message, int(part is not None), int(part is None))
         return True
+
+    def _unicast_remote(self, messages: list[Message], namespace: str) -> bool:
+        """Hand unicast ``messages`` of one sender to one address that is not local to the
+        engine, for the node that holds it; False when no node does.  Raises Forbidden, as for a
+        local recipient, when the principal that node announced for the address may not be
+        written to by the sender (that node checks again on delivery)."""
+        first = messages[0]
+        if self.access.policy is not None:
+            remote = self.engine.principal_of(namespace, first.target)
+            if remote is not None:
+                self._check_publish(first, inbox(remote))
+        accepted = sum(1 for message in messages if self.engine.unicast(message, namespace))
+        self.stats.published += accepted
+        self.stats.accepted_by[first.protocol] += accepted
+        return accepted > 0
 
     def deliver_unicast(self, message: Message, namespace: str) -> bool:
         """Deliver a unicast ``message`` another node accepted for the local session of

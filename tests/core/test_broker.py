@@ -539,3 +539,40 @@ def test_a_broadcast_from_another_node_reaches_each_member_once_where_the_policy
     assert b.got == c.got == [b"f|broadcast|None|hi"] and d.got == []
     assert observer.events == [("routed", b"hi", 2, 0)]
     assert broker.stats.published == 0 and broker.stats.delivered == 2  # counted as published where sent
+
+
+class UnicastEngine(RecordingEngine):
+    """A shared engine whose other nodes hold the addresses in ``holders`` (with the principals
+    their nodes announced), recording the unicasts the Broker hands it."""
+
+    def __init__(self, holders):
+        super().__init__()
+        self.holders = holders
+        self.unicasts = []
+
+    def principal_of(self, namespace, address):
+        return self.holders.get((namespace, address))
+
+    def unicast(self, message, namespace):
+        if (namespace, message.target) not in self.holders:
+            return False
+        self.unicasts.append(message.payload)
+        return True
+
+
+def test_a_unicast_run_to_another_node_asks_the_policy_as_a_single_unicast_does():
+    broker = Broker()
+    engine = broker.use_engine(UnicastEngine({("f", b"b"): Principal("b", ACCOUNT),
+                                              ("f", b"c"): Principal("c", ACCOUNT)}))
+    broker.set_policy(Policy({("a", b"accounts/b"): Perm.PUBLISH}))
+    (a,) = attached(broker, Session("a", Format("f")))
+    to_c = [Message(UNICAST, b"c", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")]
+    with pytest.raises(Forbidden):
+        broker.unicast_run(to_c, "f")
+    with pytest.raises(Forbidden):
+        broker.unicast(to_c[0], "f")
+    assert engine.unicasts == [] and broker.stats.published == 0
+    to_b = [Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")]
+    assert broker.unicast_run(to_b, "f") and broker.unicast(to_b[0], "f")
+    assert engine.unicasts == [b"1", b"2", b"1"] and broker.stats.published == 3
+    assert not broker.unicast_run([Message(UNICAST, b"z", b"x", "f", b"a", principal=a.principal)], "f")
