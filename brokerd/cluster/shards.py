@@ -38,6 +38,9 @@ MAX_REDIRECTS = 5
 _NOT_A_CLUSTER = "cluster support disabled"
 """What a server that is not in cluster mode answers to CLUSTER SLOTS."""
 _ENVELOPE_PREFIX = b"brokerd:t:"
+SLOT_CACHE = 65536
+"""Channels whose slot is remembered (CRC16 in Python costs ~2 us per name); past this many
+the memory is emptied and starts again, so it stays bounded whatever the topics."""
 
 
 def _messages_in(name: bytes, data: bytes) -> int:
@@ -69,6 +72,9 @@ class Shard:
         self.pending: deque[tuple[bool, bytes]] = deque()
         """(subscribe?, channel) of each SSUBSCRIBE/SUNSUBSCRIBE awaiting its answer."""
         self.batch: list[bytes] = []
+        self.held: list[tuple[bytes, bytes, int, bool]] = []
+        """Publishes redirected here while the connection is being made (their bytes count in
+        the engine's backlog, which bounds them): sent once it is ready, dropped if it fails."""
         commands, subscriber = protocols()
         self.publisher = Link(self, "publisher", commands, lambda _: shards.publisher_ready(self))
         self.subscriber = Link(self, "subscriber", subscriber, lambda _: shards.subscriber_ready(self))
@@ -85,6 +91,7 @@ class Shard:
         self.subscriber.connect()
 
     def stop(self) -> Deferred:
+        self.drop_held()
         return DeferredList([d for d in (self.publisher.stop(), self.subscriber.stop()) if d is not None])
 
     # ------------------------------------------------------------------ publishing
@@ -103,6 +110,33 @@ class Shard:
         protocol = self.publisher.protocol
         if batch and protocol is not None and protocol.transport is not None:
             protocol.transport.write(b"".join(batch))
+
+    def resend(self, name: bytes, data: bytes, hops: int, asking: bool) -> None:
+        """Send a redirected SPUBLISH here at once (after ASKING for an ``-ASK``), or hold
+        it until the connection is ready."""
+        protocol = self.publisher.protocol
+        if protocol is None or protocol.transport is None:
+            self.held.append((name, data, hops, asking))
+            return
+        command = protocol._build_command(b"SPUBLISH", name, data)
+        if asking:
+            answer: Deferred = Deferred()
+            answer.addErrback(lambda _: None)
+            protocol.expected.append(answer)
+            command = protocol._build_command(b"ASKING") + command
+        protocol.expected.append((name, data, hops))
+        protocol.transport.write(command)
+
+    def release_held(self) -> None:
+        held, self.held = self.held, []
+        for entry in held:
+            self.resend(*entry)
+
+    def drop_held(self) -> None:
+        held, self.held = self.held, []
+        for name, data, _hops, _asking in held:
+            self.engine.stats.dropped_unreachable += _messages_in(name, data)
+            self.engine.acknowledged(len(data), None)
 
     def acknowledged(self, entry: tuple[bytes, bytes, int], reply: Any) -> None:
         """This server answered a SPUBLISH (reply None: the connection went first)."""
@@ -180,6 +214,8 @@ class Shard:
 
     def unreachable(self, role: str, failure: Failure) -> None:
         """A connection attempt failed."""
+        if role == "publisher":
+            self.drop_held()
         self.engine.went_down(str(self), failure.getErrorMessage())
         self.shards.refresh()
 
@@ -189,6 +225,8 @@ class Shard:
                 if link is self.subscriber:
                     self.requested.clear()
                     self.pending.clear()
+                else:
+                    self.drop_held()
                 link.lost()
                 self.shards.lost()
                 self.engine.went_down(str(self), reason.getErrorMessage())
@@ -215,6 +253,7 @@ class Shards:
         self._again: Shard | None | bool = False
         self._was_connected = False
         self._follow_waits: dict[bytes, list[tuple[slots.Address | None, Deferred]]] = {}
+        self._slots: dict[bytes, int] = {}
         self._stopping: list[Deferred] = []
 
     # ------------------------------------------------------------------ life
@@ -263,7 +302,12 @@ class Shards:
             return None
         if not self.cluster:
             return self.shards.get(self._seed_key)
-        key = self.map.owner(slots.hash_slot(name))
+        slot = self._slots.get(name)
+        if slot is None:
+            if len(self._slots) >= SLOT_CACHE:
+                self._slots.clear()
+            slot = self._slots[name] = slots.hash_slot(name)
+        key = self.map.owner(slot)
         return self.shards.get(key) if key is not None else None
 
     def assign(self, slot: int, key: slots.Address) -> None:
@@ -291,26 +335,17 @@ class Shards:
 
     def redirected(self, name: bytes, data: bytes, hops: int, moved: slots.Redirect, by: Shard) -> None:
         """A SPUBLISH was answered MOVED or ASK: send it to the master named (its bytes
-        stay in the backlog), or drop it when that master is not connected."""
+        stay in the backlog), connecting to it if it is new; dropped after MAX_REDIRECTS."""
         stats = self.engine.stats
         stats.redirects += 1
         if moved.moved:
             self.assign(moved.slot, moved.address)
             self.refresh(via=by)
-        target = self._shard_at(moved.address)
-        protocol = target.publisher.protocol
-        if hops >= MAX_REDIRECTS or protocol is None or protocol.transport is None or self.stopped:
+        if hops >= MAX_REDIRECTS or self.stopped:
             stats.dropped_unreachable += _messages_in(name, data)
             self.engine.acknowledged(len(data), None)
             return
-        command = protocol._build_command(b"SPUBLISH", name, data)
-        if not moved.moved:
-            asking: Deferred = Deferred()
-            asking.addErrback(lambda _: None)
-            protocol.expected.append(asking)
-            command = protocol._build_command(b"ASKING") + command
-        protocol.expected.append((name, data, hops + 1))
-        protocol.transport.write(command)
+        self._shard_at(moved.address).resend(name, data, hops + 1, not moved.moved)
 
     # ------------------------------------------------------------------ subscribing
 
@@ -372,6 +407,7 @@ class Shards:
     # ------------------------------------------------------------------ topology
 
     def publisher_ready(self, shard: Shard) -> None:
+        shard.release_held()
         if self.map is None or self.cluster:
             self.refresh(via=shard)
         self._check()
