@@ -1,20 +1,22 @@
 """The Redis engine: nodes share routing through Redis sharded pub/sub.
 
-Each node keeps two connections to each Redis shard, both non-blocking (txredisapi's
-command builder on the reactor): one publishes, one subscribes.  A plain server is one shard;
-on a Redis Cluster every master is one, and each channel's commands go to the master owning
-its slot (brokerd.cluster.shards, which also follows MOVED redirections and resharding).  A run of messages a local publisher sends is routed
-to the local members at once and queued here; once per reactor turn every queued run is
-encoded (once per node, whatever the recipients) and written as one pipelined batch of
-``SPUBLISH brokerd:t:<topic> <envelope>`` per shard.  The node subscribes (``SSUBSCRIBE``) only to the
-topics it has members of, and follows the Broker's topic listeners as topics come and go.
-A node skips its own echo (the envelope names its sender), so local members get each
-message once.  Sharded pub/sub hashes the channel to one shard, so order per topic holds on a
-Redis Cluster too.  Nothing is stored in Redis keys: the directory travels on channels too.
+Each node keeps two connections to each Redis shard, both non-blocking (txredisapi's command
+builder on the reactor): one publishes, one subscribes.  A plain server is one shard; on a
+Redis Cluster every master is one, and each channel's commands go to the master owning its
+slot (brokerd.cluster.shards, which also follows MOVED redirections and resharding).  A run of
+messages a local publisher sends is routed to the local members at once and queued here; once
+per reactor turn every queued run is encoded (once per node, whatever the recipients) and
+written as one pipelined batch of ``SPUBLISH brokerd:t:<topic> <envelope>`` per shard.  The
+node subscribes (``SSUBSCRIBE``) only to the topics it has members of, and follows the
+Broker's topic listeners as topics come and go.  A node skips its own echo (the envelope names
+its sender), so local members get each message once.  Sharded pub/sub hashes the channel to
+one shard, so order per topic holds on a Redis Cluster too.  Nothing is stored in Redis keys:
+the directory travels on channels as well.
 
 When Redis (or a shard of it) is unreachable the node keeps serving its own clients: runs for
-other nodes through that shard are dropped and counted, one line is logged when the connection goes and one when it is back,
-and the engine reconnects with a capped exponential backoff and subscribes again.
+other nodes through that shard are dropped and counted, one line is logged when a connection
+goes and one when all are back, and the engine reconnects with a capped exponential backoff
+and subscribes again.
 """
 from __future__ import annotations
 
@@ -276,7 +278,7 @@ class RedisEngine:
         return self.shards.following if self.shards is not None else set()
 
     def when_connected(self) -> Deferred:
-        """Fires once both connections are up (at once if they are)."""
+        """Fires once every shard's two connections are up (at once if they are)."""
         if self.connected:
             return succeed(self)
         d: Deferred = Deferred()
