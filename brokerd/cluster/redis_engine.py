@@ -120,6 +120,7 @@ class RedisEngine:
         self.broker = broker
         broker.topic_listeners.append(self._topic_changed)
         self.shards = Shards(self, self.address, self.tls_ca)
+        self.shards.essential = {CONTROL_CHANNEL, self.node_channel}
         for name in (CONTROL_CHANNEL, self.node_channel, *map(channel, broker.topics.active())):
             self.shards.follow(name, True)
         self.shards.start()
@@ -269,7 +270,8 @@ class RedisEngine:
 
     @property
     def connected(self) -> bool:
-        """Every shard's two connections are up and prepared, the slot map known."""
+        """Every shard's two connections are up and prepared, the slot map known, and the
+        node subscribed to its control and unicast channels."""
         return self.shards is not None and self.shards.connected
 
     @property

@@ -246,6 +246,10 @@ class Shards:
         self.shards: dict[slots.Address, Shard] = {}
         self.wanted: set[bytes] = set()
         """Channels the node subscribes to, on whichever shard owns each."""
+        self.essential: set[bytes] = set()
+        """Channels whose subscription must be confirmed before the node is ready (its control
+        and unicast channels: on a Redis Cluster they may live on other masters than the ones
+        the node announces itself through)."""
         self.stopped = False
         self._seed_key: slots.Address = (seed.host, seed.port) if seed.host else (seed.path or "", 0)
         self._dirty: list[Shard] = []
@@ -284,8 +288,11 @@ class Shards:
 
     @property
     def connected(self) -> bool:
-        """The map is known and every shard's two connections are up."""
-        return self.map is not None and bool(self.shards) and all(s.connected for s in self.shards.values())
+        """The map is known, every shard's two connections are up, and the essential
+        channels' subscriptions confirmed."""
+        if self.map is None or not self.shards or not all(s.connected for s in self.shards.values()):
+            return False
+        return all(any(name in s.following for s in self.shards.values()) for name in self.essential)
 
     @property
     def up(self) -> bool:
@@ -382,6 +389,8 @@ class Shards:
                 shard.follow(name, False)
 
     def confirmed(self, name: bytes, shard: Shard) -> None:
+        if name in self.essential:
+            self._check()
         waits = self._follow_waits.pop(name, None)
         if not waits:
             return

@@ -95,8 +95,10 @@ async def test_topics_on_three_shards_reach_every_node_in_every_protocol(
             ssmp_pub.send(b"MCAST %s %s-%d" % (topics[0], topics[0], i))
             mc_pub.publish(topics[1].decode(), "mc", f"{topics[1].decode()}-{i}")
             await web_pub.publish(topics[2].decode(), f"{topics[2].decode()}-{i}").addTimeout(TIMEOUT, reactor())
-        for topic in topics:
-            ssmp_pub.send(b"MCAST %s end-%s" % (topic, topic))
+        # Each topic's last message from its own publisher: order holds per publisher and topic.
+        ssmp_pub.send(b"MCAST %s end-%s" % (topics[0], topics[0]))
+        mc_pub.publish(topics[1].decode(), "mc", f"end-{topics[1].decode()}")
+        await web_pub.publish(topics[2].decode(), f"end-{topics[2].decode()}").addTimeout(TIMEOUT, reactor())
         for group in receivers:
             for topic in topics:
                 await group.until(b"end-" + topic).addTimeout(TIMEOUT, reactor())
