@@ -6,7 +6,9 @@ brokerd process over the run, from /proc; Redis's CPU separately), median of ``-
     python benchmarks/cluster_fanout.py [--messages 20000] [--subscribers 50] [--runs 3] [--redis-cluster]
 
 ``--redis-cluster`` adds a third setup: the same 3 nodes on a 3-master Redis Cluster (the topic's
-channel on one master, the nodes connected to all three).  Needs redis-server on PATH and Linux /proc; standard library only.  Run from the repository
+channel on one master, the nodes connected to all three; needs redis-cli too).
+
+Needs redis-server on PATH and Linux /proc; standard library only.  Run from the repository
 root with the venv active (twistd finds the brokerd plugin there).
 """
 from __future__ import annotations

@@ -62,7 +62,8 @@ def test_a_cluster_slots_reply_becomes_a_slot_map() -> None:
 
 
 @pytest.mark.parametrize("reply", [
-    b"not an array", [[0, 10]], [[0, 10, [b"h"]]], [[b"x", 10, [b"h", 1]]], [[10, 5, [b"h", 1]]], [[0, 16384, [b"h", 1]]],
+    b"not an array", [[0, 10]], [[0, 10, [b"h"]]], [[b"x", 10, [b"h", 1]]],
+    [[10, 5, [b"h", 1]]], [[0, 16384, [b"h", 1]]],
 ])
 def test_damaged_cluster_slots_replies_are_refused(reply: object) -> None:
     with pytest.raises(slots.TopologyError):

@@ -136,13 +136,14 @@ class RedisCluster:
                 pytest.fail("redis-server is older than 7.0: no sharded pub/sub")
             pytest.skip("redis-server is older than 7.0: no sharded pub/sub")
         self.servers: list[RedisServer] = []
+        self.buses: list[int] = []
+        """Each server's cluster bus port (chosen free, not the default port + 10000)."""
         for index in range(3):
             server_dir = directory / f"redis{index}"
-            bus = free_port()
+            self.buses.append(free_port())
             self.servers.append(RedisServer(
                 server_dir, "--cluster-enabled", "yes", "--cluster-config-file", str(server_dir / "nodes.conf"),
-                "--cluster-port", str(bus), "--cluster-node-timeout", "5000"))
-            self.servers[-1].bus = bus  # type: ignore[attr-defined]
+                "--cluster-port", str(self.buses[-1]), "--cluster-node-timeout", "5000"))
 
     @property
     def url(self) -> str:
@@ -154,8 +155,8 @@ class RedisCluster:
         thirds = [(0, 5460), (5461, 10922), (10923, 16383)]
         for server, (first, last) in zip(self.servers, thirds):
             command(server.port, "CLUSTER", "ADDSLOTSRANGE", first, last)
-        for server in self.servers[1:]:
-            command(self.servers[0].port, "CLUSTER", "MEET", "127.0.0.1", server.port, server.bus)  # type: ignore[attr-defined]
+        for server, bus in zip(self.servers[1:], self.buses[1:]):
+            command(self.servers[0].port, "CLUSTER", "MEET", "127.0.0.1", server.port, bus)
         self.wait_until_agreed()
         return self
 
