@@ -5,12 +5,14 @@ moved to another master during traffic keeps being delivered (the publisher foll
 MOVED answer, the subscribers subscribe again on the new owner)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet.defer import gatherResults
+from twisted.logger import formatEvent, globalLogPublisher
 
 from brokerd.cluster import slots
 from brokerd.cluster.connection import channel
@@ -20,6 +22,24 @@ from tests.integration.test_cluster_routing import cluster, poll_until, scrape, 
 from tests.support.redis import RedisCluster, RedisServer, command, redis_cluster, redis_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def logged() -> Iterator[list[dict[str, Any]]]:
+    """The engine's log events (brokerd.cluster) and every logged failure, while the test runs."""
+    seen: list[dict[str, Any]] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        if event.get("log_failure") is not None or str(event.get("log_namespace", "")).startswith("brokerd.cluster"):
+            seen.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    yield seen
+    globalLogPublisher.removeObserver(observe)
+
+
+def lines(events: list[dict[str, Any]], text: str) -> list[str]:
+    return [formatEvent(event) for event in events if text in formatEvent(event)]
 
 
 def topics_on_every_shard(redis: RedisCluster) -> list[bytes]:
@@ -146,7 +166,8 @@ async def test_ucast_and_presence_across_nodes_on_a_cluster(tmp_path: Path, redi
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_slot_moved_to_another_master_during_traffic(tmp_path: Path, redis_cluster: RedisCluster) -> None:
+async def test_a_slot_moved_to_another_master_during_traffic(
+        tmp_path: Path, redis_cluster: RedisCluster, logged: list[dict[str, Any]]) -> None:
     topic = topics_on_every_shard(redis_cluster)[0]
     slot = slots.hash_slot(channel(topic))
     nodes = await cluster(tmp_path, redis_cluster)
@@ -196,12 +217,15 @@ async def test_a_slot_moved_to_another_master_during_traffic(tmp_path: Path, red
         metrics = scrape(publisher_node)
         assert "brokerd_cluster_shards 3.0" in metrics
         assert "brokerd_cluster_redirects_total 0.0" not in metrics
+        assert len(lines(logged, "no longer serves channel")) >= len(receiving)  # one per re-subscription
+        assert lines(logged, "unreachable") == [] and [e for e in logged if e.get("log_failure")] == []
     finally:
         await stop_all(nodes)
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_master_killed_and_restarted(tmp_path: Path, redis_cluster: RedisCluster) -> None:
+async def test_a_master_killed_and_restarted(
+        tmp_path: Path, redis_cluster: RedisCluster, logged: list[dict[str, Any]]) -> None:
     """One shard down: each node counts one outage, keeps serving its own clients, reconnects
     with backoff, subscribes again on the master once it is back, and routes through it."""
     topics = topics_on_every_shard(redis_cluster)
@@ -239,6 +263,11 @@ async def test_a_master_killed_and_restarted(tmp_path: Path, redis_cluster: Redi
         await remote.next_line(lambda line: line.endswith(b"after")).addTimeout(TIMEOUT, reactor())
         assert [p for p in ssmp_payloads(remote) if p in (b"before", b"during", b"after")] == [b"before", b"after"]
         assert all(node.engine.stats.outages == 1 for node in nodes)  # one outage, however many retries
+        down_lines = lines(logged, "is unreachable")
+        assert len(down_lines) == 2, down_lines  # one line per node, however many attempts failed
+        assert all(f"127.0.0.1:{victim.port}" in line for line in down_lines)  # naming the master
+        assert len(lines(logged, "again; routing between nodes resumed")) == 2
+        assert [e for e in logged if e.get("log_failure")] == []
         assert "brokerd_cluster_connected 1.0" in scrape(first)
     finally:
         await stop_all(nodes)
