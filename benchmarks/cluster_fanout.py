@@ -3,7 +3,10 @@ nodes sharing a redis-server, against the same 50 subscribers on one brokerd wit
 ``--cluster``.  Reports deliveries/s and broker CPU per delivery (utime + stime of every
 brokerd process over the run, from /proc; Redis's CPU separately), median of ``--runs``.
 
-    python benchmarks/cluster_fanout.py [--messages 20000] [--subscribers 50] [--runs 3]
+    python benchmarks/cluster_fanout.py [--messages 20000] [--subscribers 50] [--runs 3] [--redis-cluster]
+
+``--redis-cluster`` adds a third setup: the same 3 nodes on a 3-master Redis Cluster (the topic's
+channel on one master, the nodes connected to all three; needs redis-cli too).
 
 Needs redis-server on PATH and Linux /proc; standard library only.  Run from the repository
 root with the venv active (twistd finds the brokerd plugin there).
@@ -96,15 +99,52 @@ def start_nodes(tmp: Path, count: int, redis_url: str | None) -> tuple[list[subp
     return processes, ports
 
 
-def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: int) -> dict[str, float]:
-    redis = None
+def start_redis(tmp: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    redis = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port),
+                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp), *extra],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    wait_port(port, redis)
+    return redis, port
+
+
+def redis_cli(port: int, *args: object) -> str:
+    return subprocess.run([shutil.which("redis-cli") or "redis-cli", "-p", str(port), *map(str, args)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def start_redis_cluster(tmp: Path) -> tuple[list[subprocess.Popen], list[int]]:
+    """Three masters, a third of the slots each, joined with CLUSTER MEET; returns once all
+    three say cluster_state:ok."""
+    servers, ports = [], []
+    for index, (first, last) in enumerate([(0, 5460), (5461, 10922), (10923, 16383)]):
+        bus = free_port()
+        server, port = start_redis(tmp / f"redis{index}", "--cluster-enabled", "yes", "--cluster-port", str(bus),
+                                   "--cluster-config-file", str(tmp / f"redis{index}" / "nodes.conf"))
+        servers.append(server)
+        ports.append(port)
+        redis_cli(port, "cluster", "addslotsrange", first, last)
+        if index:
+            redis_cli(ports[0], "cluster", "meet", "127.0.0.1", port, bus)
+    deadline = time.monotonic() + 30
+    while not all("cluster_state:ok" in redis_cli(port, "cluster", "info") for port in ports):
+        if time.monotonic() > deadline:
+            raise SystemExit("the Redis Cluster did not come up")
+        time.sleep(0.05)
+    return servers, ports
+
+
+def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: int,
+             redis_cluster: bool = False) -> dict[str, float]:
+    redis_servers: list[subprocess.Popen] = []
     redis_url = None
-    if nodes > 1:
-        redis_port = free_port()
-        redis = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(redis_port),
-                                  "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        wait_port(redis_port, redis)
+    if redis_cluster:
+        redis_servers, redis_ports = start_redis_cluster(tmp)
+        redis_url = f"redis://127.0.0.1:{redis_ports[0]}"
+    elif nodes > 1:
+        redis, redis_port = start_redis(tmp)
+        redis_servers = [redis]
         redis_url = f"redis://127.0.0.1:{redis_port}"
     brokers, ports = start_nodes(tmp, nodes, redis_url)
     try:
@@ -140,7 +180,7 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
         pids = [process.pid for process in brokers]
         cpu_before_each = [cpu_seconds(pid) for pid in pids]
         cpu_before = sum(cpu_before_each)
-        redis_before = cpu_seconds(redis.pid) if redis else 0.0
+        redis_before = sum(cpu_seconds(redis.pid) for redis in redis_servers)
 
         def publish() -> None:
             sent = answered = 0
@@ -177,7 +217,7 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
         thread.join()
         cpu_each = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before_each)]
         cpu = sum(cpu_each)
-        redis_cpu = (cpu_seconds(redis.pid) - redis_before) if redis else 0.0
+        redis_cpu = sum(cpu_seconds(redis.pid) for redis in redis_servers) - redis_before
         delivered = sum(min(count, messages) for count in counts.values())
         return {"deliveries_per_s": delivered / elapsed, "cpu_us_per_delivery": 1e6 * cpu / delivered,
                 "redis_cpu_us_per_delivery": 1e6 * redis_cpu / delivered, "lost": subscribers * messages - delivered,
@@ -187,8 +227,9 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
             process.send_signal(signal.SIGTERM)
         for process in brokers:
             process.wait(30)
-        if redis is not None:
+        for redis in redis_servers:
             redis.terminate()
+        for redis in redis_servers:
             redis.wait(30)
 
 
@@ -199,14 +240,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--per-write", type=int, default=100,
                         help="MCASTs the publisher writes at once (1: one per write, each awaiting its reply)")
+    parser.add_argument("--redis-cluster", action="store_true",
+                        help="also run the 3 nodes on a 3-master Redis Cluster")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     lost = 0
-    for label, nodes in (("1 node", 1), ("3 nodes + Redis", 3)):
+    setups = [("1 node", 1, False), ("3 nodes + Redis", 3, False)]
+    if options.redis_cluster:
+        setups.append(("3 nodes + Redis Cluster (3 masters)", 3, True))
+    for label, nodes, redis_cluster in setups:
         results = []
         for _ in range(options.runs):
             with tempfile.TemporaryDirectory(prefix="brokerd-cluster-bench-") as tmp:
-                results.append(run_once(Path(tmp), nodes, options.subscribers, options.messages, options.per_write))
+                results.append(run_once(Path(tmp), nodes, options.subscribers, options.messages, options.per_write,
+                                        redis_cluster))
         lost += sum(int(r["lost"]) for r in results)
         median = {key: statistics.median(r[key] for r in results) for key in results[0]}
         print(f"{label}: {median['deliveries_per_s']:,.0f} deliveries/s, "

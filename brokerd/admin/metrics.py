@@ -149,6 +149,12 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                        "reason")
         yield CounterMetricFamily("brokerd_cluster_bad_envelopes_total",
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
+        yield GaugeMetricFamily("brokerd_cluster_shards",
+                                "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",
+                                value=cluster["shards"])
+        yield CounterMetricFamily("brokerd_cluster_redirects_total",
+                                  "Redis Cluster redirections followed (MOVED, ASK, a slot's subscriptions moved).",
+                                  value=cluster["redirects"])
 
     yield _gauge("brokerd_thread_pool_queue", "Work waiting for a thread, by pool.",
                  snapshot["thread_pools"], "pool")

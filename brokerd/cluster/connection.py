@@ -1,11 +1,14 @@
-"""The two connections of a node to Redis, on txredisapi's reply parser, kept open.
+"""The two connections of a node to a Redis server (one shard), on txredisapi's command
+builder, kept open.
 
-:class:`Link` connects through the ``--cluster`` endpoint, prepares the connection (AUTH,
+:class:`Link` connects through the shard's endpoint, prepares the connection (AUTH,
 SELECT), hands it to the engine, and reconnects with a capped exponential backoff when it
 fails or goes.  The protocol classes write their commands themselves and match replies in
 order, so that pipelined SPUBLISHes need no Deferred each; the subscriber connection turns
 ``smessage`` pushes (sharded pub/sub, which txredisapi's SubscriberProtocol does not know) into
-calls on the engine.  txredisapi is imported only when a node joins a cluster.
+calls on the shard (:class:`brokerd.cluster.shards.Shard`, the protocols' ``engine``), with
+the error answers to its SSUBSCRIBEs (a ``-MOVED`` on a Redis Cluster).  txredisapi is
+imported only when a node joins a cluster.
 
 Replies are read by :class:`RespReader`, not by txredisapi's parser: that one pauses the
 transport after every bulk reply and resumes it a reactor turn later, which costs a turn (and
@@ -106,7 +109,7 @@ class RespReader:
         raise ProtocolError(f"an unknown reply type {bytes((kind,))!r}")
 
 
-def _load_txredisapi() -> Any:
+def load_txredisapi() -> Any:
     try:
         import txredisapi
     except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
@@ -119,16 +122,17 @@ def _load_txredisapi() -> Any:
 def protocols() -> tuple[type, type]:
     """The two connection classes, built on txredisapi's reply parser when first needed (so
     the broker starts without txredisapi when it is not in a cluster)."""
-    txredisapi = _load_txredisapi()
+    txredisapi = load_txredisapi()
 
     class Commands(txredisapi.RedisProtocol):
-        """Writes commands itself and matches each reply to its command in order.  Replies
-        to SPUBLISH are counted, not kept: the bytes in flight bound the backlog."""
+        """Writes commands itself and matches each reply to its command in order.  A
+        SPUBLISH waits as its (channel, envelope, redirections) tuple, not a Deferred, so
+        that a ``-MOVED`` answer can send it again; the bytes in flight bound the backlog."""
 
         def __init__(self, engine: Any) -> None:
             super().__init__(charset=None, convertNumbers=False)
             self.engine = engine
-            self.expected: deque[Deferred | int] = deque()
+            self.expected: deque[Deferred | tuple[bytes, bytes, int]] = deque()
             self.reader = RespReader(txredisapi.ResponseError)
 
         def dataReceived(self, data: bytes) -> None:
@@ -151,7 +155,7 @@ def protocols() -> tuple[type, type]:
             if not self.expected:
                 return
             waiting = self.expected.popleft()
-            if isinstance(waiting, int):
+            if isinstance(waiting, tuple):
                 self.engine.acknowledged(waiting, reply)
             elif isinstance(reply, Exception):
                 waiting.errback(reply)
@@ -170,7 +174,8 @@ def protocols() -> tuple[type, type]:
 
     class Subscriber(Commands):
         """The subscribing connection: ``smessage`` pushes go to the engine, the
-        ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies."""
+        ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies, and
+        an error nothing waits for answers a SSUBSCRIBE (the shard's ``refused``)."""
 
         def replyReceived(self, reply: Any) -> None:
             if isinstance(reply, list) and reply:
@@ -181,17 +186,18 @@ def protocols() -> tuple[type, type]:
                 if kind in (b"ssubscribe", b"sunsubscribe") and len(reply) == 3:
                     self.engine.confirmed(reply[1], kind == b"ssubscribe")
                     return
+            if isinstance(reply, Exception) and not self.expected:
+                self.engine.refused(reply)
+                return
             super().replyReceived(reply)
-
-        def follow(self, name: bytes, active: bool) -> None:
-            """Subscribe to a topic's channel, or leave it (nothing to wait for)."""
-            self.transport.write(self._build_command(b"SSUBSCRIBE" if active else b"SUNSUBSCRIBE", channel(name)))
 
     return Commands, Subscriber
 
 
 class Link:
-    """One connection kept open: connects, prepares (AUTH, SELECT), reconnects with backoff."""
+    """One connection kept open: connects, prepares (AUTH, SELECT), reconnects with backoff.
+    ``engine`` is the owner (a shard): its ``endpoint``, ``password``, ``username``,
+    ``address.db``, ``reactor``, ``following`` and ``unreachable``."""
 
     def __init__(self, engine: Any, role: str, protocol_class: type,
                  ready: Callable[[Any], Deferred | None]) -> None:

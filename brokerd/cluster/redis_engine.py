@@ -1,18 +1,22 @@
 """The Redis engine: nodes share routing through Redis sharded pub/sub.
 
-Each node keeps two connections to Redis, both non-blocking (txredisapi's protocol on the
-reactor): one publishes, one subscribes.  A run of messages a local publisher sends is routed
-to the local members at once and queued here; once per reactor turn every queued run is
-encoded (once per node, whatever the recipients) and written as one pipelined batch of
-``SPUBLISH brokerd:t:<topic> <envelope>``.  The node subscribes (``SSUBSCRIBE``) only to the
-topics it has members of, and follows the Broker's topic listeners as topics come and go.
-A node skips its own echo (the envelope names its sender), so local members get each
-message once.  Sharded pub/sub hashes the channel to one shard, so the same commands run on a
-Redis Cluster and order per topic holds there too.
+Each node keeps two connections to each Redis shard, both non-blocking (txredisapi's command
+builder on the reactor): one publishes, one subscribes.  A plain server is one shard; on a
+Redis Cluster every master is one, and each channel's commands go to the master owning its
+slot (brokerd.cluster.shards, which also follows MOVED redirections and resharding).  A run of
+messages a local publisher sends is routed to the local members at once and queued here; once
+per reactor turn every queued run is encoded (once per node, whatever the recipients) and
+written as one pipelined batch of ``SPUBLISH brokerd:t:<topic> <envelope>`` per shard.  The
+node subscribes (``SSUBSCRIBE``) only to the topics it has members of, and follows the
+Broker's topic listeners as topics come and go.  A node skips its own echo (the envelope names
+its sender), so local members get each message once.  Sharded pub/sub hashes the channel to
+one shard, so order per topic holds on a Redis Cluster too.  Nothing is stored in Redis keys:
+the directory travels on channels as well.
 
-When Redis is unreachable the node keeps serving its own clients: runs for other nodes are
-dropped and counted, one line is logged when the connection goes and one when it is back,
-and the engine reconnects with a capped exponential backoff and subscribes again.
+When Redis (or a shard of it) is unreachable the node keeps serving its own clients: runs for
+other nodes through that shard are dropped and counted, one line is logged when a connection
+goes and one when all are back, and the engine reconnects with a capped exponential backoff
+and subscribes again.
 """
 from __future__ import annotations
 
@@ -23,13 +27,13 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames
-from brokerd.cluster.address import RedisAddress, client_endpoint
-from brokerd.cluster.connection import Link, channel, protocols
+from brokerd.cluster.address import RedisAddress
+from brokerd.cluster.connection import channel
+from brokerd.cluster.shards import Shards
 from brokerd.core.message import Message
 from brokerd.interfaces import IEngine
 
@@ -45,7 +49,8 @@ class ClusterStats:
     """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
 
     __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
-                 "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes")
+                 "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
+                 "shards", "redirects")
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -80,7 +85,7 @@ class RedisEngine:
         self.node_name = node_name
         self.password = address.password if address.password is not None else password
         self.username = address.username
-        self.endpoint = client_endpoint(reactor, address, tls_ca)
+        self.tls_ca = tls_ca
         self.max_backlog = max_backlog
         self.instance = os.urandom(8)
         """This process's id in the envelopes it sends: how it recognises its own echo."""
@@ -106,12 +111,8 @@ class RedisEngine:
         self._flush_call: Any = None
         self._backlog = 0
         self._down = False
-        self._publisher: Link | None = None
-        self._subscriber: Link | None = None
+        self.shards: Shards | None = None
         self._ready: list[Deferred] = []
-        self.following: set[bytes] = set()
-        """Channels Redis confirmed this node is subscribed to."""
-        self._follow_waits: dict[bytes, list[Deferred]] = {}
         self._services: dict[str, Any] = {}
         """Front ends' handlers of node messages (:meth:`serve`), by service name."""
         self.node_listeners: list[Any] = []
@@ -121,11 +122,11 @@ class RedisEngine:
     def start(self, broker: Any) -> None:
         self.broker = broker
         broker.topic_listeners.append(self._topic_changed)
-        commands, subscriber = protocols()
-        self._publisher = Link(self, "publisher", commands, self._publisher_ready)
-        self._subscriber = Link(self, "subscriber", subscriber, self._subscriber_ready)
-        self._publisher.connect()
-        self._subscriber.connect()
+        self.shards = Shards(self, self.address, self.tls_ca)
+        self.shards.essential = {CONTROL_CHANNEL, self.node_channel}
+        for name in (CONTROL_CHANNEL, self.node_channel, *map(channel, broker.topics.active())):
+            self.shards.follow(name, True)
+        self.shards.start()
         from twisted.internet.task import LoopingCall
 
         self._beat = LoopingCall(self._heartbeat)
@@ -141,13 +142,11 @@ class RedisEngine:
         self._flush()  # what the sessions' logouts announced, and the goodbye
         if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
             self.broker.topic_listeners.remove(self._topic_changed)
-        waits = [d for link in (self._publisher, self._subscriber) if link is not None
-                 for d in [link.stop()] if d is not None]
-        return DeferredList(waits)
+        return self.shards.stop() if self.shards is not None else DeferredList([])
 
     def forward(self, messages: Sequence[Message]) -> None:
         """Queue a run for the other nodes; it leaves at the end of this reactor turn."""
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             self.stats.dropped_unreachable += len(messages)
             return
         queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
@@ -166,7 +165,7 @@ class RedisEngine:
         origin = self.directory.owner.get((namespace, message.target))  # type: ignore[arg-type]
         if origin is None:
             return False
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             self.stats.dropped_unreachable += 1
             return True
         self._raw.append((NODE_PREFIX + origin.encode(), frames.unicast(self.instance, namespace, message)))
@@ -179,7 +178,7 @@ class RedisEngine:
         origins = [node.origin for node in self.directory.nodes.values() if not wanted.isdisjoint(node.members)]
         if not origins:
             return
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             self.stats.dropped_unreachable += 1
             return
         data = frames.broadcast(self.instance, message, topics)
@@ -208,7 +207,7 @@ class RedisEngine:
 
     def send(self, origin: str, service: str, data: bytes) -> bool:
         """Queue ``data`` for ``service`` on node ``origin`` (this turn's flush sends it)."""
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             self.stats.dropped_unreachable += 1
             return False
         self._raw.append((NODE_PREFIX + origin.encode(), frames.service(self.origin, service, data)))
@@ -250,7 +249,7 @@ class RedisEngine:
     def _announce(self, kind: str, **fields: Any) -> None:
         """Queue a control message for this turn's flush (dropped while Redis is away: the
         hello and state sent on reconnection bring the other nodes up to date)."""
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             return
         self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
         self._schedule()
@@ -259,7 +258,7 @@ class RedisEngine:
                         pending: Iterable[str] = ()) -> None:
         """Tell the other nodes what this node committed to the shared store (one DURABLE
         control message per turn, however many changes the turn made)."""
-        if self._publisher is None or self._publisher.protocol is None:
+        if not self._online():
             return  # the hello on reconnection does not carry these: see docs/cluster.md
         self._durable_tree = self._durable_tree or tree
         self._durable_subscribers.update(subscribers)
@@ -333,22 +332,31 @@ class RedisEngine:
 
     # ------------------------------------------------------------------ state
 
+    def _online(self) -> bool:
+        """Some shard takes publishes (each shard's own state is checked at the flush)."""
+        return self.shards is not None and self.shards.up
+
     @property
     def connected(self) -> bool:
-        """Both connections are up and prepared."""
-        return all(link is not None and link.protocol is not None for link in (self._publisher, self._subscriber))
+        """Every shard's two connections are up and prepared, the slot map known, and the
+        node subscribed to its control and unicast channels."""
+        return self.shards is not None and self.shards.connected
+
+    @property
+    def following(self) -> set[bytes]:
+        """Channels Redis confirmed this node is subscribed to (on any shard)."""
+        return self.shards.following if self.shards is not None else set()
 
     def when_connected(self) -> Deferred:
-        """Fires once both connections are up (at once if they are)."""
+        """Fires once every shard's two connections are up (at once if they are)."""
         if self.connected:
             return succeed(self)
         d: Deferred = Deferred()
         self._ready.append(d)
         return d
 
-    def _check_ready(self) -> None:
-        if not self.connected:
-            return
+    def shards_ready(self) -> None:
+        """Every shard is connected (again): tell the other nodes, wake the waiters."""
         self.stats.connected = 1
         again = self._down
         if self._down:
@@ -366,41 +374,18 @@ class RedisEngine:
         for d in ready:
             d.callback(self)
 
-    def _publisher_ready(self, protocol: Any) -> None:
-        self._check_ready()
-
-    def _subscriber_ready(self, protocol: Any) -> None:
-        protocol.transport.write(protocol._build_command(b"SSUBSCRIBE", CONTROL_CHANNEL)
-                                 + protocol._build_command(b"SSUBSCRIBE", self.node_channel))
-        for name in self.broker.topics.active():
-            protocol.follow(name, True)
-        self._check_ready()
-
-    def protocol_error(self, why: str) -> None:
-        """Redis sent what is not RESP: the connection is closed (and made again)."""
-        _log.error("Cluster: unreadable reply from Redis at {address} ({why}); reconnecting",
-                   address=str(self.address), why=why)
-
-    def unreachable(self, role: str, failure: Failure) -> None:
-        """A connection attempt failed (logged once per outage)."""
-        self._went_down(failure.getErrorMessage())
-
-    def connection_lost(self, protocol: Any, reason: Failure) -> None:
-        for link in (self._publisher, self._subscriber):
-            if link is not None and link.protocol is protocol:
-                link.lost()
-                self._went_down(reason.getErrorMessage())
-
-    def _went_down(self, why: str) -> None:
+    def went_down(self, server: str, why: str) -> None:
+        """A connection to ``server`` failed or went (logged once per outage, whatever the
+        number of shards and attempts)."""
         self.stats.connected = 0
-        if self._down or (self._publisher is not None and self._publisher.stopped):
+        if self._down or self.shards is None or self.shards.stopped:
             return
         self._down = True
         self.stats.outages += 1
         _log.warn(
             "Cluster: Redis at {address} is unreachable ({why}); serving local clients only, "
-            "messages for other nodes are dropped until it is back (reconnecting)",
-            address=str(self.address), why=why,
+            "messages for other nodes through it are dropped until it is back (reconnecting)",
+            address=server, why=why,
         )
 
     # ------------------------------------------------------------------ routing
@@ -416,30 +401,26 @@ class RedisEngine:
             self._durable_tree = False
             self._durable_subscribers, self._durable_pending = set(), set()
         raw, self._raw = self._raw, []
-        protocol = self._publisher.protocol if self._publisher is not None else None
+        shards = self.shards
         stats = self.stats
-        if protocol is None or protocol.transport is None:
+        if shards is None or not shards.up:
             stats.dropped_unreachable += sum(len(run) for run in queued.values())
             return
-        build = protocol._build_command
-        commands = []
-        expected = protocol.expected
         for topic, run in queued.items():
             data = envelope.encode(self.instance, run)
             if self._backlog + len(data) > self.max_backlog:
                 stats.dropped_backlog += len(run)
                 continue
+            if not shards.publish(channel(topic), data):
+                stats.dropped_unreachable += len(run)
+                continue
             self._backlog += len(data)
-            commands.append(build(b"SPUBLISH", channel(topic), data))
-            expected.append(len(data))
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
         for name, data in raw:
-            commands.append(build(b"SPUBLISH", name, data))
-            expected.append(len(data))
-            self._backlog += len(data)
-        if commands:
-            protocol.transport.write(b"".join(commands))
+            if shards.publish(name, data):
+                self._backlog += len(data)
+        shards.write()
 
     def acknowledged(self, size: int, reply: Any) -> None:
         """Redis answered one SPUBLISH (or the connection went): free its bytes."""
@@ -469,28 +450,14 @@ class RedisEngine:
         self.stats.messages_received += len(messages)
         self.broker.deliver_remote(messages)
 
-    def confirmed(self, name: bytes, subscribed: bool) -> None:
-        """Redis confirmed a SSUBSCRIBE (or SUNSUBSCRIBE) of channel ``name``."""
-        if subscribed:
-            self.following.add(name)
-            for d in self._follow_waits.pop(name, ()):
-                d.callback(name)
-        else:
-            self.following.discard(name)
-
-    def when_following(self, topic: bytes) -> Deferred:
-        """Fires once Redis confirmed this node receives ``topic``'s messages from the other
-        nodes (a message published elsewhere before that is not seen here)."""
-        name = channel(topic)
-        if name in self.following:
-            return succeed(name)
-        d: Deferred = Deferred()
-        self._follow_waits.setdefault(name, []).append(d)
-        return d
+    def when_following(self, topic: bytes, at: tuple[str, int] | None = None) -> Deferred:
+        """Fires once Redis (the shard at ``at``, when given) confirmed this node receives
+        ``topic``'s messages from the other nodes (a message published elsewhere before that
+        is not seen here)."""
+        if self.shards is None:
+            raise RuntimeError("the engine is not started")
+        return self.shards.when_following(channel(topic), at)
 
     def _topic_changed(self, name: bytes, active: bool) -> None:
-        link = self._subscriber
-        if link is not None and link.protocol is not None:
-            link.protocol.follow(name, active)
-        if not active:
-            self.following.discard(channel(name))
+        if self.shards is not None:
+            self.shards.follow(channel(name), active)

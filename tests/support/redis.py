@@ -1,14 +1,19 @@
 """A real redis-server for the cluster tests: its own process on a free loopback port, in a
-temp dir, no persistence, always stopped (killed if need be) when the test is over."""
+temp dir, no persistence, always stopped (killed if need be) when the test is over.  Or a
+real Redis Cluster of three such servers in cluster mode, every slot served
+(:class:`RedisCluster`), with the blocking :func:`command` helper to set it up and reshard."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +34,14 @@ def redis_binary() -> str:
     return found
 
 
+def redis_version(binary: str) -> tuple[int, ...]:
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"v=(\d+)\.(\d+)\.(\d+)", output)
+    if found is None:
+        raise AssertionError(f"no version in {output!r}")
+    return tuple(int(part) for part in found.groups())
+
+
 class RedisServer:
     """One redis-server; :meth:`kill` and :meth:`start` again on the same port (a restart)."""
 
@@ -43,6 +56,10 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
 
     def start(self) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -72,3 +89,124 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+def _encode(*args: Any) -> bytes:
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def command(port: int, *args: Any) -> Any:
+    """One command to the redis-server on ``port``, its reply (an error reply raises
+    RuntimeError).  Blocking, for setting servers up and resharding: a few milliseconds on
+    loopback, bounded by a 10 s socket timeout."""
+    from brokerd.cluster.connection import RespReader
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(_encode(*args))
+        reader = RespReader(RuntimeError)
+        while True:
+            data = connection.recv(65536)
+            if not data:
+                raise AssertionError(f"redis on {port} closed the connection")
+            replies = reader.feed(data)
+            if replies:
+                if isinstance(replies[0], RuntimeError):
+                    raise replies[0]
+                return replies[0]
+
+
+CLUSTER_TIMEOUT = 30.0
+"""Seconds the three servers get to agree that every slot is served."""
+
+
+class RedisCluster:
+    """Three redis-servers in cluster mode, masters of a third of the slots each (no replicas,
+    which sharded pub/sub does not need to be tested), joined with CLUSTER MEET.  ``url``
+    names the first one: a node finds the others through it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        binary = redis_binary()
+        if redis_version(binary) < (7, 0, 0):
+            if os.environ.get("CI"):
+                pytest.fail("redis-server is older than 7.0: no sharded pub/sub")
+            pytest.skip("redis-server is older than 7.0: no sharded pub/sub")
+        self.servers: list[RedisServer] = []
+        self.buses: list[int] = []
+        """Each server's cluster bus port (chosen free, not the default port + 10000)."""
+        for index in range(3):
+            server_dir = directory / f"redis{index}"
+            self.buses.append(free_port())
+            self.servers.append(RedisServer(
+                server_dir, "--cluster-enabled", "yes", "--cluster-config-file", str(server_dir / "nodes.conf"),
+                "--cluster-port", str(self.buses[-1]), "--cluster-node-timeout", "5000"))
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def start(self) -> RedisCluster:
+        for server in self.servers:
+            server.start()
+        thirds = [(0, 5460), (5461, 10922), (10923, 16383)]
+        for server, (first, last) in zip(self.servers, thirds):
+            command(server.port, "CLUSTER", "ADDSLOTSRANGE", first, last)
+        for server, bus in zip(self.servers[1:], self.buses[1:]):
+            command(self.servers[0].port, "CLUSTER", "MEET", "127.0.0.1", server.port, bus)
+        self.wait_until_agreed()
+        return self
+
+    def node_id(self, server: RedisServer) -> bytes:
+        return command(server.port, "CLUSTER", "MYID")  # type: ignore[no-any-return]
+
+    def owner(self, slot: int) -> RedisServer:
+        """The master of ``slot`` as the first server sees it."""
+        for first, last, master, *_ in command(self.servers[0].port, "CLUSTER", "SLOTS"):
+            if first <= slot <= last:
+                return next(s for s in self.servers if s.port == int(master[1]))
+        raise LookupError(slot)
+
+    def wait_until_agreed(self) -> None:
+        """Return once every server says cluster_state:ok and knows the three masters (the
+        servers agree through their cluster bus: nothing to wait on but their answers)."""
+        deadline = time.monotonic() + CLUSTER_TIMEOUT
+        while True:
+            states = []
+            for server in self.servers:
+                info = command(server.port, "CLUSTER", "INFO").decode()
+                masters = {int(entry[2][1]) for entry in command(server.port, "CLUSTER", "SLOTS")}
+                states.append("cluster_state:ok" in info and len(masters) == 3)
+            if all(states):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Redis Cluster did not agree in {CLUSTER_TIMEOUT} s: {states}")
+            time.sleep(0.05)  # polling the servers' answers, bounded by the deadline
+
+    def move_slot(self, slot: int, to: RedisServer) -> RedisServer:
+        """Migrate ``slot`` (it holds no keys: brokerd keeps none) to master ``to`` the way
+        redis-cli --cluster reshard does: IMPORTING, MIGRATING, then NODE on every master.
+        Returns the master it left."""
+        source = self.owner(slot)
+        target_id = self.node_id(to)
+        command(to.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(source))
+        command(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        for server in [to, source, *[s for s in self.servers if s not in (to, source)]]:
+            command(server.port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return source
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    cluster = RedisCluster(tmp_path / "redis-cluster")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
