@@ -257,8 +257,8 @@ def main() -> int:
         lost += sum(int(r["lost"]) for r in results)
         median = {key: statistics.median(r[key] for r in results) for key in results[0]}
         print(f"{label}: {median['deliveries_per_s']:,.0f} deliveries/s, "
-              f"{median['cpu_us_per_delivery']:.2f} us broker CPU/delivery, "
-              f"{median['redis_cpu_us_per_delivery']:.2f} us Redis CPU/delivery, "
+              f"{median['cpu_us_per_delivery']:.3f} us broker CPU/delivery, "
+              f"{median['redis_cpu_us_per_delivery']:.3f} us Redis CPU/delivery, "
               f"{100 * median['publishing_node_cpu_share']:.0f} % of it on node 1, lost {int(median['lost'])} "
               f"(median of {options.runs}; load now {os.getloadavg()[0]:.1f})")
     return 1 if lost else 0

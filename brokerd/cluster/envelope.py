@@ -112,13 +112,31 @@ def decode(data: bytes) -> list[Message]:
             raise EnvelopeError("not a brokerd envelope")
         reader = _Reader(data, _HEAD.size)
         messages: list[Message] = []
+        append = messages.append
+        unpack_size = _U32.unpack_from
+        size_of_data = len(data)
         previous = None
+        offset = _HEAD.size
         for _ in range(count):
+            flags = data[offset]
+            if flags & _SAME and not flags & _DETAILS and previous is not None:
+                # A run's next payload (the usual case), read inline: this loop runs once per
+                # message on every receiving node (docs/performance.md, cluster fan-out).
+                start = offset + 5
+                offset = start + unpack_size(data, offset + 1)[0]
+                if offset > size_of_data:
+                    raise IndexError("past the end")
+                append(Message(previous.kind, previous.target, data[start:offset], previous.protocol,
+                               previous.sender_name, flags & _BINARY != 0, previous.display_name, PLAIN,
+                               previous.principal))
+                continue
+            reader.offset = offset
             previous = reader.message(previous)
-            messages.append(previous)
+            offset = reader.offset
+            append(previous)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise EnvelopeError(f"a truncated or damaged envelope ({exc})") from None
-    if reader.offset != len(data):
+    if offset != len(data):
         raise EnvelopeError("bytes after the last message")
     return messages
 
