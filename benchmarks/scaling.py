@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import datetime as _dt
 import json
-import os
 import resource
 import shutil
 import signal
@@ -35,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,8 +53,14 @@ from run_ssmp import (  # noqa: E402
     loadavg,
     machine_info,
     source_state,
+    BROKER_CPU,
+    BROKER_SYSTEM,
+    BROKER_USER,
+    BROKER_WAIT,
+    MACHINE_IDLE,
+    Sampler,
+    _share,
     summarize_profile,
-    traffic_run,
     vm_status,
     wait_for_quiet,
 )
@@ -68,7 +74,10 @@ FANOUT_POINTS = (10, 100, 1_000, 10_000)
 PAIRS_POINTS = (1, 10, 100, 1_000)
 IDLE_POINTS = (1_000, 10_000, 50_000)
 FANOUT_DELIVERIES = 3_000_000
-"""Deliveries per fan-out run (N = this / subscribers): 1-3 s at every point."""
+"""Deliveries per fan-out run (N = this / subscribers): 1-3 s at every point..."""
+FANOUT_MIN_N = 1_000
+"""...but at least this many messages, so that even 10,000 subscribers see the steady state
+(one read holds up to ~700 of pbload's messages) and not only the first reads of a run."""
 PAIRS_MESSAGES = 1_000_000
 """Messages per pairs run, all pairs together (N per publisher = this / pairs)."""
 IDLE_HOLD = 3.0
@@ -91,7 +100,7 @@ class Point:
 
     def workload(self, scale: float) -> Workload:
         if self.curve == "fanout":
-            n = max(10, int(FANOUT_DELIVERIES * scale / self.x))
+            n = max(int(FANOUT_MIN_N * scale), int(FANOUT_DELIVERIES * scale / self.x))
             return Workload(self.name, f"1 -> {self.x:,}", "sat", ("-P", "1", "-S", str(self.x)), n, fanout=self.x)
         n = max(10, int(PAIRS_MESSAGES * scale / self.x))
         return Workload(self.name, f"{self.x:,} pairs", "sat",
@@ -101,7 +110,8 @@ class Point:
 # ---------------------------------------------------------------------------- syscall counts
 
 class SyscallCounter:
-    """``perf stat`` on the server's syscall tracepoints while one pbload run lasts.
+    """``perf stat`` on the server's syscall tracepoints, from before pbload starts until it
+    prints its result (after the last delivery, before its connections close).
 
     Counting tracepoints costs the traced process almost nothing (no ptrace, unlike strace),
     so the run it watches is a normal run.  Absent perf, or without permission, it records
@@ -112,17 +122,16 @@ class SyscallCounter:
         self.proc: subprocess.Popen | None = None
         self.counts: dict[str, int] = {}
 
-    def __enter__(self) -> SyscallCounter:
+    def start(self) -> None:
         perf = shutil.which("perf")
         if perf:
             events = ",".join(f"syscalls:sys_enter_{name}" for name in PERF_EVENTS)
             self.proc = subprocess.Popen([perf, "stat", "-x", ",", "-e", events, "-p", str(self.pid)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            time.sleep(0.3)  # attach before the run's traffic starts
-        return self
+            time.sleep(0.3)  # attach before pbload connects
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is None:
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGINT)
         try:
@@ -137,38 +146,108 @@ class SyscallCounter:
                 self.counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
 
 
+TCP_COUNTERS = ("PruneCalled", "RcvPruned", "TCPRcvCollapsed", "TCPMemoryPressures", "TCPRcvQDrop",
+                "TCPToZeroWindowAdv", "TCPWantZeroWindowAdv", "TCPBacklogCoalesce")
+"""Kernel TCP counters (/proc/net/netstat, machine-wide) whose growth during a run says the
+kernel did extra work for full receive queues: pruning and collapsing them, zero windows."""
+
+
+def tcp_counters() -> dict[str, int]:
+    values: dict[str, int] = {}
+    try:
+        with open("/proc/net/netstat") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return values
+    for names, numbers in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            values.update(zip(names.split()[1:], (int(v) for v in numbers.split()[1:])))
+    return {key: values[key] for key in TCP_COUNTERS if key in values}
+
+
 # ---------------------------------------------------------------------------- traffic points
 
-def measured_run(opts: Options, server: BrokerProcess, workload: Workload, n: int,
-                 count_syscalls: bool) -> dict[str, Any]:
-    """run_ssmp.traffic_run plus CPU per delivery, RSS, load and (optionally) syscall counts."""
-    counter = SyscallCounter(server.pid) if count_syscalls else None
-    if counter is not None:
-        counter.__enter__()
-    try:
-        record = traffic_run(opts, server, workload, n)
-    finally:
-        if counter is not None:
-            counter.__exit__()
-    record["loadavg"] = loadavg()
+def pbload_run(opts: Options, server: BrokerProcess, workload: Workload, n: int,
+               count_syscalls: bool) -> dict[str, Any]:
+    """One pbload run with run_ssmp's measurements (the server's CPU over pbload's measured
+    window from the /proc sampler), plus CPU per delivery, RSS, load and syscall counts.
+
+    Like run_ssmp.traffic_run, but the syscall count stops at pbload's result line, so that
+    two runs with the same connections differ only by their traffic."""
+    args = [*workload.args, "-N", str(n)]
+    counter = SyscallCounter(server.pid)
+    if count_syscalls:
+        counter.start()
+    command = [str(opts.binary), "--proto", "ssmp", "--port", str(server.port), *args]
+    tcp_before = tcp_counters()
+    with Sampler(server.pid) as sampler:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        timer = threading.Timer(opts.timeout, proc.kill)
+        timer.start()
+        try:
+            line = proc.stdout.readline()
+            printed = time.monotonic()
+            counter.stop()
+            tcp_after = tcp_counters()
+            rest, errors = proc.communicate()
+        finally:
+            timer.cancel()
+            counter.stop()
+    lines = [text for text in (line + rest).splitlines() if text.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    record: dict[str, Any] = {"args": args, "returncode": proc.returncode, "pbload": result,
+                              "loadavg": loadavg()}
+    if errors.strip():
+        record["stderr"] = errors.strip()[-2000:]
+    if counter.counts:
+        record["syscalls"] = counter.counts
+    record["tcp_counters"] = {key: tcp_after[key] - tcp_before.get(key, 0) for key in tcp_after}
     status = vm_status(server.pid)
     record["rss_kb"], record["hwm_kb"] = status["VmRSS"], status["VmHWM"]
-    result = record["pbload"]
+    elapsed = result.get("elapsed_s")
+    if not elapsed:
+        record["valid"] = False
+        return record
+    end = sampler.last_active(printed)  # as in traffic_run: the server's last busy moment
+    start = end - elapsed
+    server_pct = sampler.percent(start, end, BROKER_CPU)
+    machine_pct = sampler.percent(start, end, MACHINE_IDLE)
+    gen_pct = result.get("gen_cpu_pct", 0.0)
     delivered = result.get("delivered") or 0
-    if delivered and "broker_cpu_pct" in record:
-        record["cpu_us_per_delivery"] = record["broker_cpu_pct"] / 100 * result["elapsed_s"] * 1e6 / delivered
-    if counter is not None and counter.counts and delivered:
-        # perf counts the whole pbload run, setup included: LOGIN and SUBSCRIBE are one
-        # receive and one send per connection, negligible next to the deliveries.
-        record["syscalls"] = counter.counts
-        sends = sum(counter.counts.get(k, 0) for k in ("sendto", "sendmsg", "write", "writev"))
-        record["deliveries_per_send"] = delivered / sends if sends else None
-        messages = delivered / workload.fanout
-        receives = counter.counts.get("recvfrom", 0) + counter.counts.get("read", 0)
-        record["messages_per_receive"] = messages / receives if receives else None
-        waits = counter.counts.get("epoll_wait", 0)
-        record["deliveries_per_epoll_wait"] = delivered / waits if waits else None
+    record.update(
+        valid=proc.returncode == 0 and delivered == result.get("expected"),
+        deliv_per_s=result["deliv_per_s"],
+        p50_ms=result.get("p50_us", 0) / 1000,  # queue depth (window 1000), not service time
+        gen_cpu_pct=gen_pct,
+        broker_cpu_pct=round(server_pct, 1),
+        broker_wait_pct=round(sampler.percent(start, end, BROKER_WAIT), 1),
+        other_cpu_pct=round(machine_pct - server_pct - gen_pct, 1),
+        broker_system_share=_share(sampler.percent(start, end, BROKER_SYSTEM),
+                                   sampler.percent(start, end, BROKER_USER)),
+    )
+    if delivered:
+        record["cpu_us_per_delivery"] = server_pct / 100 * elapsed * 1e6 / delivered
     return record
+
+
+def add_marginal_syscalls(record: dict[str, Any], warm: dict[str, Any], fanout: int) -> None:
+    """Syscalls per delivery of the traffic alone: (run - warm-up) / (its deliveries - the
+    warm-up's).  Both runs open the same connections (LOGIN, SUBSCRIBE), so that cancels."""
+    counts, base = record.get("syscalls"), warm.get("syscalls")
+    delivered = (record["pbload"].get("delivered") or 0) - (warm["pbload"].get("delivered") or 0)
+    if not counts or not base or delivered <= 0:
+        return
+    extra = {key: counts.get(key, 0) - base.get(key, 0) for key in counts}
+    sends = sum(extra.get(k, 0) for k in ("sendto", "sendmsg", "write", "writev"))
+    receives = extra.get("recvfrom", 0) + extra.get("read", 0)
+    if sends > 0:
+        record["deliveries_per_send"] = delivered / sends
+    if receives > 0:
+        record["messages_per_receive"] = delivered / fanout / receives
+    if extra.get("epoll_wait", 0) > 0:
+        record["deliveries_per_epoll_wait"] = delivered / extra["epoll_wait"]
+    record["epoll_ctl_per_send"] = extra.get("epoll_ctl", 0) / sends if sends > 0 else None
 
 
 def _brief(record: dict[str, Any]) -> str:
@@ -183,9 +262,9 @@ def _brief(record: dict[str, Any]) -> str:
             f"{extra}, load {record['loadavg'][0]:.1f}{'' if record.get('valid') else '  [INCOMPLETE]'}")
 
 
-MEDIAN_FIELDS = ("deliv_per_s", "cpu_us_per_delivery", "broker_cpu_pct", "broker_system_share", "broker_wait_pct",
+MEDIAN_FIELDS = ("deliv_per_s", "p50_ms", "cpu_us_per_delivery", "broker_cpu_pct", "broker_system_share", "broker_wait_pct",
                  "gen_cpu_pct", "other_cpu_pct", "rss_kb", "deliveries_per_send", "messages_per_receive",
-                 "deliveries_per_epoll_wait")
+                 "deliveries_per_epoll_wait", "epoll_ctl_per_send")
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,13 +290,15 @@ def run_point(opts: Options, point: Point, servers: dict[str, str], scale: float
             proc.__enter__()
         out["quiet_check"] = wait_for_quiet(opts)
         records: dict[str, list[dict[str, Any]]] = {label: [] for label in procs}
+        warm: dict[str, dict[str, Any]] = {}
         for label, proc in procs.items():
-            warm = traffic_run(opts, proc, workload, max(10, workload.n // 10))
-            out["servers"].setdefault(label, {})["warmup"] = {k: warm.get(k) for k in ("deliv_per_s", "valid")}
+            warm[label] = pbload_run(opts, proc, workload, max(10, workload.n // 10), count_syscalls)
+            out["servers"].setdefault(label, {})["warmup"] = warm[label]
         order = list(procs)
         for round_number in range(runs):
             for label in (order if round_number % 2 == 0 else order[::-1]):
-                record = measured_run(opts, procs[label], workload, workload.n, count_syscalls)
+                record = pbload_run(opts, procs[label], workload, workload.n, count_syscalls)
+                add_marginal_syscalls(record, warm[label], workload.fanout)
                 records[label].append(record)
                 opts.log(f"    {label:8s} round {round_number + 1}: {_brief(record)}")
         for label, proc in procs.items():
@@ -330,12 +411,12 @@ def profile_point(opts: Options, point: Point, cmd: str, scale: float, results_d
     workload = point.workload(scale)
     raw = results_dir / f"scaling-profile-{point.curve}-{point.x}-{stamp}.txt"
     with BrokerProcess(cmd, opts.workdir, f"profile-{point.curve}-{point.x}") as broker:
-        traffic_run(opts, broker, workload, max(10, workload.n // 10))
+        pbload_run(opts, broker, workload, max(10, workload.n // 10), count_syscalls=False)
         spy = subprocess.Popen([py_spy, "record", "-p", str(broker.pid), "--nonblocking", "--idle", "--threads",
                                 "--rate", str(rate), "--format", "raw", "-o", str(raw)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(1.0)  # attach
-        record = measured_run(opts, broker, workload, workload.n, count_syscalls=False)
+        record = pbload_run(opts, broker, workload, workload.n, count_syscalls=False)
         spy.send_signal(signal.SIGINT)
         spy.communicate(timeout=60)
     summary = summarize_profile(raw.read_text()) if raw.exists() else "no profile written\n"
@@ -357,22 +438,25 @@ def markdown(results: dict[str, Any]) -> str:
         points = [p for p in results["points"] if p["curve"] == curve]
         if not points:
             continue
-        out += [f"| {head} | server | deliveries/s | CPU µs per delivery | server CPU % (kernel %) | "
-                "deliveries per send | RSS MB | gen CPU % | load |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {head} | server | deliveries/s | CPU µs per delivery | server on CPU + waiting for one, "
+                "% of a core (kernel share %) | deliveries per send | deliveries per epoll_wait | RSS MB | "
+                "gen CPU % | load |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for point in points:
             for label, entry in point["servers"].items():
                 s = entry.get("summary", {})
                 if "deliv_per_s" not in s:
-                    out.append(f"| {point['x']:,} | {label} | failed |||||||")
+                    out.append(f"| {point['x']:,} | {label} | failed ||||||||")
                     continue
                 med = lambda key, fmt: fmt(s[key]["median"]) if key in s else "–"  # noqa: E731
                 out.append(
                     f"| {point['x']:,} | {label} | {_k(s['deliv_per_s']['median'])} "
                     f"({_k(s['deliv_per_s']['min'])}–{_k(s['deliv_per_s']['max'])}) | "
                     f"{med('cpu_us_per_delivery', lambda v: f'{v:.3f}')} | "
-                    f"{med('broker_cpu_pct', lambda v: f'{v:.0f}')} ({med('broker_system_share', lambda v: f'{v:.0f}')}) | "
-                    f"{med('deliveries_per_send', lambda v: f'{v:.1f}')} | {med('rss_kb', lambda v: f'{v / 1024:.0f}')} | "
+                    f"{med('broker_cpu_pct', lambda v: f'{v:.0f}')} + {med('broker_wait_pct', lambda v: f'{v:.0f}')} "
+                    f"({med('broker_system_share', lambda v: f'{v:.0f}')}) | "
+                    f"{med('deliveries_per_send', lambda v: f'{v:.1f}')} | "
+                    f"{med('deliveries_per_epoll_wait', lambda v: f'{v:.0f}')} | {med('rss_kb', lambda v: f'{v / 1024:.0f}')} | "
                     f"{med('gen_cpu_pct', lambda v: f'{v:.0f}')} | {s['load']:.1f} |"
                     f"{'' if s['valid'] else ' INCOMPLETE'}")
         out.append("")
@@ -491,6 +575,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (a background job ignores SIGINT) unwinds like Ctrl-C: the servers are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     binary = build_pbload(DEFAULT_PBLOAD_SRC.resolve(), DEFAULT_CACHE_DIR)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
