@@ -97,6 +97,20 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     address: bytes | None = None
     principal: Principal = NOBODY
     factory: SSMPServerFactory
+    # Defaults that most connections never change live on the class, not in each instance:
+    # CPython keeps an instance's attributes in a compact table shared by the class's
+    # instances only up to 30 names (3.11); past that every connection pays for a dict of its
+    # own, 1.3 KB more per idle connection (docs/performance.md, "Scaling shape").
+    closed = False
+    dropped = 0
+    """Messages dropped because this connection's reader was too slow."""
+    pinged_at: float | None = None
+    _close_when_answered = False
+    _commit_paused = False
+    _pending_error: SSMPProtocolError | None = None
+    _waiting: deque[list] | None = None
+    """Replies that wait for a commit, in order: ``[committed, parts]`` each (see
+    :meth:`_hold`); made by the first reply that waits."""
 
     def __init__(self) -> None:
         self._parser = SSMPParser()
@@ -118,23 +132,13 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._corking: bool | None = None
         """This read's hold on deliveries to other connections (flow.begin_read): None until
         the read first needs it, then whether it began the hold (see :meth:`_handle`)."""
-        self._waiting: deque[list] = deque()
-        """Replies that wait for a commit, in order: ``[committed, parts]`` each (see
-        :meth:`_hold`)."""
-        self._close_when_answered = False
-        self._commit_paused = False
         self._pending: list[bytes] = []
         """Request lines read while a login is checked, handled after it."""
-        self._pending_error: SSMPProtocolError | None = None
         self._waiting_for_login = False
         self._login_request: Request | None = None
-        self.closed = False
-        self.dropped = 0
-        """Messages dropped because this connection's reader was too slow."""
         self.heard = True
         """Set on every read; the liveness sweep turns it into ``last_heard``."""
         self.last_heard = 0.0
-        self.pinged_at: float | None = None
 
     # ------------------------------------------------------------------ connection
 
@@ -156,7 +160,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.closed = True
-        self._waiting.clear()
+        if self._waiting:
+            self._waiting.clear()
         self._close_when_answered = False
         self._dispatch = _CLOSED
         if self._login_timer is not None and self._login_timer.active():
@@ -392,6 +397,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         replies = self._replies
         entry = [False, list(replies)]
         replies.clear()
+        if self._waiting is None:
+            self._waiting = deque()
         self._waiting.append(entry)
         if len(self._waiting) >= MAX_UNCOMMITTED and not self._commit_paused:
             self._commit_paused = True
@@ -411,6 +418,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def _answer_committed(self) -> None:
         waiting = self._waiting
+        assert waiting is not None  # made by _hold, whose commit this answers
         parts: list[bytes] = []
         while waiting and waiting[0][0]:
             parts += waiting.popleft()[1]
