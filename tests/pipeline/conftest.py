@@ -20,7 +20,13 @@ def spark() -> Iterator[Any]:
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "2",
             "spark.ui.enabled": "false",
-            "spark.driver.memory": "1g",
+            # One session serves every pipeline test of a whole-suite run: 1g ran out of heap
+            # late in such runs (java.lang.OutOfMemoryError in a Parquet write), and the status
+            # store keeps every finished job and query unless told to keep fewer.
+            "spark.driver.memory": "2g",
+            "spark.sql.ui.retainedExecutions": "50",
+            "spark.ui.retainedJobs": "100",
+            "spark.ui.retainedStages": "100",
             "spark.sql.streaming.schemaInference": "false",
         },
     )
