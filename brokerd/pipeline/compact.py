@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brokerd.events import schema
+from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, summarize
 
 COMPACTED_DIR = "events-compacted"
 MARKER = "_compacted.json"
@@ -148,7 +149,7 @@ def compact(
 ) -> Compaction:
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
     ``delete_json``, remove an hour's JSON files once its Parquet is published."""
-    from brokerd.pipeline.read import events_path, json_reader, with_status
+    from brokerd.pipeline.read import events_path
 
     now_us = now_micros() if now_us is None else now_us
     events, target = events_path(data_dir), compacted_path(data_dir)
@@ -173,18 +174,8 @@ def compact(
         listings = {hour: fs.files(raw[hour], schema.FILE_SUFFIX) for hour in batch}
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
-        counts: dict[Hour, int] = {}
-        statuses: dict[Hour, dict[str, int]] = {}
-        for hour in batch:
-            if not listings[hour]:
-                continue
-            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
-            # one write per hour: its rows need no sort by partition, as partitionBy would do
-            with_status(json_reader(spark, events).json(raw[hour])).drop("date", "hour").write.parquet(staged)
-            statuses[hour] = {
-                row["status"]: int(row["count"]) for row in spark.read.parquet(staged).groupBy("status").count().collect()
-            }
-            counts[hour] = sum(statuses[hour].values())
+        statuses, stored = _convert(spark, events, tmp, raw, [hour for hour in batch if listings[hour]])
+        counts = {hour: sum(by_status.values()) for hour, by_status in statuses.items()}
         for hour in batch:
             staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
             fs.mkdirs(staged)
@@ -192,6 +183,7 @@ def compact(
                 "date": hour[0], "hour": hour[1], "lines": counts.get(hour, 0), "statuses": statuses.get(hour, {}),
                 "json_files": [{"name": name, "bytes": size} for name, size in listings[hour]],
                 "compacted_at_us": now_micros(), "schema_version": schema.SCHEMA_VERSION,
+                "summaries": {"version": SUMMARY_VERSION, "tables": sorted(stored[hour])} if hour in stored else None,
             }) + "\n")
             published = f"{target}/date={hour[0]}/hour={hour[1]}"
             if fs.exists(published):  # a directory without its marker: never published by us
@@ -207,3 +199,58 @@ def compact(
                     result.deleted_files += 1
         fs.delete(tmp)
     return result
+
+
+def _convert(
+    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour]
+) -> tuple[dict[Hour, dict[str, int]], dict[Hour, set[str]]]:
+    """Parse the JSON of ``hours`` once (all of them in one read, so both cores work even on
+    small hours), keep the rows in memory, write each hour's Parquet into
+    ``tmp/data/date=/hour=`` (one write per hour: its rows need no sort by partition, as
+    partitionBy would do) and its summaries into ``tmp/data/date=/hour=/_summary/<name>``.
+    Returns each hour's line count per status and, for the hours whose valid records all lie
+    in the hour (the broker writes them so), the summaries that have rows in it: the
+    subscription counts key their pieces by the records' own hour, so an hour holding another
+    hour's records is summarised from its Parquet at report time instead."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline.read import OK, json_reader, with_status
+
+    statuses: dict[Hour, dict[str, int]] = {hour: {} for hour in hours}
+    stored: dict[Hour, set[str]] = {}
+    if not hours:
+        return statuses, stored
+    fs = HadoopFS(spark, tmp)
+    parsed = with_status(json_reader(spark, events).json([raw[hour] for hour in hours])).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        aligned = set(hours)
+        counted = parsed.groupBy("date", "hour", "status").agg(
+            F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
+        )
+        for row in counted.collect():
+            hour = (row["date"], row["hour"])
+            statuses[hour][row["status"]] = int(row["count"])
+            start = hour_start_us(hour)
+            if row["status"] == OK and not (start <= row["lo"] and row["hi"] < start + schema.HOUR_US):
+                aligned.discard(hour)  # a record of another hour (the broker's clock jumped)
+        for hour in hours:
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            rows = parsed.filter((F.col("date") == hour[0]) & (F.col("hour") == hour[1])).drop("date", "hour")
+            rows.write.parquet(staged)
+        valid = parsed.filter(F.col("status") == OK).drop("status", "payload")
+        for name, frame in summarize(valid, ("date", "hour")).items():
+            written = f"{tmp}/summary/{name}"
+            frame.write.partitionBy("date", "hour").parquet(written)
+            for hour in sorted(aligned):
+                stored.setdefault(hour, set())
+                part = f"{written}/date={hour[0]}/hour={hour[1]}"
+                if fs.exists(part):
+                    target = f"{tmp}/data/date={hour[0]}/hour={hour[1]}/{SUMMARY_DIR}"
+                    fs.mkdirs(target)
+                    if not fs.rename(part, f"{target}/{name}"):
+                        raise OSError(f"could not move {part}")
+                    stored[hour].add(name)
+    finally:
+        parsed.unpersist()
+    return statuses, stored
