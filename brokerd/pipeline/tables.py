@@ -43,39 +43,43 @@ def _f() -> Any:
 
 
 def traffic(s: Summaries, top: int = 0) -> Any:
+    """One aggregation over the traffic and drops summaries together (no join): every drops
+    key is a traffic key (both come from the same records), and a minute's rows come from one
+    hour, so a key's drops per reason are in one summary row each."""
     F = _f()
     keys = ["minute", "topic", "protocol"]
-    main = s["traffic"].groupBy(*keys).agg(
-        F.sum("messages").cast("long").alias("messages"),
-        F.sum("bytes").cast("long").alias("bytes"),
-        F.sum("fanout").cast("long").alias("fanout"),
+    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
+    zero = F.lit(0).cast("long")
+    flows = s["traffic"].select(*keys, *sums, "max_fanout", F.lit(None).cast("string").alias("reason"), zero.alias("n"))
+    drops = s["drops"].select(
+        *keys, *[zero.alias(name) for name in sums], F.lit(None).cast("long").alias("max_fanout"), "reason", "n"
+    )
+    dropped = F.when(F.col("reason").isNotNull(), F.struct("reason", "n"))
+    merged = flows.unionByName(drops).groupBy(*keys).agg(
+        *[F.sum(name).cast("long").alias(name) for name in sums],
         F.max("max_fanout").cast("long").alias("max_fanout"),
-        F.sum("delivered").cast("long").alias("_delivered"),
-        F.sum("after_handoff").cast("long").alias("_after_handoff"),
+        F.sum("n").cast("long").alias("drops"),
+        F.collect_list(dropped).alias("_drops"),
     )
-    drops = (
-        s["drops"].groupBy(*keys, "reason")
-        .agg(F.sum("n").cast("long").alias("n"))
-        .groupBy(*keys)
-        .agg(
-            F.sum("n").cast("long").alias("drops"),
-            F.map_from_entries(F.array_sort(F.collect_list(F.struct("reason", "n")))).alias("drops_by_reason"),
-        )
+    by_reason = F.aggregate(  # reasons summed (a reason of a minute from two hours' summaries)
+        F.array_sort(F.col("_drops")),
+        F.create_map().cast("map<string,bigint>"),
+        lambda acc, d: F.map_concat(
+            F.map_filter(acc, lambda k, _v: k != d["reason"]),
+            F.create_map(d["reason"], F.coalesce(acc[d["reason"]], F.lit(0).cast("long")) + d["n"]),
+        ),
     )
-    m, d = main.alias("m"), drops.alias("d")
-    joined = m.join(d, [F.col(f"m.{key}").eqNullSafe(F.col(f"d.{key}")) for key in keys], "left")
-    empty_map = F.create_map().cast("map<string,bigint>")
-    return joined.select(
-        F.timestamp_micros(F.col("m.minute")).alias("minute"),
-        "m.topic",
-        "m.protocol",
-        "m.messages",
-        "m.bytes",
-        "m.fanout",
-        "m.max_fanout",
-        (F.col("m.fanout") + F.col("m._delivered") - F.col("m._after_handoff")).alias("deliveries"),
-        F.coalesce(F.col("d.drops"), F.lit(0).cast("long")).alias("drops"),
-        F.coalesce(F.col("d.drops_by_reason"), empty_map).alias("drops_by_reason"),
+    return merged.select(
+        F.timestamp_micros(F.col("minute")).alias("minute"),
+        "topic",
+        "protocol",
+        "messages",
+        "bytes",
+        "fanout",
+        "max_fanout",
+        (F.col("fanout") + F.col("delivered") - F.col("after_handoff")).alias("deliveries"),
+        "drops",
+        by_reason.alias("drops_by_reason"),
     ).orderBy("minute", F.col("topic").asc_nulls_first(), "protocol")
 
 
