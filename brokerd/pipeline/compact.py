@@ -277,6 +277,7 @@ def _convert_with_arrow(
     the others."""
     import os
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.parquet as pq
 
@@ -285,26 +286,35 @@ def _convert_with_arrow(
     from brokerd.pipeline.summaries import summary_schemas
 
     schemas = arrow_schemas(summary_schemas(spark))
-    left = []
-    for hour in hours:
+
+    def one(hour: Hour) -> bool:
+        """Convert and summarise one hour; False if pyarrow cannot parse it."""
         staged = os.path.join(local_tmp, "data", f"date={hour[0]}", f"hour={hour[1]}")
         os.makedirs(staged)
-        files = [os.path.join(_local(raw[hour]) or "", name) for name, _size in fs.files(raw[hour], schema.FILE_SUFFIX)]
         try:
-            statuses[hour], bounds[hour], valid = convert_hour(files, os.path.join(staged, "part-00000-arrow.parquet"))
+            statuses[hour], bounds[hour], valid = convert_hour(files[hour], os.path.join(staged, "part-00000-arrow.parquet"))
         except NotConvertible:
             shutil.rmtree(staged)
-            left.append(hour)
-            continue
-        if not _aligned(hour, bounds[hour]):
-            continue
-        stored[hour] = set()
-        for name, table in summarize_table(valid).items():
-            if len(table):
-                os.makedirs(os.path.join(staged, SUMMARY_DIR, name))
-                table = table.select(schemas[name].names).cast(schemas[name])
-                pq.write_table(table, os.path.join(staged, SUMMARY_DIR, name, "part-00000-arrow.parquet"))
-                stored[hour].add(name)
+            return False
+        if _aligned(hour, bounds[hour]):
+            names = set()
+            for name, table in summarize_table(valid).items():
+                if len(table):
+                    os.makedirs(os.path.join(staged, SUMMARY_DIR, name))
+                    table = table.select(schemas[name].names).cast(schemas[name])
+                    pq.write_table(table, os.path.join(staged, SUMMARY_DIR, name, "part-00000-arrow.parquet"))
+                    names.add(name)
+            stored[hour] = names
+        return True
+
+    files = {  # listed here: the threads below make no JVM calls
+        hour: [os.path.join(_local(raw[hour]) or "", name) for name, _size in fs.files(raw[hour], schema.FILE_SUFFIX)]
+        for hour in hours
+    }
+    # pyarrow releases the GIL while it parses, aggregates and writes: an hour per core
+    with ThreadPoolExecutor(max(1, min(len(hours), os.cpu_count() or 1))) as pool:
+        done = list(pool.map(one, hours))
+    left = [hour for hour, converted in zip(hours, done) if not converted]
     return left
 
 
