@@ -170,7 +170,8 @@ def _before(records: Any, rare: Any) -> tuple[Any, Any]:
         for end in ends:
             if end["session"] is not None:
                 owners.setdefault((end["session"], end["protocol"]), set()).add(end["ts"])
-        own = messages.filter(pc.is_in(messages.column("session"), value_set=pa.array(sorted({s for s, _p in owners}))))
+        sessions = pa.array(sorted({s for s, _p in owners}), pa.string())
+        own = messages.filter(pc.fill_null(pc.is_in(messages.column("session"), value_set=sessions), False))
         for (session, protocol, topic), ts, c, b in _groups(own, ["session", "protocol", "topic"]):
             instants = np.array(sorted(owners.get((session, protocol), set())), dtype=np.int64)
             _emit(own_out, instants, ts, c, b, {"session": session, "protocol": protocol, "topic": topic})

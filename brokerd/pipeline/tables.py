@@ -43,31 +43,24 @@ def _f() -> Any:
 
 
 def traffic(s: Summaries, top: int = 0) -> Any:
-    """One aggregation over the traffic and drops summaries together (no join): every drops
-    key is a traffic key (both come from the same records), and a minute's rows come from one
-    hour, so a key's drops per reason are in one summary row each."""
+    """One aggregation over the traffic and drops summaries together (no join: every drops
+    key is a traffic key, both coming from the same records); the drops are first summed per
+    reason, so each reason is one entry of the key's map."""
     F = _f()
     keys = ["minute", "topic", "protocol"]
     sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
     zero = F.lit(0).cast("long")
     flows = s["traffic"].select(*keys, *sums, "max_fanout", F.lit(None).cast("string").alias("reason"), zero.alias("n"))
-    drops = s["drops"].select(
-        *keys, *[zero.alias(name) for name in sums], F.lit(None).cast("long").alias("max_fanout"), "reason", "n"
+    drops = (
+        s["drops"].groupBy(*keys, "reason").agg(F.sum("n").cast("long").alias("n"))
+        .select(*keys, *[zero.alias(name) for name in sums], F.lit(None).cast("long").alias("max_fanout"), "reason", "n")
     )
-    dropped = F.when(F.col("reason").isNotNull(), F.struct("reason", "n"))
     merged = flows.unionByName(drops).groupBy(*keys).agg(
         *[F.sum(name).cast("long").alias(name) for name in sums],
         F.max("max_fanout").cast("long").alias("max_fanout"),
         F.sum("n").cast("long").alias("drops"),
-        F.collect_list(dropped).alias("_drops"),
-    )
-    by_reason = F.aggregate(  # reasons summed (a reason of a minute from two hours' summaries)
-        F.array_sort(F.col("_drops")),
-        F.create_map().cast("map<string,bigint>"),
-        lambda acc, d: F.map_concat(
-            F.map_filter(acc, lambda k, _v: k != d["reason"]),
-            F.create_map(d["reason"], F.coalesce(acc[d["reason"]], F.lit(0).cast("long")) + d["n"]),
-        ),
+        F.map_from_entries(F.array_sort(F.collect_list(F.when(F.col("reason").isNotNull(), F.struct("reason", "n")))))
+        .alias("drops_by_reason"),
     )
     return merged.select(
         F.timestamp_micros(F.col("minute")).alias("minute"),
@@ -79,7 +72,7 @@ def traffic(s: Summaries, top: int = 0) -> Any:
         "max_fanout",
         (F.col("fanout") + F.col("delivered") - F.col("after_handoff")).alias("deliveries"),
         "drops",
-        by_reason.alias("drops_by_reason"),
+        "drops_by_reason",
     ).orderBy("minute", F.col("topic").asc_nulls_first(), "protocol")
 
 
