@@ -15,7 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from brokerd.events import schema
-from brokerd.pipeline.summaries import ENDPOINT_KINDS, HOUR_US, MINUTE_US, RECORD_COLUMNS
+from brokerd.pipeline.summaries import (
+    ENDPOINT_KINDS, HOUR_US, MINUTE_US, ONLINE, QUEUED, RECORD_COLUMNS, SAMPLE_KINDS, SMQP_OUTCOMES, UNSPLIT,
+)
 
 _SPARK_TO_ARROW = {"LongType": "int64", "IntegerType": "int32", "StringType": "string"}
 
@@ -127,15 +129,45 @@ def summarize_table(records: Any) -> dict[str, Any]:
     timed = records.filter(pc.is_valid(records.column("latency_us")))
     grouped = timed.group_by(["topic", "protocol", "kind", "latency_us"], use_threads=False).aggregate([([], "count_all")])
     out["latency"] = grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
+    out["smqp_latency"] = _smqp_latency(timed)
 
     source_less_login = pc.and_(_is(records, schema.LOGIN), pc.is_null(records.column("source")))
     congestion = pc.and_(_is(records, schema.DROPPED), pc.fill_null(
         pc.is_in(records.column("reason"), value_set=pa.array([schema.SLOW_CONSUMER, schema.QUEUE_FULL])), False))
-    listed = pc.is_in(kind, value_set=pa.array([*ENDPOINT_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS)]))
+    listed = pc.is_in(kind, value_set=pa.array([*ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE,
+                                                *sorted(schema.DEAD_LETTER_KINDS)]))
     out["rare"] = records.filter(pc.or_(pc.or_(pc.fill_null(listed, False), congestion), source_less_login)).select(list(RECORD_COLUMNS))
 
     out["before_topic"], out["before_own"] = _before(records, out["rare"])
     return out
+
+
+def _smqp_latency(timed: Any) -> Any:
+    """``smqp_latency`` of the records with ``latency_us`` (as summaries.smqp_latency: a record
+    with ``queued_us`` in parts ``queued`` and ``online``, one without in ``unsplit``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    outcomes = timed.filter(pc.and_(
+        pc.fill_null(pc.is_in(timed.column("kind"), value_set=pa.array(list(SMQP_OUTCOMES))), False),
+        pc.fill_null(pc.equal(timed.column("protocol"), "smqp"), False),
+    ))
+    latency, queued = outcomes.column("latency_us"), outcomes.column("queued_us")
+    split = pc.is_valid(queued)
+
+    def part(name: str, value: Any, where: Any) -> Any:
+        return pa.table({
+            "kind": outcomes.column("kind"), "part": pa.repeat(name, len(outcomes)),
+            "value_us": pc.max_element_wise(value, 0).cast(pa.int64()),
+        }).filter(where)
+
+    parts = pa.concat_tables([
+        part(QUEUED, queued, split),
+        part(ONLINE, pc.subtract(latency, queued), split),
+        part(UNSPLIT, latency, pc.invert(split)),
+    ])
+    grouped = parts.group_by(["kind", "part", "value_us"], use_threads=False).aggregate([([], "count_all")])
+    return grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
 
 
 def _before(records: Any, rare: Any) -> tuple[Any, Any]:

@@ -20,8 +20,14 @@ publishing    hour x topic x session x protocol x message kind, accepted message
 delivered     session x protocol: ``delivered`` events and their bytes.
 latency       topic x protocol x kind x latency value: how many records had it (exact
               percentiles by a running sum at report time).
+smqp_latency  SMQP ``delivered``/``acked`` kind x part x value: how many records had it, where
+              a record with ``queued_us`` counts once in part ``queued`` (``queued_us``) and
+              once in ``online`` (``latency_us - queued_us``, at least 0), one without it once
+              in ``unsplit`` (``latency_us``, at least 0): the parts are apart in the records
+              only, so value counts of ``latency_us`` alone cannot give them.
 rare          the records of the kinds the tables list one by one (subscriptions, logouts,
-              broker-run logins, expiries, trash, auth failures, congestion drops), every field.
+              broker-run logins, expiries, trash, auth failures, congestion drops) and the
+              broker's few ``latency`` samples and ``gauge`` readings, every field.
 before_topic  per subscription endpoint instant ``at`` (the ``ts`` of a ``subscribed``,
               ``unsubscribed`` or ``logout`` record) x topic x publishing protocol: multicast
               messages of ``at``'s hour strictly before ``at``.
@@ -42,13 +48,18 @@ from typing import Any
 
 from brokerd.events import schema
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 """Stored in each compacted hour's marker; hours with another version are summarised on the fly."""
 SUMMARY_DIR = "_summary"
 MINUTE_US = 60_000_000
 HOUR_US = schema.HOUR_US
 RECORD_COLUMNS = tuple(name for name in schema.FIELD_NAMES if name != "payload")
 ENDPOINT_KINDS = (schema.SUBSCRIBED, schema.UNSUBSCRIBED, schema.LOGOUT)
+SAMPLE_KINDS = (schema.LATENCY, schema.GAUGE)
+"""Kinds kept whole in ``rare``: sampled (at most ~10 a second) or logged on change only."""
+SMQP_OUTCOMES = (schema.DELIVERED, schema.ACKED)
+QUEUED, ONLINE, UNSPLIT = "queued", "online", "unsplit"
+"""``smqp_latency.part`` values."""
 
 
 def _f() -> Any:
@@ -160,11 +171,30 @@ def latency(records: Any, by: Sequence[str]) -> Any:
     )
 
 
+def smqp_latency(records: Any, by: Sequence[str]) -> Any:
+    F = _f()
+    latency, queued = F.col("latency_us"), F.col("queued_us")
+    zero = F.lit(0).cast("long")
+
+    def part(name: str, value: Any) -> Any:
+        return F.struct(F.lit(name).alias("part"), F.greatest(value, zero).cast("long").alias("value_us"))
+
+    parts = F.when(queued.isNull(), F.array(part(UNSPLIT, latency))).otherwise(
+        F.array(part(QUEUED, queued), part(ONLINE, latency - queued))
+    )
+    return (
+        records.filter(F.col("kind").isin(*SMQP_OUTCOMES) & (F.col("protocol") == "smqp") & latency.isNotNull())
+        .select(*by, "kind", F.explode(parts).alias("p"))
+        .groupBy(*by, "kind", F.col("p.part").alias("part"), F.col("p.value_us").alias("value_us"))
+        .agg(F.count(F.lit(1)).cast("long").alias("n"))
+    )
+
+
 def rare(records: Any, by: Sequence[str]) -> Any:
     F = _f()
     kind = F.col("kind")
     wanted = (
-        kind.isin(*ENDPOINT_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS))
+        kind.isin(*ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS))
         | ((kind == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
         | ((kind == schema.LOGIN) & F.col("source").isNull())
     )
@@ -253,6 +283,7 @@ SUMMARIES: tuple[tuple[str, Summary], ...] = (
     ("publishing", publishing),
     ("delivered", delivered),
     ("latency", latency),
+    ("smqp_latency", smqp_latency),
     ("rare", rare),
     ("before_topic", before_topic),
     ("before_own", before_own),

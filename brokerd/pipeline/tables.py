@@ -21,16 +21,25 @@ dead_letters     every ``expired`` and ``trashed`` record.
 auth_failures    per source host x protocol: failures, identities and schemes tried, first/last.
 cross_protocol   publishing x receiving protocol: multicast copies routed to subscribers.
 slow_consumers   every congestion episode.
+delivery_latency per receiving protocol x source, exact percentiles as ``latency``: SSMP,
+                 MCCHAT and socket.mq from the broker's sampled ``latency`` records (``rare``),
+                 SMQP from its ``delivered`` records less the time queued (``smqp_latency``).
+smqp_latency_split
+                 per SMQP outcome kind x part (``queued``, ``online``) of the records with
+                 ``queued_us`` (``smqp_latency``).
+queue_gauges     every ``gauge`` reading (``rare``).
 
 :data:`TABLES` lists them in the order they are written: the one place to register a table.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from brokerd.events import schema
-from brokerd.pipeline.summaries import HOUR_US, Summaries
+from brokerd.pipeline.gauges import SERIES
+from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
+from brokerd.pipeline.summaries import HOUR_US, ONLINE, QUEUED, UNSPLIT, Summaries
 
 FAR_FUTURE_US = 1 << 62
 """Stands for "still subscribed at the end of the log"."""
@@ -79,26 +88,33 @@ def traffic(s: Summaries, top: int = 0) -> Any:
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
-def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
-    """Exact percentiles from the value counts: per group, the smallest value whose running
-    count reaches ``ceil(p * count)`` (as Spark's percentile_approx defines its answer)."""
+def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
+    """count, p50_us, p90_us, p99_us, max_us per ``keys`` from value counts (``counts``: the
+    keys, ``value`` and ``n``, several rows per value allowed), exact: per group, the smallest
+    value whose running count reaches ``ceil(p * count)`` (as Spark's percentile_approx
+    defines its answer)."""
     from pyspark.sql import Window
 
     F = _f()
-    values = s["latency"].groupBy(*keys, "latency_us").agg(F.sum("n").alias("n"))
+    values = counts.groupBy(*keys, value).agg(F.sum("n").alias("n"))
     group = Window.partitionBy(*keys)
-    running = F.sum("n").over(group.orderBy("latency_us").rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    ranked = values.select(*keys, "latency_us", running.alias("upto"), F.sum("n").over(group).alias("total"))
+    running = F.sum("n").over(group.orderBy(value).rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    ranked = values.select(*keys, value, running.alias("upto"), F.sum("n").over(group).alias("total"))
     quantiles = [
-        F.min(F.when(F.col("upto") >= F.lit(q) * F.col("total"), F.col("latency_us"))).alias(f"p{round(q * 100)}_us")
+        F.min(F.when(F.col("upto") >= F.lit(q) * F.col("total"), F.col(value))).alias(f"p{round(q * 100)}_us")
         for q in PERCENTILES
     ]
     return (
         ranked.groupBy(*keys)
-        .agg(F.max("total").cast("long").alias("count"), *quantiles, F.max("latency_us").alias("max_us"))
+        .agg(F.max("total").cast("long").alias("count"), *quantiles, F.max(value).alias("max_us"))
         .select(*keys, "count", *[f"p{round(q * 100)}_us" for q in PERCENTILES], "max_us")
         .orderBy(*[F.col(key).asc_nulls_first() for key in keys])
     )
+
+
+def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
+    """Every record with ``latency_us``, per ``keys``: exact percentiles of the value counts."""
+    return percentiles(s["latency"], keys, "latency_us")
 
 
 def _ranked(frame: Any, order: list[Any], top: int) -> Any:
@@ -318,6 +334,40 @@ def auth_failures(s: Summaries, top: int = 0) -> Any:
     )
 
 
+def delivery_latency(s: Summaries, top: int = 0) -> Any:
+    """Per receiving protocol: the broker's sampled ``latency`` records (few: they are kept
+    whole in ``rare``) and SMQP's ``delivered`` records counted from the moment the subscriber
+    was there (``latency_us - queued_us``; all of ``latency_us`` for records without
+    ``queued_us``), so a message kept for a subscriber who was away is not a slow delivery."""
+    F = _f()
+    sampled = s.records().filter((F.col("kind") == schema.LATENCY) & F.col("latency_us").isNotNull()).select(
+        "protocol", F.lit(SAMPLED).alias("source"), F.col("latency_us").cast("long").alias("value_us"),
+        F.lit(1).cast("long").alias("n"),
+    )
+    smqp = s["smqp_latency"].filter((F.col("kind") == schema.DELIVERED) & F.col("part").isin(ONLINE, UNSPLIT)).select(
+        F.lit("smqp").alias("protocol"), F.lit(SMQP_ONLINE).alias("source"), "value_us", "n"
+    )
+    return percentiles(sampled.unionByName(smqp), ["protocol", "source"], "value_us")
+
+
+def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
+    """Per SMQP outcome kind: the time queued while the subscriber was away and the rest, of
+    the records with ``queued_us`` (logs from before it existed have none: left out)."""
+    F = _f()
+    return percentiles(s["smqp_latency"].filter(F.col("part").isin(QUEUED, ONLINE)), ["kind", "part"], "value_us")
+
+
+def queue_gauges(s: Summaries, top: int = 0) -> Any:
+    """One row per ``gauge`` record (logged only on change, so few; kept whole in ``rare``):
+    time, broker, protocol, pending, unacknowledged, trash."""
+    F = _f()
+    return (
+        s.records().filter(F.col("kind") == schema.GAUGE)
+        .select("time", "broker", "protocol", *[F.coalesce(F.col(n), F.lit(0)).cast("long").alias(n) for n, _l, _c in SERIES])
+        .orderBy("time", "broker")
+    )
+
+
 Table = Callable[[Summaries, int], Any]
 TABLES: tuple[tuple[str, Table], ...] = (
     ("traffic", traffic),
@@ -328,5 +378,8 @@ TABLES: tuple[tuple[str, Table], ...] = (
     ("auth_failures", auth_failures),
     ("cross_protocol", cross_protocol),
     ("slow_consumers", slow_consumers),
+    ("delivery_latency", delivery_latency),
+    ("smqp_latency_split", smqp_latency_split),
+    ("queue_gauges", queue_gauges),
 )
 """Every table the report writes, by name, as a function of the summaries and ``--top``."""
