@@ -24,8 +24,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 from brokerd.events import schema
+from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, summarize
 
 COMPACTED_DIR = "events-compacted"
 MARKER = "_compacted.json"
@@ -148,7 +150,7 @@ def compact(
 ) -> Compaction:
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
     ``delete_json``, remove an hour's JSON files once its Parquet is published."""
-    from brokerd.pipeline.read import events_path, json_reader, with_status
+    from brokerd.pipeline.read import events_path
 
     now_us = now_micros() if now_us is None else now_us
     events, target = events_path(data_dir), compacted_path(data_dir)
@@ -173,18 +175,8 @@ def compact(
         listings = {hour: fs.files(raw[hour], schema.FILE_SUFFIX) for hour in batch}
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
-        counts: dict[Hour, int] = {}
-        statuses: dict[Hour, dict[str, int]] = {}
-        for hour in batch:
-            if not listings[hour]:
-                continue
-            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
-            # one write per hour: its rows need no sort by partition, as partitionBy would do
-            with_status(json_reader(spark, events).json(raw[hour])).drop("date", "hour").write.parquet(staged)
-            statuses[hour] = {
-                row["status"]: int(row["count"]) for row in spark.read.parquet(staged).groupBy("status").count().collect()
-            }
-            counts[hour] = sum(statuses[hour].values())
+        statuses, stored = _convert(spark, events, tmp, raw, [hour for hour in batch if listings[hour]])
+        counts = {hour: sum(by_status.values()) for hour, by_status in statuses.items()}
         for hour in batch:
             staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
             fs.mkdirs(staged)
@@ -192,6 +184,7 @@ def compact(
                 "date": hour[0], "hour": hour[1], "lines": counts.get(hour, 0), "statuses": statuses.get(hour, {}),
                 "json_files": [{"name": name, "bytes": size} for name, size in listings[hour]],
                 "compacted_at_us": now_micros(), "schema_version": schema.SCHEMA_VERSION,
+                "summaries": {"version": SUMMARY_VERSION, "tables": sorted(stored[hour])} if hour in stored else None,
             }) + "\n")
             published = f"{target}/date={hour[0]}/hour={hour[1]}"
             if fs.exists(published):  # a directory without its marker: never published by us
@@ -207,3 +200,148 @@ def compact(
                     result.deleted_files += 1
         fs.delete(tmp)
     return result
+
+
+def _local(path: str) -> str | None:
+    """``path`` on the local filesystem, or None for cluster storage (hdfs://, s3a://, ...)."""
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return parsed.path
+    return path if parsed.scheme == "" or len(parsed.scheme) == 1 else None
+
+
+def _convert(
+    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour]
+) -> tuple[dict[Hour, dict[str, int]], dict[Hour, set[str]]]:
+    """Convert ``hours`` into ``tmp/data/date=/hour=``: with pyarrow's JSON reader where the
+    log is local and every line of the hour parses (brokerd.pipeline.arrowjson), else with
+    Spark's; then compute every hour's summaries (one Spark job per summary for the whole
+    batch) into ``tmp/data/date=/hour=/_summary/<name>``.
+
+    Returns each hour's line count per status and, for the hours whose valid records all lie
+    in the hour (the broker writes them so), the summaries that have rows in it: the
+    subscription counts key their pieces by the records' own hour, so an hour holding another
+    hour's records is summarised from its Parquet at report time instead."""
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline.read import OK, compacted_struct
+
+    statuses: dict[Hour, dict[str, int]] = {hour: {} for hour in hours}
+    stored: dict[Hour, set[str]] = {}
+    if not hours:
+        return statuses, stored
+    fs = HadoopFS(spark, tmp)
+    bounds: dict[Hour, tuple[int, int] | None] = {}
+    by_spark = list(hours)
+    local_tmp = _local(tmp)
+    if local_tmp is not None and all(_local(raw[hour]) is not None for hour in hours):
+        by_spark = _convert_with_arrow(spark, fs, raw, local_tmp, hours, statuses, bounds, stored)
+    if by_spark:
+        _convert_with_spark(spark, events, tmp, raw, by_spark, statuses, bounds)
+    aligned = {hour for hour in by_spark if _aligned(hour, bounds.get(hour))}
+    if not aligned:
+        return statuses, stored
+    data = f"{tmp}/data"
+    rows = spark.read.schema(compacted_struct()).option("basePath", data).parquet(
+        *[f"{data}/date={hour[0]}/hour={hour[1]}" for hour in sorted(aligned)]
+    )
+    valid = rows.filter(F.col("status") == OK).drop("status", "payload")
+    for name, frame in summarize(valid, ("date", "hour")).items():
+        written = f"{tmp}/summary/{name}"
+        frame.write.partitionBy("date", "hour").parquet(written)
+        for hour in sorted(aligned):
+            stored.setdefault(hour, set())
+            part = f"{written}/date={hour[0]}/hour={hour[1]}"
+            if fs.exists(part):
+                target = f"{data}/date={hour[0]}/hour={hour[1]}/{SUMMARY_DIR}"
+                fs.mkdirs(target)
+                if not fs.rename(part, f"{target}/{name}"):
+                    raise OSError(f"could not move {part}")
+                stored[hour].add(name)
+    return statuses, stored
+
+
+def _aligned(hour: Hour, bounds: tuple[int, int] | None) -> bool:
+    """Whether every valid record of the hour's directory lies in the hour (it does unless
+    the broker's clock jumped)."""
+    start = hour_start_us(hour)
+    return bounds is None or (start <= bounds[0] and bounds[1] < start + schema.HOUR_US)
+
+
+def _convert_with_arrow(
+    spark: Any, fs: HadoopFS, raw: dict[Hour, str], local_tmp: str, hours: list[Hour],
+    statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None], stored: dict[Hour, set[str]],
+) -> list[Hour]:
+    """Convert and summarise with pyarrow (brokerd.pipeline.arrowjson, .arrowsummaries) the
+    hours whose every line parses, filling ``statuses``, ``bounds`` and ``stored``; returns
+    the others."""
+    import os
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    from brokerd.pipeline.arrowjson import NotConvertible, convert_hour
+    from brokerd.pipeline.arrowsummaries import arrow_schemas, summarize_table
+    from brokerd.pipeline.summaries import summary_schemas
+
+    schemas = arrow_schemas(summary_schemas(spark))
+
+    def one(hour: Hour) -> bool:
+        """Convert and summarise one hour; False if pyarrow cannot parse it."""
+        staged = os.path.join(local_tmp, "data", f"date={hour[0]}", f"hour={hour[1]}")
+        os.makedirs(staged)
+        try:
+            statuses[hour], bounds[hour], valid = convert_hour(files[hour], os.path.join(staged, "part-00000-arrow.parquet"))
+        except NotConvertible:
+            shutil.rmtree(staged)
+            return False
+        if _aligned(hour, bounds[hour]):
+            names = set()
+            for name, table in summarize_table(valid).items():
+                if len(table):
+                    os.makedirs(os.path.join(staged, SUMMARY_DIR, name))
+                    table = table.select(schemas[name].names).cast(schemas[name])
+                    pq.write_table(table, os.path.join(staged, SUMMARY_DIR, name, "part-00000-arrow.parquet"))
+                    names.add(name)
+            stored[hour] = names
+        return True
+
+    files = {  # listed here: the threads below make no JVM calls
+        hour: [os.path.join(_local(raw[hour]) or "", name) for name, _size in fs.files(raw[hour], schema.FILE_SUFFIX)]
+        for hour in hours
+    }
+    # pyarrow releases the GIL while it parses, aggregates and writes: an hour per core
+    with ThreadPoolExecutor(max(1, min(len(hours), os.cpu_count() or 1))) as pool:
+        done = list(pool.map(one, hours))
+    left = [hour for hour, converted in zip(hours, done) if not converted]
+    return left
+
+
+def _convert_with_spark(
+    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour],
+    statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None],
+) -> None:
+    """Parse the JSON of ``hours`` once (all in one read, so both cores work even on small
+    hours), keep the rows in memory and write each hour's Parquet (one write per hour: its
+    rows need no sort by partition, as partitionBy would do)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline.read import OK, json_reader, with_status
+
+    parsed = with_status(json_reader(spark, events).json([raw[hour] for hour in hours])).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counted = parsed.groupBy("date", "hour", "status").agg(
+            F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
+        )
+        for row in counted.collect():
+            hour = (row["date"], row["hour"])
+            statuses[hour][row["status"]] = int(row["count"])
+            if row["status"] == OK:
+                bounds[hour] = (row["lo"], row["hi"])
+        for hour in hours:
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            parsed.filter((F.col("date") == hour[0]) & (F.col("hour") == hour[1])).drop("date", "hour").write.parquet(staged)
+    finally:
+        parsed.unpersist()

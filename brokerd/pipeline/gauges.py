@@ -1,29 +1,17 @@
 """SMQP's queue depth and Trash over time, from the broker's ``gauge`` records.
 
 The broker reads its store's queue figures every ``--event-log-gauge`` seconds and logs a
-record only when one changed, so a reading holds until the next one: the table keeps every
-reading, and the plot draws each as a step held until the next.
+record only when one changed, so a reading holds until the next one: the table
+(brokerd.pipeline.tables.queue_gauges, from the records kept whole in the ``rare`` summary)
+keeps every reading, and the plot draws each as a step held until the next.
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from brokerd.events import schema
-
 SERIES = (("pending", "pending (never sent)", "#1f77b4"), ("unacknowledged", "sent, not acknowledged", "#ff7f0e"),
           ("trash", "in the Trash", "#7f7f7f"))
-
-
-def queue_gauges(records: Any) -> Any:
-    """One row per ``gauge`` record: time, broker, protocol, pending, unacknowledged, trash."""
-    from pyspark.sql import functions as F
-
-    return (
-        records.filter(F.col("kind") == schema.GAUGE)
-        .select("time", "broker", "protocol", *[F.coalesce(F.col(n), F.lit(0)).cast("long").alias(n) for n, _l, _c in SERIES])
-        .orderBy("time", "broker")
-    )
 
 
 def queue_plot(rows: list[dict[str, Any]]) -> str:

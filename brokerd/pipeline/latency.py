@@ -1,6 +1,7 @@
-"""Delivery latency per receiving protocol, and SMQP's latency split into its two parts.
+"""The report's delivery-latency part: per receiving protocol, and SMQP's latency split.
 
-Two tables, from records that carry ``latency_us`` (docs/events.md):
+Two tables, derived in brokerd.pipeline.tables from the per-hour summaries (docs/events.md
+for the records):
 
 delivery_latency     per receiving protocol: count, p50/p90/p99/max in µs.  SSMP, MCCHAT and
                      socket.mq from the broker's sampled ``latency`` records (acceptance by the
@@ -13,14 +14,12 @@ smqp_latency_split   per SMQP outcome kind (delivered, acked) and part: ``queued
                      ``online`` (the rest: delivery, or delivery and acknowledgement, once it
                      was there).  Records from before ``queued_us`` existed are left out.
 
-Percentiles are Spark's percentile_approx (brokerd.pipeline.tables.PERCENTILES, ACCURACY).
+Percentiles are exact (brokerd.pipeline.tables.percentiles).  This module names the tables'
+sources and renders their section of the HTML.
 """
 from __future__ import annotations
 
 from typing import Any
-
-from brokerd.events import schema
-from brokerd.pipeline.tables import ACCURACY, PERCENTILES
 
 PROTOCOLS = ("ssmp", "mcchat", "socketmq", "smqp")
 """Every front end: the report has a latency section for each, with or without data."""
@@ -28,53 +27,6 @@ SAMPLED = "sampled write"
 """``delivery_latency.source`` of the broker's ``latency`` samples."""
 SMQP_ONLINE = "delivered, once online"
 """``delivery_latency.source`` of SMQP's ``delivered`` records."""
-
-
-def _f() -> Any:
-    from pyspark.sql import functions as F
-
-    return F
-
-
-def percentiles(frame: Any, keys: list[str], value: str) -> Any:
-    """count, p50_us, p90_us, p99_us, max_us of column ``value`` per ``keys``."""
-    F = _f()
-    values = F.percentile_approx(F.col(value), list(PERCENTILES), ACCURACY)
-    return (
-        frame.groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("count"), values.alias("_p"), F.max(value).alias("max_us"))
-        .select(*keys, "count", F.col("_p")[0].alias("p50_us"), F.col("_p")[1].alias("p90_us"),
-                F.col("_p")[2].alias("p99_us"), "max_us")
-        .orderBy(*keys)
-    )
-
-
-def delivery_latency(records: Any) -> Any:
-    F = _f()
-    kind = F.col("kind")
-    sampled = records.filter((kind == schema.LATENCY) & F.col("latency_us").isNotNull()).select(
-        "protocol", F.lit(SAMPLED).alias("source"), F.col("latency_us").alias("value")
-    )
-    smqp = records.filter(
-        (kind == schema.DELIVERED) & (F.col("protocol") == "smqp") & F.col("latency_us").isNotNull()
-    ).select(
-        "protocol", F.lit(SMQP_ONLINE).alias("source"),
-        F.greatest(F.col("latency_us") - F.coalesce(F.col("queued_us"), F.lit(0)), F.lit(0)).alias("value"),
-    )
-    return percentiles(sampled.unionByName(smqp), ["protocol", "source"], "value")
-
-
-def smqp_latency_split(records: Any) -> Any:
-    F = _f()
-    outcomes = records.filter(
-        F.col("kind").isin(schema.DELIVERED, schema.ACKED) & (F.col("protocol") == "smqp")
-        & F.col("latency_us").isNotNull() & F.col("queued_us").isNotNull()
-    )
-    queued = outcomes.select("kind", F.lit("queued").alias("part"), F.col("queued_us").alias("value"))
-    online = outcomes.select(
-        "kind", F.lit("online").alias("part"), F.greatest(F.col("latency_us") - F.col("queued_us"), F.lit(0)).alias("value")
-    )
-    return percentiles(queued.unionByName(online), ["kind", "part"], "value")
 
 
 def sections_html(rows: list[dict[str, Any]], split: list[dict[str, Any]], plot: str, split_plot: str) -> str:

@@ -47,6 +47,11 @@ class EventLog:
     quality: dict[str, int] = field(default_factory=dict)
     path: str = ""
     found: bool = True
+    summarized: dict[str, list[str]] = field(default_factory=dict)
+    """Compacted hours wholly inside the window whose stored summaries stand in for their
+    records (not in ``records``): hour directory -> the summaries stored there."""
+    has_records: bool = True
+    """False when every hour read is in ``summarized`` (``records`` is then empty)."""
 
     @property
     def bad_lines(self) -> int:
@@ -113,15 +118,26 @@ def empty_records(spark: Any) -> Any:
     return frame.withColumn("time", F.timestamp_micros(F.col("ts")))
 
 
+def _hour_inside(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
+    """Whether the whole hour is in [since, until): only then its stored summaries apply."""
+    from brokerd.pipeline.compact import hour_start_us
+
+    start = hour_start_us(hour)
+    return (since_us is None or since_us <= start) and (until_us is None or start + schema.HOUR_US <= until_us)
+
+
 def read_events(
-    spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None
+    spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None, *, summaries: bool = False
 ) -> EventLog:
     """Read ``data_dir``'s event log: Parquet for compacted hours, JSON for the others;
-    never raises for bad or missing data (an absent or empty log is an empty EventLog)."""
+    never raises for bad or missing data (an absent or empty log is an empty EventLog).
+    With ``summaries``, compacted hours wholly in the window whose marker lists summaries of
+    this version are left out of ``records`` and listed in ``summarized`` instead."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from brokerd.pipeline.compact import MARKER, HadoopFS, compacted_path
+    from brokerd.pipeline.summaries import SUMMARY_VERSION
 
     path, compacted = events_path(data_dir), compacted_path(data_dir)
     fs = HadoopFS(spark, data_dir)
@@ -131,23 +147,27 @@ def read_events(
         h: p for h, p in fs.hours(path).items() if h not in parquet_hours and _hour_in_window(h, since_us, until_us)
     }
     json_paths = [p for h, p in sorted(json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
-    parts = []
-    if parquet_hours:
-        parts.append(
-            spark.read.schema(compacted_struct()).option("basePath", compacted)
-            .parquet(*[p for _h, p in sorted(parquet_hours.items())])
-        )
-    if json_paths:
-        parts.append(with_status(json_reader(spark, path).json(json_paths)))
-    if not parts:
-        return EventLog(empty_records(spark), {status: 0 for status in STATUSES}, path, found=found)
-    columns = [name for name in schema.FIELD_NAMES if name != "payload"]
     # compacted hours: the statuses counted when they were compacted (no scan); open hours:
     # counted here, from the persisted JSON rows (a few hours at most)
     counts: dict[str, int] = {}
-    for location in parquet_hours.values():
-        for status_name, n in json.loads(fs.read_text(f"{location}/{MARKER}")).get("statuses", {}).items():
+    summarized: dict[str, list[str]] = {}
+    for hour, location in sorted(parquet_hours.items()):
+        marker = json.loads(fs.read_text(f"{location}/{MARKER}"))
+        for status_name, n in marker.get("statuses", {}).items():
             counts[status_name] = counts.get(status_name, 0) + int(n)
+        stored = marker.get("summaries") or {}
+        if summaries and stored.get("version") == SUMMARY_VERSION and _hour_inside(hour, since_us, until_us):
+            summarized[location] = list(stored.get("tables", []))
+    parquet_paths = [p for _h, p in sorted(parquet_hours.items()) if p not in summarized]
+    parts = []
+    if parquet_paths:
+        parts.append(spark.read.schema(compacted_struct()).option("basePath", compacted).parquet(*parquet_paths))
+    if json_paths:
+        parts.append(with_status(json_reader(spark, path).json(json_paths)))
+    if not parts:
+        quality = {status_name: int(counts.get(status_name, 0)) for status_name in STATUSES}
+        return EventLog(empty_records(spark), quality, path, found=found, summarized=summarized, has_records=False)
+    columns = [name for name in schema.FIELD_NAMES if name != "payload"]
     selected = [part.select(*columns, "status") for part in parts]
     if json_paths:
         selected[-1] = selected[-1].persist(StorageLevel.MEMORY_AND_DISK)
@@ -161,4 +181,4 @@ def read_events(
     if until_us is not None:
         records = records.filter(F.col("ts") < until_us)
     records = records.withColumn("time", F.timestamp_micros(F.col("ts")))
-    return EventLog(records, quality, path, found=found)
+    return EventLog(records, quality, path, found=found, summarized=summarized)

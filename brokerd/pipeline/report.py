@@ -1,6 +1,8 @@
 """The report job: event log in, Parquet tables + HTML report + summary out.
 
-Spark does the heavy part (reading, the tables); what the HTML and the text summary show is
+Spark does the heavy part: the records are reduced once to the per-hour summaries
+(brokerd.pipeline.summaries; read as stored for compacted hours), every table is derived from
+them (brokerd.pipeline.tables.TABLES), and what the HTML and the text summary show is
 collected from the written tables, which are small by construction (per minute, per top-N).
 """
 from __future__ import annotations
@@ -14,13 +16,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from brokerd.events import schema
-from brokerd.pipeline import gauges, html, latency, tables
+from brokerd.pipeline import gauges, html, summaries, tables
 from brokerd.pipeline.read import OK, read_events
 from brokerd.pipeline.session import Progress
 from brokerd.pipeline.timespec import format_time
 
-TABLES = ("traffic", "latency", "top_publishers", "top_subscribers", "dead_letters", "auth_failures",
-          "cross_protocol", "slow_consumers", "delivery_latency", "smqp_latency_split", "queue_gauges")
+TABLES = tuple(name for name, _table in tables.TABLES)
 MAX_PLOT_POINTS = 1500
 """Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
 HTML_NAME = "report.html"
@@ -66,28 +67,20 @@ def run_report(
         progress.step("compacting closed hours")
         compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
     progress.step("reading the event log")
-    log = read_events(spark, data_dir, since_us, until_us)
-    records = log.records
-
-    frames = {
-        "traffic": tables.traffic(records),
-        "latency": tables.latency(records),
-        "top_publishers": tables.top_publishers(records, top),
-        "top_subscribers": tables.top_subscribers(records, top),
-        "dead_letters": tables.dead_letters(records),
-        "auth_failures": tables.auth_failures(records),
-        "cross_protocol": tables.cross_protocol(records),
-        "slow_consumers": tables.slow_consumers(records),
-        "delivery_latency": latency.delivery_latency(records),
-        "smqp_latency_split": latency.smqp_latency_split(records),
-        "queue_gauges": gauges.queue_gauges(records),
-    }
-    for name in TABLES:
+    log = read_events(spark, data_dir, since_us, until_us, summaries=True)
+    progress.step(f"summarising {len(log.summarized)} hour(s) from stored summaries"
+                  + (", the others from their records" if log.has_records else ""))
+    merged = summaries.merge(spark, log.summarized, log.records if log.has_records else None)
+    if log.has_records:  # the hours read as records: reduce them once, not once per table
+        merged.frames = {name: merged.cached(f"summary:{name}", lambda _s, f=frame: f) for name, frame in merged.frames.items()}
+    for name, table in tables.TABLES:
         progress.step(f"writing table {name}")
-        frames[name].write.mode("overwrite").parquet(f"{out}/{name}")
+        table(merged, top).write.mode("overwrite").parquet(f"{out}/{name}")
 
     progress.step("summarising")
-    totals = records.groupBy("kind").agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi")).collect()
+    totals = merged["kinds"].groupBy("kind").agg(
+        F.sum("n").alias("n"), F.min("first_ts").alias("lo"), F.max("last_ts").alias("hi")
+    ).collect()
     events_by_kind = {row["kind"]: int(row["n"]) for row in totals}
     first = min((row["lo"] for row in totals), default=None)
     last = max((row["hi"] for row in totals), default=None)
@@ -117,7 +110,7 @@ def run_report(
         .filter(F.col("m") > 0)
         .orderBy(F.col("m").desc(), "topic").limit(15).collect()
     ]
-    latency_by_protocol = _rows(tables.latency(records, ("protocol", "kind")))
+    latency_by_protocol = _rows(tables.latency(merged, keys=("protocol", "kind")))
     dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
     auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
 
@@ -159,12 +152,14 @@ def run_report(
         "queue_gauge_readings": len(gauge_rows),
         "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
+        "summarized_hours": len(log.summarized),
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {
             "compacted_now": len(compaction.compacted), "already": len(compaction.already),
             "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
         },
     }
+    merged.release()
     progress.step("drawing the HTML report")
     plots = {
         "rate": html.rate_plot(series, bucket_seconds),

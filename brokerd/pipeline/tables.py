@@ -1,4 +1,6 @@
-"""The report's tables, each a function of the valid records (brokerd.pipeline.read).
+"""The report's tables, each derived from the merged summaries (brokerd.pipeline.summaries),
+never from the raw records: the messages are reduced once, per hour, and every table
+re-aggregates the small summaries.
 
 Definitions (docs/pipeline.md repeats them for readers of the Parquet files):
 
@@ -8,9 +10,8 @@ traffic          per minute x topic x protocol (the publisher's protocol for acc
                  max_fanout, deliveries (fanout + ``delivered`` events - drops after hand-off),
                  drops and drops_by_reason (``accepted.dropped`` counts as ``unrenderable``).
 latency          per topic x protocol x kind, over records with latency_us: count, p50, p90,
-                 p99 (Spark's percentile_approx, accuracy 10000: the smallest value with at
-                 least that fraction of values at or below it, exact for groups under ~10000
-                 values) and max.
+                 p99 (exact: the smallest value with at least that fraction of the values at
+                 or below it) and max.
 top_publishers   sessions by accepted messages: messages, bytes, topics, fanout, first/last.
 top_subscribers  sessions by messages routed to them: multicast messages accepted on a topic
                  while they were subscribed to it (from their ``subscribed`` event to the
@@ -18,12 +19,27 @@ top_subscribers  sessions by messages routed to them: multicast messages accepte
                  plus ``delivered`` events naming them.
 dead_letters     every ``expired`` and ``trashed`` record.
 auth_failures    per source host x protocol: failures, identities and schemes tried, first/last.
+cross_protocol   publishing x receiving protocol: multicast copies routed to subscribers.
+slow_consumers   every congestion episode.
+delivery_latency per receiving protocol x source, exact percentiles as ``latency``: SSMP,
+                 MCCHAT and socket.mq from the broker's sampled ``latency`` records (``rare``),
+                 SMQP from its ``delivered`` records less the time queued (``smqp_latency``).
+smqp_latency_split
+                 per SMQP outcome kind x part (``queued``, ``online``) of the records with
+                 ``queued_us`` (``smqp_latency``).
+queue_gauges     every ``gauge`` reading (``rare``).
+
+:data:`TABLES` lists them in the order they are written: the one place to register a table.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from brokerd.events import schema
+from brokerd.pipeline.gauges import SERIES
+from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
+from brokerd.pipeline.summaries import HOUR_US, ONLINE, QUEUED, UNSPLIT, Summaries
 
 FAR_FUTURE_US = 1 << 62
 """Stands for "still subscribed at the end of the log"."""
@@ -35,88 +51,70 @@ def _f() -> Any:
     return F
 
 
-def _count() -> Any:
-    """How many messages an ``accepted`` record stands for (a run is one record)."""
+def traffic(s: Summaries, top: int = 0) -> Any:
+    """One aggregation over the traffic and drops summaries together (no join: every drops
+    key is a traffic key, both coming from the same records); the drops are first summed per
+    reason, so each reason is one entry of the key's map."""
     F = _f()
-    return F.coalesce(F.col("count"), F.lit(1))
-
-
-def traffic(records: Any) -> Any:
-    F = _f()
-    kind = F.col("kind")
     keys = ["minute", "topic", "protocol"]
-    base = records.filter(kind.isin(schema.ACCEPTED, schema.DELIVERED, schema.DROPPED)).withColumn(
-        "minute", F.date_trunc("minute", F.col("time"))
-    )
-    accepted = kind == schema.ACCEPTED
-    count = _count()
-    main = base.groupBy(*keys).agg(
-        F.sum(F.when(accepted, count).otherwise(0)).cast("long").alias("messages"),
-        F.sum(F.when(accepted, F.coalesce(F.col("bytes"), F.lit(0))).otherwise(0)).cast("long").alias("bytes"),
-        F.sum(F.when(accepted, F.coalesce(F.col("fanout"), F.lit(0)) * count).otherwise(0)).cast("long").alias("fanout"),
-        F.max(F.when(accepted, F.col("fanout"))).cast("long").alias("max_fanout"),
-        F.sum(F.when(kind == schema.DELIVERED, 1).otherwise(0)).cast("long").alias("_delivered"),
-        F.sum(
-            F.when(
-                (kind == schema.DROPPED) & F.col("reason").isin(sorted(schema.AFTER_HANDOFF_REASONS)),
-                F.coalesce(F.col("dropped"), F.lit(1)),
-            ).otherwise(0)
-        ).cast("long").alias("_after_handoff"),
-    )
-    unrenderable = base.filter(accepted & (F.col("dropped") > 0)).select(
-        *keys, F.lit(schema.UNRENDERABLE).alias("reason"), (F.col("dropped") * count).cast("long").alias("n")
-    )
-    reported = base.filter(kind == schema.DROPPED).select(
-        *keys,
-        F.coalesce(F.col("reason"), F.lit("unknown")).alias("reason"),
-        F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("n"),
-    )
+    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
+    zero = F.lit(0).cast("long")
+    flows = s["traffic"].select(*keys, *sums, "max_fanout", F.lit(None).cast("string").alias("reason"), zero.alias("n"))
     drops = (
-        unrenderable.unionByName(reported)
-        .groupBy(*keys, "reason")
-        .agg(F.sum("n").alias("n"))
-        .groupBy(*keys)
-        .agg(
-            F.sum("n").cast("long").alias("drops"),
-            F.map_from_entries(F.array_sort(F.collect_list(F.struct("reason", "n")))).alias("drops_by_reason"),
-        )
+        s["drops"].groupBy(*keys, "reason").agg(F.sum("n").cast("long").alias("n"))
+        .select(*keys, *[zero.alias(name) for name in sums], F.lit(None).cast("long").alias("max_fanout"), "reason", "n")
     )
-    m, d = main.alias("m"), drops.alias("d")
-    joined = m.join(d, [F.col(f"m.{key}").eqNullSafe(F.col(f"d.{key}")) for key in keys], "left")
-    empty_map = F.create_map().cast("map<string,bigint>")
-    return joined.select(
-        *[F.col(f"m.{key}").alias(key) for key in keys],
-        "m.messages",
-        "m.bytes",
-        "m.fanout",
-        "m.max_fanout",
-        (F.col("m.fanout") + F.col("m._delivered") - F.col("m._after_handoff")).alias("deliveries"),
-        F.coalesce(F.col("d.drops"), F.lit(0).cast("long")).alias("drops"),
-        F.coalesce(F.col("d.drops_by_reason"), empty_map).alias("drops_by_reason"),
+    merged = flows.unionByName(drops).groupBy(*keys).agg(
+        *[F.sum(name).cast("long").alias(name) for name in sums],
+        F.max("max_fanout").cast("long").alias("max_fanout"),
+        F.sum("n").cast("long").alias("drops"),
+        F.map_from_entries(F.array_sort(F.collect_list(F.when(F.col("reason").isNotNull(), F.struct("reason", "n")))))
+        .alias("drops_by_reason"),
+    )
+    return merged.select(
+        F.timestamp_micros(F.col("minute")).alias("minute"),
+        "topic",
+        "protocol",
+        "messages",
+        "bytes",
+        "fanout",
+        "max_fanout",
+        (F.col("fanout") + F.col("delivered") - F.col("after_handoff")).alias("deliveries"),
+        "drops",
+        "drops_by_reason",
     ).orderBy("minute", F.col("topic").asc_nulls_first(), "protocol")
 
 
 PERCENTILES = (0.5, 0.9, 0.99)
-ACCURACY = 10_000
 
 
-def latency(records: Any, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
+def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
+    """count, p50_us, p90_us, p99_us, max_us per ``keys`` from value counts (``counts``: the
+    keys, ``value`` and ``n``, several rows per value allowed), exact: per group, the smallest
+    value whose running count reaches ``ceil(p * count)`` (as Spark's percentile_approx
+    defines its answer)."""
+    from pyspark.sql import Window
+
     F = _f()
-    values = F.percentile_approx(F.col("latency_us"), list(PERCENTILES), ACCURACY)
+    values = counts.groupBy(*keys, value).agg(F.sum("n").alias("n"))
+    group = Window.partitionBy(*keys)
+    running = F.sum("n").over(group.orderBy(value).rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    ranked = values.select(*keys, value, running.alias("upto"), F.sum("n").over(group).alias("total"))
+    quantiles = [
+        F.min(F.when(F.col("upto") >= F.lit(q) * F.col("total"), F.col(value))).alias(f"p{round(q * 100)}_us")
+        for q in PERCENTILES
+    ]
     return (
-        records.filter(F.col("latency_us").isNotNull())
-        .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("count"), values.alias("_p"), F.max("latency_us").alias("max_us"))
-        .select(
-            *keys,
-            "count",
-            F.col("_p")[0].alias("p50_us"),
-            F.col("_p")[1].alias("p90_us"),
-            F.col("_p")[2].alias("p99_us"),
-            "max_us",
-        )
+        ranked.groupBy(*keys)
+        .agg(F.max("total").cast("long").alias("count"), *quantiles, F.max(value).alias("max_us"))
+        .select(*keys, "count", *[f"p{round(q * 100)}_us" for q in PERCENTILES], "max_us")
         .orderBy(*[F.col(key).asc_nulls_first() for key in keys])
     )
+
+
+def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
+    """Every record with ``latency_us``, per ``keys``: exact percentiles of the value counts."""
+    return percentiles(s["latency"], keys, "latency_us")
 
 
 def _ranked(frame: Any, order: list[Any], top: int) -> Any:
@@ -127,19 +125,15 @@ def _ranked(frame: Any, order: list[Any], top: int) -> Any:
     return limited.withColumn("rank", F.row_number().over(Window.orderBy(*order))).orderBy("rank")
 
 
-def top_publishers(records: Any, top: int = 100) -> Any:
+def top_publishers(s: Summaries, top: int = 100) -> Any:
     F = _f()
-    frame = (
-        records.filter(F.col("kind") == schema.ACCEPTED)
-        .groupBy("session", "protocol")
-        .agg(
-            F.sum(_count()).cast("long").alias("messages"),
-            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("bytes"),
-            F.countDistinct("topic").alias("topics"),
-            F.sum(F.coalesce(F.col("fanout"), F.lit(0)) * _count()).cast("long").alias("fanout"),
-            F.min("time").alias("first_seen"),
-            F.max("time").alias("last_seen"),
-        )
+    frame = s["publishing"].groupBy("session", "protocol").agg(
+        F.sum("messages").cast("long").alias("messages"),
+        F.sum("bytes").cast("long").alias("bytes"),
+        F.countDistinct("topic").alias("topics"),
+        F.sum("fanout").cast("long").alias("fanout"),
+        F.timestamp_micros(F.min("first_ts")).alias("first_seen"),
+        F.timestamp_micros(F.max("last_ts")).alias("last_seen"),
     )
     order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
     return _ranked(frame, order, top)
@@ -183,44 +177,6 @@ def subscription_intervals(records: Any) -> Any:
     return with_logout.select(*keys, end.alias("end")).withColumn("interval", F.monotonically_increasing_id())
 
 
-COUNT_BUCKET_US = 60_000_000
-"""Messages are summed per minute before they meet the subscription endpoints."""
-
-
-def _counts_between(messages: Any, intervals: Any, keys: list[str]) -> Any:
-    """Per interval: messages (and bytes) with ``keys`` equal and ``start <= ts < end``.
-
-    The count at an endpoint is the messages strictly before it: the whole minutes before the
-    endpoint's minute (from per-minute sums, a hash aggregation) plus the messages of its own
-    minute before it (a broadcast join with the few endpoints).  No sort of the messages.
-    """
-    F = _f()
-    ends = None
-    for edge in ("start", "end"):
-        part = intervals.select(*keys, "interval", F.col(edge).alias("at"), F.lit(edge).alias("edge"))
-        ends = part if ends is None else ends.unionByName(part)
-    ends = F.broadcast(ends.withColumn("bucket", F.floor(F.col("at") / COUNT_BUCKET_US)))
-    minutes = messages.groupBy(*keys, F.floor(F.col("ts") / COUNT_BUCKET_US).alias("m_bucket")).agg(
-        F.sum("c").cast("long").alias("n"), F.sum("b").cast("long").alias("nb")
-    )
-    e, m = ends.alias("e"), minutes.alias("m")
-    same = [F.col(f"e.{key}") == F.col(f"m.{key}") for key in keys]
-    whole = e.join(m, same + [F.col("m.m_bucket") < F.col("e.bucket")], "inner").select(
-        "e.interval", "e.edge", "m.n", "m.nb"
-    )
-    t = messages.select(*keys, "ts", F.col("c").cast("long").alias("n"), F.col("b").cast("long").alias("nb")).alias("t")
-    same = [F.col(f"e.{key}") == F.col(f"t.{key}") for key in keys]
-    partial = e.join(
-        t, same + [F.floor(F.col("t.ts") / COUNT_BUCKET_US) == F.col("e.bucket"), F.col("t.ts") < F.col("e.at")], "inner"
-    ).select("e.interval", "e.edge", "t.n", "t.nb")
-    sign = F.when(F.col("edge") == "end", 1).otherwise(-1)
-    return (
-        whole.unionByName(partial)
-        .groupBy("interval")
-        .agg((F.sum(sign * F.col("n"))).alias("messages"), (F.sum(sign * F.col("nb"))).alias("bytes"))
-    )
-
-
 def internal_sessions(records: Any) -> Any:
     """(session, protocol) of sessions the broker itself runs (SMQP's topic bridges): their
     ``login`` has no ``source``, as they have no connection of their own."""
@@ -231,41 +187,84 @@ def internal_sessions(records: Any) -> Any:
     )
 
 
-def top_subscribers(records: Any, top: int = 100) -> Any:
+def _subscriptions(s: Summaries) -> Any:
+    """The subscriptions of sessions that are not the broker's own, with an ``interval`` id."""
+    rare = s.records()
+    return subscription_intervals(rare).join(internal_sessions(rare), ["session", "protocol"], "left_anti")
+
+
+def _routed(s: Summaries) -> Any:
+    """Per subscription (``interval``) and publishing protocol: the multicast messages (and
+    bytes) accepted on its topic in ``[start, end)``, its session's own excluded.
+
+    The count before an endpoint is the whole hours before the endpoint's hour (``publishing``)
+    plus the part of its own hour before it (``before_topic``, ``before_own``, kept per endpoint
+    instant); the count in the interval is the count before its end minus before its start.
+    """
     F = _f()
-    intervals = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti").persist()
-    multicast = records.filter(
-        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
-    ).select("topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol")
-    on_topic = _counts_between(multicast.select("topic", "ts", "b", "c"), intervals, ["topic"])
-    # the subscriber's own messages on the topic while subscribed are not routed to it
-    own_messages = multicast.join(
-        intervals.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi"
-    )
-    own = _counts_between(own_messages, intervals, ["topic", "session", "protocol"]).select(
-        "interval", F.col("messages").alias("own_messages"), F.col("bytes").alias("own_bytes")
-    )
-    per_interval = (
-        intervals.join(on_topic, "interval", "left")
-        .join(own, "interval", "left")
-        .select(
-            "session", "protocol", "topic",
-            (F.coalesce(F.col("messages"), F.lit(0)) - F.coalesce(F.col("own_messages"), F.lit(0))).alias("messages"),
-            (F.coalesce(F.col("bytes"), F.lit(0)) - F.coalesce(F.col("own_bytes"), F.lit(0))).alias("bytes"),
+    intervals = s.cached("subscriptions", _subscriptions)
+    ends = None
+    for edge, sign in (("start", -1), ("end", 1)):
+        part = intervals.select(
+            "interval", "topic", "session", "protocol", F.col(edge).alias("at"), F.lit(sign).alias("sign")
         )
+        ends = part if ends is None else ends.unionByName(part)
+    ends = F.broadcast(ends.withColumn("e_hour", F.floor(F.col("at") / HOUR_US).cast("long"))).alias("e")
+    multicast = s["publishing"].filter((F.col("message") == "multicast") & F.col("topic").isNotNull())
+    hourly = multicast.groupBy("hour_index", "topic", F.col("protocol").alias("publishing")).agg(
+        F.sum("messages").alias("n"), F.sum("bytes").alias("nb")
+    ).alias("h")
+    own_hourly = (
+        multicast.join(intervals.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi")
+        .groupBy("hour_index", "topic", "session", "protocol")
+        .agg(F.sum("messages").alias("n"), F.sum("bytes").alias("nb"))
+        .alias("o")
+    )
+    before_topic, before_own = s["before_topic"].alias("t"), s["before_own"].alias("w")
+    topic = F.col("e.topic")
+
+    def own(alias: str) -> list[Any]:
+        return [F.col("e.session") == F.col(f"{alias}.session"), F.col("e.protocol") == F.col(f"{alias}.protocol")]
+
+    pieces = [
+        ends.join(hourly, [topic == F.col("h.topic"), F.col("h.hour_index") < F.col("e.e_hour")])
+        .select("e.interval", "h.publishing", (F.col("e.sign") * F.col("h.n")).alias("n"), (F.col("e.sign") * F.col("h.nb")).alias("nb")),
+        ends.join(before_topic, [topic == F.col("t.topic"), F.col("e.at") == F.col("t.at")])
+        .select("e.interval", "t.publishing", (F.col("e.sign") * F.col("t.n")).alias("n"), (F.col("e.sign") * F.col("t.nb")).alias("nb")),
+        ends.join(own_hourly, [topic == F.col("o.topic"), *own("o"), F.col("o.hour_index") < F.col("e.e_hour")])
+        .select("e.interval", F.col("e.protocol").alias("publishing"),
+                (-F.col("e.sign") * F.col("o.n")).alias("n"), (-F.col("e.sign") * F.col("o.nb")).alias("nb")),
+        ends.join(before_own, [topic == F.col("w.topic"), *own("w"), F.col("e.at") == F.col("w.at")])
+        .select("e.interval", F.col("e.protocol").alias("publishing"),
+                (-F.col("e.sign") * F.col("w.n")).alias("n"), (-F.col("e.sign") * F.col("w.nb")).alias("nb")),
+    ]
+    union = pieces[0]
+    for piece in pieces[1:]:
+        union = union.unionByName(piece)
+    return union.groupBy("interval", "publishing").agg(
+        F.sum("n").cast("long").alias("messages"), F.sum("nb").cast("long").alias("bytes")
+    )
+
+
+def top_subscribers(s: Summaries, top: int = 100) -> Any:
+    F = _f()
+    intervals = s.cached("subscriptions", _subscriptions)
+    routed_by = s.cached("routed", _routed)
+    per_interval = intervals.join(
+        routed_by.groupBy("interval").agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")),
+        "interval", "left",
+    ).select(
+        "session", "protocol", "topic",
+        F.coalesce(F.col("messages"), F.lit(0)).alias("messages"),
+        F.coalesce(F.col("bytes"), F.lit(0)).alias("bytes"),
     )
     routed = per_interval.groupBy("session", "protocol").agg(
         F.sum("messages").cast("long").alias("routed"),
         F.sum("bytes").cast("long").alias("routed_bytes"),
         F.countDistinct("topic").alias("topics"),
     )
-    delivered = (
-        records.filter(F.col("kind") == schema.DELIVERED)
-        .groupBy("session", "protocol")
-        .agg(
-            F.count(F.lit(1)).cast("long").alias("delivered"),
-            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("delivered_bytes"),
-        )
+    delivered = s["delivered"].groupBy("session", "protocol").agg(
+        F.sum("n").cast("long").alias("delivered"), F.sum("bytes").cast("long").alias("delivered_bytes")
     )
     zero = F.lit(0).cast("long")
     frame = routed.join(delivered, ["session", "protocol"], "full_outer").select(
@@ -275,73 +274,53 @@ def top_subscribers(records: Any, top: int = 100) -> Any:
         (F.coalesce(F.col("routed_bytes"), zero) + F.coalesce(F.col("delivered_bytes"), zero)).alias("bytes"),
         F.coalesce(F.col("topics"), zero).alias("topics"),
     )
-    frame = frame.join(internal_sessions(records), ["session", "protocol"], "left_anti")
+    frame = frame.join(internal_sessions(s.records()), ["session", "protocol"], "left_anti")
     order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
     return _ranked(frame, order, top)
 
 
-def cross_protocol(records: Any) -> Any:
+def cross_protocol(s: Summaries, top: int = 0) -> Any:
     """Publishing protocol x receiving protocol: multicast copies routed to subscribers (as
     top_subscribers counts them: while subscribed, a session's own messages excluded) and
     their bytes.  Deliveries outside the fan-out (``delivered``) carry no sender protocol and
     are not in it."""
     F = _f()
-    multicast = records.filter(
-        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
-    ).select(
-        "topic", "ts", F.coalesce(F.col("bytes"), F.lit(0)).alias("b"), _count().alias("c"), "session", "protocol",
-        F.col("protocol").alias("publishing"),
-    )
-    subscribers = subscription_intervals(records).join(internal_sessions(records), ["session", "protocol"], "left_anti")
-    per = (
-        subscribers.crossJoin(multicast.select("publishing").distinct())
-        .withColumn("interval", F.xxhash64("interval", "publishing"))
-        .persist()
-    )
-    keys = ["topic", "publishing"]
-    on_topic = _counts_between(multicast.select(*keys, "ts", "b", "c"), per, keys)
-    own_messages = multicast.join(subscribers.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi")
-    own = _counts_between(own_messages, per, ["topic", "session", "protocol", "publishing"]).select(
-        "interval", F.col("messages").alias("own_messages"), F.col("bytes").alias("own_bytes")
-    )
+    intervals = s.cached("subscriptions", _subscriptions)
     return (
-        per.join(on_topic, "interval", "left").join(own, "interval", "left")
-        .groupBy("publishing", F.col("protocol").alias("receiving"))
-        .agg(
-            F.sum(F.coalesce(F.col("messages"), F.lit(0)) - F.coalesce(F.col("own_messages"), F.lit(0))).cast("long").alias("messages"),
-            F.sum(F.coalesce(F.col("bytes"), F.lit(0)) - F.coalesce(F.col("own_bytes"), F.lit(0))).cast("long").alias("bytes"),
-        )
+        s.cached("routed", _routed).join(intervals.select("interval", F.col("protocol").alias("receiving")), "interval")
+        .groupBy("publishing", "receiving")
+        .agg(F.sum("messages").cast("long").alias("messages"), F.sum("bytes").cast("long").alias("bytes"))
         .filter(F.col("messages") > 0)
         .orderBy("publishing", "receiving")
     )
 
 
-def slow_consumers(records: Any) -> Any:
+def slow_consumers(s: Summaries, top: int = 0) -> Any:
     """Congestion episodes: ``dropped`` records for a full output buffer or queue (one record
     per episode, ``dropped`` copies lost)."""
     F = _f()
     return (
-        records.filter((F.col("kind") == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
+        s.records().filter((F.col("kind") == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
         .select("time", "protocol", "session", "topic", "reason", F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("dropped"))
         .orderBy("time", "session")
     )
 
 
-def dead_letters(records: Any) -> Any:
+def dead_letters(s: Summaries, top: int = 0) -> Any:
     F = _f()
     return (
-        records.filter(F.col("kind").isin(sorted(schema.DEAD_LETTER_KINDS)))
+        s.records().filter(F.col("kind").isin(sorted(schema.DEAD_LETTER_KINDS)))
         .select("time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker")
         .orderBy("time", "message_id")
     )
 
 
-def auth_failures(records: Any) -> Any:
+def auth_failures(s: Summaries, top: int = 0) -> Any:
     F = _f()
     host = F.regexp_extract(F.col("source"), r"^\[?(.*?)\]?:[0-9]+$", 1)
     source = F.when(host != "", host).otherwise(F.col("source"))
     return (
-        records.filter(F.col("kind") == schema.AUTH_FAILURE)
+        s.records().filter(F.col("kind") == schema.AUTH_FAILURE)
         .withColumn("source", source)
         .groupBy("source", "protocol")
         .agg(
@@ -353,3 +332,54 @@ def auth_failures(records: Any) -> Any:
         )
         .orderBy(F.col("failures").desc(), F.col("source").asc_nulls_last(), "protocol")
     )
+
+
+def delivery_latency(s: Summaries, top: int = 0) -> Any:
+    """Per receiving protocol: the broker's sampled ``latency`` records (few: they are kept
+    whole in ``rare``) and SMQP's ``delivered`` records counted from the moment the subscriber
+    was there (``latency_us - queued_us``; all of ``latency_us`` for records without
+    ``queued_us``), so a message kept for a subscriber who was away is not a slow delivery."""
+    F = _f()
+    sampled = s.records().filter((F.col("kind") == schema.LATENCY) & F.col("latency_us").isNotNull()).select(
+        "protocol", F.lit(SAMPLED).alias("source"), F.col("latency_us").cast("long").alias("value_us"),
+        F.lit(1).cast("long").alias("n"),
+    )
+    smqp = s["smqp_latency"].filter((F.col("kind") == schema.DELIVERED) & F.col("part").isin(ONLINE, UNSPLIT)).select(
+        F.lit("smqp").alias("protocol"), F.lit(SMQP_ONLINE).alias("source"), "value_us", "n"
+    )
+    return percentiles(sampled.unionByName(smqp), ["protocol", "source"], "value_us")
+
+
+def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
+    """Per SMQP outcome kind: the time queued while the subscriber was away and the rest, of
+    the records with ``queued_us`` (logs from before it existed have none: left out)."""
+    F = _f()
+    return percentiles(s["smqp_latency"].filter(F.col("part").isin(QUEUED, ONLINE)), ["kind", "part"], "value_us")
+
+
+def queue_gauges(s: Summaries, top: int = 0) -> Any:
+    """One row per ``gauge`` record (logged only on change, so few; kept whole in ``rare``):
+    time, broker, protocol, pending, unacknowledged, trash."""
+    F = _f()
+    return (
+        s.records().filter(F.col("kind") == schema.GAUGE)
+        .select("time", "broker", "protocol", *[F.coalesce(F.col(n), F.lit(0)).cast("long").alias(n) for n, _l, _c in SERIES])
+        .orderBy("time", "broker")
+    )
+
+
+Table = Callable[[Summaries, int], Any]
+TABLES: tuple[tuple[str, Table], ...] = (
+    ("traffic", traffic),
+    ("latency", latency),
+    ("top_publishers", top_publishers),
+    ("top_subscribers", top_subscribers),
+    ("dead_letters", dead_letters),
+    ("auth_failures", auth_failures),
+    ("cross_protocol", cross_protocol),
+    ("slow_consumers", slow_consumers),
+    ("delivery_latency", delivery_latency),
+    ("smqp_latency_split", smqp_latency_split),
+    ("queue_gauges", queue_gauges),
+)
+"""Every table the report writes, by name, as a function of the summaries and ``--top``."""

@@ -3,6 +3,7 @@ run killed half-way shows no partial hour and the next run finishes it; a report
 compacted plus open hours equals a report on the raw JSON."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -124,3 +125,193 @@ def test_a_compaction_killed_half_way_is_finished_by_the_next_run(spark: Any, tm
     assert list(published(killed)) == list(published(clean))
     assert rows(spark, base) == rows(spark, clean / COMPACTED_DIR)
     assert rows(spark, base)  # not two empty tables
+
+
+M = 60 * 1_000_000
+
+
+def _subscription_log(data_dir: Path) -> None:
+    """Three hours in which a subscriber comes, goes, comes back and logs out mid-hour, with
+    its own messages (not routed to it) and another's around each endpoint."""
+    from tests.pipeline.test_report import rec
+
+    h = [H0 + n * HOUR for n in range(3)]
+    hours = [
+        [
+            rec(h[0], "ssmp", "login", session="s1", source="127.0.0.1:1000", outcome="ok"),
+            rec(h[0] + 5 * M, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=1, fanout=0),
+            rec(h[0] + 10 * M + 10_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=2, fanout=0),
+            rec(h[0] + 10 * M + 30_000_000, "ssmp", "subscribed", session="s1", topic="a"),
+            rec(h[0] + 10 * M + 40_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=4, fanout=1, count=2),
+            rec(h[0] + 15 * M, "ssmp", "accepted", session="s1", topic="a", message="multicast", bytes=8, fanout=0),
+            rec(h[0] + 20 * M, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=16, fanout=1),
+            rec(h[0] + 21 * M, "smqp", "acked", session="s1", topic="a", latency_us=7),
+        ],
+        [
+            rec(h[1] + 1 * M, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=32, fanout=1),
+            rec(h[1] + 30 * M + 10_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=64, fanout=1),
+            rec(h[1] + 30 * M + 15_000_000, "ssmp", "unsubscribed", session="s1", topic="a"),
+            rec(h[1] + 30 * M + 20_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=128, fanout=0),
+            rec(h[1] + 40 * M, "ssmp", "subscribed", session="s1", topic="a"),
+            rec(h[1] + 45 * M, "ssmp", "accepted", session="s1", topic="a", message="multicast", bytes=256, fanout=0),
+            rec(h[1] + 50 * M, "smqp", "acked", session="s1", topic="a", latency_us=3),
+        ],
+        [
+            rec(h[2] + 1 * M, "socketmq", "login", session="s2", source="127.0.0.1:2000", outcome="ok"),
+            rec(h[2] + 1 * M, "socketmq", "subscribed", session="s2", topic="a"),
+            rec(h[2] + 2 * M, "ssmp", "accepted", session="s1", topic="a", message="multicast", bytes=512, fanout=1),
+            rec(h[2] + 5 * M, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=1024, fanout=2),
+            rec(h[2] + 10 * M + 20_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=2048, fanout=2),
+            rec(h[2] + 10 * M + 30_000_000, "ssmp", "logout", session="s1"),
+            rec(h[2] + 10 * M + 40_000_000, "mcchat", "accepted", session="p", topic="a", message="multicast", bytes=4096, fanout=1),
+            rec(h[2] + 11 * M, "smqp", "acked", session="s1", topic="a", latency_us=5),
+        ],
+    ]
+    for n, lines in enumerate(hours):
+        directory = data_dir / "events" / "date=2024-05-01" / f"hour={10 + n}"
+        directory.mkdir(parents=True)
+        (directory / "events-b1-run1-1.jsonl").write_text("".join(lines), "utf-8")
+
+
+def test_a_report_over_compacted_hours_reads_their_stored_summaries(spark: Any, tmp_path: Path) -> None:
+    raw_dir, stored_dir = tmp_path / "raw", tmp_path / "stored"
+    _subscription_log(raw_dir)
+    shutil.copytree(raw_dir, stored_dir)
+    keys = ("quality", "events", "events_by_kind", "messages_by_protocol", "top_topics", "latency_by_protocol",
+            "first_event", "last_event", "top_publishers", "top_subscribers", "cross_protocol")
+
+    def same(a: str, b: str) -> None:
+        for table in TABLES:
+            assert rows(spark, tmp_path / a / table) == rows(spark, tmp_path / b / table), table
+
+    raw = run_report(spark, str(raw_dir), str(tmp_path / "out-raw"), compact=False)
+    assert raw["summarized_hours"] == 0
+    # s1: p's 5 messages in its first subscription (a run of 2 among them; its own at 10:15
+    # not routed to it) and 2 in its second (until its logout); s2: p's 3 and s1's one since 12:01
+    assert [(r["session"], r["messages"]) for r in raw["top_subscribers"]] == [("s1", 7), ("s2", 4)]
+    assert sorted((r["publishing"], r["receiving"], r["messages"]) for r in raw["cross_protocol"]) == [
+        ("mcchat", "socketmq", 3), ("mcchat", "ssmp", 7), ("ssmp", "socketmq", 1),
+    ]
+    assert [(r["protocol"], r["p50_us"], r["max_us"]) for r in raw["latency_by_protocol"]] == [("smqp", 5, 7)]
+    stored = run_report(spark, str(stored_dir), str(tmp_path / "out-stored"))
+    assert stored["compaction"]["compacted_now"] == 3 and stored["summarized_hours"] == 3
+    # a window cutting hours 10 and 12: those two from their Parquet rows, hour 11 from its summaries
+    since, until = H0 + 10 * M + 35_000_000, H0 + 2 * HOUR + 10 * M + 25_000_000
+    cut_raw = run_report(spark, str(raw_dir), str(tmp_path / "cut-raw"), compact=False, since_us=since, until_us=until)
+    cut = run_report(spark, str(stored_dir), str(tmp_path / "cut-stored"), since_us=since, until_us=until)
+    assert cut["summarized_hours"] == 1
+    # the hours' rows deleted, only their markers and summaries left: still the same report
+    for data in (stored_dir / COMPACTED_DIR).glob("date=*/hour=*/*.parquet"):
+        data.unlink()
+    again = run_report(spark, str(stored_dir), str(tmp_path / "out-again"))
+    assert again["summarized_hours"] == 3 and again["compaction"]["already"] == 3
+    for summary in (stored, again):
+        for key in keys:
+            assert summary[key] == raw[key], key
+    for key in keys:
+        assert cut[key] == cut_raw[key], key
+    same("out-raw", "out-stored")
+    same("out-raw", "out-again")
+    same("cut-raw", "cut-stored")
+    # in the window s1 subscribed once (11:40, its logout after the window) and s2 from 12:01
+    assert [(r["session"], r["messages"]) for r in cut_raw["top_subscribers"]] == [("s2", 3), ("s1", 2)]
+
+
+def _samples_log(data_dir: Path) -> None:
+    """Three hours of the records the delivery-latency and queue tables read: sampled
+    ``latency`` records, SMQP outcomes with and without ``queued_us``, ``gauge`` readings.
+    Hour 11 has a line pyarrow cannot parse, so compaction converts and summarises it with
+    Spark, the other two with pyarrow; equal values in different hours test the merge."""
+    from tests.pipeline.test_report import rec
+
+    h = [H0 + n * HOUR for n in range(3)]
+    hours = [
+        [
+            rec(h[0] + 1 * M, "ssmp", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=2, latency_us=40),
+            rec(h[0] + 2 * M, "mcchat", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=1, latency_us=80),
+            rec(h[0] + 3 * M, "ssmp", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=2, latency_us=60),
+            rec(h[0] + 4 * M, "smqp", "gauge", pending=3, unacknowledged=0, trash=0),
+            # kept 643 s for a subscriber who was away, delivered in 2 ms, acknowledged 5 ms later
+            rec(h[0] + 20 * M, "smqp", "delivered", session="e:c1", topic="t", sender="ssmp:a",
+                latency_us=643_002_000, queued_us=643_000_000),
+            rec(h[0] + 21 * M, "smqp", "acked", session="e:c1", topic="t", sender="ssmp:a",
+                latency_us=643_007_000, queued_us=643_000_000),
+        ],
+        [
+            rec(h[1] + 1 * M, "socketmq", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=1, latency_us=120),
+            rec(h[1] + 2 * M, "ssmp", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=1, latency_us=40),
+            rec(h[1] + 3 * M, "smqp", "gauge", pending=1, unacknowledged=2, trash=0),
+            rec(h[1] + 4 * M, "smqp", "delivered", session="e:c1", topic="t", sender="ssmp:a", latency_us=3_000, queued_us=0),
+            # from before queued_us existed: in delivery_latency, not in the split
+            rec(h[1] + 5 * M, "smqp", "delivered", session="e:c1", topic="t", sender="ssmp:a", latency_us=2_500),
+            "{not json\n",
+        ],
+        [
+            rec(h[2] + 1 * M, "mcchat", "latency", sender="ssmp:a", topic="t", message="multicast", fanout=1, latency_us=90),
+            rec(h[2] + 2 * M, "smqp", "delivered", session="e:c1", topic="t", sender="ssmp:a", latency_us=2_000, queued_us=0),
+            rec(h[2] + 3 * M, "smqp", "acked", session="e:c1", topic="t", sender="ssmp:a", latency_us=7_000, queued_us=0),
+            rec(h[2] + 4 * M, "smqp", "gauge", pending=0, unacknowledged=0, trash=2),
+        ],
+    ]
+    for n, lines in enumerate(hours):
+        directory = data_dir / "events" / "date=2024-05-01" / f"hour={10 + n}"
+        directory.mkdir(parents=True)
+        (directory / "events-b1-run1-1.jsonl").write_text("".join(lines), "utf-8")
+
+
+def test_latency_samples_smqp_split_and_gauges_are_the_same_from_stored_summaries(spark: Any, tmp_path: Path) -> None:
+    from brokerd.pipeline.summaries import SUMMARY_VERSION
+
+    raw_dir, stored_dir = tmp_path / "raw", tmp_path / "stored"
+    _samples_log(raw_dir)
+    shutil.copytree(raw_dir, stored_dir)
+    new_tables = ("delivery_latency", "smqp_latency_split", "queue_gauges")
+    keys = ("quality", "latency_by_protocol", "delivery_latency", "smqp_latency_split", "queue_gauge_readings",
+            "queue_gauge_last")
+
+    raw = run_report(spark, str(raw_dir), str(tmp_path / "out-raw"), compact=False)
+    assert raw["summarized_hours"] == 0 and raw["quality"]["malformed"] == 1
+    assert [(r["protocol"], r["source"], r["count"], r["p50_us"], r["max_us"]) for r in raw["delivery_latency"]] == [
+        ("mcchat", "sampled write", 2, 80, 90),
+        ("smqp", "delivered, once online", 4, 2_000, 3_000),  # 2,000 twice (hours 10 and 12), 2,500 unsplit
+        ("socketmq", "sampled write", 1, 120, 120),
+        ("ssmp", "sampled write", 3, 40, 60),
+    ]
+    assert [(r["kind"], r["part"], r["count"], r["p50_us"], r["max_us"]) for r in raw["smqp_latency_split"]] == [
+        ("acked", "queued", 2, 0, 643_000_000),
+        ("acked", "online", 2, 7_000, 7_000),
+        ("delivered", "queued", 3, 0, 643_000_000),
+        ("delivered", "online", 3, 2_000, 3_000),
+    ]
+    assert raw["queue_gauge_readings"] == 3 and raw["queue_gauge_last"]["trash"] == 2
+
+    stored = run_report(spark, str(stored_dir), str(tmp_path / "out-stored"))
+    assert stored["compaction"]["compacted_now"] == 3 and stored["summarized_hours"] == 3
+    hours = {n: stored_dir / COMPACTED_DIR / "date=2024-05-01" / f"hour={n}" for n in (10, 11, 12)}
+    # hours 10 and 12 converted and summarised by pyarrow, hour 11 (its bad line) by Spark
+    assert [(hours[n] / "part-00000-arrow.parquet").exists() for n in (10, 11, 12)] == [True, False, True]
+    for hour in hours.values():
+        marker = json.loads((hour / MARKER).read_text("utf-8"))["summaries"]
+        assert marker["version"] == SUMMARY_VERSION and {"smqp_latency", "rare"} <= set(marker["tables"]), marker
+    # a window cutting hours 10 and 12: those from their Parquet rows, hour 11 from its summaries
+    since, until = H0 + 10 * M, H0 + 2 * HOUR + 150_000_000
+    cut_raw = run_report(spark, str(raw_dir), str(tmp_path / "cut-raw"), compact=False, since_us=since, until_us=until)
+    cut = run_report(spark, str(stored_dir), str(tmp_path / "cut-stored"), since_us=since, until_us=until)
+    assert cut["summarized_hours"] == 1
+    assert [(r["kind"], r["part"], r["count"]) for r in cut_raw["smqp_latency_split"]] == [
+        ("acked", "queued", 1), ("acked", "online", 1), ("delivered", "queued", 3), ("delivered", "online", 3),
+    ]
+    # the hours' rows deleted, only their markers and summaries left: still the same report
+    for data in (stored_dir / COMPACTED_DIR).glob("date=*/hour=*/*.parquet"):
+        data.unlink()
+    again = run_report(spark, str(stored_dir), str(tmp_path / "out-again"))
+    assert again["summarized_hours"] == 3
+    for summary in (stored, again):
+        for key in keys:
+            assert summary[key] == raw[key], key
+    for key in keys:
+        assert cut[key] == cut_raw[key], key
+    for a, b in (("out-raw", "out-stored"), ("out-raw", "out-again"), ("cut-raw", "cut-stored")):
+        for table in TABLES:
+            assert rows(spark, tmp_path / a / table) == rows(spark, tmp_path / b / table), (a, b, table)
+        assert all(rows(spark, tmp_path / a / table) for table in new_tables), a
