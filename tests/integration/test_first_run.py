@@ -93,12 +93,19 @@ def test_ctrl_c_ends_subscribers_quietly(tmp_path: Path) -> None:
                      [python, "-m", "brokerd.cli.smqp", "-p", str(ports["smqp"]), "pub", "/news", "hello"]),
         }
         for name, (subscribe, publish) in cases.items():
-            process = subprocess.Popen(subscribe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+            # faulthandler: a subscriber that does not end is made to print where it is stuck
+            process = subprocess.Popen(subscribe, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       env=dict(ENV, PYTHONFAULTHANDLER="1"))
             try:
                 line = _first_line(process, publish, time.monotonic() + 30)
                 assert b"hello" in line, (name, line)
                 process.send_signal(signal.SIGINT)
-                _out, err = process.communicate(timeout=30)
+                try:
+                    _out, err = process.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.send_signal(signal.SIGABRT)
+                    _out, err = process.communicate(timeout=30)
+                    raise AssertionError(f"{name}: still running 30 s after Ctrl-C:\n{err.decode(errors='replace')}")
             finally:
                 if process.poll() is None:
                     process.kill()
