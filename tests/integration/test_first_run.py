@@ -16,6 +16,7 @@ from brokerd import __version__
 from tests.support.broker import REPO, start_broker, twistd
 from tests.support.certs import TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.processes import default_sigint
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def test_ctrl_c_ends_subscribers_quietly(tmp_path: Path) -> None:
         for name, (subscribe, publish) in cases.items():
             # faulthandler: a subscriber that does not end is made to print where it is stuck
             process = subprocess.Popen(subscribe, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       env=dict(ENV, PYTHONFAULTHANDLER="1"))
+                                       env=dict(ENV, PYTHONFAULTHANDLER="1"), preexec_fn=default_sigint)
             try:
                 line = _first_line(process, publish, time.monotonic() + 30)
                 assert b"hello" in line, (name, line)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import REPO, free_port
+from tests.support.processes import default_sigint
 
 pytestmark = pytest.mark.slow
 
@@ -79,10 +80,6 @@ def with_ports(text: str, ports: dict[str, int]) -> str:
     return text
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Shell:
     def __init__(self, cwd: Path, bin_dir: Path, ports: dict[str, int]) -> None:
         self.cwd = cwd
@@ -102,7 +99,7 @@ class Shell:
         (children inherit an ignored signal, and bash cannot undo that)."""
         process = subprocess.Popen(["bash", "-c", "exec " + with_ports(command_of(line), self.ports)], cwd=self.cwd,
                                    env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True, preexec_fn=_default_sigint)
+                                   start_new_session=True, preexec_fn=default_sigint)
         self.background.append(process)
         return process
 

@@ -24,6 +24,14 @@ STOP_TIMEOUT = 15.0
 _started: list[subprocess.Popen] = []
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a process that stands for one started from a terminal: Ctrl-C's
+    SIGINT at its default disposition.  A test run started in the background (``cmd &``,
+    nohup) ignores SIGINT, its children inherit that, and Python and Twisted then leave it
+    ignored, so a test of Ctrl-C would wait for a process that never sees it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def repo_env(**extra: str) -> dict[str, str]:
     """The test's environment with this checkout first on PYTHONPATH (brokerd is not installed)."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
