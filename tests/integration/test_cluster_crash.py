@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -138,8 +140,11 @@ def check(received: list[bytes], acknowledged: list[bytes]) -> None:
         assert got == sorted(got), (protocol, got)  # in order per publisher
 
 
-def test_a_node_killed_mid_traffic_loses_nothing_acknowledged(
-        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+@contextmanager
+def publishing_to_a_durable_subscriber(tmp_path: Path, redis_server: RedisServer,
+                                       postgres_url: str) -> Iterator[tuple[RunningBroker, RunningBroker, Publishers]]:
+    """Node 1 with bob's durable subscription and publishers whose first 20 messages were
+    acknowledged, and node 2 on the same Redis and store; both nodes killed at the end."""
     first = start_node(tmp_path, "node1", redis_server, postgres_url)
     second = None
     try:
@@ -148,28 +153,27 @@ def test_a_node_killed_mid_traffic_loses_nothing_acknowledged(
         publishers = Publishers(first)
         publishers.send(0, 20)
         publishers.read(20)
-        publishers.send(20, COUNT)  # killed while these are in flight
-        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
-        publishers.read_until_lost()
-        publishers.close()
-        assert len(publishers.acknowledged) >= 40
-        check(drain(second, publishers.acknowledged), publishers.acknowledged)
+        yield first, second, publishers
     finally:
         first.stop(signal.SIGKILL)
         if second is not None:
             second.stop(signal.SIGKILL)
 
 
+def test_a_node_killed_mid_traffic_loses_nothing_acknowledged(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    with publishing_to_a_durable_subscriber(tmp_path, redis_server, postgres_url) as (first, second, publishers):
+        publishers.send(20, COUNT)  # killed while these are in flight
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+        publishers.read_until_lost()
+        publishers.close()
+        assert len(publishers.acknowledged) >= 40
+        check(drain(second, publishers.acknowledged), publishers.acknowledged)
+
+
 def test_redis_killed_mid_traffic_loses_nothing_acknowledged(
         tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
-    first = start_node(tmp_path, "node1", redis_server, postgres_url)
-    second = None
-    try:
-        subscribe_durably(first)
-        second = start_node(tmp_path, "node2", redis_server, postgres_url)
-        publishers = Publishers(first)
-        publishers.send(0, 20)
-        publishers.read(20)
+    with publishing_to_a_durable_subscriber(tmp_path, redis_server, postgres_url) as (_first, second, publishers):
         redis_server.kill()
         publishers.send(20, COUNT)
         publishers.read_until_lost()
@@ -177,7 +181,3 @@ def test_redis_killed_mid_traffic_loses_nothing_acknowledged(
         # Redis being away costs the durable publishers nothing: every publish was answered.
         assert publishers.smqp_answered == COUNT and publishers.ssmp_answered == COUNT
         check(drain(second, publishers.acknowledged), publishers.acknowledged)
-    finally:
-        first.stop(signal.SIGKILL)
-        if second is not None:
-            second.stop(signal.SIGKILL)
