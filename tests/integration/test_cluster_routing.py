@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 
 from tests.integration.cluster_nodes import TIMEOUT, Inbox, Node, Waiter, reactor, ssmp_subscribed
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
@@ -50,16 +50,17 @@ class Subscribers:
             "socketmq": [event.data for event in self.events.items],
         }
 
-    def until(self, last: bytes) -> Deferred:
-        """Fires once every one of the three saw ``last``."""
-        waits = [
+    def waits(self, last: bytes) -> list[Deferred]:
+        """One Deferred per subscriber, firing once it saw ``last``."""
+        return [
             self.ssmp.lines.until(lambda lines: any(line.endswith(b" " + last) for line in lines)),
             self.mc_inbox.until(lambda inbox: any(m[2].encode() == last for m in inbox.messages)),
             self.events.until(lambda items: any(event.data == last for event in items)),
         ]
-        from twisted.internet.defer import gatherResults
 
-        return gatherResults(waits)
+    def until(self, last: bytes) -> Deferred:
+        """Fires once every subscriber saw ``last``."""
+        return gatherResults(self.waits(last))
 
 
 async def cluster(tmp_path: Path, redis: RedisServer, count: int = 3, **fields: Any) -> list[Node]:

@@ -13,8 +13,9 @@ import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 
 from brokerd.protocols.smqp.client import SMQPError
-from tests.integration.cluster_nodes import TIMEOUT, Inbox, Node, Waiter, reactor, ssmp_subscribed
+from tests.integration.cluster_nodes import TIMEOUT, Inbox, Node, Waiter, reactor
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration import test_cluster_routing as routing
 from tests.integration.test_cluster_routing import poll_until
 from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
@@ -24,10 +25,6 @@ pytestmark = pytest.mark.slow
 TOPIC = b"room"
 SMQP_TOPIC = "/room"
 PROTOCOLS = ("ssmp", "mcchat", "socketmq", "smqp")
-
-
-def ssmp_payloads(client: Any) -> list[bytes]:
-    return [line.split(b" ", 4)[4] for line in client.lines.items if line.split(b" ", 3)[2:3] == [b"MCAST"]]
 
 
 class AckingSMQP:
@@ -56,49 +53,31 @@ class AckingSMQP:
         await gatherResults(list(self.acks)).addTimeout(TIMEOUT, reactor())
 
 
-class Subscribers:
+class Subscribers(routing.Subscribers):
     """One subscriber of each protocol on one node, subscribed to TOPIC (/room for SMQP)."""
 
+    smqp: AckingSMQP | None = None
+
     @classmethod
-    async def on(cls, node: Node, tag: str, smqp: bool = True) -> Subscribers:
-        self = cls()
-        self.smqp: AckingSMQP | None = None
-        self.node = node
-        self.ssmp = await node.ssmp(f"sub-{tag}".encode())
-        await ssmp_subscribed(self.ssmp, TOPIC)
-        self.mc_inbox = Inbox()
-        self.mcchat = await node.mcchat(self.mc_inbox)
-        self.mcchat.subscribe(TOPIC)
-        await self.mcchat.sync().addTimeout(TIMEOUT, reactor())
-        self.events = Waiter()
-        self.socketmq = await node.socketmq()
-        await self.socketmq.subscribe(TOPIC.decode(), self.events).addTimeout(TIMEOUT, reactor())
+    async def on(cls, node: Node, tag: str, smqp: bool = True) -> Subscribers:  # type: ignore[override]
+        self = await super().on(node, tag)
         if smqp:
             session = await node.smqp("alice", f"sub_{tag}", ACCOUNTS["alice"])
             self.smqp = AckingSMQP(session)
             await session.subscribe(SMQP_TOPIC).addTimeout(TIMEOUT, reactor())
-        return self
+        return self  # type: ignore[return-value]
 
     def payloads(self) -> dict[str, list[bytes]]:
-        found = {
-            "ssmp": ssmp_payloads(self.ssmp),
-            "mcchat": [m[2].encode() for m in self.mc_inbox.messages],
-            "socketmq": [event.data for event in self.events.items],
-        }
+        found = super().payloads()
         if self.smqp is not None:
             found["smqp"] = list(self.smqp.payloads)
         return found
 
-    def until(self, last: bytes) -> Deferred:
-        """Fires once every one of the four saw ``last``."""
-        waits = [
-            self.ssmp.lines.until(lambda lines: any(line.endswith(b" " + last) for line in lines)),
-            self.mc_inbox.until(lambda inbox: any(m[2].encode() == last for m in inbox.messages)),
-            self.events.until(lambda items: any(event.data == last for event in items)),
-        ]
+    def waits(self, last: bytes) -> list[Deferred]:
+        waits = super().waits(last)
         if self.smqp is not None:
             waits.append(self.smqp.until(last))
-        return gatherResults(waits)
+        return waits
 
 
 async def cluster(tmp_path: Path, redis: RedisServer, store: str, count: int = 3) -> list[Node]:
