@@ -33,6 +33,11 @@ class IWireFormat(Interface):
     # render_message results; a format with a cheaper way to render a run (one join instead
     # of one per message) provides it.
     #
+    # Optional: ``portable = True`` when the bytes it renders depend on the message only (not
+    # on the node, the time or the session) and every session of the format can be sent them
+    # as plain bytes: a cluster then ships the bytes rendered on the publishing node to the
+    # other nodes, which send them without decoding the run (Broker.deliver_rendered).
+    #
     # Optional flags for the delivery-latency sampler (brokerd.core.sampling):
     # ``writes_after_read = True`` when its sessions hold what a read sends them until the read
     # is handled (then the sample is taken after that write), ``queued_delivery = True`` when
@@ -122,9 +127,11 @@ class IEngine(Interface):
     def stop():
         """Disconnect; a Deferred that fires once done, or None."""
 
-    def forward(messages):
+    def forward(messages, rendered):
         """A run of multicast ``messages`` (one topic, in order) was accepted here and routed
-        to the local members: send it to the other nodes.  Must not raise and must not block;
+        to the local members: send it to the other nodes.  ``rendered`` (a dict, or None) holds
+        the run's bytes as each portable wire format (by its ``protocol``) rendered them for the
+        local members, for nodes that can deliver them as they are.  Must not raise and must not block;
         it may queue, batch and drop (counted) when the shared medium is unreachable."""
 
     def unicast(message, namespace):

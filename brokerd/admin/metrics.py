@@ -147,6 +147,11 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield _counter("brokerd_cluster_dropped_total", "Messages for other nodes dropped, by reason.",
                        {"unreachable": cluster["dropped_unreachable"], "backlog": cluster["dropped_backlog"]},
                        "reason")
+        yield _counter("brokerd_cluster_envelopes_received_total",
+                       "Runs received from other nodes: delivered from the bytes the publishing node "
+                       "rendered, or decoded and rendered here.",
+                       {"rendered": cluster["envelopes_received"] - cluster["envelopes_decoded"],
+                        "decoded": cluster["envelopes_decoded"]}, "how")
         yield CounterMetricFamily("brokerd_cluster_bad_envelopes_total",
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
         yield GaugeMetricFamily("brokerd_cluster_shards",

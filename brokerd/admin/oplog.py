@@ -42,6 +42,8 @@ class OperatorLog:
         self._clock = clock
         self.message_routed = events.message_routed
         self.messages_routed = events.messages_routed
+        if hasattr(events, "run_summary_routed"):
+            self.run_summary_routed = events.run_summary_routed
         self.subscribed = events.subscribed
         self.unsubscribed = events.unsubscribed
         self.logins: Counter[str] = Counter()

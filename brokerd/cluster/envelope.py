@@ -8,7 +8,8 @@ stdlib and the core's message types only.
 
 Layout (every length is a big-endian unsigned int; ``str`` is UTF-8 bytes with a length):
 
-    envelope := MAGIC(1) origin:bytes8 count:u32 message*
+    envelope := MAGIC(1) origin:bytes8 count:u32 sections:u8 [total:u64 section*] message*
+    section  := format:short rendered:bytes
     message  := flags:u8 kind:u8 protocol:short target:bytes sender:bytes payload:bytes
                 [display:bytes] [principal: name:str realm:str] [details]
               | flags:u8(with SAME) payload:bytes [details]
@@ -17,6 +18,16 @@ SAME marks a message whose kind, protocol, target, sender, display name and prin
 previous message's (a run from one publisher, the usual case): only its payload travels, and
 the receiving node reuses the previous message's objects, so a wire format's ``render_run``
 still sees one sender.
+
+Sections ("encode once per cluster"): the wire bytes the publishing node rendered for the run,
+one per wire format name (an IWireFormat whose ``portable`` rendering depends on the message
+only), with ``total``, the run's payload bytes.  They are only sent for a *uniform* run (every
+message after the first is SAME, none has details): then the first message's head and ``count``
+and ``total`` are all a receiving node needs besides the bytes (stats, the event log's summary),
+so a node whose members all take pre-rendered formats never decodes the other messages
+(:func:`open_run`, :class:`Run`).  A section is bounded by :func:`section_limit`; the encoder
+leaves out one that exceeds it, the decoder refuses the envelope.
+
     details  := content_type:optstr message_id:optstr created:optf64 priority:i64
                 expires:optf64 attributes parts
 
@@ -25,19 +36,22 @@ Anything that does not parse raises :class:`EnvelopeError`; the engine drops and
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Details, Message, Part
 from brokerd.core.principal import Principal
 
-MAGIC = 0xB1
+MAGIC = 0xB2
 """Version of the layout: a node that meets another byte refuses the envelope."""
 
 _BINARY, _DISPLAY, _PRINCIPAL, _DETAILS, _SAME = 1, 2, 4, 8, 16
 _KINDS = (MULTICAST, UNICAST, BROADCAST)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _U32 = struct.Struct(">I")
-_HEAD = struct.Struct(">B8sI")
+_HEAD = struct.Struct(">B8sIB")
+_U64 = struct.Struct(">Q")
+MAX_SECTIONS = 16
+"""Most rendered sections in one envelope (there are four wire protocols)."""
 _F64 = struct.Struct(">d")
 _I64 = struct.Struct(">q")
 _NONE = 0xFFFFFFFF
@@ -47,12 +61,46 @@ class EnvelopeError(ValueError):
     """Bytes that are not an envelope of this version."""
 
 
-def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
-    """The envelope of ``messages`` sent by the node whose instance id is ``origin`` (8 bytes)."""
-    out = [_HEAD.pack(MAGIC, origin, len(messages))]
+def section_limit(messages_size: int, count: int) -> int:
+    """The largest rendered section a run of ``count`` messages whose own encoding takes
+    ``messages_size`` bytes may carry: a wire format's framing adds a bounded amount per
+    message (JSON escaping of socket.mq text at most multiplies it), so anything beyond is
+    not a rendering of this run."""
+    return 6 * messages_size + 256 * count + 1024
+
+
+def encode(origin: bytes, messages: Sequence[Message], rendered: Mapping[str, bytes] | None = None) -> bytes:
+    """The envelope of ``messages`` sent by the node whose instance id is ``origin`` (8 bytes),
+    with the ``rendered`` wire bytes of the run by wire format name when the run is uniform
+    (sections beyond :func:`section_limit` or past MAX_SECTIONS are left out)."""
+    out: list[bytes] = []
+    uniform = _encode_messages(out, messages)
+    body = b"".join(out)
+    if not rendered or not uniform:
+        return _HEAD.pack(MAGIC, origin, len(messages), 0) + body
+    limit = section_limit(len(body), len(messages))
+    sections = [(name.encode("ascii"), data) for name, data in rendered.items() if len(data) <= limit]
+    del sections[MAX_SECTIONS:]
+    if not sections:
+        return _HEAD.pack(MAGIC, origin, len(messages), 0) + body
+    head = [_HEAD.pack(MAGIC, origin, len(messages), len(sections)),
+            _U64.pack(sum([len(message.payload) for message in messages]))]
+    for name, data in sections:
+        head.append(bytes((len(name),)))
+        head.append(name)
+        head.append(_U32.pack(len(data)))
+        head.append(data)
+    head.append(body)
+    return b"".join(head)
+
+
+def _encode_messages(out: list[bytes], messages: Sequence[Message]) -> bool:
+    """Append the messages' encoding to ``out``; True when the run is uniform (one head, no
+    details: what rendered sections need)."""
     add = out.append
     pack = _U32.pack
     previous: Message | None = None
+    uniform = True
     for message in messages:
         details = message.details
         principal = message.principal
@@ -63,6 +111,8 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
             | (_PRINCIPAL if principal is not None else 0)
             | (_DETAILS if details is not PLAIN else 0)
         )
+        if details is not PLAIN:
+            uniform = False
         if previous is not None and _same_head(previous, message):
             add(bytes((flags | _SAME,)))
             add(pack(len(message.payload)))
@@ -70,6 +120,8 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
             if details is not PLAIN:
                 _put_details(out, details)
             continue
+        if previous is not None:
+            uniform = False
         previous = message
         protocol = message.protocol.encode("ascii")
         target = message.target or b""
@@ -89,7 +141,7 @@ def encode(origin: bytes, messages: Sequence[Message]) -> bytes:
             _put_str(out, principal.realm)
         if details is not PLAIN:
             _put_details(out, details)
-    return b"".join(out)
+    return uniform
 
 
 def _same_head(a: Message, b: Message) -> bool:
@@ -104,24 +156,103 @@ def origin_of(data: bytes) -> bytes:
     return data[1:9]
 
 
-def decode(data: bytes) -> list[Message]:
-    """The messages of an envelope; EnvelopeError when it does not parse."""
+class Run:
+    """An envelope opened by :func:`open_run`: its head, its rendered sections, and its
+    messages decoded only when asked for (:meth:`messages`).
+
+    ``first`` is the run's first message (its kind, protocol, sender, topic stand for all of
+    them when ``sections`` is not empty: the run is uniform); ``total`` the payload bytes of the
+    run (0 when there are no sections)."""
+
+    __slots__ = ("data", "count", "total", "sections", "first", "_start", "_messages")
+
+    def __init__(self, data: bytes, count: int, total: int, sections: dict[str, bytes], first: Message,
+                 start: int) -> None:
+        self.data = data
+        self.count = count
+        self.total = total
+        self.sections = sections
+        self.first = first
+        self._start = start
+        self._messages: list[Message] | None = None
+
+    @property
+    def decoded(self) -> bool:
+        """Whether :meth:`messages` was called (the run was not delivered from its sections)."""
+        return self._messages is not None
+
+    def messages(self) -> list[Message]:
+        """Every message of the run (decoded once); EnvelopeError when they do not parse."""
+        if self._messages is None:
+            self._messages = _decode_messages(self.data, self._start, self.count)
+        return self._messages
+
+
+def open_run(data: bytes) -> Run:
+    """Read an envelope's head, sections and first message (the rest stays encoded);
+    EnvelopeError when they do not parse or a section is out of bounds."""
     try:
-        magic, _origin, count = _HEAD.unpack_from(data, 0)
+        magic, _origin, count, nsections = _HEAD.unpack_from(data, 0)
         if magic != MAGIC:
             raise EnvelopeError("not a brokerd envelope")
-        reader = _Reader(data, _HEAD.size)
+        if count == 0:
+            raise EnvelopeError("an envelope without messages")
+        offset = _HEAD.size
+        total = 0
+        sections: dict[str, bytes] = {}
+        if nsections:
+            if nsections > MAX_SECTIONS:
+                raise EnvelopeError(f"{nsections} rendered sections (at most {MAX_SECTIONS})")
+            (total,) = _U64.unpack_from(data, offset)
+            offset += 8
+            spans = []
+            for _ in range(nsections):
+                size = data[offset]
+                name = data[offset + 1:offset + 1 + size].decode("ascii")
+                offset += 1 + size
+                (length,) = _U32.unpack_from(data, offset)
+                offset += 4
+                spans.append((name, offset, length))
+                offset += length
+            body = len(data) - offset
+            if body < 0:
+                raise IndexError("past the end")
+            limit = section_limit(body, count)
+            for name, start, length in spans:
+                if length > limit:
+                    raise EnvelopeError(f"a rendered section of {length} bytes for a run of {body}")
+                if name in sections:
+                    raise EnvelopeError(f"two rendered sections for {name!r}")
+                sections[name] = data[start:start + length]
+        if count > (len(data) - offset) // 5:
+            raise EnvelopeError(f"{count} messages in {len(data) - offset} bytes")
+        reader = _Reader(data, offset)
+        first = reader.message(None)
+        if sections and (first.details is not PLAIN or count > 1 and data[reader.offset] & _SAME == 0):
+            raise EnvelopeError("rendered sections for a run that is not uniform")
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise EnvelopeError(f"a truncated or damaged envelope ({exc})") from None
+    return Run(data, count, total, sections, first, offset)
+
+
+def decode(data: bytes) -> list[Message]:
+    """The messages of an envelope; EnvelopeError when it does not parse."""
+    return open_run(data).messages()
+
+
+def _decode_messages(data: bytes, offset: int, count: int) -> list[Message]:
+    try:
+        reader = _Reader(data, offset)
         messages: list[Message] = []
         append = messages.append
         unpack_size = _U32.unpack_from
         size_of_data = len(data)
         previous = None
-        offset = _HEAD.size
         for _ in range(count):
             flags = data[offset]
             if flags & _SAME and not flags & _DETAILS and previous is not None:
                 # A run's next payload (the usual case), read inline: this loop runs once per
-                # message on every receiving node (docs/performance.md, cluster fan-out).
+                # message on every receiving node that decodes (docs/performance.md).
                 start = offset + 5
                 offset = start + unpack_size(data, offset + 1)[0]
                 if offset > size_of_data:

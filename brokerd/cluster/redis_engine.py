@@ -49,7 +49,7 @@ class ClusterStats:
     """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
 
     __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
-                 "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
+                 "envelopes_decoded", "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
                  "shards", "redirects")
 
     def __init__(self) -> None:
@@ -107,7 +107,8 @@ class RedisEngine:
         one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
         self.broker: Any = None
-        self._queued: dict[bytes, list[Message]] = {}
+        self._queued: dict[bytes, list[Any]] = {}
+        """This turn's runs by topic: [messages, {wire format: rendered chunks} or None]."""
         self._flush_call: Any = None
         self._backlog = 0
         self._down = False
@@ -144,16 +145,29 @@ class RedisEngine:
             self.broker.topic_listeners.remove(self._topic_changed)
         return self.shards.stop() if self.shards is not None else DeferredList([])
 
-    def forward(self, messages: Sequence[Message]) -> None:
-        """Queue a run for the other nodes; it leaves at the end of this reactor turn."""
+    def forward(self, messages: Sequence[Message], rendered: dict[str, bytes] | None = None) -> None:
+        """Queue a run for the other nodes, with its ``rendered`` bytes by portable wire
+        format; it leaves at the end of this reactor turn.  Runs of one topic queued in one
+        turn travel as one: their rendered bytes are joined per format, and a format one of
+        them lacks is not sent for the whole (the other nodes render it)."""
         if not self._online():
             self.stats.dropped_unreachable += len(messages)
             return
         queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
         if queued is None:
-            self._queued[messages[0].target] = list(messages)  # type: ignore[index]
+            self._queued[messages[0].target] = (  # type: ignore[index]
+                [list(messages), {name: [data] for name, data in rendered.items()} if rendered else None])
         else:
-            queued.extend(messages)
+            run, sections = queued
+            run.extend(messages)
+            if sections is not None:
+                if not rendered:
+                    queued[1] = None  # type: ignore[index]
+                else:
+                    for name in [name for name in sections if name not in rendered]:
+                        del sections[name]
+                    for name, chunks in sections.items():
+                        chunks.append(rendered[name])
         self._schedule()
 
     def _schedule(self) -> None:
@@ -404,10 +418,14 @@ class RedisEngine:
         shards = self.shards
         stats = self.stats
         if shards is None or not shards.up:
-            stats.dropped_unreachable += sum(len(run) for run in queued.values())
+            stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
             return
-        for topic, run in queued.items():
-            data = envelope.encode(self.instance, run)
+        for topic, (run, sections) in queued.items():
+            rendered = None
+            if sections:
+                rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                            for name, chunks in sections.items()}
+            data = envelope.encode(self.instance, run, rendered)
             if self._backlog + len(data) > self.max_backlog:
                 stats.dropped_backlog += len(run)
                 continue
@@ -439,16 +457,17 @@ class RedisEngine:
         try:
             if envelope.origin_of(data) == self.instance:
                 return
-            messages = envelope.decode(data)
+            run = envelope.open_run(data)
+            self.broker.deliver_rendered(run)
         except envelope.EnvelopeError as exc:
             self.stats.bad_envelopes += 1
             _log.warn("Cluster: dropped a damaged envelope on {channel!r}: {error}", channel=name, error=str(exc))
             return
-        if not messages:
-            return
-        self.stats.envelopes_received += 1
-        self.stats.messages_received += len(messages)
-        self.broker.deliver_remote(messages)
+        stats = self.stats
+        stats.envelopes_received += 1
+        stats.messages_received += run.count
+        if run.decoded:
+            stats.envelopes_decoded += 1
 
     def when_following(self, topic: bytes, at: tuple[str, int] | None = None) -> Deferred:
         """Fires once Redis (the shard at ``at``, when given) confirmed this node receives

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
@@ -122,7 +123,7 @@ class Broker(Service):
         :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
         self.engine: IEngine = IN_MEMORY
         """Where routing reaches beyond this process (:meth:`use_engine`)."""
-        self._forward: Callable[[list[Message]], None] | None = None
+        self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
         """The engine's ``forward`` when it is shared, else None: the publish path tests
         this one attribute, so a single node pays nothing more for the engine."""
 
@@ -389,19 +390,22 @@ class Broker(Service):
         Raises Forbidden when the sender's principal may not publish there."""
         if self.access.policy is not None:
             self._check_publish(message, message.target)  # type: ignore[arg-type]
-        if self._forward is not None:
-            self._forward([message])
         stats = self.stats
         stats.published += 1
         sender = message.protocol
         stats.accepted_by[sender] += 1
         if self.sampling:
+            if self._forward is not None:
+                self._forward([message], None)
             return self.sampler.route([message], exclude)  # type: ignore[union-attr]
         topic = self.topics.get(message.target)  # type: ignore[arg-type]
         if topic is None:
+            if self._forward is not None:
+                self._forward([message], None)
             if self.observer is not None:
                 self.observer.message_routed(message, 0, 0)
             return 0
+        rendered: dict[str, bytes] | None = None if self._forward is None else {}
         delivered = unrenderable = 0
         routed = stats.routed_by[sender]
         skip_sender = exclude is not None and exclude in topic.members
@@ -410,6 +414,8 @@ class Broker(Service):
             if data is None:
                 unrenderable += len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
                 continue
+            if rendered is not None and getattr(fmt, "portable", False):
+                rendered[fmt.protocol] = data
             if skip_sender:
                 count = 0
                 for member in members:
@@ -424,6 +430,8 @@ class Broker(Service):
             routed[fmt] += count
         stats.delivered += delivered
         stats.unrenderable += unrenderable
+        if rendered is not None:
+            self._forward([message], rendered)  # type: ignore[misc]
         if self.observer is not None:
             self.observer.message_routed(message, delivered, unrenderable)
         return delivered
@@ -438,14 +446,21 @@ class Broker(Service):
         """
         if self.access.policy is not None:
             self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
-        if self._forward is not None:
-            self._forward(messages)
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[messages[0].protocol] += len(messages)
         if self.sampling:
+            if self._forward is not None:
+                self._forward(messages, None)
             return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
-        return self._route_run(messages, exclude)
+        if self._forward is None:
+            return self._route_run(messages, exclude)
+        # The other nodes get the run with the bytes rendered here for the portable wire
+        # formats, so a node whose members all take those never decodes it (docs/cluster.md).
+        rendered: dict[str, bytes] = {}
+        delivered = self._route_run(messages, exclude, None, rendered)
+        self._forward(messages, rendered)
+        return delivered
 
     def deliver_remote(self, messages: list[Message]) -> int:
         """Deliver a run of multicast ``messages`` (one topic, in order) that another node
@@ -453,10 +468,45 @@ class Broker(Service):
         policy and counted the messages as published; here they only count as delivered."""
         return self._route_run(messages, None)
 
+    def deliver_rendered(self, run: Any) -> int:
+        """Deliver a run another node accepted, as :meth:`deliver_remote`, from an opened
+        envelope (brokerd.cluster.envelope.Run): when every local wire format of the topic is
+        portable and the run carries its bytes, each member gets them with one ``send`` and
+        the messages are never decoded (the event log gets the run's summary: protocol,
+        sender, topic, kind, count, payload bytes); otherwise the run is decoded and routed as
+        :meth:`deliver_remote` does.  EnvelopeError when a run that must be decoded does not
+        parse (nothing was sent then)."""
+        first = run.first
+        topic = self.topics.get(first.target)
+        sections = run.sections
+        observer = self.observer
+        if topic is None or not sections or (observer is not None and not getattr(observer, "summarizes_runs", False)):
+            return self._route_run(run.messages(), None)
+        fanout = topic.fanout()
+        for fmt, _members in fanout:
+            if not (getattr(fmt, "portable", False) and fmt.protocol in sections):
+                return self._route_run(run.messages(), None)
+        count = run.count
+        routed = self.stats.routed_by[first.protocol]
+        reached = 0
+        for fmt, members in fanout:
+            data = sections[fmt.protocol]
+            for member in members:
+                member.send(data)
+            reached += len(members)
+            routed[fmt] += len(members) * count
+        self.stats.delivered += reached * count
+        if observer is not None:
+            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,
+                                        run.total, reached, 0)
+        return reached * count
+
     def _route_run(self, messages: list[Message], exclude: ISubscriber | None,
-                   stamps: list[tuple[IWireFormat, int, int]] | None = None) -> int:
+                   stamps: list[tuple[IWireFormat, int, int]] | None = None,
+                   rendered: dict[str, bytes] | None = None) -> int:
         """Fan a run out; with ``stamps`` (a sampled run), append (wire format, recipients,
-        time in ns) once each format's recipients were handed the run."""
+        time in ns) once each format's recipients were handed the run; with ``rendered``, keep
+        there the bytes of each portable wire format that carried the whole run (by name)."""
         stats = self.stats
         sender = messages[0].protocol
         topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
@@ -471,7 +521,7 @@ class Broker(Service):
                 render_run = getattr(fmt, "render_run", None)
                 data = render_run(messages) if render_run is not None else None
                 if data is not None:
-                    rendered = len(messages)
+                    rendered_count = len(messages)
                 else:
                     render = fmt.render_message
                     parts = [render(message) for message in messages]
@@ -486,14 +536,16 @@ class Broker(Service):
                     if not parts:
                         continue
                     data = b"".join(parts)
-                    rendered = len(parts)
+                    rendered_count = len(parts)
+                if rendered is not None and rendered_count == len(messages) and getattr(fmt, "portable", False):
+                    rendered[fmt.protocol] = data
                 count = 0
                 for member in members:
                     if member is not exclude:
                         member.send(data)
                         count += 1
-                delivered += count * rendered
-                routed[fmt] += count * rendered
+                delivered += count * rendered_count
+                routed[fmt] += count * rendered_count
                 if stamps is not None:
                     stamps.append((fmt, count, self.sampler.clock_ns()))  # type: ignore[union-attr]
             stats.delivered += delivered

@@ -28,7 +28,7 @@ class InMemoryEngine:
     def stop(self) -> None:
         """Nothing to disconnect."""
 
-    def forward(self, messages: Sequence[Message]) -> None:
+    def forward(self, messages: Sequence[Message], rendered: dict[str, bytes] | None = None) -> None:
         """There is no other node to send to."""
 
     def unicast(self, message: Message, namespace: str) -> bool:

@@ -493,6 +493,20 @@ class EventLog(Service):
             self._run_weight += len(messages) - 1
             self._append((_RUN, self._now(), messages, recipients_each, dropped_each))
 
+    @property
+    def summarizes_runs(self) -> bool:
+        """Whether a run of plain messages (no message ids, not timed) is logged as a summary
+        alone: then :meth:`run_summary_routed` takes a run another node sent without its
+        messages (Broker.deliver_rendered); with payloads logged it needs them."""
+        return not self.encoder.include_payloads
+
+    def run_summary_routed(self, protocol: str, sender_name: bytes, target: bytes, kind: str, count: int,
+                           size: int, recipients_each: int, dropped_each: int) -> None:
+        """What :meth:`messages_routed` logs for a run of ``count`` plain messages of ``size``
+        payload bytes together, from the run's head only (only when :attr:`summarizes_runs`)."""
+        key = (protocol, sender_name, target, kind, recipients_each, dropped_each)
+        self._append((_SUMMARY, self._now(), key, count, size))
+
     def session_attached(self, session: Any) -> None:
         fields = {"session": session.name, "outcome": "ok", "source": _peer(session)}
         self._append((_RECORD, self._now(), schema.LOGIN, session.protocol, fields))
@@ -581,6 +595,12 @@ class NullEventLog:
         pass
 
     def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
+        pass
+
+    summarizes_runs = True
+
+    def run_summary_routed(self, protocol: str, sender_name: bytes, target: bytes, kind: str, count: int,
+                           size: int, recipients_each: int, dropped_each: int) -> None:
         pass
 
     def session_attached(self, session: Any) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from brokerd.cluster.envelope import EnvelopeError, decode, encode, origin_of
+from brokerd.cluster.envelope import EnvelopeError, decode, encode, open_run, origin_of, section_limit
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message, Part
 from brokerd.core.principal import Principal
 
@@ -69,3 +69,93 @@ def test_a_run_from_one_sender_shares_its_objects_after_the_trip() -> None:
     assert back[1].sender_name is back[0].sender_name and back[2].principal is back[0].principal
     assert back[3].sender_name == b"eve"
     assert len(data) < len(encode(ORIGIN, run[:1])) * 3  # the repeated head travels once
+
+
+# ---------------------------------------------------------------------- rendered sections
+
+def plain_run(count: int = 3) -> list[Message]:
+    return [Message(MULTICAST, b"room", b"hello %d" % i, "ssmp", b"sam", principal=Principal("sam", "open"))
+            for i in range(count)]
+
+
+def test_a_uniform_run_carries_its_rendered_sections_and_head() -> None:
+    run = plain_run()
+    rendered = {"ssmp": b"000 sam MCAST room hello 0\n...", "mcchat": b"\x03room\x00sam\x00..."}
+    data = encode(ORIGIN, run, rendered)
+    opened = open_run(data)
+    assert opened.sections == rendered
+    assert opened.count == 3 and opened.total == sum(len(m.payload) for m in run)
+    assert fields(opened.first) == fields(run[0])
+    assert not opened.decoded
+    assert [fields(m) for m in opened.messages()] == [fields(m) for m in run]
+    assert opened.decoded
+    assert [fields(m) for m in decode(data)] == [fields(m) for m in run]
+
+
+@pytest.mark.parametrize("run", [
+    [Message(MULTICAST, b"room", b"a", "ssmp", b"sam"), Message(MULTICAST, b"room", b"b", "ssmp", b"eve")],
+    [Message(MULTICAST, b"room", b"a", "ssmp", b"sam", details=Details(message_id="m-1"))],
+], ids=["two senders", "details"])
+def test_a_run_that_is_not_uniform_travels_without_sections(run: list[Message]) -> None:
+    data = encode(ORIGIN, run, {"ssmp": b"rendered"})
+    opened = open_run(data)
+    assert opened.sections == {} and opened.total == 0
+    assert [fields(m) for m in opened.messages()] == [fields(m) for m in run]
+
+
+def test_a_section_over_the_limit_is_left_out() -> None:
+    run = plain_run(1)
+    body = len(encode(ORIGIN, run)) - len(encode(ORIGIN, run[:0]))
+    limit = section_limit(body, 1)
+    data = encode(ORIGIN, run, {"ssmp": b"x" * limit, "mcchat": b"y" * (limit + 1)})
+    assert open_run(data).sections == {"ssmp": b"x" * limit}
+
+
+def test_an_oversized_section_received_is_refused() -> None:
+    run = plain_run(1)
+    data = bytearray(encode(ORIGIN, run, {"ssmp": b"x" * 10}))
+    # Make the section claim more than any rendering of a run this size could take, with the
+    # bytes to match, so only the bound refuses it.
+    at = data.index(b"ssmp") + 4
+    huge = 10 + 100_000
+    data[at:at + 4] = huge.to_bytes(4, "big")
+    data[at + 4:at + 4] = b"x" * 100_000
+    with pytest.raises(EnvelopeError, match="rendered section"):
+        open_run(bytes(data))
+
+
+def test_sections_on_a_run_that_is_not_uniform_are_refused() -> None:
+    uniform = encode(ORIGIN, plain_run(2), {"ssmp": b"r"})
+    mixed = encode(ORIGIN, [plain_run(1)[0], Message(MULTICAST, b"room", b"b", "ssmp", b"eve")])
+    # Graft the sections of the first onto the messages of the second.
+    head = len(uniform) - (len(encode(ORIGIN, plain_run(2))) - 14)
+    grafted = uniform[:head] + mixed[14:]
+    grafted = grafted[:9] + (2).to_bytes(4, "big") + grafted[13:]
+    with pytest.raises(EnvelopeError, match="not uniform"):
+        open_run(grafted)
+
+
+def test_a_count_beyond_the_bytes_is_refused() -> None:
+    data = bytearray(encode(ORIGIN, plain_run(2), {"ssmp": b"r"}))
+    data[9:13] = (1 << 30).to_bytes(4, "big")
+    with pytest.raises(EnvelopeError, match="messages in"):
+        open_run(bytes(data))
+
+
+def test_an_envelope_of_the_previous_layout_is_refused() -> None:
+    data = bytearray(encode(ORIGIN, plain_run(1)))
+    data[0] = 0xB1
+    with pytest.raises(EnvelopeError, match="not a brokerd envelope"):
+        open_run(bytes(data))
+    with pytest.raises(EnvelopeError):
+        origin_of(bytes(data))
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=3))
+def test_damaged_sections_are_refused_cleanly(noise: bytes, sections: int) -> None:
+    data = encode(ORIGIN, plain_run(2), {f"f{i}": b"r" * i for i in range(sections)})
+    for damaged in (data[:14] + noise, data[:len(data) // 2] + noise, noise):
+        try:
+            open_run(damaged).messages()
+        except EnvelopeError:
+            pass

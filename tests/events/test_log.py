@@ -312,3 +312,31 @@ def test_single_messages_after_a_kept_run_count_towards_the_same_limit(tmp_path:
     log.writer.drain()
     assert len([r for r in _records(tmp_path) if r["kind"] == "accepted"]) == 10
     log.stopService()
+
+
+def _written(root: Path) -> list[dict]:
+    return [schema.decode(line) for path in sorted((root / "events").rglob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_a_run_summary_from_its_head_logs_what_the_run_logs(tmp_path: Path, clock: Clock) -> None:
+    """A node of a cluster delivering a run from another node's rendered bytes logs it from the
+    envelope's head: the same record as from the decoded messages."""
+    run = [Message(MULTICAST, b"news", b"m" * (i + 1), "ssmp", b"alice") for i in range(4)]
+    from_messages = _started(tmp_path / "a", clock)
+    from_head = _started(tmp_path / "b", clock)
+    assert from_head.summarizes_runs and NULL_EVENT_LOG.summarizes_runs
+    from_messages.messages_routed(run, 5, 0)
+    from_head.run_summary_routed("ssmp", b"alice", b"news", MULTICAST, 4, 1 + 2 + 3 + 4, 5, 0)
+    from_messages.stopService()
+    from_head.stopService()
+    records = _written(tmp_path / "b")
+    assert records == _written(tmp_path / "a")
+    assert [(r["session"], r["topic"], r["bytes"], r["count"], r["fanout"]) for r in records] == [
+        ("alice", "news", 10, 4, 5)]
+
+
+def test_a_log_with_payloads_needs_the_messages(tmp_path: Path, clock: Clock) -> None:
+    log = _started(tmp_path, clock, include_payloads=True)
+    assert not log.summarizes_runs
+    log.stopService()

@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq import session as session_module
 from brokerd.protocols.socketmq.codec import frame
+from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
 from tests.integration.test_socketmq_pubsub import RawWebSocket
 from tests.support.live import TIMEOUT, reactor
 from tests.support.socketmq import LiveBrokerd
@@ -91,9 +92,12 @@ async def test_each_subscriber_gets_the_exact_frames(tmp_path: Any, monkeypatch:
 async def test_deflate_option_compresses_events_for_clients_that_offer_it(tmp_path: Any) -> None:
     brokerd = await live(tmp_path, socketmq_deflate=True)
     try:
+        assert SOCKETMQ_WIRE.portable
         compressed = await subscriber(brokerd, deflate=True)
         plain = await subscriber(brokerd)  # no offer: the same event, uncompressed
         assert [extension.EXTENSION_NAME for extension in compressed.extensions] == ["permessage-deflate"]
+        # A cluster node with a compressing session takes no frames rendered by other nodes.
+        assert SOCKETMQ_WIRE.compressing == 1 and not SOCKETMQ_WIRE.portable
         assert plain.extensions == []
         data = "socket.mq" * 60
         sam = await brokerd.ssmp(b"sam")
@@ -106,6 +110,7 @@ async def test_deflate_option_compresses_events_for_clients_that_offer_it(tmp_pa
         assert payload == event(data) and bytes(plain.wire) == frame(event(data), False)
     finally:
         await brokerd.stop()
+    assert SOCKETMQ_WIRE.compressing == 0 and SOCKETMQ_WIRE.portable
 
 
 @pytest_twisted.ensureDeferred

@@ -152,6 +152,8 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._write: Callable[[bytes], None] = self._discard
         self._open = False
         """True from onOpen until the first close frame (nothing may follow one)."""
+        self._compressing = False
+        """Counted in the wire format's ``compressing`` (permessage-deflate negotiated)."""
         self._congested = False
 
     # ------------------------------------------------------------------ opening
@@ -173,6 +175,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._write = transport.write
         else:
             self._write = self._send_prepared
+        if self._perMessageCompress is not None:
+            self._compressing = True
+            self.wire_format.compressing += 1  # no pre-rendered frames from other nodes now
         self.send = self._write
         limit_output_buffer(transport, hub.max_output_buffer)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
@@ -215,6 +220,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     def connectionLost(self, reason: Any = None) -> None:
         self._stop_sending()
+        if self._compressing:
+            self._compressing = False
+            self.wire_format.compressing -= 1
         if not self.closed:
             self.closed = True
             self._cleanup()

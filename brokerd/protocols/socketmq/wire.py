@@ -51,6 +51,15 @@ class SocketMQWireFormat:
     def __init__(self) -> None:
         self.unrepresentable = 0
         """Messages socket.mq cannot carry (not to a topic, or a topic that is no event name)."""
+        self.compressing = 0
+        """Open sessions of this process that negotiated permessage-deflate (session.py)."""
+
+    @property
+    def portable(self) -> bool:
+        """Whether a cluster may ship the frames rendered on one node to another, which writes
+        them as they are: true while no session here compresses (the frames are uncompressed
+        and carry no PreparedMessage for Autobahn to compress)."""
+        return self.compressing == 0
 
     def render_message(self, message: Message) -> bytes | None:
         if message.kind != MULTICAST:

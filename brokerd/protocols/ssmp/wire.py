@@ -45,6 +45,9 @@ def ssmp_name(protocol: str, name: bytes) -> bytes:
 @implementer(IWireFormat)
 class SSMPWireFormat:
     protocol = "ssmp"
+    portable = True
+    """The bytes depend on the message only: another node of a cluster may send them as they
+    are (brokerd.cluster.envelope, rendered sections)."""
     writes_after_read = True
     """A session holds what a read sends it until the read is handled (brokerd.protocols.flow):
     the delivery-latency sampler times that write (brokerd.core.sampling)."""
