@@ -50,6 +50,7 @@ _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _U32 = struct.Struct(">I")
 _HEAD = struct.Struct(">B8sIB")
 _U64 = struct.Struct(">Q")
+_SAME_SIZE = struct.Struct(">BI")
 MAX_SECTIONS = 16
 """Most rendered sections in one envelope (there are four wire protocols)."""
 _F64 = struct.Struct(">d")
@@ -97,6 +98,39 @@ def encode(origin: bytes, messages: Sequence[Message], rendered: Mapping[str, by
 def _encode_messages(out: list[bytes], messages: Sequence[Message]) -> bool:
     """Append the messages' encoding to ``out``; True when the run is uniform (one head, no
     details: what rendered sections need)."""
+    if len(messages) > 1 and _encode_uniform(out, messages):
+        return True
+    del out[:]
+    return _encode_any(out, messages)
+
+
+def _encode_uniform(out: list[bytes], messages: Sequence[Message]) -> bool:
+    """The usual run (one publisher's messages to one topic, no details), in one pass that
+    only packs each payload's flags and size; False at the first message that differs (the
+    caller starts over with :func:`_encode_any`).  This runs once per message on the
+    publishing node (docs/performance.md, cluster fan-out)."""
+    first = messages[0]
+    if first.details is not PLAIN:
+        return False
+    _encode_any(out, messages[:1])
+    kind, target, protocol, sender = first.kind, first.target, first.protocol, first.sender_name
+    display, principal = first.display_name, first.principal
+    flags = _SAME | (_DISPLAY if display is not None else 0) | (_PRINCIPAL if principal is not None else 0)
+    pack = _SAME_SIZE.pack
+    add = out.append
+    for message in messages[1:]:
+        if (message.details is not PLAIN or message.target != target or message.sender_name != sender
+                or message.protocol != protocol or message.kind != kind
+                or (message.principal is not principal and message.principal != principal)
+                or message.display_name != display):
+            return False
+        payload = message.payload
+        add(pack(flags | _BINARY if message.binary else flags, len(payload)))
+        add(payload)
+    return True
+
+
+def _encode_any(out: list[bytes], messages: Sequence[Message]) -> bool:
     add = out.append
     pack = _U32.pack
     previous: Message | None = None

@@ -159,3 +159,17 @@ def test_damaged_sections_are_refused_cleanly(noise: bytes, sections: int) -> No
             open_run(damaged).messages()
         except EnvelopeError:
             pass
+
+
+@given(st.lists(st.tuples(st.binary(max_size=8), st.booleans(), st.sampled_from([b"sam", b"eve"]),
+                          st.sampled_from([None, b"Sam"]), st.booleans()), min_size=1, max_size=6))
+def test_any_run_round_trips_uniform_or_not(specs: list) -> None:
+    principal = Principal("sam", "open")
+    run = [Message(MULTICAST, b"room", payload, "ssmp", sender, binary, display,
+                   Details(message_id="m") if detailed else PLAIN, principal)
+           for payload, binary, sender, display, detailed in specs]
+    opened = open_run(encode(ORIGIN, run, {"ssmp": b"r"}))
+    assert [fields(m) for m in opened.messages()] == [fields(m) for m in run]
+    uniform = all(fields(m)[:2] == fields(run[0])[:2] and m.sender_name == run[0].sender_name
+                  and m.display_name == run[0].display_name and m.details is PLAIN for m in run)
+    assert bool(opened.sections) == uniform
