@@ -195,7 +195,10 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
                 answered += pending.count(b"\n")
                 pending = pending[pending.rfind(b"\n") + 1:]
             while answered < messages:
-                answered += publisher.sock.recv(65536).count(b"\n")
+                chunk = publisher.sock.recv(65536)
+                if not chunk:
+                    return  # the broker closed the publisher: the subscribers' loop times out
+                answered += chunk.count(b"\n")
 
         started = time.monotonic()
         thread = threading.Thread(target=publish)
@@ -209,6 +212,11 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
                     data = sub.sock.recv(1 << 20)
                 except BlockingIOError:
                     continue
+                if not data:
+                    # The broker cut a subscriber this reader did not drain fast enough (slow
+                    # consumer: its messages were dropped): the run cannot complete.
+                    raise SystemExit("a subscriber was disconnected (this reader fell behind: "
+                                     "a slow consumer on a loaded machine); run again")
                 before = counts[sub]
                 counts[sub] += data.count(b"\n")
                 if before < messages <= counts[sub]:
