@@ -136,7 +136,7 @@ def start_redis_cluster(tmp: Path) -> tuple[list[subprocess.Popen], list[int]]:
 
 
 def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: int,
-             redis_cluster: bool = False) -> dict[str, float]:
+             redis_cluster: bool = False, rate: float = 0.0) -> dict[str, float]:
     redis_servers: list[subprocess.Popen] = []
     redis_url = None
     if redis_cluster:
@@ -185,8 +185,13 @@ def run_once(tmp: Path, nodes: int, subscribers: int, messages: int, per_write: 
         def publish() -> None:
             sent = answered = 0
             pending = b""
+            start = time.monotonic()
             while sent < messages:
                 batch = min(per_write, messages - sent, WINDOW - (sent - answered))
+                if rate:  # paced: the next write leaves when the schedule says, not earlier
+                    wait = start + sent / rate - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
                 if batch > 0:
                     publisher.sock.sendall(b"".join(b"MCAST %s m%d\n" % (TOPIC, sent + i) for i in range(batch)))
                     sent += batch
@@ -250,6 +255,10 @@ def main() -> int:
                         help="MCASTs the publisher writes at once (1: one per write, each awaiting its reply)")
     parser.add_argument("--redis-cluster", action="store_true",
                         help="also run the 3 nodes on a 3-master Redis Cluster")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="messages/s the publisher offers (paced writes), so every setup delivers at the "
+                             "same rate and its CPU per delivery is compared at equal load; 0: as fast as the "
+                             "broker answers (each setup saturated, where a busier process batches more per read)")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     lost = 0
@@ -261,7 +270,7 @@ def main() -> int:
         for _ in range(options.runs):
             with tempfile.TemporaryDirectory(prefix="brokerd-cluster-bench-") as tmp:
                 results.append(run_once(Path(tmp), nodes, options.subscribers, options.messages, options.per_write,
-                                        redis_cluster))
+                                        redis_cluster, options.rate))
         lost += sum(int(r["lost"]) for r in results)
         median = {key: statistics.median(r[key] for r in results) for key in results[0]}
         print(f"{label}: {median['deliveries_per_s']:,.0f} deliveries/s, "

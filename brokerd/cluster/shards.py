@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from brokerd.cluster import slots
 from brokerd.cluster.address import RedisAddress, client_endpoint
 from brokerd.cluster.connection import Link, load_txredisapi, protocols
+from brokerd.twistedio import send_now
 
 _log = Logger()
 
@@ -106,10 +107,12 @@ class Shard:
         return True
 
     def write(self) -> None:
+        """Write this turn's SPUBLISHes at once, in one send() when the connection's queue is
+        empty (brokerd.twistedio): transport.write would wait for another reactor round."""
         batch, self.batch = self.batch, []
         protocol = self.publisher.protocol
         if batch and protocol is not None and protocol.transport is not None:
-            protocol.transport.write(b"".join(batch))
+            send_now(protocol.transport, batch[0] if len(batch) == 1 else b"".join(batch))
 
     def resend(self, name: bytes, data: bytes, hops: int, asking: bool) -> None:
         """Send a redirected SPUBLISH here at once (after ASKING for an ``-ASK``), or hold

@@ -17,29 +17,17 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import twisted
 from twisted.internet.tcp import Connection
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
+from brokerd.twistedio import FAST_PATHS, direct_writes
 
 # The two fast paths below use Twisted internals that no public API reaches: a queue limit
 # apart from the recv() size, and a write that skips the queue when it is empty.  They are
 # taken only on the Twisted releases whose FileDescriptor and tcp.Connection were checked
-# (tests/protocols/test_flow.py fails on any other release, and on a change of the code they
-# rely on); elsewhere brokerd uses bufferSize and transport.write, which are public, correct
-# and slower (docs/performance.md).
-CHECKED_TWISTED = ((26, 10),)
-"""(major, minor) of the Twisted releases whose internals the fast paths were checked on."""
-
-
-def twisted_release() -> tuple[int, int]:
-    """The installed Twisted's (major, minor)."""
-    version = twisted.version
-    return (version.major, version.minor)
-
-
-FAST_PATHS = twisted_release() in CHECKED_TWISTED
-"""Whether this Twisted is one the fast paths were checked on."""
+# (brokerd.twistedio; tests/protocols/test_flow.py fails on any other release, and on a
+# change of the code they rely on); elsewhere brokerd uses bufferSize and transport.write,
+# which are public, correct and slower (docs/performance.md).
 
 
 def limit_output_buffer(transport: Any, limit: int) -> None:
@@ -62,13 +50,6 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
 
 def _queued_over(transport: Any, limit: int) -> bool:
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen > limit
-
-
-def direct_writes(transport: Any) -> bool:
-    """True for a plain TCP transport on a checked Twisted, whose socket
-    :meth:`DropWhenCongested.write_now` may write itself (not TLS: its bytes must go through
-    the TLS layer)."""
-    return FAST_PATHS and isinstance(transport, Connection) and not getattr(transport, "TLS", False)
 
 
 _corked: list[DropWhenCongested] | None = None
@@ -168,7 +149,9 @@ class DropWhenCongested:
         or for what the kernel did not take, queue it behind the rest as transport.write
         does.  transport.write always waits for the next reactor iteration and costs two
         epoll_ctl calls and a doWrite round per write; for a reader that keeps up, the queue
-        is empty and one send() is all a delivery needs."""
+        is empty and one send() is all a delivery needs.  brokerd.twistedio.send_now, with
+        the transport's check made once per connection (``_direct``): this runs once per
+        delivery."""
         transport = self.transport
         if not self._direct or transport._tempDataLen or transport.dataBuffer or transport.disconnecting:
             transport.write(data)

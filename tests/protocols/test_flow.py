@@ -1,8 +1,8 @@
-"""The Twisted internals behind flow control's two fast paths (brokerd.protocols.flow): these
+"""The Twisted internals behind the fast paths (brokerd.twistedio, brokerd.protocols.flow): these
 tests fail on a Twisted release nobody checked them on, or when the code they rely on changes,
 so an upgrade cannot quietly break them.  When one fails: read the functions named below in the
 new release, check that ``_queued_over`` and ``DropWhenCongested.write_now`` still match what
-they do, then add the release to CHECKED_TWISTED and update the digests."""
+they do (and twistedio.send_now), then add the release to twistedio.CHECKED_TWISTED and update the digests."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +11,7 @@ import inspect
 from twisted.internet import abstract, tcp
 from twisted.internet.testing import StringTransport
 
+from brokerd import twistedio
 from brokerd.protocols import flow
 
 RELIED_ON = {
@@ -29,8 +30,8 @@ RELIED_ON = {
 
 
 def test_the_installed_twisted_is_a_release_the_fast_paths_were_checked_on() -> None:
-    assert flow.FAST_PATHS, (
-        f"Twisted {flow.twisted_release()} is not in flow.CHECKED_TWISTED: brokerd falls back to "
+    assert flow.FAST_PATHS and twistedio.FAST_PATHS, (
+        f"Twisted {twistedio.twisted_release()} is not in twistedio.CHECKED_TWISTED: brokerd falls back to "
         "bufferSize and transport.write (slower); check the internals and add the release"
     )
 
@@ -46,6 +47,7 @@ def test_the_twisted_code_the_fast_paths_rely_on_is_unchanged() -> None:
 
 def test_on_another_release_only_public_attributes_are_used(monkeypatch) -> None:
     monkeypatch.setattr(flow, "FAST_PATHS", False)
+    monkeypatch.setattr(twistedio, "FAST_PATHS", False)
     transport = tcp.Connection.__new__(tcp.Connection)  # a TCP transport, never connected
     flow.limit_output_buffer(transport, 12345)
     assert transport.bufferSize == 12345
@@ -70,3 +72,49 @@ def test_a_transport_that_is_not_tcp_gets_the_limit_as_its_buffer_size() -> None
     flow.limit_output_buffer(transport, 4321)
     assert transport.bufferSize == 4321
     assert not flow.direct_writes(transport)
+
+
+class _Socket:
+    """A socket that takes at most ``room`` bytes per send()."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        taken = bytes(data[: self.room])
+        self.sent.append(taken)
+        return len(taken)
+
+
+def _connection(room: int) -> tuple[tcp.Connection, _Socket, list[bytes]]:
+    transport = tcp.Connection.__new__(tcp.Connection)
+    abstract.FileDescriptor.__init__(transport)
+    transport.socket = _Socket(room)
+    queued: list[bytes] = []
+    transport.write = queued.append  # what Twisted would queue for its doWrite round
+    return transport, transport.socket, queued
+
+
+def test_send_now_writes_an_idle_connection_at_once_and_queues_what_the_kernel_did_not_take() -> None:
+    transport, socket, queued = _connection(room=4)
+    twistedio.send_now(transport, b"abcdefgh")
+    assert socket.sent == [b"abcd"] and queued == [b"efgh"]
+
+
+def test_send_now_queues_behind_queued_bytes_so_their_order_is_kept() -> None:
+    transport, socket, queued = _connection(room=100)
+    transport._tempDataBuffer.append(b"first")
+    transport._tempDataLen += 5
+    twistedio.send_now(transport, b"second")
+    assert socket.sent == [] and queued == [b"second"]
+    transport, socket, queued = _connection(room=100)
+    twistedio.send_now(transport, b"whole")
+    assert socket.sent == [b"whole"] and queued == []
+
+
+def test_send_now_on_another_release_only_uses_transport_write(monkeypatch) -> None:
+    monkeypatch.setattr(twistedio, "FAST_PATHS", False)
+    transport, socket, queued = _connection(room=100)
+    twistedio.send_now(transport, b"data")
+    assert socket.sent == [] and queued == [b"data"]
