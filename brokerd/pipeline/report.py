@@ -4,6 +4,9 @@ Spark does the heavy part: the records are reduced once to the per-hour summarie
 (brokerd.pipeline.summaries; read as stored for compacted hours), every table is derived from
 them (brokerd.pipeline.tables.TABLES), and what the HTML and the text summary show is
 collected from the written tables, which are small by construction (per minute, per top-N).
+brokerd.pipeline.arrowreport is the same job with pyarrow in the driver (no JVM) for local
+reports; both build summary.json and the HTML with :func:`make_summary` and
+:func:`write_outputs`.
 """
 from __future__ import annotations
 
