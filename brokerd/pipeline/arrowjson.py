@@ -55,13 +55,18 @@ def _status(table: Any) -> Any:
 
 def parse_files(files: Sequence[str]) -> Any:
     """``files`` (``.jsonl``) as one Arrow table: every schema field and ``status``.  Raises
-    NotConvertible if a file does not parse as a whole."""
+    NotConvertible if a file does not parse as a whole.  An empty file (the broker has just
+    opened it) has no lines: pyarrow would reject it, so it is skipped."""
+    import os
+
     import pyarrow as pa
     import pyarrow.json as pj
 
     options = pj.ParseOptions(explicit_schema=arrow_schema(), unexpected_field_behavior="ignore")
     tables = []
     for name in files:
+        if os.path.getsize(name) == 0:
+            continue
         try:
             tables.append(pj.read_json(name, parse_options=options))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, UnicodeDecodeError) as exc:

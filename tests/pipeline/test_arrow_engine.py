@@ -147,9 +147,11 @@ def test_the_arrow_engine_gives_the_spark_engines_report(spark: Any, tmp_path: P
 
 
 def test_open_hours_are_read_from_json_and_compacted_by_pyarrow(spark: Any, tmp_path: Path) -> None:
-    """Hours 10 and 11 closed (compacted by pyarrow, no JVM), hour 12 open (its JSON read)."""
+    """Hours 10 and 11 closed (compacted by pyarrow, no JVM), hour 12 open (its JSON read, an
+    empty file among it)."""
     raw, mixed = tmp_path / "raw", tmp_path / "mixed"
     _subscription_log(raw)
+    (raw / "events" / "date=2024-05-01" / "hour=12" / "events-b1-run2-1.jsonl").touch()  # just opened: no line yet
     shutil.copytree(raw, mixed)
     now = H0 + 2 * HOUR + 30 * M
     arrow = _arrow(mixed, tmp_path / "arrow", now_us=now, delete_json=True)
