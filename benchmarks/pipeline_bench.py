@@ -4,10 +4,11 @@
         SSMP fan-out throughput (pbload, ../shared/bench/pbload.c or --pbload) and broker CPU per
         message of two brokers, without and with the event log, in ABBA order; medians of --runs
         runs each; then each broker's CPU while idle.
-    python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR]
+    python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR] [--engine E]
         Generate a log of --events events (kept in --data-dir for reuse) and time
         ``brokerd-report`` on it: a first report (compacting every hour) and a second one with
-        no new data (reading the Parquet only); --baseline: first one on the raw JSON.
+        no new data (reading the Parquet only); --baseline: first one on the raw JSON;
+        --engine auto|spark|arrow is passed to brokerd-report.
     python benchmarks/pipeline_bench.py serve --port P --data-dir DIR [--event-log]
         (internal) the broker the log-cost runs use.
 
@@ -236,6 +237,8 @@ def report_bench(args: argparse.Namespace) -> None:
         command += ["--master", args.master]
     if args.driver_memory:
         command += ["--driver-memory", args.driver_memory]
+    if args.engine:
+        command += ["--engine", args.engine]
     runs = [("raw JSON, no compaction", ["--no-compact"])] if args.baseline else []
     runs += [("first report (compaction included)", []), ("second report, no new data", [])]
     shutil.rmtree(data_dir / "events-compacted", ignore_errors=True)
@@ -254,7 +257,7 @@ def report_bench(args: argparse.Namespace) -> None:
         print(json.dumps({
             "benchmark": "brokerd-report", "run": name, "events": args.events, "seconds": round(elapsed, 1),
             "events_per_s": round(args.events / elapsed), "cpu_seconds": round(cpu.seconds, 1),
-            "master": args.master or "local[*]",
+            "master": args.master or "local[*]", "engine": args.engine or "auto",
             "load_before": load_before, "load_after": _load(), "cpus": os.cpu_count(), "steps": steps,
         }), flush=True)
 
@@ -278,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "brokerd-bench-report"))
     r.add_argument("--master")
     r.add_argument("--driver-memory", default="6g")
+    r.add_argument("--engine", choices=("auto", "spark", "arrow"), help="brokerd-report --engine [auto]")
     r.add_argument("--baseline", action="store_true", help="first a report on the raw JSON (--no-compact)")
     args = parser.parse_args(argv)
     if args.command == "serve":

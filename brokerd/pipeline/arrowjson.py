@@ -53,19 +53,20 @@ def _status(table: Any) -> Any:
     return pc.if_else(bad_version, schema.UNSUPPORTED_VERSION, pc.if_else(invalid, schema.INVALID, OK))
 
 
-def convert_hour(files: Sequence[str], target: str) -> tuple[dict[str, int], tuple[int, int] | None, Any]:
-    """Parse ``files`` (one hour's ``.jsonl``) and write them with a ``status`` column as
-    ``target`` (a Parquet file).  Returns the line count per status, the lowest and highest
-    ``ts`` of the valid rows (None if there are none) and the valid rows (an Arrow table, no
-    payload).  Raises NotConvertible if a file does not parse as a whole."""
+def parse_files(files: Sequence[str]) -> Any:
+    """``files`` (``.jsonl``) as one Arrow table: every schema field and ``status``.  Raises
+    NotConvertible if a file does not parse as a whole.  An empty file (the broker has just
+    opened it) has no lines: pyarrow would reject it, so it is skipped."""
+    import os
+
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.json as pj
-    import pyarrow.parquet as pq
 
     options = pj.ParseOptions(explicit_schema=arrow_schema(), unexpected_field_behavior="ignore")
     tables = []
     for name in files:
+        if os.path.getsize(name) == 0:
+            continue
         try:
             tables.append(pj.read_json(name, parse_options=options))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, UnicodeDecodeError) as exc:
@@ -73,7 +74,19 @@ def convert_hour(files: Sequence[str], target: str) -> tuple[dict[str, int], tup
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
     table = table.select(list(schema.FIELD_NAMES))
     status = _status(table)
-    table = table.append_column("status", status)
+    return table.append_column("status", status)
+
+
+def convert_hour(files: Sequence[str], target: str) -> tuple[dict[str, int], tuple[int, int] | None, Any]:
+    """Parse ``files`` (one hour's ``.jsonl``) and write them with a ``status`` column as
+    ``target`` (a Parquet file).  Returns the line count per status, the lowest and highest
+    ``ts`` of the valid rows (None if there are none) and the valid rows (an Arrow table, no
+    payload).  Raises NotConvertible if a file does not parse as a whole."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = parse_files(files)
+    status = table.column("status")
     pq.write_table(table, target)
     counts = {row["values"]: int(row["counts"]) for row in pc.value_counts(status).to_pylist()}
     valid = table.filter(pc.equal(status, OK)).drop_columns(["status", "payload"])

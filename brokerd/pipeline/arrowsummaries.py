@@ -12,6 +12,7 @@ Spark's joins: same numbers, no join.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from brokerd.events import schema
@@ -20,6 +21,34 @@ from brokerd.pipeline.summaries import (
 )
 
 _SPARK_TO_ARROW = {"LongType": "int64", "IntegerType": "int32", "StringType": "string"}
+_ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
+
+
+@functools.lru_cache(maxsize=1)
+def schemas() -> dict[str, Any]:
+    """Each summary's Arrow schema, written out so that neither compaction nor the Arrow
+    engine needs Spark to know it; tests/pipeline/test_arrow_engine.py checks that it is the
+    one Spark's summaries have (:func:`arrow_schemas`)."""
+    import pyarrow as pa
+
+    s, i = pa.string(), pa.int64()
+    fields = dict(schema.FIELDS)
+    return {
+        "kinds": pa.schema([("kind", s), ("n", i), ("first_ts", i), ("last_ts", i)]),
+        "traffic": pa.schema([("minute", i), ("topic", s), ("protocol", s), ("messages", i), ("bytes", i),
+                              ("fanout", i), ("max_fanout", i), ("delivered", i), ("after_handoff", i)]),
+        "drops": pa.schema([("minute", i), ("topic", s), ("protocol", s), ("reason", s), ("n", i)]),
+        "publishing": pa.schema([("hour_index", i), ("topic", s), ("session", s), ("protocol", s), ("message", s),
+                                 ("messages", i), ("bytes", i), ("fanout", i), ("first_ts", i), ("last_ts", i)]),
+        "delivered": pa.schema([("session", s), ("protocol", s), ("n", i), ("bytes", i)]),
+        "latency": pa.schema([("topic", s), ("protocol", s), ("kind", s), ("latency_us", i), ("n", i)]),
+        "smqp_latency": pa.schema([("kind", s), ("part", s), ("value_us", i), ("n", i)]),
+        "rare": pa.schema([(name, getattr(pa, _ARROW_TYPES[fields[name]])()) for name in RECORD_COLUMNS]),
+        "before_topic": pa.schema([("at", i), ("topic", s), ("publishing", s), ("n", i), ("nb", i)]),
+        "before_own": pa.schema([("at", i), ("session", s), ("protocol", s), ("topic", s), ("n", i), ("nb", i)]),
+    }
+
+
 
 
 def arrow_schemas(spark_schemas: dict[str, Any]) -> dict[str, Any]:

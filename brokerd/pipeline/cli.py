@@ -2,6 +2,11 @@
 
 Exit status: 0 done; 2 bad arguments or PySpark missing; 1 the Spark job failed (one line
 on stderr saying why).  Bad lines in the log are never a failure: they are counted and shown.
+
+``--engine``: ``spark`` runs the whole report on Spark; ``arrow`` with pyarrow in this process
+(brokerd.pipeline.arrowreport, no JVM: local master, data dir and out only, and every input
+must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may and falls back to
+``spark`` when an input needs Spark's JSON reader.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from brokerd import __version__
 from brokerd.pipeline.timespec import parse_time
 
 DEFAULT_TOP = 100
+ENGINES = ("auto", "spark", "arrow")
 
 
 def _conf(value: str) -> tuple[str, str]:
@@ -51,6 +57,10 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
                         help="do not compact closed hours first (e.g. a read-only data dir)")
     parser.add_argument("--delete-json", action="store_true",
                         help="delete an hour's JSON files once it is compacted [keep them]")
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="auto: pyarrow in this process (no JVM) when master, data dir and out are local "
+                        "and every input parses with pyarrow, else Spark; spark: always Spark; arrow: never "
+                        "Spark (fails when an input needs Spark's reader) [auto]")
     return parser
 
 
@@ -133,6 +143,17 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if args.top <= 0:
         print(f"{prog}: --top must be positive", file=sys.stderr)
         return 2
+    from brokerd.pipeline.arrowreport import usable
+
+    arrow = args.engine != "spark" and usable(args.master, args.data_dir, args.out) and not _submitted(args)
+    if args.engine == "arrow" and not arrow:
+        print(f"{prog}: --engine arrow needs a local master (local[*], local[N]) and local --data-dir and --out",
+              file=sys.stderr)
+        return 2
+    if arrow:
+        status = _run_arrow(args, prog)
+        if status is not None:
+            return status
     if not _has_pyspark(prog):
         return 2
     from brokerd.pipeline.report import run_report, text_summary, timed
@@ -152,6 +173,51 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
         return 1
     finally:
         spark.stop()
+    print(text_summary(summary, elapsed))
+    return 0
+
+
+def _submitted(args: argparse.Namespace) -> bool:
+    """Under spark-submit without --master, the master is spark-submit's: leave it to Spark."""
+    from brokerd.pipeline.session import under_spark_submit
+
+    return args.master is None and under_spark_submit()
+
+
+def _run_arrow(args: argparse.Namespace, prog: str) -> int | None:
+    """The report on the Arrow engine; None when an input needs Spark and the engine is
+    ``auto`` (the caller then runs it on Spark)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        if args.engine == "arrow":
+            print(f"{prog}: pyarrow is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+            return 2
+        return None
+    from brokerd.pipeline.arrowjson import NotConvertible
+    from brokerd.pipeline.arrowreport import run_report
+    from brokerd.pipeline.report import text_summary, timed
+    from brokerd.pipeline.session import Progress
+
+    try:
+        with Progress(None, enabled=not args.quiet) as progress:
+            summary, elapsed = timed(
+                run_report, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
+                html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
+            )
+    except NotConvertible as exc:
+        if args.engine == "arrow":
+            print(f"{prog}: pyarrow cannot read the log ({str(exc).splitlines()[0]}); use --engine spark or auto",
+                  file=sys.stderr)
+            return 1
+        if not args.quiet:
+            print(f"[brokerd-report] pyarrow cannot read the log ({str(exc).splitlines()[0]}): running on Spark",
+                  file=sys.stderr)
+        return None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{prog}: the report job failed: {first}", file=sys.stderr)
+        return 1
     print(text_summary(summary, elapsed))
     return 0
 

@@ -14,7 +14,10 @@ place; a run killed at any point leaves only a stale temporary directory, which 
 deletes before compacting what is still missing.  Two compactions of one data dir must not run
 at the same time (the report runs one before reading).
 
-Everything goes through Hadoop's FileSystem, so cluster URIs work as local paths do.
+Everything goes through Hadoop's FileSystem, so cluster URIs work as local paths do; with no
+Spark session (the Arrow engine, brokerd.pipeline.arrowreport) a local data dir is compacted
+with pyarrow alone, through brokerd.pipeline.localfs, and an hour pyarrow cannot parse raises
+arrowjson.NotConvertible (Spark's reader is needed for it).
 """
 from __future__ import annotations
 
@@ -24,9 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
-
 from brokerd.events import schema
+from brokerd.pipeline.localfs import LocalFS, local_path
 from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, summarize
 
 COMPACTED_DIR = "events-compacted"
@@ -149,12 +151,13 @@ def compact(
     progress: Any = None,
 ) -> Compaction:
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
-    ``delete_json``, remove an hour's JSON files once its Parquet is published."""
+    ``delete_json``, remove an hour's JSON files once its Parquet is published.  ``spark``
+    None: pyarrow only (a local data dir; NotConvertible for an hour it cannot parse)."""
     from brokerd.pipeline.read import events_path
 
     now_us = now_micros() if now_us is None else now_us
     events, target = events_path(data_dir), compacted_path(data_dir)
-    fs = HadoopFS(spark, data_dir)
+    fs = file_system(spark, data_dir)
     result = Compaction()
     if not fs.exists(events):
         return result
@@ -175,7 +178,7 @@ def compact(
         listings = {hour: fs.files(raw[hour], schema.FILE_SUFFIX) for hour in batch}
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
-        statuses, stored = _convert(spark, events, tmp, raw, [hour for hour in batch if listings[hour]])
+        statuses, stored = _convert(spark, fs, events, tmp, raw, [hour for hour in batch if listings[hour]])
         counts = {hour: sum(by_status.values()) for hour, by_status in statuses.items()}
         for hour in batch:
             staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
@@ -202,16 +205,16 @@ def compact(
     return result
 
 
-def _local(path: str) -> str | None:
-    """``path`` on the local filesystem, or None for cluster storage (hdfs://, s3a://, ...)."""
-    parsed = urlparse(path)
-    if parsed.scheme == "file":
-        return parsed.path
-    return path if parsed.scheme == "" or len(parsed.scheme) == 1 else None
+_local = local_path
+
+
+def file_system(spark: Any, root: str) -> Any:
+    """Hadoop's FileSystem for ``root`` through ``spark``, or the local one without Spark."""
+    return LocalFS() if spark is None else HadoopFS(spark, root)
 
 
 def _convert(
-    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour]
+    spark: Any, fs: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour]
 ) -> tuple[dict[Hour, dict[str, int]], dict[Hour, set[str]]]:
     """Convert ``hours`` into ``tmp/data/date=/hour=``: with pyarrow's JSON reader where the
     log is local and every line of the hour parses (brokerd.pipeline.arrowjson), else with
@@ -222,25 +225,28 @@ def _convert(
     in the hour (the broker writes them so), the summaries that have rows in it: the
     subscription counts key their pieces by the records' own hour, so an hour holding another
     hour's records is summarised from its Parquet at report time instead."""
-    from pyspark.sql import functions as F
-
-    from brokerd.pipeline.read import OK, compacted_struct
-
     statuses: dict[Hour, dict[str, int]] = {hour: {} for hour in hours}
     stored: dict[Hour, set[str]] = {}
     if not hours:
         return statuses, stored
-    fs = HadoopFS(spark, tmp)
     bounds: dict[Hour, tuple[int, int] | None] = {}
     by_spark = list(hours)
     local_tmp = _local(tmp)
     if local_tmp is not None and all(_local(raw[hour]) is not None for hour in hours):
-        by_spark = _convert_with_arrow(spark, fs, raw, local_tmp, hours, statuses, bounds, stored)
+        by_spark = _convert_with_arrow(fs, raw, local_tmp, hours, statuses, bounds, stored)
+    if by_spark and spark is None:
+        from brokerd.pipeline.arrowjson import NotConvertible
+
+        raise NotConvertible("pyarrow cannot parse the JSON of " + ", ".join(f"{d} {h}:00" for d, h in by_spark))
     if by_spark:
         _convert_with_spark(spark, events, tmp, raw, by_spark, statuses, bounds)
     aligned = {hour for hour in by_spark if _aligned(hour, bounds.get(hour))}
     if not aligned:
         return statuses, stored
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline.read import OK, compacted_struct
+
     data = f"{tmp}/data"
     rows = spark.read.schema(compacted_struct()).option("basePath", data).parquet(
         *[f"{data}/date={hour[0]}/hour={hour[1]}" for hour in sorted(aligned)]
@@ -269,7 +275,7 @@ def _aligned(hour: Hour, bounds: tuple[int, int] | None) -> bool:
 
 
 def _convert_with_arrow(
-    spark: Any, fs: HadoopFS, raw: dict[Hour, str], local_tmp: str, hours: list[Hour],
+    fs: Any, raw: dict[Hour, str], local_tmp: str, hours: list[Hour],
     statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None], stored: dict[Hour, set[str]],
 ) -> list[Hour]:
     """Convert and summarise with pyarrow (brokerd.pipeline.arrowjson, .arrowsummaries) the
@@ -282,10 +288,10 @@ def _convert_with_arrow(
     import pyarrow.parquet as pq
 
     from brokerd.pipeline.arrowjson import NotConvertible, convert_hour
-    from brokerd.pipeline.arrowsummaries import arrow_schemas, summarize_table
-    from brokerd.pipeline.summaries import summary_schemas
+    from brokerd.pipeline.arrowsummaries import schemas as summary_schemas
+    from brokerd.pipeline.arrowsummaries import summarize_table
 
-    schemas = arrow_schemas(summary_schemas(spark))
+    schemas = summary_schemas()
 
     def one(hour: Hour) -> bool:
         """Convert and summarise one hour; False if pyarrow cannot parse it."""

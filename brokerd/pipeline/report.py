@@ -4,6 +4,9 @@ Spark does the heavy part: the records are reduced once to the per-hour summarie
 (brokerd.pipeline.summaries; read as stored for compacted hours), every table is derived from
 them (brokerd.pipeline.tables.TABLES), and what the HTML and the text summary show is
 collected from the written tables, which are small by construction (per minute, per top-N).
+brokerd.pipeline.arrowreport is the same job with pyarrow in the driver (no JVM) for local
+reports; both build summary.json and the HTML with :func:`make_summary` and
+:func:`write_outputs`.
 """
 from __future__ import annotations
 
@@ -111,7 +114,6 @@ def run_report(
         .orderBy(F.col("m").desc(), "topic").limit(15).collect()
     ]
     latency_by_protocol = _rows(tables.latency(merged, keys=("protocol", "kind")))
-    dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
     auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
 
     slow = spark.read.parquet(f"{out}/slow_consumers")
@@ -121,30 +123,58 @@ def run_report(
     delivery_rows = _rows(spark.read.parquet(f"{out}/delivery_latency").orderBy("protocol", "source"))
     split_rows = _rows(spark.read.parquet(f"{out}/smqp_latency_split").orderBy("kind", F.col("part").desc()))
     gauge_rows = _rows(spark.read.parquet(f"{out}/queue_gauges").orderBy("time"))
-    summary: dict[str, Any] = {
+    summary = make_summary(
+        data_dir=data_dir, path=log.path, found=log.found, out=out, since_us=since_us, until_us=until_us,
+        first=first, last=last, quality=log.quality, events_by_kind=events_by_kind,
+        messages_by_protocol=messages_by_protocol, top_topics=top_topics, latency_by_protocol=latency_by_protocol,
+        top_publishers=_rows(spark.read.parquet(f"{out}/top_publishers").orderBy("rank").limit(10)),
+        top_subscribers=_rows(spark.read.parquet(f"{out}/top_subscribers").orderBy("rank").limit(10)),
+        auth=auth, cross_protocol=_rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
+        slow_count=slow_count, slow_rows=slow_rows, delivery_rows=delivery_rows, split_rows=split_rows,
+        gauge_rows=gauge_rows, summarized_hours=len(log.summarized), bucket_seconds=bucket_seconds,
+        compaction=compaction,
+    )
+    merged.release()
+    progress.step("drawing the HTML report")
+    write_outputs(summary, series, gauge_rows, out, html_dir)
+    return summary
+
+
+def make_summary(
+    *, data_dir: str, path: str, found: bool, out: str, since_us: int | None, until_us: int | None,
+    first: int | None, last: int | None, quality: dict[str, int], events_by_kind: dict[str, int],
+    messages_by_protocol: dict[str, int], top_topics: list[tuple[str, int]], latency_by_protocol: list[dict[str, Any]],
+    top_publishers: list[dict[str, Any]], top_subscribers: list[dict[str, Any]], auth: list[dict[str, Any]],
+    cross_protocol: list[dict[str, Any]], slow_count: int, slow_rows: list[dict[str, Any]],
+    delivery_rows: list[dict[str, Any]], split_rows: list[dict[str, Any]], gauge_rows: list[dict[str, Any]],
+    summarized_hours: int, bucket_seconds: int, compaction: Any,
+) -> dict[str, Any]:
+    """summary.json's content, from the figures either engine collected."""
+    dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
+    return {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
-        "events_path": log.path,
-        "log_found": log.found,
+        "events_path": path,
+        "log_found": found,
         "out": out,
         "since": None if since_us is None else format_time(since_us),
         "until": None if until_us is None else format_time(until_us),
         "first_event": None if first is None else format_time(first),
         "last_event": None if last is None else format_time(last),
-        "quality": log.quality,
-        "lines": sum(log.quality.values()),
+        "quality": quality,
+        "lines": sum(quality.values()),
         "events": sum(events_by_kind.values()),
         "events_by_kind": events_by_kind,
         "messages": sum(messages_by_protocol.values()),  # weighted by count, unlike events_by_kind
         "messages_by_protocol": messages_by_protocol,
         "top_topics": top_topics,
         "latency_by_protocol": latency_by_protocol,
-        "top_publishers": _rows(spark.read.parquet(f"{out}/top_publishers").orderBy("rank").limit(10)),
-        "top_subscribers": _rows(spark.read.parquet(f"{out}/top_subscribers").orderBy("rank").limit(10)),
+        "top_publishers": top_publishers,
+        "top_subscribers": top_subscribers,
         "dead_letters": dead,
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
         "auth_failures": auth,
-        "cross_protocol": _rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
+        "cross_protocol": cross_protocol,
         "slow_consumer_episodes": slow_count,
         "slow_consumers": slow_rows,
         "delivery_latency": delivery_rows,
@@ -152,19 +182,24 @@ def run_report(
         "queue_gauge_readings": len(gauge_rows),
         "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
-        "summarized_hours": len(log.summarized),
+        "summarized_hours": summarized_hours,
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {
             "compacted_now": len(compaction.compacted), "already": len(compaction.already),
             "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
         },
     }
-    merged.release()
-    progress.step("drawing the HTML report")
+
+
+def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime, float]]],
+                  gauge_rows: list[dict[str, Any]], out: str, html_dir: str | None) -> None:
+    """Draw the plots, write report.html and summary.json (next to the tables when ``out`` is
+    local, else in ``html_dir``) and set ``summary["html"]``."""
+    delivery_rows, split_rows = summary["delivery_latency"], summary["smqp_latency_split"]
     plots = {
-        "rate": html.rate_plot(series, bucket_seconds),
-        "latency": html.latency_plot(latency_by_protocol),
-        "topics": html.topics_plot(top_topics),
+        "rate": html.rate_plot(series, summary["bucket_seconds"]),
+        "latency": html.latency_plot(summary["latency_by_protocol"]),
+        "topics": html.topics_plot(summary["top_topics"]),
         "delivery_latency": html.latency_plot([{**row, "kind": row["source"]} for row in delivery_rows],
                                               "Delivery latency percentiles, by receiving protocol"),
         "smqp_split": html.latency_plot([{**row, "protocol": row["kind"], "kind": row["part"]} for row in split_rows],
@@ -176,7 +211,6 @@ def run_report(
     (target / HTML_NAME).write_text(html.render(summary, plots), "utf-8")
     summary["html"] = str(target / HTML_NAME)
     (target / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", "utf-8")
-    return summary
 
 
 def _json_default(value: Any) -> Any:

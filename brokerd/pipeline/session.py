@@ -129,7 +129,8 @@ def _quiet_log_config() -> str:
 class Progress:
     """Prints what the pipeline is doing and how far Spark's active stages are, on ``out``
     (stderr): a line per step and, while a step runs, a line per change at most every
-    ``interval`` seconds (rewritten in place on a terminal)."""
+    ``interval`` seconds (rewritten in place on a terminal).  ``spark`` None (the Arrow
+    engine, no JVM): the step lines only."""
 
     def __init__(self, spark: Any, out: TextIO | None = None, interval: float = 1.0, enabled: bool = True) -> None:
         self.spark = spark
@@ -144,7 +145,7 @@ class Progress:
         self._last = ""
 
     def __enter__(self) -> Progress:
-        if self.enabled:
+        if self.enabled and self.spark is not None:
             self._thread = threading.Thread(target=self._watch, name="brokerd-report-progress", daemon=True)
             self._thread.start()
         return self
@@ -158,7 +159,8 @@ class Progress:
     def step(self, name: str) -> None:
         """A new phase: name Spark's jobs after it and print it."""
         self._step = name
-        self.spark.sparkContext.setJobDescription(name)
+        if self.spark is not None:
+            self.spark.sparkContext.setJobDescription(name)
         if self.enabled:
             self._end_line()
             self.out.write(f"[brokerd-report {time.monotonic() - self._started:6.1f}s] {name}\n")

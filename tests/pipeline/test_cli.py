@@ -23,7 +23,7 @@ def test_report_command_on_a_generated_log(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(tmp_path / "data"),
          "--out", str(tmp_path / "out"), "--master", "local[2]", "--driver-memory", "1g",
-         "--conf", "spark.sql.shuffle.partitions=4"],
+         "--conf", "spark.sql.shuffle.partitions=4", "--engine", "spark"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]

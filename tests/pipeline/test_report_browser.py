@@ -1,7 +1,7 @@
 """The HTML report looked at in headless Chromium: every plot is an image the browser decoded,
 the latency, cross-protocol and slow-consumer sections are there with their figures, and the
-broker's internal sessions are nowhere on the page.  The screenshot is saved as
-test-artifacts/pipeline-report.png."""
+broker's internal sessions are nowhere on the page, with either engine.  The screenshots are
+saved as test-artifacts/pipeline-report.png (Spark) and pipeline-report-arrow.png."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 
+from brokerd.pipeline import arrowreport
+from brokerd.pipeline.compact import compact
 from brokerd.pipeline.report import run_report
 from tests.browser.cdp import Chromium, chromium_or_skip
 from tests.pipeline.test_report import H0, LATENCY_LOG, S, rec, write_log
@@ -17,10 +19,13 @@ from tests.pipeline.test_report import H0, LATENCY_LOG, S, rec, write_log
 pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
+ENGINE_SCREENSHOT = {"spark": "pipeline-report.png", "arrow": "pipeline-report-arrow.png"}
 
 
-@pytest.fixture(scope="module")
-def report_file(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=["spark", "arrow"])
+def report_file(request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of each engine (the log's malformed lines need Spark's reader: for the
+    Arrow engine, the hours are compacted first, as ``--engine auto`` would do)."""
     chromium_or_skip()  # before the Spark work
     data_dir = tmp_path_factory.mktemp("data")
     write_log(data_dir)
@@ -31,8 +36,12 @@ def report_file(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         "utf-8",
     )
     (hour / "events-b1-run4-1.jsonl").write_text("".join(LATENCY_LOG), "utf-8")
-    out = tmp_path_factory.mktemp("out")
-    run_report(spark, str(data_dir), str(out))
+    out = tmp_path_factory.mktemp(f"out-{request.param}-")
+    if request.param == "spark":
+        run_report(spark, str(data_dir), str(out))
+    else:
+        compact(spark, str(data_dir))
+        arrowreport.run_report(str(data_dir), str(out))
     return out / "report.html"
 
 
@@ -73,6 +82,6 @@ async def test_the_report_reads_well_in_a_browser(report_file: Path, tmp_path: P
         assert png.startswith(b"\x89PNG\r\n\x1a\n")
         artifacts = REPO / "test-artifacts"
         artifacts.mkdir(exist_ok=True)
-        (artifacts / "pipeline-report.png").write_bytes(png)
+        (artifacts / ENGINE_SCREENSHOT[report_file.parent.name.split("-")[1]]).write_bytes(png)
     finally:
         browser.close()

@@ -1,0 +1,135 @@
+"""The Arrow engine's reading: a local event log into merged summaries, with no JVM.
+
+What brokerd.pipeline.read.read_events and summaries.merge do with Spark, done with pyarrow:
+compacted hours wholly inside the window contribute their stored ``_summary`` Parquet;
+the other compacted hours (cut by ``--since``/``--until``, or stored without summaries) their
+Parquet rows, and open hours their JSON (arrowjson.parse_files, which raises NotConvertible
+for a file with a line it cannot parse: the caller then uses Spark).  Those records are
+summarised per hour of their ``ts`` by arrowsummaries.summarize_table, as Spark's summaries
+key them, so the merged summaries are the ones the Spark engine derives its tables from.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokerd.events import schema
+from brokerd.pipeline.arrowsummaries import schemas, summarize_table
+from brokerd.pipeline.compact import MARKER, compacted_path
+from brokerd.pipeline.localfs import LocalFS, local_path
+from brokerd.pipeline.read import OK, STATUSES, _hour_in_window, _hour_inside, events_path
+from brokerd.pipeline.summaries import RECORD_COLUMNS, SUMMARIES, SUMMARY_DIR, SUMMARY_VERSION
+
+
+@dataclass
+class ArrowLog:
+    """The merged summaries (name -> Arrow table, several rows per key: re-aggregate) and
+    what read.EventLog says of the lines read."""
+
+    summaries: dict[str, Any]
+    quality: dict[str, int] = field(default_factory=dict)
+    path: str = ""
+    found: bool = True
+    summarized: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _parquet_files(directory: str) -> list[str]:
+    """The data files of a directory written by Spark or pyarrow (``_``/``.`` names are
+    markers and checksums)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(
+        os.path.join(directory, name) for name in os.listdir(directory)
+        if name.endswith(".parquet") and not name.startswith(("_", "."))
+    )
+
+
+def _read(files: list[str], columns: list[str]) -> list[Any]:
+    import pyarrow.parquet as pq
+
+    return [pq.read_table(name, columns=columns) for name in files]
+
+
+def _conform(tables: list[Any], target: Any) -> Any:
+    """One table of ``target``'s schema (columns by name) from ``tables``."""
+    import pyarrow as pa
+
+    parts = [table.select(target.names).cast(target) for table in tables if len(table)]
+    return pa.concat_tables(parts) if parts else target.empty_table()
+
+
+def _summarize_by_hour(records: Any) -> dict[str, list[Any]]:
+    """The summaries of ``records``, each hour of ``ts`` on its own (the subscription
+    summaries count the messages of an endpoint's own hour only)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    found: dict[str, list[Any]] = {}
+    if not len(records):
+        return found
+    hour = pc.divide(records.column("ts"), schema.HOUR_US)
+    for index in np.unique(hour.to_numpy()).tolist():
+        part = records.filter(pc.equal(hour, index))
+        for name, table in summarize_table(part).items():
+            found.setdefault(name, []).append(table)
+    return found
+
+
+def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | None = None) -> ArrowLog:
+    """The merged summaries of ``data_dir``'s log in [since, until) (a local data dir).
+    Raises arrowjson.NotConvertible when an open hour has a line pyarrow cannot parse."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from brokerd.pipeline.arrowjson import parse_files
+
+    if local_path(data_dir) is None:
+        raise ValueError(f"{data_dir}: the Arrow engine reads local data dirs only")
+    fs = LocalFS()
+    path, compacted = events_path(data_dir), compacted_path(data_dir)
+    found = fs.exists(path) or fs.exists(compacted)
+    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if _hour_in_window(h, since_us, until_us)}
+    json_hours = {
+        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and _hour_in_window(h, since_us, until_us)
+    }
+    counts: dict[str, int] = {}
+    summarized: dict[str, list[str]] = {}
+    for hour, location in sorted(parquet_hours.items()):
+        marker = json.loads(fs.read_text(f"{location}/{MARKER}"))
+        for status_name, n in marker.get("statuses", {}).items():
+            counts[status_name] = counts.get(status_name, 0) + int(n)
+        stored = marker.get("summaries") or {}
+        if stored.get("version") == SUMMARY_VERSION and _hour_inside(hour, since_us, until_us):
+            summarized[location] = list(stored.get("tables", []))
+    columns = [*RECORD_COLUMNS, "status"]
+    parts = []
+    for _hour, location in sorted(parquet_hours.items()):
+        if location not in summarized:
+            parts += _read(_parquet_files(local_path(location) or location), columns)
+    for _hour, location in sorted(json_hours.items()):
+        files = [os.path.join(local_path(location) or location, name) for name, _size in fs.files(location, schema.FILE_SUFFIX)]
+        if files:
+            rows = parse_files(files).select(columns)
+            for row in pc.value_counts(rows.column("status")).to_pylist():
+                counts[row["values"]] = counts.get(row["values"], 0) + int(row["counts"])
+            parts.append(rows)
+    merged: dict[str, list[Any]] = {name: [] for name, _function in SUMMARIES}
+    for location, names in sorted(summarized.items()):
+        for name in names:
+            directory = os.path.join(local_path(location) or location, SUMMARY_DIR, name)
+            merged[name] += _read(_parquet_files(directory), schemas()[name].names)
+    if parts:
+        record_schema = pa.schema([(f.name, f.type) for f in schemas()["rare"]] + [("status", pa.string())])
+        records = _conform(parts, record_schema)
+        keep = pc.equal(records.column("status"), OK)
+        if since_us is not None:
+            keep = pc.and_(keep, pc.greater_equal(records.column("ts"), since_us))
+        if until_us is not None:
+            keep = pc.and_(keep, pc.less(records.column("ts"), until_us))
+        for name, tables in _summarize_by_hour(records.filter(keep).drop_columns(["status"])).items():
+            merged[name] += tables
+    quality = {status_name: int(counts.get(status_name, 0)) for status_name in STATUSES}
+    frames = {name: _conform(tables, schemas()[name]) for name, tables in merged.items()}
+    return ArrowLog(frames, quality, path, found=found, summarized=summarized)

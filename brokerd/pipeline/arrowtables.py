@@ -1,0 +1,238 @@
+"""The report's tables (brokerd.pipeline.tables) computed with pyarrow from the merged
+summaries, in the driver, with no JVM.
+
+On a local machine the summaries are small (a second report over 10 M events reads about
+1 M summary rows), and Spark's fixed costs dominated: the JVM start, the first query's
+warm-up and about 25 short jobs per table took 30 s of the 43 s second report.  Arrow's
+kernels (group_by, sort, filter) do the same re-aggregation in well under a second.  Every
+function here computes exactly what its namesake in tables.py computes, with the same columns
+and types (:data:`SCHEMAS`, the types Spark writes), the same row order and the same treatment
+of nulls: tests/pipeline/test_arrow_engine.py compares every table of both engines.
+
+Per-row Python runs only on small inputs: the ``rare`` records of the subscription counts
+(subscriptions and logouts) and the per-group lists of the auth failures.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from brokerd.events import schema
+from brokerd.pipeline.gauges import SERIES
+from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
+from brokerd.pipeline.summaries import HOUR_US, ONLINE, QUEUED, UNSPLIT
+from brokerd.pipeline.arrowbase import (
+    RANKING, Summaries, conform, differs, group, is_in, joinable, modules, ranked, sort_by, timestamps, schemas,
+)
+from brokerd.pipeline.arrowsubscribers import _routing, cross_protocol, top_subscribers
+from brokerd.pipeline.tables import PERCENTILES
+
+def traffic(s: Summaries, top: int = 0) -> Any:
+    """As tables.traffic: the traffic and drops summaries re-aggregated per key, the drops
+    per reason in a map sorted by reason (empty for keys without drops)."""
+    pa, pc = modules()
+    keys = ["minute", "topic", "protocol"]
+    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
+    flows = group(s["traffic"], keys, [*[(n, "sum", n) for n in sums], ("max_fanout", "max", "max_fanout")])
+    reasons = group(s["drops"], [*keys, "reason"], [("n", "sum", "n")])
+    by_key = group(reasons, keys, [("n", "sum", "drops")])
+    # every drops key is a traffic key; still, a key only in drops gets zeros, as Spark's union does
+    zeros = {name: pa.array([0] * len(by_key), pa.int64()) for name in sums}
+    only_drops = pa.table({**{k: by_key.column(k) for k in keys}, **zeros,
+                           "max_fanout": pa.nulls(len(by_key), pa.int64()), "drops": by_key.column("drops")})
+    flows = flows.append_column("drops", pa.array([0] * len(flows), pa.int64()))
+    merged = group(pa.concat_tables([flows.select(only_drops.column_names), only_drops]), keys,
+                    [*[(n, "sum", n) for n in [*sums, "drops"]], ("max_fanout", "max", "max_fanout")])
+    merged = sort_by(merged, [("minute", "ascending"), ("topic", "ascending"), ("protocol", "ascending")])
+    drops_by_reason = _reason_maps(merged, reasons, keys)
+    table = pa.table({
+        "minute": timestamps(merged.column("minute")), "topic": merged.column("topic"),
+        "protocol": merged.column("protocol"), "messages": merged.column("messages"), "bytes": merged.column("bytes"),
+        "fanout": merged.column("fanout"), "max_fanout": merged.column("max_fanout"),
+        "deliveries": pc.subtract(pc.add(merged.column("fanout"), merged.column("delivered")), merged.column("after_handoff")),
+        "drops": merged.column("drops"), "drops_by_reason": drops_by_reason,
+    })
+    return conform(table, "traffic")
+
+
+def _reason_maps(merged: Any, reasons: Any, keys: list[str]) -> Any:
+    """Per row of ``merged``: its rows of ``reasons`` as a map reason -> n, sorted by reason."""
+    import numpy as np
+
+    pa, pc = modules()
+    if not len(reasons):
+        return pa.array([[]] * len(merged), pa.map_(pa.string(), pa.int64()))
+    rows = joinable(merged.select(keys), keys).append_column("row", pa.array(np.arange(len(merged), dtype=np.int64)))
+    located = joinable(reasons, keys).join(rows, keys, join_type="inner", use_threads=False)
+    located = sort_by(located, [("row", "ascending"), ("reason", "ascending")])
+    lengths = np.bincount(located.column("row").to_numpy(), minlength=len(merged))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+    return pa.MapArray.from_arrays(offsets, located.column("reason").combine_chunks(), located.column("n").combine_chunks())
+
+
+def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
+    """As tables.percentiles: count, p50_us, p90_us, p99_us, max_us per ``keys`` from value
+    counts, exact (per group, the smallest value whose running count reaches ``p * count``),
+    groups sorted by their keys (nulls first)."""
+    import numpy as np
+
+    pa, _pc = modules()
+    values = group(counts, [*keys, value], [("n", "sum", "n")])
+    values = sort_by(values, [*[(k, "ascending") for k in keys], (value, "ascending")])
+    names = [f"p{round(q * 100)}_us" for q in PERCENTILES]
+    if not len(values):
+        return pa.table({**{k: values.column(k) for k in keys}, "count": pa.array([], pa.int64()),
+                         **{n: pa.array([], pa.int64()) for n in names}, "max_us": pa.array([], pa.int64())})
+    new = np.zeros(len(values), dtype=bool)
+    new[0] = True
+    for key in keys:
+        new[1:] |= differs(values.column(key).combine_chunks())
+    starts = np.flatnonzero(new)
+    n = values.column("n").to_numpy().astype(np.int64)
+    v = values.column(value).to_numpy().astype(np.int64)
+    running = np.cumsum(n)
+    before = np.concatenate(([0], running[starts[1:] - 1]))
+    member = np.cumsum(new) - 1  # each row's group
+    upto = running - before[member]
+    total = np.add.reduceat(n, starts)
+    result = {k: values.column(k).take(pa.array(starts)) for k in keys}
+    result["count"] = pa.array(total, pa.int64())
+    for q, name in zip(PERCENTILES, names):
+        reached = upto >= q * total[member].astype(np.float64)
+        result[name] = pa.array(np.minimum.reduceat(np.where(reached, v, np.iinfo(np.int64).max), starts), pa.int64())
+    result["max_us"] = pa.array(np.maximum.reduceat(v, starts), pa.int64())
+    return pa.table(result)
+
+
+def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
+    return percentiles(s["latency"], keys, "latency_us")
+
+
+def top_publishers(s: Summaries, top: int = 100) -> Any:
+    publishing = s["publishing"]
+    frame = group(publishing, ["session", "protocol"], [
+        ("messages", "sum", "messages"), ("bytes", "sum", "bytes"), ("topic", "count_distinct", "topics"),
+        ("fanout", "sum", "fanout"), ("first_ts", "min", "first_seen"), ("last_ts", "max", "last_seen"),
+    ])
+    frame = frame.set_column(frame.column_names.index("first_seen"), "first_seen", timestamps(frame.column("first_seen")))
+    frame = frame.set_column(frame.column_names.index("last_seen"), "last_seen", timestamps(frame.column("last_seen")))
+    return conform(ranked(frame, RANKING, top), "top_publishers")
+
+
+def _records(s: Summaries, where: Any, columns: Sequence[Any], order: Sequence[str], name: str) -> Any:
+    """Rows of ``rare`` (``where``: a mask of it) with ``time``, sorted by ``order``."""
+    pa, _pc = modules()
+    rare = s["rare"].filter(where)
+    rare = rare.append_column("time", timestamps(rare.column("ts")))
+    table = pa.table({column if isinstance(column, str) else column[0]:
+                      rare.column(column) if isinstance(column, str) else column[1](rare) for column in columns})
+    return conform(sort_by(table, [(key, "ascending") for key in order]), name)
+
+
+def _dropped(rare: Any) -> Any:
+    pa, pc = modules()
+    return pc.fill_null(rare.column("dropped"), 1).cast(pa.int64())
+
+
+def slow_consumers(s: Summaries, top: int = 0) -> Any:
+    _pa_, pc = modules()
+    rare = s["rare"]
+    where = pc.and_(is_in(rare.column("kind"), [schema.DROPPED]), is_in(rare.column("reason"), [schema.SLOW_CONSUMER, schema.QUEUE_FULL]))
+    return _records(s, where, ["time", "protocol", "session", "topic", "reason", ("dropped", _dropped)],
+                    ["time", "session"], "slow_consumers")
+
+
+def dead_letters(s: Summaries, top: int = 0) -> Any:
+    rare = s["rare"]
+    return _records(s, is_in(rare.column("kind"), sorted(schema.DEAD_LETTER_KINDS)),
+                    ["time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker"],
+                    ["time", "message_id"], "dead_letters")
+
+
+def queue_gauges(s: Summaries, top: int = 0) -> Any:
+    _pa_, pc = modules()
+    rare = s["rare"]
+    return _records(s, is_in(rare.column("kind"), [schema.GAUGE]),
+                    ["time", "broker", "protocol", *[(n, lambda r, n=n: pc.fill_null(r.column(n), 0)) for n, _l, _c in SERIES]],
+                    ["time", "broker"], "queue_gauges")
+
+
+def auth_failures(s: Summaries, top: int = 0) -> Any:
+    """As tables.auth_failures: per source host (the port stripped) x protocol."""
+    pa, pc = modules()
+    rare = s["rare"]
+    failures = rare.filter(is_in(rare.column("kind"), [schema.AUTH_FAILURE]))
+    host = pc.struct_field(pc.extract_regex(failures.column("source"), r"^\[?(?P<host>.*?)\]?:[0-9]+$"), [0])
+    usable = pc.fill_null(pc.not_equal(host, ""), False)
+    source = pc.if_else(usable, host, failures.column("source"))
+    failures = failures.set_column(failures.column_names.index("source"), "source", source)
+    grouped = group(failures, ["source", "protocol"], [
+        ("ts", "count", "failures"), ("session", "distinct", "identities"), ("scheme", "distinct", "schemes"),
+        ("ts", "min", "first_seen"), ("ts", "max", "last_seen"),
+    ])
+
+    def sorted_lists(column: Any, limit: int | None) -> Any:
+        return pa.array([sorted(v for v in values if v is not None)[:limit] for values in column.to_pylist()], pa.list_(pa.string()))
+
+    table = pa.table({
+        "source": grouped.column("source"), "protocol": grouped.column("protocol"),
+        "failures": grouped.column("failures").cast(pa.int64()),
+        "identities": sorted_lists(grouped.column("identities"), 20), "schemes": sorted_lists(grouped.column("schemes"), None),
+        "first_seen": timestamps(grouped.column("first_seen")), "last_seen": timestamps(grouped.column("last_seen")),
+    })
+    return conform(sort_by(table, [("failures", "descending"), ("source", "ascending"), ("protocol", "ascending")],
+                          nulls="at_end"), "auth_failures")
+
+
+def delivery_latency(s: Summaries, top: int = 0) -> Any:
+    """As tables.delivery_latency: the sampled ``latency`` records and SMQP's deliveries
+    once online, per receiving protocol and source."""
+    pa, pc = modules()
+    rare = s["rare"]
+    sampled = rare.filter(pc.and_(is_in(rare.column("kind"), [schema.LATENCY]), pc.is_valid(rare.column("latency_us"))))
+    smqp = s["smqp_latency"]
+    smqp = smqp.filter(pc.and_(is_in(smqp.column("kind"), [schema.DELIVERED]), is_in(smqp.column("part"), [ONLINE, UNSPLIT])))
+    counts = pa.concat_tables([
+        pa.table({"protocol": sampled.column("protocol"), "source": pa.array([SAMPLED] * len(sampled), pa.string()),
+                  "value_us": sampled.column("latency_us").cast(pa.int64()), "n": pa.array([1] * len(sampled), pa.int64())}),
+        pa.table({"protocol": pa.array(["smqp"] * len(smqp), pa.string()), "source": pa.array([SMQP_ONLINE] * len(smqp), pa.string()),
+                  "value_us": smqp.column("value_us"), "n": smqp.column("n")}),
+    ])
+    return conform(percentiles(counts, ["protocol", "source"], "value_us"), "delivery_latency")
+
+
+def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
+    smqp = s["smqp_latency"]
+    return conform(percentiles(smqp.filter(is_in(smqp.column("part"), [QUEUED, ONLINE])), ["kind", "part"], "value_us"),
+                    "smqp_latency_split")
+
+
+def latency_table(s: Summaries, top: int = 0) -> Any:
+    return conform(latency(s), "latency")
+
+
+Table = Callable[..., Any]
+TABLES: tuple[tuple[str, Table], ...] = (
+    ("traffic", traffic),
+    ("latency", latency_table),
+    ("top_publishers", top_publishers),
+    ("top_subscribers", top_subscribers),
+    ("dead_letters", dead_letters),
+    ("auth_failures", auth_failures),
+    ("cross_protocol", cross_protocol),
+    ("slow_consumers", slow_consumers),
+    ("delivery_latency", delivery_latency),
+    ("smqp_latency_split", smqp_latency_split),
+    ("queue_gauges", queue_gauges),
+)
+"""tables.TABLES's tables, in its order (a test checks that the names are the same)."""
+
+
+def compute(s: Summaries, top: int) -> dict[str, Any]:
+    """Every table; the subscription counts are computed once for the two that need them."""
+    routing = _routing(s)
+    return {
+        name: table(s, top, routing=routing) if table in (top_subscribers, cross_protocol) else table(s, top)
+        for name, table in TABLES
+    }
+

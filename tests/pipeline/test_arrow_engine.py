@@ -1,0 +1,218 @@
+"""The Arrow engine (brokerd.pipeline.arrowreport) gives exactly the Spark engine's report:
+every table (rows and Spark-read schema) and every summary.json field, on the logs the
+compaction and report tests use (bad lines, hours outside the window, subscriptions spanning
+hours, a window cutting hours, open hours, the latency and gauge records, a generated log, an
+empty log), on the raw JSON and on compacted hours; a log pyarrow cannot parse is left to
+Spark; the command line runs a local report with no JVM at all."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokerd.pipeline import arrowreport, arrowtables, tables
+from brokerd.pipeline.arrowjson import NotConvertible
+from brokerd.pipeline.arrowsummaries import arrow_schemas, schemas
+from brokerd.pipeline.compact import COMPACTED_DIR, compact
+from brokerd.pipeline.generate import generate
+from brokerd.pipeline.report import TABLES, run_report
+from brokerd.pipeline.summaries import summary_schemas
+from tests.pipeline.test_compact import HOUR, M, _samples_log, _subscription_log, rows
+from tests.pipeline.test_report import H0, LATENCY_LOG, S, rec, write_log
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PER_RUN = ("generated", "data_dir", "events_path", "out", "html")
+"""summary.json fields that name the run, not the log."""
+
+
+def _schema(spark: Any, path: Path) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in spark.read.parquet(str(path)).schema.fields]
+
+
+def assert_same(spark: Any, by_spark: tuple[Path, dict[str, Any]], by_arrow: tuple[Path, dict[str, Any]],
+                also: tuple[str, ...] = ()) -> None:
+    """Every table and every summary field of the two reports are equal (but those naming
+    the run, and ``also``: what the runs did, when they did not do the same)."""
+    (spark_out, spark_summary), (arrow_out, arrow_summary) = by_spark, by_arrow
+    ignored = (*PER_RUN, *also)
+    for table in TABLES:
+        assert _schema(spark, arrow_out / table) == _schema(spark, spark_out / table), table
+        assert rows(spark, arrow_out / table) == rows(spark, spark_out / table), table
+    assert set(arrow_summary) == set(spark_summary)
+    for key in spark_summary:
+        if key not in ignored:
+            assert arrow_summary[key] == spark_summary[key], key
+    written = json.loads((arrow_out / "summary.json").read_text("utf-8"))
+    expected = json.loads((spark_out / "summary.json").read_text("utf-8"))
+    assert {k: v for k, v in written.items() if k not in ignored} == {k: v for k, v in expected.items() if k not in ignored}
+
+
+def test_the_schemas_written_out_are_sparks(spark: Any) -> None:
+    assert schemas() == arrow_schemas(summary_schemas(spark))
+    assert [name for name, _t in arrowtables.TABLES] == [name for name, _t in tables.TABLES]
+
+
+def _internal_log(data_dir: Path) -> None:
+    """test_report's internal-session log, with a drop after hand-off and an unrenderable."""
+    hour = data_dir / "events" / "date=2024-05-01" / "hour=10"
+    hour.mkdir(parents=True)
+    hour.joinpath("events-b1-run1-1.jsonl").write_text("".join([
+        rec(H0 + S, "smqp", "login", session="bridge:news", outcome="ok"),
+        rec(H0 + S, "smqp", "subscribed", session="bridge:news", topic="news"),
+        rec(H0 + S, "mcchat", "login", session="carol", outcome="ok", source="127.0.0.1:4000"),
+        rec(H0 + S, "mcchat", "subscribed", session="carol", topic="news"),
+        rec(H0 + 2 * S, "ssmp", "accepted", session="alice", topic="news", message="multicast", bytes=10, fanout=2, count=2),
+        rec(H0 + 3 * S, "socketmq", "accepted", session="sam", topic="news", message="multicast", bytes=4, fanout=2, dropped=1),
+        rec(H0 + 4 * S, "mcchat", "dropped", session="carol", topic="news", reason="slow_consumer", dropped=3),
+        rec(H0 + 5 * S, "ssmp", "dropped", session="alice", reason="no_recipient"),
+        rec(H0 + 6 * S, "ssmp", "auth_failure", session="eve", source="[::1]:7000", scheme="open"),
+        rec(H0 + 7 * S, "ssmp", "auth_failure", session="eve", source="unix", scheme="secret"),
+        rec(H0 + 8 * S, "ssmp", "auth_failure", session="mallory", scheme="secret"),
+        rec(H0 + 70 * S, "smqp", "delivered", session="erin:c1", topic="news", bytes=9, latency_us=5, queued_us=1),
+        *LATENCY_LOG,
+    ]), "utf-8")
+
+
+def _generated_log(data_dir: Path) -> None:
+    generate(data_dir, 30_000, hours=3, seed=11, workers=1)
+
+
+def _empty_log(data_dir: Path) -> None:
+    (data_dir / "events").mkdir(parents=True)
+
+
+LOGS: dict[str, tuple[Callable[[Path], None], dict[str, int]]] = {
+    # name: (writer, a window cutting hours)
+    "bad lines": (write_log, {"since_us": H0 + 30 * S, "until_us": H0 + HOUR + 30 * M}),
+    "subscriptions": (_subscription_log, {"since_us": H0 + 10 * M + 35_000_000, "until_us": H0 + 2 * HOUR + 10 * M + 25_000_000}),
+    "samples": (_samples_log, {"since_us": H0 + 10 * M, "until_us": H0 + 2 * HOUR + 150_000_000}),
+    "internal sessions": (_internal_log, {"since_us": H0 + 2 * S, "until_us": H0 + 100 * S}),
+    "generated": (_generated_log, {"since_us": 1_714_521_600_000_000 + 30 * M, "until_us": 1_714_521_600_000_000 + 150 * M}),
+    "empty": (_empty_log, {"since_us": H0, "until_us": H0 + HOUR}),
+}
+
+
+def _arrow(data_dir: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any]]:
+    return out, arrowreport.run_report(str(data_dir), str(out), **options)
+
+
+def _spark(spark: Any, data_dir: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any]]:
+    return out, run_report(spark, str(data_dir), str(out), **options)
+
+
+@pytest.mark.parametrize("log", list(LOGS))
+def test_the_arrow_engine_gives_the_spark_engines_report(spark: Any, tmp_path: Path, log: str) -> None:
+    write, window = LOGS[log]
+    raw, by_spark, by_arrow = tmp_path / "raw", tmp_path / "by-spark", tmp_path / "by-arrow"
+    write(raw)
+    shutil.copytree(raw, by_spark)
+    shutil.copytree(raw, by_arrow)
+
+    # the raw JSON, not compacted: pyarrow reads it unless a line only Spark can mark malformed
+    spark_raw = _spark(spark, raw, tmp_path / "spark-raw", compact=False)
+    convertible = not list(raw.rglob("*.jsonl")) or log not in ("bad lines", "samples")
+    if convertible:
+        assert_same(spark, spark_raw, _arrow(raw, tmp_path / "arrow-raw", compact=False))
+    else:
+        with pytest.raises(NotConvertible):
+            _arrow(raw, tmp_path / "arrow-raw", compact=False)
+        assert not (tmp_path / "arrow-raw").exists()  # nothing written
+        assert not (raw / COMPACTED_DIR).exists()
+
+    # compacted: by the Spark engine's run on one copy, by pyarrow alone on the other (an
+    # hour pyarrow cannot parse is compacted by Spark first, as --engine auto would)
+    stored = _spark(spark, by_spark, tmp_path / "spark-stored")
+    if convertible:
+        assert_same(spark, stored, _arrow(by_arrow, tmp_path / "arrow-stored"))
+    else:
+        with pytest.raises(NotConvertible):
+            _arrow(by_arrow, tmp_path / "arrow-stored")
+        done = compact(spark, str(by_arrow))
+        arrow = _arrow(by_arrow, tmp_path / "arrow-stored")
+        assert arrow[1]["compaction"] == {"compacted_now": 0, "already": len(done.compacted), "open": 0, "deleted_json_files": 0}
+        assert_same(spark, stored, arrow, also=("compaction",))
+
+    # a window cutting hours: those hours from their compacted rows, the others from summaries
+    assert_same(spark, _spark(spark, by_spark, tmp_path / "spark-cut", **window),
+                _arrow(by_arrow, tmp_path / "arrow-cut", **window))
+
+
+def test_open_hours_are_read_from_json_and_compacted_by_pyarrow(spark: Any, tmp_path: Path) -> None:
+    """Hours 10 and 11 closed (compacted by pyarrow, no JVM), hour 12 open (its JSON read, an
+    empty file among it)."""
+    raw, mixed = tmp_path / "raw", tmp_path / "mixed"
+    _subscription_log(raw)
+    (raw / "events" / "date=2024-05-01" / "hour=12" / "events-b1-run2-1.jsonl").touch()  # just opened: no line yet
+    shutil.copytree(raw, mixed)
+    now = H0 + 2 * HOUR + 30 * M
+    arrow = _arrow(mixed, tmp_path / "arrow", now_us=now, delete_json=True)
+    assert arrow[1]["compaction"] == {"compacted_now": 2, "already": 0, "open": 1, "deleted_json_files": 2}
+    assert arrow[1]["summarized_hours"] == 2
+    assert sorted(p.name for p in (mixed / COMPACTED_DIR / "date=2024-05-01").iterdir()) == ["hour=10", "hour=11"]
+    assert_same(spark, _spark(spark, raw, tmp_path / "spark", compact=False), arrow, also=("compaction", "summarized_hours"))
+
+
+def test_usable_only_with_a_local_master_and_local_paths() -> None:
+    assert arrowreport.usable(None, "/data", "out")
+    assert arrowreport.usable("local[*]", "file:///data", "/out")
+    assert arrowreport.usable("local[2]", "/data", "/out") and arrowreport.usable("local", "/data", "/out")
+    assert not arrowreport.usable("spark://127.0.0.1:7077", "/data", "/out")
+    assert not arrowreport.usable("yarn", "/data", "/out")
+    assert not arrowreport.usable("local[*]", "hdfs:///data", "/out")
+    assert not arrowreport.usable("local[*]", "/data", "s3a://reports/b1")
+
+
+def _no_java_env(tmp_path: Path) -> dict[str, str]:
+    """An environment in which starting a JVM fails: no java on PATH, JAVA_HOME empty."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(sys.executable, bin_dir / "python")
+    return {**os.environ, "PATH": str(bin_dir), "JAVA_HOME": str(tmp_path / "no-java"), "SPARK_HOME": str(tmp_path / "no-spark")}
+
+
+def test_the_command_line_runs_a_local_report_without_a_jvm(tmp_path: Path) -> None:
+    written = generate(tmp_path / "data", 6000, hours=2, seed=7, workers=1)
+    command = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(tmp_path / "data"),
+               "--out", str(tmp_path / "out"), "--master", "local[2]"]
+    env = _no_java_env(tmp_path)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "compacting closed hours (pyarrow)" in result.stderr and "deriving the tables" in result.stderr
+    assert f"{written:,} valid of {written:,} lines" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["events"] == written and summary["compaction"]["compacted_now"] == 2
+    # a second report reads the stored summaries; --quiet prints only the summary
+    quiet = subprocess.run(command + ["--quiet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["summarized_hours"] == 2
+    # with --engine spark the same command needs the JVM: it fails here, so the runs above had none
+    failed = subprocess.run(command + ["--engine", "spark"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0
+
+
+def test_auto_falls_back_to_spark_and_arrow_says_why(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_log(data)
+    base = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(data), "--master", "local[1]",
+            "--driver-memory", "1g"]
+    forced = subprocess.run(base + ["--out", str(tmp_path / "forced"), "--engine", "arrow"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert forced.returncode == 1 and "pyarrow cannot read the log" in forced.stderr, forced.stderr[-2000:]
+    assert "--engine spark or auto" in forced.stderr
+    auto = subprocess.run(base + ["--out", str(tmp_path / "auto")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert auto.returncode == 0, auto.stderr[-2000:]
+    assert "running on Spark" in auto.stderr
+    summary = json.loads((tmp_path / "auto" / "summary.json").read_text())
+    assert summary["quality"]["malformed"] == 5 and summary["compaction"]["compacted_now"] == 4
+    remote = subprocess.run(base + ["--out", "hdfs:///reports", "--engine", "arrow"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert remote.returncode == 2 and "--engine arrow needs a local master" in remote.stderr
