@@ -19,8 +19,27 @@ from brokerd.events import schema
 from brokerd.pipeline.arrowsummaries import schemas, summarize_table
 from brokerd.pipeline.compact import MARKER, compacted_path
 from brokerd.pipeline.localfs import LocalFS, local_path
-from brokerd.pipeline.read import OK, STATUSES, _hour_in_window, _hour_inside, events_path
+from brokerd.pipeline.read import OK, STATUSES, hour_in_window, hour_inside, events_path
 from brokerd.pipeline.summaries import RECORD_COLUMNS, SUMMARIES, SUMMARY_DIR, SUMMARY_VERSION
+
+
+DEFAULT_MAX_MEMORY = 2 << 30
+"""Bytes of Arrow memory the engine may hold while reading (``--arrow-max-memory``)."""
+
+
+class TooLarge(Exception):
+    """The summaries and records a report would hold in this process exceed its bound: the
+    report needs Spark, which spills to disk."""
+
+
+def _check_memory(limit: int | None) -> None:
+    """Raise TooLarge once the Arrow memory in use passes ``limit`` (checked after each
+    file read, so the overshoot is at most one file's table)."""
+    import pyarrow as pa
+
+    if limit is not None and pa.total_allocated_bytes() > limit:
+        raise TooLarge(f"the log's summaries and open hours take more than --arrow-max-memory "
+                       f"({limit:,} bytes) in memory")
 
 
 @dataclass
@@ -46,10 +65,14 @@ def _parquet_files(directory: str) -> list[str]:
     )
 
 
-def _read(files: list[str], columns: list[str]) -> list[Any]:
+def _read(files: list[str], columns: list[str], limit: int | None = None) -> list[Any]:
     import pyarrow.parquet as pq
 
-    return [pq.read_table(name, columns=columns) for name in files]
+    tables = []
+    for name in files:
+        tables.append(pq.read_table(name, columns=columns))
+        _check_memory(limit)
+    return tables
 
 
 def _conform(tables: list[Any], target: Any) -> Any:
@@ -77,9 +100,11 @@ def _summarize_by_hour(records: Any) -> dict[str, list[Any]]:
     return found
 
 
-def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | None = None) -> ArrowLog:
+def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | None = None,
+                   max_memory: int | None = DEFAULT_MAX_MEMORY) -> ArrowLog:
     """The merged summaries of ``data_dir``'s log in [since, until) (a local data dir).
-    Raises arrowjson.NotConvertible when an open hour has a line pyarrow cannot parse."""
+    Raises arrowjson.NotConvertible when an open hour has a line pyarrow cannot parse, and
+    TooLarge when what it reads takes more than ``max_memory`` bytes (None: no bound)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -90,9 +115,9 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
     fs = LocalFS()
     path, compacted = events_path(data_dir), compacted_path(data_dir)
     found = fs.exists(path) or fs.exists(compacted)
-    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if _hour_in_window(h, since_us, until_us)}
+    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
     json_hours = {
-        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and _hour_in_window(h, since_us, until_us)
+        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
     }
     counts: dict[str, int] = {}
     summarized: dict[str, list[str]] = {}
@@ -101,13 +126,13 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
         for status_name, n in marker.get("statuses", {}).items():
             counts[status_name] = counts.get(status_name, 0) + int(n)
         stored = marker.get("summaries") or {}
-        if stored.get("version") == SUMMARY_VERSION and _hour_inside(hour, since_us, until_us):
+        if stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
             summarized[location] = list(stored.get("tables", []))
     columns = [*RECORD_COLUMNS, "status"]
     parts = []
     for _hour, location in sorted(parquet_hours.items()):
         if location not in summarized:
-            parts += _read(_parquet_files(local_path(location) or location), columns)
+            parts += _read(_parquet_files(local_path(location) or location), columns, max_memory)
     for _hour, location in sorted(json_hours.items()):
         files = [os.path.join(local_path(location) or location, name) for name, _size in fs.files(location, schema.FILE_SUFFIX)]
         if files:
@@ -115,11 +140,12 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
             for row in pc.value_counts(rows.column("status")).to_pylist():
                 counts[row["values"]] = counts.get(row["values"], 0) + int(row["counts"])
             parts.append(rows)
+            _check_memory(max_memory)
     merged: dict[str, list[Any]] = {name: [] for name, _function in SUMMARIES}
     for location, names in sorted(summarized.items()):
         for name in names:
             directory = os.path.join(local_path(location) or location, SUMMARY_DIR, name)
-            merged[name] += _read(_parquet_files(directory), schemas()[name].names)
+            merged[name] += _read(_parquet_files(directory), schemas()[name].names, max_memory)
     if parts:
         record_schema = pa.schema([(f.name, f.type) for f in schemas()["rare"]] + [("status", pa.string())])
         records = _conform(parts, record_schema)

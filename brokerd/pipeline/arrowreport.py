@@ -81,14 +81,16 @@ def run_report(
     compact: bool = True,
     delete_json: bool = False,
     now_us: int | None = None,
+    max_memory: int | None = None,
 ) -> dict[str, Any]:
     """report.run_report's job with pyarrow: the same tables under ``out``, summary.json and
     report.html; returns the summary.  Raises arrowjson.NotConvertible (before writing any
-    table) when an input needs Spark's reader."""
+    table) when an input needs Spark's reader, arrowread.TooLarge when the inputs take more
+    than ``max_memory`` bytes (default arrowread.DEFAULT_MAX_MEMORY)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from brokerd.pipeline.arrowread import read_summaries
+    from brokerd.pipeline.arrowread import DEFAULT_MAX_MEMORY, read_summaries
     from brokerd.pipeline.compact import compact as compact_log
 
     step = progress.step if progress is not None else (lambda _name: None)
@@ -98,7 +100,7 @@ def run_report(
         step("compacting closed hours (pyarrow)")
         compaction = compact_log(None, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
     step("reading the stored summaries and the other hours' records (pyarrow)")
-    log = read_summaries(data_dir, since_us, until_us)
+    log = read_summaries(data_dir, since_us, until_us, DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
     s = log.summaries
     step(f"deriving the tables from {len(log.summarized)} hour(s) of stored summaries (pyarrow)")
     found = arrowtables.compute(s, top)

@@ -35,11 +35,23 @@ def _time(value: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _size(value: str) -> int:
+    """A byte count: digits, optionally followed by k, m or g (binary multiples)."""
+    text = value.strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _SIZE_UNITS and text[-1:] else (text, "")
+    if not number.isdigit() or int(number) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive byte count such as 536870912 or 512m")
+    return int(number) * _SIZE_UNITS[unit]
+
+
 def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Read a broker's event log with Spark; write Parquet tables, an HTML report "
-        "and print a summary.",
+        description="Read a broker's event log (pyarrow in this process when it is local, else "
+        "Spark); write Parquet tables, an HTML report and print a summary.",
     )
     parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
@@ -61,6 +73,9 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
                         help="auto: pyarrow in this process (no JVM) when master, data dir and out are local "
                         "and every input parses with pyarrow, else Spark; spark: always Spark; arrow: never "
                         "Spark (fails when an input needs Spark's reader) [auto]")
+    parser.add_argument("--arrow-max-memory", type=_size, default=None, metavar="BYTES",
+                        help="most memory the Arrow engine may hold for the summaries and open hours it reads "
+                        "(a number, or with k/m/g); past it, auto runs the report on Spark and arrow fails [2g]")
     return parser
 
 
@@ -195,6 +210,7 @@ def _run_arrow(args: argparse.Namespace, prog: str) -> int | None:
             return 2
         return None
     from brokerd.pipeline.arrowjson import NotConvertible
+    from brokerd.pipeline.arrowread import TooLarge
     from brokerd.pipeline.arrowreport import run_report
     from brokerd.pipeline.report import text_summary, timed
     from brokerd.pipeline.session import Progress
@@ -204,7 +220,15 @@ def _run_arrow(args: argparse.Namespace, prog: str) -> int | None:
             summary, elapsed = timed(
                 run_report, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
                 html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
+                max_memory=args.arrow_max_memory,
             )
+    except TooLarge as exc:
+        if args.engine == "arrow":
+            print(f"{prog}: {exc}; use --engine spark or auto, or raise --arrow-max-memory", file=sys.stderr)
+            return 1
+        if not args.quiet:
+            print(f"[brokerd-report] {exc}: running on Spark", file=sys.stderr)
+        return None
     except NotConvertible as exc:
         if args.engine == "arrow":
             print(f"{prog}: pyarrow cannot read the log ({str(exc).splitlines()[0]}); use --engine spark or auto",

@@ -62,7 +62,7 @@ def events_path(data_dir: str) -> str:
     return data_dir.rstrip("/") + "/" + schema.EVENTS_DIR
 
 
-def _hour_in_window(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
+def hour_in_window(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
     """Whether the hour overlaps [since, until): hours outside are never opened."""
     if since_us is not None and hour < schema.partition_of(since_us):
         return False
@@ -118,7 +118,7 @@ def empty_records(spark: Any) -> Any:
     return frame.withColumn("time", F.timestamp_micros(F.col("ts")))
 
 
-def _hour_inside(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
+def hour_inside(hour: tuple[str, str], since_us: int | None, until_us: int | None) -> bool:
     """Whether the whole hour is in [since, until): only then its stored summaries apply."""
     from brokerd.pipeline.compact import hour_start_us
 
@@ -142,9 +142,9 @@ def read_events(
     path, compacted = events_path(data_dir), compacted_path(data_dir)
     fs = HadoopFS(spark, data_dir)
     found = fs.exists(path) or fs.exists(compacted)
-    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if _hour_in_window(h, since_us, until_us)}
+    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
     json_hours = {
-        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and _hour_in_window(h, since_us, until_us)
+        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
     }
     json_paths = [p for h, p in sorted(json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
     # compacted hours: the statuses counted when they were compacted (no scan); open hours:
@@ -156,7 +156,7 @@ def read_events(
         for status_name, n in marker.get("statuses", {}).items():
             counts[status_name] = counts.get(status_name, 0) + int(n)
         stored = marker.get("summaries") or {}
-        if summaries and stored.get("version") == SUMMARY_VERSION and _hour_inside(hour, since_us, until_us):
+        if summaries and stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
             summarized[location] = list(stored.get("tables", []))
     parquet_paths = [p for _h, p in sorted(parquet_hours.items()) if p not in summarized]
     parts = []

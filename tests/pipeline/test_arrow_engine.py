@@ -216,3 +216,25 @@ def test_auto_falls_back_to_spark_and_arrow_says_why(tmp_path: Path) -> None:
     remote = subprocess.run(base + ["--out", "hdfs:///reports", "--engine", "arrow"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert remote.returncode == 2 and "--engine arrow needs a local master" in remote.stderr
+
+
+def test_past_its_memory_bound_arrow_refuses_and_auto_runs_on_spark(tmp_path: Path) -> None:
+    written = generate(tmp_path / "data", 4000, hours=2, seed=11, workers=1)
+    base = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(tmp_path / "data"),
+            "--master", "local[1]", "--driver-memory", "1g"]
+    bad = subprocess.run(base + ["--out", str(tmp_path / "bad"), "--arrow-max-memory", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected a positive byte count" in bad.stderr
+    forced = subprocess.run(base + ["--out", str(tmp_path / "forced"), "--engine", "arrow", "--arrow-max-memory", "1k"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert forced.returncode == 1 and "more than --arrow-max-memory (1,024 bytes)" in forced.stderr, forced.stderr[-2000:]
+    assert not (tmp_path / "forced" / "traffic").exists()
+    auto = subprocess.run(base + ["--out", str(tmp_path / "auto"), "--arrow-max-memory", "1k"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert auto.returncode == 0 and "running on Spark" in auto.stderr, auto.stderr[-2000:]
+    assert json.loads((tmp_path / "auto" / "summary.json").read_text())["events"] == written
+    # within the default bound the same log is reported by pyarrow, with no fallback
+    within = subprocess.run(base + ["--out", str(tmp_path / "within"), "--engine", "arrow"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert within.returncode == 0 and "running on Spark" not in within.stderr, within.stderr[-2000:]
+    assert json.loads((tmp_path / "within" / "summary.json").read_text())["events"] == written
