@@ -10,17 +10,15 @@ key them, so the merged summaries are the ones the Spark engine derives its tabl
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from brokerd.events import schema
 from brokerd.pipeline.arrowsummaries import schemas, summarize_table
-from brokerd.pipeline.compact import MARKER, compacted_path
 from brokerd.pipeline.localfs import LocalFS, local_path
-from brokerd.pipeline.read import OK, STATUSES, hour_in_window, hour_inside, events_path
-from brokerd.pipeline.summaries import RECORD_COLUMNS, SUMMARIES, SUMMARY_DIR, SUMMARY_VERSION
+from brokerd.pipeline.read import OK, STATUSES, plan_hours
+from brokerd.pipeline.summaries import RECORD_COLUMNS, SUMMARIES, SUMMARY_DIR
 
 
 DEFAULT_MAX_MEMORY = 2 << 30
@@ -113,21 +111,9 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
     if local_path(data_dir) is None:
         raise ValueError(f"{data_dir}: the Arrow engine reads local data dirs only")
     fs = LocalFS()
-    path, compacted = events_path(data_dir), compacted_path(data_dir)
-    found = fs.exists(path) or fs.exists(compacted)
-    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
-    json_hours = {
-        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
-    }
-    counts: dict[str, int] = {}
-    summarized: dict[str, list[str]] = {}
-    for hour, location in sorted(parquet_hours.items()):
-        marker = json.loads(fs.read_text(f"{location}/{MARKER}"))
-        for status_name, n in marker.get("statuses", {}).items():
-            counts[status_name] = counts.get(status_name, 0) + int(n)
-        stored = marker.get("summaries") or {}
-        if stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
-            summarized[location] = list(stored.get("tables", []))
+    plan = plan_hours(fs, data_dir, since_us, until_us)
+    path, found, counts, summarized = plan.path, plan.found, plan.counts, plan.summarized
+    parquet_hours, json_hours = plan.parquet_hours, plan.json_hours
     columns = [*RECORD_COLUMNS, "status"]
     parts = []
     for _hour, location in sorted(parquet_hours.items()):

@@ -126,6 +126,51 @@ def hour_inside(hour: tuple[str, str], since_us: int | None, until_us: int | Non
     return (since_us is None or since_us <= start) and (until_us is None or start + schema.HOUR_US <= until_us)
 
 
+@dataclass
+class HourPlan:
+    """Which hours of a log a report reads, and how (both engines plan the same way)."""
+
+    path: str
+    """The JSON log's directory."""
+    compacted: str
+    """The compacted log's directory."""
+    found: bool
+    parquet_hours: dict[tuple[str, str], str]
+    """Compacted hours in the window -> their directory."""
+    json_hours: dict[tuple[str, str], str]
+    """Hours in the window not compacted (open, or not yet compacted) -> their directory."""
+    counts: dict[str, int]
+    """Line statuses of the compacted hours, from their markers (no scan)."""
+    summarized: dict[str, list[str]]
+    """Compacted hours wholly in the window with stored summaries of this version -> the
+    summaries their marker lists (these hours are not read as records)."""
+
+
+def plan_hours(fs: Any, data_dir: str, since_us: int | None, until_us: int | None, *,
+               summaries: bool = True) -> HourPlan:
+    """The :class:`HourPlan` of ``data_dir`` for [since, until), from the directory listing
+    and the compacted hours' markers; ``fs`` is compact.HadoopFS or localfs.LocalFS."""
+    from brokerd.pipeline.compact import MARKER, compacted_path
+    from brokerd.pipeline.summaries import SUMMARY_VERSION
+
+    path, compacted = events_path(data_dir), compacted_path(data_dir)
+    found = fs.exists(path) or fs.exists(compacted)
+    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
+    json_hours = {
+        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
+    }
+    counts: dict[str, int] = {}
+    summarized: dict[str, list[str]] = {}
+    for hour, location in sorted(parquet_hours.items()):
+        marker = json.loads(fs.read_text(f"{location}/{MARKER}"))
+        for status_name, n in marker.get("statuses", {}).items():
+            counts[status_name] = counts.get(status_name, 0) + int(n)
+        stored = marker.get("summaries") or {}
+        if summaries and stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
+            summarized[location] = list(stored.get("tables", []))
+    return HourPlan(path, compacted, found, parquet_hours, json_hours, counts, summarized)
+
+
 def read_events(
     spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None, *, summaries: bool = False
 ) -> EventLog:
@@ -136,29 +181,16 @@ def read_events(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from brokerd.pipeline.compact import MARKER, HadoopFS, compacted_path
-    from brokerd.pipeline.summaries import SUMMARY_VERSION
+    from brokerd.pipeline.compact import HadoopFS
 
-    path, compacted = events_path(data_dir), compacted_path(data_dir)
     fs = HadoopFS(spark, data_dir)
-    found = fs.exists(path) or fs.exists(compacted)
-    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
-    json_hours = {
-        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
-    }
-    json_paths = [p for h, p in sorted(json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
+    plan = plan_hours(fs, data_dir, since_us, until_us, summaries=summaries)
+    path, compacted, found = plan.path, plan.compacted, plan.found
+    counts, summarized = plan.counts, plan.summarized
+    json_paths = [p for h, p in sorted(plan.json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
     # compacted hours: the statuses counted when they were compacted (no scan); open hours:
     # counted here, from the persisted JSON rows (a few hours at most)
-    counts: dict[str, int] = {}
-    summarized: dict[str, list[str]] = {}
-    for hour, location in sorted(parquet_hours.items()):
-        marker = json.loads(fs.read_text(f"{location}/{MARKER}"))
-        for status_name, n in marker.get("statuses", {}).items():
-            counts[status_name] = counts.get(status_name, 0) + int(n)
-        stored = marker.get("summaries") or {}
-        if summaries and stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
-            summarized[location] = list(stored.get("tables", []))
-    parquet_paths = [p for _h, p in sorted(parquet_hours.items()) if p not in summarized]
+    parquet_paths = [p for _h, p in sorted(plan.parquet_hours.items()) if p not in summarized]
     parts = []
     if parquet_paths:
         parts.append(spark.read.schema(compacted_struct()).option("basePath", compacted).parquet(*parquet_paths))
