@@ -3,9 +3,11 @@ nodes sharing a redis-server, against the same 50 subscribers on one brokerd wit
 ``--cluster``.  Reports deliveries/s and broker CPU per delivery (utime + stime of every
 brokerd process over the run, from /proc; Redis's CPU separately), median of ``--runs``.
 
-    python benchmarks/cluster_fanout.py [--messages 20000] [--subscribers 50] [--runs 3] [--redis-cluster]
+    python benchmarks/cluster_fanout.py [--messages 20000] [--subscribers 50] [--runs 3] [--per-write 100]
+                                        [--rate MESSAGES_PER_S] [--redis-cluster]
 
-``--redis-cluster`` adds a third setup: the same 3 nodes on a 3-master Redis Cluster (the topic's
+``--rate`` paces the publisher so that every setup delivers at the same rate (CPU per delivery
+at equal load); without it each setup runs as fast as it answers.  ``--redis-cluster`` adds a third setup: the same 3 nodes on a 3-master Redis Cluster (the topic's
 channel on one master, the nodes connected to all three; needs redis-cli too).
 
 Needs redis-server on PATH and Linux /proc; standard library only.  Run from the repository
