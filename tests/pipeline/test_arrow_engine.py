@@ -82,6 +82,24 @@ def _internal_log(data_dir: Path) -> None:
     ]), "utf-8")
 
 
+def _null_fields_log(data_dir: Path) -> None:
+    """Records a broker does not write but a damaged or hand-made log may hold: endpoints and
+    messages without a topic, a logout without its login, a delivery without a session."""
+    hour = data_dir / "events" / "date=2024-05-01" / "hour=10"
+    hour.mkdir(parents=True)
+    hour.joinpath("events-b1-run1-1.jsonl").write_text("".join([
+        rec(H0 + S, "ssmp", "login", session="bob", outcome="ok", source="127.0.0.1:5000"),
+        rec(H0 + S, "ssmp", "subscribed", session="bob"),
+        rec(H0 + S, "ssmp", "subscribed", session="bob", topic="news"),
+        rec(H0 + 2 * S, "ssmp", "accepted", session="alice", message="multicast", bytes=3, fanout=1),
+        rec(H0 + 3 * S, "ssmp", "accepted", session="alice", topic="news", message="multicast", bytes=5, fanout=1),
+        rec(H0 + 4 * S, "mcchat", "unsubscribed", session="bob"),
+        rec(H0 + 5 * S, "mcchat", "logout", session="ghost"),
+        rec(H0 + 6 * S, "ssmp", "delivered", topic="news", bytes=5, latency_us=7),
+        rec(H0 + 7 * S, "ssmp", "unsubscribed", session="bob", topic="news"),
+    ]), "utf-8")
+
+
 def _generated_log(data_dir: Path) -> None:
     generate(data_dir, 30_000, hours=3, seed=11, workers=1)
 
@@ -96,6 +114,7 @@ LOGS: dict[str, tuple[Callable[[Path], None], dict[str, int]]] = {
     "subscriptions": (_subscription_log, {"since_us": H0 + 10 * M + 35_000_000, "until_us": H0 + 2 * HOUR + 10 * M + 25_000_000}),
     "samples": (_samples_log, {"since_us": H0 + 10 * M, "until_us": H0 + 2 * HOUR + 150_000_000}),
     "internal sessions": (_internal_log, {"since_us": H0 + 2 * S, "until_us": H0 + 100 * S}),
+    "null fields": (_null_fields_log, {"since_us": H0 + 2 * S, "until_us": H0 + 5 * S}),
     "generated": (_generated_log, {"since_us": 1_714_521_600_000_000 + 30 * M, "until_us": 1_714_521_600_000_000 + 150 * M}),
     "empty": (_empty_log, {"since_us": H0, "until_us": H0 + HOUR}),
 }
