@@ -11,10 +11,10 @@ from zope.interface import implementer
 from brokerd.cluster.envelope import encode, open_run
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.principal import NOBODY
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import IWireFormat
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
+from tests.support.sessions import RecordingSession as Session
 
 
 @implementer(IWireFormat)
@@ -28,22 +28,6 @@ class NodeBound:
 
     def render_presence(self, topic, member, joined, presence):
         return None
-
-
-@implementer(ISubscriber)
-class Session:
-    def __init__(self, name: bytes, wire: Any) -> None:
-        self.protocol = wire.protocol
-        self.name = self.address = name
-        self.wire_format = wire
-        self.principal = NOBODY
-        self.received: list[bytes] = []
-
-    def send(self, data: bytes) -> None:
-        self.received.append(data)
-
-    def replaced(self) -> None:
-        pass
 
 
 class Observer:

@@ -11,10 +11,10 @@ from zope.interface.verify import verifyObject
 
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Details, Message
-from brokerd.core.principal import NOBODY
 from brokerd.events import schema
 from brokerd.events.log import ENCODE_INTERVAL, NULL_EVENT_LOG, EventLog, IEventRecorder
-from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+from brokerd.interfaces import IBrokerObserver, IWireFormat
+from tests.support.sessions import RecordingSession as Session
 
 NOW_US = 1_714_564_800_000_000  # 2024-05-01T12:00:00Z
 
@@ -30,23 +30,6 @@ class Wire:
 
     def render_presence(self, topic, member, joined, presence):
         return None
-
-
-@implementer(ISubscriber)
-class Session:
-    def __init__(self, protocol: str, name: bytes, wire: Wire) -> None:
-        self.protocol = protocol
-        self.name = name
-        self.address = name
-        self.wire_format = wire
-        self.principal = NOBODY
-        self.received: list[bytes] = []
-
-    def send(self, data: bytes) -> None:
-        self.received.append(data)
-
-    def replaced(self) -> None:
-        pass
 
 
 class Ticker:
@@ -88,7 +71,7 @@ def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
     log = _started(tmp_path, clock)
     broker = Broker(observer=log)
     ssmp, mcchat = Wire("ssmp"), Wire("mcchat", limit=4)
-    alice, bob, carol = Session("ssmp", b"alice", ssmp), Session("ssmp", b"bob", ssmp), Session("mcchat", b"carol", mcchat)
+    alice, bob, carol = Session(b"alice", ssmp), Session(b"bob", ssmp), Session(b"carol", mcchat)
     for session in (alice, bob, carol):
         broker.attach(session)
     broker.subscribe(bob, b"news")
@@ -136,7 +119,7 @@ def test_routing_and_sessions_are_logged(tmp_path: Path, clock: Clock) -> None:
 
 def test_front_end_events_and_payloads(tmp_path: Path, clock: Clock) -> None:
     log = _started(tmp_path, clock, include_payloads=True)
-    session = Session("smqp", b"dave", Wire("smqp"))
+    session = Session(b"dave", Wire("smqp"))
     log.auth_failure("ssmp", b"mallory", source="127.0.0.1:5000", scheme=b"secret", reason="bad secret")
     log.delivery(schema.ACKED, session, topic=b"/orders", sender=b"erin", message_id=b"m-1", size=10, latency_us=1500)
     log.delivery(schema.TRASHED, session, topic=b"/orders", message_id=b"m-2", reason="expired")
@@ -189,7 +172,7 @@ def test_unwritable_directory_is_reported_once_and_delivery_goes_on(tmp_path: Pa
     log = _started(tmp_path, clock)
     broker = Broker(observer=log)
     wire = Wire("ssmp")
-    alice, bob = Session("ssmp", b"alice", wire), Session("ssmp", b"bob", wire)
+    alice, bob = Session(b"alice", wire), Session(b"bob", wire)
     broker.attach(alice)
     broker.attach(bob)
     broker.subscribe(bob, b"news")
@@ -234,7 +217,7 @@ def test_a_plain_run_is_one_small_entry_and_keeps_no_message_alive(tmp_path: Pat
     log = _started(tmp_path, clock, batch_limit=10)
     broker = Broker(observer=log)
     wire = Wire("ssmp")
-    bob = Session("ssmp", b"bob", wire)
+    bob = Session(b"bob", wire)
     broker.attach(bob)
     broker.subscribe(bob, b"news")
     run = [Message(MULTICAST, b"news", b"m%d" % i, "ssmp", b"alice") for i in range(8)]
@@ -252,7 +235,7 @@ def test_kept_runs_count_by_their_messages_towards_the_batch_limit(tmp_path: Pat
     log = _started(tmp_path, clock, batch_limit=10)
     broker = Broker(observer=log)
     wire = Wire("smqp")
-    bob = Session("smqp", b"bob", wire)
+    bob = Session(b"bob", wire)
     broker.attach(bob)  # one entry
     broker.subscribe(bob, b"news")  # two
     # messages with a message id are kept for one record each (their message_id)
