@@ -1,7 +1,7 @@
 """``brokerd-ctl``: the admin listener's JSON API from the shell, and backups of the store.
 
     brokerd-ctl --admin http://127.0.0.1:8081 --token-file /etc/brokerd/admin-token status
-    brokerd-ctl sessions | topics | close ID | reload | metrics
+    brokerd-ctl status [--json] | sessions | topics | close ID [--for SECONDS] | reload | metrics
     brokerd-ctl backup --data-dir /var/lib/brokerd /backup/smqp-$(date +%F).sqlite3
 
 Talks HTTP with the standard library (a short-lived command needs no reactor).  ``backup``
@@ -18,6 +18,7 @@ import os
 import sqlite3
 import ssl
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.error import HTTPError, URLError
@@ -25,6 +26,7 @@ from urllib.request import Request, urlopen
 
 from brokerd import __version__
 from brokerd.cli.common import EXIT_ERROR, CommandError
+from brokerd.cli.ctlstatus import summary
 from brokerd.config import read_first_line
 from brokerd.errors import ConfigurationError
 
@@ -48,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     tls.add_argument("--key", metavar="FILE", help="private key (PEM) of --cert [in the --cert file]")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for an answer [10]")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser("status", help="figures of the running broker (JSON)")
+    status = commands.add_parser("status", help="a short summary of the running broker (--json: every figure)")
+    status.add_argument("--json", action="store_true", help="print /api/status as it is (JSON), for scripts")
+    status.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                        help="seconds between the two readings the rates are measured over [1]")
     commands.add_parser("sessions", help="one line per session: id protocol name source subscriptions")
     commands.add_parser("topics", help="one line per topic: subscribers name")
     close = commands.add_parser("close", help="close a session (its id from 'sessions')")
@@ -142,9 +147,18 @@ def backup(data_dir: Path, output: Path) -> int:
 
 def run(args: argparse.Namespace, out: Any) -> None:
     command = args.command
-    if command == "status":
+    if command == "status" and args.json:
         json.dump(_json(args, "GET", "/api/status"), out, indent=2, sort_keys=True)
         out.write("\n")
+    elif command == "status":
+        before = _json(args, "GET", "/api/status")
+        interval = max(0.0, args.interval)
+        if interval:
+            time.sleep(interval)  # the second reading, for the rates
+            after = _json(args, "GET", "/api/status")
+        else:
+            after = before
+        out.write(summary(before, after, after["uptime_seconds"] - before["uptime_seconds"]))
     elif command == "sessions":
         for s in _json(args, "GET", "/api/sessions")["sessions"]:
             out.write(f"{s['id']}\t{s['protocol']}\t{s['name']}\t{s['source'] or '-'}\t{','.join(s['subscriptions'])}\n")
