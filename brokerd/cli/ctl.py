@@ -25,7 +25,7 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from brokerd import __version__
-from brokerd.cli.common import EXIT_ERROR, CommandError
+from brokerd.cli.common import EXIT_ERROR, CommandError, ConfigAddress
 from brokerd.cli.ctlstatus import summary
 from brokerd.config import read_first_line
 from brokerd.errors import ConfigurationError
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--admin", metavar="URL", default=os.environ.get("BROKERD_ADMIN", DEFAULT_ADMIN),
                         help=f"the admin listener [$BROKERD_ADMIN or {DEFAULT_ADMIN}]")
+    parser.add_argument("--config", metavar="FILE", type=lambda path: ConfigAddress(path, "admin"),
+                        help="the broker's config file: use its admin listener (and its admin-token-file)")
     parser.add_argument("--token-file", metavar="FILE", type=Path,
                         default=os.environ.get("BROKERD_ADMIN_TOKEN_FILE"),
                         help="file whose first line is the admin token [$BROKERD_ADMIN_TOKEN_FILE]")
@@ -177,8 +179,22 @@ def run(args: argparse.Namespace, out: Any) -> None:
         out.write(f"{args.output}: {pages} pages copied\n")
 
 
+def _apply_config(args: argparse.Namespace, given: list[str]) -> None:
+    """``--config``: its admin listener and token file, unless --admin/--token-file (or their
+    environment variables) name others."""
+    config = args.config
+    if config is None:
+        return
+    if "--admin" not in given and "BROKERD_ADMIN" not in os.environ:
+        args.admin = f"{'https' if config.tls else 'http'}://{config.host}:{config.port}"
+    if args.token_file is None and config.values.get("admin-token-file"):
+        args.token_file = Path(config.values["admin-token-file"])
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(given)
+    _apply_config(args, [a.split("=")[0] for a in given])
     try:
         run(args, sys.stdout)
     except CommandError as exc:
