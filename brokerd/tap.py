@@ -333,11 +333,6 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
-    portal = build_portal(
-        open_login=settings.open_login,
-        secret=settings.secret(),
-        client_certificates=tls is not None and tls.verifies_clients,
-    )
     disk = DiskSpace(settings.data_dir, settings.disk_free_limit, reactor)
     event_log = None
     if settings.event_log:
@@ -356,6 +351,12 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_listener_connections=settings.max_listener_connections,
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
+    )
+    portal = build_portal(
+        open_login=settings.open_login,
+        secret=settings.secret(),
+        client_certificates=tls is not None and tls.verifies_clients,
+        broker=broker,
     )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings

@@ -58,8 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds between the two readings the rates are measured over [1]")
     commands.add_parser("sessions", help="one line per session: id protocol name source subscriptions")
     commands.add_parser("topics", help="one line per topic: subscribers name")
-    close = commands.add_parser("close", help="close a session (its id from 'sessions')")
+    close = commands.add_parser(
+        "close", help="close a session (its id from 'sessions'); its client may reconnect at once unless --for")
     close.add_argument("id")
+    close.add_argument("--for", dest="seconds", type=float, metavar="SECONDS",
+                       help="and refuse its identity's logins for SECONDS, in every protocol, on every node")
     commands.add_parser("reload", help="read the SMQP accounts and access lists again")
     commands.add_parser("metrics", help="the Prometheus exposition, as scraped")
     backup = commands.add_parser("backup", help="copy the SMQP store of a running broker (SQLite online backup)")
@@ -86,15 +89,16 @@ def _context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
-def call(args: argparse.Namespace, method: str, path: str) -> tuple[bytes, str]:
-    """One request to the admin API: (body, content type), or CommandError."""
+def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> tuple[bytes, str]:
+    """One request to the admin API (a POST sends ``body`` as JSON, ``{}`` by default):
+    (body, content type), or CommandError."""
     headers = {}
     token = _token(args)
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     data = None
-    if method == "POST":
-        data = b"{}"
+    if method in ("POST", "PUT", "DELETE"):
+        data = json.dumps({} if body is None else body).encode()
         headers["Content-Type"] = "application/json"
     request = Request(args.admin.rstrip("/") + path, data=data, headers=headers, method=method)
     try:
@@ -112,9 +116,9 @@ def call(args: argparse.Namespace, method: str, path: str) -> tuple[bytes, str]:
         raise CommandError(EXIT_ERROR, f"cannot reach {args.admin}: {reason}") from None
 
 
-def _json(args: argparse.Namespace, method: str, path: str) -> Any:
-    body, _type = call(args, method, path)
-    return json.loads(body)
+def _json(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    answer, _type = call(args, method, path, body)
+    return json.loads(answer)
 
 
 def backup(data_dir: Path, output: Path) -> int:
@@ -168,7 +172,16 @@ def run(args: argparse.Namespace, out: Any) -> None:
         for t in _json(args, "GET", "/api/topics")["topics"]:
             out.write(f"{t['subscribers']}\t{t['name']}\n")
     elif command == "close":
-        out.write(f"closed {_json(args, 'POST', f'/api/sessions/{args.id}/close')['closed']}\n")
+        if args.seconds is not None and not 0 < args.seconds <= 366 * 86400:
+            raise CommandError(EXIT_ERROR, "--for: a number of seconds above 0, at most a year and a day")
+        body = {} if args.seconds is None else {"for": args.seconds}
+        answer = _json(args, "POST", f"/api/sessions/{args.id}/close", body)
+        kept = answer.get("kept_out")
+        if kept is None:
+            out.write(f"closed {answer['closed']}; its client may reconnect at once (--for SECONDS keeps it out)\n")
+        else:
+            out.write(f"closed {answer['closed']}; {kept['principal']} is refused at login for {kept['seconds']:g} s"
+                      " on every node\n")
     elif command == "reload":
         reloaded = _json(args, "POST", "/api/reload")["reloaded"]
         out.write(f"reloaded: {', '.join(reloaded) or 'nothing to reload'}\n")
