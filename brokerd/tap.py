@@ -328,6 +328,16 @@ def cluster_engine(settings: Settings, reactor):
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
 
 
+def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
+    """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
+    SMQP logs in against (no guest: a guest login has nothing to prove)."""
+    if settings.accounts_file is None:
+        return ()
+    from brokerd.auth.accounts import AccountsChecker
+
+    return (AccountsChecker(settings.accounts_file, guest=False, reactor=reactor),)
+
+
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
     tls = None
@@ -356,6 +366,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         open_login=settings.open_login,
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
+        extra_checkers=account_checkers(settings, reactor),
         broker=broker,
     )
     if settings.cluster is not None:

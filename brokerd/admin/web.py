@@ -22,6 +22,7 @@ from twisted.web.server import NOT_DONE_YET
 
 from brokerd.admin.dashboard import ASSETS, Asset, Events
 from brokerd.admin.figures import Figures
+from brokerd.admin.manage import AccessEntries, Accounts
 from brokerd.admin.metrics import CONTENT_TYPE, exposition
 from brokerd.admin.sessions import (
     MAX_CLOSE_BODY,
@@ -239,7 +240,8 @@ class Index(AdminResource):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
             "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
-            "POST /api/sessions/ID/close", "POST /api/reload"]})
+            "POST /api/sessions/ID/close", "POST /api/reload", "GET /api/accounts",
+            "POST /api/accounts/add|passwd|remove", "GET /api/ual", "POST /api/ual/set|remove"]})
 
 
 class Api(Resource):
@@ -266,6 +268,8 @@ class AdminRoot(Resource):
         api.putChild(b"sessions", Sessions(figures))
         api.putChild(b"topics", Topics(figures))
         api.putChild(b"reload", Reload(figures))
+        api.putChild(b"accounts", Accounts(figures.runtime))
+        api.putChild(b"ual", AccessEntries(figures.runtime))
         self.putChild(b"metrics", Metrics(figures))
         self.putChild(b"api", api)
 

@@ -185,15 +185,36 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
+def check_password(password: str) -> None:
+    """ValueError when ``password`` cannot be stored: too long, or with a line end."""
+    if len(password) > MAX_PASSWORD:
+        raise ValueError(f"a password has at most {MAX_PASSWORD} characters")
+    if "\n" in password or "\r" in password:
+        raise ValueError("a password cannot hold a line end")
+
+
 def write_accounts(path: Path, accounts: dict[str, PasswordHash]) -> None:
     """Replace the file atomically (a reader sees the old or the new file, never half)."""
+    replace_file(path, format_accounts(accounts), 0o600)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold ``FILE.lock`` (the lock every writer of ``path`` takes)."""
+    with _locked(Path(path)):
+        yield
+
+
+def replace_file(path: Path, text: str, mode: int) -> None:
+    """Write ``text`` to a temporary file beside ``path`` with ``mode``, then rename it over
+    ``path``: a reader sees the old or the new file, never half of one."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            os.fchmod(out.fileno(), 0o600)
-            out.write(format_accounts(accounts))
+            os.fchmod(out.fileno(), mode)
+            out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)

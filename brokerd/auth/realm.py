@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import IUsernamePassword
 from twisted.cred.error import UnauthorizedLogin
 from twisted.cred.portal import IRealm, Portal
 from zope.interface import implementer
@@ -51,7 +52,7 @@ class BrokerRealm:
         return IIdentity, identity, lambda: None
 
 
-SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert"}
+SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert", IUsernamePassword: "password"}
 """Credentials interface -> the scheme name protocols show to clients."""
 
 

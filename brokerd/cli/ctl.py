@@ -2,6 +2,7 @@
 
     brokerd-ctl --admin http://127.0.0.1:8081 --token-file /etc/brokerd/admin-token status
     brokerd-ctl status [--json] | sessions | topics | close ID [--for SECONDS] | reload | metrics
+    brokerd-ctl accounts [add NAME | passwd NAME | remove NAME] | ual [set TOPIC WHO PERMS | remove TOPIC WHO]
     brokerd-ctl backup --data-dir /var/lib/brokerd /backup/smqp-$(date +%F).sqlite3
 
 Talks HTTP with the standard library (a short-lived command needs no reactor).  ``backup``
@@ -25,6 +26,7 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from brokerd import __version__
+from brokerd.cli.accounts import read_password
 from brokerd.cli.common import EXIT_ERROR, CommandError, ConfigAddress
 from brokerd.cli.ctlstatus import summary
 from brokerd.config import read_first_line
@@ -63,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     close.add_argument("id")
     close.add_argument("--for", dest="seconds", type=float, metavar="SECONDS",
                        help="and refuse its identity's logins for SECONDS, in every protocol, on every node")
+    accounts = commands.add_parser("accounts", help="list, add, remove accounts or change a password (live)")
+    account_commands = accounts.add_subparsers(dest="action", metavar="ACTION")
+    for action, text in (("add", "add an account"), ("passwd", "change an account's password")):
+        sub = account_commands.add_parser(action, help=text)
+        sub.add_argument("name")
+        sub.add_argument("password", nargs="?", help="the password ('' for a blank one); asked for when left out")
+    account_commands.add_parser("remove", help="remove an account").add_argument("name")
+    ual = commands.add_parser("ual", help="list, set or remove access-list entries (live)")
+    ual_commands = ual.add_subparsers(dest="action", metavar="ACTION")
+    sub = ual_commands.add_parser("set", help="add an entry or replace its permissions")
+    sub.add_argument("topic")
+    sub.add_argument("who", help="an account name, @accounts or '*'")
+    sub.add_argument("permissions", help="letters of psacr, or - for none")
+    sub = ual_commands.add_parser("remove", help="remove an entry")
+    sub.add_argument("topic")
+    sub.add_argument("who")
     commands.add_parser("reload", help="read the SMQP accounts and access lists again")
     commands.add_parser("metrics", help="the Prometheus exposition, as scraped")
     backup = commands.add_parser("backup", help="copy the SMQP store of a running broker (SQLite online backup)")
@@ -151,6 +169,40 @@ def backup(data_dir: Path, output: Path) -> int:
     return pages
 
 
+def manage_accounts(args: argparse.Namespace, out: Any) -> None:
+    """``accounts [add|passwd|remove]``: the broker's accounts file, through the admin API."""
+    if args.action is None:
+        listing = _json(args, "GET", "/api/accounts")
+        for name in listing["accounts"]:
+            out.write(name + "\n")
+        return
+    body = {"name": args.name}
+    if args.action in ("add", "passwd"):
+        try:
+            body["password"] = args.password if args.password is not None else read_password(sys.stdin)
+        except ValueError as exc:
+            raise CommandError(EXIT_ERROR, str(exc)) from None
+    done = _json(args, "POST", f"/api/accounts/{args.action}", body)
+    what = {"add": "added", "passwd": "password changed:", "remove": "removed"}[args.action]
+    out.write(f"{what} {done['account']}\n")
+
+
+def manage_ual(args: argparse.Namespace, out: Any) -> None:
+    """``ual [set|remove]``: the broker's access list, through the admin API."""
+    if args.action is None:
+        for entry in _json(args, "GET", "/api/ual")["entries"]:
+            out.write(f"{entry['topic']}\t{entry['who']}\t{entry['permissions']}\n")
+        return
+    body = {"topic": args.topic, "who": args.who}
+    if args.action == "set":
+        body["permissions"] = args.permissions
+    done = _json(args, "POST", f"/api/ual/{args.action}", body)
+    if args.action == "set":
+        out.write(f"set {done['topic']} {done['who']} {done['permissions']}\n")
+    else:
+        out.write(f"removed {done['topic']} {done['who']}\n")
+
+
 def run(args: argparse.Namespace, out: Any) -> None:
     command = args.command
     if command == "status" and args.json:
@@ -182,6 +234,10 @@ def run(args: argparse.Namespace, out: Any) -> None:
         else:
             out.write(f"closed {answer['closed']}; {kept['principal']} is refused at login for {kept['seconds']:g} s"
                       " on every node\n")
+    elif command == "accounts":
+        manage_accounts(args, out)
+    elif command == "ual":
+        manage_ual(args, out)
     elif command == "reload":
         reloaded = _json(args, "POST", "/api/reload")["reloaded"]
         out.write(f"reloaded: {', '.join(reloaded) or 'nothing to reload'}\n")
