@@ -204,14 +204,14 @@ def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
 
 
 def smqp_client_examples(shell: Shell, blocks: list[list[str]]) -> None:
-    """The block is run as one pasted script against the broker it presumes: alice's account,
-    SMQP on 7200 and SMQPS on 7201, and alice's certificate in the directory."""
-    shell.run("brokerd-accounts add accounts alice alicepw")
-    shell.run("brokerd-certs init . && brokerd-certs client . alice")
-    server = shell.start("twistd -n brokerd --smqp tcp:7200:interface=127.0.0.1 --smqp tls:7201:interface=127.0.0.1"
-                         " --accounts accounts --tls-cert server.pem --tls-key server.key --tls-ca ca.pem")
+    """The server setup the page names (alice's account and certificate, SMQP on 7200 and
+    SMQPS on 7201), then the examples as one pasted script against it."""
+    account, certificates, server_line = blocks[1]
+    shell.run(account)
+    shell.run(certificates)
+    server = shell.start(server_line)
     wait_for_ports(server, [shell.ports["smqp-example"], shell.ports["smqps-example"]])
-    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[1])
+    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[2])
     printed = shell.run(script).stdout
     assert printed.endswith("02:00:00:00\n") or "02:00:00:00" in printed.splitlines()[-1], printed
     assert shell.stop_all() == [-signal.SIGINT]
@@ -309,7 +309,7 @@ def _listening(port: int) -> bool:
 RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] = {
     # doc -> (the blocks the runner runs, the runner)
     "smqp.md": ([0], smqp_try_it),
-    "smqp.md#clients": ([1], smqp_client_examples),
+    "smqp.md#clients": ([1, 2], smqp_client_examples),
     "tls.md": ([0, 1, 2], tls_walkthrough),
     "admin.md": ([0, 1], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
