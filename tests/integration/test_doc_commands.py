@@ -48,8 +48,10 @@ def with_extra_port(run: Callable, default: int, port: int) -> Callable:
 
 NOT_RUN: dict[tuple[str, int], str] = {
     ("deploy.md", 0): "installs into /opt, adds a system user and enables a systemd unit: a host's setup, "
-                      "as root (the unit's ExecStart is the twistd command the other blocks run)",
-    ("deploy.md", 1): "docker build/run: no Docker daemon in the test environment",
+                      "as root (tests/deploy verifies deploy/brokerd.service with systemd-analyze and starts a "
+                      "broker from deploy/brokerd.toml)",
+    ("deploy.md", 1): "docker build/run: no Docker engine in the test environment (tests/deploy checks the "
+                      "build context deploy/Dockerfile gets from .dockerignore)",
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
