@@ -34,7 +34,7 @@ from tests.integration.test_readme import (
     with_ports,
     write_shims,
 )
-from tests.support.broker import REPO, free_port
+from tests.support.broker import REPO, LineClient, free_port
 
 DOCS = REPO / "docs"
 TIMEOUT = 30.0
@@ -168,10 +168,38 @@ def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
     assert shell.stop_all() == [0, 0, -signal.SIGINT]
 
 
+def admin_ctl(shell: Shell, blocks: list[list[str]]) -> None:
+    """brokerd-ctl's examples against a broker with SSMP, an accounts file and the admin
+    listener on loopback; the password is typed (one line of standard input), ``ID`` is the
+    id ``sessions`` printed for alice's SSMP session."""
+    status, add, listing, ual_set, ual_list, sessions, close = blocks[1]
+    server = shell.start("twistd -n brokerd --ssmp tcp:8787:interface=127.0.0.1 --admin tcp:8081:interface=127.0.0.1"
+                         " --accounts accounts --data-dir ctl-data")
+    wait_for_ports(server, [shell.ports["ssmp"], shell.ports["admin"]])
+    assert shell.run(status).stdout.startswith("brokerd ")
+    typed = subprocess.run(["bash", "-c", with_ports(command_of(add), shell.ports)], cwd=shell.cwd, env=shell.env,
+                           input="alicepw\n", capture_output=True, text=True, timeout=TIMEOUT)
+    assert typed.returncode == 0 and typed.stdout == "added alice\n", typed
+    assert shell.run(listing).stdout == "alice\n"
+    assert shell.run(ual_set).stdout == "set /news alice s\n"
+    assert shell.run(ual_list).stdout == "/news\talice\ts\n"
+    alice = LineClient.connect(shell.ports["ssmp"])
+    assert alice.request("LOGIN alice password alicepw") == b"200"
+    assert alice.request("MCAST news refused").startswith(b"4")  # the entry: subscribe only
+    session = next(line.split("\t")[0] for line in shell.run(sessions).stdout.splitlines() if "\talice\t" in line)
+    assert "refused at login for 600 s" in shell.run(close.replace("ID", session)).stdout
+    assert alice.closed()
+    again = LineClient.connect(shell.ports["ssmp"])
+    assert again.request("LOGIN alice password alicepw").startswith(b"401")
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
 def admin_commands(shell: Shell, blocks: list[list[str]]) -> None:
     admin_token(shell, blocks)
     shell.background.clear()
-    admin_sys_topics(shell, blocks)
+    admin_ctl(shell, blocks)
+    shell.background.clear()
+    admin_sys_topics(shell, [blocks[0], blocks[2]])
 
 
 def mcchat_commands(shell: Shell, blocks: list[list[str]]) -> None:
@@ -313,7 +341,7 @@ RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] =
     "smqp.md": ([0], smqp_try_it),
     "smqp.md#clients": ([1, 2], smqp_client_examples),
     "tls.md": ([0, 1, 2], tls_walkthrough),
-    "admin.md": ([0, 1], admin_commands),
+    "admin.md": ([0, 1, 2], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
     "deploy.md": ([2], deploy_backup),
     "cluster.md": ([0], cluster_recipe),
