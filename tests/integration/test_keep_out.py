@@ -18,7 +18,9 @@ from brokerd.core.principal import OPEN, Principal
 from tests.integration.cluster_nodes import TIMEOUT, Node, reactor
 from tests.integration.test_cluster_routing import poll_until, stop_all
 from tests.support.broker import REPO, free_port
-from tests.support.live import LineProtocol, Waiter
+from tests.support.certs import CLIENT_NAME, SERVER_HOSTNAME, TestPKI
+from tests.support.fixtures import pki  # noqa: F401
+from tests.support.live import Inbox, LineProtocol, LiveBroker, Waiter, synced
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -86,3 +88,38 @@ async def test_close_for_keeps_the_identity_out_on_every_node(tmp_path: Path, re
         assert bad.returncode == 2 and "--for" in bad.stderr
     finally:
         await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_close_for_keeps_an_mcchat_certificate_out(tmp_path: Path, pki: TestPKI) -> None:  # noqa: F811
+    """MCCHAT has no login: a connection whose client certificate names a principal kept out
+    is closed at its first packet, and the operator log counts it as a refused login."""
+    admin = free_port()
+    live = LiveBroker.start(tmp_path, listeners={"mcchat": ["tls:0:interface=127.0.0.1"]}, tls_cert=pki.server.cert,
+                            tls_key=pki.server.key, tls_ca=pki.ca, admin=f"tcp:{admin}:interface=127.0.0.1",
+                            event_log=False)
+    with_cert = {"tls": True, "hostname": SERVER_HOSTNAME, "ca": pki.ca, "cert": pki.client.cert,
+                 "key": pki.client.key}
+    try:
+        holder = await live.mcchat(**with_cert)
+        holder.subscribe("room")
+        await synced(holder)
+        listing = await threads.deferToThread(ctl, admin, "sessions")
+        session = next(line.split("\t")[0] for line in listing.stdout.splitlines() if "\tmcchat\t" in line)
+        kept = await threads.deferToThread(ctl, admin, "close", session, "--for", "600")
+        assert kept.returncode == 0, kept.stderr
+        assert f"certificate:{CLIENT_NAME} is refused at login for 600 s" in kept.stdout, kept.stdout
+        await holder.when_closed().addTimeout(TIMEOUT, reactor())
+        again = await live.mcchat(**with_cert)  # the TLS handshake and INFO happen; its first packet ends it
+        again.subscribe("room")
+        await again.when_closed().addTimeout(TIMEOUT, reactor())
+        assert live.runtime.resources["event_log"].auth_failures["mcchat"] == 1
+        inbox = Inbox()  # positive control: a connection without that certificate goes on
+        other = await live.mcchat(inbox, tls=True, hostname=SERVER_HOSTNAME, ca=pki.ca)
+        other.subscribe("room")
+        await synced(other)
+        other.publish("room", "me", "still here")
+        await inbox.count(1).addTimeout(TIMEOUT, reactor())
+        live.mcchat_clients = [other]
+    finally:
+        await live.stop()
