@@ -83,6 +83,9 @@ async def test_close_for_keeps_the_identity_out_on_every_node(tmp_path: Path, re
         other = await nodes[1].socketmq()
         await other.login("open", "carol").addTimeout(TIMEOUT, reactor())  # positive control
 
+        status = await threads.deferToThread(ctl, admin, "status", "--interval", "0")
+        assert "cluster: node n1, 2 nodes alive\n" in status.stdout, status.stdout  # the summary's cluster line
+
         # what cannot be kept out is refused with a reason, and nothing is closed
         bad = await threads.deferToThread(ctl, admin, "close", "0", "--for", "-1")
         assert bad.returncode == 2 and "--for" in bad.stderr
