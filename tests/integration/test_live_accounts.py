@@ -127,6 +127,20 @@ async def test_accounts_and_access_entries_managed_live(tmp_path: Path) -> None:
         assert (await broker.ctl("ual", "remove", "/news", "alice")).stdout == "removed /news alice\n"
         assert await mcast(ssmp, b"again") == b"200"
 
+        # one principal in every protocol: carol's SMQP session closed --for keeps her SSMP logins out too
+        assert (await broker.ctl("accounts", "add", "carol", "carolpw")).returncode == 0
+        await broker.smqp("carol", "carolpw")
+        listing = (await broker.ctl("sessions")).stdout.splitlines()
+        carols = next(line.split("\t")[0] for line in listing
+                      if line.split("\t")[1] == "smqp" and "carol" in line.split("\t")[2])
+        kept = await broker.ctl("close", carols, "--for", "300")
+        assert "account:carol is refused at login for 300 s" in kept.stdout, (kept.stdout, kept.stderr)
+        with pytest.raises(SMQPError):
+            await broker.smqp("carol", "carolpw")
+        _client, answer = await broker.ssmp(b"LOGIN carol password carolpw")
+        assert answer.startswith(b"401")
+        assert (await broker.smqp("alice", "alicepw")).transport is not None  # positive control
+
         removed = await broker.ctl("accounts", "remove", "alice")
         assert removed.returncode == 0 and removed.stdout == "removed alice\n"
         _client, answer = await broker.ssmp(b"LOGIN alice password alicepw")
