@@ -24,7 +24,8 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from brokerd.admin.figures import Figures
-from brokerd.admin.sessions import describe_session, list_topics, queued_bytes
+from brokerd.admin.sessions import describe_session, list_topics
+from brokerd.twistedio import queued_bytes
 
 TICK = 1.0
 """Seconds between two updates of the watching pages."""
