@@ -24,12 +24,15 @@ not a page's and passes.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from brokerd.auth.tls import split_escaped
 
+_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+"""A DNS name as a Host header may carry it (lower-cased)."""
 LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
@@ -71,7 +74,10 @@ def host_name(host: str) -> str | None:
     name = parts.hostname
     if not name or parts.path or parts.query or parts.username is not None:
         return None
-    return name.rstrip(".")
+    name = name.rstrip(".")
+    if not (_NAME.fullmatch(name) or _is_address(name)):
+        return None
+    return name
 
 
 def _is_address(name: str) -> bool:
