@@ -27,6 +27,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from brokerd.admin import strictjson
 from brokerd.auth.accounts import (
     PasswordHash,
     check_password,
@@ -60,7 +61,7 @@ def _answer(request: Any, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(body, sort_keys=True).encode() + b"\n"
+    return strictjson.dumps(body) + b"\n"
 
 
 def _body(request: Any, fields: tuple[str, ...]) -> dict[str, str]:

@@ -14,23 +14,11 @@ from brokerd.core.keepout import MAX_SECONDS
 from brokerd.core.principal import ANONYMOUS, SERVICE
 from brokerd.events.log import transport_source
 from brokerd.events.schema import text as _text
+from brokerd.twistedio import queued_bytes
 
 
 def session_id(session: Any) -> str:
     return format(id(session), "x")
-
-
-def queued_bytes(transport: Any) -> int | None:
-    """Bytes written to a connection and not yet taken by the kernel (the TCP transport's
-    queue, under the TLS layer if there is one); None when the transport does not tell."""
-    for layer in (transport, getattr(transport, "transport", None)):
-        if layer is None:
-            continue
-        try:
-            return len(layer.dataBuffer) - layer.offset + layer._tempDataLen
-        except (AttributeError, TypeError):
-            continue
-    return None
 
 
 def describe_session(broker: Any, session: Any) -> dict[str, Any]:

@@ -14,6 +14,15 @@ from typing import Any
 
 from brokerd.pipeline import latency
 
+def literal(text: Any) -> str:
+    """``text`` as matplotlib must show it: literally.  matplotlib reads a string with an even
+    number of unescaped ``$`` as mathtext, where ``_``, ``^`` and ``\\`` are commands and a bad
+    one fails the whole figure (a topic ``$\\nope$`` stopped the report); an escaped ``\\$``
+    is drawn as ``$`` and stops that.  Every string that comes from the log (topics,
+    protocols, kinds) goes through here on its way into a plot, once."""
+    return str(text).replace("$", "\\$")
+
+
 PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
 
 
@@ -74,7 +83,8 @@ def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds:
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
             times, rates = _steps(sorted(points), width)
-            axes.step(times, rates, where="post", label=protocol, color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
+            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol),
+                      linewidth=1.4)
         axis_from_zero(axes, [rate for points in series.values() for _at, rate in points])
         axes.set_ylabel("messages/s")
         axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
@@ -116,7 +126,7 @@ def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles
     if not rows:
         _no_data(axes, "latency measurements")
     else:
-        labels = [f"{row['protocol']} {row['kind']}" for row in rows]
+        labels = [literal(f"{row['protocol']} {row['kind']}") for row in rows]
         width = 0.2
         keys = (("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))
         values = [row[key] for row in rows for key, _ in keys if row[key] is not None]
@@ -137,7 +147,7 @@ def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles
             axes.set_ylabel("microseconds")
         legend_beside(axes)
         axes.grid(alpha=0.3, axis="y")
-    axes.set_title(title)
+    axes.set_title(literal(title))
     return figure
 
 
@@ -165,7 +175,7 @@ def topics_plot(rows: list[tuple[str, int]]) -> str:
     if not rows:
         _no_data(axes, "topics")
     else:
-        names = [name for name, _ in rows][::-1]
+        names = [literal(name) for name, _ in rows][::-1]
         axes.barh(names, [count for _, count in rows][::-1], color="#4c72b0")
         axes.set_xlabel("messages")
         axes.grid(alpha=0.3, axis="x")
@@ -248,6 +258,7 @@ acknowledgements count from acceptance, time queued while the subscriber was awa
 {_table(report.get('slow_consumers', []), ['time', 'protocol', 'session', 'topic', 'reason', 'dropped'])}
 <h2>Top topics</h2>
 <img alt="top topics" src="{plots['topics']}">
+{_table([{"topic": name, "messages": count} for name, count in report['top_topics']], ['topic', 'messages'])}
 <h2>Top publishers</h2>
 {_table(report['top_publishers'], ['rank', 'session', 'protocol', 'messages', 'bytes', 'topics'])}
 <h2>Top subscribers</h2>

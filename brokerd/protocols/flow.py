@@ -14,42 +14,14 @@ slow reader costs the hot path an integer increment per write, never a log entry
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from twisted.internet.tcp import Connection
-
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
-from brokerd.twistedio import FAST_PATHS, direct_writes
+from brokerd.twistedio import DirectWrites, limit_output_buffer
 
-# The two fast paths below use Twisted internals that no public API reaches: a queue limit
-# apart from the recv() size, and a write that skips the queue when it is empty.  They are
-# taken only on the Twisted releases whose FileDescriptor and tcp.Connection were checked
-# (brokerd.twistedio; tests/protocols/test_flow.py fails on any other release, and on a
-# change of the code they rely on); elsewhere brokerd uses bufferSize and transport.write,
-# which are public, correct and slower (docs/performance.md).
-
-
-def limit_output_buffer(transport: Any, limit: int) -> None:
-    """Make Twisted pause the producer when more than ``limit`` bytes are queued.  For TLS the
-    queue that matters is the TCP transport's under the TLS layer.
-
-    Twisted compares its queue with ``bufferSize``, which is also the size of every recv();
-    a 1 MiB limit would make each read up to 1 MiB, so one reactor iteration could parse
-    megabytes from every publisher before it wrote anything.  On a checked Twisted the
-    comparison of a real transport is replaced instead, and reads stay at Twisted's 64 KiB."""
-    inner = getattr(transport, "transport", None)
-    for layer in (transport, inner):
-        if layer is None:
-            continue
-        if FAST_PATHS and isinstance(layer, Connection):
-            layer._isSendBufferFull = partial(_queued_over, layer, limit)
-        elif layer is transport or hasattr(layer, "bufferSize"):
-            layer.bufferSize = limit
-
-
-def _queued_over(transport: Any, limit: int) -> bool:
-    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen > limit
+# The fast paths (a queue limit apart from the recv() size, and a write that skips the queue
+# when it is empty) use Twisted internals no public API reaches; brokerd.twistedio keeps them,
+# each behind its release check with the public fallback (docs/performance.md).
 
 
 _corked: list[DropWhenCongested] | None = None
@@ -99,7 +71,7 @@ def record_drops(events: Any, protocol: str, session: bytes, count: int, reason:
     events.record(DROPPED, protocol, session=session, reason=reason, dropped=count, outcome=DROPPED)
 
 
-class DropWhenCongested:
+class DropWhenCongested(DirectWrites):
     """IPushProducer half of a session whose ``send`` is its transport's ``write``.
 
     The class using it has ``transport``, ``closed``, ``dropped``, ``protocol``, ``name``,
@@ -111,13 +83,10 @@ class DropWhenCongested:
     episode_drops = 0
     """Messages dropped since the last pause that are not logged yet."""
 
-    _direct = False
-    """Set from :func:`direct_writes` when the connection is made."""
-
     def start_flow_control(self, limit: int) -> None:
         """From ``connectionMade``: deliveries go through :meth:`deliver`, and Twisted
         pauses this producer once more than ``limit`` bytes wait to be written."""
-        self._direct = direct_writes(self.transport)
+        self.check_direct_writes()
         self._output_limit = limit
         self.send = self.deliver
         limit_output_buffer(self.transport, limit)
@@ -143,28 +112,6 @@ class DropWhenCongested:
             self._registered = False
             self.transport.unregisterProducer()
         self.transport.loseConnection()
-
-    def write_now(self, data: bytes) -> None:
-        """Write ``data`` with one send() when nothing is queued for this connection; else,
-        or for what the kernel did not take, queue it behind the rest as transport.write
-        does.  transport.write always waits for the next reactor iteration and costs two
-        epoll_ctl calls and a doWrite round per write; for a reader that keeps up, the queue
-        is empty and one send() is all a delivery needs.  brokerd.twistedio.send_now, with
-        the transport's check made once per connection (``_direct``): this runs once per
-        delivery."""
-        transport = self.transport
-        if not self._direct or transport._tempDataLen or transport.dataBuffer or transport.disconnecting:
-            transport.write(data)
-            return
-        try:
-            sent = transport.socket.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            transport.write(data)  # Twisted finds and reports the broken connection
-            return
-        if sent < len(data):
-            transport.write(data[sent:])
 
     _read_held: list[bytes] | None = None
     """While a read is handled: where ``send`` puts this connection's data (see

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -278,16 +279,33 @@ def test_a_kill_9_loses_at_most_the_flush_interval(tmp_path: Path) -> None:
     assert _accepted_on_news(_records(restarted.data_dir)) >= 510
 
 
+def _wait_for_lost_events_over(admin_port: int, before: float) -> float:
+    """The event log's lost-record count once a flush after ``before`` has failed (the
+    writer's count on /metrics grows)."""
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        lost = next(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith("brokerd_event_log_write_errors_total "))
+        if lost > before:
+            return lost
+        assert time.monotonic() < deadline, f"no failed flush after {before} lost records"
+        time.sleep(0.05)
+
+
 def test_an_unwritable_event_directory_is_reported_once_and_delivery_goes_on(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (data_dir / schema.EVENTS_DIR).write_text("not a directory\n")  # works as root too, unlike chmod
-    broker = start_broker(tmp_path, "--open-login", "--event-log-flush", "0.1")
+    broker = start_broker(tmp_path, "--open-login", "--event-log-flush", "0.1", listeners={
+        "ssmp": "tcp:{port}:interface=127.0.0.1", "admin": "tcp:{port}:interface=127.0.0.1"})
     try:
         publisher, subscriber = _ssmp_pair(broker.ports["ssmp"])
+        lost = 0
         for round_ in range(5):  # several flushes, each of which fails
             _publish(publisher, subscriber, 100, start=100 * round_)
-            time.sleep(0.25)
+            lost = _wait_for_lost_events_over(broker.ports["admin"], lost)
     finally:
         broker.stop()
     log = broker.log()

@@ -37,7 +37,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.errors import ConfigurationError
-from brokerd.protocols.flow import limit_output_buffer
+from brokerd.twistedio import limit_output_buffer
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command

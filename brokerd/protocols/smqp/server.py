@@ -46,7 +46,7 @@ from brokerd.core.principal import NOBODY, Principal
 from brokerd.errors import Busy
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
-from brokerd.protocols.flow import limit_output_buffer
+from brokerd.twistedio import limit_output_buffer
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_greeting, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected

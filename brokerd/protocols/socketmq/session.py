@@ -55,7 +55,7 @@ from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, Su
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.flow import limit_output_buffer, record_drops
+from brokerd.protocols.flow import record_drops
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -87,6 +87,7 @@ from brokerd.protocols.socketmq.pgp import (
     server_proof,
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+from brokerd.twistedio import limit_output_buffer
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
