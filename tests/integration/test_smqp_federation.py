@@ -489,3 +489,43 @@ async def test_links_both_ways_do_not_send_a_message_back_where_it_came_from(smq
         assert b_inbox.items == [] and await b_inbox.quiet()
     finally:
         alpha.factory.links.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_path, monkeypatch):
+    """alpha turns rogue: it names its /payroll ``_payroll`` in the NOTIFYs it sends over the
+    link, hoping for beta's local ``/alpha_test_payroll``.  beta keeps a linked server's
+    messages below ``/alpha_test/`` only: the rogue one is acknowledged and dropped, the
+    well-named one after it still arrives."""
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    beta = await domain(smqp_server, tmp_path, "beta.test", links={"alpha.test": alpha})
+    service = alpha.factory.service
+    honest = service.display
+    monkeypatch.setattr(service, "display", lambda key: "_payroll" if key == "payroll" else honest(key))
+    publisher = await alpha.login("alice", "c1")
+    await create(publisher, "/news", "/payroll")
+    local = await beta.login("alice", "c1")
+    await create(local, "/alpha_test", "/alpha_test/news", "/alpha_test/payroll", "/alpha_test_payroll")
+    victim = await beta.login("alice", "c2")
+    victim_inbox = SMQPInbox(victim)
+    await victim.subscribe("/alpha_test_payroll")
+    reader = await beta.login("bob", "c1")
+    inbox = SMQPInbox(reader)
+    await reader.subscribe("/alpha_test/payroll")
+    await reader.subscribe("/alpha_test/news")
+    await subscribed_remotely(beta, "alpha.test", {"/news", "/payroll"}, reader)
+    await publisher.publish("/payroll", "P1", [("text/plain", b"raise for mallory")], [("Depth", "1")])
+    link = link_of(beta, "alpha.test")
+    await until(lambda: link.counts["received"] == 1, reader, "beta to handle the rogue message")
+    await publisher.publish("/news", "N1", [("text/plain", b"well named")], [("Depth", "1")])
+    notify = await inbox.next()  # positive control: the link still stores what it may
+    assert (notify.args[0], data_of(notify)) == ("/alpha_test/news", b"well named")
+    await reader.acknowledge()
+    assert victim_inbox.items == [] and await victim_inbox.quiet()
+    assert beta.factory.forwarded.counts["stored"] == 1
+    assert beta.factory.forwarded.counts["outside_mirror"] == 1
+    assert victim_inbox.items == [] and await victim_inbox.quiet()
+    assert (await victim.noop()).lines == ("OK",)  # the local client is still served
+    # the rogue message was acknowledged at alpha: nothing stays pending for the link
+    await until(lambda: not alpha.factory.service.outboxes["peer:link_beta_test"].known, publisher,
+                "alpha to see the link's acknowledgement")
