@@ -116,6 +116,9 @@ class Settings:
     """File whose first line is the admin listener's bearer token."""
     admin_cert_names: str | None = None
     """Comma-separated client-certificate names allowed on a tls: admin listener."""
+    metrics_top_queues: int = 20
+    """Queues named by users (SMQP Trash queues) that /metrics, the JSON API and the ~sys
+    topics show one by one, the fullest first; the others are summed in one figure."""
     sys_interval: float | None = None
     """Seconds between statistics on the ~sys/brokerd/ topics; None: not published."""
     log_level: str = "info"

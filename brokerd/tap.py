@@ -96,6 +96,7 @@ class Options(usage.Options):
         ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
         ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
         ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
+        ["metrics-top-queues", None, None, "SMQP Trash queues /metrics, the JSON API and ~sys show one by one (the fullest; the rest summed as queue=\"(others)\") [20]."],
         ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
         ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
         ["log-format", None, None, "Log lines as text or json [text]."],

@@ -1,0 +1,82 @@
+"""Attacks on the edges of the protocols against a real ``twistd brokerd`` with every
+protocol listening: the broker's own identities and ``~sys`` topics, metric series users
+could multiply, the socket.mq connection gauge.  Each attack has its positive control, and
+an innocent client of every protocol is served while it runs."""
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
+from tests.support.broker import RunningBroker, free_port, start_broker
+from tests.support.innocent import ALL_PROTOCOLS, assert_serves_every_protocol
+
+pytestmark = pytest.mark.slow
+
+BOUND = 30.0
+"""Seconds any wait on the broker may take before the test fails."""
+
+
+def broker_with_admin(tmp_path: Path, *options: str) -> tuple[RunningBroker, int]:
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    admin = free_port()
+    broker = start_broker(tmp_path, "--open-login", "--accounts", str(accounts),
+                          "--admin", f"tcp:{admin}:interface=127.0.0.1", *options,
+                          listeners=ALL_PROTOCOLS, wait_for=(admin,))
+    return broker, admin
+
+
+def scrape(admin: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def until_scraped(admin: int, condition, what: str) -> dict:
+    """Scrape /metrics until ``condition(values)`` holds (bounded by :data:`BOUND`)."""
+    deadline = time.monotonic() + BOUND
+    while True:
+        values = scrape(admin)
+        if condition(values):
+            return values
+        assert time.monotonic() < deadline, f"/metrics never showed {what}: {values}"
+        time.sleep(0.1)
+
+
+def series(values: dict, name: str) -> dict[tuple, float]:
+    return {labels: value for (metric, labels), value in values.items() if metric == name}
+
+
+def test_trash_series_are_bounded_to_the_fullest_queues_and_the_rest(tmp_path: Path) -> None:
+    """300 topics, each with a message that times out into its Trash: /metrics names the 5
+    fullest Trash queues (--metrics-top-queues 5) and sums the 295 others, so the series
+    stay 6 and still add up to every trashed message."""
+    broker, admin = broker_with_admin(tmp_path, "--metrics-top-queues", "5")
+    try:
+        client = BlockingSMQP(broker.ports["smqp"])
+        client.login("alice", "c1")
+        names = ["hot"] + [f"t{i:03d}" for i in range(299)]
+        client.send(b"".join(f"CREATE TOPIC /{name}\r\n".encode() for name in names))
+        assert [client.reply().code for _ in names] == [200] * len(names)
+        expiring = ("Timeout", "00:00:01")
+        publishes = [client.publish_bytes(f"/{name}", f"C-{name}", b"soon gone", expiring) for name in names]
+        publishes += [client.publish_bytes("/hot", f"C-hot-{n}", b"soon gone", expiring) for n in range(2)]
+        client.send(b"".join(publishes))
+        assert [client.reply().code for _ in publishes] == [200] * len(publishes)
+        values = until_scraped(admin, lambda v: v.get(("brokerd_smqp_trash_queues", ())) == 300
+                               and sum(series(v, "brokerd_smqp_trash_messages").values()) == 302,
+                               "302 trashed messages in 300 queues")
+        trash = series(values, "brokerd_smqp_trash_messages")
+        assert len(trash) == 6, trash
+        assert trash[(("queue", "hot/trash"),)] == 3  # the fullest is named (positive control)
+        assert trash[(("queue", "(others)"),)] == 295
+        assert_serves_every_protocol(broker)
+        client.close()
+    finally:
+        broker.stop()
