@@ -4,6 +4,7 @@ could multiply, the socket.mq connection gauge.  Each attack has its positive co
 an innocent client of every protocol is served while it runs."""
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -78,5 +79,73 @@ def test_trash_series_are_bounded_to_the_fullest_queues_and_the_rest(tmp_path: P
         assert trash[(("queue", "(others)"),)] == 295
         assert_serves_every_protocol(broker)
         client.close()
+    finally:
+        broker.stop()
+
+
+UPGRADE = (
+    "GET /socket.mq/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    "Sec-WebSocket-Protocol: socketmq.v1\r\n{extra}\r\n"
+)
+
+
+def websocket_answer(port: int, extra: str = "", request: str = UPGRADE) -> tuple[socket.socket, bytes]:
+    """Send an upgrade request; the socket and the response's status line."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(request.format(port=port, extra=extra).encode())
+    head = b""
+    while b"\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head.partition(b"\r\n")[0]
+
+
+def closed_by_peer(sock: socket.socket) -> None:
+    """Wait (bounded by the socket's timeout) until the broker closes ``sock``."""
+    while sock.recv(65536):
+        pass
+    sock.close()
+
+
+def socketmq_open(values: dict) -> float:
+    return values.get(("brokerd_connections", (("protocol", "socketmq"),)), 0.0)
+
+
+def test_socketmq_connection_gauge_counts_only_open_connections(tmp_path: Path) -> None:
+    """Accepted WebSockets, and WebSockets refused for their origin, for a bad handshake and
+    over a connection limit: once closed, ``brokerd_connections{protocol="socketmq"}`` is back
+    to the number still open."""
+    broker, admin = broker_with_admin(tmp_path, "--max-connections-per-address", "4")
+    port = broker.ports["socketmq"]
+    try:
+        until_scraped(admin, lambda v: not any(series(v, "brokerd_connections").values()),
+                      "start_broker's probes closed")
+        accepted, status = websocket_answer(port)
+        assert status == b"HTTP/1.1 101 Switching Protocols"  # positive control
+        until_scraped(admin, lambda v: socketmq_open(v) == 1, "the one open WebSocket")
+        foreign, status = websocket_answer(port, "Origin: https://attacker.example\r\n")
+        assert status.startswith(b"HTTP/1.1 403")
+        bad, status = websocket_answer(port, request=UPGRADE.replace("Version: 13", "Version: 7"))
+        assert status.startswith(b"HTTP/1.1 4")
+        for sock in (foreign, bad):
+            sock.close()
+        until_scraped(admin, lambda v: socketmq_open(v) == 1, "only the accepted WebSocket open")
+        second, status = websocket_answer(port)
+        assert status == b"HTTP/1.1 101 Switching Protocols"
+        third, status = websocket_answer(port)
+        assert status == b"HTTP/1.1 101 Switching Protocols"
+        fourth, status = websocket_answer(port)
+        assert status == b"HTTP/1.1 101 Switching Protocols"
+        over, status = websocket_answer(port)  # a fifth from 127.0.0.1: over the per-address limit
+        assert status == b"HTTP/1.1 503 Service Unavailable"
+        closed_by_peer(over)
+        until_scraped(admin, lambda v: socketmq_open(v) == 4, "the four accepted WebSockets")
+        assert_serves_every_protocol(broker)  # from another address: not over its limit
+        for sock in (accepted, second, third, fourth):
+            sock.close()
+        until_scraped(admin, lambda v: socketmq_open(v) == 0, "no socket.mq connection open")
     finally:
         broker.stop()
