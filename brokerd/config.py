@@ -38,7 +38,8 @@ class Settings:
     """SMQP server domain for user@domain addresses; default the host name."""
     smqp_connectto_allow: str | list[str] = ""
     """SMQP CONNECTTO: addresses (IP, CIDR, host name, each optionally ``:port``) the server
-    may connect to besides the client's own address (commas or blanks, or a TOML list)."""
+    may connect to besides the client's own public address (commas or blanks, or a TOML
+    list); loopback, link-local and private addresses need an entry even as the client's own."""
     smqp_link: str | list[str] = ""
     """SMQP server links, ``DOMAIN=ENDPOINT`` each (repeated option, or a TOML list)."""
     smqp_link_account: str | None = None

@@ -64,7 +64,7 @@ class Options(usage.Options):
         ["ual", None, None, "User Access Lists file: topic permissions for every protocol [DATA_DIR/smqp.ual if present]."],
         ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
         ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
-        ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own it may name: IPs, CIDRs, host names, each optionally :port (commas) [none]."],
+        ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own public one it may name (loopback, link-local and private ones included): IPs, CIDRs, host names, each optionally :port (commas) [none]."],
         ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
         ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
         ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311; NAME=host:port: cluster node NAME, used while it is live [none]."],

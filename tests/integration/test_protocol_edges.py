@@ -5,6 +5,7 @@ an innocent client of every protocol is served while it runs."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -149,3 +150,66 @@ def test_socketmq_connection_gauge_counts_only_open_connections(tmp_path: Path) 
         until_scraped(admin, lambda v: socketmq_open(v) == 0, "no socket.mq connection open")
     finally:
         broker.stop()
+
+
+def greeting_listener() -> tuple[socket.socket, list[bytes], threading.Thread]:
+    """A client's notification listener on loopback: greets each connection the draft's way
+    and records the SUID line it gets."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(BOUND)
+    suids: list[bytes] = []
+
+    def serve() -> None:
+        try:
+            connection, _peer = server.accept()
+        except OSError:
+            return
+        with connection:
+            connection.settimeout(BOUND)
+            connection.sendall(b"SMQP/1.0 Ready.\r\n")
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = connection.recv(1)
+                if not chunk:
+                    return
+                line += chunk
+            suids.append(line.strip())
+            connection.sendall(b"200 OK\r\n")
+            connection.recv(1)  # until the broker closes it
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, suids, thread
+
+
+def test_connectto_does_not_scan_the_brokers_host(tmp_path: Path) -> None:
+    """A guest on the broker's host asks CONNECTTO for an open and for a closed loopback port:
+    both are 403, the same line, and nothing is dialled; the port the operator's allow-list
+    names is connected (positive control)."""
+    listener, suids, thread = greeting_listener()
+    open_port = listener.getsockname()[1]
+    allowed_listener, allowed_suids, allowed_thread = greeting_listener()
+    allowed_port = allowed_listener.getsockname()[1]
+    broker, _admin = broker_with_admin(tmp_path, "--smqp-connectto-allow", f"127.0.0.1:{allowed_port}")
+    try:
+        guest = BlockingSMQP(broker.ports["smqp"])
+        guest.login("guest", "scan")
+        ports = (open_port, free_port())
+        answers = [guest.command(f"CONNECTTO guest:scan {port}") for port in ports]
+        assert [reply.code for reply in answers] == [403, 403]
+        texts = {reply.lines[-1].replace(str(port), "PORT") for reply, port in zip(answers, ports)}
+        assert len(texts) == 1, texts  # open or closed: the same answer
+        assert guest.command("CONNECTTO guest:scan 127.0.0.1:22").code == 403
+        assert_serves_every_protocol(broker)
+        reply = guest.command(f"CONNECTTO guest:scan {allowed_port}")
+        assert reply.code == 200, reply
+        allowed_thread.join(0)
+        assert len(allowed_suids) == 1
+        assert suids == [] and thread.is_alive()  # the open port was never dialled
+        guest.close()
+    finally:
+        broker.stop()
+        listener.close()
+        allowed_listener.close()
