@@ -3,10 +3,16 @@
 Front ends attach themselves (the "mind") to the Broker once the login succeeded.  The
 checker that succeeded decides the principal (its avatar id is an Identity); the accounts
 checker answers with the account name, which the realm makes an ACCOUNT (or GUEST) principal.
+
+Every login of every protocol passes here, so this is where the broker's own names are kept
+for the broker: a session named, or proving, a name :func:`~brokerd.core.principal.reserved_name`
+calls reserved (``sys:brokerd``) is refused like a wrong password, and each protocol answers
+it as it answers a refused login.
 """
 from __future__ import annotations
 
 from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.error import UnauthorizedLogin
 from twisted.cred.portal import IRealm, Portal
 from zope.interface import implementer
 
@@ -18,7 +24,7 @@ from brokerd.auth.checkers import (
 )
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
 from brokerd.auth.identity import IIdentity, Identity
-from brokerd.core.principal import ACCOUNT, GUEST, Principal
+from brokerd.core.principal import ACCOUNT, GUEST, Principal, reserved_name
 
 __all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_schemes"]
 
@@ -29,8 +35,12 @@ class BrokerRealm:
         if IIdentity not in interfaces:
             raise NotImplementedError("brokerd's realm only hands out IIdentity")
         if isinstance(avatarId, Identity):
+            if reserved_name(avatarId.name) or reserved_name(avatarId.principal.name):
+                raise UnauthorizedLogin("a name reserved for the broker")
             return IIdentity, avatarId, lambda: None
         name = avatarId.decode("utf-8")  # the accounts checker: a lower-case account name
+        if reserved_name(name):
+            raise UnauthorizedLogin("a name reserved for the broker")
         realm = GUEST if name == GUEST_ACCOUNT else ACCOUNT
         return IIdentity, Identity(avatarId, Principal(name, realm)), lambda: None
 

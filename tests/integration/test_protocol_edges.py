@@ -4,7 +4,10 @@ could multiply, the socket.mq connection gauge.  Each attack has its positive co
 an innocent client of every protocol is served while it runs."""
 from __future__ import annotations
 
+import json
+import os
 import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -13,8 +16,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
-from tests.support.broker import RunningBroker, free_port, start_broker
+from brokerd.protocols.mcchat.codec import encode_msg
+from tests.integration.smqp_fixtures import ACCOUNTS, BlockingSMQP, write_test_accounts
+from tests.support.broker import LineClient, RunningBroker, free_port, start_broker
 from tests.support.innocent import ALL_PROTOCOLS, assert_serves_every_protocol
 
 pytestmark = pytest.mark.slow
@@ -23,9 +27,10 @@ BOUND = 30.0
 """Seconds any wait on the broker may take before the test fails."""
 
 
-def broker_with_admin(tmp_path: Path, *options: str) -> tuple[RunningBroker, int]:
+def broker_with_admin(tmp_path: Path, *options: str, accounts_extra: dict[str, str] | None = None
+                      ) -> tuple[RunningBroker, int]:
     accounts = tmp_path / "accounts"
-    write_test_accounts(accounts)
+    write_test_accounts(accounts, {**ACCOUNTS, **(accounts_extra or {})})
     admin = free_port()
     broker = start_broker(tmp_path, "--open-login", "--accounts", str(accounts),
                           "--admin", f"tcp:{admin}:interface=127.0.0.1", *options,
@@ -213,3 +218,132 @@ def test_connectto_does_not_scan_the_brokers_host(tmp_path: Path) -> None:
         broker.stop()
         listener.close()
         allowed_listener.close()
+
+
+class WebSocket:
+    """A blocking socket.mq WebSocket client: text frames out (masked), frames in."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
+        self.sock.sendall(UPGRADE.format(port=port, extra="").encode())
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            chunk = self.sock.recv(4096)
+            assert chunk, self.buffer
+            self.buffer += chunk
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        assert self.next()["type"] == "hello"
+
+    def send(self, message: dict) -> None:
+        payload = json.dumps(message).encode()
+        mask = os.urandom(4)
+        size = len(payload)
+        header = bytes((0x81, 0x80 | size)) if size < 126 else struct.pack("!BBH", 0x81, 0x80 | 126, size)
+        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    def _read(self, count: int) -> bytes:
+        while len(self.buffer) < count:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("the broker closed the WebSocket")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:count], self.buffer[count:]
+        return data
+
+    def next(self) -> dict:
+        first, second = self._read(2)
+        size = second & 0x7F
+        if size == 126:
+            size = struct.unpack("!H", self._read(2))[0]
+        elif size == 127:
+            size = struct.unpack("!Q", self._read(8))[0]
+        payload = self._read(size)
+        return json.loads(payload.partition(b"\n")[0])
+
+    def result(self, message: dict) -> dict:
+        self.send(message)
+        while True:
+            answer = self.next()
+            if answer.get("type") == "result" and answer.get("id") == message["id"]:
+                return answer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_brokers_own_name_and_sys_topics_are_the_brokers_only(tmp_path: Path) -> None:
+    """``sys:brokerd`` (and every ``sys:...``) is refused as a login of SSMP, SMQP and
+    socket.mq and as an MCCHAT username; nobody but the broker publishes under ``~sys`` (any
+    protocol, any case); the broker's own statistics still arrive, from ``sys:brokerd``."""
+    broker, _admin = broker_with_admin(tmp_path, "--sys-interval", "0.2", accounts_extra={"sys": "syspw"})
+    ports = broker.ports
+    try:
+        watcher = LineClient.connect(ports["ssmp"], timeout=BOUND)
+        assert watcher.request("LOGIN watcher open") == b"200"
+        assert watcher.request("SUBSCRIBE ~sys/brokerd/sessions/ssmp") == b"200"
+        assert watcher.request("SUBSCRIBE news") == b"200"
+        # SSMP: the name, and names that would read as the broker's elsewhere
+        for name in ("sys:brokerd", "SYS:brokerd", "sys", "sys/x"):
+            impostor = LineClient.connect(ports["ssmp"])
+            assert impostor.request(f"LOGIN {name} open") == b"401 open", name
+            assert impostor.closed()
+        ssmp = LineClient.connect(ports["ssmp"])
+        assert ssmp.request("LOGIN mallory open") == b"200"  # positive control
+        for topic in ("~sys/brokerd/sessions/ssmp", "~SYS/brokerd/sessions/ssmp", "~sys"):
+            assert ssmp.request(f"MCAST {topic} forged") == b"405", topic
+        assert ssmp.request("MCAST ~system-news allowed") == b"200"  # ~sys only, not every ~
+        # MCCHAT: a reserved username or a ~sys topic is dropped; the next message arrives
+        mcchat = LineClient.connect(ports["mcchat"])
+        mcchat.send(encode_msg(b"news", b"sys:brokerd", b"forged")
+                    + encode_msg(b"~sys/brokerd/sessions/ssmp", b"mallory", b"forged")
+                    + encode_msg(b"news", b"mallory", b"honest"))
+        # SMQP: the account sys exists (an operator made it) and still may not log in
+        smqp = BlockingSMQP(ports["smqp"])
+        assert smqp.command("LOGIN sys:brokerd CLEAR/1.0").code == 200
+        assert smqp.command("PASS sys syspw").code == 401
+        alice = BlockingSMQP(ports["smqp"])
+        alice.login("alice", "c1")  # positive control
+        # socket.mq: open login as the broker's name
+        ws = WebSocket(ports["socketmq"])
+        assert ws.result({"type": "auth", "id": 1, "method": "open", "identity": "sys:brokerd"})["status"] == 401
+        assert ws.result({"type": "auth", "id": 2, "method": "open", "identity": "app"})["status"] == 200
+        assert ws.result({"type": "publish", "id": 3, "event": "~sys/brokerd/sessions/ssmp",
+                          "data": "forged"})["status"] == 403
+        assert ws.result({"type": "publish", "id": 4, "event": "news", "data": "from app"})["status"] == 200
+        # what the watcher got: the honest MCCHAT message, the app's, and the broker's own
+        # statistics (positive control), never a forged one
+        news, statistics = [], []
+        deadline = time.monotonic() + BOUND
+        while len(news) < 2 or not statistics:
+            assert time.monotonic() < deadline, (news, statistics)
+            line = watcher.line()
+            assert b"forged" not in line, line
+            (news if b" news " in line else statistics).append(line)
+        assert [line.split(b" ", 2)[2] for line in news] == [b"MCAST news honest", b"MCAST news from app"], news
+        assert news[0].startswith(b"000 mcchat:") and news[1].startswith(b"000 socketmq:app ")
+        assert statistics[0].startswith(b"000 sys:brokerd MCAST ~sys/brokerd/sessions/ssmp "), statistics
+        assert_serves_every_protocol(broker)
+        for client in (watcher, ssmp, mcchat, smqp, alice, ws):
+            client.close()
+    finally:
+        broker.stop()
+
+
+def test_the_access_list_names_the_sys_tree(tmp_path: Path) -> None:
+    """A UAL entry on ``/~sys`` (once "bad topic name") is read and applied: an open SSMP
+    login may not watch the statistics here (only the account ``ops`` may), and still uses
+    other topics."""
+    ual = tmp_path / "smqp.ual"
+    ual.write_text("/~sys  *    -\n/~sys  ops  s\n/      *    ps\n")
+    broker, _admin = broker_with_admin(tmp_path, "--ual", str(ual), "--sys-interval", "0.2")
+    try:
+        outsider = LineClient.connect(broker.ports["ssmp"])
+        assert outsider.request("LOGIN outsider open") == b"200"
+        assert outsider.request("SUBSCRIBE ~sys/brokerd/sessions/ssmp") == b"405"
+        assert outsider.request("SUBSCRIBE news") == b"200"  # positive control
+        assert outsider.request("MCAST ~sys/brokerd/sessions/ssmp forged") == b"405"
+        assert_serves_every_protocol(broker)
+        outsider.close()
+    finally:
+        broker.stop()
