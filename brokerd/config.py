@@ -100,6 +100,9 @@ class Settings:
     smqp_max_notify_window: int = 64
     """SMQP: the largest notification window a session may ask for with SET NOTIFY WINDOW
     (brokerd's extension; at most 1024)."""
+    smqp_max_one_held: int = 8
+    """SMQP: messages of ONE topics one session holds sent and unanswered at most; the others
+    go to the topic's other subscribers meanwhile (a silent subscriber cannot hoard them)."""
     socketmq_max_frames: int = 1024
     socketmq_deflate: bool = False
     """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""

@@ -89,6 +89,7 @@ class Options(usage.Options):
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory [4194304]."],
         ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024 [64]."],
+        ["smqp-max-one-held", None, None, "SMQP: messages of ONE topics one session holds unanswered at most; the rest go to other subscribers [8]."],
         ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],

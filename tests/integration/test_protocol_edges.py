@@ -347,3 +347,73 @@ def test_the_access_list_names_the_sys_tree(tmp_path: Path) -> None:
         outsider.close()
     finally:
         broker.stop()
+
+
+def notifications_until_closed(client: BlockingSMQP) -> tuple[int, list]:
+    """Read what ``client`` was sent until the broker closes it: NOTIFY MESSAGEs, and replies."""
+    from brokerd.protocols.smqp.events import Notify
+
+    count, replies = 0, []
+    while True:
+        try:
+            event = client._next()
+        except (EOFError, ConnectionResetError):
+            return count, replies
+        if isinstance(event, Notify):
+            count += event.kind == "MESSAGE"
+        else:
+            replies.append(event)
+
+
+def test_silent_subscribers_cannot_hoard_a_one_topic(tmp_path: Path) -> None:
+    """Two guests subscribe to a ONE topic with SET NOTIFY WINDOW 64 and never answer; a
+    working subscriber still gets all 100 messages: all but the guests' share (at most
+    --smqp-max-one-held, 8, each) while the guests are still connected, and the rest once the
+    guests' retry timeout has closed them with 421."""
+    retry = 15
+    broker, _admin = broker_with_admin(tmp_path, "--smqp-retry-timeout", str(retry))
+    ports = broker.ports
+    try:
+        alice = BlockingSMQP(ports["smqp"], timeout=BOUND)
+        alice.login("alice", "pub")
+        assert alice.command("CREATE TOPIC /jobs").code == 200
+        assert alice.command("SET TOPIC DELIVERY /jobs ONE").code == 200
+        guests = []
+        for channel in ("g1", "g2"):
+            guest = BlockingSMQP(ports["smqp"], timeout=BOUND)
+            guest.login("guest", channel)
+            assert guest.command("SUBSCRIBE MESSAGE /jobs").code == 200
+            assert guest.command("SET NOTIFY WINDOW 64").code == 200
+            guests.append(guest)
+        worker = BlockingSMQP(ports["smqp"], timeout=BOUND)
+        worker.login("bob", "worker")
+        assert worker.command("SUBSCRIBE MESSAGE /jobs").code == 200
+        publishes = [alice.publish_bytes("/jobs", f"J{n}", f"job {n}".encode()) for n in range(100)]
+        alice.send(b"".join(publishes))
+        assert [alice.reply().code for _ in publishes] == [200] * 100
+        done: set[bytes] = set()
+
+        def work(until: int) -> None:
+            while len(done) < until:
+                notify = worker.notify()
+                done.add(notify.body.sections[0].data)
+                worker.send(b"310 ACK\r\n")
+                assert worker.reply().code == 310
+
+        work(100 - 2 * 8)
+        # the guests hold their share and are still connected: what the worker got did not
+        # wait for their retry timeout
+        for guest in guests:
+            assert guest.command("NOOP").code == 200
+        assert_serves_every_protocol(broker)
+        work(100)  # the guests' share, once their retry timeout closed them
+        assert done == {f"job {n}".encode() for n in range(100)}
+        for guest in guests:
+            held, replies = notifications_until_closed(guest)
+            assert 0 < held <= 8, held  # each held its share, no more
+            assert [reply.code for reply in replies][-1:] == [421], replies
+        assert_serves_every_protocol(broker)
+        for client in (alice, worker, *guests):
+            client.close()
+    finally:
+        broker.stop()
