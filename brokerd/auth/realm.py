@@ -3,6 +3,11 @@
 Front ends attach themselves (the "mind") to the Broker once the login succeeded.  The
 checker that succeeded decides the principal (its avatar id is an Identity); the accounts
 checker answers with the account name, which the realm makes an ACCOUNT (or GUEST) principal.
+
+Every login of every protocol passes here, so this is where the broker's own names are kept
+for the broker: a session named, or proving, a name :func:`~brokerd.core.principal.reserved_name`
+calls reserved (``sys:brokerd``) is refused like a wrong password, and each protocol answers
+it as it answers a refused login.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from brokerd.auth.checkers import (
 )
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
 from brokerd.auth.identity import IIdentity, Identity
-from brokerd.core.principal import ACCOUNT, GUEST, Principal
+from brokerd.core.principal import ACCOUNT, GUEST, Principal, reserved_name
 
 __all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_schemes"]
 
@@ -41,9 +46,13 @@ class BrokerRealm:
         if IIdentity not in interfaces:
             raise NotImplementedError("brokerd's realm only hands out IIdentity")
         if isinstance(avatarId, Identity):
+            if reserved_name(avatarId.name) or reserved_name(avatarId.principal.name):
+                raise UnauthorizedLogin("a name reserved for the broker")
             identity = avatarId
         else:
             name = avatarId.decode("utf-8")  # the accounts checker: a lower-case account name
+            if reserved_name(name):
+                raise UnauthorizedLogin("a name reserved for the broker")
             realm = GUEST if name == GUEST_ACCOUNT else ACCOUNT
             identity = Identity(avatarId, Principal(name, realm))
         left = None if self.broker is None else self.broker.kept_out.refuses(identity.principal)

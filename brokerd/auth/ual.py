@@ -23,6 +23,11 @@ Permissions are letters (any order, any case); ``-`` is none:
 
 Who: an account name, ``@accounts`` (every account but ``guest``) or ``*`` (every login).
 
+Topic names follow SMQP's rule (a letter, then letters, digits or ``_``), except that a name
+may start with ``~``: the other protocols' ``~`` trees, ``/~sys`` (the broker's statistics)
+above all, which only the broker publishes to whatever the list says; an entry there
+decides who may subscribe.
+
 Resolution, for a login and a topic: walk from the topic up to the root; at each level the
 most specific entry that names the login wins (its name, then ``@accounts``, then ``*``); the
 first level with such an entry decides.  When no level has one, the defaults apply: every
@@ -84,7 +89,9 @@ def _parse_path(text: str) -> Path_:
         raise ValueError(f"a topic starts with '/': {text!r}")
     parts = text.strip("/").split("/")
     for part in parts:
-        if not is_account_name(part):  # the SMQP topic-name rule
+        # the SMQP topic-name rule, or a ``~`` tree of the other protocols (``/~sys``, where
+        # the broker's statistics are)
+        if not is_account_name(part.removeprefix("~")) or part.count("~") > 1:
             raise ValueError(f"bad topic name {part!r} in {text!r}")
     return tuple(part.lower() for part in parts)
 

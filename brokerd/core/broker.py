@@ -20,14 +20,17 @@ from twisted.logger import Logger
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
+from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
 from brokerd.core.keepout import KeptOut
-from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.core.sampling import DeliverySampler
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
+
+_SYSTEM = SYSTEM_TOPICS[:1]
+"""A topic starting with this may be a system topic: checked even without a policy."""
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -363,7 +366,9 @@ class Broker(Service):
         """Whether ``principal`` may publish to ``topic`` (front ends ask first, so that they
         can refuse with their own reply; :meth:`publish` refuses anyway)."""
         access = self.access
-        return access.policy is None or access.allows(principal, topic, Perm.PUBLISH)
+        if access.policy is None and topic[:1] != _SYSTEM:
+            return True
+        return access.allows(principal, topic, Perm.PUBLISH)
 
     def set_policy(self, policy: IAccessPolicy | None) -> int:
         """Install a new access policy (a reload) and take every live subscription it no
@@ -385,7 +390,8 @@ class Broker(Service):
         return revoked
 
     def _check_publish(self, message: Message, topic: bytes) -> None:
-        """Only called when there is a policy.  A message that names no principal (a program
+        """Only called when there is a policy, or for a topic that may be a system topic
+        (brokerd.core.access.system_topic: only the broker publishes there).  A message that names no principal (a program
         embedding the broker that did not say who publishes) is checked as NOBODY, the
         anonymous login: code that should bypass the list says so with a SERVICE principal
         (brokerd.core.principal.BROKER), which AccessControl allows without asking."""
@@ -401,7 +407,7 @@ class Broker(Service):
         """Deliver a multicast ``message`` to every member of its topic except ``exclude``;
         return how many sessions it was handed to.  Rendered once per wire format.
         Raises Forbidden when the sender's principal may not publish there."""
-        if self.access.policy is not None:
+        if self.access.policy is not None or message.target[:1] == _SYSTEM:  # type: ignore[index]
             self._check_publish(message, message.target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += 1
@@ -457,7 +463,7 @@ class Broker(Service):
         Returns the number of (message, recipient) deliveries.  Raises Forbidden as
         :meth:`publish` does (one run has one sender).
         """
-        if self.access.policy is not None:
+        if self.access.policy is not None or messages[0].target[:1] == _SYSTEM:  # type: ignore[index]
             self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += len(messages)

@@ -243,15 +243,16 @@ class PublicKeyResource(resource.Resource):
 
 
 class SocketMQWebSocketResource(WebSocketResource):
-    """Autobahn's WebSocketResource, handing the HTTP connection's admission to the session."""
+    """Autobahn's WebSocketResource, handing the HTTP connection (its admission, and the end
+    of the connection) to the session."""
 
     def render(self, request: Any) -> Any:
         factory: SocketMQWebSocketFactory = self._factory
-        factory.pending_admission = getattr(request.channel, "admission", None)
+        factory.pending_channel = request.channel
         try:
             return super().render(request)
         finally:
-            factory.pending_admission = None
+            factory.pending_channel = None
 
 
 class _Static(resource.Resource):
