@@ -286,7 +286,7 @@ def test_the_brokers_own_name_and_sys_topics_are_the_brokers_only(tmp_path: Path
         # SSMP: the name, and names that would read as the broker's elsewhere
         for name in ("sys:brokerd", "SYS:brokerd", "sys", "sys/x"):
             impostor = LineClient.connect(ports["ssmp"])
-            assert impostor.request(f"LOGIN {name} open") == b"401 open", name
+            assert impostor.request(f"LOGIN {name} open") == b"401 open password", name  # with --accounts
             assert impostor.closed()
         ssmp = LineClient.connect(ports["ssmp"])
         assert ssmp.request("LOGIN mallory open") == b"200"  # positive control
