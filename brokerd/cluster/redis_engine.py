@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope, frames
+from brokerd.cluster import envelope, frames, seal
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import channel
 from brokerd.cluster.shards import Shards
@@ -43,6 +43,17 @@ CONTROL_CHANNEL = b"brokerd:c"
 """Where nodes announce logins, topic members, heartbeats (brokerd.cluster.directory)."""
 NODE_PREFIX = b"brokerd:n:"
 """A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
+
+
+def _stamp(path: Any) -> tuple[int, int, int] | None:
+    """What tells that a file changed: inode, size, modification time (None if unreadable)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class ClusterStats:
@@ -74,6 +85,8 @@ class RedisEngine:
         reactor: Any,
         node_name: str,
         *,
+        secrets: Sequence[bytes],
+        secret_file: Any = None,
         password: str | None = None,
         tls_ca: Any = None,
         max_backlog: int = 16 << 20,
@@ -93,6 +106,16 @@ class RedisEngine:
         self.node_channel = NODE_PREFIX + self.origin.encode()
         self.heartbeat = heartbeat
         self.node_timeout = node_timeout
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
+        self.sealer.log = self._rejections
+        self.secret_file = secret_file
+        """Read again at each heartbeat when it changed (key rotation, docs/cluster.md)."""
+        self._secret_stamp = _stamp(secret_file)
+        self._secret_reading = False
+        self._secrets_installed = list(secrets)
+        self.secret_listeners: list[Any] = []
+        """Called with the key ids after the secret file was read again and installed."""
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
         self._raw: list[tuple[bytes, bytes]] = []
@@ -281,6 +304,8 @@ class RedisEngine:
 
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
+        self.sealer.expire()
+        self._check_secret()
         now = self.reactor.seconds()
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
@@ -288,6 +313,55 @@ class RedisEngine:
                 self._node_gone(origin)
                 _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
                           node=node.name, timeout=self.node_timeout)
+
+    def _check_secret(self) -> None:
+        """Read the secret file again, in a thread, if its size or time changed: a bad file
+        is logged and the keys in use stay."""
+        if self.secret_file is None or self._secret_reading:
+            return
+        from twisted.internet.threads import deferToThreadPool
+
+        path = self.secret_file
+
+        def read() -> tuple[Any, list[bytes] | None]:
+            stamp = _stamp(path)
+            if stamp is None or stamp == self._secret_stamp:
+                return stamp, None
+            return stamp, seal.read_secret_file(path)
+
+        def install(result: tuple[Any, list[bytes] | None]) -> None:
+            stamp, secrets = result
+            if secrets is None:
+                return
+            self._secret_stamp = stamp
+            if secrets != self._secrets_installed:
+                self._install_secrets(secrets)
+
+        def failed(failure: Any) -> None:
+            self._secret_stamp = _stamp(path)
+            _log.error("Cluster: {path} not read again, the keys in use stay: {error}",
+                       path=str(path), error=str(failure.value))
+
+        def done(_: object) -> None:
+            self._secret_reading = False
+
+        self._secret_reading = True
+        pool = self.reactor.getThreadPool()
+        deferToThreadPool(self.reactor, pool, read).addCallbacks(install, failed).addBoth(done)
+
+    def _install_secrets(self, secrets: list[bytes]) -> None:
+        self.sealer.install(secrets)
+        self._secrets_installed = list(secrets)
+        ids = [key_id.hex() for key_id in self.sealer.key_ids]
+        _log.info("Cluster: secret file read again: sealing with key {sealing}, opening with {opening}",
+                  sealing=ids[0], opening=", ".join(ids))
+        for listener in tuple(self.secret_listeners):
+            listener(ids)
+
+    def _rejections(self, counts: dict[str, int]) -> None:
+        _log.warn("Cluster: dropped messages on Redis that no node of this cluster sealed, or replays: {counts} "
+                  "(brokerd_cluster_rejected_total; logged at most once a minute)",
+                  counts=", ".join(f"{count} {reason}" for reason, count in counts.items()))
 
     def _control(self, data: bytes) -> None:
         try:
@@ -417,6 +491,7 @@ class RedisEngine:
         raw, self._raw = self._raw, []
         shards = self.shards
         stats = self.stats
+        sealer = self.sealer
         if shards is None or not shards.up:
             stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
             return
@@ -425,17 +500,19 @@ class RedisEngine:
             if sections:
                 rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
                             for name, chunks in sections.items()}
-            data = envelope.encode(self.instance, run, rendered)
+            name = channel(topic)
+            data = sealer.seal(name, envelope.encode(self.instance, run, rendered))
             if self._backlog + len(data) > self.max_backlog:
                 stats.dropped_backlog += len(run)
                 continue
-            if not shards.publish(channel(topic), data):
+            if not shards.publish(name, data):
                 stats.dropped_unreachable += len(run)
                 continue
             self._backlog += len(data)
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
         for name, data in raw:
+            data = sealer.seal(name, data)
             if shards.publish(name, data):
                 self._backlog += len(data)
         shards.write()
@@ -447,7 +524,12 @@ class RedisEngine:
             _log.error("Cluster: Redis refused a publish: {error}", error=str(reply))
 
     def received(self, name: bytes, data: bytes) -> None:
-        """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        """A message arrived on a channel: opened first (this node's own echo and anything no
+        node of the cluster sealed for this channel stop here), then decoded and handled."""
+        opened = self.sealer.open(name, data)
+        if opened is None:
+            return
+        data = opened
         if name == CONTROL_CHANNEL:
             self._control(data)
             return
