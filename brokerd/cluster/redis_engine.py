@@ -45,17 +45,6 @@ NODE_PREFIX = b"brokerd:n:"
 """A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
 
 
-def _stamp(path: Any) -> tuple[int, int, int] | None:
-    """What tells that a file changed: inode, size, modification time (None if unreadable)."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 class ClusterStats:
     """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
 
@@ -110,9 +99,9 @@ class RedisEngine:
         """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
         self.sealer.log = self._rejections
         self.secret_file = secret_file
-        """Read again at each heartbeat when it changed (key rotation, docs/cluster.md)."""
-        self._secret_stamp = _stamp(secret_file)
+        """Read again at each heartbeat; changed lines are installed (key rotation, docs/cluster.md)."""
         self._secret_reading = False
+        self._secret_error: str | None = None
         self._secrets_installed = list(secrets)
         self.secret_listeners: list[Any] = []
         """Called with the key ids after the secret file was read again and installed."""
@@ -315,39 +304,29 @@ class RedisEngine:
                           node=node.name, timeout=self.node_timeout)
 
     def _check_secret(self) -> None:
-        """Read the secret file again, in a thread, if its size or time changed: a bad file
-        is logged and the keys in use stay."""
+        """Read the secret file again, in a thread, and install its lines if they changed (a
+        few dozen bytes each heartbeat): a bad file is logged once and the keys in use stay."""
         if self.secret_file is None or self._secret_reading:
             return
         from twisted.internet.threads import deferToThreadPool
 
-        path = self.secret_file
-
-        def read() -> tuple[Any, list[bytes] | None]:
-            stamp = _stamp(path)
-            if stamp is None or stamp == self._secret_stamp:
-                return stamp, None
-            return stamp, seal.read_secret_file(path)
-
-        def install(result: tuple[Any, list[bytes] | None]) -> None:
-            stamp, secrets = result
-            if secrets is None:
-                return
-            self._secret_stamp = stamp
+        def install(secrets: list[bytes]) -> None:
+            self._secret_error = None
             if secrets != self._secrets_installed:
                 self._install_secrets(secrets)
 
         def failed(failure: Any) -> None:
-            self._secret_stamp = _stamp(path)
-            _log.error("Cluster: {path} not read again, the keys in use stay: {error}",
-                       path=str(path), error=str(failure.value))
+            error = str(failure.value)
+            if error != self._secret_error:
+                self._secret_error = error
+                _log.error("Cluster: the secret file was not read again, the keys in use stay: {error}", error=error)
 
         def done(_: object) -> None:
             self._secret_reading = False
 
         self._secret_reading = True
-        pool = self.reactor.getThreadPool()
-        deferToThreadPool(self.reactor, pool, read).addCallbacks(install, failed).addBoth(done)
+        d = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), seal.read_secret_file, self.secret_file)
+        d.addCallbacks(install, failed).addBoth(done)
 
     def _install_secrets(self, secrets: list[bytes]) -> None:
         self.sealer.install(secrets)

@@ -143,6 +143,8 @@ class Sealer:
         self.log: Callable[[dict[str, int]], None] | None = None
         """Called at most once per LOG_INTERVAL with the rejections since the last call."""
         self._since_log = dict.fromkeys(REASONS, 0)
+        self.observers: list[Callable[[str], None]] = []
+        """Called with the reason of each rejection (the admin's figures read ``rejected``)."""
         self.install(secrets)
 
     # ------------------------------------------------------------------ keys
@@ -264,6 +266,8 @@ class Sealer:
     def _reject(self, reason: str) -> None:
         self.rejected[reason] += 1
         self._since_log[reason] += 1
+        for observer in self.observers:
+            observer(reason)
         now = time.monotonic()
         if self.log is not None and now - self._logged_at >= LOG_INTERVAL:
             self._logged_at = now
