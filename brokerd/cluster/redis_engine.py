@@ -114,6 +114,7 @@ class RedisEngine:
         """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None
+        self._last_beat = 0.0
         self._logins: dict[tuple[str, bytes], float] = {}
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
@@ -144,6 +145,7 @@ class RedisEngine:
 
         self._beat = LoopingCall(self._heartbeat)
         self._beat.clock = self.reactor
+        self._last_beat = self.reactor.seconds()
         self._beat.start(self.heartbeat, now=False)
 
     def stop(self) -> Deferred:
@@ -292,10 +294,20 @@ class RedisEngine:
         self._schedule()
 
     def _heartbeat(self) -> None:
+        now = self.reactor.seconds()
+        stalled = now - self._last_beat > self.node_timeout
+        self._last_beat = now
+        if stalled:
+            # The others took this node for dead, and what it read meanwhile is older than the
+            # freshness window (dropped as stale): exchange state as after an outage.
+            _log.warn("Cluster: this node was stalled longer than --cluster-node-timeout ({timeout} s); "
+                      "exchanging state with the other nodes again", timeout=self.node_timeout)
+            self._announce(control.HELLO, re=1)
+            self.broker.durable_resync()
+            self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         self._announce(control.BEAT)
         self.sealer.expire()
         self._check_secret()
-        now = self.reactor.seconds()
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
             if node is not None:
