@@ -13,6 +13,11 @@ its sender), so local members get each message once.  Sharded pub/sub hashes the
 one shard, so order per topic holds on a Redis Cluster too.  Nothing is stored in Redis keys:
 the directory travels on channels as well.
 
+Redis is not trusted: everything the flush writes is sealed (brokerd.cluster.seal, under the
+secret of ``--cluster-secret-file``), and :meth:`RedisEngine.received` opens what arrives
+before anything decodes it; what does not open (forged, replayed, stale, this node's own
+echo) stops there.
+
 When Redis (or a shard of it) is unreachable the node keeps serving its own clients: runs for
 other nodes through that shard are dropped and counted, one line is logged when a connection
 goes and one when all are back, and the engine reconnects with a capped exponential backoff
