@@ -6,9 +6,9 @@ The bound is counted from the last message the surviving node received from the 
 which is at or before the kill (plus its time through Redis); each node wakes up at the
 quietest node's deadline instead of sweeping periodically, so no sweep interval is added.
 TOLERANCE is what remains: that message's time through Redis and the reactor's lateness on a
-loaded test machine.  This is a bound check, not a benchmark: the heartbeat is chosen two
-thirds of the timeout so that a node sweeping once per heartbeat (up to timeout + heartbeat)
-misses the bound."""
+loaded test machine.  This is a bound check, not a benchmark: the heartbeat is a large part
+of the timeout so that a node sweeping once per heartbeat (up to timeout + heartbeat) misses
+the bound, while a heartbeat late by up to 1.5 s still does not expire a live node."""
 from __future__ import annotations
 
 import signal
@@ -26,8 +26,8 @@ from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fi
 
 pytestmark = pytest.mark.slow
 
-NODE_TIMEOUT = 3.0
-HEARTBEAT = 2.0
+NODE_TIMEOUT = 4.0
+HEARTBEAT = 2.5
 TOLERANCE = 0.4
 """Seconds beyond NODE_TIMEOUT: the victim's last message in transit and reactor lateness
 (there is no sweep interval to add: see the module docstring)."""
