@@ -166,6 +166,7 @@ def control_messages() -> st.SearchStrategy[bytes]:
         make(control.STATE, addresses=[["ssmp", "alice", 2.0, "alice", ACCOUNT], ["ssmp", "bob", 2.0]],
              members=[["room", "ssmp", "alice", True]]),
         make(control.DURABLE, **control.durable_fields(True, {"a:b"}, {"c:d"})),
+        make(control.KEEP_OUT, **control.keep_out_fields(Principal("alice", ACCOUNT), 30.0)),
         make(control.HELLO, re=1), make(control.BEAT), make(control.BYE),
     ])
 
@@ -204,6 +205,8 @@ def test_a_control_message_decodes_and_applies_or_is_refused_with_control_error(
     table.apply(message, 1.0)
     if message["k"] == control.DURABLE:
         control.read_durable(message)
+    if message["k"] == control.KEEP_OUT:
+        control.read_keep_out(message)
 
 
 @HOSTILE
@@ -227,7 +230,11 @@ def test_the_attacks_on_the_control_channel_are_refused() -> None:
     wrong_member = control.encode(OTHER_ORIGIN, "node2", control.JOIN, t=["x"], p="ssmp", m="a", pr=True)
     not_latin1 = control.encode(OTHER_ORIGIN, "node2", control.ATTACH, ns="ssmp", a="\u20ac", at=1.0)
     huge = b'{"o":"' + b"0" * 16 + b'","k":"beat","x":"' + b"a" * control.MAX_CONTROL + b'"}'
-    for data in (deep, short_state, wrong_member, not_latin1, huge, b"", b"\xff", b"nan", b'{"o":1,"k":"beat"}'):
+    keep_out_forever = control.encode(OTHER_ORIGIN, "node2", control.KEEP_OUT, pn="alice", pr=ACCOUNT,
+                                      **{"for": float("inf")})
+    keep_out_nobody = control.encode(OTHER_ORIGIN, "node2", control.KEEP_OUT, pr=ACCOUNT, **{"for": 1.0})
+    for data in (deep, short_state, wrong_member, not_latin1, huge, b"", b"\xff", b"nan", b'{"o":1,"k":"beat"}',
+                 keep_out_forever, keep_out_nobody):
         with pytest.raises(control.ControlError):
             control.decode(data)
 
