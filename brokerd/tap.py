@@ -116,6 +116,7 @@ class Options(usage.Options):
         ["cluster-secret-file", None, None, "Secret shared by the cluster's nodes, sealing what they send through Redis: one line (two while rotating: the first seals, both open), mode 600 [required with --cluster]."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
+        ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused [16777216]."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence [15]."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
@@ -341,7 +342,8 @@ def cluster_engine(settings: Settings, reactor):
     return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
-                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
+                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
+                       max_control=settings.cluster_max_control)
 
 
 def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:

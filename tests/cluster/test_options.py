@@ -2,11 +2,13 @@
 (a cluster with an SMQP listener needs a PostgreSQL store), each a one-line refusal."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from brokerd.cluster.address import RedisAddress, parse
+from brokerd.cluster.seal import Sealer, read_secret_file
 from brokerd.errors import ConfigurationError
 from brokerd.tap import Options, StartupError, node_name
 from tests.support.redis import cluster_secret
@@ -115,3 +117,39 @@ def test_a_redis_others_can_reach_without_password_or_tls_is_warned_about_at_sta
                             "model)"]
     else:
         assert warnings == []
+
+
+def test_the_control_message_limit_reaches_the_engine_and_bounds_both_ways(tmp_path: Path) -> None:
+    from twisted.logger import capturedLogs
+
+    from brokerd.cluster import directory as control
+    from brokerd.cluster.redis_engine import CONTROL_CHANNEL
+    from brokerd.tap import makeService
+
+    opts = options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:0:interface=127.0.0.1",
+                   "--cluster-max-control", "300", "--no-event-log")
+    assert opts.settings.cluster_max_control == 300
+    broker = makeService(opts.settings).runtime.broker
+    engine = broker.engine
+    assert engine.max_control == 300
+    engine.broker = broker  # what starting the engine does (not started: nothing connects)
+    origin = "0707070707070707"
+    small = control.encode(origin, "n2", control.JOIN, **control.member_fields(b"t", "ssmp", b"m", False))
+    large = control.encode(origin, "n2", control.STATE, members=[["t", "ssmp", "m%d" % i, False] for i in range(20)])
+    assert len(small) <= 300 < len(large)
+    peer = Sealer(read_secret_file(opts.settings.cluster_secret_file), os.urandom(8), 15.0)  # another node
+    engine.received(CONTROL_CHANNEL, peer.seal(CONTROL_CHANNEL, large))
+    assert engine.stats.bad_envelopes == 1 and engine.members(b"t") == []
+    engine.received(CONTROL_CHANNEL, peer.seal(CONTROL_CHANNEL, small))
+    assert engine.stats.bad_envelopes == 1 and [m.name for m, _ in engine.members(b"t")] == [b"m"]
+
+    engine.shards = type("Up", (), {"up": True})()  # as if connected: announcements are queued
+    with capturedLogs() as events:
+        engine._announce(control.STATE, members=[["t", "ssmp", "m%d" % i, False] for i in range(20)])
+        engine._announce(control.BEAT)
+    assert [data for _, data in engine._raw] == [control.encode(engine.origin, engine.node_name, control.BEAT)]
+    assert [event["log_format"].split(":")[0] for event in events] == ["Cluster"]
+    assert "over --cluster-max-control" in events[0]["log_format"]
+    engine._raw.clear()
+    if engine._flush_call is not None:
+        engine._flush_call.cancel()
