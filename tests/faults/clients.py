@@ -23,7 +23,7 @@ from brokerd.protocols.socketmq.api import Client as SocketMQClient
 from tests.faults.tally import Receiver, Tally
 
 TOPIC = "faults"
-SMQP_TOPIC = "/faults-durable"
+SMQP_TOPIC = "/durable"
 """Its own topic: an SSMP, MCCHAT or socket.mq publish on ``faults`` would be stored for a
 durable subscriber of ``/faults`` too."""
 CONNECT_TIMEOUT = 5.0
