@@ -35,6 +35,9 @@ def channel(topic: bytes) -> bytes:
     return CHANNEL_PREFIX + topic
 
 
+MAX_DEPTH = 8
+"""Arrays nested in one reply (the deepest brokerd reads, CLUSTER SLOTS, has three): a
+deeper one closes the connection (it is not Redis speaking)."""
 MAX_REPLY = 256 << 20
 """Bytes one reply may have (Redis's own limit for a bulk string is 512 MiB; an envelope is
 bounded by the sender's --cluster-max-backlog): a longer one closes the connection."""
@@ -62,7 +65,7 @@ class RespReader:
         position = 0
         try:
             while position < len(buffer):
-                reply, position = self._read(buffer, position)
+                reply, position = self._read(buffer, position, 0)
                 replies.append(reply)
         except _Incomplete:
             if len(buffer) - position > MAX_REPLY:
@@ -70,7 +73,7 @@ class RespReader:
         self.rest = buffer[position:]
         return replies
 
-    def _read(self, buffer: bytes, position: int) -> tuple[Any, int]:
+    def _read(self, buffer: bytes, position: int, depth: int) -> tuple[Any, int]:
         end = buffer.find(b"\r\n", position)
         if end < 0:
             raise _Incomplete
@@ -90,10 +93,12 @@ class RespReader:
                 count = int(buffer[position + 1:end])
                 if count < 0:
                     return None, end + 2
+                if depth >= MAX_DEPTH:
+                    raise ProtocolError("arrays nested deeper than the limit")
                 items = []
                 position = end + 2
                 for _ in range(count):
-                    item, position = self._read(buffer, position)
+                    item, position = self._read(buffer, position, depth + 1)
                     items.append(item)
                 return items, position
             if kind == 58:  # : integer

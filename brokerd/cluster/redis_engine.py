@@ -31,10 +31,11 @@ from zope.interface import implementer
 
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames
+from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.address import RedisAddress
-from brokerd.cluster.connection import channel
+from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.shards import Shards
-from brokerd.core.message import Message
+from brokerd.core.message import BROADCAST, UNICAST, Message
 from brokerd.interfaces import IEngine
 
 _log = Logger()
@@ -106,6 +107,7 @@ class RedisEngine:
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
+        self.damaged = DamagedLog(reactor)
         self.broker: Any = None
         self._queued: dict[bytes, list[Any]] = {}
         """This turn's runs by topic: [messages, {wire format: rendered chunks} or None]."""
@@ -292,21 +294,26 @@ class RedisEngine:
     def _control(self, data: bytes) -> None:
         try:
             message = control.decode(data)
-            if message["o"] == self.origin:
-                return
-            if message["k"] == control.DURABLE:
-                self.broker.durable_announced(*control.read_durable(message))
-                return
-            if message["k"] == control.HELLO:
-                if message.get("re"):
-                    self.broker.durable_resync()
-                self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
-            self.directory.apply(message, self.reactor.seconds())
-            if message["k"] == control.BYE:
-                self._node_gone(message["o"])
-        except (control.ControlError, KeyError, TypeError, ValueError) as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged control message: {error}", error=repr(exc))
+        except control.ControlError as exc:
+            self.drop_damaged("the control channel", str(exc))
+            return
+        if message["o"] == self.origin:
+            return
+        if message["k"] == control.DURABLE:
+            self.broker.durable_announced(*control.read_durable(message))
+            return
+        if message["k"] == control.HELLO:
+            if message.get("re"):
+                self.broker.durable_resync()
+            self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+        self.directory.apply(message, self.reactor.seconds())
+        if message["k"] == control.BYE:
+            self._node_gone(message["o"])
+
+    def drop_damaged(self, where: str, error: str) -> None:
+        """Drop and count a message that does not parse (logged at most once per interval)."""
+        self.stats.bad_envelopes += 1
+        self.damaged.dropped(where, error)
 
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
@@ -333,13 +340,16 @@ class RedisEngine:
                 return
             if name == frames.BROADCAST:
                 topics, message = frames.read_broadcast(data, start)
+                if message.kind != BROADCAST:
+                    raise frames.FrameError("a broadcast frame whose message is not a broadcast")
                 self.stats.messages_received += 1
                 self.broker.deliver_broadcast(message, topics)
                 return
             message = frames.one_message(data, start)
+            if message.kind != UNICAST or message.target is None:
+                raise frames.FrameError("a unicast frame whose message is not a unicast")
         except frames.FrameError as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged message for this node: {error}", error=str(exc))
+            self.drop_damaged("this node's channel", str(exc))
             return
         self.stats.messages_received += 1
         self.broker.deliver_unicast(message, name)
@@ -457,11 +467,10 @@ class RedisEngine:
         try:
             if envelope.origin_of(data) == self.instance:
                 return
-            run = envelope.open_run(data)
+            run = envelope.open_run(data, name[len(CHANNEL_PREFIX):] if name.startswith(CHANNEL_PREFIX) else None)
             self.broker.deliver_rendered(run)
         except envelope.EnvelopeError as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged envelope on {channel!r}: {error}", channel=name, error=str(exc))
+            self.drop_damaged(repr(name[:100]), str(exc))
             return
         stats = self.stats
         stats.envelopes_received += 1
