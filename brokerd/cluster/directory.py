@@ -339,7 +339,7 @@ class Directory:
 
     def expired(self, now: float, timeout: float) -> list[str]:
         """Origins of the nodes not heard of for ``timeout`` seconds."""
-        return [origin for origin, node in self.nodes.items() if now - node.last_seen > timeout]
+        return [origin for origin, node in self.nodes.items() if now - node.last_seen >= timeout]
 
     def members(self, topic: bytes) -> list[tuple[RemoteMember, bool]]:
         found: list[tuple[RemoteMember, bool]] = []

@@ -103,6 +103,10 @@ class RedisEngine:
         """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None
+        self._expiry: Any = None
+        """The call that forgets the quietest other node at its deadline (None: no other node)."""
+        self._watching = True
+        """Whether other nodes' silences are watched (until the engine stops)."""
         self._logins: dict[tuple[str, bytes], float] = {}
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
@@ -139,6 +143,10 @@ class RedisEngine:
     def stop(self) -> Deferred:
         if self._beat is not None and self._beat.running:
             self._beat.stop()
+        if self._expiry is not None and self._expiry.active():
+            self._expiry.cancel()
+        self._expiry = None
+        self._watching = False
         self._announce(control.BYE)
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
@@ -283,6 +291,11 @@ class RedisEngine:
 
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
+
+    def _expire(self) -> None:
+        """Forget every node not heard of for ``node_timeout`` seconds (its sessions leave
+        presence, its addresses are free), then wait for the next one's deadline."""
+        self._expiry = None
         now = self.reactor.seconds()
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
@@ -290,6 +303,18 @@ class RedisEngine:
                 self._node_gone(origin)
                 _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
                           node=node.name, timeout=self.node_timeout)
+        self._watch_silence(now)
+
+    def _watch_silence(self, now: float) -> None:
+        """Wake up when the quietest other node's silence reaches ``node_timeout``: the
+        deadline itself, not a periodic sweep, so a dead node is forgotten within the timeout
+        of its last message (docs/cluster.md, node liveness).  A node heard of since simply
+        moves the next wake-up on."""
+        nodes = self.directory.nodes
+        if self._expiry is not None or not nodes or not self._watching:
+            return
+        deadline = min(node.last_seen for node in nodes.values()) + self.node_timeout
+        self._expiry = self.reactor.callLater(max(0.0, deadline - now), self._expire)
 
     def _control(self, data: bytes) -> None:
         try:
@@ -306,9 +331,12 @@ class RedisEngine:
             if message.get("re"):
                 self.broker.durable_resync()
             self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
-        self.directory.apply(message, self.reactor.seconds())
+        now = self.reactor.seconds()
+        self.directory.apply(message, now)
         if message["k"] == control.BYE:
             self._node_gone(message["o"])
+        if self._expiry is None:
+            self._watch_silence(now)
 
     def drop_damaged(self, where: str, error: str) -> None:
         """Drop and count a message that does not parse (logged at most once per interval)."""
