@@ -23,6 +23,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Details, Message, Part
 from brokerd.core.principal import ACCOUNT, Principal
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE
+from brokerd.protocols.socketmq import remote
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
 from tests.support.sessions import RecordingSession
 
@@ -233,6 +234,19 @@ def test_a_resp_reply_reads_or_is_refused_with_protocol_error(data: bytes) -> No
         reader.feed(data)
         reader.feed(data)
     except ProtocolError:
+        pass
+
+
+@HOSTILE
+@given(hostile(st.sampled_from([
+    remote.encode({"k": "request", "token": "7", "application": "echo", "request_id": "r", "client": "bob",
+                   "names": ["bob"], "version": None, "content_type": None}, b"body"),
+    remote.encode({"k": "answer", "token": "7", "status": 200, "content_type": None}, b"answer"),
+])) | st.just(b"[" * 100_000 + b"\n"))
+def test_a_socketmq_node_message_decodes_or_is_refused_with_remote_error(data: bytes) -> None:
+    try:
+        remote.decode(data)
+    except remote.RemoteError:
         pass
 
 

@@ -23,7 +23,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import globalLogPublisher
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope
+from brokerd.cluster import envelope, frames
 from brokerd.cluster.connection import RespReader, channel
 from brokerd.cluster.damaged import INTERVAL
 from brokerd.cluster.redis_engine import CONTROL_CHANNEL
@@ -68,6 +68,8 @@ def attacks(node_channel: bytes) -> list[tuple[bytes, bytes]]:
         (channel(TOPIC), envelope.MAGIC.to_bytes(1, "big") + STRANGER + b"\xff\xff\xff\xff\x00garbage"),
         (node_channel, b"\x04ssmp" + envelope.MAGIC.to_bytes(1, "big") + b"short"),
         (node_channel, b"\x02@b\xff\xff"),
+        (node_channel, frames.service(origin, "socketmq", b"[" * 100_000 + b"\n")),
+        (node_channel, frames.service(origin, "socketmq", b'{"k":"answer","token":7}\n')),
     ]
 
 
@@ -120,15 +122,19 @@ async def test_damaged_messages_from_a_stranger_are_dropped_and_a_nodes_messages
         bad = attacks(second.engine.node_channel)
 
         for index in range(ROUNDS):
-            pub.send(b"MCAST room innocent-%d" % index)
+            # Redis answered the stranger's publishes before it takes node 1's next message, so
+            # node 2 reads each round's damaged messages before that round's innocent one.
             await stranger.publish(*bad)
+            pub.send(b"MCAST room innocent-%d" % index)
         await sub.next_line(lambda line: line.endswith(b"innocent-%d" % (ROUNDS - 1))).addTimeout(TIMEOUT, reactor())
         got = [line.rsplit(b" ", 1)[1] for line in sub.lines.items if b" MCAST " in line]
         assert got == [b"innocent-%d" % index for index in range(ROUNDS)]
         for node in (first, second):
             assert node.engine.stats.outages == 0 and node.engine.connected
-        assert second.engine.stats.bad_envelopes >= ROUNDS * len(bad)
-        assert first.engine.stats.bad_envelopes >= ROUNDS * 3  # the control channel's
+        assert second.engine.stats.bad_envelopes == ROUNDS * (len(bad) - 2)
+        socketmq_remote = second.engine._services["socketmq"].__self__
+        assert socketmq_remote.stats["bad"] == ROUNDS * 2  # the two socket.mq service frames
+        assert first.engine.stats.bad_envelopes >= (ROUNDS - 1) * 3  # the control channel's
 
         forged = [(channel(LABELS), envelope.encode(STRANGER, [Message(MULTICAST, LABELS, b"f-%d" % index,
                                                                         f"p{index}", b"who")]))
