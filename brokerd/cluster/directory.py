@@ -51,8 +51,8 @@ def encode(origin: str, node: str, kind: str, **fields: Any) -> bytes:
 
 
 MAX_CONTROL = 16 << 20
-"""Bytes one control message may have (a STATE of about 150,000 sessions and memberships);
-a longer one is refused unread."""
+"""Bytes one control message may have by default (--cluster-max-control: a STATE of about
+150,000 sessions and memberships); a longer one is refused unread."""
 MAX_NAME = 1024
 """Characters of a node id, node name, kind, namespace or protocol name in a control message."""
 ORIGIN_SIZE = 16
@@ -60,12 +60,13 @@ ORIGIN_SIZE = 16
 _HEX = frozenset("0123456789abcdef")
 
 
-def decode(data: bytes) -> dict[str, Any]:
+def decode(data: bytes, limit: int = MAX_CONTROL) -> dict[str, Any]:
     """The control message in ``data``, its fields checked (see the module docstring);
-    ControlError for anything else.  An unknown kind keeps only its node id, name and kind
-    (a newer node's message: it still says the node is alive)."""
-    if len(data) > MAX_CONTROL:
-        raise ControlError(f"a control message of {len(data)} bytes (at most {MAX_CONTROL})")
+    ControlError for anything else, and unread for more than ``limit`` bytes (parsed JSON
+    takes about ten times its bytes in memory).  An unknown kind keeps only its node id,
+    name and kind (a newer node's message: it still says the node is alive)."""
+    if len(data) > limit:
+        raise ControlError(f"a control message of {len(data)} bytes (at most {limit}: --cluster-max-control)")
     try:
         message = json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

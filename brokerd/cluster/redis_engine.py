@@ -80,6 +80,7 @@ class RedisEngine:
         max_backlog: int = 16 << 20,
         heartbeat: float = 5.0,
         node_timeout: float = 15.0,
+        max_control: int = control.MAX_CONTROL,
     ) -> None:
         self.address = address
         self.reactor = reactor
@@ -93,6 +94,8 @@ class RedisEngine:
         self.origin = self.instance.hex()
         self.node_channel = NODE_PREFIX + self.origin.encode()
         self.heartbeat = heartbeat
+        self.max_control = max_control
+        """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
@@ -275,7 +278,13 @@ class RedisEngine:
         hello and state sent on reconnection bring the other nodes up to date)."""
         if not self._online():
             return
-        self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
+        data = control.encode(self.origin, self.node_name, kind, **fields)
+        if len(data) > self.max_control:
+            _log.error("Cluster: this node's {kind} message of {size} bytes is over --cluster-max-control "
+                       "({limit}): the other nodes would refuse it; not sent (raise the limit on every node)",
+                       kind=kind, size=len(data), limit=self.max_control)
+            return
+        self._raw.append((CONTROL_CHANNEL, data))
         self._schedule()
 
     def durable_changed(self, tree: bool = False, subscribers: Iterable[str] = (),
@@ -318,7 +327,7 @@ class RedisEngine:
 
     def _control(self, data: bytes) -> None:
         try:
-            message = control.decode(data)
+            message = control.decode(data, self.max_control)
         except control.ControlError as exc:
             self.drop_damaged("the control channel", str(exc))
             return
