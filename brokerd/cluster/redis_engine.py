@@ -31,9 +31,9 @@ from zope.interface import implementer
 
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames
-from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
+from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.shards import Shards
 from brokerd.core.message import BROADCAST, UNICAST, Message
 from brokerd.interfaces import IEngine
