@@ -14,7 +14,9 @@ every byte to one character and back.  :func:`decode` is the one reader of the b
 arrive on the control channel, from any client of Redis: it refuses (ControlError) anything
 over MAX_CONTROL bytes before parsing, anything nested deeper than JSON's recursion allows,
 and any message of a known kind whose fields are not of the types and sizes below, so what
-:meth:`Directory.apply` and the engine read is well formed.
+:meth:`Directory.apply` and the engine read is well formed.  A member's protocol is read as
+one of the known protocols or ``other``, as an envelope's: presence renderings and figures
+show a fixed set of names, whatever arrives.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from brokerd.cluster.envelope import OTHER, PROTOCOLS
 from brokerd.core.principal import NOBODY, Principal
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
@@ -114,10 +117,17 @@ def _check_detach(message: dict[str, Any]) -> None:
     _require(_is_name(message.get("ns")) and _is_bytes(message.get("a")), "a damaged address")
 
 
+def _known_protocol(name: str) -> str:
+    """A member's protocol as the figures and presence renderings may show it: one of the
+    known protocols, or ``other`` (as an envelope's, brokerd.cluster.envelope)."""
+    return name if name in PROTOCOLS else OTHER
+
+
 def _check_member(message: dict[str, Any]) -> None:
     _require(_is_bytes(message.get("t")) and _is_name(message.get("p")) and _is_bytes(message.get("m")),
              "a damaged topic member")
     _require(isinstance(message.get("pr", False), bool), "a damaged presence flag")
+    message["p"] = _known_protocol(message["p"])
 
 
 def _check_state(message: dict[str, Any]) -> None:
@@ -129,6 +139,7 @@ def _check_state(message: dict[str, Any]) -> None:
     for entry in members:
         _require(isinstance(entry, list) and len(entry) == 4 and _is_bytes(entry[0]) and _is_name(entry[1])
                  and _is_bytes(entry[2]) and isinstance(entry[3], bool), "a damaged state member")
+        entry[1] = _known_protocol(entry[1])
 
 
 def _check_durable(message: dict[str, Any]) -> None:

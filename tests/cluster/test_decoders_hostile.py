@@ -213,6 +213,14 @@ def test_a_valid_control_message_decodes_and_applies(data: bytes) -> None:
     table.apply(control.decode(data), 1.0)
 
 
+def test_a_members_protocol_outside_the_known_set_reads_as_other() -> None:
+    join = control.decode(control.encode(OTHER_ORIGIN, "node2", control.JOIN,
+                                         **control.member_fields(TOPIC, "x\r\n200 fake", b"m", True)))
+    state = control.decode(control.encode(OTHER_ORIGIN, "node2", control.STATE,
+                                          members=[["room", "\u00e9t\u00e9", "m", True], ["room", "mcchat", "n", False]]))
+    assert join["p"] == "other" and [entry[1] for entry in state["members"]] == ["other", "mcchat"]
+
+
 def test_the_attacks_on_the_control_channel_are_refused() -> None:
     deep = b"[" * 200_000 + b"]" * 200_000
     short_state = control.encode(OTHER_ORIGIN, "node2", control.STATE, addresses=[["ssmp"]])
