@@ -48,28 +48,56 @@ class ProtocolError(ValueError):
 
 
 class _Incomplete(Exception):
-    """The reply is not all here yet."""
+    """The reply is not all here yet; ``needed``: the buffer's length it needs at least, when
+    a bulk string's length says so (0: unknown)."""
+
+    def __init__(self, needed: int = 0) -> None:
+        super().__init__(needed)
+        self.needed = needed
 
 
 class RespReader:
     """Incremental RESP2 reader: bytes in, whole replies out (bulk strings as bytes, simple
-    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``)."""
+    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``).
+
+    A reply whose bulk string is still arriving is not parsed again at every read: its
+    chunks are kept until the length its header announced is there, then joined once, so a
+    large message costs its bytes once, not once per read (any client of Redis can publish
+    one on the channels a node reads)."""
 
     def __init__(self, error_type: type[Exception]) -> None:
         self.error_type = error_type
         self.rest = b""
+        self.chunks: list[bytes] = []
+        """The start of a reply known to need ``waiting`` bytes, and what came since."""
+        self.buffered = 0
+        self.waiting = 0
 
     def feed(self, data: bytes) -> list[Any]:
-        buffer = self.rest + data if self.rest else data
+        if self.waiting:
+            self.chunks.append(data)
+            self.buffered += len(data)
+            if self.buffered < self.waiting:
+                return []
+            buffer = b"".join(self.chunks)
+            self.chunks, self.buffered, self.waiting = [], 0, 0
+        else:
+            buffer = self.rest + data if self.rest else data
         replies = []
         position = 0
         try:
             while position < len(buffer):
                 reply, position = self._read(buffer, position, 0)
                 replies.append(reply)
-        except _Incomplete:
+        except _Incomplete as incomplete:
             if len(buffer) - position > MAX_REPLY:
                 raise ProtocolError("a reply longer than the limit") from None
+            if incomplete.needed > len(buffer):
+                self.chunks = [buffer[position:]]
+                self.buffered = len(buffer) - position
+                self.waiting = incomplete.needed - position
+                self.rest = b""
+                return replies
         self.rest = buffer[position:]
         return replies
 
@@ -87,7 +115,7 @@ class RespReader:
                     raise ProtocolError("a bulk string longer than the limit")
                 stop = end + 2 + size
                 if len(buffer) < stop + 2:
-                    raise _Incomplete
+                    raise _Incomplete(stop + 2)
                 return buffer[end + 2:stop], stop + 2
             if kind == 42:  # * array
                 count = int(buffer[position + 1:end])
