@@ -147,6 +147,9 @@ class Settings:
     """CA bundle (PEM) that verifies a rediss:// server; default: the system's trust store."""
     cluster_max_backlog: int = 16 << 20
     """Bytes published to Redis and not yet acknowledged; runs beyond are dropped and counted."""
+    cluster_max_control: int = 16 << 20
+    """Bytes one control message from another node may have (a node's whole state, sent when
+    a node says hello, is the largest); a longer one is refused unread and counted."""
     cluster_heartbeat: float = 5.0
     """Seconds between this node's heartbeats to the others."""
     cluster_node_timeout: float = 15.0

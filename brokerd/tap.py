@@ -112,6 +112,7 @@ class Options(usage.Options):
         ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
+        ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused [16777216]."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence [15]."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
@@ -325,7 +326,8 @@ def cluster_engine(settings: Settings, reactor):
         password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
     return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
-                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
+                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
+                       max_control=settings.cluster_max_control)
 
 
 def build_runtime(settings: Settings, reactor) -> Runtime:

@@ -35,6 +35,9 @@ def channel(topic: bytes) -> bytes:
     return CHANNEL_PREFIX + topic
 
 
+MAX_DEPTH = 8
+"""Arrays nested in one reply (the deepest brokerd reads, CLUSTER SLOTS, has three): a
+deeper one closes the connection (it is not Redis speaking)."""
 MAX_REPLY = 256 << 20
 """Bytes one reply may have (Redis's own limit for a bulk string is 512 MiB; an envelope is
 bounded by the sender's --cluster-max-backlog): a longer one closes the connection."""
@@ -45,32 +48,60 @@ class ProtocolError(ValueError):
 
 
 class _Incomplete(Exception):
-    """The reply is not all here yet."""
+    """The reply is not all here yet; ``needed``: the buffer's length it needs at least, when
+    a bulk string's length says so (0: unknown)."""
+
+    def __init__(self, needed: int = 0) -> None:
+        super().__init__(needed)
+        self.needed = needed
 
 
 class RespReader:
     """Incremental RESP2 reader: bytes in, whole replies out (bulk strings as bytes, simple
-    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``)."""
+    strings as bytes, integers, arrays as lists, errors as ``error_type(message)``).
+
+    A reply whose bulk string is still arriving is not parsed again at every read: its
+    chunks are kept until the length its header announced is there, then joined once, so a
+    large message costs its bytes once, not once per read (any client of Redis can publish
+    one on the channels a node reads)."""
 
     def __init__(self, error_type: type[Exception]) -> None:
         self.error_type = error_type
         self.rest = b""
+        self.chunks: list[bytes] = []
+        """The start of a reply known to need ``waiting`` bytes, and what came since."""
+        self.buffered = 0
+        self.waiting = 0
 
     def feed(self, data: bytes) -> list[Any]:
-        buffer = self.rest + data if self.rest else data
+        if self.waiting:
+            self.chunks.append(data)
+            self.buffered += len(data)
+            if self.buffered < self.waiting:
+                return []
+            buffer = b"".join(self.chunks)
+            self.chunks, self.buffered, self.waiting = [], 0, 0
+        else:
+            buffer = self.rest + data if self.rest else data
         replies = []
         position = 0
         try:
             while position < len(buffer):
-                reply, position = self._read(buffer, position)
+                reply, position = self._read(buffer, position, 0)
                 replies.append(reply)
-        except _Incomplete:
+        except _Incomplete as incomplete:
             if len(buffer) - position > MAX_REPLY:
                 raise ProtocolError("a reply longer than the limit") from None
+            if incomplete.needed > len(buffer):
+                self.chunks = [buffer[position:]]
+                self.buffered = len(buffer) - position
+                self.waiting = incomplete.needed - position
+                self.rest = b""
+                return replies
         self.rest = buffer[position:]
         return replies
 
-    def _read(self, buffer: bytes, position: int) -> tuple[Any, int]:
+    def _read(self, buffer: bytes, position: int, depth: int) -> tuple[Any, int]:
         end = buffer.find(b"\r\n", position)
         if end < 0:
             raise _Incomplete
@@ -84,16 +115,18 @@ class RespReader:
                     raise ProtocolError("a bulk string longer than the limit")
                 stop = end + 2 + size
                 if len(buffer) < stop + 2:
-                    raise _Incomplete
+                    raise _Incomplete(stop + 2)
                 return buffer[end + 2:stop], stop + 2
             if kind == 42:  # * array
                 count = int(buffer[position + 1:end])
                 if count < 0:
                     return None, end + 2
+                if depth >= MAX_DEPTH:
+                    raise ProtocolError("arrays nested deeper than the limit")
                 items = []
                 position = end + 2
                 for _ in range(count):
-                    item, position = self._read(buffer, position)
+                    item, position = self._read(buffer, position, depth + 1)
                     items.append(item)
                 return items, position
             if kind == 58:  # : integer

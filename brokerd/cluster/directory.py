@@ -10,14 +10,22 @@ A node not heard of for ``timeout`` seconds is taken as dead: its members leave 
 (presence watchers are told) and its addresses are forgotten.
 
 Control messages are small JSON objects; names (bytes) travel as latin-1 strings, which map
-every byte to one character and back.
+every byte to one character and back.  :func:`decode` is the one reader of the bytes that
+arrive on the control channel, from any client of Redis: it refuses (ControlError) anything
+over MAX_CONTROL bytes before parsing, anything nested deeper than JSON's recursion allows,
+and any message of a known kind whose fields are not of the types and sizes below, so what
+:meth:`Directory.apply` and the engine read is well formed.  A member's protocol is read as
+one of the known protocols or ``other``, as an envelope's: presence renderings and figures
+show a fixed set of names, whatever arrives.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from brokerd.cluster.envelope import OTHER, PROTOCOLS
 from brokerd.core.principal import NOBODY, Principal
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
@@ -45,14 +53,102 @@ def encode(origin: str, node: str, kind: str, **fields: Any) -> bytes:
     return json.dumps({"o": origin, "n": node, "k": kind, **fields}, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> dict[str, Any]:
+MAX_CONTROL = 16 << 20
+"""Bytes one control message may have by default (--cluster-max-control: a STATE of about
+150,000 sessions and memberships); a longer one is refused unread."""
+MAX_NAME = 1024
+"""Characters of a node id, node name, kind, namespace or protocol name in a control message."""
+ORIGIN_SIZE = 16
+"""A node id: 16 lowercase hex digits (8 random bytes)."""
+_HEX = frozenset("0123456789abcdef")
+
+
+def decode(data: bytes, limit: int = MAX_CONTROL) -> dict[str, Any]:
+    """The control message in ``data``, its fields checked (see the module docstring);
+    ControlError for anything else, and unread for more than ``limit`` bytes (parsed JSON
+    takes about ten times its bytes in memory).  An unknown kind keeps only its node id,
+    name and kind (a newer node's message: it still says the node is alive)."""
+    if len(data) > limit:
+        raise ControlError(f"a control message of {len(data)} bytes (at most {limit}: --cluster-max-control)")
     try:
         message = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ControlError(str(exc)) from None
-    if not isinstance(message, dict) or not isinstance(message.get("o"), str) or not isinstance(message.get("k"), str):
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ControlError(f"not JSON ({type(exc).__name__})") from None
+    if not isinstance(message, dict):
         raise ControlError("not a control message")
+    origin, kind = message.get("o"), message.get("k")
+    if not isinstance(origin, str) or len(origin) != ORIGIN_SIZE or not _HEX.issuperset(origin):
+        raise ControlError("a control message without a node id")
+    if not _is_name(kind) or not _is_name(message.get("n", "")):
+        raise ControlError("a control message without a kind or a node name")
+    check = _CHECKS.get(kind)
+    if check is None:
+        return {"o": origin, "n": message.get("n", ""), "k": kind}
+    check(message)
     return message
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_NAME
+
+
+def _is_bytes(value: Any) -> bool:
+    """A name that travels as latin-1 (every character maps back to one byte)."""
+    return isinstance(value, str) and (value.isascii() or max(value) <= "\xff")
+
+
+def _is_time(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise ControlError(f"a control message with {what}")
+
+
+def _check_address(message: dict[str, Any]) -> None:
+    _require(_is_name(message.get("ns")) and _is_bytes(message.get("a")), "a damaged address")
+    _require(_is_time(message.get("at", 0.0)), "a damaged login time")
+    name, realm = message.get("pn"), message.get("pr")
+    _require((name is None and realm is None) or (_is_name(name) and _is_name(realm)), "a damaged principal")
+
+
+def _check_detach(message: dict[str, Any]) -> None:
+    _require(_is_name(message.get("ns")) and _is_bytes(message.get("a")), "a damaged address")
+
+
+def _known_protocol(name: str) -> str:
+    """A member's protocol as the figures and presence renderings may show it: one of the
+    known protocols, or ``other`` (as an envelope's, brokerd.cluster.envelope)."""
+    return name if name in PROTOCOLS else OTHER
+
+
+def _check_member(message: dict[str, Any]) -> None:
+    _require(_is_bytes(message.get("t")) and _is_name(message.get("p")) and _is_bytes(message.get("m")),
+             "a damaged topic member")
+    _require(isinstance(message.get("pr", False), bool), "a damaged presence flag")
+    message["p"] = _known_protocol(message["p"])
+
+
+def _check_state(message: dict[str, Any]) -> None:
+    addresses, members = message.get("addresses", []), message.get("members", [])
+    _require(isinstance(addresses, list) and isinstance(members, list), "a damaged state")
+    for entry in addresses:
+        _require(isinstance(entry, list) and len(entry) in (3, 5) and _is_name(entry[0]) and _is_bytes(entry[1])
+                 and _is_time(entry[2]) and all(_is_name(part) for part in entry[3:]), "a damaged state address")
+    for entry in members:
+        _require(isinstance(entry, list) and len(entry) == 4 and _is_bytes(entry[0]) and _is_name(entry[1])
+                 and _is_bytes(entry[2]) and isinstance(entry[3], bool), "a damaged state member")
+        entry[1] = _known_protocol(entry[1])
+
+
+def _check_durable(message: dict[str, Any]) -> None:
+    read_durable(message)
+
+
+def _check_nothing(message: dict[str, Any]) -> None:
+    """HELLO, BEAT, BYE: nothing but the node id, name and kind is read (HELLO's ``re`` as a
+    truth value)."""
 
 
 def address_fields(namespace: str, address: bytes, at: float = 0.0, principal: Principal | None = None) -> dict[str, Any]:
@@ -81,6 +177,13 @@ def read_durable(message: dict[str, Any]) -> tuple[bool, list[str], list[str]]:
             not all(isinstance(name, str) for name in (*subscribers, *pending)):
         raise ControlError("a durable change without subscriber names")
     return bool(message.get("tr")), subscribers, pending
+
+
+_CHECKS = {
+    HELLO: _check_nothing, BEAT: _check_nothing, BYE: _check_nothing, STATE: _check_state,
+    ATTACH: _check_address, DETACH: _check_detach, JOIN: _check_member, LEAVE: _check_member,
+    DURABLE: _check_durable,
+}
 
 
 def member_fields(topic: bytes, protocol: str, name: bytes, presence: bool) -> dict[str, Any]:
@@ -163,7 +266,8 @@ class Directory:
             node.addresses.discard(key)
             self._drop(key, origin)
         elif kind == JOIN:
-            self._join(node, _b(message["t"]), message["p"], _b(message["m"]), bool(message["pr"]))
+            self._join(node, _b(message["t"]), message["p"], _b(message["m"]),
+                       bool(message.get("pr", False)))
         elif kind == LEAVE:
             self._leave(node, _b(message["t"]), message["p"], _b(message["m"]))
         elif kind == STATE:
@@ -247,7 +351,7 @@ class Directory:
 
     def expired(self, now: float, timeout: float) -> list[str]:
         """Origins of the nodes not heard of for ``timeout`` seconds."""
-        return [origin for origin, node in self.nodes.items() if now - node.last_seen > timeout]
+        return [origin for origin, node in self.nodes.items() if now - node.last_seen >= timeout]
 
     def members(self, topic: bytes) -> list[tuple[RemoteMember, bool]]:
         found: list[tuple[RemoteMember, bool]] = []

@@ -32,12 +32,16 @@ leaves out one that exceeds it, the decoder refuses the envelope.
                 expires:optf64 attributes parts
 
 Anything that does not parse raises :class:`EnvelopeError`; the engine drops and counts it.
+So does an envelope on a topic's channel whose messages are not multicasts to that topic
+(``topic`` of :func:`open_run`).  A protocol name outside :data:`PROTOCOLS` is read as
+``other``: what the figures count per protocol stays a fixed set of series, whatever arrives.
 """
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
 
+from brokerd.config import PROTOCOLS as _FRONT_ENDS
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Details, Message, Part
 from brokerd.core.principal import Principal
 
@@ -56,6 +60,11 @@ MAX_SECTIONS = 16
 _F64 = struct.Struct(">d")
 _I64 = struct.Struct(">q")
 _NONE = 0xFFFFFFFF
+OTHER = "other"
+"""The protocol name of a message whose sending protocol is none of :data:`PROTOCOLS`."""
+PROTOCOLS = frozenset((*_FRONT_ENDS, "sys"))
+"""The protocols a message may come from: the four front ends and the system topics."""
+_PROTOCOL_NAMES = {name.encode("ascii"): name for name in PROTOCOLS}
 
 
 class EnvelopeError(ValueError):
@@ -198,11 +207,12 @@ class Run:
     them when ``sections`` is not empty: the run is uniform); ``total`` the payload bytes of the
     run (0 when there are no sections)."""
 
-    __slots__ = ("data", "count", "total", "sections", "first", "_start", "_messages")
+    __slots__ = ("data", "count", "total", "sections", "first", "topic", "_start", "_messages")
 
     def __init__(self, data: bytes, count: int, total: int, sections: dict[str, bytes], first: Message,
-                 start: int) -> None:
+                 start: int, topic: bytes | None = None) -> None:
         self.data = data
+        self.topic = topic
         self.count = count
         self.total = total
         self.sections = sections
@@ -218,13 +228,14 @@ class Run:
     def messages(self) -> list[Message]:
         """Every message of the run (decoded once); EnvelopeError when they do not parse."""
         if self._messages is None:
-            self._messages = _decode_messages(self.data, self._start, self.count)
+            self._messages = _decode_messages(self.data, self._start, self.count, self.topic)
         return self._messages
 
 
-def open_run(data: bytes) -> Run:
+def open_run(data: bytes, topic: bytes | None = None) -> Run:
     """Read an envelope's head, sections and first message (the rest stays encoded);
-    EnvelopeError when they do not parse or a section is out of bounds."""
+    EnvelopeError when they do not parse, a section is out of bounds, or (given ``topic``,
+    the channel's) a message is not a multicast to ``topic``."""
     try:
         magic, _origin, count, nsections = _HEAD.unpack_from(data, 0)
         if magic != MAGIC:
@@ -262,11 +273,17 @@ def open_run(data: bytes) -> Run:
             raise EnvelopeError(f"{count} messages in {len(data) - offset} bytes")
         reader = _Reader(data, offset)
         first = reader.message(None)
+        _check_topic(first, topic)
         if sections and (first.details is not PLAIN or count > 1 and data[reader.offset] & _SAME == 0):
             raise EnvelopeError("rendered sections for a run that is not uniform")
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise EnvelopeError(f"a truncated or damaged envelope ({exc})") from None
-    return Run(data, count, total, sections, first, offset)
+    return Run(data, count, total, sections, first, offset, topic)
+
+
+def _check_topic(message: Message, topic: bytes | None) -> None:
+    if topic is not None and (message.kind != MULTICAST or message.target != topic):
+        raise EnvelopeError("a message that is not a multicast to the channel's topic")
 
 
 def decode(data: bytes) -> list[Message]:
@@ -274,7 +291,7 @@ def decode(data: bytes) -> list[Message]:
     return open_run(data).messages()
 
 
-def _decode_messages(data: bytes, offset: int, count: int) -> list[Message]:
+def _decode_messages(data: bytes, offset: int, count: int, topic: bytes | None = None) -> list[Message]:
     try:
         reader = _Reader(data, offset)
         messages: list[Message] = []
@@ -297,6 +314,7 @@ def _decode_messages(data: bytes, offset: int, count: int) -> list[Message]:
                 continue
             reader.offset = offset
             previous = reader.message(previous)
+            _check_topic(previous, topic)
             offset = reader.offset
             append(previous)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
@@ -415,7 +433,7 @@ class _Reader:
         kind, protocol_size = self._take(2)
         if kind >= len(_KINDS):
             raise IndexError("an unknown message kind")
-        protocol = self._take(protocol_size).decode("ascii")
+        protocol = _PROTOCOL_NAMES.get(self._take(protocol_size), OTHER)
         target = self.blob()
         sender = self.blob()
         payload = self.blob()

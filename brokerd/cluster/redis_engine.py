@@ -32,9 +32,10 @@ from zope.interface import implementer
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames
 from brokerd.cluster.address import RedisAddress
-from brokerd.cluster.connection import channel
+from brokerd.cluster.connection import CHANNEL_PREFIX, channel
+from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.shards import Shards
-from brokerd.core.message import Message
+from brokerd.core.message import BROADCAST, UNICAST, Message
 from brokerd.interfaces import IEngine
 
 _log = Logger()
@@ -79,6 +80,7 @@ class RedisEngine:
         max_backlog: int = 16 << 20,
         heartbeat: float = 5.0,
         node_timeout: float = 15.0,
+        max_control: int = control.MAX_CONTROL,
     ) -> None:
         self.address = address
         self.reactor = reactor
@@ -92,6 +94,8 @@ class RedisEngine:
         self.origin = self.instance.hex()
         self.node_channel = NODE_PREFIX + self.origin.encode()
         self.heartbeat = heartbeat
+        self.max_control = max_control
+        """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
@@ -102,10 +106,15 @@ class RedisEngine:
         """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None
+        self._expiry: Any = None
+        """The call that forgets the quietest other node at its deadline (None: no other node)."""
+        self._watching = True
+        """Whether other nodes' silences are watched (until the engine stops)."""
         self._logins: dict[tuple[str, bytes], float] = {}
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
+        self.damaged = DamagedLog(reactor)
         self.broker: Any = None
         self._queued: dict[bytes, list[Any]] = {}
         """This turn's runs by topic: [messages, {wire format: rendered chunks} or None]."""
@@ -137,6 +146,10 @@ class RedisEngine:
     def stop(self) -> Deferred:
         if self._beat is not None and self._beat.running:
             self._beat.stop()
+        if self._expiry is not None and self._expiry.active():
+            self._expiry.cancel()
+        self._expiry = None
+        self._watching = False
         self._announce(control.BYE)
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
@@ -265,7 +278,13 @@ class RedisEngine:
         hello and state sent on reconnection bring the other nodes up to date)."""
         if not self._online():
             return
-        self._raw.append((CONTROL_CHANNEL, control.encode(self.origin, self.node_name, kind, **fields)))
+        data = control.encode(self.origin, self.node_name, kind, **fields)
+        if len(data) > self.max_control:
+            _log.error("Cluster: this node's {kind} message of {size} bytes is over --cluster-max-control "
+                       "({limit}): the other nodes would refuse it; not sent (raise the limit on every node)",
+                       kind=kind, size=len(data), limit=self.max_control)
+            return
+        self._raw.append((CONTROL_CHANNEL, data))
         self._schedule()
 
     def durable_changed(self, tree: bool = False, subscribers: Iterable[str] = (),
@@ -281,6 +300,11 @@ class RedisEngine:
 
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
+
+    def _expire(self) -> None:
+        """Forget every node not heard of for ``node_timeout`` seconds (its sessions leave
+        presence, its addresses are free), then wait for the next one's deadline."""
+        self._expiry = None
         now = self.reactor.seconds()
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
@@ -288,25 +312,45 @@ class RedisEngine:
                 self._node_gone(origin)
                 _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
                           node=node.name, timeout=self.node_timeout)
+        self._watch_silence(now)
+
+    def _watch_silence(self, now: float) -> None:
+        """Wake up when the quietest other node's silence reaches ``node_timeout``: the
+        deadline itself, not a periodic sweep, so a dead node is forgotten within the timeout
+        of its last message (docs/cluster.md, node liveness).  A node heard of since simply
+        moves the next wake-up on."""
+        nodes = self.directory.nodes
+        if self._expiry is not None or not nodes or not self._watching:
+            return
+        deadline = min(node.last_seen for node in nodes.values()) + self.node_timeout
+        self._expiry = self.reactor.callLater(max(0.0, deadline - now), self._expire)
 
     def _control(self, data: bytes) -> None:
         try:
-            message = control.decode(data)
-            if message["o"] == self.origin:
-                return
-            if message["k"] == control.DURABLE:
-                self.broker.durable_announced(*control.read_durable(message))
-                return
-            if message["k"] == control.HELLO:
-                if message.get("re"):
-                    self.broker.durable_resync()
-                self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
-            self.directory.apply(message, self.reactor.seconds())
-            if message["k"] == control.BYE:
-                self._node_gone(message["o"])
-        except (control.ControlError, KeyError, TypeError, ValueError) as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged control message: {error}", error=repr(exc))
+            message = control.decode(data, self.max_control)
+        except control.ControlError as exc:
+            self.drop_damaged("the control channel", str(exc))
+            return
+        if message["o"] == self.origin:
+            return
+        if message["k"] == control.DURABLE:
+            self.broker.durable_announced(*control.read_durable(message))
+            return
+        if message["k"] == control.HELLO:
+            if message.get("re"):
+                self.broker.durable_resync()
+            self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+        now = self.reactor.seconds()
+        self.directory.apply(message, now)
+        if message["k"] == control.BYE:
+            self._node_gone(message["o"])
+        if self._expiry is None:
+            self._watch_silence(now)
+
+    def drop_damaged(self, where: str, error: str) -> None:
+        """Drop and count a message that does not parse (logged at most once per interval)."""
+        self.stats.bad_envelopes += 1
+        self.damaged.dropped(where, error)
 
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
@@ -333,13 +377,16 @@ class RedisEngine:
                 return
             if name == frames.BROADCAST:
                 topics, message = frames.read_broadcast(data, start)
+                if message.kind != BROADCAST:
+                    raise frames.FrameError("a broadcast frame whose message is not a broadcast")
                 self.stats.messages_received += 1
                 self.broker.deliver_broadcast(message, topics)
                 return
             message = frames.one_message(data, start)
+            if message.kind != UNICAST or message.target is None:
+                raise frames.FrameError("a unicast frame whose message is not a unicast")
         except frames.FrameError as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged message for this node: {error}", error=str(exc))
+            self.drop_damaged("this node's channel", str(exc))
             return
         self.stats.messages_received += 1
         self.broker.deliver_unicast(message, name)
@@ -457,11 +504,10 @@ class RedisEngine:
         try:
             if envelope.origin_of(data) == self.instance:
                 return
-            run = envelope.open_run(data)
+            run = envelope.open_run(data, name[len(CHANNEL_PREFIX):] if name.startswith(CHANNEL_PREFIX) else None)
             self.broker.deliver_rendered(run)
         except envelope.EnvelopeError as exc:
-            self.stats.bad_envelopes += 1
-            _log.warn("Cluster: dropped a damaged envelope on {channel!r}: {error}", channel=name, error=str(exc))
+            self.drop_damaged(repr(name[:100]), str(exc))
             return
         stats = self.stats
         stats.envelopes_received += 1

@@ -209,7 +209,13 @@ class Shard:
     # ------------------------------------------------------------------ the connections' fate
 
     def received(self, name: bytes, data: bytes) -> None:
-        self.engine.received(name, data)
+        """A message on a channel: the engine's.  Whatever it raises is dropped and counted
+        here, so no message can cut the subscriber connection (the engine's decoders refuse
+        damaged input themselves; this is the last line)."""
+        try:
+            self.engine.received(name, data)
+        except Exception as exc:  # noqa: BLE001 - one message must never cost the node its Redis link
+            self.engine.drop_damaged(repr(name[:100]), f"{type(exc).__name__}: {exc}")
 
     def protocol_error(self, why: str) -> None:
         _log.error("Cluster: unreadable reply from Redis at {address} ({why}); reconnecting",

@@ -34,6 +34,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.subscriptions import MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.store.base import is_outage
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled
 
 EXPIRY_INTERVAL = 1.0
@@ -183,7 +184,7 @@ class DurableService:
         for interval, work in work_list:
             loop = LoopingCall(work)
             loop.clock = self.clock
-            loop.start(interval, now=False).addErrback(self._log.failure, "Durable delivery sweep")
+            loop.start(interval, now=False).addErrback(self._report("Durable delivery sweep"))
             self._loops.append(loop)
 
     def stop_sweeps(self) -> None:
@@ -191,6 +192,14 @@ class DurableService:
             if loop.running:
                 loop.stop()
         self._loops = []
+
+    def _report(self, what: str, **fields: Any) -> Callable[[Any], None]:
+        """An errback that logs a failure of ``what`` with its traceback, unless the store is
+        away: that change of state is the store's one line (brokerd.store.base.is_outage)."""
+        def report(failure: Any) -> None:
+            if not is_outage(failure):
+                self._log.failure(what, failure, **fields)
+        return report
 
     def next_seq(self) -> int:
         seq = self._seq
@@ -257,7 +266,7 @@ class DurableService:
     def end_subscription(self, subscriber: str, kind: str, topic: str) -> Deferred:
         self.index.remove(subscriber, kind, topic)
         d = self.store.remove_subscription(subscriber, kind, topic)
-        return d.addErrback(self._log.failure, "Ending the subscription of {s} to {t}", s=subscriber, t=topic)
+        return d.addErrback(self._report("Ending the subscription of {s} to {t}", s=subscriber, t=topic))
 
     # ------------------------------------------------------------------ storing
 
@@ -366,7 +375,7 @@ class DurableService:
                     session.refresh()
 
         d.addCallback(read)
-        return d.addErrback(self._log.failure, "Reading the durable subscriptions again")
+        return d.addErrback(self._report("Reading the durable subscriptions again"))
 
     def _reload(self, subscriber: str) -> Deferred:
         d = self.store.subscriptions_of(subscriber)
@@ -381,7 +390,7 @@ class DurableService:
                 session.refresh()
 
         d.addCallback(read)
-        return d.addErrback(self._log.failure, "Reading the subscriptions of {s} again", s=subscriber)
+        return d.addErrback(self._report("Reading the subscriptions of {s} again", s=subscriber))
 
     # ------------------------------------------------------------------ acknowledgements
 
@@ -463,11 +472,11 @@ class DurableService:
                 return self.sweep()
             return None
 
-        return d.addCallback(expired).addErrback(self._log.failure, "Expiring stored messages")
+        return d.addCallback(expired).addErrback(self._report("Expiring stored messages"))
 
     def empty_trash(self) -> Deferred:
         d = self.store.empty_trash(self.clock.seconds() - self.trash_retention)
-        return d.addErrback(self._log.failure, "Emptying the Trash")
+        return d.addErrback(self._report("Emptying the Trash"))
 
     def gauge(self) -> Deferred | None:
         """Read the store's queue figures (off the reactor thread: one counting query) and
@@ -484,7 +493,7 @@ class DurableService:
                 self.events.record(schema.GAUGE, self.protocol, pending=reading[0], unacknowledged=reading[1],
                                    trash=reading[2])
 
-        return ask().addCallback(read).addErrback(self._log.failure, "Reading the queue figures")
+        return ask().addCallback(read).addErrback(self._report("Reading the queue figures"))
 
     # ------------------------------------------------------------------ outcomes
 
@@ -539,7 +548,7 @@ class DurableService:
             self._write(kind, session, topic, reason, now, None if record is None else self._published_of(record),
                         online)
 
-        d.addCallback(found).addErrback(self._log.failure, "Reading message {seq} for the event log", seq=seq)
+        d.addCallback(found).addErrback(self._report("Reading message {seq} for the event log", seq=seq))
 
     def _published_of(self, record: MessageRecord) -> Published:
         size = len(record.data)

@@ -6,7 +6,21 @@ what lets a front end answer ``200`` only after the fact.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from zope.interface import Interface
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached (or a server-side failure ended the transaction):
+    nothing of the call was committed; try again later."""
+
+
+def is_outage(failure: Any) -> bool:
+    """Whether a store call failed because the store is away (StoreUnavailable): the store
+    logged that change of state once (unavailable, connected again), so whoever gets the
+    failure answers its client and logs nothing more, per call, with no traceback."""
+    return failure.check(StoreUnavailable) is not None
 
 
 class IStore(Interface):

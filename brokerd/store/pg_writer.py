@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from brokerd.store.base import StoreUnavailable
 from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
 
@@ -57,11 +58,6 @@ Operation = Callable[..., Any]
 
 class _OperationFailed(Exception):
     """An operation of a batch failed: run the batch again one operation per transaction."""
-
-
-class StoreUnavailable(Exception):
-    """The database cannot be reached (or a server-side failure ended the transaction):
-    nothing of the call was committed; try again later."""
 
 
 def is_postgres_url(url: str) -> bool:

@@ -152,3 +152,38 @@ def test_ssmp_answers_a_durable_mcast_after_the_commit_and_in_order():
     assert pub.take() == b"500\n"
     pub.send("MCAST other d\n")
     assert pub.take() == b"200\n"  # nothing waits: answered at once
+
+
+class FailingStore(MemoryStore):
+    """A store whose expiry and Trash calls fail with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def expire(self, now: float, limit: int) -> Deferred:
+        from twisted.internet.defer import fail
+
+        return fail(self.error)
+
+    def empty_trash(self, before: float) -> Deferred:
+        from twisted.internet.defer import fail
+
+        return fail(self.error)
+
+
+def test_a_failing_sweep_logs_its_failure_readably_and_a_store_outage_not_at_all() -> None:
+    from twisted.logger import capturedLogs, formatEvent
+
+    from brokerd.store.base import StoreUnavailable
+
+    with capturedLogs() as events:
+        DurableService(FailingStore(RuntimeError("disk on fire")), Clock()).sweep()
+        DurableService(FailingStore(RuntimeError("disk on fire")), Clock()).empty_trash()
+    texts = [formatEvent(event) for event in events]
+    assert texts == ["Expiring stored messages", "Emptying the Trash"], texts
+    assert all(event["log_failure"].check(RuntimeError) for event in events)
+    with capturedLogs() as events:
+        DurableService(FailingStore(StoreUnavailable("away")), Clock()).sweep()
+        DurableService(FailingStore(StoreUnavailable("away")), Clock()).empty_trash()
+    assert list(events) == []  # the store logs its outage once, as a change of state

@@ -58,6 +58,7 @@ from brokerd.protocols.smqp.subscribing import SubscriptionCommands
 from brokerd.protocols.smqp.topic_commands import TopicCommands
 from brokerd.protocols.smqp.topictree import TopicError
 from brokerd.protocols.smqp.wire import SMQPWireFormat
+from brokerd.store.base import is_outage
 
 if TYPE_CHECKING:
     from brokerd.protocols.smqp.factory import SMQPServerFactory
@@ -349,7 +350,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         if isinstance(error, (Refused, TopicError)):
             slot.data.append(encode_reply(error.code, error.text))
         else:
-            self._log.failure("SMQP publish failed", failure)
+            if not is_outage(failure):  # the store logs its outage once
+                self._log.failure("SMQP publish failed", failure)
             slot.data.append(encode_reply(451, "Local error: the message was not stored"))
         self._overlap_done(b"", slot)
 
@@ -386,7 +388,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         elif isinstance(error, Busy):
             self._reply(451, "Local error: too many logins are being checked; try again later")
         else:
-            self._log.failure("SMQP command failed", failure)
+            if not is_outage(failure):  # the store logs its outage once
+                self._log.failure("SMQP command failed", failure)
             self._reply(451, "Local error in processing")
 
     # ------------------------------------------------------------------ output

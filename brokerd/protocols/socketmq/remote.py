@@ -19,8 +19,7 @@ import itertools
 import json
 from typing import Any
 
-from twisted.logger import Logger
-
+from brokerd.cluster.damaged import DamagedLog
 from brokerd.protocols.socketmq.hub import IncomingRequest
 
 NAMESPACE = "socketmq-app"
@@ -29,8 +28,6 @@ SERVICE = "socketmq"
 """The engine service name of socket.mq's requests and answers between nodes."""
 TEXT = "text/plain; charset=utf-8"
 _tokens = itertools.count(1)
-
-_log = Logger()
 
 
 class RemoteError(ValueError):
@@ -47,8 +44,8 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
         raise RemoteError("no header")
     try:
         header = json.loads(head)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RemoteError(str(exc)) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise RemoteError(f"a header that is not JSON ({type(exc).__name__})") from None
     if not isinstance(header, dict) or header.get("k") not in ("request", "answer") or \
             not isinstance(header.get("token"), str):
         raise RemoteError("not a socket.mq request or answer")
@@ -81,6 +78,9 @@ class RemoteApplications:
         self.waiting: dict[str, tuple[Any, str]] = {}
         """Requests sent to another node: token -> (IncomingRequest, that node's id)."""
         self.stats = {"forwarded": 0, "served": 0, "bad": 0}
+        self.damaged = DamagedLog(hub.reactor)
+        """Any client of the cluster's Redis can write on a node's channel: one line per
+        interval about what was dropped, never one per message."""
         engine.serve(SERVICE, self.received)
         engine.node_listeners.append(self.node_gone)
 
@@ -137,8 +137,7 @@ class RemoteApplications:
                 entry[0].respond(status, body, _text(header.get("content_type")))
         except RemoteError as exc:
             self.stats["bad"] += 1
-            _log.warn("socket.mq: dropped a damaged request or answer from node {origin}: {error}",
-                      origin=origin, error=str(exc))
+            self.damaged.dropped(f"a socket.mq request or answer from node {origin}", str(exc))
 
     # ------------------------------------------------------------------ the serving node
 

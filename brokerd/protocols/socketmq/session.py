@@ -87,6 +87,7 @@ from brokerd.protocols.socketmq.pgp import (
     server_proof,
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+from brokerd.store.base import is_outage
 from brokerd.twistedio import limit_output_buffer
 
 SLOW_CONSUMER_TIMEOUT = 30.0
@@ -518,7 +519,8 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         request = message.id
 
         def failed(failure: Failure) -> None:
-            self._log.failure("Storing a socket.mq message for durable subscribers", failure)
+            if not is_outage(failure):  # the store logs its outage once
+                self._log.failure("Storing a socket.mq message for durable subscribers", failure)
             if request is not None:
                 self._reply(_result(request, 500, "the message could not be stored"))
 

@@ -54,6 +54,7 @@ from brokerd.protocols.ssmp.codec import (
 )
 from brokerd.protocols.ssmp.events import Request
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
+from brokerd.store.base import is_outage
 
 OK = b"200\n"
 BAD_REQUEST = b"400\n"
@@ -409,7 +410,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._answer_committed()
 
         def failed(failure) -> None:
-            self._log.failure("Storing an SSMP message for durable subscribers", failure)
+            if not is_outage(failure):  # the store logs its outage once
+                self._log.failure("Storing an SSMP message for durable subscribers", failure)
             parts = entry[1]
             parts[len(parts) - count:] = [NOT_STORED] * count
             committed(None)
