@@ -143,6 +143,9 @@ class Settings:
     """Redis URL of the cluster this node joins (docs/cluster.md); None: a single node."""
     cluster_password_file: Path | None = None
     """File whose first line is the Redis password (a password in the --cluster URL wins)."""
+    cluster_secret_file: Path | None = None
+    """File of the secret every node of the cluster shares (required with --cluster): one line,
+    or two while a key is rotated (the first seals, both open); readable by its owner only."""
     cluster_tls_ca: Path | None = None
     """CA bundle (PEM) that verifies a rediss:// server; default: the system's trust store."""
     cluster_max_backlog: int = 16 << 20

@@ -110,6 +110,7 @@ class Options(usage.Options):
         ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
         ["cluster", None, None, "Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off]."],
         ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
+        ["cluster-secret-file", None, None, "Secret shared by the cluster's nodes, sealing what they send through Redis: one line (two while rotating: the first seals, both open), mode 600 [required with --cluster]."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
         ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused [16777216]."],
@@ -287,6 +288,7 @@ def check_cluster_settings(settings: Settings) -> None:
     from brokerd.cluster.address import parse
 
     parse(settings.cluster)  # type: ignore[arg-type]
+    cluster_secrets(settings)
     if settings.cluster_password_file is not None:
         read_first_line(settings.cluster_password_file, "--cluster-password-file")
     if settings.cluster_node_timeout <= settings.cluster_heartbeat:
@@ -316,6 +318,16 @@ def node_name(settings: Settings) -> str:
     return f"{socket.gethostname()}:{port}" if port else socket.gethostname()
 
 
+def cluster_secrets(settings: Settings) -> list[bytes]:
+    """The lines of --cluster-secret-file (required with --cluster; see brokerd.cluster.seal)."""
+    from brokerd.cluster.seal import read_secret_file
+
+    if settings.cluster_secret_file is None:
+        raise ConfigurationError(
+            "--cluster needs --cluster-secret-file FILE: the secret every node shares (docs/cluster.md)")
+    return read_secret_file(settings.cluster_secret_file)
+
+
 def cluster_engine(settings: Settings, reactor):
     """The Redis engine --cluster asks for (imported only then)."""
     from brokerd.cluster.address import parse
@@ -325,6 +337,7 @@ def cluster_engine(settings: Settings, reactor):
     if settings.cluster_password_file is not None:
         password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
     return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
+                       secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
                        max_control=settings.cluster_max_control)
@@ -364,6 +377,10 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         runtime_engine = broker.use_engine(cluster_engine(settings, reactor))
         _log.info("Cluster: node {node} joins through {address}", node=runtime_engine.node_name,
                   address=str(runtime_engine.address))
+        if not runtime_engine.address.loopback and not runtime_engine.address.tls and runtime_engine.password is None:
+            _log.warn("Cluster: Redis at {address} is not on this machine and is used without a password or TLS: "
+                      "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
+                      address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log

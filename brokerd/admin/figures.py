@@ -152,6 +152,7 @@ class Figures:
         figures = engine.stats.as_dict()
         figures["node"] = engine.node_name
         figures["nodes"] = 1 + len(engine.directory.nodes)
+        figures["rejected"] = dict(engine.sealer.rejected)
         return figures
 
     def _store(self) -> dict[str, Any] | None:

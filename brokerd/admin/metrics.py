@@ -154,6 +154,10 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                         "decoded": cluster["envelopes_decoded"]}, "how")
         yield CounterMetricFamily("brokerd_cluster_bad_envelopes_total",
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
+        yield _counter("brokerd_cluster_rejected_total",
+                       "Messages read on Redis and dropped before any decoding: not sealed by a node of this "
+                       "cluster, sealed for another channel, replayed or stale, by reason.",
+                       cluster["rejected"], "reason")
         yield GaugeMetricFamily("brokerd_cluster_shards",
                                 "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",
                                 value=cluster["shards"])

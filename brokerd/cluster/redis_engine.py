@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope, frames
+from brokerd.cluster import envelope, frames, seal
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
@@ -75,6 +75,8 @@ class RedisEngine:
         reactor: Any,
         node_name: str,
         *,
+        secrets: Sequence[bytes],
+        secret_file: Any = None,
         password: str | None = None,
         tls_ca: Any = None,
         max_backlog: int = 16 << 20,
@@ -97,6 +99,16 @@ class RedisEngine:
         self.max_control = max_control
         """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
+        self.sealer.log = self._rejections
+        self.secret_file = secret_file
+        """Read again at each heartbeat; changed lines are installed (key rotation, docs/cluster.md)."""
+        self._secret_reading = False
+        self._secret_error: str | None = None
+        self._secrets_installed = list(secrets)
+        self.secret_listeners: list[Any] = []
+        """Called with the key ids after the secret file was read again and installed."""
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
         self._raw: list[tuple[bytes, bytes]] = []
@@ -300,6 +312,8 @@ class RedisEngine:
 
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
+        self.sealer.expire()
+        self._check_secret()
 
     def _expire(self) -> None:
         """Forget every node not heard of for ``node_timeout`` seconds (its sessions leave
@@ -324,6 +338,45 @@ class RedisEngine:
             return
         deadline = min(node.last_seen for node in nodes.values()) + self.node_timeout
         self._expiry = self.reactor.callLater(max(0.0, deadline - now), self._expire)
+
+    def _check_secret(self) -> None:
+        """Read the secret file again, in a thread, and install its lines if they changed (a
+        few dozen bytes each heartbeat): a bad file is logged once and the keys in use stay."""
+        if self.secret_file is None or self._secret_reading:
+            return
+        from twisted.internet.threads import deferToThreadPool
+
+        def install(secrets: list[bytes]) -> None:
+            self._secret_error = None
+            if secrets != self._secrets_installed:
+                self._install_secrets(secrets)
+
+        def failed(failure: Any) -> None:
+            error = str(failure.value)
+            if error != self._secret_error:
+                self._secret_error = error
+                _log.error("Cluster: the secret file was not read again, the keys in use stay: {error}", error=error)
+
+        def done(_: object) -> None:
+            self._secret_reading = False
+
+        self._secret_reading = True
+        d = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), seal.read_secret_file, self.secret_file)
+        d.addCallbacks(install, failed).addBoth(done)
+
+    def _install_secrets(self, secrets: list[bytes]) -> None:
+        self.sealer.install(secrets)
+        self._secrets_installed = list(secrets)
+        ids = [key_id.hex() for key_id in self.sealer.key_ids]
+        _log.info("Cluster: secret file read again: sealing with key {sealing}, opening with {opening}",
+                  sealing=ids[0], opening=", ".join(ids))
+        for listener in tuple(self.secret_listeners):
+            listener(ids)
+
+    def _rejections(self, counts: dict[str, int]) -> None:
+        _log.warn("Cluster: dropped messages on Redis that no node of this cluster sealed, or replays: {counts} "
+                  "(brokerd_cluster_rejected_total; logged at most once a minute)",
+                  counts=", ".join(f"{count} {reason}" for reason, count in counts.items()))
 
     def _control(self, data: bytes) -> None:
         try:
@@ -464,6 +517,7 @@ class RedisEngine:
         raw, self._raw = self._raw, []
         shards = self.shards
         stats = self.stats
+        sealer = self.sealer
         if shards is None or not shards.up:
             stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
             return
@@ -472,17 +526,19 @@ class RedisEngine:
             if sections:
                 rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
                             for name, chunks in sections.items()}
-            data = envelope.encode(self.instance, run, rendered)
+            name = channel(topic)
+            data = sealer.seal(name, envelope.encode(self.instance, run, rendered))
             if self._backlog + len(data) > self.max_backlog:
                 stats.dropped_backlog += len(run)
                 continue
-            if not shards.publish(channel(topic), data):
+            if not shards.publish(name, data):
                 stats.dropped_unreachable += len(run)
                 continue
             self._backlog += len(data)
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
         for name, data in raw:
+            data = sealer.seal(name, data)
             if shards.publish(name, data):
                 self._backlog += len(data)
         shards.write()
@@ -494,7 +550,12 @@ class RedisEngine:
             _log.error("Cluster: Redis refused a publish: {error}", error=str(reply))
 
     def received(self, name: bytes, data: bytes) -> None:
-        """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        """A message arrived on a channel: opened first (this node's own echo and anything no
+        node of the cluster sealed for this channel stop here), then decoded and handled."""
+        opened = self.sealer.open(name, data)
+        if opened is None:
+            return
+        data = opened
         if name == CONTROL_CHANNEL:
             self._control(data)
             return

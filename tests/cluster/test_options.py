@@ -9,6 +9,7 @@ import pytest
 from brokerd.cluster.address import RedisAddress, parse
 from brokerd.errors import ConfigurationError
 from brokerd.tap import Options, StartupError, node_name
+from tests.support.redis import cluster_secret
 
 
 @pytest.mark.parametrize("url, expected", [
@@ -36,6 +37,9 @@ def test_the_password_is_not_logged() -> None:
 
 
 def options(tmp_path: Path, *args: str) -> Options:
+    """Options parsed from ``args``; with --cluster and no --cluster-secret-file, the test secret's."""
+    if "--cluster" in args and "--cluster-secret-file" not in args:
+        args = (*args, "--cluster-secret-file", str(cluster_secret(tmp_path / "cluster.secret")))
     opts = Options()
     opts.parseOptions(["--data-dir", str(tmp_path), *args])
     return opts
@@ -69,7 +73,8 @@ def test_makeservice_with_settings_also_refuses_smqp_without_postgresql(tmp_path
     from brokerd.tap import makeService
 
     settings = Settings(listeners={"smqp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
-                        cluster="redis://127.0.0.1:1", event_log=False)
+                        cluster="redis://127.0.0.1:1", event_log=False,
+                        cluster_secret_file=cluster_secret(tmp_path / "cluster.secret"))
     with pytest.raises(StartupError, match="needs --store postgresql"):
         makeService(settings)
     settings.listeners = {"ssmp": ["tcp:0:interface=127.0.0.1"]}
