@@ -13,6 +13,11 @@ its sender), so local members get each message once.  Sharded pub/sub hashes the
 one shard, so order per topic holds on a Redis Cluster too.  Nothing is stored in Redis keys:
 the directory travels on channels as well.
 
+Redis is not trusted: everything the flush writes is sealed (brokerd.cluster.seal, under the
+secret of ``--cluster-secret-file``), and :meth:`RedisEngine.received` opens what arrives
+before anything decodes it; what does not open (forged, replayed, stale, this node's own
+echo) stops there.
+
 When Redis (or a shard of it) is unreachable the node keeps serving its own clients: runs for
 other nodes through that shard are dropped and counted, one line is logged when a connection
 goes and one when all are back, and the engine reconnects with a capped exponential backoff
@@ -122,6 +127,7 @@ class RedisEngine:
         """The call that forgets the quietest other node at its deadline (None: no other node)."""
         self._watching = True
         """Whether other nodes' silences are watched (until the engine stops)."""
+        self._last_beat = 0.0
         self._logins: dict[tuple[str, bytes], float] = {}
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
@@ -153,6 +159,7 @@ class RedisEngine:
 
         self._beat = LoopingCall(self._heartbeat)
         self._beat.clock = self.reactor
+        self._last_beat = self.reactor.seconds()
         self._beat.start(self.heartbeat, now=False)
 
     def stop(self) -> Deferred:
@@ -311,6 +318,17 @@ class RedisEngine:
         self._schedule()
 
     def _heartbeat(self) -> None:
+        now = self.reactor.seconds()
+        stalled = now - self._last_beat > self.node_timeout
+        self._last_beat = now
+        if stalled:
+            # The others took this node for dead, and what it read meanwhile is older than the
+            # freshness window (dropped as stale): exchange state as after an outage.
+            _log.warn("Cluster: this node was stalled longer than --cluster-node-timeout ({timeout} s); "
+                      "exchanging state with the other nodes again", timeout=self.node_timeout)
+            self._announce(control.HELLO, re=1)
+            self.broker.durable_resync()
+            self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         self._announce(control.BEAT)
         self.sealer.expire()
         self._check_secret()

@@ -6,16 +6,20 @@ another channel, or play one again.  The nodes share a secret (``--cluster-secre
 this module turns it into keys, seals what the engine writes and opens what it reads, before
 any decoder sees the bytes.  A frame that does not open is dropped and counted by reason.
 
+AES-256-GCM rather than ChaCha20-Poly1305: with the AES instructions of current x86 and ARM
+servers it costs about half as much per byte here (5-6 us against 9-10 us to open 16 KB),
+and a receiving node opens every run it is sent.
+
 Layout of a sealed frame (big-endian)::
 
     frame  := version:u8 key_id:4 sender:8 sequence:u64 sent_at:u64 box
-    box    := ChaCha20-Poly1305(key(key_id, sender), nonce = sequence as 12 bytes,
-                                plaintext, associated data = the 29 header bytes + channel name)
+    box    := AES-256-GCM(key(key_id, sender), nonce = sequence as 12 bytes,
+                          plaintext, associated data = the 29 header bytes + channel name)
 
 * ``key_id``: 4 bytes derived from the secret line (HKDF-SHA256), not the secret itself.  The
   secret file's first line seals; each line (at most two) opens: that is key rotation.
 * ``sender``: the sending process's incarnation, 8 random bytes chosen at each start (the
-  engine's instance id).  Each (secret, incarnation) has its own ChaCha20-Poly1305 key,
+  engine's instance id).  Each (secret, incarnation) has its own AES-256-GCM key,
   HKDF-Expand of the secret's key with the incarnation, so the 96-bit nonce made of the
   incarnation's sequence is never used twice under one key whatever the number of nodes.
 * ``sequence``: 1, 2, 3... per incarnation, over every channel it writes to.
@@ -43,7 +47,7 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 from brokerd.errors import ConfigurationError
@@ -91,9 +95,9 @@ class Key:
         self.key_id = _hkdf(secret, _ID_INFO, 4)
         self._root = _hkdf(secret, _KEY_INFO, 32)
 
-    def for_sender(self, sender: bytes) -> ChaCha20Poly1305:
+    def for_sender(self, sender: bytes) -> AESGCM:
         """The AEAD of ``sender``'s frames under this key."""
-        return ChaCha20Poly1305(HKDFExpand(hashes.SHA256(), 32, _SENDER_INFO + sender).derive(self._root))
+        return AESGCM(HKDFExpand(hashes.SHA256(), 32, _SENDER_INFO + sender).derive(self._root))
 
 
 def read_secret_file(path: Path | str, option: str = "--cluster-secret-file") -> list[bytes]:
@@ -155,7 +159,7 @@ class Sealer:
         self._sealing = keys[0]
         self._keys = {key.key_id: key for key in keys}
         self._own = keys[0].for_sender(self.incarnation)
-        self._opening: dict[tuple[bytes, bytes], ChaCha20Poly1305] = {}
+        self._opening: dict[tuple[bytes, bytes], AESGCM] = {}
         """(key id, sender) -> AEAD, for senders whose frames opened (bounded by MAX_SENDERS)."""
 
     @property

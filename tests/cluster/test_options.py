@@ -115,3 +115,38 @@ def test_the_control_message_limit_reaches_the_engine_and_bounds_both_ways(tmp_p
     engine._raw.clear()
     if engine._flush_call is not None:
         engine._flush_call.cancel()
+
+
+@pytest.mark.parametrize("url, warned", [
+    ("redis://192.0.2.7:6379", True),
+    ("redis://redis.example.net:6379/2", True),
+    ("redis://127.0.0.1:6379", False),
+    ("redis://localhost:6379", False),
+    ("redis://[::1]:6379", False),
+    ("unix:///run/redis.sock", False),
+    ("redis://:a-password@192.0.2.7:6379", False),
+    ("rediss://192.0.2.7:6380", False),
+])
+def test_a_redis_others_can_reach_without_password_or_tls_is_warned_about_at_start(
+        tmp_path: Path, url: str, warned: bool) -> None:
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    from brokerd.config import Settings
+    from brokerd.tap import makeService
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        makeService(Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path, cluster=url,
+                             event_log=False, cluster_secret_file=cluster_secret(tmp_path / "cluster.secret")))
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    lines = [formatEvent(event) for event in events]
+    assert any(line.startswith("Cluster: node ") for line in lines)  # the start was logged either way
+    warnings = [line for line in lines if "without a password or TLS" in line]
+    if warned:
+        assert warnings == [f"Cluster: Redis at {parse(url)} is not on this machine and is used without a password "
+                            "or TLS: anyone who reaches it can deny service to the cluster (docs/cluster.md, threat "
+                            "model)"]
+    else:
+        assert warnings == []

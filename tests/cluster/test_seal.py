@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from brokerd.cluster import seal
-from brokerd.cluster.seal import OVERHEAD, Sealer, read_secret_file
+from brokerd.cluster.seal import HEADER_SIZE, OVERHEAD, Sealer, read_secret_file
 from brokerd.errors import ConfigurationError
 from tests.support.redis import cluster_secret
 
@@ -169,3 +171,21 @@ def test_the_secret_file(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match=message) as caught:
             read_secret_file(path)
         assert str(caught.value).startswith(f"--cluster-secret-file {path}: ") and "\n" not in str(caught.value)
+
+
+_SENDER = Sealer([OLD], b"A" * 8, 15.0, Clock())
+_GENUINE = _SENDER.seal(ROOM, b"genuine")
+
+
+@given(st.one_of(
+    st.binary(max_size=256),
+    st.binary(max_size=256).map(lambda tail: _GENUINE[:HEADER_SIZE] + tail),  # a real header, any box
+    st.tuples(st.integers(0, len(_GENUINE) - 1), st.integers(1, 255)).map(
+        lambda flip: _GENUINE[:flip[0]] + bytes([_GENUINE[flip[0]] ^ flip[1]]) + _GENUINE[flip[0] + 1:]),
+))
+@settings(max_examples=300, deadline=None)
+def test_no_bytes_but_a_sealed_frame_open_and_none_raises(data: bytes) -> None:
+    receiver = Sealer([OLD], b"B" * 8, 15.0, Clock())
+    assert receiver.open(ROOM, data) is None
+    assert sum(receiver.rejected.values()) == 1
+    assert receiver.open(ROOM, _GENUINE) == b"genuine"  # positive control: the real frame opens

@@ -238,3 +238,114 @@ def test_twistd_without_a_usable_cluster_secret_exits_with_one_line(tmp_path: Pa
         errors = [line for line in output.splitlines() if "brokerd: " in line]
         assert len(errors) == 1 and message in errors[0], output
         assert "Traceback" not in output
+
+
+OLD = b"the-cluster-secret-before-rotation"
+NEW = b"the-cluster-secret-after-rotation!"
+
+
+def rewrite(path: Path, *lines: bytes) -> None:
+    """Replace the secret file at once (write a new file, rename it over the old)."""
+    os.replace(cluster_secret(path.with_suffix(".new"), *lines), path)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_key_rotates_across_three_nodes_under_traffic_with_nothing_lost(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    from twisted.internet.task import LoopingCall
+
+    from brokerd.cluster.seal import Key
+
+    files = [cluster_secret(tmp_path / f"node{i}.secret", OLD) for i in range(1, 4)]
+    nodes = [await Node(tmp_path / f"node{i}", redis_server.url, f"node{i}", cluster_secret_file=files[i - 1],
+                        cluster_heartbeat=0.2, cluster_node_timeout=3.0).start() for i in range(1, 4)]
+    sending: Any = None
+    try:
+        subscribers = []
+        for node, name in zip(nodes, (b"dave", b"alice", b"carol")):
+            client = await node.ssmp(name)
+            await ssmp_subscribed(client, b"open")
+            subscribers.append(client)
+        for node in nodes:
+            await node.engine.when_following(b"open").addTimeout(TIMEOUT, reactor())
+        bob, erin = await nodes[0].ssmp(b"bob"), await nodes[2].ssmp(b"erin")
+        sent = {b"bob": 0, b"erin": 0}
+
+        def send() -> None:
+            for name, client in ((b"bob", bob), (b"erin", erin)):
+                client.send(b"MCAST open %s-%d" % (name, sent[name]))
+                sent[name] += 1
+
+        sending = LoopingCall(send)
+        sending.clock = reactor()
+        sending.start(0.01)
+
+        async def traffic_flows() -> None:
+            """Every subscriber sees a message sent from now on by each publisher (not its own)."""
+            marks = {name: sent[name] + 3 for name in sent}
+            for client, own in zip(subscribers, (b"bob", None, b"erin")):
+                for name, mark in marks.items():
+                    if name != own:
+                        await client.next_line(lambda line, n=name, m=mark: line.endswith(b" %s-%d" % (n, m)))
+
+        installed = []
+        for node in nodes:
+            waiter = Waiter()
+            node.engine.secret_listeners.append(waiter)
+            installed.append(waiter)
+        await traffic_flows()
+        for step in ([OLD, NEW], [NEW, OLD], [NEW]):  # docs/cluster.md's three steps
+            expected = [Key(secret).key_id.hex() for secret in step]
+            for path, waiter in zip(files, installed):
+                rewrite(path, *step)
+                await waiter.until(lambda items, e=expected: bool(items) and items[-1] == e)
+                await traffic_flows()
+        sending.stop()
+        last = {name: count - 1 for name, count in sent.items()}
+        for client, own in zip(subscribers, (b"bob", None, b"erin")):
+            for name, final in last.items():
+                if name != own:
+                    await client.next_line(lambda line, n=name, f=final: line.endswith(b" %s-%d" % (n, f)))
+            for name, final in last.items():
+                if name == own:
+                    continue
+                got = [line.rsplit(b" ", 1)[1] for line in client.lines.items if b" MCAST open %s-" % name in line]
+                assert got == [b"%s-%d" % (name, i) for i in range(final + 1)], (client, name)
+        for node in nodes:
+            assert not any(node.engine.sealer.rejected.values()), node.engine.sealer.rejected
+            assert node.engine.sealer.key_ids == [Key(NEW).key_id]
+        assert min(sent.values()) > 0
+    finally:
+        if sending is not None and sending.running:
+            sending.stop()
+        await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_nodes_stalled_longer_than_the_node_timeout_exchange_their_state_again(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    from tests.integration.test_cluster_addresses import until_members
+
+    nodes = [await Node(tmp_path / f"node{i}", redis_server.url, f"node{i}", cluster_heartbeat=0.2,
+                        cluster_node_timeout=1.0).start() for i in (1, 2)]
+    try:
+        alice = await nodes[1].ssmp(b"alice")
+        await ssmp_subscribed(alice, b"hall")
+        await until_members(nodes[0], b"hall", 1)
+        stalled: Deferred = Deferred()
+        gone = Waiter()
+        nodes[0].engine.node_listeners.append(gone)
+
+        def stall() -> None:  # the whole process stops answering, as under SIGSTOP
+            time.sleep(1.5)
+            stalled.callback(None)
+
+        reactor().callLater(0, stall)
+        await stalled
+        await gone.until(lambda origins: nodes[1].engine.origin in origins)  # taken for dead...
+        await until_members(nodes[0], b"hall", 1)  # ...and its members are back from its state
+        bob = await nodes[0].ssmp(b"bob")
+        bob.send(b"MCAST hall after-the-stall")
+        await alice.next_line(lambda line: line == b"000 bob MCAST hall after-the-stall")
+    finally:
+        await stop_all(nodes)
