@@ -107,6 +107,8 @@ class Client:
         """This connection's name in presence, while it is subscribed (subscribers only)."""
         self.node: int | None = None
         self.finished: Deferred | None = None
+        self.established = False
+        """Whether the current session got as far as logging in (and subscribing)."""
         self._abort: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -124,6 +126,7 @@ class Client:
             for index in self.run.node_order(self.home):
                 if self.stopping:
                     return
+                self.established = False
                 try:
                     self.node = index
                     await self.session(index)
@@ -133,12 +136,18 @@ class Client:
                     self.presence_name = None
                     self.node = None
                     self._abort = None
-                if not self.stopping:
-                    self.tally.reconnected(self.name)
-                    await pause(self.reactor, RECONNECT_DELAY)
-                    break  # after a session (or a failed attempt), start again from home
-            else:
+                if self.stopping:
+                    return
                 await pause(self.reactor, RECONNECT_DELAY)
+                if self.established:
+                    self.tally.reconnected(self.name)
+                    break  # a session ended: connect again, home first
+                # this node did not take us (refused, or no answer in time): the next one
+
+    def ready(self) -> None:
+        """The session is set up (logged in, subscribed)."""
+        self.established = True
+        self.run.signal.changed()
 
     def stream(self) -> str:
         self.connections += 1
@@ -166,6 +175,7 @@ class SSMPPublisher(Client):
         self._abort = line.transport.abortConnection
         stream = self.stream()
         assert await self.bounded(line.request(b"LOGIN " + stream.encode() + b" open")) == b"200"
+        self.ready()
         number = 0
         while not self.stopping and not line.lost.called:
             number += 1
@@ -194,7 +204,7 @@ class SSMPSubscriber(Client):
         assert await self.bounded(line.request(b"LOGIN " + stream.encode() + b" open")) == b"200"
         assert await self.bounded(line.request(b"SUBSCRIBE " + TOPIC.encode())) == b"200"
         self.presence_name = stream
-        self.run.signal.changed()
+        self.ready()
         while not self.stopping and not line.lost.called:
             await pause(self.reactor, 1.0)
             if not line.lost.called:
@@ -219,7 +229,7 @@ class MCChatSubscriber(Client):
         client.subscribe(TOPIC)
         await self.bounded(client.sync())
         self.presence_name = f"mcchat:127.0.0.1:{client.transport.getHost().port}"
-        self.run.signal.changed()
+        self.ready()
         closed = client.when_closed()
         while not self.stopping and not closed.called:
             await pause(self.reactor, 1.0)
@@ -237,6 +247,7 @@ class MCChatPublisher(Client):
         client = await self.bounded(Deferred.fromCoroutine(mcchat_connect(endpoint)), CONNECT_TIMEOUT)
         self._abort = client.transport.abortConnection
         stream = self.stream()
+        self.ready()
         closed = client.when_closed()
         number = 0
         while not self.stopping and not closed.called:
@@ -260,7 +271,7 @@ class SocketMQSubscriber(Client):
             receiver = Receiver(self.stream())
             await self.bounded(connection.subscribe(TOPIC, lambda event: self.tally.receive(receiver, event.data, self.name)))
             self.presence_name = "socketmq"
-            self.run.signal.changed()
+            self.ready()
             while not self.stopping and not connection.closed.called:
                 await pause(self.reactor, 1.0)
                 if not connection.closed.called:  # a publish on a topic of its own: the node answers
@@ -279,6 +290,7 @@ class SocketMQPublisher(Client):
             connection = await self.bounded(client.connect(), CONNECT_TIMEOUT)
             self._abort = connection.transport.abortConnection
             stream = self.stream()
+            self.ready()
             number = 0
             while not self.stopping and not connection.closed.called:
                 number += 1
@@ -303,6 +315,7 @@ class SMQPPublisher(Client):
         self._abort = client.transport.abortConnection
         await self.bounded(client.login("bob", "pub", "bobpw"), self.run.smqp_stall)
         stream = self.stream()
+        self.ready()
         number = 0
         closed = client.when_closed()
         while not self.stopping and not closed.called:
@@ -353,7 +366,7 @@ class SMQPDurableSubscriber(Client):
         client = await self.bounded(smqp_connect(endpoint, notified), CONNECT_TIMEOUT)
         self._abort = client.transport.abortConnection
         await self.bounded(client.login("bob", "durable", "bobpw"), self.run.smqp_stall)
-        self.run.signal.changed()
+        self.ready()
         closed = client.when_closed()
         while not self.stopping and not closed.called:
             await pause(self.reactor, 2.0)

@@ -105,7 +105,7 @@ def forge(ports: list[int], seconds: float, seed: int = 25) -> Forgery:
     captured: dict[int, list[tuple[bytes, bytes]]] = {}
     for port in ports:
         try:
-            captured[port] = capture(port, min(3.0, seconds / 3), found)
+            captured[port] = capture(port, min(3.0, seconds / 3) / len(ports), found)  # 3 s in all
         except (OSError, RuntimeError, ConnectionError) as exc:
             found.errors.append(f"capture on {port}: {exc}")
     while time.monotonic() < deadline:
