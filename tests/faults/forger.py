@@ -68,7 +68,8 @@ def capture(port: int, seconds: float, found: Forgery) -> list[tuple[bytes, byte
         channels = connection.call("PUBSUB", "SHARDCHANNELS", PATTERN)
         if not isinstance(channels, list) or not channels:
             return []
-        connection.send("SSUBSCRIBE", *channels)
+        for name in channels:  # one channel a command: on a Redis Cluster they hash to different slots
+            connection.send("SSUBSCRIBE", name)
         messages: list[tuple[bytes, bytes]] = []
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and len(messages) < MAX_CAPTURED:
@@ -78,6 +79,8 @@ def capture(port: int, seconds: float, found: Forgery) -> list[tuple[bytes, byte
                 break
             if isinstance(push, list) and len(push) == 3 and push[0] == b"smessage":
                 messages.append((push[1], push[2]))
+            elif isinstance(push, RuntimeError):
+                found.errors.append(f"capture on {port}: {push}")
         found.captured += len(messages)
         return messages
     finally:
