@@ -20,6 +20,8 @@ Then it checks, prints, and exits 1 if any check failed (0 otherwise):
 * each killed node's sessions gone from the others' presence within the node timeout (plus
   PRESENCE_TOLERANCE) of the kill;
 * traffic after the last fault reaches every subscriber;
+* the forger captured, replayed and damaged the nodes' messages in every round (its
+  positive control: a forger that saw nothing proves nothing);
 * no node died (other than those the run killed), every node alive at the end;
 * no unhandled error, traceback or critical line in any node's log.
 """
@@ -380,6 +382,10 @@ class Run:
                             f"{PRESENCE_TOLERANCE:g} s of the kill", bool(self.expiries) and not late,
                             "; ".join(f"{name}: " + (f"{seconds:.1f} s" if seconds is not None else "-") + f" ({what})"
                                       for name, seconds, what in self.expiries)))
+        forged = [f"captured {f.captured}, replayed {f.replayed}, damaged {f.damaged}" for f in self.forgeries]
+        checks.append(Check("the forger captured and replayed the nodes' messages in every round (positive control)",
+                            bool(self.forgeries) and all(f.captured and f.replayed and f.damaged for f in self.forgeries),
+                            "; ".join(forged) + "".join(f" errors: {f.errors[:3]}" for f in self.forgeries if f.errors)))
         alive = [node.name for node in self.nodes if not node.alive()]
         checks.append(Check("no node died", not self.deaths and not alive,
                             "; ".join(self.deaths) + (f" not running at the end: {alive}" if alive else "") or "3 alive"))
