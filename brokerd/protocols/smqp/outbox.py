@@ -59,6 +59,7 @@ from twisted.python.failure import Failure
 from brokerd.core.durable import MAX_ATTEMPTS, RETRY_TIMEOUT  # noqa: F401 (the defaults of --smqp-retry-timeout, --smqp-max-attempts)
 from brokerd.core.subscriptions import wildcard_covers
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
+from brokerd.store.base import is_outage
 from brokerd.store.memory import StoreClosed
 from brokerd.store.records import Delivery
 
@@ -382,7 +383,8 @@ class Outbox(Answers):
         self.loading = False
         if failure.check(StoreClosed):
             return  # the broker is stopping: what is pending stays stored for the next start
-        self._log.failure("Reading the pending notifications of {name}", failure, name=self.name)
+        if not is_outage(failure):  # the store logs its outage once; the next pump reads again
+            self._log.failure("Reading the pending notifications of {name}", failure, name=self.name)
         self.stale = True
 
     # ------------------------------------------------------------------ end

@@ -557,7 +557,10 @@ class ClientConnection(WebSocketClientProtocol):
             message = decode_server(payload, isBinary)
         except (FrameError, InvalidMessage) as exc:
             self._log.warn("socket.mq: bad message from the server: {error}", error=str(exc))
-            self.sendClose(1007 if isinstance(exc, FrameError) else 1008)
+            # sendClose takes application codes only (1000, 3000-4999): a protocol code such
+            # as 1007 goes in the close frame itself, as the server side does.
+            code = 1007 if isinstance(exc, FrameError) else 1008
+            self.sendCloseFrame(code, str(exc).encode("utf-8")[:120])
             return
         kind = type(message)
         if kind is Event:
