@@ -115,7 +115,7 @@ def listen_problems(listeners: dict[str, list[str]], admin: str | None) -> list[
                 probe.bind(address)
         except OSError as exc:
             reason = exc.strerror or str(exc)
-            problems.append(f"--{option} {description}: cannot listen on {_show(address)}: {reason}")
+            problems.append(f"--{option} {description}: cannot listen: {_show(address)}: {reason}")
     return problems
 
 

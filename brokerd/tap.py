@@ -318,7 +318,11 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
             check(settings)
         except ConfigurationError as exc:
             problems.append(str(exc))
-    if not starting:
+    if not starting:  # when starting, makeService reads these files and binds these endpoints
+        try:
+            _check_readable_files(settings)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
         listeners = _listeners(settings)
         problems += data_dir_problems(settings, listeners, create=False)
         problems += _endpoint_problems(settings, listeners)
@@ -383,7 +387,6 @@ def _endpoint_problems(settings: Settings, listeners: dict[str, list[str]]) -> l
 STARTUP_CHECKS = (
     lambda settings: settings.secret(),
     _check_tls_files,
-    _check_readable_files,
     check_operations_settings,
     _check_store,
     _check_front_ends,
