@@ -153,6 +153,14 @@ class Options(usage.Options):
         print(f"brokerd {__version__}")
         sys.exit(0)
 
+    def parseOptions(self, options=None) -> None:
+        """An option brokerd does not know, or one without its value, is one line and exit 1
+        (twistd would print its whole help text first)."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            raise StartupError(f"brokerd: {exc} (--help lists the options)") from None
+
     def postOptions(self) -> None:
         values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
         # An unset flag is 0: only flags given on the command line may override the file.

@@ -98,9 +98,14 @@ def test_daemon_with_a_busy_port_exits_with_one_line(tmp_path):
                                               f"127.0.0.1:{port}: Address already in use")
 
 
-def test_daemon_with_a_bad_option_exits_with_one_line(tmp_path):
-    result = daemon(tmp_path, "--data-dir", "data", "--max-connections", "lots")
-    assert_one_line_failure(result, tmp_path, "max-connections: 'lots' is not a number")
+@pytest.mark.parametrize("options, line", [
+    (["--max-connections", "lots"], "brokerd: max-connections: 'lots' is not a number"),
+    (["--no-such-option"], "brokerd: option --no-such-option not recognized (--help lists the options)"),
+    (["--ssmp"], "brokerd: option --ssmp requires argument (--help lists the options)"),
+])
+def test_daemon_with_a_bad_option_exits_with_one_line(tmp_path, options, line):
+    result = daemon(tmp_path, "--data-dir", "data", *options)
+    assert_one_line_failure(result, tmp_path, line)
 
 
 def test_daemon_with_an_unreadable_accounts_file_exits_with_one_line(tmp_path):
