@@ -55,6 +55,8 @@ def daemon(tmp_path: Path, *options: str, prefix: tuple[str, ...] = ()) -> subpr
 
 def assert_one_line_failure(result: subprocess.CompletedProcess, tmp_path: Path, expected: str) -> None:
     output = result.stdout + result.stderr
+    if result.returncode == 0:
+        stop_daemon(tmp_path)  # it started after all: no daemon outlives the test
     assert result.returncode != 0, output
     assert result.stdout == "" and result.stderr.count("\n") == 1, output
     assert result.stderr.startswith("brokerd: ") and expected in result.stderr, output
