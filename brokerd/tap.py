@@ -23,7 +23,7 @@ from twisted.python import usage
 from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
-from brokerd.admin.service import Operations, check_operations_settings, warn_if_exposed
+from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings, warn_if_exposed
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
@@ -97,6 +97,7 @@ class Options(usage.Options):
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
         ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com' [self]."],
+        ["server-names", None, None, "DNS names this broker is reached by (admin Host check, socket.mq 'self'); localhost and IP addresses always are."],
         ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
         ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
         ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
@@ -604,7 +605,7 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
-        endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
+        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin")
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
     for service in operations.services():
         service.setServiceParent(top)

@@ -11,7 +11,6 @@ by a page the operator happens to visit.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from brokerd.admin import strictjson
 from brokerd.admin.dashboard import ASSETS, Asset, Events
 from brokerd.admin.figures import Figures
 from brokerd.admin.metrics import CONTENT_TYPE, exposition
@@ -61,7 +61,7 @@ def _json(request: Any, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(body, sort_keys=True).encode() + b"\n"
+    return strictjson.dumps(body) + b"\n"
 
 
 def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> Any:

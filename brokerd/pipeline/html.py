@@ -14,6 +14,15 @@ from typing import Any
 
 from brokerd.pipeline import latency
 
+def literal(text: Any) -> str:
+    """``text`` as matplotlib must show it: literally.  matplotlib reads a string with an even
+    number of unescaped ``$`` as mathtext, where ``_``, ``^`` and ``\\`` are commands and a bad
+    one fails the whole figure (a topic ``$\\nope$`` stopped the report); an escaped ``\\$``
+    is drawn as ``$`` and stops that.  Every string that comes from the log (topics,
+    protocols, kinds) goes through here on its way into a plot, once."""
+    return str(text).replace("$", "\\$")
+
+
 PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
 
 
@@ -51,7 +60,7 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
             times, rates = _steps(sorted(points), width)
-            axes.step(times, rates, where="post", label=protocol, color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
+            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
         axes.set_ylim(bottom=0)
         axes.set_ylabel("messages/s")
         axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
@@ -88,7 +97,7 @@ def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, 
     if not rows:
         _no_data(axes, "latency measurements")
     else:
-        labels = [f"{row['protocol']} {row['kind']}" for row in rows]
+        labels = [literal(f"{row['protocol']} {row['kind']}") for row in rows]
         width = 0.2
         keys = (("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))
         values = [row[key] for row in rows for key, _ in keys if row[key] is not None]
@@ -109,7 +118,7 @@ def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, 
             axes.set_ylabel("microseconds")
         axes.legend()
         axes.grid(alpha=0.3, axis="y")
-    axes.set_title(title)
+    axes.set_title(literal(title))
     return _png(figure)
 
 
@@ -137,7 +146,7 @@ def topics_plot(rows: list[tuple[str, int]]) -> str:
     if not rows:
         _no_data(axes, "topics")
     else:
-        names = [name for name, _ in rows][::-1]
+        names = [literal(name) for name, _ in rows][::-1]
         axes.barh(names, [count for _, count in rows][::-1], color="#4c72b0")
         axes.set_xlabel("messages")
         axes.grid(alpha=0.3, axis="x")
@@ -220,6 +229,7 @@ acknowledgements count from acceptance, time queued while the subscriber was awa
 {_table(report.get('slow_consumers', []), ['time', 'protocol', 'session', 'topic', 'reason', 'dropped'])}
 <h2>Top topics</h2>
 <img alt="top topics" src="{plots['topics']}">
+{_table([{"topic": name, "messages": count} for name, count in report['top_topics']], ['topic', 'messages'])}
 <h2>Top publishers</h2>
 {_table(report['top_publishers'], ['rank', 'session', 'protocol', 'messages', 'bytes', 'topics'])}
 <h2>Top subscribers</h2>
