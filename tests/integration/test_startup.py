@@ -198,9 +198,12 @@ def test_brokerd_command_runs_in_the_foreground_without_a_pid_file_and_stops_on_
 
 def test_brokerd_command_writes_a_pid_file_only_when_asked(tmp_path):
     port = free_port()
-    process = start_brokerd(tmp_path, "--pidfile", "b.pid", "--data-dir", "data",
+    process = start_brokerd(tmp_path, "--pidfile", "b.pid", "--data-dir", "data", "--open-login",
                             "--ssmp", f"tcp:{port}:interface=127.0.0.1", wait_for=port)
     assert (tmp_path / "b.pid").read_text() == str(process.pid)
+    # An answer means the reactor runs, so its SIGTERM handler is in place (the port is bound
+    # just before): the stop below is the clean one that removes the pid file.
+    assert LineClient.connect(port).request("LOGIN alice open") == b"200"
     assert processes.stop(process) in (0, -signal.SIGTERM)
     assert not (tmp_path / "b.pid").exists()
 
