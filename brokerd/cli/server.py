@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 
 from twisted.application.service import ServiceMaker
-from twisted.scripts.twistd import ServerOptions, runApp
+from twisted.scripts.twistd import runApp
 
 from brokerd.tap import Options
+from brokerd.twistedio import twistd_with_one_command
 
 USAGE = """Usage: brokerd [--pidfile FILE] [--logfile FILE] [options]
 
@@ -31,13 +32,8 @@ SERVICE = ServiceMaker("brokerd", "brokerd.tap", "A message broker: SSMP, MCCHAT
 _RUNNER_OPTIONS = ("--pidfile", "--logfile")
 
 
-class BrokerdServerOptions(ServerOptions):
-    """twistd's options, with brokerd's service as the one command."""
-
-    @property
-    def subCommands(self):
-        self.loadedPlugins = {SERVICE.tapname: SERVICE}
-        yield SERVICE.tapname, None, Options, SERVICE.description
+BrokerdServerOptions = twistd_with_one_command(SERVICE)
+"""twistd's options, with brokerd's service as the one command."""
 
 
 def twistd_arguments(args: list[str]) -> list[str]:
