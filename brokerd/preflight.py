@@ -99,12 +99,20 @@ def _file_problem(path: Path) -> str | None:
 
 def listen_problems(listeners: dict[str, list[str]], admin: str | None) -> list[str]:
     """One line per TCP listener whose port cannot be bound now (taken, privileged), tried with
-    a socket bound and closed at once, the way the listener will bind it."""
+    a socket bound and closed at once, the way the listener will bind it, and per ``unix:``
+    listener whose directory cannot take its socket file."""
     problems = []
     named = [(protocol, description) for protocol, descriptions in listeners.items() for description in descriptions]
     if admin is not None:
         named.append(("admin", admin))
     for option, description in named:
+        socket_file = _unix_path(description)
+        if socket_file is not None:
+            problem = "no such directory" if not socket_file.parent.is_dir() else \
+                _directory_problem(socket_file.parent, create=False)
+            if problem:
+                problems.append(f"--{option} {description}: cannot listen: {socket_file.parent}: {problem}")
+            continue
         address = _tcp_address(description)
         if address is None:
             continue
@@ -117,6 +125,17 @@ def listen_problems(listeners: dict[str, list[str]], admin: str | None) -> list[
             reason = exc.strerror or str(exc)
             problems.append(f"--{option} {description}: cannot listen: {_show(address)}: {reason}")
     return problems
+
+
+def _unix_path(description: str) -> Path | None:
+    """The socket file of a ``unix:`` endpoint, else None."""
+    fields = split_escaped(description)
+    if fields[0].lower() != "unix" or len(fields) < 2:
+        return None
+    options = dict(field.split("=", 1) for field in fields[1:] if "=" in field)
+    positional = [field for field in fields[1:] if "=" not in field]
+    path = options.get("address", positional[0] if positional else "")
+    return Path(path) if path else None
 
 
 def _tcp_address(description: str) -> tuple[str, int] | None:

@@ -100,6 +100,12 @@ def test_daemon_with_a_busy_port_exits_with_one_line(tmp_path):
                                               f"127.0.0.1:{port}: Address already in use")
 
 
+def test_daemon_with_a_unix_socket_in_a_missing_directory_exits_with_one_line(tmp_path):
+    result = daemon(tmp_path, "--data-dir", "data", "--ssmp", f"unix:{tmp_path}/missing/ssmp.sock")
+    assert_one_line_failure(result, tmp_path, f"--ssmp unix:{tmp_path}/missing/ssmp.sock: cannot listen: "
+                                              f"{tmp_path}/missing: no such directory")
+
+
 @pytest.mark.parametrize("options, line", [
     (["--max-connections", "lots"], "brokerd: max-connections: 'lots' is not a number"),
     (["--no-such-option"], "brokerd: option --no-such-option not recognized (--help lists the options)"),
