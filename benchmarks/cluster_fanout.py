@@ -85,6 +85,16 @@ class Line:
             raise SystemExit(f"{data!r}: {reply!r}")
 
 
+def secret_file(tmp: Path) -> Path:
+    """The --cluster-secret-file the benchmark's nodes share (mode 600, made once per run)."""
+    path = tmp / "cluster.secret"
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(os.urandom(24).hex() + "\n")
+    return path
+
+
 def start_nodes(tmp: Path, count: int, redis_url: str | None) -> tuple[list[subprocess.Popen], list[int]]:
     processes, ports = [], []
     for index in range(count):
@@ -92,7 +102,8 @@ def start_nodes(tmp: Path, count: int, redis_url: str | None) -> tuple[list[subp
         args = [*TWISTD, "--ssmp", f"tcp:{port}:interface=127.0.0.1", "--open-login", "--no-event-log",
                 "--data-dir", str(tmp / f"node{index}")]
         if redis_url is not None:
-            args += ["--cluster", redis_url, "--node-name", f"node{index}"]
+            args += ["--cluster", redis_url, "--node-name", f"node{index}",
+                     "--cluster-secret-file", str(secret_file(tmp))]
         log = open(tmp / f"node{index}.log", "wb")
         processes.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
         ports.append(port)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cluster_fanout import TWISTD, cpu_seconds, free_port, wait_port  # noqa: E402
+from cluster_fanout import TWISTD, cpu_seconds, free_port, secret_file, wait_port  # noqa: E402
 
 WARMUP = 1_000
 BATCH = 200
@@ -134,7 +134,8 @@ def start_nodes(tmp: Path, count: int, redis_url: str | None, connections: int) 
                 "--max-connections-per-address", str(connections + WARMUP),
                 "--max-listener-connections", str(connections + WARMUP)]
         if redis_url is not None:
-            args += ["--cluster", redis_url, "--node-name", f"node{index}"]
+            args += ["--cluster", redis_url, "--node-name", f"node{index}",
+                     "--cluster-secret-file", str(secret_file(tmp))]
         log = open(tmp / f"node{index}.log", "wb")
         processes.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_nofile))
         ports.append(port)

@@ -38,7 +38,8 @@ class Settings:
     """SMQP server domain for user@domain addresses; default the host name."""
     smqp_connectto_allow: str | list[str] = ""
     """SMQP CONNECTTO: addresses (IP, CIDR, host name, each optionally ``:port``) the server
-    may connect to besides the client's own address (commas or blanks, or a TOML list)."""
+    may connect to besides the client's own public address (commas or blanks, or a TOML
+    list); loopback, link-local and private addresses need an entry even as the client's own."""
     smqp_link: str | list[str] = ""
     """SMQP server links, ``DOMAIN=ENDPOINT`` each (repeated option, or a TOML list)."""
     smqp_link_account: str | None = None
@@ -99,6 +100,9 @@ class Settings:
     smqp_max_notify_window: int = 64
     """SMQP: the largest notification window a session may ask for with SET NOTIFY WINDOW
     (brokerd's extension; at most 1024)."""
+    smqp_max_one_held: int = 8
+    """SMQP: messages of ONE topics one session holds sent and unanswered at most; the others
+    go to the topic's other subscribers meanwhile (a silent subscriber cannot hoard them)."""
     socketmq_max_frames: int = 1024
     socketmq_deflate: bool = False
     """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""
@@ -120,6 +124,9 @@ class Settings:
     """File whose first line is the admin listener's bearer token."""
     admin_cert_names: str | None = None
     """Comma-separated client-certificate names allowed on a tls: admin listener."""
+    metrics_top_queues: int = 20
+    """Queues named by users (SMQP Trash queues) that /metrics, the JSON API and the ~sys
+    topics show one by one, the fullest first; the others are summed in one figure."""
     sys_interval: float | None = None
     """Seconds between statistics on the ~sys/brokerd/ topics; None: not published."""
     log_level: str = "info"
@@ -147,6 +154,9 @@ class Settings:
     """Redis URL of the cluster this node joins (docs/cluster.md); None: a single node."""
     cluster_password_file: Path | None = None
     """File whose first line is the Redis password (a password in the --cluster URL wins)."""
+    cluster_secret_file: Path | None = None
+    """File of the secret every node of the cluster shares (required with --cluster): one line,
+    or two while a key is rotated (the first seals, both open); readable by its owner only."""
     cluster_tls_ca: Path | None = None
     """CA bundle (PEM) that verifies a rediss:// server; default: the system's trust store."""
     cluster_max_backlog: int = 16 << 20

@@ -68,7 +68,7 @@ class Options(usage.Options):
         ["ual", None, None, "User Access Lists file: topic permissions for every protocol [DATA_DIR/smqp.ual if present]."],
         ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
         ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
-        ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own it may name: IPs, CIDRs, host names, each optionally :port (commas) [none]."],
+        ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own public one it may name (loopback, link-local and private ones included): IPs, CIDRs, host names, each optionally :port (commas) [none]."],
         ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
         ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
         ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311; NAME=host:port: cluster node NAME, used while it is live [none]."],
@@ -93,6 +93,7 @@ class Options(usage.Options):
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory [4194304]."],
         ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024 [64]."],
+        ["smqp-max-one-held", None, None, "SMQP: messages of ONE topics one session holds unanswered at most; the rest go to other subscribers [8]."],
         ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
@@ -101,6 +102,7 @@ class Options(usage.Options):
         ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
         ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
         ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
+        ["metrics-top-queues", None, None, "SMQP Trash queues /metrics, the JSON API and ~sys show one by one (the fullest; the rest summed as queue=\"(others)\") [20]."],
         ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
         ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
         ["log-format", None, None, "Log lines as text or json [text]."],
@@ -115,6 +117,7 @@ class Options(usage.Options):
         ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
         ["cluster", None, None, "Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off]."],
         ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
+        ["cluster-secret-file", None, None, "Secret shared by the cluster's nodes, sealing what they send through Redis: one line (two while rotating: the first seals, both open), mode 600 [required with --cluster]."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
@@ -411,6 +414,7 @@ def check_cluster_settings(settings: Settings) -> None:
     from brokerd.cluster.address import parse
 
     parse(settings.cluster)  # type: ignore[arg-type]
+    cluster_secrets(settings)
     if settings.cluster_password_file is not None:
         read_first_line(settings.cluster_password_file, "--cluster-password-file")
     if settings.cluster_node_timeout <= settings.cluster_heartbeat:
@@ -440,6 +444,16 @@ def node_name(settings: Settings) -> str:
     return f"{socket.gethostname()}:{port}" if port else socket.gethostname()
 
 
+def cluster_secrets(settings: Settings) -> list[bytes]:
+    """The lines of --cluster-secret-file (required with --cluster; see brokerd.cluster.seal)."""
+    from brokerd.cluster.seal import read_secret_file
+
+    if settings.cluster_secret_file is None:
+        raise ConfigurationError(
+            "--cluster needs --cluster-secret-file FILE: the secret every node shares (docs/cluster.md)")
+    return read_secret_file(settings.cluster_secret_file)
+
+
 def cluster_engine(settings: Settings, reactor):
     """The Redis engine --cluster asks for (imported only then)."""
     from brokerd.cluster.address import parse
@@ -449,8 +463,19 @@ def cluster_engine(settings: Settings, reactor):
     if settings.cluster_password_file is not None:
         password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
     return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
+                       secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
+
+
+def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
+    """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
+    SMQP logs in against (no guest: a guest login has nothing to prove)."""
+    if settings.accounts_file is None:
+        return ()
+    from brokerd.auth.accounts import AccountsChecker
+
+    return (AccountsChecker(settings.accounts_file, guest=False, reactor=reactor),)
 
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
@@ -458,11 +483,6 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
-    portal = build_portal(
-        open_login=settings.open_login,
-        secret=settings.secret(),
-        client_certificates=tls is not None and tls.verifies_clients,
-    )
     disk = DiskSpace(settings.data_dir, settings.disk_free_limit, reactor)
     event_log = None
     if settings.event_log:
@@ -482,11 +502,22 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
     )
+    portal = build_portal(
+        open_login=settings.open_login,
+        secret=settings.secret(),
+        client_certificates=tls is not None and tls.verifies_clients,
+        extra_checkers=account_checkers(settings, reactor),
+        broker=broker,
+    )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
         runtime_engine = broker.use_engine(cluster_engine(settings, reactor))
         _log.info("Cluster: node {node} joins through {address}", node=runtime_engine.node_name,
                   address=str(runtime_engine.address))
+        if not runtime_engine.address.loopback and not runtime_engine.address.tls and runtime_engine.password is None:
+            _log.warn("Cluster: Redis at {address} is not on this machine and is used without a password or TLS: "
+                      "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
+                      address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log

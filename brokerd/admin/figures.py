@@ -19,6 +19,7 @@ from brokerd import __version__
 from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog
 from brokerd.config import Runtime
+from brokerd.store.records import TOP_TRASH_QUEUES
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -70,7 +71,7 @@ class Figures:
         ask = getattr(store, "queue_figures", None)
         if ask is None:
             return succeed(None)
-        d = ask()
+        d = ask(int(getattr(self.runtime.settings, "metrics_top_queues", TOP_TRASH_QUEUES)))
         d.addErrback(lambda _failure: None)
         return d
 
@@ -152,6 +153,7 @@ class Figures:
         figures = engine.stats.as_dict()
         figures["node"] = engine.node_name
         figures["nodes"] = 1 + len(engine.directory.nodes)
+        figures["rejected"] = dict(engine.sealer.rejected)
         return figures
 
     def _store(self) -> dict[str, Any] | None:

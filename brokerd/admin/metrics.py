@@ -32,6 +32,21 @@ def _gauge(name: str, documentation: str, values: dict[str, Any], label: str) ->
     return _by(GaugeMetricFamily(name, documentation, labels=[label]), values)
 
 
+OTHER_QUEUES = "(others)"
+"""The label of the queues :func:`trash_by_queue` does not name (no Trash key has brackets)."""
+
+
+def trash_by_queue(queues: dict[str, Any]) -> dict[str, int]:
+    """The store's fullest Trash queues by key, and the messages of all the others under
+    :data:`OTHER_QUEUES` (only when there are others): one series per queue a user made
+    would let users grow /metrics without bound."""
+    named = dict(queues["trash"])
+    total = queues.get("trash_total")
+    if total is not None and queues.get("trash_queues", len(named)) > len(named):
+        named[OTHER_QUEUES] = int(total) - sum(int(n) for n in named.values())
+    return named
+
+
 def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterator[Metric]:
     """The metric families of one snapshot (and the store's queue figures, if any)."""
     info = GaugeMetricFamily("brokerd_info", "The running brokerd (always 1).", labels=["version"])
@@ -82,8 +97,12 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield GaugeMetricFamily("brokerd_smqp_unacknowledged_messages",
                                 "SMQP deliveries sent and not acknowledged (310 ACK) yet.",
                                 value=queues["unacknowledged"])
-        yield _gauge("brokerd_smqp_trash_messages", "Messages in an SMQP Trash, by Trash queue.",
-                     queues["trash"], "queue")
+        yield _gauge("brokerd_smqp_trash_messages",
+                     "Messages in an SMQP Trash, by Trash queue: the fullest (--metrics-top-queues), "
+                     "the others summed as queue=\"(others)\".",
+                     trash_by_queue(queues), "queue")
+        yield GaugeMetricFamily("brokerd_smqp_trash_queues", "SMQP Trash queues holding messages.",
+                                value=queues.get("trash_queues", len(queues["trash"])))
 
     links = snapshot.get("smqp_links") or []
     if links:
@@ -154,6 +173,10 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                         "decoded": cluster["envelopes_decoded"]}, "how")
         yield CounterMetricFamily("brokerd_cluster_bad_envelopes_total",
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
+        yield _counter("brokerd_cluster_rejected_total",
+                       "Messages read on Redis and dropped before any decoding: not sealed by a node of this "
+                       "cluster, sealed for another channel, replayed or stale, by reason.",
+                       cluster["rejected"], "reason")
         yield GaugeMetricFamily("brokerd_cluster_shards",
                                 "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",
                                 value=cluster["shards"])

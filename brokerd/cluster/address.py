@@ -33,6 +33,21 @@ class RedisAddress:
     def tls(self) -> bool:
         return self.scheme == "rediss"
 
+    @property
+    def loopback(self) -> bool:
+        """A Unix socket, or a host this machine only reaches (localhost, 127.0.0.0/8, ::1)."""
+        if self.scheme == "unix":
+            return True
+        import ipaddress
+
+        host = (self.host or "").strip("[]")
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
     def __str__(self) -> str:
         """The URL without its password (for logs)."""
         if self.scheme == "unix":

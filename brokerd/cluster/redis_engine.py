@@ -13,6 +13,11 @@ its sender), so local members get each message once.  Sharded pub/sub hashes the
 one shard, so order per topic holds on a Redis Cluster too.  Nothing is stored in Redis keys:
 the directory travels on channels as well.
 
+Redis is not trusted: everything the flush writes is sealed (brokerd.cluster.seal, under the
+secret of ``--cluster-secret-file``), and :meth:`RedisEngine.received` opens what arrives
+before anything decodes it; what does not open (forged, replayed, stale, this node's own
+echo) stops there.
+
 When Redis (or a shard of it) is unreachable the node keeps serving its own clients: runs for
 other nodes through that shard are dropped and counted, one line is logged when a connection
 goes and one when all are back, and the engine reconnects with a capped exponential backoff
@@ -30,7 +35,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope, frames
+from brokerd.cluster import envelope, frames, seal
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import channel
 from brokerd.cluster.shards import Shards
@@ -74,6 +79,8 @@ class RedisEngine:
         reactor: Any,
         node_name: str,
         *,
+        secrets: Sequence[bytes],
+        secret_file: Any = None,
         password: str | None = None,
         tls_ca: Any = None,
         max_backlog: int = 16 << 20,
@@ -93,6 +100,16 @@ class RedisEngine:
         self.node_channel = NODE_PREFIX + self.origin.encode()
         self.heartbeat = heartbeat
         self.node_timeout = node_timeout
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
+        self.sealer.log = self._rejections
+        self.secret_file = secret_file
+        """Read again at each heartbeat; changed lines are installed (key rotation, docs/cluster.md)."""
+        self._secret_reading = False
+        self._secret_error: str | None = None
+        self._secrets_installed = list(secrets)
+        self.secret_listeners: list[Any] = []
+        """Called with the key ids after the secret file was read again and installed."""
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
         self._raw: list[tuple[bytes, bytes]] = []
@@ -102,6 +119,7 @@ class RedisEngine:
         """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
         self._beat: Any = None
+        self._last_beat = 0.0
         self._logins: dict[tuple[str, bytes], float] = {}
         """This node's addresses and the wall-clock time each was taken: of two logins with
         one address on two nodes, the later one (then the higher node id) stays."""
@@ -132,6 +150,7 @@ class RedisEngine:
 
         self._beat = LoopingCall(self._heartbeat)
         self._beat.clock = self.reactor
+        self._last_beat = self.reactor.seconds()
         self._beat.start(self.heartbeat, now=False)
 
     def stop(self) -> Deferred:
@@ -279,15 +298,71 @@ class RedisEngine:
         self._durable_pending.update(pending)
         self._schedule()
 
+    def keep_out(self, principal: Any, seconds: float) -> None:
+        """Tell the other nodes to keep ``principal`` out for ``seconds`` (a control message;
+        lost while Redis is away, like every announcement)."""
+        self._announce(control.KEEP_OUT, **control.keep_out_fields(principal, seconds))
+
     def _heartbeat(self) -> None:
-        self._announce(control.BEAT)
         now = self.reactor.seconds()
+        stalled = now - self._last_beat > self.node_timeout
+        self._last_beat = now
+        if stalled:
+            # The others took this node for dead, and what it read meanwhile is older than the
+            # freshness window (dropped as stale): exchange state as after an outage.
+            _log.warn("Cluster: this node was stalled longer than --cluster-node-timeout ({timeout} s); "
+                      "exchanging state with the other nodes again", timeout=self.node_timeout)
+            self._announce(control.HELLO, re=1)
+            self.broker.durable_resync()
+            self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
+        self._announce(control.BEAT)
+        self.sealer.expire()
+        self._check_secret()
         for origin in self.directory.expired(now, self.node_timeout):
             node = self.directory.forget(origin)
             if node is not None:
                 self._node_gone(origin)
                 _log.warn("Cluster: node {node} not heard of for {timeout} s: its sessions left every topic",
                           node=node.name, timeout=self.node_timeout)
+
+    def _check_secret(self) -> None:
+        """Read the secret file again, in a thread, and install its lines if they changed (a
+        few dozen bytes each heartbeat): a bad file is logged once and the keys in use stay."""
+        if self.secret_file is None or self._secret_reading:
+            return
+        from twisted.internet.threads import deferToThreadPool
+
+        def install(secrets: list[bytes]) -> None:
+            self._secret_error = None
+            if secrets != self._secrets_installed:
+                self._install_secrets(secrets)
+
+        def failed(failure: Any) -> None:
+            error = str(failure.value)
+            if error != self._secret_error:
+                self._secret_error = error
+                _log.error("Cluster: the secret file was not read again, the keys in use stay: {error}", error=error)
+
+        def done(_: object) -> None:
+            self._secret_reading = False
+
+        self._secret_reading = True
+        d = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), seal.read_secret_file, self.secret_file)
+        d.addCallbacks(install, failed).addBoth(done)
+
+    def _install_secrets(self, secrets: list[bytes]) -> None:
+        self.sealer.install(secrets)
+        self._secrets_installed = list(secrets)
+        ids = [key_id.hex() for key_id in self.sealer.key_ids]
+        _log.info("Cluster: secret file read again: sealing with key {sealing}, opening with {opening}",
+                  sealing=ids[0], opening=", ".join(ids))
+        for listener in tuple(self.secret_listeners):
+            listener(ids)
+
+    def _rejections(self, counts: dict[str, int]) -> None:
+        _log.warn("Cluster: dropped messages on Redis that no node of this cluster sealed, or replays: {counts} "
+                  "(brokerd_cluster_rejected_total; logged at most once a minute)",
+                  counts=", ".join(f"{count} {reason}" for reason, count in counts.items()))
 
     def _control(self, data: bytes) -> None:
         try:
@@ -296,6 +371,9 @@ class RedisEngine:
                 return
             if message["k"] == control.DURABLE:
                 self.broker.durable_announced(*control.read_durable(message))
+                return
+            if message["k"] == control.KEEP_OUT:
+                self.broker.keep_out_announced(*control.read_keep_out(message))
                 return
             if message["k"] == control.HELLO:
                 if message.get("re"):
@@ -417,6 +495,7 @@ class RedisEngine:
         raw, self._raw = self._raw, []
         shards = self.shards
         stats = self.stats
+        sealer = self.sealer
         if shards is None or not shards.up:
             stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
             return
@@ -425,17 +504,19 @@ class RedisEngine:
             if sections:
                 rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
                             for name, chunks in sections.items()}
-            data = envelope.encode(self.instance, run, rendered)
+            name = channel(topic)
+            data = sealer.seal(name, envelope.encode(self.instance, run, rendered))
             if self._backlog + len(data) > self.max_backlog:
                 stats.dropped_backlog += len(run)
                 continue
-            if not shards.publish(channel(topic), data):
+            if not shards.publish(name, data):
                 stats.dropped_unreachable += len(run)
                 continue
             self._backlog += len(data)
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
         for name, data in raw:
+            data = sealer.seal(name, data)
             if shards.publish(name, data):
                 self._backlog += len(data)
         shards.write()
@@ -447,7 +528,12 @@ class RedisEngine:
             _log.error("Cluster: Redis refused a publish: {error}", error=str(reply))
 
     def received(self, name: bytes, data: bytes) -> None:
-        """An envelope arrived on a topic channel: deliver it here unless this node sent it."""
+        """A message arrived on a channel: opened first (this node's own echo and anything no
+        node of the cluster sealed for this channel stop here), then decoded and handled."""
+        opened = self.sealer.open(name, data)
+        if opened is None:
+            return
+        data = opened
         if name == CONTROL_CHANNEL:
             self._control(data)
             return

@@ -44,10 +44,13 @@ SLOT_CACHE = 65536
 the memory is emptied and starts again, so it stays bounded whatever the topics."""
 
 
-def _messages_in(name: bytes, data: bytes) -> int:
-    """How many messages a dropped publish carried (an envelope's count; 0 for control)."""
-    if name.startswith(_ENVELOPE_PREFIX) and len(data) >= 13:
-        return int.from_bytes(data[9:13], "big")
+def _messages_in(engine: Any, name: bytes, data: bytes) -> int:
+    """How many messages a dropped publish carried (an envelope's count, read in the frame the
+    engine sealed; 0 for control)."""
+    if name.startswith(_ENVELOPE_PREFIX):
+        opened = engine.sealer.open_own(name, data)
+        if opened is not None and len(opened) >= 13:
+            return int.from_bytes(opened[9:13], "big")
     return 0
 
 
@@ -138,7 +141,7 @@ class Shard:
     def drop_held(self) -> None:
         held, self.held = self.held, []
         for name, data, _hops, _asking in held:
-            self.engine.stats.dropped_unreachable += _messages_in(name, data)
+            self.engine.stats.dropped_unreachable += _messages_in(self.engine, name, data)
             self.engine.acknowledged(len(data), None)
 
     def acknowledged(self, entry: tuple[bytes, bytes, int], reply: Any) -> None:
@@ -352,7 +355,7 @@ class Shards:
             self.assign(moved.slot, moved.address)
             self.refresh(via=by)
         if hops >= MAX_REDIRECTS or self.stopped:
-            stats.dropped_unreachable += _messages_in(name, data)
+            stats.dropped_unreachable += _messages_in(self.engine, name, data)
             self.engine.acknowledged(len(data), None)
             return
         self._shard_at(moved.address).resend(name, data, hops + 1, not moved.moved)

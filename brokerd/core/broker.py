@@ -20,13 +20,17 @@ from twisted.logger import Logger
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
-from brokerd.core.access import AccessControl, Perm, inbox
+from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
+from brokerd.core.keepout import KeptOut
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.core.sampling import DeliverySampler
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
+
+_SYSTEM = SYSTEM_TOPICS[:1]
+"""A topic starting with this may be a system topic: checked even without a policy."""
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -123,6 +127,8 @@ class Broker(Service):
         :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
         self.engine: IEngine = IN_MEMORY
         """Where routing reaches beyond this process (:meth:`use_engine`)."""
+        self.kept_out = KeptOut()
+        """Principals an operator keeps out for a while (:meth:`keep_out`; the realm asks it)."""
         self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
         """The engine's ``forward`` when it is shared, else None: the publish path tests
         this one attribute, so a single node pays nothing more for the engine."""
@@ -152,6 +158,16 @@ class Broker(Service):
         """Another node committed durable state to the shared store (the engine's report)."""
         if self.durable is not None:
             self.durable.announced(tree, subscribers, pending)
+
+    def keep_out(self, principal: Principal, seconds: float) -> None:
+        """Refuse ``principal``'s logins for ``seconds``, on this node and (through the
+        engine) on every other node of the cluster."""
+        self.kept_out.add(principal, seconds)
+        self.engine.keep_out(principal, seconds)
+
+    def keep_out_announced(self, principal: Principal, seconds: float) -> None:
+        """Another node keeps ``principal`` out for ``seconds`` (the engine's report)."""
+        self.kept_out.add(principal, seconds)
 
     def durable_resync(self) -> None:
         """A node of the cluster came back after an outage of the shared medium: durable
@@ -350,7 +366,9 @@ class Broker(Service):
         """Whether ``principal`` may publish to ``topic`` (front ends ask first, so that they
         can refuse with their own reply; :meth:`publish` refuses anyway)."""
         access = self.access
-        return access.policy is None or access.allows(principal, topic, Perm.PUBLISH)
+        if access.policy is None and topic[:1] != _SYSTEM:
+            return True
+        return access.allows(principal, topic, Perm.PUBLISH)
 
     def set_policy(self, policy: IAccessPolicy | None) -> int:
         """Install a new access policy (a reload) and take every live subscription it no
@@ -372,7 +390,8 @@ class Broker(Service):
         return revoked
 
     def _check_publish(self, message: Message, topic: bytes) -> None:
-        """Only called when there is a policy.  A message that names no principal (a program
+        """Only called when there is a policy, or for a topic that may be a system topic
+        (brokerd.core.access.system_topic: only the broker publishes there).  A message that names no principal (a program
         embedding the broker that did not say who publishes) is checked as NOBODY, the
         anonymous login: code that should bypass the list says so with a SERVICE principal
         (brokerd.core.principal.BROKER), which AccessControl allows without asking."""
@@ -388,7 +407,7 @@ class Broker(Service):
         """Deliver a multicast ``message`` to every member of its topic except ``exclude``;
         return how many sessions it was handed to.  Rendered once per wire format.
         Raises Forbidden when the sender's principal may not publish there."""
-        if self.access.policy is not None:
+        if self.access.policy is not None or message.target[:1] == _SYSTEM:  # type: ignore[index]
             self._check_publish(message, message.target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += 1
@@ -444,7 +463,7 @@ class Broker(Service):
         Returns the number of (message, recipient) deliveries.  Raises Forbidden as
         :meth:`publish` does (one run has one sender).
         """
-        if self.access.policy is not None:
+        if self.access.policy is not None or messages[0].target[:1] == _SYSTEM:  # type: ignore[index]
             self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += len(messages)

@@ -478,7 +478,7 @@ class DurableService:
 
         def read(figures: dict[str, Any]) -> None:
             reading = (int(figures.get("pending", 0)), int(figures.get("unacknowledged", 0)),
-                       sum(int(n) for n in figures.get("trash", {}).values()))
+                       int(figures.get("trash_total", sum(int(n) for n in figures.get("trash", {}).values()))))
             if reading != self._gauge_last:
                 self._gauge_last = reading
                 self.events.record(schema.GAUGE, self.protocol, pending=reading[0], unacknowledged=reading[1],

@@ -57,6 +57,22 @@ BROKER = Principal("broker", SERVICE)
 publishes as trusted internal code (docs/embedding.md)."""
 
 
+SYSTEM_PROTOCOL = "sys"
+"""The protocol name of the broker's own messages (the statistics topics): other protocols
+show their sender as ``sys:brokerd``."""
+_RESERVED_HEADS = ("sys:", "sys/", "sys@")
+
+
+def reserved_name(name: str | bytes) -> bool:
+    """Whether ``name`` would read as the broker's own sender in some protocol: ``sys``, or
+    ``sys`` followed by ``:``, ``/`` or ``@`` (``sys:brokerd``, ``sys/x``, ``sys@domain``), in
+    any case.  No login of any protocol may take such a name, and no MCCHAT message may carry
+    it as its username (docs/architecture.md, Reserved names)."""
+    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    lowered = text.lower()
+    return lowered == SYSTEM_PROTOCOL or lowered[:4] in _RESERVED_HEADS
+
+
 def certificate_principal(names: tuple[str, ...]) -> Principal:
     """The one principal a verified certificate names in every protocol: its first name (the
     subject CN, else the first subjectAltName); NOBODY without a certificate."""

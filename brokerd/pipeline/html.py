@@ -48,7 +48,30 @@ def _no_data(axes: Any, what: str) -> None:
     axes.set_yticks([])
 
 
+def legend_beside(axes: Any) -> None:
+    """The legend right of the plot, outside it, so that it never covers a line or a bar (the
+    PNG is cut to fit with ``bbox_inches="tight"``, which keeps it)."""
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def axis_from_zero(axes: Any, values: list[float]) -> None:
+    """A vertical axis from zero; when every value is zero, from 0 to 1 with whole ticks
+    (matplotlib would otherwise span a hair's width around zero: 0.00 to 0.05)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if max(values, default=0) <= 0:
+        axes.set_ylim(0, 1)
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        axes.set_ylim(bottom=0)
+
+
 def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> str:
+    """The PNG of :func:`rate_figure`."""
+    return _png(rate_figure(series, bucket_seconds))
+
+
+def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> Any:
     """Messages per second over time, one step line per protocol: a bucket's rate is drawn
     flat across the bucket, so a few buckets read as bars, not as a line between points."""
     from datetime import timedelta
@@ -60,15 +83,16 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
             times, rates = _steps(sorted(points), width)
-            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
-        axes.set_ylim(bottom=0)
+            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol),
+                      linewidth=1.4)
+        axis_from_zero(axes, [rate for points in series.values() for _at, rate in points])
         axes.set_ylabel("messages/s")
         axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
-        axes.legend(loc="upper right")
+        legend_beside(axes)
         axes.grid(alpha=0.3)
         figure.autofmt_xdate()
     axes.set_title("Accepted messages per second, by protocol")
-    return _png(figure)
+    return figure
 
 
 def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datetime], list[float]]:
@@ -91,6 +115,11 @@ LOG_SCALE_RATIO = 100
 
 
 def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> str:
+    """The PNG of :func:`latency_figure`."""
+    return _png(latency_figure(rows, title))
+
+
+def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Any:
     """p50/p90/p99/max per protocol and kind: a linear axis from zero, or a log axis when the
     values span orders of magnitude (said in the axis label)."""
     figure, axes = _figure()
@@ -114,12 +143,12 @@ def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, 
             axes.set_ylim(bottom=1)
             axes.set_ylabel("microseconds (log scale)")
         else:
-            axes.set_ylim(bottom=0)
+            axis_from_zero(axes, values)
             axes.set_ylabel("microseconds")
-        axes.legend()
+        legend_beside(axes)
         axes.grid(alpha=0.3, axis="y")
     axes.set_title(literal(title))
-    return _png(figure)
+    return figure
 
 
 def cross_protocol_table(rows: list[dict[str, Any]]) -> str:

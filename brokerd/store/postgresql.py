@@ -58,6 +58,7 @@ from brokerd.store.records import (
     Delivery,
     MessageRecord,
     Settled,
+    TOP_TRASH_QUEUES,
     SubscriptionRecord,
     TopicRecord,
     fitting,
@@ -396,16 +397,21 @@ class PostgreSQLStore:
         return self._submit(lambda c: c.execute(
             "SELECT COUNT(*) FROM messages WHERE topic = ANY(%s::text[])", (keys,)).fetchone()[0])
 
-    def queue_figures(self) -> Deferred:
-        """Deferred[dict]: as the SQLite store's (``pending``, ``unacknowledged``, ``trash``)."""
+    def queue_figures(self, top: int = TOP_TRASH_QUEUES) -> Deferred:
+        """Deferred[dict]: as the SQLite store's (``pending``, ``unacknowledged``, ``trash`` of
+        the ``top`` fullest Trash queues, ``trash_total``, ``trash_queues``)."""
 
         def figures(c: Any) -> dict[str, Any]:
             waiting = dict(c.execute(
                 "SELECT d.attempts > 0, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
                 f" WHERE d.state = {PENDING} AND m.trashed IS NULL GROUP BY d.attempts > 0").fetchall())
             trash = dict(c.execute(
-                "SELECT topic, COUNT(*) FROM messages WHERE trashed IS NOT NULL GROUP BY topic").fetchall())
-            return {"pending": waiting.get(False, 0), "unacknowledged": waiting.get(True, 0), "trash": trash}
+                "SELECT topic, COUNT(*) AS n FROM messages WHERE trashed IS NOT NULL GROUP BY topic"
+                " ORDER BY n DESC, topic LIMIT %s", (max(top, 0),)).fetchall())
+            total, queues = c.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT topic) FROM messages WHERE trashed IS NOT NULL").fetchone()
+            return {"pending": waiting.get(False, 0), "unacknowledged": waiting.get(True, 0), "trash": trash,
+                    "trash_total": total, "trash_queues": queues}
 
         return self._submit(figures)
 

@@ -38,6 +38,7 @@ from brokerd.store.records import (
     MessageRecord,
     ReceiptDue,
     Settled,
+    TOP_TRASH_QUEUES,
     SubscriptionRecord,
     TopicRecord,
     fitting,
@@ -572,18 +573,24 @@ class SQLiteStore:
 
         return self._submit(count)
 
-    def queue_figures(self) -> Deferred:
+    def queue_figures(self, top: int = TOP_TRASH_QUEUES) -> Deferred:
         """Deferred[dict]: for operators: ``pending`` deliveries never sent yet,
-        ``unacknowledged`` ones sent at least once and not acknowledged, and ``trash``,
-        messages per Trash queue key (``a/b/trash``)."""
+        ``unacknowledged`` ones sent at least once and not acknowledged, ``trash``, messages
+        per Trash queue key (``a/b/trash``) of the ``top`` fullest queues only (users create
+        topics: the figures stay bounded however many there are), ``trash_total`` the
+        messages of every Trash and ``trash_queues`` how many Trash queues hold any."""
 
         def figures(c: sqlite3.Connection) -> dict[str, Any]:
             waiting = dict(c.execute(
                 "SELECT d.attempts > 0, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
                 f" WHERE d.state = {PENDING} AND m.trashed IS NULL GROUP BY d.attempts > 0").fetchall())
             trash = dict(c.execute(
-                "SELECT topic, COUNT(*) FROM messages WHERE trashed IS NOT NULL GROUP BY topic").fetchall())
-            return {"pending": waiting.get(0, 0), "unacknowledged": waiting.get(1, 0), "trash": trash}
+                "SELECT topic, COUNT(*) AS n FROM messages WHERE trashed IS NOT NULL GROUP BY topic"
+                " ORDER BY n DESC, topic LIMIT ?", (max(top, 0),)).fetchall())
+            total, queues = c.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT topic) FROM messages WHERE trashed IS NOT NULL").fetchone()
+            return {"pending": waiting.get(0, 0), "unacknowledged": waiting.get(1, 0), "trash": trash,
+                    "trash_total": total, "trash_queues": queues}
 
         return self._submit(figures)
 

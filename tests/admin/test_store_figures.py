@@ -23,7 +23,8 @@ async def test_queue_figures_count_pending_unacknowledged_and_trash(tmp_path: Pa
     store = SQLiteStore(tmp_path / FILENAME, reactor)
     await store.open()
     try:
-        assert await store.queue_figures() == {"pending": 0, "unacknowledged": 0, "trash": {}}
+        assert await store.queue_figures() == {"pending": 0, "unacknowledged": 0, "trash": {},
+                                               "trash_total": 0, "trash_queues": 0}
         seq = await store.next_seq()
         await store.publish(_record(seq, "news"), [("bob:c1", "ADD"), ("eve:c1", "ADD")])
         await store.publish(_record(seq + 1, "jobs"), [("bob:c1", "ADD")])
@@ -31,7 +32,9 @@ async def test_queue_figures_count_pending_unacknowledged_and_trash(tmp_path: Pa
         assert await store.attempt("eve:c1", seq) == 1  # sent once, not acknowledged
         await store.acknowledge("bob:c1", seq)
         await store.trash_message(seq + 2, 5.0)
-        assert await store.queue_figures() == {"pending": 1, "unacknowledged": 1, "trash": {"jobs/trash": 1}}
+        assert await store.queue_figures() == {"pending": 1, "unacknowledged": 1, "trash": {"jobs/trash": 1},
+                                               "trash_total": 1, "trash_queues": 1}
+        assert (await store.queue_figures(0))["trash"] == {}  # only the fullest queues are named
         latency = store.commit_latency
         assert latency.count == store.batches - 1  # every transaction but the connect
         assert latency.cumulative()[-1] == (float("inf"), latency.count)

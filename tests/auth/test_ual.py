@@ -80,10 +80,19 @@ def test_login_topics_are_built_in():
     ("/ b-o-b s\n", 1),
     ("/ bob s\n/ BOB p\n", 2),
     ("/ bob q\n", 1),
+    ("/~ bob s\n", 1),
+    ("/~~sys bob s\n", 1),
+    ("/a~b bob s\n", 1),
 ])
 def test_bad_files_name_the_line(text: str, line: int):
     with pytest.raises(ConfigurationError, match=f"line {line}"):
         parse_access_list(text)
+
+
+def test_the_other_protocols_tilde_trees_can_be_named():
+    ual = parse_access_list("/~sys * -\n/~SYS/brokerd ops s\n")
+    assert ual.permissions(None, path("/~sys/brokerd/topics")) == Perm.NONE
+    assert ual.permissions("ops", path("/~sys/brokerd/topics")) == S
 
 
 def test_read_from_a_file(tmp_path):

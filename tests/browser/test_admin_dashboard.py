@@ -29,6 +29,18 @@ MESSAGES = 40
 SMQP_MESSAGES = 6
 
 
+INKED = """(() => {
+  // where the chart drew: the vertical axis's label (left margin, middle), the horizontal
+  // axis's label (under the plot, centre), and a positive control: the left margin's bottom
+  // corner, where nothing is drawn
+  const c = document.getElementById('rate-chart');
+  const g = c.getContext('2d');
+  const inked = (x, y, w, h) => g.getImageData(x, y, w, h).data.some((v, i) => i % 4 === 3 && v > 0);
+  return {y_label: inked(4, c.height / 2 - 30, 12, 60), x_label: inked(c.width / 2 - 10, c.height - 14, 60, 12),
+          empty_corner: inked(0, c.height - 6, 20, 6)};
+})()"""
+
+
 def _traffic(ssmp: int) -> list[LineClient]:
     """The scripted run; the subscriber and publisher stay connected (returned)."""
     subscriber = LineClient.connect(ssmp)
@@ -105,6 +117,12 @@ async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
         assert await page.wait_for("Number(document.getElementById('rate-chart').dataset.max) > 1")
         points = int(await page.evaluate("document.getElementById('rate-chart').dataset.points"))
         assert await page.wait_for(f"Number(document.getElementById('rate-chart').dataset.points) > {points}")
+        chart = await page.evaluate(
+            "(() => { const c = document.getElementById('rate-chart'); return [c.dataset.yLabel, c.dataset.xLabel,"
+            " Array.from(document.querySelectorAll('#rate-legend li')).map(li => li.dataset.line)]; })()")
+        assert chart == ["messages per second", "seconds ago", ["accepted", "delivered"]]
+        inked = await page.evaluate(INKED)
+        assert inked == {"y_label": True, "x_label": True, "empty_corner": False}, inked
         topics = await page.evaluate("Array.from(document.querySelectorAll('#topics td')).map(td => td.textContent)")
         assert topics == ["news", "1", "ssmp 1"]
         connections = await page.evaluate(

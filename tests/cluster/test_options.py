@@ -9,6 +9,7 @@ import pytest
 from brokerd.cluster.address import RedisAddress, parse
 from brokerd.errors import ConfigurationError
 from brokerd.tap import Options, StartupError, node_name
+from tests.support.redis import cluster_secret
 
 
 @pytest.mark.parametrize("url, expected", [
@@ -36,6 +37,9 @@ def test_the_password_is_not_logged() -> None:
 
 
 def options(tmp_path: Path, *args: str) -> Options:
+    """Options parsed from ``args``; with --cluster and no --cluster-secret-file, the test secret's."""
+    if "--cluster" in args and "--cluster-secret-file" not in args:
+        args = (*args, "--cluster-secret-file", str(cluster_secret(tmp_path / "cluster.secret")))
     opts = Options()
     opts.parseOptions(["--data-dir", str(tmp_path), *args])
     return opts
@@ -69,9 +73,45 @@ def test_makeservice_with_settings_also_refuses_smqp_without_postgresql(tmp_path
     from brokerd.tap import makeService
 
     settings = Settings(listeners={"smqp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path,
-                        cluster="redis://127.0.0.1:1", event_log=False)
+                        cluster="redis://127.0.0.1:1", event_log=False,
+                        cluster_secret_file=cluster_secret(tmp_path / "cluster.secret"))
     with pytest.raises(StartupError, match="needs --store postgresql"):
         makeService(settings)
     settings.listeners = {"ssmp": ["tcp:0:interface=127.0.0.1"]}
     service = makeService(settings)  # accepted without SMQP (not started: nothing connects)
     assert service.runtime.broker.engine.shared
+
+
+@pytest.mark.parametrize("url, warned", [
+    ("redis://192.0.2.7:6379", True),
+    ("redis://redis.example.net:6379/2", True),
+    ("redis://127.0.0.1:6379", False),
+    ("redis://localhost:6379", False),
+    ("redis://[::1]:6379", False),
+    ("unix:///run/redis.sock", False),
+    ("redis://:a-password@192.0.2.7:6379", False),
+    ("rediss://192.0.2.7:6380", False),
+])
+def test_a_redis_others_can_reach_without_password_or_tls_is_warned_about_at_start(
+        tmp_path: Path, url: str, warned: bool) -> None:
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    from brokerd.config import Settings
+    from brokerd.tap import makeService
+
+    events: list[dict] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        makeService(Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path, cluster=url,
+                             event_log=False, cluster_secret_file=cluster_secret(tmp_path / "cluster.secret")))
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    lines = [formatEvent(event) for event in events]
+    assert any(line.startswith("Cluster: node ") for line in lines)  # the start was logged either way
+    warnings = [line for line in lines if "without a password or TLS" in line]
+    if warned:
+        assert warnings == [f"Cluster: Redis at {parse(url)} is not on this machine and is used without a password "
+                            "or TLS: anyone who reaches it can deny service to the cluster (docs/cluster.md, threat "
+                            "model)"]
+    else:
+        assert warnings == []

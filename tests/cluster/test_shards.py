@@ -17,8 +17,10 @@ from brokerd.cluster import slots
 from brokerd.cluster.address import parse
 from brokerd.cluster.connection import RespReader
 from brokerd.cluster.redis_engine import ClusterStats
+from brokerd.cluster.seal import Sealer
 from brokerd.cluster.shards import MAX_REDIRECTS, Shards
 from tests.support.live import TIMEOUT, reactor
+from tests.support.redis import TEST_SECRET
 
 CHANNEL = b"brokerd:t:room"
 SLOT = slots.hash_slot(CHANNEL)
@@ -89,6 +91,7 @@ class Recorder:
         self.reactor = reactor()
         self.password = self.username = None
         self.stats = ClusterStats()
+        self.sealer = Sealer([TEST_SECRET], bytes(8), 15.0)
         self.backlog = 0
         self.refused: list[str] = []
         self.ready: Deferred = Deferred()
@@ -173,7 +176,7 @@ async def test_a_slot_bouncing_between_two_masters_drops_the_publish_after_a_bou
                                 else b"+OK\r\n")
     engine, shards = await started(a)
     try:
-        data = b"\xb1" + bytes(8) + (3).to_bytes(4, "big")  # an envelope's head: 3 messages
+        data = engine.sealer.seal(CHANNEL, b"\xb1" + bytes(8) + (3).to_bytes(4, "big"))  # an envelope's head: 3 messages
         publish(engine, shards, data)
         await engine.until(lambda: engine.stats.dropped_unreachable == 3)
         assert len(a.spublishes()) + len(b.spublishes()) == MAX_REDIRECTS + 1  # then no more

@@ -18,6 +18,7 @@ from brokerd.protocols.smqp.client import connect as smqp_connect
 from brokerd.protocols.socketmq.api import Client
 from brokerd.tap import ListenerService, makeService
 from tests.support.live import Inbox
+from tests.support.redis import cluster_secret
 from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"
@@ -30,6 +31,8 @@ class Node:
     def __init__(self, data_dir: Path, cluster: str, name: str, **fields: Any) -> None:
         self.name = name
         protocols = (*LISTENERS, "smqp") if fields.get("store") else LISTENERS
+        if "cluster_secret_file" not in fields:  # every test node shares the test secret
+            fields["cluster_secret_file"] = cluster_secret(data_dir.parent / f"{name}.secret")
         self.settings = Settings(
             listeners={protocol: [LOOPBACK] for protocol in protocols},
             data_dir=data_dir, open_login=True, cluster=cluster, node_name=name, **{"event_log": False, **fields},

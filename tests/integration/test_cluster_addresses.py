@@ -13,7 +13,7 @@ import pytest_twisted
 from tests.integration.cluster_nodes import TIMEOUT, Inbox, LineProtocol, Node, reactor, ssmp_subscribed
 from tests.integration.test_cluster_routing import cluster, stop_all
 from tests.support.broker import start_broker
-from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
+from tests.support.redis import RedisServer, cluster_secret, redis_server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +136,7 @@ async def test_a_killed_nodes_sessions_leave_presence(tmp_path: Path, redis_serv
     (tmp_path / "victim").mkdir()
     victim_node = start_broker(
         tmp_path / "victim", "--open-login", "--no-event-log", "--cluster", redis_server.url,
-        "--node-name", "victim", "--cluster-heartbeat", "0.2", "--cluster-node-timeout", "1")
+        "--cluster-secret-file", str(cluster_secret(tmp_path / "victim.secret")), "--node-name", "victim", "--cluster-heartbeat", "0.2", "--cluster-node-timeout", "1")
     try:
         from twisted.internet import endpoints
         from twisted.internet.protocol import Factory

@@ -16,7 +16,7 @@ import pytest
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
 from tests.support.broker import LineClient, RunningBroker, start_broker
 from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
-from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
+from tests.support.redis import RedisServer, cluster_secret, redis_server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +31,7 @@ def start_node(tmp_path: Path, name: str, redis: RedisServer, store: str) -> Run
     directory = tmp_path / name
     directory.mkdir()
     return start_broker(directory, "--accounts", str(accounts), "--cluster", redis.url, "--store", store,
+                        "--cluster-secret-file", str(cluster_secret(tmp_path / f"{name}.secret")),
                         "--node-name", name, "--open-login", listeners=LISTENERS)
 
 

@@ -1,7 +1,8 @@
 """SMQP CONNECTTO (draft 4.1.1) over real sockets: the server connects to the client's own
 notification listener, exchanges the draft's greeting and SUID, then sends notifications
-there (and takes their 310 ACK there); other addresses are refused unless the operator's
-allow-list (--smqp-connectto-allow) names them."""
+there (and takes their 310 ACK there); other addresses, and the client's own when it is not
+public (loopback here), are refused unless the operator's allow-list (--smqp-connectto-allow)
+names them; a failed connection is one answer whatever failed."""
 from __future__ import annotations
 
 import pytest
@@ -87,9 +88,14 @@ async def refused(d, code: int) -> SMQPError:
     return info.value
 
 
+LOOPBACK = "127.0.0.1"
+"""These tests' clients and listeners are on loopback, which CONNECTTO refuses unless the
+allow-list names it."""
+
+
 @pytest_twisted.ensureDeferred
 async def test_connectto_own_listener_gets_greeting_suid_and_notifications(smqp_server, listen):
-    server = await smqp_server()
+    server = await smqp_server(smqp_connectto_allow=LOOPBACK)
     alice = await server.login("alice", "c1")
     on_command_connection: list = []
     alice.notifyReceived = on_command_connection.append
@@ -120,7 +126,7 @@ async def test_connectto_own_listener_gets_greeting_suid_and_notifications(smqp_
 
 @pytest_twisted.ensureDeferred
 async def test_connectto_falls_back_to_command_connection_when_listener_closes(smqp_server, listen):
-    server = await smqp_server()
+    server = await smqp_server(smqp_connectto_allow=LOOPBACK)
     alice = await server.login("alice", "c1")
     got: list = []
     arrived: Deferred = Deferred()
@@ -170,16 +176,42 @@ async def test_connectto_other_address_refused_unless_allowed(smqp_server, liste
 
 
 @pytest_twisted.ensureDeferred
-async def test_connectto_bad_greeting_and_no_listener_are_451(smqp_server, listen):
-    server = await smqp_server()
+async def test_connectto_bad_greeting_silence_and_no_listener_are_one_451(smqp_server, listen):
+    """A wrong greeting, a listener that never greets and a port nobody listens on get the
+    same 451 line: the client learns nothing about what listens where."""
+    server = await smqp_server(smqp_connectto_allow=LOOPBACK, login_timeout=0.5)
     alice = await server.login("alice", "c1")
     rude = Listening(greeting=b"HELLO there\r\n")
     port = await listen(rude)
-    await refused(alice.command("CONNECTTO", "alice:c1", str(port)), 451)
+    answers = [await refused(alice.command("CONNECTTO", "alice:c1", str(port)), 451)]
+    silent = Listening(greeting=b"")
+    silent_port = await listen(silent)
+    answers.append(await refused(alice.command("CONNECTTO", "alice:c1", str(silent_port)), 451))
+    assert silent.connections  # it was dialled, and said nothing
+    answers.append(await refused(alice.command("CONNECTTO", "alice:c1", str(free_port())), 451))  # nobody listens
+    assert {error.lines for error in answers} == {("Local error: notification connection failed",)}
     good = Listening()
     good_port = await listen(good)
-    assert (await alice.command("CONNECTTO", "alice:c1", str(good_port))).code == 200
-    await refused(alice.command("CONNECTTO", "alice:c1", str(free_port())), 451)  # nobody listens
+    assert (await alice.command("CONNECTTO", "alice:c1", str(good_port))).code == 200  # positive control
+
+
+@pytest_twisted.ensureDeferred
+async def test_connectto_own_loopback_address_refused_unless_allowed(smqp_server, listen):
+    """A client on the broker's host would scan its ports through CONNECTTO: its own address
+    is loopback, which only the allow-list admits; 403 before anything is dialled."""
+    listening = Listening()
+    port = await listen(listening)
+    closed = await smqp_server()
+    alice = await closed.login("alice", "c1")
+    await refused(alice.command("CONNECTTO", "alice:c1", str(port)), 403)
+    await refused(alice.command("CONNECTTO", "alice:c1", f"127.0.0.1:{port}"), 403)
+    await refused(alice.command("CONNECTTO", "alice:c1", f"[::ffff:127.0.0.1]:{port}"), 403)
+    assert not listening.connections
+    assert (await alice.noop()).lines == ("OK",)
+    allowed = await smqp_server(smqp_connectto_allow=f"127.0.0.1:{port}")
+    bob = await allowed.login("bob", "c1")
+    assert (await bob.command("CONNECTTO", "bob:c1", str(port))).code == 200  # positive control
+    assert listening.connections[0].suid == allowed.factory.suid
 
 
 def test_allow_list_parsing():
@@ -189,7 +221,12 @@ def test_allow_list_parsing():
     assert not permitted("127.0.0.1", "192.0.2.7", 7001, entries)
     assert permitted("127.0.0.1", "::1", 9000, entries)
     assert permitted("127.0.0.1", "Notify.example.com", 1, entries)
-    assert permitted("127.0.0.1", "127.0.0.1", 1, ())
+    assert permitted("93.184.216.34", "93.184.216.34", 1, ())  # a public address: its own
+    assert not permitted("93.184.216.34", "93.184.216.35", 1, ())
+    for own in ("127.0.0.1", "::1", "10.1.2.3", "192.168.1.2", "169.254.1.1", "fe80::1", "fd00::1",
+                "100.64.0.1", "::ffff:127.0.0.1", "0.0.0.0"):
+        assert not permitted(own, own, 1, ()), own  # not public: only the allow-list admits it
+    assert permitted("127.0.0.1", "127.0.0.1", 1, parse_allow_list("127.0.0.1"))
     assert not permitted("127.0.0.1", "127.0.0.2", 1, ())
     for bad in ("10.0.0.0/33", "a b/c", "1.2.3.4:0", "[::1"):
         with pytest.raises(ConfigurationError):

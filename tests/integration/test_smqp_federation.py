@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint
 
-from brokerd.protocols.smqp.client import SMQPError
+from brokerd.protocols.smqp.client import SMQPError, connect
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
-from tests.support.live import SMQPInbox
+from tests.support.innocent import served_in_process
+from tests.support.live import LOOPBACK, LiveBroker, SMQPInbox
 from tests.support.fixtures import pki  # noqa: F401
 
 PEER_PASSWORD = "peerpw"
@@ -489,3 +492,68 @@ async def test_links_both_ways_do_not_send_a_message_back_where_it_came_from(smq
         assert b_inbox.items == [] and await b_inbox.quiet()
     finally:
         alpha.factory.links.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_path, monkeypatch):
+    """alpha turns rogue: it names its /payroll ``_payroll`` in the NOTIFYs it sends over the
+    link, hoping for beta's local ``/alpha_test_payroll``.  beta (every protocol listening)
+    keeps a linked server's messages below ``/alpha_test/`` only: the rogue one is
+    acknowledged and dropped, the well-named one after it still arrives, and an innocent
+    client of every protocol is served meanwhile."""
+    alpha = await domain(smqp_server, tmp_path, "alpha.test")
+    service = alpha.factory.service
+    honest = service.display
+    monkeypatch.setattr(service, "display", lambda key: "_payroll" if key == "payroll" else honest(key))
+    home = tmp_path / "beta.test"
+    home.mkdir()
+    accounts = home / "accounts"
+    write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
+    (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+    beta = LiveBroker.start(
+        home / "data", listeners={p: [LOOPBACK] for p in ("ssmp", "mcchat", "smqp", "socketmq")},
+        accounts_file=accounts, smqp_domain="beta.test", event_log=False,
+        smqp_link=[f"alpha.test=tcp:127.0.0.1:{alpha.port_number}"], smqp_link_account="peer",
+        smqp_link_password_file=home / "peer.pw",
+    )
+    clients = []
+
+    async def beta_login(account: str, channel: str):
+        client = await connect(TCP4ClientEndpoint(reactor, "127.0.0.1", beta.port("smqp")))
+        clients.append(client)
+        await client.login(account, channel, ACCOUNTS[account])
+        return client
+
+    try:
+        publisher = await alpha.login("alice", "c1")
+        await create(publisher, "/news", "/payroll")
+        local = await beta_login("alice", "c1")
+        await create(local, "/alpha_test", "/alpha_test/news", "/alpha_test/payroll", "/alpha_test_payroll")
+        victim = await beta_login("alice", "c2")
+        victim_inbox = SMQPInbox(victim)
+        await victim.subscribe("/alpha_test_payroll")
+        reader = await beta_login("bob", "c1")
+        inbox = SMQPInbox(reader)
+        await reader.subscribe("/alpha_test/payroll")
+        await reader.subscribe("/alpha_test/news")
+        link = next(link for link in beta.runtime.resources["smqp_links"].links if link.spec.domain == "alpha.test")
+        await until(lambda: link.state == "up" and {"/news", "/payroll"} <= link.remote, reader,
+                    "the link to subscribe at alpha")
+        await publisher.publish("/payroll", "P1", [("text/plain", b"raise for mallory")], [("Depth", "1")])
+        await until(lambda: link.counts["received"] == 1, reader, "beta to handle the rogue message")
+        await served_in_process({p: beta.port(p) for p in ("ssmp", "mcchat", "smqp", "socketmq")})
+        await publisher.publish("/news", "N1", [("text/plain", b"well named")], [("Depth", "1")])
+        notify = await inbox.next()  # positive control: the link still stores what it may
+        assert (notify.args[0], data_of(notify)) == ("/alpha_test/news", b"well named")
+        await reader.acknowledge()
+        assert victim_inbox.items == [] and await victim_inbox.quiet()
+        forwarded = link.factory.forwarded
+        assert (forwarded.counts["stored"], forwarded.counts["outside_mirror"]) == (1, 1)
+        # the rogue message was acknowledged at alpha: nothing stays pending for the link
+        await until(lambda: not alpha.factory.service.outboxes["peer:link_beta_test"].known, publisher,
+                    "alpha to see the link's acknowledgement")
+    finally:
+        for client in clients:
+            if client.transport is not None:
+                client.transport.abortConnection()
+        await beta.stop()

@@ -132,6 +132,28 @@ async def test_one_delivery_and_416(smqp_server):
 
 
 @pytest_twisted.ensureDeferred
+async def test_one_message_left_unanswered_goes_to_a_subscriber_that_answers(smqp_server):
+    """Without a window too: a ONE message its holder leaves unanswered for the retry
+    timeout is not sent to it again; the holder is closed with 421 and the message goes to
+    the other subscriber, which acknowledges it."""
+    server = await smqp_server(smqp_retry_timeout=0.3)
+    silent, silent_inbox = await session(server, "alice", "silent")
+    await silent.create_topic("/work")
+    await silent.set_delivery("/work", "ONE")
+    await silent.subscribe("/work")
+    bob, _ = await session(server, "bob")
+    await bob.publish("/work", "J1", [("text/plain", b"job")])
+    assert data_of(await silent_inbox.next()) == b"job"
+    worker, worker_inbox = await session(server, "alice", "worker")
+    await worker.subscribe("/work")
+    assert data_of(await worker_inbox.next()) == b"job"  # once the silent one was closed
+    await silent.when_closed()
+    assert silent_inbox.items == []  # not sent to it again
+    assert (await worker.acknowledge()).code == 310
+    assert await worker_inbox.quiet()
+
+
+@pytest_twisted.ensureDeferred
 async def test_subscribe_forms_wildcards_since_until_and_unsubscribe(smqp_server):
     server = await smqp_server(max_subscriptions=4)
     alice, inbox = await session(server)

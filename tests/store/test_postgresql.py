@@ -105,6 +105,8 @@ async def test_two_nodes_sweeping_expire_each_message_once(two_nodes):
     rest = await one.expire(10.0, 1000)
     assert sorted(moved + [s.seq for s in rest]) == seqs
     assert await two.count_messages(["news/trash"]) == MESSAGES
+    figures = await two.queue_figures(0)  # the fullest Trash queues only (none here), and all of them summed
+    assert (figures["trash"], figures["trash_total"], figures["trash_queues"]) == ({}, MESSAGES, 1)
 
 
 @pytest_twisted.ensureDeferred

@@ -82,6 +82,20 @@ class RedisServer:
             self.process = None
 
 
+TEST_SECRET = b"brokerd-test-cluster-secret-0001"
+"""The secret the test clusters' nodes share unless a test gives its own."""
+
+
+def cluster_secret(path: Path, *lines: bytes) -> Path:
+    """Write a --cluster-secret-file at ``path`` (mode 600): ``lines``, else TEST_SECRET."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(b"".join(line + b"\n" for line in lines or (TEST_SECRET,)))
+    os.chmod(path, 0o600)
+    return path
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "redis").start()

@@ -53,12 +53,12 @@ from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
-from brokerd.core.access import Perm
+from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal
+from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal, reserved_name
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
@@ -95,6 +95,8 @@ from a connection with a verified TLS client certificate is replaced by the cert
 first name (its CN), so that it cannot be spoofed."""
 
 INFO_PACKET = encode_info(VERSION)
+_SYSTEM_HEADS = (b"s", b"S")
+"""First bytes of a username that may be reserved (brokerd.core.principal.reserved_name)."""
 _serials = itertools.count(1)
 
 
@@ -388,6 +390,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.heard = True
         if not self._started:
             self._first_read()
+            if self.closed:
+                return
         held: list[bytes] = []
         self.hold_writes(held)
         first = begin_read()
@@ -422,13 +426,19 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
                         self.rejected += 1
                         run_topic = None
                         continue
-                    if guarded and not access.allows(principal, topic, Perm.PUBLISH):
+                    if (guarded or topic[0] == SYSTEM_MARK) and not access.allows(principal, topic, Perm.PUBLISH):
                         self.factory.stats.forbidden += 1
                         self.rejected += 1
                         run_topic = None
                         continue
                     run_topic = topic
                 username = event[1] if bound is None else bound
+                if username[:1] in _SYSTEM_HEADS and reserved_name(username):
+                    # would read as the broker's own sender (sys:brokerd): dropped, like a
+                    # message the access list forbids (MCCHAT answers nothing)
+                    self.factory.stats.forbidden += 1
+                    self.rejected += 1
+                    continue
                 run.append(Message(MULTICAST, topic, event[2], "mcchat", name, display_name=username,
                                    principal=principal))
                 continue
@@ -471,6 +481,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.register_producer()
         names = peer_names(self.transport)
         self.principal = certificate_principal(names)
+        if names and self.factory.broker.kept_out.refuses(self.principal) is not None:
+            # MCCHAT has no login to refuse: a certificate the operator keeps out
+            # (brokerd-ctl close ID --for S) is closed before its first packet counts.
+            refused = getattr(self.factory.broker.observer, "auth_failure", None)
+            if refused is not None:
+                refused("mcchat", names[0], source=transport_source(self.transport), scheme="cert",
+                        reason="kept out by the operator")
+            self._close()
+            return
         if self.factory.bind_username and names:
             self._bound = display_name(names[0])
 

@@ -45,6 +45,7 @@ class Answers:
     _log = Logger()
     sent: deque[_Sent]
     sent_bytes: int
+    one_held: int
     settles: int
     window: int
     known: set[int]
@@ -108,6 +109,8 @@ class Answers:
         entry = self.sent.popleft()
         entry.cancel()
         self.sent_bytes -= len(entry.delivery.data)
+        if entry.delivery.mode == "ONE":
+            self.one_held -= 1
         self._resend_attempt = 0
         return entry.delivery
 
@@ -128,7 +131,9 @@ class Answers:
         delivery = entry.delivery
         if self.closed or not self.sent or entry not in self.sent:
             return
-        windowed = self.window > 1 or len(self.sent) > 1
+        # A ONE message is not sent again to a session that left it unanswered: the session
+        # is closed like a window's, so the message goes to a subscriber that answers.
+        windowed = self.window > 1 or len(self.sent) > 1 or delivery.mode == "ONE"
         self._counting = not windowed  # a window's answers go on meanwhile
         d = self.durable.store.attempt(self.name, delivery.seq)
 
@@ -175,6 +180,8 @@ class Answers:
         entry.cancel()
         self.sent.remove(entry)
         self.sent_bytes -= len(entry.delivery.data)
+        if entry.delivery.mode == "ONE":
+            self.one_held -= 1
 
     def _resend(self) -> None:
         """The retry of the notification in flight, written under the same output limit as

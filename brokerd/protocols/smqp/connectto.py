@@ -11,15 +11,23 @@ unacknowledged one is sent again after the retry timeout, as always).
 
 A server that connects wherever a client says is a request-forgery tool (it would knock on
 any host and port the server can reach), so CONNECTTO connects only to the IP address the
-command connection comes from, on any port, unless the operator's allow-list
-(``--smqp-connectto-allow``) names the address: IP addresses or CIDR networks, optionally
-with ``:port`` (``[v6]:port`` for IPv6), or host names (matched as written, then resolved).
-Anything else is refused with ``403`` before any connection is tried.
+command connection comes from, on any port, and only when that address is a public one,
+unless the operator's allow-list (``--smqp-connectto-allow``) names the address: IP
+addresses or CIDR networks, optionally with ``:port`` (``[v6]:port`` for IPv6), or host
+names (matched as written, then resolved).  A client on the broker's own host, or in a
+private, link-local or otherwise non-global network, would otherwise scan the ports the
+broker's host and its neighbours listen on: those addresses need the allow-list even when
+they are the client's own.  Anything else is refused with ``403`` before any connection is
+tried.
+
+Nor does a failure tell the client why: a refused port, a silent one, a closed connection and
+a wrong greeting all get the same ``451`` line, at the same moment (the login timeout after
+the CONNECTTO), so neither the text nor the timing says whether something listens there.
+The reason goes to the broker's log.
 
 Reply codes of CONNECTTO: ``200`` connected and greeted; ``400`` account:channel is not this
 session's login; ``403`` the address is not allowed; ``451`` the connection or its greeting
-failed (refused, timed out after the login timeout, a greeting other than ``SMQP/``...
-``Ready.``, a reply other than ``200``).
+failed (:data:`FAILED`).
 """
 from __future__ import annotations
 
@@ -48,6 +56,9 @@ MAX_GREETING_LINE = 1024
 MAX_PENDING_REPLIES = 16
 """Client replies read from the notification connection and not yet answered; reading
 pauses beyond."""
+
+FAILED = "Local error: notification connection failed"
+"""The one 451 text of a CONNECTTO whose connection or greeting failed, whatever the reason."""
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -108,16 +119,37 @@ def parse_allow_list(value: str | list[str] | None) -> tuple[AllowEntry, ...]:
     return tuple(entries)
 
 
+def public(address: str) -> bool:
+    """Whether ``address`` is a global unicast IP address: not loopback, link-local,
+    private, shared, reserved, unspecified or multicast (an IPv4-mapped IPv6 address is
+    judged by its IPv4 address)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
 def permitted(peer: str | None, address: str, port: int, allow: tuple[AllowEntry, ...]) -> bool:
-    """Whether CONNECTTO may connect to ``address:port``: the client's own address (any
-    port), or an address the allow-list admits."""
-    if peer is not None:
+    """Whether CONNECTTO may connect to ``address:port``: an address the allow-list admits,
+    or the client's own address (any port) when it is :func:`public`."""
+    if any(entry.admits(address, port) for entry in allow):
+        return True
+    if peer is not None and public(address):
         try:
-            if ipaddress.ip_address(address) == ipaddress.ip_address(peer):
-                return True
+            return ipaddress.ip_address(address) == ipaddress.ip_address(peer)
         except ValueError:
-            pass
-    return any(entry.admits(address, port) for entry in allow)
+            return False
+    return False
+
+
+_log = Logger()
+
+
+class ConnectionFailed(Exception):
+    """Why a notification connection failed: for the log, never for the client."""
 
 
 @implementer(IPushProducer)
@@ -185,14 +217,14 @@ class NotificationConnection(Protocol):
         self.closed = True
         self.transport.loseConnection()
         if not self.ready.called:
-            self.ready.errback(Refused(451, f"Local error: notification connection failed: {reason}"))
+            self.ready.errback(ConnectionFailed(reason))
 
     def connectionLost(self, reason: Failure | None = None) -> None:
         self.closed = True
         self._pending.clear()
         if not self.ready.called:
             text = reason.getErrorMessage() if reason is not None else "closed"
-            self.ready.errback(Refused(451, f"Local error: notification connection closed: {text}"))
+            self.ready.errback(ConnectionFailed(f"closed: {text}"))
             return
         self.session.notifications_lost(self)
 
@@ -299,14 +331,17 @@ def connect_notifications(session: Any, command: Command) -> Deferred:
     host = address.strip("[]") or peer
     port = int(port_text)
     if host is None or not permitted(peer, host, port, factory.connectto_allow):
-        raise Refused(403, f"Forbidden: CONNECTTO connects only to this connection's address "
-                                  f"({peer}) or addresses the server's allow-list names, not {host}:{port}")
+        raise Refused(403, f"Forbidden: CONNECTTO connects only to this connection's public address "
+                                  f"or addresses the server's allow-list names, not {host}:{port}")
+    clock = factory.clock
     timeout = factory.settings.login_timeout
-    endpoint = HostnameEndpoint(factory.clock, host, port, timeout=timeout)
+    deadline = clock.seconds() + timeout
+    endpoint = HostnameEndpoint(clock, host, port, timeout=timeout)
     d = endpoint.connect(_Connector(session))
 
     def connected(connection: NotificationConnection) -> Deferred:
-        timer = factory.clock.callLater(timeout, connection._fail, f"no greeting within {timeout:g} s")
+        timer = clock.callLater(max(0.0, deadline - clock.seconds()), connection._fail,
+                                f"no greeting within {timeout:g} s")
 
         def settled(result: Any) -> Any:
             if timer.active():
@@ -315,12 +350,15 @@ def connect_notifications(session: Any, command: Command) -> Deferred:
 
         return connection.ready.addBoth(settled)
 
-    def not_connected(failure: Failure) -> None:
+    def failed(failure: Failure) -> Deferred:
+        """One answer, at the deadline, whatever went wrong (the module docstring says why)."""
         failure.trap(Exception)
-        if failure.check(Refused):
-            failure.raiseException()
-        raise Refused(451, f"Local error: cannot connect to {host}:{port}: {failure.getErrorMessage()}")
+        _log.info("SMQP CONNECTTO {host}:{port} for {account}:{channel} failed: {reason}", host=host, port=port,
+                  account=session.account, channel=session.channel, reason=failure.getErrorMessage())
+        answer: Deferred = Deferred()
+        clock.callLater(max(0.0, deadline - clock.seconds()), answer.errback, Refused(451, FAILED))
+        return answer
 
     d.addCallback(connected)
-    d.addErrback(not_connected)
+    d.addErrback(failed)
     return d

@@ -39,6 +39,7 @@ from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import (
     MAX_ATTEMPTS,
     MAX_NOTIFY_WINDOW,
+    MAX_ONE_HELD,
     MAX_QUEUED_BYTES,
     NOTIFY_WINDOW_LIMIT,
     RETRY_TIMEOUT,
@@ -92,7 +93,7 @@ class SMQPServerFactory(Factory):
         self.clock = clock
         self.store = store
         self.checker = checker
-        self.portal = portal or Portal(BrokerRealm(), [checker, ClientCertificateChecker()])
+        self.portal = portal or Portal(BrokerRealm(broker), [checker, ClientCertificateChecker()])
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
@@ -129,6 +130,10 @@ class SMQPServerFactory(Factory):
                                       durable=self.durable, domain=self.domain)
         durable = self.durable
         self.service.max_queued_bytes = int(getattr(settings, "smqp_max_queued_bytes", MAX_QUEUED_BYTES))
+        self.service.max_one_held = int(getattr(settings, "smqp_max_one_held", MAX_ONE_HELD))
+        """ONE messages one session holds unanswered at most (--smqp-max-one-held)."""
+        if self.service.max_one_held < 1:
+            raise ConfigurationError(f"smqp-max-one-held: at least 1, not {self.service.max_one_held}")
         self.max_notify_window = int(getattr(settings, "smqp_max_notify_window", MAX_NOTIFY_WINDOW))
         """The largest SET NOTIFY WINDOW granted (--smqp-max-notify-window)."""
         if not 1 <= self.max_notify_window <= NOTIFY_WINDOW_LIMIT:

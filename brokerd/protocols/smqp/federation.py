@@ -18,6 +18,8 @@ have their topic pre-pended with the server's domain"), appends the sending serv
 to ``Hops``, counts ``Depth`` down (-1 stays -1), and drops a message whose first SMUID it
 has already stored (the same message by another route), whose ``Hops`` name this server, or
 that came with Depth 0 (a retained message the other server added when the link subscribed).
+A topic that is not an absolute path (``_payroll``, ``//x``) is dropped (:func:`mirror_key`):
+another server only ever writes below its own ``/<domain leaf>/``.
 """
 from __future__ import annotations
 
@@ -103,6 +105,19 @@ def recipients_for(subscribers: Iterable[str], publication: Publication, guarant
     return kept
 
 
+def mirror_key(remote: str, topic: str) -> str | None:
+    """The local key of domain ``remote``'s topic ``topic`` (``/news`` ->
+    ``alpha_example/news``), or None when ``topic`` is not an absolute path of whole names:
+    a link writes below ``/<domain leaf>/`` and nowhere else, whatever the other server sends
+    (``_payroll`` must not become ``alpha_example_payroll``, nor ``/../x`` escape)."""
+    if not topic.startswith("/") or len(topic) < 2:
+        return None
+    names = topic[1:].lower().split("/")
+    if any(name in ("", ".", "..") for name in names):
+        return None
+    return domain_leaf(remote) + "/" + "/".join(names)
+
+
 def _forwarded_body(body: Body, depth: int, hops: tuple[str, ...]) -> Body:
     """``body`` with Depth and Hops replaced, and its last Cmuid taken out (stored_body
     appends it again after the Smuid history)."""
@@ -122,7 +137,8 @@ class Forwarded:
     def __init__(self, factory: Any) -> None:
         self.factory = factory
         self.seen: OrderedDict[str, None] = OrderedDict()
-        self.counts = {"stored": 0, "duplicate": 0, "looped": 0, "no_topic": 0, "local_only": 0}
+        self.counts = {"stored": 0, "duplicate": 0, "looped": 0, "no_topic": 0, "local_only": 0,
+                       "outside_mirror": 0}
 
     def store(self, remote: str, topic: str, body: Body, publication: Publication) -> Deferred:
         """Keep a message from domain ``remote``'s topic ``topic`` (``/news``) here; fires
@@ -141,7 +157,10 @@ class Forwarded:
         if origin is not None and origin in self.seen:
             self.counts["duplicate"] += 1
             return succeed(None)
-        key = domain_leaf(remote) + topic.lower()
+        key = mirror_key(remote, topic)
+        if key is None:
+            self.counts["outside_mirror"] += 1
+            return succeed(None)
         node = factory.tree.get(key)
         if node is None:
             self.counts["no_topic"] += 1

@@ -7,6 +7,10 @@ protocol published the message); the outbox is this session's cursor over it.  I
 sends the next only after the client's ``310 ACK`` has been stored and the server's ``310``
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
 
+- ONE messages: at most the service's ``max_one_held`` (default :data:`MAX_ONE_HELD`) sent
+  and unanswered; the others are parked (left to the other subscribers) until an answer
+  makes room.  One left unanswered for the retry timeout ends the session like a window's
+  (below), so it goes to a subscriber that answers instead of being sent here again.
 - No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
   seconds: the notification is sent again (once the session's output is under its limit,
   like any notification; the next timeout starts when it is written), up to
@@ -73,6 +77,9 @@ MAX_NOTIFY_WINDOW = 64
 when the client asks for a window (SET NOTIFY WINDOW)."""
 NOTIFY_WINDOW_LIMIT = 1024
 """The highest ``--smqp-max-notify-window`` accepted."""
+MAX_ONE_HELD = 8
+"""The default of ``--smqp-max-one-held``: ONE messages one session holds unanswered at
+most (sent and not answered); the others go to the topic's other subscribers meanwhile."""
 
 
 class Session(Protocol):
@@ -99,6 +106,14 @@ class Outbox(Answers):
         self.window_bytes = 0
         """Bytes of the message bodies in the heap."""
         self.max_bytes: int = getattr(service, "max_queued_bytes", MAX_QUEUED_BYTES)
+        self.max_one_held: int = getattr(service, "max_one_held", MAX_ONE_HELD)
+        self.one_held = 0
+        """ONE messages among ``sent`` (claimed by this session, not answered)."""
+        self.parked: dict[int, Delivery] = {}
+        """ONE deliveries taken from the heap while ``one_held`` was at ``max_one_held``: left
+        to the other subscribers meanwhile, back in the heap once an answer makes room.
+        Still in ``known`` and counted in the window, so a store read does not load them
+        again and the memory they take stays bounded by :data:`WINDOW`."""
         self.sent: deque[_Sent] = deque()
         """Notifications written and not answered by the client, oldest first."""
         self.sent_bytes = 0
@@ -203,7 +218,8 @@ class Outbox(Answers):
         self.pump()
 
     def _window_full(self) -> bool:
-        return len(self.heap) >= WINDOW or (bool(self.heap) and self.window_bytes >= self.max_bytes)
+        held = len(self.heap) + len(self.parked)
+        return held >= WINDOW or (held > 0 and self.window_bytes >= self.max_bytes)
 
     def offer_volatile(self, data: bytes) -> None:
         if self.closed:
@@ -220,6 +236,9 @@ class Outbox(Answers):
     def discard(self, seq: int) -> None:
         """The delivery is no longer pending (settled elsewhere, trashed, moved)."""
         self.known.discard(seq)
+        parked = self.parked.pop(seq, None)
+        if parked is not None:
+            self.window_bytes -= len(parked.data)
         self._resending.discard(seq)
         self.waiting_one.pop(seq, None)
         call = self._later.pop(seq, None)
@@ -270,6 +289,8 @@ class Outbox(Answers):
             self._report_drops()
         if not self.session.can_notify():
             return
+        if self.parked and self.one_held < self.max_one_held:
+            self._unpark()
         heap = self.heap
         while heap and self.outstanding() < self.window:
             if not self.session.can_notify():
@@ -284,18 +305,37 @@ class Outbox(Answers):
                 self.known.discard(seq)
                 self._push(delivery)  # over the bytes in flight: once answers come
                 return
-            if delivery.mode == "ONE" and not self.durable.claim(seq, self):
-                self.waiting_one[seq] = delivery
-                continue
+            if delivery.mode == "ONE":
+                if self.one_held >= self.max_one_held:
+                    self._park(delivery)
+                    continue
+                if not self.durable.claim(seq, self):
+                    self.waiting_one[seq] = delivery
+                    continue
             self._send(delivery)
         if self.outstanding() >= self.window:
             return
         if self.stale and not self.loading:
             self._reload()
 
+    def _park(self, delivery: Delivery) -> None:
+        """Hold back a ONE delivery while this session holds its share (see ``parked``)."""
+        self.parked[delivery.seq] = delivery
+        self.window_bytes += len(delivery.data)
+
+    def _unpark(self) -> None:
+        """An answer made room for a ONE message: the parked ones go back in the heap (those
+        over the share are parked again as the heap is sent)."""
+        parked, self.parked = self.parked, {}
+        for delivery in parked.values():
+            self.window_bytes -= len(delivery.data)
+            self._push(delivery)
+
     def _send(self, delivery: Delivery) -> None:
         self._resend_attempt = 0
         entry = _Sent(delivery, self.service.render(delivery))
+        if delivery.mode == "ONE":
+            self.one_held += 1
         self.sent.append(entry)
         self.sent_bytes += len(delivery.data)
         self.session.write_notify(entry.parts)
@@ -316,7 +356,7 @@ class Outbox(Answers):
         exclude = [t for t in self.suspended if "*" not in t] + self.durable.held_topics()
         # What the window has room for, in messages and in bytes: the store reads no body
         # past the budget, so a refill never holds more than the limit and one message.
-        limit = max(1, WINDOW - len(self.heap))
+        limit = max(1, WINDOW - len(self.heap) - len(self.parked))
         budget = max(1, self.max_bytes - self.window_bytes)
         d = self.durable.store.pending(self.name, limit, exclude, budget, frozenset(self.known))
         d.addCallbacks(self._loaded, self._load_failed)
@@ -356,6 +396,8 @@ class Outbox(Answers):
         self._later.clear()
         sent, self.sent = self.sent, deque()
         self.sent_bytes = 0
+        self.one_held = 0
+        self.parked.clear()
         for entry in sent:
             entry.cancel()
             if entry.delivery.mode == "ONE":

@@ -232,8 +232,9 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self._close(421, f"Replaced by a newer login of {self.account}:{self.channel}")
 
     def window_timed_out(self) -> None:
-        """A notification of the session's window went unanswered (brokerd.protocols.smqp.outbox)."""
-        self._close(421, "Service closing: a notification of the window was not acknowledged in time")
+        """A notification of the session's window, or a ONE message, went unanswered
+        (brokerd.protocols.smqp.outbox)."""
+        self._close(421, "Service closing: a notification was not acknowledged in time")
 
     def send(self, data: bytes) -> None:
         """A message from the core (another protocol's UCAST to this session): queued with

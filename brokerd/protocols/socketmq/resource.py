@@ -243,15 +243,16 @@ class PublicKeyResource(resource.Resource):
 
 
 class SocketMQWebSocketResource(WebSocketResource):
-    """Autobahn's WebSocketResource, handing the HTTP connection's admission to the session."""
+    """Autobahn's WebSocketResource, handing the HTTP connection (its admission, and the end
+    of the connection) to the session."""
 
     def render(self, request: Any) -> Any:
         factory: SocketMQWebSocketFactory = self._factory
-        factory.pending_admission = getattr(request.channel, "admission", None)
+        factory.pending_channel = request.channel
         try:
             return super().render(request)
         finally:
-            factory.pending_admission = None
+            factory.pending_channel = None
 
 
 class _Static(resource.Resource):
@@ -325,7 +326,6 @@ class RootResource(resource.Resource):
     def getChild(self, name: bytes, request: Any) -> resource.Resource:
         if name == b"socket.mq":
             return self.socketmq
+        if name == b"" and not request.postpath and b"demo" in self.socketmq.fixed:
+            return Redirect(b"/socket.mq/demo/")  # "/" (Twisted asks for the child b"")
         return NotFound("only /socket.mq/ is served here")
-
-    def render(self, request: Any) -> bytes:
-        return Redirect(b"/socket.mq/demo/").render(request)

@@ -131,6 +131,10 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     factory: SocketMQWebSocketFactory
     admission: Any = None
     """The connection-count admission handed over by the HTTP channel (see resource.py)."""
+    http_channel: Any = None
+    """The HTTP channel this session took the connection over from: the transport reports
+    the end of the connection to this session only, so the session passes it on (the
+    channel's own bookkeeping, and whatever counts connections around it, end with it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -228,6 +232,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self.closed = True
             self._cleanup()
         super().connectionLost(reason)
+        channel, self.http_channel = self.http_channel, None
+        if channel is not None:
+            channel.connectionLost(reason)
 
     def _cleanup(self) -> None:
         if self._congested_timer is not None and self._congested_timer.active():
@@ -592,15 +599,16 @@ _DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
 
 
 class SocketMQWebSocketFactory(WebSocketServerFactory):
-    """Builds sessions for one listener; ``pending_admission`` is set by the resource while
-    it upgrades a connection, so the session inherits the channel's connection count."""
+    """Builds sessions for one listener; ``pending_channel`` is set by the resource while it
+    upgrades a connection, so the session inherits the channel's connection count (its
+    admission) and tells the channel when the connection ends."""
 
     protocol = SocketMQSession
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
         super().__init__()
         self.hub = hub
-        self.pending_admission: Any = None
+        self.pending_channel: Any = None
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
@@ -623,5 +631,8 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
 
     def buildProtocol(self, addr: Any) -> SocketMQSession:
         session = super().buildProtocol(addr)
-        session.admission, self.pending_admission = self.pending_admission, None
+        channel, self.pending_channel = self.pending_channel, None
+        if channel is not None:
+            session.admission, channel.admission = getattr(channel, "admission", None), None
+            session.http_channel = channel
         return session

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
@@ -32,7 +33,7 @@ from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity, enabled_schemes
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
-from brokerd.core.access import Perm
+from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Message
 from brokerd.core.principal import NOBODY, Principal
@@ -294,7 +295,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
                     else:
                         ucasts.append(self._ucast_message(target, payload))
                     continue
-                if guarded and not access.allows(self.principal, target, Perm.PUBLISH):
+                if (guarded or target[0] == SYSTEM_MARK) and not access.allows(self.principal, target, Perm.PUBLISH):
                     replies.append(NOT_ALLOWED)
                     continue
                 if ucasts:
@@ -475,6 +476,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             return SharedSecret(identifier, _content(request.payload)[0])
         if scheme == b"cert":
             return ClientCertificate(identifier, peer_names(self.transport))
+        if scheme == b"password":
+            if request.payload is None:
+                return None
+            return UsernamePassword(identifier, _content(request.payload)[0])
         return None
 
     def _login_succeeded(self, result) -> None:
