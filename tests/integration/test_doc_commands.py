@@ -329,6 +329,8 @@ def cluster_recipe(shell: Shell, blocks: list[list[str]]) -> None:
     assert redis_line.endswith("&") and subscribe.split("#")[0].strip().endswith("&")
     redis_server = shell.start(redis_line.rstrip("& "))
     wait_for_ports(redis_server, [redis])
+    for setup in commands[1:loop_start]:  # the nodes' shared secret
+        shell.run(setup)
     shell.run(loop)  # daemon mode: returns once the nodes are started
     ssmp_ports = [bases["878"] + n for n in (1, 2, 3)]
     for port in ssmp_ports:
