@@ -115,7 +115,7 @@ def test_every_protocol_writes_its_events(tmp_path: Path) -> None:
         # refused logins
         bad = LineClient.connect(ports["ssmp"])
         clients.append(bad)
-        assert bad.request("LOGIN alice secret wrong") == b"401 open secret"
+        assert bad.request("LOGIN alice secret wrong") == b"401 open secret password"  # --accounts offers SSMP password login too
         smqp_bad = SMQPLines(ports["smqp"])
         clients.append(smqp_bad)
         assert smqp_bad.login("x", "wrongpw")[0].startswith(b"401 ")
