@@ -209,11 +209,14 @@ def option_name(attribute: str) -> str:
     return attribute.replace("_", "-")
 
 
-def settings_from(values: dict[str, Any], config_file: str | None = None) -> Settings:
+def settings_from(values: dict[str, Any], config_file: str | None = None,
+                  problems: list[str] | None = None) -> Settings:
     """Build Settings from command-line ``values`` (None = not given) over ``config_file``.
 
     Keys use the option names (``data-dir``, ``max-output-buffer``); listener keys take a
-    string or a list of endpoint strings.
+    string or a list of endpoint strings.  A bad setting raises ConfigurationError, or, when
+    a ``problems`` list is given, is added to it (and keeps its default) so that every bad
+    setting is reported at once.
     """
     merged: dict[str, Any] = {}
     if config_file is not None:
@@ -233,17 +236,26 @@ def settings_from(values: dict[str, Any], config_file: str | None = None) -> Set
     known["accounts"] = known.pop("accounts-file")  # DESIGN.md names the option --accounts
     known["ual"] = known.pop("ual-file")
     for key, value in merged.items():
-        if key in PROTOCOLS:
-            endpoints = [value] if isinstance(value, str) else list(value)
-            if not all(isinstance(e, str) for e in endpoints):
-                raise ConfigurationError(f"{key}: endpoints must be strings")
-            settings.listeners[key] = endpoints
-            continue
-        spec = known.get(key)
-        if spec is None:
-            raise ConfigurationError(f"unknown setting {key!r}")
-        setattr(settings, spec.name, _convert(key, spec.name, value))
+        try:
+            _apply(settings, known, key, value)
+        except ConfigurationError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
     return settings
+
+
+def _apply(settings: Settings, known: dict[str, Any], key: str, value: Any) -> None:
+    if key in PROTOCOLS:
+        endpoints = [value] if isinstance(value, str) else list(value)
+        if not all(isinstance(e, str) for e in endpoints):
+            raise ConfigurationError(f"{key}: endpoints must be strings")
+        settings.listeners[key] = endpoints
+        return
+    spec = known.get(key)
+    if spec is None:
+        raise ConfigurationError(f"unknown setting {key!r}")
+    setattr(settings, spec.name, _convert(key, spec.name, value))
 
 
 _OPTIONAL_NUMBERS = {"sys_interval": float}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService
@@ -31,6 +32,7 @@ from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
 from brokerd.protocols.flow import after_read
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.disk import DiskSpace
@@ -44,7 +46,8 @@ class Options(usage.Options):
     synopsis = "[options]"
     longdesc = (
         "Run brokerd: SSMP, MCCHAT, SMQP and socket.mq on one broker core. With no listener "
-        "option every available protocol listens on its default port; with any, only those given."
+        "option every available protocol listens on its default port on 127.0.0.1 (this host "
+        "only); with any, only those given."
     )
     optFlags = [
         ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
@@ -53,6 +56,7 @@ class Options(usage.Options):
         ["event-log-payloads", None, "Include message contents (base64) in the event log."],
         ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
         ["socketmq-deflate", None, "socket.mq: accept permessage-deflate (compressed WebSocket messages) [off]."],
+        ["check-config", None, "Check --config and the options given without starting: exit 0, or 1 with one line per problem."],
     ]
     optParameters = [
         ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],
@@ -131,19 +135,19 @@ class Options(usage.Options):
         self["listeners"].setdefault(protocol, []).append(endpoint)
 
     def opt_ssmp(self, endpoint: str) -> None:
-        """Listen for SSMP on ENDPOINT (repeatable) [tcp:8787]."""
+        """Listen for SSMP on ENDPOINT (repeatable) [tcp:8787:interface=127.0.0.1]."""
         self._listener("ssmp", endpoint)
 
     def opt_mcchat(self, endpoint: str) -> None:
-        """Listen for MCCHAT on ENDPOINT (repeatable) [tcp:1502]."""
+        """Listen for MCCHAT on ENDPOINT (repeatable) [tcp:1502:interface=127.0.0.1]."""
         self._listener("mcchat", endpoint)
 
     def opt_smqp(self, endpoint: str) -> None:
-        """Listen for SMQP on ENDPOINT (repeatable) [tcp:720]."""
+        """Listen for SMQP on ENDPOINT (repeatable) [tcp:720:interface=127.0.0.1]."""
         self._listener("smqp", endpoint)
 
     def opt_socketmq(self, endpoint: str) -> None:
-        """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080]."""
+        """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080:interface=127.0.0.1]."""
         self._listener("socketmq", endpoint)
 
     def opt_smqp_link(self, link: str) -> None:
@@ -154,31 +158,53 @@ class Options(usage.Options):
         print(f"brokerd {__version__}")
         sys.exit(0)
 
+    def parseOptions(self, options=None) -> None:
+        """An option brokerd does not know, or one without its value, is one line and exit 1
+        (twistd would print its whole help text first)."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            raise StartupError(f"brokerd: {exc} (--help lists the options)") from None
+
     def postOptions(self) -> None:
         values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
         # An unset flag is 0: only flags given on the command line may override the file.
-        values.update({key: True for key, *_ in self.optFlags if self[key] and key != "no-event-log"})
+        values.update({key: True for key, *_ in self.optFlags
+                       if self[key] and key not in ("no-event-log", "check-config")})
         if self["no-event-log"]:
             values["event-log"] = False
         values.update(self["listeners"])
         if self["smqp-links"]:
             values["smqp-link"] = self["smqp-links"]
+        checking = bool(self["check-config"])
+        problems: list[str] = []
         try:
-            self.settings = settings_from(values, self["config"])
-            if bool(self.settings.tls_cert) != bool(self.settings.tls_key):
-                raise ConfigurationError("--tls-cert and --tls-key go together")
-            if self.settings.tls_ca and not self.settings.tls_cert:
-                raise ConfigurationError("--tls-ca needs --tls-cert and --tls-key")
-            check_settings(self.settings)
-        except ConfigurationError as exc:
+            self.settings = settings_from(values, self["config"], problems)
+        except ConfigurationError as exc:  # the config file itself cannot be read
+            problems.append(str(exc))
+        else:
+            problems += startup_problems(self.settings, starting=not checking)
+        if checking:
+            report_check(problems)
+        if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
-            raise StartupError(f"brokerd: {exc}") from None
+            raise StartupError(f"brokerd: {problems[0]}")
         twistd = getattr(self, "parent", None)
         if twistd is not None and wants_own_observer(self.settings):
             if twistd.get("logger") is not None:
                 raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
             twistd["logger"] = choose_log_observer(self.settings, twistd)
+
+
+def report_check(problems: list[str]) -> None:
+    """``--check-config``: one line per problem on stderr and exit 1, or one line and exit 0."""
+    for problem in problems:
+        print(f"brokerd: {problem}", file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print("brokerd: configuration OK")
+    sys.exit(0)
 
 
 def front_end(protocol: str):
@@ -234,6 +260,8 @@ class ListenerService(StreamServerEndpointService):
 
     def _listening(self, port):
         self.running_port = port
+        _log.info("{role} listening on {address} (--{option} {endpoint})", role=ROLES.get(self.option, self.option),
+                  address=_address_text(port.getHost()), option=self.option, endpoint=self.description)
         return port
 
     def _failure_line(self, failure) -> str:
@@ -255,6 +283,21 @@ class ListenerService(StreamServerEndpointService):
         return d
 
 
+ROLES = {"ssmp": "SSMP", "mcchat": "MCCHAT", "smqp": "SMQP", "socketmq": "socket.mq", "admin": "admin"}
+"""How the start-up log names each listener's role."""
+
+
+def _address_text(address: Any) -> str:
+    """host:port of a listening port (``[host]:port`` for IPv6), or a unix socket's path."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if host is not None and port is not None:
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    name = getattr(address, "name", None)
+    if name is not None:
+        return f"unix:{name.decode() if isinstance(name, bytes) else name}"
+    return str(address)
+
+
 def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str):
     if description.startswith("tls:"):
         if tls is None:
@@ -270,19 +313,100 @@ def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: s
 
 
 def check_settings(settings: Settings) -> None:
-    """Raise ConfigurationError for what would make makeService fail: unreadable files,
-    listeners of front ends that are not available."""
-    settings.secret()
-    check_operations_settings(settings)
-    if settings.store is not None:
-        check_store_url(settings.store, settings.store_password_file)
+    """Raise ConfigurationError for the first of :func:`startup_problems`."""
+    problems = startup_problems(settings)
+    if problems:
+        raise ConfigurationError(problems[0])
+
+
+def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
+    """Every check of the settings before start-up, one line per problem: the one place a
+    new start-up check goes (add it to :data:`STARTUP_CHECKS`).  Run while the options are
+    parsed, before twistd daemonizes, so a problem is one line on the terminal.  Without
+    ``starting`` (``--check-config``) the data directory is checked without being created and
+    every listener's endpoint string is parsed too."""
+    problems = []
+    for check in STARTUP_CHECKS:
+        try:
+            check(settings)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    if not starting:  # when starting, makeService reads these files and binds these endpoints
+        try:
+            _check_readable_files(settings)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+        listeners = _listeners(settings)
+        problems += data_dir_problems(settings, listeners, create=False)
+        problems += _endpoint_problems(settings, listeners)
+    return problems
+
+
+def _check_tls_files(settings: Settings) -> None:
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if settings.tls_ca and not settings.tls_cert:
+        raise ConfigurationError("--tls-ca needs --tls-cert and --tls-key")
     if settings.tls_cert is not None and settings.tls_key is not None:
         ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
+
+
+def _check_readable_files(settings: Settings) -> None:
+    for option, path in (("--accounts", settings.accounts_file), ("--ual", settings.ual_file)):
+        if path is not None:
+            try:
+                Path(path).read_bytes()
+            except OSError as exc:
+                raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
+
+
+def _check_store(settings: Settings) -> None:
+    if settings.store is not None:
+        check_store_url(settings.store, settings.store_password_file)
+
+
+def _check_front_ends(settings: Settings) -> None:
     for protocol in settings.listeners:
         if front_end(protocol) is None:
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+
+
+def _check_cluster(settings: Settings) -> None:
     if settings.cluster is not None:
         check_cluster_settings(settings)
+
+
+def _endpoint_problems(settings: Settings, listeners: dict[str, list[str]]) -> list[str]:
+    from twisted.internet import reactor
+
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        try:
+            tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
+        except ConfigurationError:
+            return []  # already one of the problems
+    named = [(protocol, d) for protocol, descriptions in listeners.items() for d in descriptions]
+    if settings.admin is not None:
+        named.append(("admin", settings.admin))
+    problems = []
+    for option, description in named:
+        try:
+            _listen_endpoint(reactor, description, tls, option)
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+STARTUP_CHECKS = (
+    lambda settings: settings.secret(),
+    _check_tls_files,
+    check_operations_settings,
+    _check_store,
+    _check_front_ends,
+    _check_cluster,
+)
+"""The start-up checks of :func:`startup_problems`, in order: each raises ConfigurationError
+with one line."""
 
 
 def check_cluster_settings(settings: Settings) -> None:
@@ -427,11 +551,15 @@ def _open_store(settings: Settings, reactor) -> Any:
     return store
 
 
+DEFAULT_INTERFACE = "127.0.0.1"
+"""Where the default listeners (no listener option given) bind: this host only."""
+
+
 def _listeners(settings: Settings) -> dict[str, list[str]]:
     if settings.listeners:
         return settings.listeners
     return {
-        protocol: [f"tcp:{DEFAULT_PORTS[protocol]}"]
+        protocol: [f"tcp:{DEFAULT_PORTS[protocol]}:interface={DEFAULT_INTERFACE}"]
         for protocol in PROTOCOLS
         if front_end(protocol) is not None
     }
@@ -457,14 +585,35 @@ def build_service(options, reactor=None) -> MultiService:
 
         reactor = default_reactor
     settings = options if isinstance(options, Settings) else options.settings
+    listeners = _listeners(settings)
+    lock = claim_data_dir(settings, listeners)
     try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigurationError(f"--data-dir {settings.data_dir}: {exc.strerror}") from None
-    runtime = build_runtime(settings, reactor)
+        return _build_service(settings, reactor, listeners, lock)
+    except BaseException:
+        lock.release()
+        raise
 
+
+def claim_data_dir(settings: Settings, listeners: dict[str, list[str]]) -> DataDirLock:
+    """Check every file and directory the broker writes, lock the data directory, and try
+    every fixed TCP port, before anything starts (and before twistd daemonizes)."""
+    problems = data_dir_problems(settings, listeners, create=True)
+    if problems:
+        raise ConfigurationError(problems[0])
+    lock = DataDirLock(settings.data_dir)
+    lock.acquire()
+    problems = listen_problems(listeners, settings.admin)
+    if problems:
+        lock.release()
+        raise ConfigurationError(problems[0])
+    return lock
+
+
+def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]], lock: DataDirLock) -> MultiService:
+    runtime = build_runtime(settings, reactor)
     top = MultiService()
     top.runtime = runtime  # type: ignore[attr-defined]
+    lock.setServiceParent(top)  # first in, last out: held until everything else stopped
     event_log = runtime.resources["event_log_service"]
     if event_log is not None:
         event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
@@ -472,7 +621,10 @@ def build_service(options, reactor=None) -> MultiService:
     runtime.broker.setServiceParent(top)
     runtime.resources[ACCESS_LIST].setServiceParent(top)  # watches the UAL file
     operations = runtime.resources["operations"]
-    listeners = _listeners(settings)
+    if not settings.listeners:
+        _log.info("No listener option: every listener binds {interface} only (this host); to listen beyond it, "
+                  "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
+                  interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
     warn_if_exposed(settings, listeners)
     for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)

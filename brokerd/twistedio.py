@@ -12,7 +12,9 @@ Every read of those internals is in this module, each behind :data:`FAST_PATHS`,
 public-API fallback beside it: the front ends' flow control (brokerd.protocols.flow) takes
 :func:`limit_output_buffer` and :class:`DirectWrites` for deliveries, the cluster engine
 (brokerd.cluster.shards) :func:`send_now` for its pipelined writes to Redis, and the admin
-listener :func:`queued_bytes` for its figures and its event streams' bound.
+listener :func:`queued_bytes` for its figures and its event streams' bound.  One more, not
+a fast path: :func:`twistd_with_one_command`, how the ``brokerd`` command hands its service
+to twistd's runner.
 """
 from __future__ import annotations
 
@@ -131,3 +133,24 @@ def send_now(transport: Any, data: bytes) -> None:
         return
     if sent < len(data):
         transport.write(data[sent:])
+
+
+def twistd_with_one_command(service_maker: Any) -> type:
+    """twistd's option parser with ``service_maker`` (an IServiceMaker) as its only command,
+    for the ``brokerd`` console command: no plugin discovery, so it also runs where twistd
+    cannot see the plugin (an editable install run from another directory).
+
+    twistd's runner builds the application from ``loadedPlugins[subCommand]``, a dictionary
+    its ``subCommands`` property fills while the options are parsed; this parser fills it with
+    the one command.  Parsing with it and running with :func:`twisted.scripts.twistd.runApp`
+    is tested end to end by tests/integration/test_startup.py on every release.
+    """
+    from twisted.scripts.twistd import ServerOptions
+
+    class OneCommandServerOptions(ServerOptions):
+        @property
+        def subCommands(self):
+            self.loadedPlugins = {service_maker.tapname: service_maker}
+            yield service_maker.tapname, None, service_maker.options, service_maker.description
+
+    return OneCommandServerOptions

@@ -8,15 +8,18 @@ there and leave the choices in :data:`_CHOSEN`; the factory then honours twistd'
 """
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from twisted.logger import (
+    FileLogObserver,
     FilteringLogObserver,
     ILogObserver,
     LogLevel,
     LogLevelFilterPredicate,
-    jsonFileLogObserver,
+    formatEvent,
     textFileLogObserver,
 )
 from twisted.python import logfile
@@ -57,8 +60,31 @@ def choose(settings: Settings, twistd_options: Any) -> str:
 
 def make_observer(level: LogLevel, format: str, out: Any) -> ILogObserver:
     """An observer writing events at ``level`` or above to ``out`` as text or JSON lines."""
-    base = jsonFileLogObserver(out, recordSeparator="") if format == "json" else textFileLogObserver(out)
+    base = FileLogObserver(out, json_line) if format == "json" else textFileLogObserver(out)
     return FilteringLogObserver(base, [LogLevelFilterPredicate(defaultLogLevel=level)])
+
+
+def json_line(event: dict) -> str:
+    """One log event as one line of JSON for log shippers: ``time`` (ISO 8601, UTC),
+    ``level``, ``source`` (the logger's namespace), ``message`` (the formatted text), the
+    event's own fields under ``fields``, and ``failure`` (the traceback) when it carries one.
+    Values JSON cannot hold are written as their ``str``."""
+    level = event.get("log_level")
+    record: dict[str, Any] = {
+        "time": datetime.fromtimestamp(event.get("log_time", 0), timezone.utc).isoformat(timespec="milliseconds"),
+        "level": getattr(level, "name", "info"),
+        "source": event.get("log_namespace") or event.get("log_system") or "-",
+        "message": formatEvent(event).rstrip("\n"),
+        "fields": {key: value for key, value in event.items() if not key.startswith("log_")},
+    }
+    failure = event.get("log_failure")
+    if failure is not None:
+        record["failure"] = failure.getTraceback()
+    try:
+        return json.dumps(record, default=str, ensure_ascii=False) + "\n"
+    except (TypeError, ValueError):  # keys that are not strings, a value that contains itself
+        record["fields"] = {str(key): str(value) for key, value in record["fields"].items()}
+        return json.dumps(record, default=str, ensure_ascii=False) + "\n"
 
 
 def twistd_observer() -> ILogObserver:

@@ -3,10 +3,10 @@ text or JSON, filtered by --log-level; and the warning about open login on the n
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
-from twisted.logger import formatEvent
 
 from tests.support.broker import LineClient, start_broker
 
@@ -18,10 +18,6 @@ def _session(port: int) -> None:
     assert refused.request("LOGIN mallory secret guess") .startswith(b"401")
     assert refused.closed()
     client.close()
-
-
-def _json_events(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def _log_of_a_session(tmp_path: Path, *options: str) -> str:
@@ -36,14 +32,22 @@ def _log_of_a_session(tmp_path: Path, *options: str) -> str:
 
 @pytest.mark.slow
 def test_json_log_has_connections_logins_and_refusals(tmp_path: Path) -> None:
-    events = _json_events(_log_of_a_session(tmp_path, "--log-format", "json"))
-    texts = [formatEvent(event) for event in events]
+    log = _log_of_a_session(tmp_path, "--log-format", "json")
+    events = [json.loads(line) for line in log.splitlines()]  # every line is one JSON object
+    assert events and all(set(e) >= {"time", "level", "source", "message", "fields"} for e in events), events
+    assert all(datetime.fromisoformat(e["time"]).tzinfo is not None for e in events)
+    texts = [e["message"] for e in events]
     assert any(t.startswith("ssmp: connection from 127.0.0.1:") for t in texts)
     assert any(t.startswith("ssmp: login alice from 127.0.0.1:") for t in texts)
     assert any(t.startswith("ssmp: logout alice from 127.0.0.1:") for t in texts)
     assert any(t.startswith("ssmp: login refused for mallory from 127.0.0.1:") and "(secret)" in t for t in texts)
-    login = next(e for e in events if formatEvent(e).startswith("ssmp: login alice"))
-    assert login["protocol"] == "ssmp" and login["name"] == "alice" and login["log_level"]["name"] == "info"
+    login = next(e for e in events if e["message"].startswith("ssmp: login alice"))
+    assert login["fields"]["protocol"] == "ssmp" and login["fields"]["name"] == "alice"
+    assert login["level"] == "info" and login["source"].startswith("brokerd.")
+    listening = [e for e in events if e["source"] == "brokerd.tap" and "listening on" in e["message"]]
+    assert [e["fields"]["role"] for e in listening] == ["SSMP"], listening
+    assert listening[0]["fields"]["address"].startswith("127.0.0.1:")
+    assert "Server Shut Down." in texts
 
 
 @pytest.mark.slow

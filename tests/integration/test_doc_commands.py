@@ -247,6 +247,33 @@ def smqp_client_examples(shell: Shell, blocks: list[list[str]]) -> None:
     assert shell.stop_all() == [-signal.SIGINT]
 
 
+def operations_check_and_daemon(shell: Shell, blocks: list[list[str]]) -> None:
+    """--check-config on README's try-it config, then that broker as a twistd daemon: twistd
+    returns once it listens, and SIGTERM through its pid file stops it."""
+    check, daemon_line, kill = blocks[0]
+    examples = shell.cwd / "docs" / "examples"
+    examples.mkdir(parents=True)
+    (examples / "try-it.toml").write_text(with_ports((REPO / "docs/examples/try-it.toml").read_text(), shell.ports))
+    assert shell.run(check).stdout == "brokerd: configuration OK\n"
+    assert not (shell.cwd / "brokerd-data").exists()  # checked, not started
+    pid_file = shell.cwd / "brokerd.pid"
+    try:
+        shell.run(daemon_line)
+        pid = int(pid_file.read_text())
+        with socket.create_connection(("127.0.0.1", shell.ports["ssmp"]), timeout=5) as ssmp:
+            ssmp.sendall(b"LOGIN alice open\n")
+            assert ssmp.recv(100) == b"200\n"
+        shell.run(kill)
+        deadline = time.monotonic() + TIMEOUT
+        while pid_file.exists() or Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline, "the daemon did not stop"
+            time.sleep(0.05)  # polling a process that is not the test's child, bounded
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert "Server Shut Down." in (shell.cwd / "brokerd.log").read_text()
+
+
 README_PORTS = {8787, 1502, 7720, 8080, 8081}
 """README command 1's try-it broker (docs/examples/try-it.toml)."""
 
@@ -302,6 +329,8 @@ def cluster_recipe(shell: Shell, blocks: list[list[str]]) -> None:
     assert redis_line.endswith("&") and subscribe.split("#")[0].strip().endswith("&")
     redis_server = shell.start(redis_line.rstrip("& "))
     wait_for_ports(redis_server, [redis])
+    for setup in commands[1:loop_start]:  # the nodes' shared secret
+        shell.run(setup)
     shell.run(loop)  # daemon mode: returns once the nodes are started
     ssmp_ports = [bases["878"] + n for n in (1, 2, 3)]
     for port in ssmp_ports:
@@ -344,6 +373,7 @@ RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] =
     "admin.md": ([0, 1, 2], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
     "deploy.md": ([2], deploy_backup),
+    "operations.md": ([0], operations_check_and_daemon),
     "cluster.md": ([0], cluster_recipe),
 }
 

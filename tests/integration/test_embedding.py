@@ -3,6 +3,7 @@ documented example as a real program."""
 from __future__ import annotations
 
 import re
+import socket
 import sys
 import time
 
@@ -64,17 +65,39 @@ def test_bad_settings_raise_startup_error(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
-def test_port_in_use_raises_listen_failed(tmp_path):
+def test_port_in_use_raises_startup_error_then_listen_failed(tmp_path):
+    """A port taken when makeService runs is a StartupError from makeService; one taken
+    between makeService and startService is ListenFailed from startService."""
     port = free_port()
-    settings = Settings(listeners={"ssmp": [f"tcp:{port}:interface=127.0.0.1"]}, data_dir=tmp_path)
-    first = makeService(settings, reactor)
+    endpoint = f"tcp:{port}:interface=127.0.0.1"
+    first = makeService(Settings(listeners={"ssmp": [endpoint]}, data_dir=tmp_path / "first"), reactor)
     first.startService()
     try:
-        second = makeService(settings, reactor)
-        with pytest.raises(ListenFailed, match=f"--ssmp tcp:{port}:interface=127.0.0.1: cannot listen"):
-            second.startService()
+        with pytest.raises(StartupError, match=f"--ssmp {endpoint}: cannot listen: 127.0.0.1:{port}: "):
+            makeService(Settings(listeners={"ssmp": [endpoint]}, data_dir=tmp_path / "second"), reactor)
     finally:
         yield first.stopService()
+    late = makeService(Settings(listeners={"ssmp": [endpoint]}, data_dir=tmp_path / "late"), reactor)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(ListenFailed, match=f"--ssmp {endpoint}: cannot listen"):
+            late.startService()
+    yield late.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_second_service_on_one_data_dir_is_refused_until_the_first_stops(tmp_path):
+    settings = Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, data_dir=tmp_path)
+    first = makeService(settings, reactor)
+    first.startService()
+    with pytest.raises(StartupError, match=f"--data-dir {tmp_path} is in use by another broker \\(pid \\d+\\)"):
+        makeService(settings, reactor)
+    yield first.stopService()
+    second = makeService(settings, reactor)  # the lock went with the first service
+    second.startService()
+    yield second.stopService()
 
 
 @pytest.mark.slow
