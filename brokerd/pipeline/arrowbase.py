@@ -1,6 +1,6 @@
-"""What the Arrow engine's table modules share: the tables' Arrow schemas (the types Spark
-writes) and small helpers over pyarrow's compute kernels that give Spark's semantics (sort
-order with nulls first or last, null keys grouped together, exact running sums per group).
+"""What the table modules (tables, subscribers) share: the tables' Arrow schemas (the types
+Spark reads back) and small helpers over pyarrow's compute kernels (sort order with nulls
+first or last, null keys grouped together, exact running sums per group).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 Summaries = dict[str, Any]
-"""Summary name -> the merged Arrow table (arrowread.read_summaries)."""
+"""Summary name -> the merged Arrow table (summaries.merge)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,7 +89,7 @@ def differs(column: Any) -> Any:
 
 
 def ranked(frame: Any, order: Sequence[tuple[str, str]], top: int) -> Any:
-    """The first ``top`` rows by ``order`` (session nulls last, as tables.ranked), ranked."""
+    """The first ``top`` rows by ``order`` (session nulls last), ranked."""
     pa, _pc = modules()
     limited = sort_by(frame, order, nulls="at_end").slice(0, top)
     return limited.append_column("rank", pa.array(range(1, len(limited) + 1), pa.int32()))

@@ -1,6 +1,6 @@
-"""The FileSystem calls of compaction and reading (compact.HadoopFS's), on local paths.
+"""The FileSystem calls of compaction and reading (sparkio.HadoopFS's), on local paths.
 
-The Arrow engine (brokerd.pipeline.arrowreport) compacts and reads a local data dir without
+A local report (brokerd.pipeline.report without Spark) compacts and reads a local data dir without
 starting a JVM, so it cannot use Hadoop's FileSystem through Spark; this class has the same
 methods with the same results on local paths.  A rename of a directory is ``os.rename``, atomic
 on one filesystem, which the crash safety of compaction relies on as it does on Hadoop's.
