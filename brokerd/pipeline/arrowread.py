@@ -12,6 +12,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from brokerd.events import schema
 from brokerd.pipeline.arrowjson import parse_files
 from brokerd.pipeline.localfs import LocalFS, local_path
@@ -31,8 +36,6 @@ class TooLarge(Exception):
 def _check_memory(limit: int | None) -> None:
     """Raise TooLarge once the Arrow memory in use passes ``limit`` (checked after each
     file read, so the overshoot is at most one file's table)."""
-    import pyarrow as pa
-
     if limit is not None and pa.total_allocated_bytes() > limit:
         raise TooLarge(f"the log's summaries and open hours take more than --arrow-max-memory "
                        f"({limit:,} bytes) in memory")
@@ -50,8 +53,6 @@ def _parquet_files(directory: str) -> list[str]:
 
 
 def _read(files: list[str], columns: list[str], limit: int | None = None) -> list[Any]:
-    import pyarrow.parquet as pq
-
     tables = []
     for name in files:
         tables.append(pq.read_table(name, columns=columns))
@@ -62,9 +63,6 @@ def _read(files: list[str], columns: list[str], limit: int | None = None) -> lis
 def _summarize_by_hour(records: Any) -> dict[str, list[Any]]:
     """The summaries of ``records``, each hour of ``ts`` on its own (the subscription
     summaries count the messages of an endpoint's own hour only)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
     found: dict[str, list[Any]] = {}
     if not len(records):
         return found
@@ -81,9 +79,6 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
     """The merged summaries of ``data_dir``'s log in [since, until) (a local data dir).
     Raises arrowjson.NotConvertible when an open hour has a line pyarrow cannot parse, and
     TooLarge when what it reads takes more than ``max_memory`` bytes (None: no bound)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if local_path(data_dir) is None:
         raise ValueError(f"{data_dir}: the Arrow engine reads local data dirs only")
     fs = LocalFS()

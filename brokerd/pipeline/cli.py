@@ -158,7 +158,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if args.top <= 0:
         print(f"{prog}: --top must be positive", file=sys.stderr)
         return 2
-    from brokerd.pipeline.report import usable
+    from brokerd.pipeline.localfs import usable
 
     arrow = args.engine != "spark" and usable(args.master, args.data_dir, args.out) and not _submitted(args)
     if args.engine == "arrow" and not arrow:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 from urllib.parse import urlparse
 
@@ -103,3 +104,11 @@ class LocalFS:
                 os.rmdir(path)
         elif os.path.lexists(path):
             os.remove(path)
+
+
+def usable(master: str | None, data_dir: str, out: str) -> bool:
+    """Whether the report may run in this process without Spark: a local master (``local``,
+    ``local[*]``, ``local[N]``) or none, and local paths (whether the inputs parse is known
+    only when they are read)."""
+    local_master = master is None or re.fullmatch(r"local(\[(\*|[0-9]+)\])?", master) is not None
+    return local_master and local_path(data_dir) is not None and local_path(out) is not None

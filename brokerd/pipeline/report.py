@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from brokerd.events import schema
 from brokerd.pipeline import gauges, html, sparkio, tables
@@ -54,14 +57,6 @@ def local_dir(out: str) -> Path | None:
     return None
 
 
-def usable(master: str | None, data_dir: str, out: str) -> bool:
-    """Whether the report may run in this process without Spark: a local master (``local``,
-    ``local[*]``, ``local[N]``) or none, and local paths (whether the inputs parse is known
-    only when they are read)."""
-    local_master = master is None or re.fullmatch(r"local(\[(\*|[0-9]+)\])?", master) is not None
-    return local_master and local_path(data_dir) is not None and local_path(out) is not None
-
-
 def _datetime(us: int) -> datetime:
     """A timestamp for the summary and the plots (naive, the machine's local time)."""
     return datetime.fromtimestamp(us // 1_000_000).replace(microsecond=us % 1_000_000)
@@ -69,8 +64,6 @@ def _datetime(us: int) -> datetime:
 
 def rows(table: Any) -> list[dict[str, Any]]:
     """``table``'s rows as dicts: timestamps as naive datetimes, maps as dicts, arrays as lists."""
-    import pyarrow as pa
-
     columns: dict[str, list[Any]] = {}
     for field in table.schema:
         column = table.column(field.name)
@@ -86,8 +79,6 @@ def rows(table: Any) -> list[dict[str, Any]]:
 
 def write_table(table: Any, directory: str) -> None:
     """``table`` as ``directory`` (replaced, local), a Parquet directory as Spark writes one."""
-    import pyarrow.parquet as pq
-
     if os.path.isdir(directory):
         shutil.rmtree(directory)
     os.makedirs(directory)
@@ -117,9 +108,6 @@ def run_report(
     (before writing any table) when an input needs Spark's reader, arrowread.TooLarge when the
     inputs take more than ``max_memory`` bytes (default arrowread.DEFAULT_MAX_MEMORY).  With a
     Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     progress = progress or Progress(spark, enabled=False)
     step = progress.step
     where = "pyarrow" if spark is None else "Spark"
@@ -177,69 +165,48 @@ def run_report(
     delivery_rows = rows(sort_by(found["delivery_latency"], [("protocol", "ascending"), ("source", "ascending")]))
     split_rows = rows(sort_by(found["smqp_latency_split"], [("kind", "ascending"), ("part", "descending")]))
     gauge_rows = rows(sort_by(found["queue_gauges"], [("time", "ascending")]))
-    summary = make_summary(
-        data_dir=data_dir, path=log.path, found=log.found, out=out, since_us=since_us, until_us=until_us,
-        first=first, last=last, quality=log.quality, events_by_kind=events_by_kind,
-        messages_by_protocol=messages_by_protocol, top_topics=top_topics, latency_by_protocol=latency_by_protocol,
-        top_publishers=rows(found["top_publishers"].slice(0, 10)), top_subscribers=rows(found["top_subscribers"].slice(0, 10)),
-        auth=auth, cross_protocol=rows(found["cross_protocol"]), slow_count=len(slow), slow_rows=slow_rows,
-        delivery_rows=delivery_rows, split_rows=split_rows, gauge_rows=gauge_rows,
-        summarized_hours=len(log.summarized), bucket_seconds=bucket_seconds, compaction=compaction,
-    )
-    step("drawing the HTML report")
-    write_outputs(summary, series, gauge_rows, out, html_dir)
-    return summary
-
-
-def make_summary(
-    *, data_dir: str, path: str, found: bool, out: str, since_us: int | None, until_us: int | None,
-    first: int | None, last: int | None, quality: dict[str, int], events_by_kind: dict[str, int],
-    messages_by_protocol: dict[str, int], top_topics: list[tuple[str, int]], latency_by_protocol: list[dict[str, Any]],
-    top_publishers: list[dict[str, Any]], top_subscribers: list[dict[str, Any]], auth: list[dict[str, Any]],
-    cross_protocol: list[dict[str, Any]], slow_count: int, slow_rows: list[dict[str, Any]],
-    delivery_rows: list[dict[str, Any]], split_rows: list[dict[str, Any]], gauge_rows: list[dict[str, Any]],
-    summarized_hours: int, bucket_seconds: int, compaction: Any,
-) -> dict[str, Any]:
-    """summary.json's content, from the figures either engine collected."""
     dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
-    return {
+    summary = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
-        "events_path": path,
-        "log_found": found,
+        "events_path": log.path,
+        "log_found": log.found,
         "out": out,
         "since": None if since_us is None else format_time(since_us),
         "until": None if until_us is None else format_time(until_us),
         "first_event": None if first is None else format_time(first),
         "last_event": None if last is None else format_time(last),
-        "quality": quality,
-        "lines": sum(quality.values()),
+        "quality": log.quality,
+        "lines": sum(log.quality.values()),
         "events": sum(events_by_kind.values()),
         "events_by_kind": events_by_kind,
         "messages": sum(messages_by_protocol.values()),  # weighted by count, unlike events_by_kind
         "messages_by_protocol": messages_by_protocol,
         "top_topics": top_topics,
         "latency_by_protocol": latency_by_protocol,
-        "top_publishers": top_publishers,
-        "top_subscribers": top_subscribers,
+        "top_publishers": rows(found["top_publishers"].slice(0, 10)),
+        "top_subscribers": rows(found["top_subscribers"].slice(0, 10)),
         "dead_letters": dead,
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
         "auth_failures": auth,
-        "cross_protocol": cross_protocol,
-        "slow_consumer_episodes": slow_count,
+        "cross_protocol": rows(found["cross_protocol"]),
+        "slow_consumer_episodes": len(slow),
         "slow_consumers": slow_rows,
         "delivery_latency": delivery_rows,
         "smqp_latency_split": split_rows,
         "queue_gauge_readings": len(gauge_rows),
         "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
-        "summarized_hours": summarized_hours,
+        "summarized_hours": len(log.summarized),
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {
             "compacted_now": len(compaction.compacted), "already": len(compaction.already),
             "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
         },
     }
+    step("drawing the HTML report")
+    write_outputs(summary, series, gauge_rows, out, html_dir)
+    return summary
 
 
 def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime, float]]],

@@ -13,9 +13,13 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
 from brokerd.pipeline.arrowbase import (
-    RANKING, Summaries, conform, differs, group, int_set, is_in, longs, modules, ranked, sort_by, strings,
+    RANKING, Summaries, conform, differs, group, int_set, is_in, longs, ranked, sort_by, strings,
 )
 from brokerd.pipeline.summaries import HOUR_US
 
@@ -28,7 +32,6 @@ def _rare(s: Summaries, kinds: Sequence[str]) -> Any:
 
 def internal_sessions(s: Summaries) -> set[tuple[str, str]]:
     """(session, protocol) of the broker's own sessions: a ``login`` without ``source``."""
-    _pa_, pc = modules()
     logins = _rare(s, [schema.LOGIN])
     logins = logins.filter(pc.is_null(logins.column("source")))
     return set(zip(logins.column("session").to_pylist(), logins.column("protocol").to_pylist()))
@@ -76,8 +79,6 @@ class _Cumulative:
     """Running sums of (messages, bytes) per group and hour, to count the hours before one."""
 
     def __init__(self, table: Any, keys: Sequence[str]) -> None:
-        import numpy as np
-
         self.groups: dict[tuple[Any, ...], tuple[list[int], Any, Any]] = {}
         table = sort_by(table, [*[(k, "ascending") for k in keys], ("hour_index", "ascending")])
         if not len(table):
@@ -111,7 +112,6 @@ def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str
     of the multicast messages accepted on its topic in [start, end), its session's own
     excluded: at each endpoint, the whole hours before its hour (``publishing``) plus the
     part of its hour before it (``before_topic``, ``before_own``)."""
-    _pa_, pc = modules()
     publishing = s["publishing"]
     multicast = publishing.filter(pc.and_(pc.fill_null(pc.equal(publishing.column("message"), "multicast"), False),
                                           pc.is_valid(publishing.column("topic"))))
@@ -175,7 +175,6 @@ def routes_of(s: Summaries) -> tuple[list[dict[str, Any]], dict[tuple[int, str],
 def top_subscribers(s: Summaries, top: int = 100, routing: Any = None) -> Any:
     """Per session, the messages routed to its subscriptions plus
     the ``delivered`` events naming it; the broker's own sessions left out."""
-    pa, _pc = modules()
     intervals, routed_by = routing or routes_of(s)
     per_interval: dict[int, list[int]] = {}
     for (index, _publishing), (n, nb) in routed_by.items():
@@ -227,7 +226,6 @@ def top_subscribers(s: Summaries, top: int = 100, routing: Any = None) -> Any:
 
 def cross_protocol(s: Summaries, top: int = 0, routing: Any = None) -> Any:
     """Publishing x receiving protocol, copies routed (> 0)."""
-    pa, _pc = modules()
     intervals, routed_by = routing or routes_of(s)
     pairs: dict[tuple[str, str], list[int]] = {}
     for (index, publishing), (n, nb) in routed_by.items():

@@ -54,6 +54,10 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
 
 SUMMARY_VERSION = 2
@@ -76,8 +80,6 @@ _ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
 def schemas() -> dict[str, Any]:
     """Each summary's Arrow schema: what :func:`summarize_table` gives, cast to it, and what
     compaction stores (Spark reads the stored files with the same schema)."""
-    import pyarrow as pa
-
     s, i = pa.string(), pa.int64()
     fields = dict(schema.FIELDS)
     return {
@@ -97,26 +99,18 @@ def schemas() -> dict[str, Any]:
 
 
 def _count(table: Any) -> Any:
-    import pyarrow.compute as pc
-
     return pc.fill_null(table.column("count"), 1)
 
 
 def _zero(column: Any) -> Any:
-    import pyarrow.compute as pc
-
     return pc.fill_null(column, 0)
 
 
 def _floor(column: Any, unit: int) -> Any:
-    import pyarrow.compute as pc
-
     return pc.multiply(pc.divide(column, unit), unit)  # integer division: ts is positive
 
 
 def _is(table: Any, kind: str) -> Any:
-    import pyarrow.compute as pc
-
     return pc.fill_null(pc.equal(table.column("kind"), kind), False)
 
 
@@ -128,9 +122,6 @@ def _sum_by(table: Any, keys: list[str], sums: list[str], renames: dict[str, str
 def summarize_table(records: Any) -> dict[str, Any]:
     """Every summary of ``records`` (an Arrow table of one hour's valid records, the
     schema's fields), as Arrow tables with the summaries' column names."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     kind = records.column("kind")
     count = _count(records)
     minute = _floor(records.column("ts"), MINUTE_US)
@@ -208,9 +199,6 @@ def summarize_table(records: Any) -> dict[str, Any]:
 def _smqp_latency(timed: Any) -> Any:
     """``smqp_latency`` of the records with ``latency_us`` (as summaries.smqp_latency: a record
     with ``queued_us`` in parts ``queued`` and ``online``, one without in ``unsplit``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     outcomes = timed.filter(pc.and_(
         pc.fill_null(pc.is_in(timed.column("kind"), value_set=pa.array(list(SMQP_OUTCOMES))), False),
         pc.fill_null(pc.equal(timed.column("protocol"), "smqp"), False),
@@ -237,10 +225,6 @@ def _before(records: Any, rare: Any) -> tuple[Any, Any]:
     """``before_topic`` and ``before_own``: per endpoint instant, the multicast messages of the
     hour strictly before it (per topic and publishing protocol; per topic of the endpoint's own
     session), from each group's running sums and a binary search of the instants."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     ends = rare.filter(pc.is_in(rare.column("kind"), value_set=pa.array(list(ENDPOINT_KINDS)))).to_pylist()
     topic_out: dict[str, list[Any]] = {name: [] for name in ("at", "topic", "publishing", "n", "nb")}
     own_out: dict[str, list[Any]] = {name: [] for name in ("at", "session", "protocol", "topic", "n", "nb")}
@@ -276,8 +260,6 @@ def _before(records: Any, rare: Any) -> tuple[Any, Any]:
 def _groups(messages: Any, keys: list[str]) -> Any:
     """(key values, ts, counts, bytes) per group of ``messages`` (keys never null), each
     sorted by ``ts``: group codes from the keys' dictionary encoding, one numpy sort."""
-    import numpy as np
-
     if not len(messages):
         return
     codes = np.zeros(len(messages), dtype=np.int64)
@@ -302,8 +284,6 @@ def _groups(messages: Any, keys: list[str]) -> Any:
 
 def _emit(out: dict[str, list[Any]], instants: Any, ts: Any, c: Any, b: Any, fixed: dict[str, Any]) -> None:
     """Append a row per instant with messages before it: their count and bytes."""
-    import numpy as np
-
     if not len(instants):
         return
     before = np.searchsorted(ts, instants, side="left")  # messages with ts < instant
@@ -327,8 +307,6 @@ def merge(parts: dict[str, Iterable[Any]]) -> dict[str, Any]:
     """One Arrow table per summary from ``parts`` (name -> tables of several hours, in the
     summary's schema or castable to it: columns are taken by name), several rows per key:
     the tables re-aggregate.  A summary with no part is an empty table of its schema."""
-    import pyarrow as pa
-
     merged = {}
     for name in NAMES:
         target = schemas()[name]

@@ -42,11 +42,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
 from brokerd.pipeline.gauges import SERIES
 from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
 from brokerd.pipeline.arrowbase import (
-    RANKING, Summaries, conform, differs, group, is_in, joinable, modules, ranked, sort_by, timestamps,
+    RANKING, Summaries, conform, differs, group, is_in, joinable, ranked, sort_by, timestamps,
 )
 from brokerd.pipeline.subscribers import cross_protocol, routes_of, top_subscribers
 from brokerd.pipeline.summaries import ONLINE, QUEUED, UNSPLIT
@@ -56,7 +60,6 @@ PERCENTILES = (0.5, 0.9, 0.99)
 def traffic(s: Summaries, top: int = 0) -> Any:
     """The traffic and drops summaries re-aggregated per key, the drops
     per reason in a map sorted by reason (empty for keys without drops)."""
-    pa, pc = modules()
     keys = ["minute", "topic", "protocol"]
     sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
     flows = group(s["traffic"], keys, [*[(n, "sum", n) for n in sums], ("max_fanout", "max", "max_fanout")])
@@ -83,9 +86,6 @@ def traffic(s: Summaries, top: int = 0) -> Any:
 
 def _reason_maps(merged: Any, reasons: Any, keys: list[str]) -> Any:
     """Per row of ``merged``: its rows of ``reasons`` as a map reason -> n, sorted by reason."""
-    import numpy as np
-
-    pa, pc = modules()
     if not len(reasons):
         return pa.array([[]] * len(merged), pa.map_(pa.string(), pa.int64()))
     rows = joinable(merged.select(keys), keys).append_column("row", pa.array(np.arange(len(merged), dtype=np.int64)))
@@ -100,9 +100,6 @@ def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
     """Count, p50_us, p90_us, p99_us, max_us per ``keys`` from value
     counts, exact (per group, the smallest value whose running count reaches ``p * count``),
     groups sorted by their keys (nulls first)."""
-    import numpy as np
-
-    pa, _pc = modules()
     values = group(counts, [*keys, value], [("n", "sum", "n")])
     values = sort_by(values, [*[(k, "ascending") for k in keys], (value, "ascending")])
     names = [f"p{round(q * 100)}_us" for q in PERCENTILES]
@@ -147,7 +144,6 @@ def top_publishers(s: Summaries, top: int = 100) -> Any:
 
 def _records(s: Summaries, where: Any, columns: Sequence[Any], order: Sequence[str], name: str) -> Any:
     """Rows of ``rare`` (``where``: a mask of it) with ``time``, sorted by ``order``."""
-    pa, _pc = modules()
     rare = s["rare"].filter(where)
     rare = rare.append_column("time", timestamps(rare.column("ts")))
     table = pa.table({column if isinstance(column, str) else column[0]:
@@ -156,12 +152,10 @@ def _records(s: Summaries, where: Any, columns: Sequence[Any], order: Sequence[s
 
 
 def _dropped(rare: Any) -> Any:
-    pa, pc = modules()
     return pc.fill_null(rare.column("dropped"), 1).cast(pa.int64())
 
 
 def slow_consumers(s: Summaries, top: int = 0) -> Any:
-    _pa_, pc = modules()
     rare = s["rare"]
     where = pc.and_(is_in(rare.column("kind"), [schema.DROPPED]), is_in(rare.column("reason"), [schema.SLOW_CONSUMER, schema.QUEUE_FULL]))
     return _records(s, where, ["time", "protocol", "session", "topic", "reason", ("dropped", _dropped)],
@@ -176,7 +170,6 @@ def dead_letters(s: Summaries, top: int = 0) -> Any:
 
 
 def queue_gauges(s: Summaries, top: int = 0) -> Any:
-    _pa_, pc = modules()
     rare = s["rare"]
     return _records(s, is_in(rare.column("kind"), [schema.GAUGE]),
                     ["time", "broker", "protocol", *[(n, lambda r, n=n: pc.fill_null(r.column(n), 0)) for n, _l, _c in SERIES]],
@@ -185,7 +178,6 @@ def queue_gauges(s: Summaries, top: int = 0) -> Any:
 
 def auth_failures(s: Summaries, top: int = 0) -> Any:
     """Per source host (the port stripped) x protocol."""
-    pa, pc = modules()
     rare = s["rare"]
     failures = rare.filter(is_in(rare.column("kind"), [schema.AUTH_FAILURE]))
     host = pc.struct_field(pc.extract_regex(failures.column("source"), r"^\[?(?P<host>.*?)\]?:[0-9]+$"), [0])
@@ -213,7 +205,6 @@ def auth_failures(s: Summaries, top: int = 0) -> Any:
 def delivery_latency(s: Summaries, top: int = 0) -> Any:
     """The sampled ``latency`` records and SMQP's deliveries
     once online, per receiving protocol and source."""
-    pa, pc = modules()
     rare = s["rare"]
     sampled = rare.filter(pc.and_(is_in(rare.column("kind"), [schema.LATENCY]), pc.is_valid(rare.column("latency_us"))))
     smqp = s["smqp_latency"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from brokerd.pipeline import report
+from brokerd.pipeline.localfs import usable
 from brokerd.pipeline.arrowjson import NotConvertible
 from brokerd.pipeline.compact import COMPACTED_DIR, compact
 from brokerd.pipeline.generate import generate
@@ -175,13 +175,13 @@ def test_open_hours_are_read_from_json_and_compacted_by_pyarrow(spark: Any, tmp_
 
 
 def test_usable_only_with_a_local_master_and_local_paths() -> None:
-    assert report.usable(None, "/data", "out")
-    assert report.usable("local[*]", "file:///data", "/out")
-    assert report.usable("local[2]", "/data", "/out") and report.usable("local", "/data", "/out")
-    assert not report.usable("spark://127.0.0.1:7077", "/data", "/out")
-    assert not report.usable("yarn", "/data", "/out")
-    assert not report.usable("local[*]", "hdfs:///data", "/out")
-    assert not report.usable("local[*]", "/data", "s3a://reports/b1")
+    assert usable(None, "/data", "out")
+    assert usable("local[*]", "file:///data", "/out")
+    assert usable("local[2]", "/data", "/out") and usable("local", "/data", "/out")
+    assert not usable("spark://127.0.0.1:7077", "/data", "/out")
+    assert not usable("yarn", "/data", "/out")
+    assert not usable("local[*]", "hdfs:///data", "/out")
+    assert not usable("local[*]", "/data", "s3a://reports/b1")
 
 
 def _no_java_env(tmp_path: Path) -> dict[str, str]:
