@@ -116,7 +116,7 @@ def run_report(
     if compact:
         step(f"compacting closed hours ({where})")
         compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
-    step(f"reading the stored summaries and summarising the other hours' records ({where})")
+    step(f"reading the event log: the stored summaries, and the other hours' records summarised ({where})")
     if spark is None:
         log = read_summaries(data_dir, since_us, until_us, DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
     else:
