@@ -110,6 +110,10 @@ class Settings:
     socketmq_origins: str | list[str] = "self"
     """socket.mq: browser origins that may open the WebSocket and POST (``self``, origins,
     patterns, ``*``; separated by commas or spaces, or a TOML list)."""
+    server_names: str | list[str] = ""
+    """DNS names users reach this broker by, beyond localhost, IP addresses, the listeners'
+    interfaces and the host name: the Host check of the admin listener and socket.mq's
+    ``self`` origin (separated by commas or spaces, or a TOML list)."""
     admin: str | None = None
     """Endpoint of the admin listener (metrics, JSON API, dashboard; docs/admin.md); off when None."""
     admin_token_file: Path | None = None

@@ -195,6 +195,11 @@ class IEngine(Interface):
     def topics():
         """Topics with members on other nodes (bytes)."""
 
+    def keep_out(principal, seconds):
+        """This node keeps ``principal`` (brokerd.core.principal.Principal) out for
+        ``seconds``: tell the other nodes, which hand it to :meth:`Broker.keep_out_announced`.
+        Must not raise or block."""
+
     def other_nodes():
         """The names of the cluster's other live nodes (heard from within the node timeout),
         a set of str; None when there is no cluster (one node)."""

@@ -22,7 +22,7 @@ from twisted.python import usage
 from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
-from brokerd.admin.service import Operations, check_operations_settings, warn_if_exposed
+from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings, warn_if_exposed
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
@@ -93,6 +93,7 @@ class Options(usage.Options):
         ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
         ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
         ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com' [self]."],
+        ["server-names", None, None, "DNS names this broker is reached by (admin Host check, socket.mq 'self'); localhost and IP addresses always are."],
         ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
         ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
         ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
@@ -328,16 +329,21 @@ def cluster_engine(settings: Settings, reactor):
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout)
 
 
+def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
+    """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
+    SMQP logs in against (no guest: a guest login has nothing to prove)."""
+    if settings.accounts_file is None:
+        return ()
+    from brokerd.auth.accounts import AccountsChecker
+
+    return (AccountsChecker(settings.accounts_file, guest=False, reactor=reactor),)
+
+
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
-    portal = build_portal(
-        open_login=settings.open_login,
-        secret=settings.secret(),
-        client_certificates=tls is not None and tls.verifies_clients,
-    )
     disk = DiskSpace(settings.data_dir, settings.disk_free_limit, reactor)
     event_log = None
     if settings.event_log:
@@ -356,6 +362,13 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_listener_connections=settings.max_listener_connections,
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
+    )
+    portal = build_portal(
+        open_login=settings.open_login,
+        secret=settings.secret(),
+        client_certificates=tls is not None and tls.verifies_clients,
+        extra_checkers=account_checkers(settings, reactor),
+        broker=broker,
     )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
@@ -452,7 +465,7 @@ def build_service(options, reactor=None) -> MultiService:
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
-        endpoint = _listen_endpoint(reactor, settings.admin, runtime.tls, "admin")
+        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin")
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
     for service in operations.services():
         service.setServiceParent(top)

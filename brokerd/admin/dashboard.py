@@ -14,7 +14,6 @@ MAX_WATCHERS pages watch at once, so a dashboard can never grow the broker's mem
 from __future__ import annotations
 
 import heapq
-import json
 from importlib import resources
 from typing import Any
 
@@ -23,6 +22,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from brokerd.admin import strictjson
 from brokerd.admin.figures import Figures
 from brokerd.admin.sessions import describe_session, list_topics
 from brokerd.twistedio import queued_bytes
@@ -99,7 +99,7 @@ class Events(Resource):
         if len(self.watchers) >= MAX_WATCHERS:
             request.setResponseCode(503)
             request.setHeader(b"content-type", b"application/json")
-            return json.dumps({"error": f"{MAX_WATCHERS} dashboards watch already"}).encode() + b"\n"
+            return strictjson.dumps({"error": f"{MAX_WATCHERS} dashboards watch already"}) + b"\n"
         request.setHeader(b"content-type", b"text/event-stream")
         request.setHeader(b"cache-control", b"no-store")
         self.watchers.add(request)
@@ -126,7 +126,7 @@ class Events(Resource):
     def _send(self, queues: dict[str, Any] | None) -> None:
         if not self.watchers:
             return
-        data = b"data: " + json.dumps(view(self.figures, queues), sort_keys=True).encode() + b"\n\n"
+        data = b"data: " + strictjson.dumps(view(self.figures, queues)) + b"\n\n"
         for request in list(self.watchers):
             if (queued_bytes(request.channel.transport) or 0) > MAX_QUEUED:
                 self.watchers.discard(request)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from brokerd.auth.hosts import LOCAL_NAMES, listener_interface
 from brokerd.auth.tls import split_escaped
-
-_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
 def binds_loopback(description: str) -> bool:
@@ -18,21 +17,13 @@ def binds_loopback(description: str) -> bool:
     ``tcp:``/``tls:``/``ssl:`` listener whose interface is a loopback address, or a ``unix:``
     socket (guarded by its file permissions).  Anything else (no interface: every one; an
     onion service; an endpoint type we do not know) counts as reachable."""
-    fields = split_escaped(description)
-    kind = fields[0].lower()
+    kind = split_escaped(description)[0].lower()
     if kind == "unix":
         return True
     if kind not in ("tcp", "tcp6", "tls", "ssl"):
         return False
-    interface = ""
-    positional = [field for field in fields[1:] if "=" not in field]
-    for field in fields[1:]:
-        name, equals, value = field.partition("=")
-        if equals and name == "interface":
-            interface = value
-    if not interface and kind in ("tcp", "tcp6") and len(positional) >= 2:
-        interface = positional[1]  # tcp:PORT:INTERFACE
-    if interface.lower() in _LOCAL_NAMES:
+    interface = listener_interface(description)
+    if interface.lower() in LOCAL_NAMES:
         return True
     try:
         return ipaddress.ip_address(interface).is_loopback

@@ -13,10 +13,13 @@ from brokerd.admin.connections import ConnectionCounts, ConnectionLog
 from brokerd.admin.dashboard import Events
 from brokerd.admin.exposure import binds_loopback
 from brokerd.admin.figures import Figures
+from brokerd.admin.hostcheck import HostCheck
 from brokerd.admin.logs import check_log_settings
 from brokerd.admin.oplog import OperatorLog
 from brokerd.admin.systopics import StatisticsTopics
 from brokerd.admin.web import Access, AdminRoot
+from brokerd.auth.hosts import OwnNames
+from brokerd.auth.tls import split_escaped
 from brokerd.config import Runtime, Settings, read_first_line
 from brokerd.errors import ConfigurationError
 
@@ -26,6 +29,36 @@ _log = Logger(namespace="brokerd")
 def certificate_names(settings: Settings) -> frozenset[str]:
     text = settings.admin_cert_names or ""
     return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+ADMIN_SOCKET_MODE = 0o600
+"""File mode of a ``unix:`` admin socket whose endpoint string gives none: the broker's
+user only (``mode=660`` in the string lets the socket's group in)."""
+
+
+def _unix_mode(description: str) -> int | None:
+    """The ``mode=`` of a ``unix:`` endpoint string (None: not given, or not unix:)."""
+    fields = split_escaped(description)
+    if fields[0].lower() != "unix":
+        return None
+    for field in fields[1:]:
+        name, equals, value = field.partition("=")
+        if equals and name == "mode":
+            try:
+                return int(value, 8)
+            except ValueError:
+                raise ConfigurationError(f"--admin {description}: mode={value} is not an octal file mode") from None
+    return None
+
+
+def admin_endpoint(settings: Settings) -> str:
+    """The endpoint string the admin listener listens on: ``--admin``, with ``mode=600``
+    added to a ``unix:`` socket that names no mode.  Twisted sets the mode between bind and
+    listen, so the socket accepts no connection before it has it."""
+    description = settings.admin or ""
+    if split_escaped(description)[0].lower() == "unix" and _unix_mode(description) is None:
+        return f"{description}:mode={ADMIN_SOCKET_MODE:o}"
+    return description
 
 
 def admin_access(settings: Settings) -> Access:
@@ -38,6 +71,11 @@ def admin_access(settings: Settings) -> Access:
     if names and not (endpoint.startswith("tls:") and settings.tls_ca is not None):
         raise ConfigurationError("--admin-cert-names needs a tls: --admin listener and --tls-ca")
     access = Access(token, names)
+    mode = _unix_mode(endpoint)
+    if access.open and mode is not None and mode & 0o007:
+        raise ConfigurationError(
+            f"--admin {endpoint}: mode={mode:o} lets every local user in without a token; give "
+            "--admin-token-file, or a mode without access for others (the default is 600)")
     if access.open and not binds_loopback(endpoint):
         raise ConfigurationError(
             f"--admin {endpoint}: reachable from the network without a token; give --admin-token-file "
@@ -92,9 +130,10 @@ class Operations:
         return ConnectionLog(protocol, factory, self.connections)
 
     def admin_site(self) -> Site:
-        root = AdminRoot(self.figures, admin_access(self.runtime.settings), self.runtime.reactor)
+        settings = self.runtime.settings
+        root = AdminRoot(self.figures, admin_access(settings), self.runtime.reactor)
         self._streams = DashboardStreams(root.events)
-        site = Site(root)
+        site = Site(HostCheck(root, OwnNames.of([settings.admin or ""], settings.server_names)))
         site.displayTracebacks = False
         site.noisy = False
         return site

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import json
+import math
+
+from brokerd.core.keepout import MAX_SECONDS
+from brokerd.core.principal import ANONYMOUS, SERVICE
 from brokerd.events.log import transport_source
 from brokerd.events.schema import text as _text
 from brokerd.twistedio import queued_bytes
@@ -69,3 +74,29 @@ def close_session(session: Any) -> bool:
         return False
     transport.loseConnection()
     return True
+
+
+MAX_CLOSE_BODY = 1024
+"""Bytes of a close request's JSON body read at most."""
+UNNAMED_REALMS = frozenset({ANONYMOUS, SERVICE})
+"""Realms whose principal names nobody in particular: keeping it out would keep out everyone."""
+
+
+def keep_out_seconds(body: bytes) -> float:
+    """The ``for`` of a close request's body (``{}`` or ``{"for": SECONDS}``): 0 for none;
+    ValueError, with the reason, for anything else."""
+    if len(body) > MAX_CLOSE_BODY:
+        raise ValueError(f"the body is over {MAX_CLOSE_BODY} bytes")
+    if not body.strip():
+        return 0.0
+    try:
+        given = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(given, dict) or set(given) - {"for"}:
+        raise ValueError('the body is {} or {"for": SECONDS}')
+    seconds = given.get("for", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 <= seconds <= MAX_SECONDS:
+        raise ValueError(f'"for" is a number of seconds from 0 to {MAX_SECONDS}')
+    return float(seconds)

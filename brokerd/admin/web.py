@@ -11,7 +11,6 @@ by a page the operator happens to visit.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +19,20 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from brokerd.admin import strictjson
 from brokerd.admin.dashboard import ASSETS, Asset, Events
 from brokerd.admin.figures import Figures
+from brokerd.admin.manage import AccessEntries, Accounts
 from brokerd.admin.metrics import CONTENT_TYPE, exposition
-from brokerd.admin.sessions import close_session, find_session, list_sessions, list_topics
+from brokerd.admin.sessions import (
+    MAX_CLOSE_BODY,
+    UNNAMED_REALMS,
+    close_session,
+    find_session,
+    keep_out_seconds,
+    list_sessions,
+    list_topics,
+)
 from brokerd.auth.tls import peer_names
 from brokerd.events.log import peer_text
 
@@ -61,7 +70,7 @@ def _json(request: Any, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(body, sort_keys=True).encode() + b"\n"
+    return strictjson.dumps(body) + b"\n"
 
 
 def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> Any:
@@ -144,7 +153,8 @@ def _posted_json(request: Any) -> bool:
 
 
 class Sessions(AdminResource):
-    """``GET /api/sessions``; ``POST /api/sessions/ID/close``."""
+    """``GET /api/sessions``; ``POST /api/sessions/ID/close`` (body ``{}``, or ``{"for":
+    SECONDS}`` to keep the session's principal out that long on every node)."""
 
     isLeaf = True
 
@@ -159,14 +169,29 @@ class Sessions(AdminResource):
         if not _posted_json(request):
             return _json(request, 415, {"error": "send Content-Type: application/json"})
         wanted = request.postpath[0].decode("ascii", "replace")
+        try:
+            seconds = keep_out_seconds(request.content.read(MAX_CLOSE_BODY + 1))
+        except ValueError as exc:
+            return _json(request, 400, {"error": str(exc)})
         session = find_session(self.figures.broker, wanted)
         if session is None:
             return _json(request, 404, {"error": f"no session {wanted}"})
+        principal = getattr(session, "principal", None)
+        if seconds and (principal is None or principal.realm in UNNAMED_REALMS):
+            return _json(request, 409, {"error": f"session {wanted} has no identity to keep out"})
         if not close_session(session):
             return _json(request, 409, {"error": f"session {wanted} has no connection to close"})
-        self._log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
-                       name=session.name, id=wanted)
-        return _json(request, 200, {"closed": wanted})
+        answer: dict[str, Any] = {"closed": wanted}
+        if seconds:
+            self.figures.broker.keep_out(principal, seconds)
+            answer["kept_out"] = {"principal": str(principal), "seconds": seconds}
+            self._log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
+                           "{seconds} s", protocol=session.protocol, name=session.name, id=wanted,
+                           principal=str(principal), seconds=seconds)
+        else:
+            self._log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
+                           name=session.name, id=wanted)
+        return _json(request, 200, answer)
 
 
 class Reload(AdminResource):
@@ -215,7 +240,8 @@ class Index(AdminResource):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
             "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
-            "POST /api/sessions/ID/close", "POST /api/reload"]})
+            "POST /api/sessions/ID/close", "POST /api/reload", "GET /api/accounts",
+            "POST /api/accounts/add|passwd|remove", "GET /api/ual", "POST /api/ual/set|remove"]})
 
 
 class Api(Resource):
@@ -242,6 +268,8 @@ class AdminRoot(Resource):
         api.putChild(b"sessions", Sessions(figures))
         api.putChild(b"topics", Topics(figures))
         api.putChild(b"reload", Reload(figures))
+        api.putChild(b"accounts", Accounts(figures.runtime))
+        api.putChild(b"ual", AccessEntries(figures.runtime))
         self.putChild(b"metrics", Metrics(figures))
         self.putChild(b"api", api)
 

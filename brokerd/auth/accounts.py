@@ -11,9 +11,10 @@ Account names are SMQP topic names (each account owns the login topic
 ``/accounts/<name>``): 1 to 32 letters, digits or ``_``, a letter first.  They are
 case-insensitive and kept in lower case.
 
-The file is written by ``python -m brokerd.cli.accounts`` (and by SMQP's SET LOGIN PASSWORD)
-through :func:`update_accounts`: under a lock (``FILE.lock``), to a temporary file that then
-replaces the old one, mode 0600.  The broker notices a changed file at the next login.
+The file is written by ``python -m brokerd.cli.accounts``, by SMQP's SET LOGIN PASSWORD and
+by the admin API (brokerd.admin.manage) through :func:`update_accounts`: under a lock
+(``FILE.lock``), to a temporary file that then replaces the old one with its permissions (a
+new file: 0600).  The broker notices a changed file at the next login.
 
 Password checks hash with scrypt, so :class:`AccountsChecker` runs them (and every read of the
 file) in a thread, never on the reactor.
@@ -26,6 +27,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -185,15 +187,42 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
+def check_password(password: str) -> None:
+    """ValueError when ``password`` cannot be stored: too long, or with a line end."""
+    if len(password) > MAX_PASSWORD:
+        raise ValueError(f"a password has at most {MAX_PASSWORD} characters")
+    if "\n" in password or "\r" in password:
+        raise ValueError("a password cannot hold a line end")
+
+
 def write_accounts(path: Path, accounts: dict[str, PasswordHash]) -> None:
-    """Replace the file atomically (a reader sees the old or the new file, never half)."""
+    """Replace the file atomically (a reader sees the old or the new file, never half), with
+    the permissions the old file had (an operator's 0640 for a group stays); a new file is
+    0600."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o600
+    replace_file(path, format_accounts(accounts), mode)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold ``FILE.lock`` (the lock every writer of ``path`` takes)."""
+    with _locked(Path(path)):
+        yield
+
+
+def replace_file(path: Path, text: str, mode: int) -> None:
+    """Write ``text`` to a temporary file beside ``path`` with ``mode``, then rename it over
+    ``path``: a reader sees the old or the new file, never half of one."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            os.fchmod(out.fileno(), 0o600)
-            out.write(format_accounts(accounts))
+            os.fchmod(out.fileno(), mode)
+            out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)

@@ -6,7 +6,12 @@ checker answers with the account name, which the realm makes an ACCOUNT (or GUES
 """
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import IUsernamePassword
+from twisted.cred.error import UnauthorizedLogin
 from twisted.cred.portal import IRealm, Portal
 from zope.interface import implementer
 
@@ -25,17 +30,29 @@ __all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_sche
 
 @implementer(IRealm)
 class BrokerRealm:
+    """Makes the Identity of a successful login; refuses it when ``broker`` keeps its
+    principal out (``brokerd-ctl close ID --for SECONDS``, brokerd.core.keepout), which every
+    protocol then answers as the refused login it is."""
+
+    def __init__(self, broker: Any = None) -> None:
+        self.broker = broker
+
     def requestAvatar(self, avatarId, mind, *interfaces):
         if IIdentity not in interfaces:
             raise NotImplementedError("brokerd's realm only hands out IIdentity")
         if isinstance(avatarId, Identity):
-            return IIdentity, avatarId, lambda: None
-        name = avatarId.decode("utf-8")  # the accounts checker: a lower-case account name
-        realm = GUEST if name == GUEST_ACCOUNT else ACCOUNT
-        return IIdentity, Identity(avatarId, Principal(name, realm)), lambda: None
+            identity = avatarId
+        else:
+            name = avatarId.decode("utf-8")  # the accounts checker: a lower-case account name
+            realm = GUEST if name == GUEST_ACCOUNT else ACCOUNT
+            identity = Identity(avatarId, Principal(name, realm))
+        left = None if self.broker is None else self.broker.kept_out.refuses(identity.principal)
+        if left is not None:
+            raise UnauthorizedLogin(f"kept out by the operator for {math.ceil(left)} s more")
+        return IIdentity, identity, lambda: None
 
 
-SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert"}
+SCHEME_NAMES = {IOpenLogin: "open", ISharedSecret: "secret", IClientCertificate: "cert", IUsernamePassword: "password"}
 """Credentials interface -> the scheme name protocols show to clients."""
 
 
@@ -45,6 +62,7 @@ def build_portal(
     secret: bytes | None = None,
     client_certificates: bool = False,
     extra_checkers: tuple[ICredentialsChecker, ...] = (),
+    broker: Any = None,
 ) -> Portal:
     """One Portal for every front end, with a checker for each enabled scheme."""
     checkers: list[ICredentialsChecker] = []
@@ -55,7 +73,7 @@ def build_portal(
     if client_certificates:
         checkers.append(ClientCertificateChecker())
     checkers.extend(extra_checkers)
-    return Portal(BrokerRealm(), checkers)
+    return Portal(BrokerRealm(broker), checkers)
 
 
 def enabled_schemes(portal: Portal) -> list[str]:

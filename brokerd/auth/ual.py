@@ -197,3 +197,39 @@ def read_access_list(path: Path, **defaults: Perm) -> AccessList:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"UAL file {path}: cannot read: {exc}") from None
     return parse_access_list(text, f"UAL file {path}", **defaults)
+
+
+def entry_of(topic: str, who: str, permissions: str = "-") -> Entry:
+    """The entry a UAL line ``topic who permissions`` stands for, checked as the file's
+    lines are (ConfigurationError with the reason)."""
+    found = parse_access_list(f"{topic} {who} {permissions}", "the entry").entries
+    return found[0]
+
+
+def format_entry(entry: Entry) -> str:
+    return f"/{'/'.join(entry.topic)} {entry.principal} {format_permissions(entry.permissions)}"
+
+
+def edit_access_list(text: str, entry: Entry, remove: bool = False, **defaults: Perm) -> tuple[str, bool]:
+    """The UAL file's ``text`` with ``entry``'s line (same topic and who) replaced by it, added
+    at the end, or (``remove``) taken out; comments and other lines are kept as they are.
+    Returns the new text and whether a line for that topic and who was there.  The result
+    is parsed as the broker reads the file (ConfigurationError when it would not load)."""
+    parse_access_list(text, "UAL file", **defaults)  # as it is: a bad line is named by its number
+    lines = text.splitlines()
+    kept: list[str] = []
+    found = False
+    for line in lines:
+        if line.split("#", 1)[0].strip():
+            listed = parse_access_list(line, "UAL file", **defaults).entries[0]
+            if (listed.topic, listed.principal) == (entry.topic, entry.principal):
+                found = True
+                if not remove:
+                    kept.append(format_entry(entry))
+                continue
+        kept.append(line)
+    if not found and not remove:
+        kept.append(format_entry(entry))
+    result = "\n".join(kept) + "\n" if kept else ""
+    parse_access_list(result, "UAL file", **defaults)
+    return result, found

@@ -20,8 +20,8 @@ from typing import NoReturn, TextIO
 
 from brokerd import __version__
 from brokerd.auth.accounts import (
-    MAX_PASSWORD,
     PasswordHash,
+    check_password,
     normalize_name,
     read_accounts,
     update_accounts,
@@ -86,10 +86,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
         update_accounts(args.file, remove)
         return
     password = args.password if args.password is not None else read_password(stdin)
-    if len(password) > MAX_PASSWORD:
-        raise ValueError(f"a password has at most {MAX_PASSWORD} characters")
-    if "\n" in password or "\r" in password:
-        raise ValueError("a password cannot hold a line end")
+    check_password(password)
     new_hash = PasswordHash.create(password)
 
     def store(accounts: dict[str, PasswordHash]) -> None:

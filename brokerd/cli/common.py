@@ -48,11 +48,49 @@ def option_default(value: Any, suppress: bool) -> Any:
     return argparse.SUPPRESS if suppress else value
 
 
+class ConfigAddress:
+    """Where a broker's config file (``--config``, TOML, docs/operations.md) says its listener
+    of one protocol is: the first ``tcp:`` or ``tls:`` endpoint of that key.  An interface of
+    every address (0.0.0.0, ::) or none is reached on 127.0.0.1."""
+
+    def __init__(self, path: str, key: str) -> None:
+        import re
+        import tomllib
+
+        try:
+            with open(path, "rb") as handle:
+                values = tomllib.load(handle)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{path}: {exc}") from None
+        self.values = values
+        given = values.get(key)
+        endpoints = [given] if isinstance(given, str) else list(given or [])
+        for endpoint in endpoints:
+            found = re.match(r"(tcp|tls):(\d+)(?::(.*))?$", str(endpoint))
+            if found is None:
+                continue
+            options = dict(part.partition("=")[::2] for part in (found.group(3) or "").split(":") if part)
+            interface = options.get("interface", "")
+            self.host = interface if interface not in ("", "0.0.0.0", "::") else "127.0.0.1"
+            self.port = int(found.group(2))
+            self.tls = found.group(1) == "tls"
+            return
+        raise argparse.ArgumentTypeError(f"{path}: no tcp: or tls: listener for {key!r}")
+
+
 def add_address_options(
-    group: Any, default_host: str, default_port: int, suppress: bool = False
+    group: Any, default_host: str, default_port: int, suppress: bool = False, protocol: str | None = None
 ) -> None:
-    """``--connect ENDPOINT``, or ``-H/--host`` and ``-p/--port`` (see
-    :func:`endpoint_description`)."""
+    """``--connect ENDPOINT``, or ``-H/--host`` and ``-p/--port``, or ``--config FILE`` (the
+    ``protocol`` listener of a broker's config file; see :func:`endpoint_description`)."""
+    if protocol is not None:
+        group.add_argument(
+            "--config", metavar="FILE", type=lambda path: ConfigAddress(path, protocol),
+            default=option_default(None, suppress),
+            help=f"the broker's config file: connect to its {protocol} listener",
+        )
     group.add_argument(
         "--connect", metavar="ENDPOINT", default=option_default(None, suppress),
         help=f"Twisted client endpoint string [tcp:{default_host}:{default_port}]",
@@ -98,9 +136,12 @@ def add_tls_options(
 
 
 def check_address(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A usage error (exit 2 through ``parser.error``) for --connect with --host or --port."""
+    """A usage error (exit 2 through ``parser.error``) for --connect with --host or --port,
+    or --config with --connect."""
     if args.connect is not None and (args.host is not None or args.port is not None):
         parser.error("give either --connect or --host/--port")
+    if args.connect is not None and getattr(args, "config", None) is not None:
+        parser.error("give either --connect or --config")
 
 
 def tcp_description(host: str | None, port: int | None, default_host: str, default_port: int) -> str:
@@ -112,15 +153,19 @@ def tcp_description(host: str | None, port: int | None, default_host: str, defau
 
 def endpoint_description(args: argparse.Namespace, default_host: str, default_port: int) -> str:
     """The endpoint string the options name: ``--connect`` as given, else ``tcp:`` with
-    ``--host`` and ``--port``."""
+    ``--host`` and ``--port`` (what they leave out from ``--config``, then the defaults)."""
     if args.connect is not None:
         return args.connect  # type: ignore[no-any-return]
+    config = getattr(args, "config", None)
+    if config is not None:
+        default_host, default_port = config.host, config.port
     return tcp_description(args.host, args.port, default_host, default_port)
 
 
 def uses_tls(args: argparse.Namespace) -> bool:
     """``--tls``, or any of the certificate options that only make sense with it."""
-    return bool(args.tls or any(p is not None for p in (args.ca, args.cert, args.key)))
+    from_config = getattr(getattr(args, "config", None), "tls", False)
+    return bool(args.tls or from_config or any(p is not None for p in (args.ca, args.cert, args.key)))
 
 
 def build_endpoint(

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     group = parser.add_argument_group("connection")
-    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress)
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress, protocol="mcchat")
     common.add_tls_options(
         group,
         cert_help="client certificate (PEM); a broker may bind your username to it",

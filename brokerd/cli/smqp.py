@@ -45,7 +45,8 @@ from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 
 PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 720
+DEFAULT_PORT = 7720
+"""The try-it broker's SMQP port (docs/examples/try-it.toml); the draft's 720 needs root."""
 EXIT_REFUSED = 1
 PASSWORD_ENV = "BROKERD_SMQP_PASSWORD"
 
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 the server refused a command, 2 usage or connection error.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     group = parser.add_argument_group("connection")
-    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT)
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, protocol="smqp")
     group.add_argument("-u", "--user", default="guest", help="account [guest]")
     group.add_argument("-c", "--channel", help="channel [cliXXXX]")
     group.add_argument("--password-file", type=Path, metavar="FILE",

@@ -124,7 +124,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
         return common.option_default(value, suppress)
 
     group = parser.add_argument_group("connection")
-    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress)
+    common.add_address_options(group, DEFAULT_HOST, DEFAULT_PORT, suppress, protocol="ssmp")
     group.add_argument(
         "-i", "--id", dest="identifier", metavar="ID", default=default(None),
         help="identifier to log in with [brokerd-ssmp-XXXX]; '.' is anonymous (publish only)",

@@ -23,6 +23,7 @@ from brokerd.core.principal import NOBODY, Principal
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
 DURABLE = "durable"
+KEEP_OUT = "keepout"
 """Durable state this node committed to the shared store: ``tr`` (the SMQP topic tree
 changed), ``s`` (subscribers whose durable subscriptions changed), ``p`` (subscribers that
 got pending deliveries).  The other nodes re-read that part of the store (see
@@ -68,6 +69,20 @@ def _principal(name: Any, realm: Any) -> Principal | None:
     if isinstance(name, str) and isinstance(realm, str):
         return Principal(name, realm)
     return None
+
+
+def keep_out_fields(principal: Principal, seconds: float) -> dict[str, Any]:
+    return {"pn": principal.name, "pr": principal.realm, "for": float(seconds)}
+
+
+def read_keep_out(message: dict[str, Any]) -> tuple[Principal, float]:
+    """The fields of a KEEP_OUT message; ControlError when they are not a principal and a
+    number of seconds."""
+    principal = _principal(message.get("pn"), message.get("pr"))
+    seconds = message.get("for")
+    if principal is None or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ControlError("a keep-out without its principal or its seconds")
+    return principal, float(seconds)
 
 
 def durable_fields(tree: bool, subscribers: Any, pending: Any) -> dict[str, Any]:

@@ -279,6 +279,11 @@ class RedisEngine:
         self._durable_pending.update(pending)
         self._schedule()
 
+    def keep_out(self, principal: Any, seconds: float) -> None:
+        """Tell the other nodes to keep ``principal`` out for ``seconds`` (a control message;
+        lost while Redis is away, like every announcement)."""
+        self._announce(control.KEEP_OUT, **control.keep_out_fields(principal, seconds))
+
     def _heartbeat(self) -> None:
         self._announce(control.BEAT)
         now = self.reactor.seconds()
@@ -296,6 +301,9 @@ class RedisEngine:
                 return
             if message["k"] == control.DURABLE:
                 self.broker.durable_announced(*control.read_durable(message))
+                return
+            if message["k"] == control.KEEP_OUT:
+                self.broker.keep_out_announced(*control.read_keep_out(message))
                 return
             if message["k"] == control.HELLO:
                 if message.get("re"):

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
+from brokerd.core.keepout import KeptOut
 from brokerd.core.access import AccessControl, Perm, inbox
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
@@ -123,6 +124,8 @@ class Broker(Service):
         :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
         self.engine: IEngine = IN_MEMORY
         """Where routing reaches beyond this process (:meth:`use_engine`)."""
+        self.kept_out = KeptOut()
+        """Principals an operator keeps out for a while (:meth:`keep_out`; the realm asks it)."""
         self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
         """The engine's ``forward`` when it is shared, else None: the publish path tests
         this one attribute, so a single node pays nothing more for the engine."""
@@ -152,6 +155,16 @@ class Broker(Service):
         """Another node committed durable state to the shared store (the engine's report)."""
         if self.durable is not None:
             self.durable.announced(tree, subscribers, pending)
+
+    def keep_out(self, principal: Principal, seconds: float) -> None:
+        """Refuse ``principal``'s logins for ``seconds``, on this node and (through the
+        engine) on every other node of the cluster."""
+        self.kept_out.add(principal, seconds)
+        self.engine.keep_out(principal, seconds)
+
+    def keep_out_announced(self, principal: Principal, seconds: float) -> None:
+        """Another node keeps ``principal`` out for ``seconds`` (the engine's report)."""
+        self.kept_out.add(principal, seconds)
 
     def durable_resync(self) -> None:
         """A node of the cluster came back after an outage of the shared medium: durable

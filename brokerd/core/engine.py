@@ -86,6 +86,9 @@ class InMemoryEngine:
         """No cluster."""
         return None
 
+    def keep_out(self, principal: Any, seconds: float) -> None:
+        """No other node to tell."""
+
 
 IN_MEMORY = InMemoryEngine()
 """The engine of every Broker that was given none (stateless, so shared)."""

@@ -1,17 +1,19 @@
 """``brokerd-report`` (and ``python -m brokerd.pipeline report``): the report job's command line.
 
-Exit status: 0 done; 2 bad arguments or PySpark missing; 1 the Spark job failed (one line
+Exit status: 0 done; 2 bad arguments, a local data dir that does not exist or holds no event
+log, or PySpark missing; 1 the Spark job failed (one line
 on stderr saying why).  Bad lines in the log are never a failure: they are counted and shown.
 
 ``--engine``: ``spark`` distributes the report with Spark; ``arrow`` runs it in this process
 (brokerd.pipeline.report with no Spark session, no JVM: local master, data dir and out only,
-and every input must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may and falls back to
-``spark`` when an input needs Spark's JSON reader.
+and every input must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may
+and falls back to ``spark`` when an input needs Spark's JSON reader.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from brokerd import __version__
@@ -97,6 +99,23 @@ def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentPar
     return parser
 
 
+def missing_log(data_dir: str) -> str | None:
+    """Why a local ``data_dir`` has nothing to report on (it does not exist, or holds no hour
+    of event log, raw or compacted), or None.  Cluster storage is not looked at here."""
+    from brokerd.pipeline.compact import COMPACTED_DIR
+    from brokerd.pipeline.localfs import local_path
+
+    local = local_path(data_dir)
+    if local is None:
+        return None
+    root = Path(local)
+    if not root.is_dir():
+        return f"{data_dir}: no such data dir"
+    if all(next((root / directory).glob("date=*/hour=*"), None) is None for directory in ("events", COMPACTED_DIR)):
+        return f"{data_dir}: no event log in it (no events/date=*/hour=*/; is it the broker's --data-dir?)"
+    return None
+
+
 def _has_pyspark(prog: str) -> bool:
     """Whether PySpark imports; if not, says so in one line (it is the optional extra)."""
     try:
@@ -122,6 +141,16 @@ def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
     if args.hours_per_job <= 0:
         print(f"{prog}: --hours-per-job must be positive", file=sys.stderr)
         return 2
+    problem = missing_log(args.data_dir)
+    if problem is not None and problem.endswith("no such data dir"):
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
+    from brokerd.pipeline.compact import nothing_to_compact
+
+    idle = nothing_to_compact(args.data_dir)
+    if idle is not None:  # nothing to convert: no JVM to start
+        print(f"compacted 0 hour(s); {len(idle.already)} compacted before; {len(idle.open)} still open")
+        return 0
     if not _has_pyspark(prog):
         return 2
     from brokerd.pipeline.compact import compact
@@ -157,6 +186,10 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
         return 2
     if args.top <= 0:
         print(f"{prog}: --top must be positive", file=sys.stderr)
+        return 2
+    problem = missing_log(args.data_dir)
+    if problem is not None:
+        print(f"{prog}: {problem}", file=sys.stderr)
         return 2
     from brokerd.pipeline.localfs import usable
 

@@ -132,6 +132,32 @@ def compact(
     return result
 
 
+def nothing_to_compact(data_dir: str, *, now_us: int | None = None,
+                       grace_us: int = CLOSE_GRACE_US) -> Compaction | None:
+    """For a local ``data_dir``: what :func:`compact` would report when it has nothing to do
+    (no closed hour left to compact, no stale temporary directory), found without Spark;
+    None when there is work, or for cluster storage (only Spark's FileSystem can tell)."""
+    if local_path(data_dir) is None:
+        return None
+    now_us = now_micros() if now_us is None else now_us
+    fs = LocalFS()
+    events, target = events_path(data_dir), compacted_path(data_dir)
+    result = Compaction()
+    if not fs.exists(events):
+        return result
+    if fs.glob(f"{target}/{TMP_PREFIX}*"):
+        return None
+    done = fs.hours(target, MARKER)
+    for hour in sorted(fs.hours(events)):
+        if hour in done:
+            result.already.append(hour)
+        elif is_closed(hour, now_us, grace_us):
+            return None
+        else:
+            result.open.append(hour)
+    return result
+
+
 def file_system(spark: Any, root: str) -> Any:
     """Hadoop's FileSystem for ``root`` through ``spark``, or the local one without Spark."""
     return LocalFS() if spark is None else sparkio.HadoopFS(spark, root)

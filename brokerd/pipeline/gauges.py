@@ -15,8 +15,15 @@ SERIES = (("pending", "pending (never sent)", "#1f77b4"), ("unacknowledged", "se
 
 
 def queue_plot(rows: list[dict[str, Any]]) -> str:
+    """The PNG of :func:`queue_figure`."""
+    from brokerd.pipeline.html import _png
+
+    return _png(queue_figure(rows))
+
+
+def queue_figure(rows: list[dict[str, Any]]) -> Any:
     """Pending, unacknowledged and Trash counts over time, as steps (axis from zero)."""
-    from brokerd.pipeline.html import _figure, _no_data, _png
+    from brokerd.pipeline.html import _figure, _no_data, axis_from_zero, legend_beside
 
     figure, axes = _figure()
     if not rows:
@@ -26,11 +33,11 @@ def queue_plot(rows: list[dict[str, Any]]) -> str:
         for name, label, colour in SERIES:
             values = [row[name] for row in rows]
             axes.step(times + [times[-1]], values + [values[-1]], where="post", label=label, color=colour, linewidth=1.4)
-        axes.set_ylim(bottom=0)
+        axis_from_zero(axes, [row[name] for row in rows for name, _label, _colour in SERIES])
         axes.set_ylabel("messages")
         axes.set_xlabel("time (UTC)")
-        axes.legend(loc="upper right")
+        legend_beside(axes)
         axes.grid(alpha=0.3)
         figure.autofmt_xdate()
     axes.set_title("SMQP queue depth and Trash")
-    return _png(figure)
+    return figure

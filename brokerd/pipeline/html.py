@@ -14,6 +14,15 @@ from typing import Any
 
 from brokerd.pipeline import latency
 
+def literal(text: Any) -> str:
+    """``text`` as matplotlib must show it: literally.  matplotlib reads a string with an even
+    number of unescaped ``$`` as mathtext, where ``_``, ``^`` and ``\\`` are commands and a bad
+    one fails the whole figure (a topic ``$\\nope$`` stopped the report); an escaped ``\\$``
+    is drawn as ``$`` and stops that.  Every string that comes from the log (topics,
+    protocols, kinds) goes through here on its way into a plot, once."""
+    return str(text).replace("$", "\\$")
+
+
 PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
 
 
@@ -39,7 +48,30 @@ def _no_data(axes: Any, what: str) -> None:
     axes.set_yticks([])
 
 
+def legend_beside(axes: Any) -> None:
+    """The legend right of the plot, outside it, so that it never covers a line or a bar (the
+    PNG is cut to fit with ``bbox_inches="tight"``, which keeps it)."""
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def axis_from_zero(axes: Any, values: list[float]) -> None:
+    """A vertical axis from zero; when every value is zero, from 0 to 1 with whole ticks
+    (matplotlib would otherwise span a hair's width around zero: 0.00 to 0.05)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if max(values, default=0) <= 0:
+        axes.set_ylim(0, 1)
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        axes.set_ylim(bottom=0)
+
+
 def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> str:
+    """The PNG of :func:`rate_figure`."""
+    return _png(rate_figure(series, bucket_seconds))
+
+
+def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> Any:
     """Messages per second over time, one step line per protocol: a bucket's rate is drawn
     flat across the bucket, so a few buckets read as bars, not as a line between points."""
     from datetime import timedelta
@@ -51,15 +83,16 @@ def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: i
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
             times, rates = _steps(sorted(points), width)
-            axes.step(times, rates, where="post", label=protocol, color=PROTOCOL_COLOURS.get(protocol), linewidth=1.4)
-        axes.set_ylim(bottom=0)
+            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol),
+                      linewidth=1.4)
+        axis_from_zero(axes, [rate for points in series.values() for _at, rate in points])
         axes.set_ylabel("messages/s")
         axes.set_xlabel(f"time (UTC), {bucket_seconds} s buckets")
-        axes.legend(loc="upper right")
+        legend_beside(axes)
         axes.grid(alpha=0.3)
         figure.autofmt_xdate()
     axes.set_title("Accepted messages per second, by protocol")
-    return _png(figure)
+    return figure
 
 
 def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datetime], list[float]]:
@@ -82,13 +115,18 @@ LOG_SCALE_RATIO = 100
 
 
 def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> str:
+    """The PNG of :func:`latency_figure`."""
+    return _png(latency_figure(rows, title))
+
+
+def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Any:
     """p50/p90/p99/max per protocol and kind: a linear axis from zero, or a log axis when the
     values span orders of magnitude (said in the axis label)."""
     figure, axes = _figure()
     if not rows:
         _no_data(axes, "latency measurements")
     else:
-        labels = [f"{row['protocol']} {row['kind']}" for row in rows]
+        labels = [literal(f"{row['protocol']} {row['kind']}") for row in rows]
         width = 0.2
         keys = (("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("max_us", "max"))
         values = [row[key] for row in rows for key, _ in keys if row[key] is not None]
@@ -105,12 +143,12 @@ def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, 
             axes.set_ylim(bottom=1)
             axes.set_ylabel("microseconds (log scale)")
         else:
-            axes.set_ylim(bottom=0)
+            axis_from_zero(axes, values)
             axes.set_ylabel("microseconds")
-        axes.legend()
+        legend_beside(axes)
         axes.grid(alpha=0.3, axis="y")
-    axes.set_title(title)
-    return _png(figure)
+    axes.set_title(literal(title))
+    return figure
 
 
 def cross_protocol_table(rows: list[dict[str, Any]]) -> str:
@@ -137,7 +175,7 @@ def topics_plot(rows: list[tuple[str, int]]) -> str:
     if not rows:
         _no_data(axes, "topics")
     else:
-        names = [name for name, _ in rows][::-1]
+        names = [literal(name) for name, _ in rows][::-1]
         axes.barh(names, [count for _, count in rows][::-1], color="#4c72b0")
         axes.set_xlabel("messages")
         axes.grid(alpha=0.3, axis="x")
@@ -220,6 +258,7 @@ acknowledgements count from acceptance, time queued while the subscriber was awa
 {_table(report.get('slow_consumers', []), ['time', 'protocol', 'session', 'topic', 'reason', 'dropped'])}
 <h2>Top topics</h2>
 <img alt="top topics" src="{plots['topics']}">
+{_table([{"topic": name, "messages": count} for name, count in report['top_topics']], ['topic', 'messages'])}
 <h2>Top publishers</h2>
 {_table(report['top_publishers'], ['rank', 'session', 'protocol', 'messages', 'bytes', 'topics'])}
 <h2>Top subscribers</h2>

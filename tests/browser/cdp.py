@@ -144,13 +144,14 @@ class Chromium:
         self.pages: list[Page] = []
 
     @classmethod
-    async def launch(cls, directory: Path, binary: str) -> Chromium:
+    async def launch(cls, directory: Path, binary: str, *flags: str) -> Chromium:
+        """Start Chromium with FLAGS and ``flags`` (e.g. ``--host-resolver-rules=...``)."""
         profile = directory / "profile"
         profile.mkdir()
         log = directory / "chromium.log"
         with open(log, "wb") as output:
             process = subprocess.Popen(
-                [binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+                [binary, *FLAGS, *flags, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )

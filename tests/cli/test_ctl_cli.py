@@ -31,6 +31,8 @@ def _session(ssmp: int, admin: str, token: Path, out: Path) -> dict[str, Any]:
     assert client.request("SUBSCRIBE news") == b"200"
     common = ("--admin", admin, "--token-file", str(token))
     results = {name: ctl(*common, name) for name in ("status", "sessions", "topics", "reload", "metrics")}
+    assert client.request("MCAST news hello").startswith(b"200")
+    results["status_json"] = ctl(*common, "status", "--json")
     session_id = results["sessions"].stdout.split("\t")[0]
     results["close"] = ctl(*common, "close", session_id)
     results["closed"] = client.closed()
@@ -55,7 +57,12 @@ def test_ctl_commands(tmp_path: Path) -> None:
         results = yield threads.deferToThread(_session, ssmp, f"http://127.0.0.1:{admin}", token, tmp_path)
     finally:
         yield service.stopService()
-    assert results["status"].returncode == 0 and '"accepted": 0' in results["status"].stdout
+    status = results["status"].stdout.splitlines()
+    assert results["status"].returncode == 0 and status[0].startswith(f"brokerd {__version__}, up "), status
+    assert status[1:3] == ["connections: 1 open (ssmp 1), 0 refused", "sessions: ssmp 1; 1 topics, 1 subscriptions"]
+    assert status[3].startswith("messages: 0.0/s accepted, 0.0/s delivered (totals 0 and 0, over ")
+    assert status[4:] == ["dropped: none; slow consumers now: 0", "SMQP queues: no store", "cluster: single node"]
+    assert results["status_json"].returncode == 0 and '"accepted": 1' in results["status_json"].stdout
     sessions = results["sessions"].stdout.splitlines()
     assert len(sessions) == 1 and sessions[0].split("\t")[1:3] == ["ssmp", "alice"]
     assert sessions[0].split("\t")[4] == "news"

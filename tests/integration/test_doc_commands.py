@@ -16,6 +16,7 @@ import os
 import re
 import select
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -33,7 +34,7 @@ from tests.integration.test_readme import (
     with_ports,
     write_shims,
 )
-from tests.support.broker import REPO, free_port
+from tests.support.broker import REPO, LineClient, free_port
 
 DOCS = REPO / "docs"
 TIMEOUT = 30.0
@@ -47,8 +48,10 @@ def with_extra_port(run: Callable, default: int, port: int) -> Callable:
 
 NOT_RUN: dict[tuple[str, int], str] = {
     ("deploy.md", 0): "installs into /opt, adds a system user and enables a systemd unit: a host's setup, "
-                      "as root (the unit's ExecStart is the twistd command the other blocks run)",
-    ("deploy.md", 1): "docker build/run: no Docker daemon in the test environment",
+                      "as root (tests/deploy verifies deploy/brokerd.service with systemd-analyze and starts a "
+                      "broker from deploy/brokerd.toml)",
+    ("deploy.md", 1): "docker build/run: no Docker engine in the test environment (tests/deploy checks the "
+                      "build context deploy/Dockerfile gets from .dockerignore)",
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
@@ -165,10 +168,38 @@ def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
     assert shell.stop_all() == [0, 0, -signal.SIGINT]
 
 
+def admin_ctl(shell: Shell, blocks: list[list[str]]) -> None:
+    """brokerd-ctl's examples against a broker with SSMP, an accounts file and the admin
+    listener on loopback; the password is typed (one line of standard input), ``ID`` is the
+    id ``sessions`` printed for alice's SSMP session."""
+    status, add, listing, ual_set, ual_list, sessions, close = blocks[1]
+    server = shell.start("twistd -n brokerd --ssmp tcp:8787:interface=127.0.0.1 --admin tcp:8081:interface=127.0.0.1"
+                         " --accounts accounts --data-dir ctl-data")
+    wait_for_ports(server, [shell.ports["ssmp"], shell.ports["admin"]])
+    assert shell.run(status).stdout.startswith("brokerd ")
+    typed = subprocess.run(["bash", "-c", with_ports(command_of(add), shell.ports)], cwd=shell.cwd, env=shell.env,
+                           input="alicepw\n", capture_output=True, text=True, timeout=TIMEOUT)
+    assert typed.returncode == 0 and typed.stdout == "added alice\n", typed
+    assert shell.run(listing).stdout == "alice\n"
+    assert shell.run(ual_set).stdout == "set /news alice s\n"
+    assert shell.run(ual_list).stdout == "/news\talice\ts\n"
+    alice = LineClient.connect(shell.ports["ssmp"])
+    assert alice.request("LOGIN alice password alicepw") == b"200"
+    assert alice.request("MCAST news refused").startswith(b"4")  # the entry: subscribe only
+    session = next(line.split("\t")[0] for line in shell.run(sessions).stdout.splitlines() if "\talice\t" in line)
+    assert "refused at login for 600 s" in shell.run(close.replace("ID", session)).stdout
+    assert alice.closed()
+    again = LineClient.connect(shell.ports["ssmp"])
+    assert again.request("LOGIN alice password alicepw").startswith(b"401")
+    assert shell.stop_all() == [-signal.SIGINT]
+
+
 def admin_commands(shell: Shell, blocks: list[list[str]]) -> None:
     admin_token(shell, blocks)
     shell.background.clear()
-    admin_sys_topics(shell, blocks)
+    admin_ctl(shell, blocks)
+    shell.background.clear()
+    admin_sys_topics(shell, [blocks[0], blocks[2]])
 
 
 def mcchat_commands(shell: Shell, blocks: list[list[str]]) -> None:
@@ -203,27 +234,117 @@ def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
 
 
 def smqp_client_examples(shell: Shell, blocks: list[list[str]]) -> None:
-    """The block is run as one pasted script against the broker it presumes: alice's account,
-    SMQP on 7200 and SMQPS on 7201, and alice's certificate in the directory."""
-    shell.run("brokerd-accounts add accounts alice alicepw")
-    shell.run("brokerd-certs init . && brokerd-certs client . alice")
-    server = shell.start("twistd -n brokerd --smqp tcp:7200:interface=127.0.0.1 --smqp tls:7201:interface=127.0.0.1"
-                         " --accounts accounts --tls-cert server.pem --tls-key server.key --tls-ca ca.pem")
+    """The server setup the page names (alice's account and certificate, SMQP on 7200 and
+    SMQPS on 7201), then the examples as one pasted script against it."""
+    account, certificates, server_line = blocks[1]
+    shell.run(account)
+    shell.run(certificates)
+    server = shell.start(server_line)
     wait_for_ports(server, [shell.ports["smqp-example"], shell.ports["smqps-example"]])
-    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[1])
+    script = "set -e\n" + "\n".join(command_of(line) for line in blocks[2])
     printed = shell.run(script).stdout
     assert printed.endswith("02:00:00:00\n") or "02:00:00:00" in printed.splitlines()[-1], printed
     assert shell.stop_all() == [-signal.SIGINT]
 
 
+README_PORTS = {8787, 1502, 7720, 8080, 8081}
+"""README command 1's try-it broker (docs/examples/try-it.toml)."""
+
+
+def recipe_ports(lines: list[str]) -> set[int]:
+    """Every port the cluster recipe names, with ``$n`` as each of its nodes 1 to 3."""
+    text = "\n".join(lines)
+    return {int(port.replace("$n", str(n))) for n in (1, 2, 3)
+            for port in re.findall(r"(?:tcp:|-p |--port |127\.0\.0\.1:)(\d+(?:\$n)?)", text)}
+
+
+def free_run(count: int) -> int:
+    """A base port whose next ``count`` ports are all free."""
+    while True:
+        base = free_port()
+        if base + count < 65535 and all(_bindable(port) for port in range(base + 1, base + count + 1)):
+            return base
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cluster_recipe(shell: Shell, blocks: list[list[str]]) -> None:
+    """The three-node recipe, line by line, beside README command 1's broker: its ports are
+    none of README's; it starts (daemon mode), routes, and stops cleanly (no pid file left,
+    no traceback in a node's log).  Here each port range is moved to free ports."""
+    lines = blocks[0]
+    assert not recipe_ports(lines) & README_PORTS, recipe_ports(lines) & README_PORTS
+    (shell.cwd / "try-it.toml").write_text(with_ports((REPO / "docs/examples/try-it.toml").read_text(), shell.ports))
+    readme_broker = shell.start("twistd -n brokerd --config try-it.toml")
+    wait_for_ports(readme_broker, [shell.ports[p] for p in ("ssmp", "mcchat", "smqp", "socketmq", "admin")])
+    bases = {"878": free_run(3), "151": free_run(3), "809": free_run(3)}
+    redis = free_port()
+
+    def moved(line: str) -> str:
+        line = line.replace("6379", str(redis))
+        for prefix, base in bases.items():
+            line = line.replace(f"{prefix}$n", f"$(({base}+n))")
+            line = re.sub(rf"\b{prefix}([1-3])\b", lambda m: str(base + int(m.group(1))), line)  # noqa: B023
+        return line
+
+    commands = [moved(line) for line in lines]
+    loop_start = next(i for i, line in enumerate(commands) if line.startswith("for "))
+    loop_end = next(i for i, line in enumerate(commands) if line.strip() == "done")
+    redis_line, loop, rest = commands[0], "\n".join(commands[loop_start:loop_end + 1]), commands[loop_end + 1:]
+    subscribe, publish, stop_subscriber, stop_nodes, stop_redis = rest
+    assert redis_line.endswith("&") and subscribe.split("#")[0].strip().endswith("&")
+    redis_server = shell.start(redis_line.rstrip("& "))
+    wait_for_ports(redis_server, [redis])
+    shell.run(loop)  # daemon mode: returns once the nodes are started
+    ssmp_ports = [bases["878"] + n for n in (1, 2, 3)]
+    for port in ssmp_ports:
+        deadline = time.monotonic() + TIMEOUT
+        while not _listening(port):
+            assert time.monotonic() < deadline, (port, [(shell.cwd / f"node{n}.log").read_text() for n in (1, 2, 3)])
+            time.sleep(0.05)
+    subscriber = shell.start(command_of(subscribe).rstrip("& "))
+    assert "hello from node 1" in wait_printed(shell, publish, subscriber, "hello from node 1")
+    assert command_of(stop_subscriber) == "kill $!"  # each line runs in a shell of its own here: $! is this one
+    os.killpg(subscriber.pid, signal.SIGTERM)
+    assert subscriber.wait(TIMEOUT) is not None
+    shell.run(stop_nodes)
+    deadline = time.monotonic() + TIMEOUT
+    while any((shell.cwd / f"node{n}.pid").exists() for n in (1, 2, 3)):
+        assert time.monotonic() < deadline, "a node left its pid file"
+        time.sleep(0.05)
+    shell.run(stop_redis)
+    assert redis_server.wait(TIMEOUT) == 0
+    for n in (1, 2, 3):
+        log = (shell.cwd / f"node{n}.log").read_text()
+        assert "Traceback" not in log and f"Cluster: node node{n} joins through" in log, log
+    assert readme_broker.poll() is None  # README's broker ran beside it throughout
+    assert shell.stop_all()[-1] == -signal.SIGINT
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] = {
     # doc -> (the blocks the runner runs, the runner)
     "smqp.md": ([0], smqp_try_it),
-    "smqp.md#clients": ([1], smqp_client_examples),
+    "smqp.md#clients": ([1, 2], smqp_client_examples),
     "tls.md": ([0, 1, 2], tls_walkthrough),
-    "admin.md": ([0, 1], admin_commands),
+    "admin.md": ([0, 1, 2], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
     "deploy.md": ([2], deploy_backup),
+    "cluster.md": ([0], cluster_recipe),
 }
 
 

@@ -32,15 +32,19 @@ from tests.support.processes import default_sigint
 
 pytestmark = pytest.mark.slow
 
+def not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
 DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 7720, "socketmq": 8080, "admin": 8081, "tls": 8788}
 SHIM_DEFAULTS = {"brokerd-ssmp": ("ssmp", ["-p"]), "brokerd-mcchat": ("mcchat", ["-p"]),
-                 "brokerd-ctl": ("admin", ["--admin", "http://127.0.0.1:{port}"])}
+                 "brokerd-smqp": ("smqp", ["-p"]), "brokerd-ctl": ("admin", ["--admin", "http://127.0.0.1:{port}"])}
 SHIM = """#!{python}
 import os, sys
 sys.path.insert(0, {repo!r})
 args = sys.argv[1:]
 default = {default!r}
-if default and not any(a.split("=")[0] in ("-p", "--port", "--connect", "--admin") for a in args):
+if default and not any(a.split("=")[0] in ("-p", "--port", "--connect", "--admin", "--config") for a in args):
     args = [part.format(port=default[0]) for part in default[1]] + args
 sys.argv = [{name!r}] + args
 {call}
@@ -192,8 +196,13 @@ def test_readme_commands(tmp_path: Path) -> None:
         assert "hello, world" in got and "mcchat:" in got
         smqp_sub = next(line for line in client_lines if "sub -C 1" in line)
         assert "hello, SMQP" in outputs[smqp_sub]
-        status = json.loads(outputs[next(line for line in client_lines if "brokerd-ctl status" in line)])
-        assert status["messages"]["accepted_by_protocol"]["ssmp"] >= 1
+        status = outputs[next(line for line in client_lines if "brokerd-ctl status" in line)].splitlines()
+        assert status[1].startswith("connections: ") and "ssmp 1" in status[1], status  # the subscriber
+        assert status[3].startswith("messages: ") and "SMQP queues: " in status[5], status
+        figures = json.loads(shell.run("brokerd-ctl status --json").stdout,
+                             parse_constant=not_json)  # strict: what the dashboard's JSON.parse reads
+        assert figures["messages"]["accepted_by_protocol"]["ssmp"] >= 1
+        assert figures["store"]["commit_seconds_buckets"][-1][0] == "+Inf"  # SMQP's store runs
 
         shell.run(tls[0])
         tls_server = shell.start(tls[1])  # beside the first broker, in the same directory

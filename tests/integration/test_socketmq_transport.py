@@ -185,6 +185,10 @@ async def test_demo_page_and_javascript_client_are_served(tmp_path: Any) -> None
         redirect = await agent.request(b"GET", (brokerd.url + "/socket.mq/demo").encode())
         await read_body(redirect)
         assert redirect.code in (301, 302, 303, 307, 308)
+        root = await agent.request(b"GET", (brokerd.url + "/").encode())  # docs/socketmq.md: / goes to the demo
+        await read_body(root)
+        assert root.code in (301, 302, 303, 307, 308)
+        assert root.headers.getRawHeaders(b"Location") == [b"/socket.mq/demo/"]
         missing = await agent.request(b"GET", (brokerd.url + "/elsewhere").encode())
         await read_body(missing)
         assert missing.code == 404

@@ -61,7 +61,7 @@ async def test_the_report_reads_well_in_a_browser(report_file: Path, tmp_path: P
         for section in ("Latency", "Delivery latency by protocol", "SMQP queue depth and Trash", "Cross-protocol traffic", "Slow consumers", "Top subscribers", "Auth failures by source"):
             assert section in headings
         latency = await page.evaluate(
-            "Array.from(document.querySelectorAll('h2 + img + table tbody tr')).map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent)")
+            "Array.from(document.querySelectorAll('h2 + img[alt=\"latency percentiles\"] + table tbody tr')).map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent)")
         assert latency == ["mcchat latency", "smqp accepted", "smqp acked", "smqp delivered", "socketmq latency",
                            "ssmp latency"]
         sections = await page.evaluate(
@@ -73,6 +73,9 @@ async def test_the_report_reads_well_in_a_browser(report_file: Path, tmp_path: P
         matrix = await page.evaluate(
             "Array.from(document.querySelectorAll('#cross-protocol tbody tr')).map(r => Array.from(r.cells).map(c => c.innerText))")
         assert matrix == [["ssmp", "4 msgs\n42 B", "2 msgs\n30 B"]]
+        topics = await page.evaluate(
+            "Array.from(document.querySelectorAll('h2 + img[alt=\"top topics\"] + table tbody tr')).map(r => r.cells[0].textContent)")
+        assert topics[0] == "news"
         text = await page.evaluate("document.body.innerText")
         assert "bridge:news" not in text  # the broker's own session is no subscriber
         assert "carol" in text and "192.0.2.1" in text

@@ -67,26 +67,65 @@ function show(view) {
   draw();
 }
 
+const LINES = [["delivered", "#3b82f6"], ["accepted", "#16a34a"]];  // colours as in the legend
+const Y_LABEL = "messages per second";
+const X_LABEL = "seconds ago";
+
+function niceTop(value) {
+  // the axis's top: 1, 2 or 5 times a power of ten, at least the highest point (and 1)
+  const power = Math.pow(10, Math.floor(Math.log10(Math.max(value, 1))));
+  return [1, 2, 5, 10].map((m) => m * power).find((n) => n >= value);
+}
+
 function draw() {
   const canvas = document.getElementById("rate-chart");
   const g = canvas.getContext("2d");
   const w = canvas.width, h = canvas.height;
+  const left = 56, right = 8, top = 8, bottom = 34;  // the plot area leaves room for the axes
+  const plotW = w - left - right, plotH = h - top - bottom;
   g.clearRect(0, 0, w, h);
-  const top = Math.max(1, ...rates.map((r) => Math.max(r.accepted, r.delivered)));
+  const highest = Math.max(0, ...rates.map((r) => Math.max(r.accepted, r.delivered)));
+  const max = niceTop(highest);
   canvas.dataset.points = String(rates.length);
-  canvas.dataset.max = String(top);
+  canvas.dataset.max = String(Math.max(1, highest));
+  canvas.dataset.yLabel = Y_LABEL;
+  canvas.dataset.xLabel = X_LABEL;
+  canvas.dataset.axisTop = String(max);
   g.fillStyle = "#667";
+  g.strokeStyle = "#c9ced6";
+  g.lineWidth = 1;
   g.font = "11px sans-serif";
-  g.fillText(`${Math.round(top)}/s`, 4, 12);
-  // the newest point at the right edge; until the window is full, the points spread over it
-  const step = (w - 40) / Math.min(WINDOW, Math.max(rates.length - 1, 1));
-  const x = (i) => w - (rates.length - 1 - i) * step;
-  const y = (v) => h - 4 - (v / top) * (h - 20);
-  [["delivered", "#3b82f6"], ["accepted", "#16a34a"]].forEach(([key, color]) => {
+  // vertical axis: 0, half and top, with grid lines
+  g.textAlign = "right";
+  g.textBaseline = "middle";
+  [0, max / 2, max].forEach((v) => {
+    const yv = top + plotH - (v / max) * plotH;
+    g.fillText(Number.isInteger(v) ? String(v) : v.toFixed(1), left - 6, yv);
+    g.beginPath(); g.moveTo(left, yv); g.lineTo(w - right, yv); g.stroke();
+  });
+  g.save();
+  g.translate(12, top + plotH / 2);
+  g.rotate(-Math.PI / 2);
+  g.textAlign = "center";
+  g.fillText(Y_LABEL, 0, 0);
+  g.restore();
+  // horizontal axis: the newest reading at the right edge, the window's start at the left
+  const span = WINDOW;
+  g.textAlign = "center";
+  g.textBaseline = "top";
+  [span, span * 3 / 4, span / 2, span / 4, 0].forEach((ago) => {
+    const xv = left + plotW - (ago / span) * plotW;
+    g.fillText(String(ago), xv, top + plotH + 4);
+  });
+  g.fillText(X_LABEL, left + plotW / 2, top + plotH + 18);
+  const newest = rates.length ? rates[rates.length - 1].t : 0;
+  const x = (r) => left + plotW - ((newest - r.t) / span) * plotW;
+  const y = (v) => top + plotH - (v / max) * plotH;
+  LINES.forEach(([key, color]) => {
     g.strokeStyle = color;
     g.lineWidth = 2;
     g.beginPath();
-    rates.forEach((r, i) => (i ? g.lineTo(x(i), y(r[key])) : g.moveTo(x(i), y(r[key]))));
+    rates.forEach((r, i) => (i ? g.lineTo(x(r), y(r[key])) : g.moveTo(x(r), y(r[key]))));
     g.stroke();
   });
 }

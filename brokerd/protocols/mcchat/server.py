@@ -58,7 +58,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
@@ -388,6 +388,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.heard = True
         if not self._started:
             self._first_read()
+            if self.closed:
+                return
         held: list[bytes] = []
         self.hold_writes(held)
         first = begin_read()
@@ -471,6 +473,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self.register_producer()
         names = peer_names(self.transport)
         self.principal = certificate_principal(names)
+        if names and self.factory.broker.kept_out.refuses(self.principal) is not None:
+            # MCCHAT has no login to refuse: a certificate the operator keeps out
+            # (brokerd-ctl close ID --for S) is closed before its first packet counts.
+            refused = getattr(self.factory.broker.observer, "auth_failure", None)
+            if refused is not None:
+                refused("mcchat", names[0], source=transport_source(self.transport), scheme="cert",
+                        reason="kept out by the operator")
+            self._close()
+            return
         if self.factory.bind_username and names:
             self._bound = display_name(names[0])
 

@@ -92,7 +92,7 @@ class SMQPServerFactory(Factory):
         self.clock = clock
         self.store = store
         self.checker = checker
-        self.portal = portal or Portal(BrokerRealm(), [checker, ClientCertificateChecker()])
+        self.portal = portal or Portal(BrokerRealm(broker), [checker, ClientCertificateChecker()])
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""

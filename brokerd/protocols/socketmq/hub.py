@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.logger import Logger
 
+from brokerd.auth.hosts import OwnNames
 from brokerd.auth.workers import WorkQueue
 from brokerd.events.log import NULL_EVENT_LOG, peer_text
 from brokerd.protocols.socketmq import limits
@@ -167,7 +168,9 @@ class Hub:
         self.max_frames = int(limits.setting(settings, "socketmq_max_frames", limits.MAX_FRAMES))
         self.read_timeout = float(limits.setting(settings, "socketmq_request_read_timeout", limits.REQUEST_READ_TIMEOUT))
         self.handshake_timeout = float(limits.setting(settings, "socketmq_handshake_timeout", limits.OPEN_HANDSHAKE_TIMEOUT))
-        self.origins = OriginPolicy.from_setting(getattr(settings, "socketmq_origins", None))
+        listeners = getattr(settings, "listeners", {}).get("socketmq", [])
+        own = OwnNames.of(listeners, getattr(settings, "server_names", None))
+        self.origins = OriginPolicy.from_setting(getattr(settings, "socketmq_origins", None), own)
         """The browser origins that may use this server (docs/socketmq.md, Browsers)."""
         self.stats = {"requests": 0, "timeouts": 0}
         self.remote: Any = None

@@ -8,7 +8,9 @@ POST as the user.  Browsers always name the page's origin in an ``Origin`` heade
 handshakes and on POSTs; every request that carries one is checked against
 ``--socketmq-origins``: a list of origins (``https://app.example.com``), shell-style patterns
 (``https://*.example.com``), ``self`` (the origin the request was addressed to: its ``Host``
-header and the connection's scheme) and ``*`` (any).  The default is ``self``.  A request
+header and the connection's scheme, provided that Host is one of the broker's own names,
+brokerd.auth.hosts, so that a DNS-rebinding page, whose Origin and Host both name the
+attacker's domain, is not "self") and ``*`` (any).  The default is ``self``.  A request
 without ``Origin`` comes from a program, not a page, and is allowed: a program holds its
 credentials itself and cannot be tricked into lending them.
 
@@ -22,6 +24,8 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
+
+from brokerd.auth.hosts import OwnNames
 
 SELF = "self"
 ANY = "*"
@@ -60,25 +64,29 @@ def normalize(origin: str) -> str | None:
 class OriginPolicy:
     """The origins allowed to use the server from a browser (see the module docstring)."""
 
-    def __init__(self, allowed: Iterable[str] = (SELF,)) -> None:
+    def __init__(self, allowed: Iterable[str] = (SELF,), own: OwnNames | None = None) -> None:
+        self.own = own if own is not None else OwnNames()
+        """The names ``self`` may be addressed by."""
         entries = [entry.strip() for entry in allowed if entry.strip()]
         self.any = ANY in entries
         self.same_origin = SELF in entries
         self.patterns = tuple(_pattern(entry) for entry in entries if entry not in (ANY, SELF))
 
     @classmethod
-    def from_setting(cls, value: str | Iterable[str] | None) -> OriginPolicy:
+    def from_setting(cls, value: str | Iterable[str] | None, own: OwnNames | None = None) -> OriginPolicy:
         """From ``--socketmq-origins``: one string of entries separated by commas or spaces, or
-        (in the TOML file) a list of strings; None is the default, ``self``."""
+        (in the TOML file) a list of strings; None is the default, ``self``.  ``own``: the
+        broker's names (default: the local names and IP addresses only)."""
         if value is None:
-            return cls()
+            return cls(own=own)
         if isinstance(value, str):
             value = value.replace(",", " ").split()
-        return cls(value)
+        return cls(value, own)
 
     def allows(self, origin: str | None, host: str | None, secure: bool) -> bool:
         """May a page of ``origin`` use a connection addressed to ``host`` (the Host header)
-        over TLS (``secure``) or not?  True without an Origin (not a browser page)."""
+        over TLS (``secure``) or not?  True without an Origin (not a browser page).  ``self``
+        holds only for a Host among the broker's own names."""
         if origin is None:
             return True
         if self.any:
@@ -86,7 +94,7 @@ class OriginPolicy:
         page = normalize(origin)
         if page is None:
             return False
-        if self.same_origin and host and page != NULL:
+        if self.same_origin and host and page != NULL and self.own.owns(host):
             if page == normalize(("https://" if secure else "http://") + host.strip()):
                 return True
         return any(fnmatchcase(page, pattern) for pattern in self.patterns)

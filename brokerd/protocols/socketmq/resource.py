@@ -325,7 +325,6 @@ class RootResource(resource.Resource):
     def getChild(self, name: bytes, request: Any) -> resource.Resource:
         if name == b"socket.mq":
             return self.socketmq
+        if name == b"" and not request.postpath and b"demo" in self.socketmq.fixed:
+            return Redirect(b"/socket.mq/demo/")  # "/" (Twisted asks for the child b"")
         return NotFound("only /socket.mq/ is served here")
-
-    def render(self, request: Any) -> bytes:
-        return Redirect(b"/socket.mq/demo/").render(request)

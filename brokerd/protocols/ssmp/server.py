@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
@@ -475,6 +476,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             return SharedSecret(identifier, _content(request.payload)[0])
         if scheme == b"cert":
             return ClientCertificate(identifier, peer_names(self.transport))
+        if scheme == b"password":
+            if request.payload is None:
+                return None
+            return UsernamePassword(identifier, _content(request.payload)[0])
         return None
 
     def _login_succeeded(self, result) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from brokerd.auth.hosts import OwnNames
 from brokerd.protocols.socketmq.origin import OriginPolicy, allowed_request_headers, normalize
 
 
@@ -27,8 +28,12 @@ def test_normalize(origin: str, expected: str | None) -> None:
     assert normalize(origin) == expected
 
 
+BROKER = OwnNames(["broker.example"])
+"""The broker's own names when it is reached as broker.example (``--server-names``)."""
+
+
 def test_default_is_same_origin_only() -> None:
-    policy = OriginPolicy.from_setting(None)
+    policy = OriginPolicy.from_setting(None, BROKER)
     assert policy.allows("http://broker.example:8080", "broker.example:8080", secure=False)
     assert policy.allows("https://broker.example", "broker.example:443", secure=True)
     assert not policy.allows("http://broker.example:8080", "broker.example:8080", secure=True)  # scheme
@@ -40,7 +45,7 @@ def test_default_is_same_origin_only() -> None:
 
 
 def test_listed_origins_and_patterns() -> None:
-    policy = OriginPolicy.from_setting("self, https://app.example.com https://*.tools.example.com")
+    policy = OriginPolicy.from_setting("self, https://app.example.com https://*.tools.example.com", BROKER)
     assert policy.allows("https://app.example.com", "broker.example", secure=True)
     assert policy.allows("https://APP.example.com:443", "broker.example", secure=True)
     assert policy.allows("https://a.tools.example.com", "broker.example", secure=True)
@@ -48,6 +53,17 @@ def test_listed_origins_and_patterns() -> None:
     assert not policy.allows("http://app.example.com", "broker.example", secure=True)
     assert not policy.allows("https://app.example.com:8443", "broker.example", secure=True)
     assert policy.allows("https://broker.example", "broker.example", secure=True)  # self
+
+
+def test_self_is_only_the_brokers_own_names() -> None:
+    """A DNS-rebinding page sends its own name as both Host and Origin: not self."""
+    policy = OriginPolicy.from_setting("self", BROKER)
+    assert not policy.allows("http://rebind.attacker.example:8080", "rebind.attacker.example:8080", secure=False)
+    assert policy.allows("http://broker.example:8080", "broker.example:8080", secure=False)
+    local = OriginPolicy.from_setting(None)  # no --server-names: localhost and addresses only
+    assert not local.allows("http://broker.example:8080", "broker.example:8080", secure=False)
+    for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "192.0.2.7:8080"):
+        assert local.allows(f"http://{host}", host, secure=False), host
 
 
 def test_without_self_the_broker_own_origin_must_be_listed() -> None:
