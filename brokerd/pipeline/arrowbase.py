@@ -1,6 +1,6 @@
-"""What the Arrow engine's table modules share: the tables' Arrow schemas (the types Spark
-writes) and small helpers over pyarrow's compute kernels that give Spark's semantics (sort
-order with nulls first or last, null keys grouped together, exact running sums per group).
+"""What the table modules (tables, subscribers) share: the tables' Arrow schemas (the types
+Spark reads back) and small helpers over pyarrow's compute kernels (sort order with nulls
+first or last, null keys grouped together, exact running sums per group).
 """
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 Summaries = dict[str, Any]
-"""Summary name -> the merged Arrow table (arrowread.read_summaries)."""
+"""Summary name -> the merged Arrow table (summaries.merge)."""
 
 
 @functools.lru_cache(maxsize=1)
 def schemas() -> dict[str, Any]:
     """Each table's Arrow schema: what Spark writes (timestamps in UTC, ``rank`` int)."""
-    import pyarrow as pa
-
     s, i, t = pa.string(), pa.int64(), pa.timestamp("us", tz="UTC")
     pct = [("count", i), ("p50_us", i), ("p90_us", i), ("p99_us", i), ("max_us", i)]
     return {
@@ -41,27 +43,17 @@ def schemas() -> dict[str, Any]:
     }
 
 
-def modules() -> tuple[Any, Any]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pa, pc
-
-
 def timestamps(column: Any) -> Any:
     """µs since the epoch as Spark's ``timestamp_micros`` (UTC)."""
-    pa, _pc = modules()
     return column.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
 
 
 def is_in(column: Any, values: Sequence[str]) -> Any:
-    pa, pc = modules()
     return pc.fill_null(pc.is_in(column, value_set=pa.array(list(values), pa.string())), False)
 
 
 def sort_by(table: Any, keys: Sequence[tuple[str, str]], nulls: str = "at_start") -> Any:
     """``table`` sorted by ``keys`` ((name, "ascending"/"descending")), stable."""
-    _pa_, pc = modules()
     if not len(table):
         return table
     return table.take(pc.sort_indices(table, sort_keys=[(name, order, nulls) for name, order in keys]))
@@ -80,17 +72,13 @@ def conform(table: Any, name: str) -> Any:
 
 def differs(column: Any) -> Any:
     """Per row after the first: whether it differs from the row before (null equals null)."""
-    import numpy as np
-
-    _pa_, pc = modules()
     before, after = column.slice(0, len(column) - 1), column.slice(1)
     equal = pc.or_(pc.fill_null(pc.equal(before, after), False), pc.and_(pc.is_null(before), pc.is_null(after)))
     return np.asarray(pc.invert(equal).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def ranked(frame: Any, order: Sequence[tuple[str, str]], top: int) -> Any:
-    """The first ``top`` rows by ``order`` (session nulls last, as tables.ranked), ranked."""
-    pa, _pc = modules()
+    """The first ``top`` rows by ``order`` (session nulls last), ranked."""
     limited = sort_by(frame, order, nulls="at_end").slice(0, top)
     return limited.append_column("rank", pa.array(range(1, len(limited) + 1), pa.int32()))
 
@@ -99,12 +87,10 @@ RANKING = (("messages", "descending"), ("bytes", "descending"), ("session", "asc
 
 
 def strings(values: Sequence[Any]) -> Any:
-    pa, _pc = modules()
     return pa.array(list(values), pa.string())
 
 
 def longs(values: Sequence[Any]) -> Any:
-    pa, _pc = modules()
     return pa.array(list(values), pa.int64())
 
 
@@ -115,7 +101,6 @@ groups them): never a topic, session or protocol, which are printable."""
 
 def joinable(table: Any, keys: Sequence[str]) -> Any:
     """``table`` with NULL_KEY for nulls in its string ``keys`` (the others are never null)."""
-    pa, pc = modules()
     for key in keys:
         if pa.types.is_string(table.schema.field(key).type):
             table = table.set_column(table.column_names.index(key), key, pc.fill_null(table.column(key), NULL_KEY))
@@ -123,5 +108,4 @@ def joinable(table: Any, keys: Sequence[str]) -> Any:
 
 
 def int_set(values: set[int]) -> Any:
-    pa, _pc = modules()
     return pa.array(sorted(values), pa.int64())

@@ -18,6 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
 from brokerd.events import schema
 
 _ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
@@ -29,17 +34,12 @@ class NotConvertible(Exception):
 
 
 def arrow_schema() -> Any:
-    import pyarrow as pa
-
     return pa.schema([(name, getattr(pa, _ARROW_TYPES[kind])()) for name, kind in schema.FIELDS])
 
 
 def _status(table: Any) -> Any:
     """``unsupported_version``, ``invalid`` or ``ok`` per row, as ``read.with_status`` decides
     for lines that parsed."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     version = table.column("v")
     bad_version = pc.or_kleene(
         pc.is_null(version), pc.invert(pc.is_in(version, value_set=pa.array(sorted(schema.SUPPORTED_VERSIONS), pa.int32())))
@@ -58,9 +58,6 @@ def parse_files(files: Sequence[str]) -> Any:
     NotConvertible if a file does not parse as a whole.  An empty file (the broker has just
     opened it) has no lines: pyarrow would reject it, so it is skipped."""
     import os
-
-    import pyarrow as pa
-    import pyarrow.json as pj
 
     options = pj.ParseOptions(explicit_schema=arrow_schema(), unexpected_field_behavior="ignore")
     tables = []
@@ -82,9 +79,6 @@ def convert_hour(files: Sequence[str], target: str) -> tuple[dict[str, int], tup
     ``target`` (a Parquet file).  Returns the line count per status, the lowest and highest
     ``ts`` of the valid rows (None if there are none) and the valid rows (an Arrow table, no
     payload).  Raises NotConvertible if a file does not parse as a whole."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     table = parse_files(files)
     status = table.column("status")
     pq.write_table(table, target)

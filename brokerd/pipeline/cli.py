@@ -4,10 +4,10 @@ Exit status: 0 done; 2 bad arguments, a local data dir that does not exist or ho
 log, or PySpark missing; 1 the Spark job failed (one line
 on stderr saying why).  Bad lines in the log are never a failure: they are counted and shown.
 
-``--engine``: ``spark`` runs the whole report on Spark; ``arrow`` with pyarrow in this process
-(brokerd.pipeline.arrowreport, no JVM: local master, data dir and out only, and every input
-must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may and falls back to
-``spark`` when an input needs Spark's JSON reader.
+``--engine``: ``spark`` distributes the report with Spark; ``arrow`` runs it in this process
+(brokerd.pipeline.report with no Spark session, no JVM: local master, data dir and out only,
+and every input must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may
+and falls back to ``spark`` when an input needs Spark's JSON reader.
 """
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if problem is not None:
         print(f"{prog}: {problem}", file=sys.stderr)
         return 2
-    from brokerd.pipeline.arrowreport import usable
+    from brokerd.pipeline.localfs import usable
 
     arrow = args.engine != "spark" and usable(args.master, args.data_dir, args.out) and not _submitted(args)
     if args.engine == "arrow" and not arrow:
@@ -244,14 +244,13 @@ def _run_arrow(args: argparse.Namespace, prog: str) -> int | None:
         return None
     from brokerd.pipeline.arrowjson import NotConvertible
     from brokerd.pipeline.arrowread import TooLarge
-    from brokerd.pipeline.arrowreport import run_report
-    from brokerd.pipeline.report import text_summary, timed
+    from brokerd.pipeline.report import run_report, text_summary, timed
     from brokerd.pipeline.session import Progress
 
     try:
         with Progress(None, enabled=not args.quiet) as progress:
             summary, elapsed = timed(
-                run_report, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
+                run_report, None, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
                 html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
                 max_memory=args.arrow_max_memory,
             )

@@ -14,34 +14,40 @@ place; a run killed at any point leaves only a stale temporary directory, which 
 deletes before compacting what is still missing.  Two compactions of one data dir must not run
 at the same time (the report runs one before reading).
 
-Everything goes through Hadoop's FileSystem, so cluster URIs work as local paths do; with no
-Spark session (the Arrow engine, brokerd.pipeline.arrowreport) a local data dir is compacted
-with pyarrow alone, through brokerd.pipeline.localfs, and an hour pyarrow cannot parse raises
-arrowjson.NotConvertible (Spark's reader is needed for it).
+Two ways, the same result: with no Spark session (a local report) a local data dir is
+compacted in this process, pyarrow parsing the JSON (brokerd.pipeline.arrowjson) and computing
+the summaries (brokerd.pipeline.summaries), the files handled by brokerd.pipeline.localfs; an
+hour pyarrow cannot parse raises arrowjson.NotConvertible (Spark's reader is needed for it).
+With a Spark session, Spark parses (marking exactly the bad lines ``malformed``) and its
+executors run the same summary function (brokerd.pipeline.sparkio), through Hadoop's
+FileSystem, so cluster URIs work as local paths do.
 """
 from __future__ import annotations
 
-import calendar
 import json
+import os
+import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from brokerd.events import schema
-from brokerd.pipeline.localfs import LocalFS, local_path
-from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, summarize
 
-COMPACTED_DIR = "events-compacted"
-MARKER = "_compacted.json"
-TMP_PREFIX = "_tmp-"
+from brokerd.events import schema
+from brokerd.pipeline import sparkio
+from brokerd.pipeline.arrowjson import NotConvertible, convert_hour
+from brokerd.pipeline.localfs import LocalFS, local_path
+from brokerd.pipeline.read import COMPACTED_DIR, MARKER, TMP_PREFIX, Hour, compacted_path, events_path, hour_start_us
+from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, schemas, summarize_table
+
+__all__ = ["COMPACTED_DIR", "MARKER", "TMP_PREFIX", "Compaction", "compact", "file_system", "is_closed"]
+
 CLOSE_GRACE_US = 120 * 1_000_000
 """An hour is closed this long after it ended: the broker's writer flushes every second, so
 nothing arrives for an hour later than this."""
 HOURS_PER_JOB = 24
 """Hours converted (one Spark job each) before they are published together: a long backlog
 is published in steps."""
-
-Hour = tuple[str, str]
 
 
 @dataclass
@@ -53,83 +59,6 @@ class Compaction:
     open: list[Hour] = field(default_factory=list)
     lines: int = 0
     deleted_files: int = 0
-
-
-class HadoopFS:
-    """The few FileSystem calls compaction and reading need, on ``spark``'s Hadoop config."""
-
-    def __init__(self, spark: Any, root: str) -> None:
-        self._jvm = spark.sparkContext._jvm
-        self.fs = self.path(root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(name)
-
-    def exists(self, name: str) -> bool:
-        return bool(self.fs.exists(self.path(name)))
-
-    def glob(self, pattern: str) -> list[Any]:
-        found = self.fs.globStatus(self.path(pattern))
-        return [] if found is None else list(found)
-
-    def hours(self, base: str, marker: str | None = None) -> dict[Hour, str]:
-        """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
-        result: dict[Hour, str] = {}
-        for status in self.glob(f"{base}/date=*/hour=*"):
-            if not status.isDirectory():
-                continue
-            path = status.getPath()
-            hour = path.getName().partition("=")[2]
-            date = path.getParent().getName().partition("=")[2]
-            location = f"{base}/date={date}/hour={hour}"
-            if marker is None or self.exists(f"{location}/{marker}"):
-                result[(date, hour)] = location
-        return result
-
-    def files(self, directory: str, suffix: str) -> list[tuple[str, int]]:
-        return sorted(
-            (status.getPath().getName(), int(status.getLen()))
-            for status in self.glob(f"{directory}/*{suffix}")
-            if status.isFile()
-        )
-
-    def read_text(self, name: str) -> str:
-        stream = self.fs.open(self.path(name))
-        try:
-            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            lines = []
-            line = reader.readLine()
-            while line is not None:
-                lines.append(line)
-                line = reader.readLine()
-            return "\n".join(lines)
-        finally:
-            stream.close()
-
-    def write_text(self, name: str, text: str) -> None:
-        stream = self.fs.create(self.path(name), True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
-
-    def mkdirs(self, name: str) -> None:
-        self.fs.mkdirs(self.path(name))
-
-    def rename(self, source: str, target: str) -> bool:
-        return bool(self.fs.rename(self.path(source), self.path(target)))
-
-    def delete(self, name: str, recursive: bool = True) -> None:
-        self.fs.delete(self.path(name), recursive)
-
-
-def compacted_path(data_dir: str) -> str:
-    return data_dir.rstrip("/") + "/" + COMPACTED_DIR
-
-
-def hour_start_us(hour: Hour) -> int:
-    date, hh = hour
-    return calendar.timegm(time.strptime(f"{date} {hh}", "%Y-%m-%d %H")) * 1_000_000
 
 
 def is_closed(hour: Hour, now_us: int, grace_us: int = CLOSE_GRACE_US) -> bool:
@@ -153,8 +82,6 @@ def compact(
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
     ``delete_json``, remove an hour's JSON files once its Parquet is published.  ``spark``
     None: pyarrow only (a local data dir; NotConvertible for an hour it cannot parse)."""
-    from brokerd.pipeline.read import events_path
-
     now_us = now_micros() if now_us is None else now_us
     events, target = events_path(data_dir), compacted_path(data_dir)
     fs = file_system(spark, data_dir)
@@ -210,8 +137,6 @@ def nothing_to_compact(data_dir: str, *, now_us: int | None = None,
     """For a local ``data_dir``: what :func:`compact` would report when it has nothing to do
     (no closed hour left to compact, no stale temporary directory), found without Spark;
     None when there is work, or for cluster storage (only Spark's FileSystem can tell)."""
-    from brokerd.pipeline.read import events_path
-
     if local_path(data_dir) is None:
         return None
     now_us = now_micros() if now_us is None else now_us
@@ -233,21 +158,17 @@ def nothing_to_compact(data_dir: str, *, now_us: int | None = None,
     return result
 
 
-_local = local_path
-
-
 def file_system(spark: Any, root: str) -> Any:
     """Hadoop's FileSystem for ``root`` through ``spark``, or the local one without Spark."""
-    return LocalFS() if spark is None else HadoopFS(spark, root)
+    return LocalFS() if spark is None else sparkio.HadoopFS(spark, root)
 
 
 def _convert(
     spark: Any, fs: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour]
 ) -> tuple[dict[Hour, dict[str, int]], dict[Hour, set[str]]]:
-    """Convert ``hours`` into ``tmp/data/date=/hour=``: with pyarrow's JSON reader where the
-    log is local and every line of the hour parses (brokerd.pipeline.arrowjson), else with
-    Spark's; then compute every hour's summaries (one Spark job per summary for the whole
-    batch) into ``tmp/data/date=/hour=/_summary/<name>``.
+    """Convert ``hours`` into ``tmp/data/date=/hour=`` and store their summaries in
+    ``tmp/data/date=/hour=/_summary/<name>``: in this process with pyarrow (``spark`` None),
+    else with Spark's reader and the summaries computed on its executors.
 
     Returns each hour's line count per status and, for the hours whose valid records all lie
     in the hour (the broker writes them so), the summaries that have rows in it: the
@@ -258,40 +179,18 @@ def _convert(
     if not hours:
         return statuses, stored
     bounds: dict[Hour, tuple[int, int] | None] = {}
-    by_spark = list(hours)
-    local_tmp = _local(tmp)
-    if local_tmp is not None and all(_local(raw[hour]) is not None for hour in hours):
-        by_spark = _convert_with_arrow(fs, raw, local_tmp, hours, statuses, bounds, stored)
-    if by_spark and spark is None:
-        from brokerd.pipeline.arrowjson import NotConvertible
-
-        raise NotConvertible("pyarrow cannot parse the JSON of " + ", ".join(f"{d} {h}:00" for d, h in by_spark))
-    if by_spark:
-        _convert_with_spark(spark, events, tmp, raw, by_spark, statuses, bounds)
-    aligned = {hour for hour in by_spark if _aligned(hour, bounds.get(hour))}
-    if not aligned:
+    if spark is None:
+        local_tmp = local_path(tmp)
+        if local_tmp is None or any(local_path(raw[hour]) is None for hour in hours):
+            raise ValueError(f"{events}: compaction without Spark needs a local data dir")
+        left = _convert_with_arrow(fs, raw, local_tmp, hours, statuses, bounds, stored)
+        if left:
+            raise NotConvertible("pyarrow cannot parse the JSON of " + ", ".join(f"{d} {h}:00" for d, h in left))
         return statuses, stored
-    from pyspark.sql import functions as F
-
-    from brokerd.pipeline.read import OK, compacted_struct
-
-    data = f"{tmp}/data"
-    rows = spark.read.schema(compacted_struct()).option("basePath", data).parquet(
-        *[f"{data}/date={hour[0]}/hour={hour[1]}" for hour in sorted(aligned)]
-    )
-    valid = rows.filter(F.col("status") == OK).drop("status", "payload")
-    for name, frame in summarize(valid, ("date", "hour")).items():
-        written = f"{tmp}/summary/{name}"
-        frame.write.partitionBy("date", "hour").parquet(written)
-        for hour in sorted(aligned):
-            stored.setdefault(hour, set())
-            part = f"{written}/date={hour[0]}/hour={hour[1]}"
-            if fs.exists(part):
-                target = f"{data}/date={hour[0]}/hour={hour[1]}/{SUMMARY_DIR}"
-                fs.mkdirs(target)
-                if not fs.rename(part, f"{target}/{name}"):
-                    raise OSError(f"could not move {part}")
-                stored[hour].add(name)
+    sparkio.convert_hours(spark, events, tmp, raw, hours, statuses, bounds)
+    aligned = [hour for hour in hours if _aligned(hour, bounds.get(hour))]
+    if aligned:
+        stored.update(sparkio.store_summaries(spark, fs, f"{tmp}/data", f"{tmp}/summary", aligned))
     return statuses, stored
 
 
@@ -306,20 +205,12 @@ def _convert_with_arrow(
     fs: Any, raw: dict[Hour, str], local_tmp: str, hours: list[Hour],
     statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None], stored: dict[Hour, set[str]],
 ) -> list[Hour]:
-    """Convert and summarise with pyarrow (brokerd.pipeline.arrowjson, .arrowsummaries) the
+    """Convert and summarise with pyarrow (brokerd.pipeline.arrowjson, .summaries) the
     hours whose every line parses, filling ``statuses``, ``bounds`` and ``stored``; returns
     the others."""
-    import os
-    import shutil
-    from concurrent.futures import ThreadPoolExecutor
-
     import pyarrow.parquet as pq
 
-    from brokerd.pipeline.arrowjson import NotConvertible, convert_hour
-    from brokerd.pipeline.arrowsummaries import schemas as summary_schemas
-    from brokerd.pipeline.arrowsummaries import summarize_table
-
-    schemas = summary_schemas()
+    target_schemas = schemas()
 
     def one(hour: Hour) -> bool:
         """Convert and summarise one hour; False if pyarrow cannot parse it."""
@@ -335,14 +226,14 @@ def _convert_with_arrow(
             for name, table in summarize_table(valid).items():
                 if len(table):
                     os.makedirs(os.path.join(staged, SUMMARY_DIR, name))
-                    table = table.select(schemas[name].names).cast(schemas[name])
+                    table = table.select(target_schemas[name].names).cast(target_schemas[name])
                     pq.write_table(table, os.path.join(staged, SUMMARY_DIR, name, "part-00000-arrow.parquet"))
                     names.add(name)
             stored[hour] = names
         return True
 
     files = {  # listed here: the threads below make no JVM calls
-        hour: [os.path.join(_local(raw[hour]) or "", name) for name, _size in fs.files(raw[hour], schema.FILE_SUFFIX)]
+        hour: [os.path.join(local_path(raw[hour]) or "", name) for name, _size in fs.files(raw[hour], schema.FILE_SUFFIX)]
         for hour in hours
     }
     # pyarrow releases the GIL while it parses, aggregates and writes: an hour per core
@@ -350,32 +241,3 @@ def _convert_with_arrow(
         done = list(pool.map(one, hours))
     left = [hour for hour, converted in zip(hours, done) if not converted]
     return left
-
-
-def _convert_with_spark(
-    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour],
-    statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None],
-) -> None:
-    """Parse the JSON of ``hours`` once (all in one read, so both cores work even on small
-    hours), keep the rows in memory and write each hour's Parquet (one write per hour: its
-    rows need no sort by partition, as partitionBy would do)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from brokerd.pipeline.read import OK, json_reader, with_status
-
-    parsed = with_status(json_reader(spark, events).json([raw[hour] for hour in hours])).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        counted = parsed.groupBy("date", "hour", "status").agg(
-            F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
-        )
-        for row in counted.collect():
-            hour = (row["date"], row["hour"])
-            statuses[hour][row["status"]] = int(row["count"])
-            if row["status"] == OK:
-                bounds[hour] = (row["lo"], row["hi"])
-        for hour in hours:
-            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
-            parsed.filter((F.col("date") == hour[0]) & (F.col("hour") == hour[1])).drop("date", "hour").write.parquet(staged)
-    finally:
-        parsed.unpersist()

@@ -1,6 +1,6 @@
-"""The FileSystem calls of compaction and reading (compact.HadoopFS's), on local paths.
+"""The FileSystem calls of compaction and reading (sparkio.HadoopFS's), on local paths.
 
-The Arrow engine (brokerd.pipeline.arrowreport) compacts and reads a local data dir without
+A local report (brokerd.pipeline.report without Spark) compacts and reads a local data dir without
 starting a JVM, so it cannot use Hadoop's FileSystem through Spark; this class has the same
 methods with the same results on local paths.  A rename of a directory is ``os.rename``, atomic
 on one filesystem, which the crash safety of compaction relies on as it does on Hadoop's.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 from urllib.parse import urlparse
 
@@ -103,3 +104,11 @@ class LocalFS:
                 os.rmdir(path)
         elif os.path.lexists(path):
             os.remove(path)
+
+
+def usable(master: str | None, data_dir: str, out: str) -> bool:
+    """Whether the report may run in this process without Spark: a local master (``local``,
+    ``local[*]``, ``local[N]``) or none, and local paths (whether the inputs parse is known
+    only when they are read)."""
+    local_master = master is None or re.fullmatch(r"local(\[(\*|[0-9]+)\])?", master) is not None
+    return local_master and local_path(data_dir) is not None and local_path(out) is not None

@@ -1,26 +1,44 @@
 """The report job: event log in, Parquet tables + HTML report + summary out.
 
-Spark does the heavy part: the records are reduced once to the per-hour summaries
-(brokerd.pipeline.summaries; read as stored for compacted hours), every table is derived from
-them (brokerd.pipeline.tables.TABLES), and what the HTML and the text summary show is
-collected from the written tables, which are small by construction (per minute, per top-N).
-brokerd.pipeline.arrowreport is the same job with pyarrow in the driver (no JVM) for local
-reports; both build summary.json and the HTML with :func:`make_summary` and
-:func:`write_outputs`.
+One pipeline, two places to run it.  The records are reduced once to the per-hour summaries
+(brokerd.pipeline.summaries; read as stored for compacted hours) and every table is derived
+from the merged summaries (brokerd.pipeline.tables.TABLES), which are small by construction
+(per minute, per top-N); summary.json and the HTML come from those tables.
+
+- Locally (``spark`` None: a local master, data dir and out), all of it runs in this process
+  with pyarrow, no JVM: compaction, reading (brokerd.pipeline.arrowread), the tables.
+- Distributed (a Spark session: a cluster, or ``--engine spark``), Spark parses the JSON, runs
+  the summary function on its executors and stores what compaction writes; the merged
+  summaries are collected into the driver (brokerd.pipeline.sparkio) and the same table
+  functions run there; Spark writes the tables (to any Hadoop URI).
+
+Profiled on 10 M events (docs/pipeline.md), a second report whose tables Spark computed spent
+30 of its 43 s in Spark's fixed costs (the JVM start, the first query's warm-up, dozens of short
+jobs per table) on about 1 M summary rows; pyarrow derives the same tables in under a second.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from brokerd.events import schema
-from brokerd.pipeline import gauges, html, summaries, tables
-from brokerd.pipeline.read import OK, read_events
+from brokerd.pipeline import gauges, html, sparkio, tables
+from brokerd.pipeline.arrowbase import sort_by
+from brokerd.pipeline.arrowread import DEFAULT_MAX_MEMORY, read_summaries
+from brokerd.pipeline.compact import compact as compact_log
+from brokerd.pipeline.localfs import local_path
+from brokerd.pipeline.read import OK
 from brokerd.pipeline.session import Progress
 from brokerd.pipeline.timespec import format_time
 
@@ -39,8 +57,33 @@ def local_dir(out: str) -> Path | None:
     return None
 
 
-def _rows(frame: Any) -> list[dict[str, Any]]:
-    return [row.asDict(recursive=True) for row in frame.collect()]
+def _datetime(us: int) -> datetime:
+    """A timestamp for the summary and the plots (naive, the machine's local time)."""
+    return datetime.fromtimestamp(us // 1_000_000).replace(microsecond=us % 1_000_000)
+
+
+def rows(table: Any) -> list[dict[str, Any]]:
+    """``table``'s rows as dicts: timestamps as naive datetimes, maps as dicts, arrays as lists."""
+    columns: dict[str, list[Any]] = {}
+    for field in table.schema:
+        column = table.column(field.name)
+        if pa.types.is_timestamp(field.type):
+            values = [None if v is None else _datetime(v) for v in column.cast(pa.int64()).to_pylist()]
+        elif pa.types.is_map(field.type):
+            values = [None if v is None else dict(v) for v in column.to_pylist()]
+        else:
+            values = column.to_pylist()
+        columns[field.name] = values
+    return [dict(zip(columns, values)) for values in zip(*columns.values())] if columns else []
+
+
+def write_table(table: Any, directory: str) -> None:
+    """``table`` as ``directory`` (replaced, local), a Parquet directory as Spark writes one."""
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
+    os.makedirs(directory)
+    pq.write_table(table, os.path.join(directory, "part-00000-arrow.parquet"))
+    open(os.path.join(directory, "_SUCCESS"), "wb").close()
 
 
 def run_report(
@@ -52,143 +95,118 @@ def run_report(
     until_us: int | None = None,
     top: int = 100,
     html_dir: str | None = None,
-    progress: Progress | None = None,
+    progress: Any = None,
     compact: bool = True,
     delete_json: bool = False,
     now_us: int | None = None,
+    max_memory: int | None = None,
 ) -> dict[str, Any]:
     """Run the whole job; return the summary (also written as summary.json).  First the
-    closed hours not compacted yet are compacted (unless ``compact`` is false)."""
-    from pyspark.sql import functions as F
+    closed hours not compacted yet are compacted (unless ``compact`` is false).
 
-    from brokerd.pipeline.compact import compact as compact_log
-
+    ``spark`` None: in this process (local data dir and out); raises arrowjson.NotConvertible
+    (before writing any table) when an input needs Spark's reader, arrowread.TooLarge when the
+    inputs take more than ``max_memory`` bytes (default arrowread.DEFAULT_MAX_MEMORY).  With a
+    Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply)."""
     progress = progress or Progress(spark, enabled=False)
+    step = progress.step
+    where = "pyarrow" if spark is None else "Spark"
     out = out.rstrip("/") or "/"
     compaction = None
     if compact:
-        progress.step("compacting closed hours")
+        step(f"compacting closed hours ({where})")
         compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
-    progress.step("reading the event log")
-    log = read_events(spark, data_dir, since_us, until_us, summaries=True)
-    progress.step(f"summarising {len(log.summarized)} hour(s) from stored summaries"
-                  + (", the others from their records" if log.has_records else ""))
-    merged = summaries.merge(spark, log.summarized, log.records if log.has_records else None)
-    if log.has_records:  # the hours read as records: reduce them once, not once per table
-        merged.frames = {name: merged.cached(f"summary:{name}", lambda _s, f=frame: f) for name, frame in merged.frames.items()}
-    for name, table in tables.TABLES:
-        progress.step(f"writing table {name}")
-        table(merged, top).write.mode("overwrite").parquet(f"{out}/{name}")
+    step(f"reading the event log: the stored summaries, and the other hours' records summarised ({where})")
+    if spark is None:
+        log = read_summaries(data_dir, since_us, until_us, DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
+    else:
+        log = sparkio.read_log(spark, data_dir, since_us, until_us)
+    s = log.summaries
+    step(f"deriving the tables from {len(log.summarized)} hour(s) of stored summaries and the others' (pyarrow)")
+    found = tables.compute(s, top)
+    step("writing the tables")
+    for name, table in found.items():
+        if spark is None:
+            write_table(table, os.path.join(local_path(out) or out, name))
+        else:
+            sparkio.write_table(spark, table, f"{out}/{name}")
 
-    progress.step("summarising")
-    totals = merged["kinds"].groupBy("kind").agg(
-        F.sum("n").alias("n"), F.min("first_ts").alias("lo"), F.max("last_ts").alias("hi")
-    ).collect()
-    events_by_kind = {row["kind"]: int(row["n"]) for row in totals}
-    first = min((row["lo"] for row in totals), default=None)
-    last = max((row["hi"] for row in totals), default=None)
-    traffic = spark.read.parquet(f"{out}/traffic")
+    step("summarising")
+    kinds = s["kinds"].group_by("kind", use_threads=False).aggregate([("n", "sum"), ("first_ts", "min"), ("last_ts", "max")])
+    events_by_kind = {kind: int(n) for kind, n in zip(kinds.column("kind").to_pylist(), kinds.column("n_sum").to_pylist())}
+    first = pc.min(kinds.column("first_ts_min")).as_py() if len(kinds) else None
+    last = pc.max(kinds.column("last_ts_max")).as_py() if len(kinds) else None
+    traffic = found["traffic"]
     span_minutes = 1 if first is None else max(1, math.ceil((last - first + 1) / 60_000_000))
-    bucket_minutes = max(1, math.ceil(span_minutes / MAX_PLOT_POINTS))
-    bucket_seconds = bucket_minutes * 60
-    bucket = F.timestamp_seconds(F.floor(F.unix_timestamp("minute") / bucket_seconds) * bucket_seconds)
-    rate_rows = (
-        traffic.filter(F.col("messages") > 0)
-        .groupBy(bucket.alias("bucket"), "protocol")
-        .agg(F.sum("messages").alias("messages"))
-        .collect()
-    )
+    bucket_seconds = max(1, math.ceil(span_minutes / MAX_PLOT_POINTS)) * 60
+    moving = traffic.filter(pc.greater(traffic.column("messages"), 0))
+    minute_us = moving.column("minute").cast(pa.int64())
+    bucket_us = pc.multiply(pc.divide(minute_us, bucket_seconds * 1_000_000), bucket_seconds * 1_000_000)  # ts > 0
+    rates = pa.table({"bucket": bucket_us, "protocol": moving.column("protocol"), "messages": moving.column("messages")})
+    rates = rates.group_by(["bucket", "protocol"], use_threads=False).aggregate([("messages", "sum")])
     series: dict[str, list[tuple[datetime, float]]] = {}
-    for row in rate_rows:
-        series.setdefault(row["protocol"], []).append((row["bucket"], row["messages"] / bucket_seconds))
+    for bucket, protocol, messages in zip(*[rates.column(c).to_pylist() for c in ("bucket", "protocol", "messages_sum")]):
+        series.setdefault(protocol, []).append((_datetime(bucket), messages / bucket_seconds))
+    per_protocol = traffic.group_by("protocol", use_threads=False).aggregate([("messages", "sum")])
     messages_by_protocol = {
-        row["protocol"]: int(row["m"])
-        for row in traffic.groupBy("protocol").agg(F.sum("messages").alias("m")).collect()
-        if row["m"]
+        protocol: int(m) for protocol, m in zip(per_protocol.column("protocol").to_pylist(),
+                                                 per_protocol.column("messages_sum").to_pylist()) if m
     }
-    top_topics = [
-        (row["topic"], int(row["m"]))
-        for row in traffic.filter(F.col("topic").isNotNull())
-        .groupBy("topic").agg(F.sum("messages").alias("m"))
-        .filter(F.col("m") > 0)
-        .orderBy(F.col("m").desc(), "topic").limit(15).collect()
-    ]
-    latency_by_protocol = _rows(tables.latency(merged, keys=("protocol", "kind")))
-    auth = _rows(spark.read.parquet(f"{out}/auth_failures").orderBy(F.col("failures").desc(), "source", "protocol").limit(10))
-
-    slow = spark.read.parquet(f"{out}/slow_consumers")
-    slow_count = slow.count()
-    slow_rows = _rows(slow.orderBy(F.col("time").desc()).limit(20))
-
-    delivery_rows = _rows(spark.read.parquet(f"{out}/delivery_latency").orderBy("protocol", "source"))
-    split_rows = _rows(spark.read.parquet(f"{out}/smqp_latency_split").orderBy("kind", F.col("part").desc()))
-    gauge_rows = _rows(spark.read.parquet(f"{out}/queue_gauges").orderBy("time"))
-    summary = make_summary(
-        data_dir=data_dir, path=log.path, found=log.found, out=out, since_us=since_us, until_us=until_us,
-        first=first, last=last, quality=log.quality, events_by_kind=events_by_kind,
-        messages_by_protocol=messages_by_protocol, top_topics=top_topics, latency_by_protocol=latency_by_protocol,
-        top_publishers=_rows(spark.read.parquet(f"{out}/top_publishers").orderBy("rank").limit(10)),
-        top_subscribers=_rows(spark.read.parquet(f"{out}/top_subscribers").orderBy("rank").limit(10)),
-        auth=auth, cross_protocol=_rows(spark.read.parquet(f"{out}/cross_protocol").orderBy("publishing", "receiving")),
-        slow_count=slow_count, slow_rows=slow_rows, delivery_rows=delivery_rows, split_rows=split_rows,
-        gauge_rows=gauge_rows, summarized_hours=len(log.summarized), bucket_seconds=bucket_seconds,
-        compaction=compaction,
-    )
-    merged.release()
-    progress.step("drawing the HTML report")
-    write_outputs(summary, series, gauge_rows, out, html_dir)
-    return summary
-
-
-def make_summary(
-    *, data_dir: str, path: str, found: bool, out: str, since_us: int | None, until_us: int | None,
-    first: int | None, last: int | None, quality: dict[str, int], events_by_kind: dict[str, int],
-    messages_by_protocol: dict[str, int], top_topics: list[tuple[str, int]], latency_by_protocol: list[dict[str, Any]],
-    top_publishers: list[dict[str, Any]], top_subscribers: list[dict[str, Any]], auth: list[dict[str, Any]],
-    cross_protocol: list[dict[str, Any]], slow_count: int, slow_rows: list[dict[str, Any]],
-    delivery_rows: list[dict[str, Any]], split_rows: list[dict[str, Any]], gauge_rows: list[dict[str, Any]],
-    summarized_hours: int, bucket_seconds: int, compaction: Any,
-) -> dict[str, Any]:
-    """summary.json's content, from the figures either engine collected."""
+    named = traffic.filter(pc.is_valid(traffic.column("topic")))
+    topics = named.group_by("topic", use_threads=False).aggregate([("messages", "sum")])
+    topics = topics.filter(pc.greater(topics.column("messages_sum"), 0))
+    topics = sort_by(topics, [("messages_sum", "descending"), ("topic", "ascending")]).slice(0, 15)
+    top_topics = [(t, int(m)) for t, m in zip(topics.column("topic").to_pylist(), topics.column("messages_sum").to_pylist())]
+    latency_by_protocol = rows(tables.latency(s, keys=("protocol", "kind")))
+    auth = rows(sort_by(found["auth_failures"], [("failures", "descending"), ("source", "ascending"),
+                                                            ("protocol", "ascending")]).slice(0, 10))
+    slow = found["slow_consumers"]
+    slow_rows = rows(sort_by(slow, [("time", "descending")]).slice(0, 20))
+    delivery_rows = rows(sort_by(found["delivery_latency"], [("protocol", "ascending"), ("source", "ascending")]))
+    split_rows = rows(sort_by(found["smqp_latency_split"], [("kind", "ascending"), ("part", "descending")]))
+    gauge_rows = rows(sort_by(found["queue_gauges"], [("time", "ascending")]))
     dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
-    return {
+    summary = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "data_dir": data_dir,
-        "events_path": path,
-        "log_found": found,
+        "events_path": log.path,
+        "log_found": log.found,
         "out": out,
         "since": None if since_us is None else format_time(since_us),
         "until": None if until_us is None else format_time(until_us),
         "first_event": None if first is None else format_time(first),
         "last_event": None if last is None else format_time(last),
-        "quality": quality,
-        "lines": sum(quality.values()),
+        "quality": log.quality,
+        "lines": sum(log.quality.values()),
         "events": sum(events_by_kind.values()),
         "events_by_kind": events_by_kind,
         "messages": sum(messages_by_protocol.values()),  # weighted by count, unlike events_by_kind
         "messages_by_protocol": messages_by_protocol,
         "top_topics": top_topics,
         "latency_by_protocol": latency_by_protocol,
-        "top_publishers": top_publishers,
-        "top_subscribers": top_subscribers,
+        "top_publishers": rows(found["top_publishers"].slice(0, 10)),
+        "top_subscribers": rows(found["top_subscribers"].slice(0, 10)),
         "dead_letters": dead,
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
         "auth_failures": auth,
-        "cross_protocol": cross_protocol,
-        "slow_consumer_episodes": slow_count,
+        "cross_protocol": rows(found["cross_protocol"]),
+        "slow_consumer_episodes": len(slow),
         "slow_consumers": slow_rows,
         "delivery_latency": delivery_rows,
         "smqp_latency_split": split_rows,
         "queue_gauge_readings": len(gauge_rows),
         "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
-        "summarized_hours": summarized_hours,
+        "summarized_hours": len(log.summarized),
         "bucket_seconds": bucket_seconds,
         "compaction": None if compaction is None else {
             "compacted_now": len(compaction.compacted), "already": len(compaction.already),
             "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
         },
     }
+    step("drawing the HTML report")
+    write_outputs(summary, series, gauge_rows, out, html_dir)
+    return summary
 
 
 def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime, float]]],

@@ -5,11 +5,16 @@ the cross-protocol matrix, the summary).  Instead the valid records are reduced 
 tables in :data:`SUMMARIES`, each keyed so that summaries of different hours merge by a union
 and a second aggregation, and brokerd.pipeline.tables derives every report table from them.
 
+Each summary is computed by one function over an Arrow table of one hour's records
+(:func:`summarize_table`, pyarrow's kernels): in the report's own process for a local report,
+and on Spark's executors for a distributed one (brokerd.pipeline.sparkio runs the same function
+through ``applyInArrow``, one hour per group).
+
 Compaction (brokerd.pipeline.compact) stores an hour's summaries next to its Parquet, under
 ``hour=HH/_summary/<name>/`` (published with the hour by the same rename), so a report over
 compacted hours reads thousands of rows instead of millions; hours still open, hours cut by
 ``--since``/``--until`` and hours compacted before summaries existed are summarised on the fly
-from their records by the same functions.  Nothing here is approximate:
+from their records by the same function.  Nothing here is approximate:
 
 kinds         kind: events, first and last ``ts``.
 traffic       minute x topic x protocol: the ``traffic`` table's sums before the drops join.
@@ -37,14 +42,21 @@ before_own    per endpoint ``at`` x its session x protocol x topic: that session
 With ``publishing`` (whole hours) and ``before_*`` (the part of the endpoint's own hour), the
 messages routed to a subscription ``[start, end)`` are counted exactly without the messages.
 
-To add a table: add what it needs here (a function and an entry in :data:`SUMMARIES`, keyed so
-that a union of hours re-aggregates), bump :data:`SUMMARY_VERSION` (hours compacted with an
-older version are summarised from their Parquet again), and derive the table in tables.py.
+To add a table: add what it needs here (its schema in :func:`schemas` and its computation in
+:func:`summarize_table`, keyed so that a union of hours re-aggregates), bump
+:data:`SUMMARY_VERSION` (hours compacted with an older version are summarised from their
+Parquet again), and derive the table in tables.py.  The subscription summaries
+(``before_topic``, ``before_own``) use running sums and a binary search per topic: no join.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from brokerd.events import schema
 
@@ -61,297 +73,248 @@ SMQP_OUTCOMES = (schema.DELIVERED, schema.ACKED)
 QUEUED, ONLINE, UNSPLIT = "queued", "online", "unsplit"
 """``smqp_latency.part`` values."""
 
-
-def _f() -> Any:
-    from pyspark.sql import functions as F
-
-    return F
+_ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
 
 
-def _count() -> Any:
-    """How many messages an ``accepted`` record stands for (a run is one record)."""
-    F = _f()
-    return F.coalesce(F.col("count"), F.lit(1))
+@functools.lru_cache(maxsize=1)
+def schemas() -> dict[str, Any]:
+    """Each summary's Arrow schema: what :func:`summarize_table` gives, cast to it, and what
+    compaction stores (Spark reads the stored files with the same schema)."""
+    s, i = pa.string(), pa.int64()
+    fields = dict(schema.FIELDS)
+    return {
+        "kinds": pa.schema([("kind", s), ("n", i), ("first_ts", i), ("last_ts", i)]),
+        "traffic": pa.schema([("minute", i), ("topic", s), ("protocol", s), ("messages", i), ("bytes", i),
+                              ("fanout", i), ("max_fanout", i), ("delivered", i), ("after_handoff", i)]),
+        "drops": pa.schema([("minute", i), ("topic", s), ("protocol", s), ("reason", s), ("n", i)]),
+        "publishing": pa.schema([("hour_index", i), ("topic", s), ("session", s), ("protocol", s), ("message", s),
+                                 ("messages", i), ("bytes", i), ("fanout", i), ("first_ts", i), ("last_ts", i)]),
+        "delivered": pa.schema([("session", s), ("protocol", s), ("n", i), ("bytes", i)]),
+        "latency": pa.schema([("topic", s), ("protocol", s), ("kind", s), ("latency_us", i), ("n", i)]),
+        "smqp_latency": pa.schema([("kind", s), ("part", s), ("value_us", i), ("n", i)]),
+        "rare": pa.schema([(name, getattr(pa, _ARROW_TYPES[fields[name]])()) for name in RECORD_COLUMNS]),
+        "before_topic": pa.schema([("at", i), ("topic", s), ("publishing", s), ("n", i), ("nb", i)]),
+        "before_own": pa.schema([("at", i), ("session", s), ("protocol", s), ("topic", s), ("n", i), ("nb", i)]),
+    }
 
 
-def minute_of(column: str = "ts") -> Any:
-    F = _f()
-    return (F.floor(F.col(column) / MINUTE_US) * MINUTE_US).cast("long")
+def _count(table: Any) -> Any:
+    return pc.fill_null(table.column("count"), 1)
 
 
-def hour_of(column: str = "ts") -> Any:
-    """The hour index (``ts // HOUR_US``) the pieces of a subscription count are keyed by."""
-    F = _f()
-    return F.floor(F.col(column) / HOUR_US).cast("long")
+def _zero(column: Any) -> Any:
+    return pc.fill_null(column, 0)
 
 
-def kinds(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    return records.groupBy(*by, "kind").agg(
-        F.count(F.lit(1)).cast("long").alias("n"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")
+def _floor(column: Any, unit: int) -> Any:
+    return pc.multiply(pc.divide(column, unit), unit)  # integer division: ts is positive
+
+
+def _is(table: Any, kind: str) -> Any:
+    return pc.fill_null(pc.equal(table.column("kind"), kind), False)
+
+
+def _sum_by(table: Any, keys: list[str], sums: list[str], renames: dict[str, str] | None = None) -> Any:
+    result = table.group_by(keys, use_threads=False).aggregate([(name, "sum") for name in sums])
+    return result.rename_columns([(renames or {}).get(c.removesuffix("_sum"), c.removesuffix("_sum")) for c in result.column_names])
+
+
+def summarize_table(records: Any) -> dict[str, Any]:
+    """Every summary of ``records`` (an Arrow table of one hour's valid records, the
+    schema's fields), as Arrow tables with the summaries' column names."""
+    kind = records.column("kind")
+    count = _count(records)
+    minute = _floor(records.column("ts"), MINUTE_US)
+    out: dict[str, Any] = {}
+
+    kinds = records.group_by("kind", use_threads=False).aggregate([([], "count_all"), ("ts", "min"), ("ts", "max")])
+    out["kinds"] = kinds.rename_columns(
+        [{"count_all": "n", "ts_min": "first_ts", "ts_max": "last_ts"}.get(c, c) for c in kinds.column_names]
     )
 
+    accepted = _is(records, schema.ACCEPTED)
+    flow = pc.is_in(kind, value_set=pa.array([schema.ACCEPTED, schema.DELIVERED, schema.DROPPED]))
+    after_handoff = pc.and_(_is(records, schema.DROPPED),
+                            pc.fill_null(pc.is_in(records.column("reason"), value_set=pa.array(sorted(schema.AFTER_HANDOFF_REASONS))), False))
+    traffic = pa.table({
+        "minute": minute, "topic": records.column("topic"), "protocol": records.column("protocol"),
+        "messages": pc.if_else(accepted, count, 0),
+        "bytes": pc.if_else(accepted, _zero(records.column("bytes")), 0),
+        "fanout": pc.if_else(accepted, pc.multiply(_zero(records.column("fanout")), count), 0),
+        "max_fanout": pc.if_else(accepted, records.column("fanout"), pa.scalar(None, pa.int64())),
+        "delivered": pc.if_else(_is(records, schema.DELIVERED), 1, 0).cast(pa.int64()),
+        "after_handoff": pc.if_else(after_handoff, pc.fill_null(records.column("dropped"), 1), 0),
+    }).filter(flow)
+    grouped = traffic.group_by(["minute", "topic", "protocol"], use_threads=False).aggregate(
+        [("messages", "sum"), ("bytes", "sum"), ("fanout", "sum"), ("max_fanout", "max"), ("delivered", "sum"),
+         ("after_handoff", "sum")]
+    )
+    out["traffic"] = grouped.rename_columns([c.rsplit("_", 1)[0] if c.endswith(("_sum", "_max")) else c for c in grouped.column_names])
 
-def traffic(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    kind = F.col("kind")
-    accepted = kind == schema.ACCEPTED
-    count = _count()
-    return (
-        records.filter(kind.isin(schema.ACCEPTED, schema.DELIVERED, schema.DROPPED))
-        .groupBy(*by, minute_of().alias("minute"), "topic", "protocol")
-        .agg(
-            F.sum(F.when(accepted, count).otherwise(0)).cast("long").alias("messages"),
-            F.sum(F.when(accepted, F.coalesce(F.col("bytes"), F.lit(0))).otherwise(0)).cast("long").alias("bytes"),
-            F.sum(F.when(accepted, F.coalesce(F.col("fanout"), F.lit(0)) * count).otherwise(0)).cast("long").alias("fanout"),
-            F.max(F.when(accepted, F.col("fanout"))).cast("long").alias("max_fanout"),
-            F.sum(F.when(kind == schema.DELIVERED, 1).otherwise(0)).cast("long").alias("delivered"),
-            F.sum(
-                F.when(
-                    (kind == schema.DROPPED) & F.col("reason").isin(sorted(schema.AFTER_HANDOFF_REASONS)),
-                    F.coalesce(F.col("dropped"), F.lit(1)),
-                ).otherwise(0)
-            ).cast("long").alias("after_handoff"),
-        )
+    unrenderable = pc.and_(accepted, pc.fill_null(pc.greater(records.column("dropped"), 0), False))
+    keys = {"minute": minute, "topic": records.column("topic"), "protocol": records.column("protocol")}
+    parts = [
+        pa.table({**keys, "reason": pa.repeat(schema.UNRENDERABLE, len(records)),
+                  "n": pc.multiply(_zero(records.column("dropped")), count)}).filter(unrenderable),
+        pa.table({**keys, "reason": pc.fill_null(records.column("reason"), "unknown"),
+                  "n": pc.fill_null(records.column("dropped"), 1)}).filter(_is(records, schema.DROPPED)),
+    ]
+    out["drops"] = _sum_by(pa.concat_tables(parts), ["minute", "topic", "protocol", "reason"], ["n"])
+
+    publishing = pa.table({
+        "hour_index": pc.divide(records.column("ts"), HOUR_US), "topic": records.column("topic"),
+        "session": records.column("session"), "protocol": records.column("protocol"), "message": records.column("message"),
+        "messages": count, "bytes": _zero(records.column("bytes")),
+        "fanout": pc.multiply(_zero(records.column("fanout")), count), "ts": records.column("ts"),
+    }).filter(accepted)
+    grouped = publishing.group_by(["hour_index", "topic", "session", "protocol", "message"], use_threads=False).aggregate(
+        [("messages", "sum"), ("bytes", "sum"), ("fanout", "sum"), ("ts", "min"), ("ts", "max")]
+    )
+    out["publishing"] = grouped.rename_columns(
+        [{"ts_min": "first_ts", "ts_max": "last_ts"}.get(c, c.removesuffix("_sum")) for c in grouped.column_names]
     )
 
+    delivered = records.filter(_is(records, schema.DELIVERED))
+    delivered = pa.table({"session": delivered.column("session"), "protocol": delivered.column("protocol"),
+                          "bytes": _zero(delivered.column("bytes"))})
+    grouped = delivered.group_by(["session", "protocol"], use_threads=False).aggregate([([], "count_all"), ("bytes", "sum")])
+    out["delivered"] = grouped.rename_columns([{"count_all": "n", "bytes_sum": "bytes"}.get(c, c) for c in grouped.column_names])
 
-def drops(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    kind = F.col("kind")
-    keys = [*by, minute_of().alias("minute"), "topic", "protocol"]
-    unrenderable = records.filter((kind == schema.ACCEPTED) & (F.col("dropped") > 0)).select(
-        *keys, F.lit(schema.UNRENDERABLE).alias("reason"), (F.col("dropped") * _count()).cast("long").alias("n")
-    )
-    reported = records.filter(kind == schema.DROPPED).select(
-        *keys,
-        F.coalesce(F.col("reason"), F.lit("unknown")).alias("reason"),
-        F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("n"),
-    )
-    return (
-        unrenderable.unionByName(reported)
-        .groupBy(*by, "minute", "topic", "protocol", "reason")
-        .agg(F.sum("n").cast("long").alias("n"))
-    )
+    timed = records.filter(pc.is_valid(records.column("latency_us")))
+    grouped = timed.group_by(["topic", "protocol", "kind", "latency_us"], use_threads=False).aggregate([([], "count_all")])
+    out["latency"] = grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
+    out["smqp_latency"] = _smqp_latency(timed)
 
+    source_less_login = pc.and_(_is(records, schema.LOGIN), pc.is_null(records.column("source")))
+    congestion = pc.and_(_is(records, schema.DROPPED), pc.fill_null(
+        pc.is_in(records.column("reason"), value_set=pa.array([schema.SLOW_CONSUMER, schema.QUEUE_FULL])), False))
+    listed = pc.is_in(kind, value_set=pa.array([*ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE,
+                                                *sorted(schema.DEAD_LETTER_KINDS)]))
+    out["rare"] = records.filter(pc.or_(pc.or_(pc.fill_null(listed, False), congestion), source_less_login)).select(list(RECORD_COLUMNS))
 
-def publishing(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    return (
-        records.filter(F.col("kind") == schema.ACCEPTED)
-        .groupBy(*by, hour_of().alias("hour_index"), "topic", "session", "protocol", "message")
-        .agg(
-            F.sum(_count()).cast("long").alias("messages"),
-            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("bytes"),
-            F.sum(F.coalesce(F.col("fanout"), F.lit(0)) * _count()).cast("long").alias("fanout"),
-            F.min("ts").alias("first_ts"),
-            F.max("ts").alias("last_ts"),
-        )
-    )
+    out["before_topic"], out["before_own"] = _before(records, out["rare"])
+    return out
 
 
-def delivered(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    return (
-        records.filter(F.col("kind") == schema.DELIVERED)
-        .groupBy(*by, "session", "protocol")
-        .agg(
-            F.count(F.lit(1)).cast("long").alias("n"),
-            F.sum(F.coalesce(F.col("bytes"), F.lit(0))).cast("long").alias("bytes"),
-        )
-    )
+def _smqp_latency(timed: Any) -> Any:
+    """``smqp_latency`` of the records with ``latency_us`` (as summaries.smqp_latency: a record
+    with ``queued_us`` in parts ``queued`` and ``online``, one without in ``unsplit``)."""
+    outcomes = timed.filter(pc.and_(
+        pc.fill_null(pc.is_in(timed.column("kind"), value_set=pa.array(list(SMQP_OUTCOMES))), False),
+        pc.fill_null(pc.equal(timed.column("protocol"), "smqp"), False),
+    ))
+    latency, queued = outcomes.column("latency_us"), outcomes.column("queued_us")
+    split = pc.is_valid(queued)
 
+    def part(name: str, value: Any, where: Any) -> Any:
+        return pa.table({
+            "kind": outcomes.column("kind"), "part": pa.repeat(name, len(outcomes)),
+            "value_us": pc.max_element_wise(value, 0).cast(pa.int64()),
+        }).filter(where)
 
-def latency(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    return (
-        records.filter(F.col("latency_us").isNotNull())
-        .groupBy(*by, "topic", "protocol", "kind", "latency_us")
-        .agg(F.count(F.lit(1)).cast("long").alias("n"))
-    )
-
-
-def smqp_latency(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    latency, queued = F.col("latency_us"), F.col("queued_us")
-    zero = F.lit(0).cast("long")
-
-    def part(name: str, value: Any) -> Any:
-        return F.struct(F.lit(name).alias("part"), F.greatest(value, zero).cast("long").alias("value_us"))
-
-    parts = F.when(queued.isNull(), F.array(part(UNSPLIT, latency))).otherwise(
-        F.array(part(QUEUED, queued), part(ONLINE, latency - queued))
-    )
-    return (
-        records.filter(F.col("kind").isin(*SMQP_OUTCOMES) & (F.col("protocol") == "smqp") & latency.isNotNull())
-        .select(*by, "kind", F.explode(parts).alias("p"))
-        .groupBy(*by, "kind", F.col("p.part").alias("part"), F.col("p.value_us").alias("value_us"))
-        .agg(F.count(F.lit(1)).cast("long").alias("n"))
-    )
-
-
-def rare(records: Any, by: Sequence[str]) -> Any:
-    F = _f()
-    kind = F.col("kind")
-    wanted = (
-        kind.isin(*ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS))
-        | ((kind == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
-        | ((kind == schema.LOGIN) & F.col("source").isNull())
-    )
-    return records.filter(wanted).select(*by, *RECORD_COLUMNS)
-
-
-def _multicast(records: Any) -> Any:
-    F = _f()
-    return records.filter(
-        (F.col("kind") == schema.ACCEPTED) & (F.col("message") == "multicast") & F.col("topic").isNotNull()
-    )
-
-
-def before_topic(records: Any, by: Sequence[str]) -> Any:
-    """Per endpoint instant and topic: messages of the instant's hour before it, per publishing
-    protocol.  A ``logout`` ends subscriptions to any topic, so its instant gets every topic;
-    the whole minutes come from per-minute sums, only the endpoint's own minute from the
-    messages (both joins have the few endpoints on the broadcast side)."""
-    F = _f()
-    ends = records.filter(F.col("kind").isin(*ENDPOINT_KINDS)).select(
-        *by, F.col("ts").alias("at"), F.when(F.col("kind") != schema.LOGOUT, F.col("topic")).alias("e_topic")
-    ).distinct()
-    any_topic = ends.filter(F.col("e_topic").isNull()).select(*by, "at")
-    # an instant that is also a logout's needs no per-topic row: the logout's covers every topic
-    one_topic = ends.filter(F.col("e_topic").isNotNull()).join(any_topic.select("at"), "at", "left_anti")
-    messages = _multicast(records).select(
-        "topic", F.col("protocol").alias("publishing"), "ts", minute_of().alias("minute"), hour_of().alias("hour_index"),
-        _count().cast("long").alias("c"), F.coalesce(F.col("bytes"), F.lit(0)).cast("long").alias("b"),
-    )
-    minutes = messages.groupBy("hour_index", "minute", "topic", "publishing").agg(
-        F.sum("c").alias("c"), F.sum("b").alias("b")
-    )
-    parts = []
-    for frame, on_topic in ((one_topic, True), (any_topic, False)):
-        e = F.broadcast(frame.select(
-            *by, "at", *(["e_topic"] if on_topic else []), minute_of("at").alias("e_minute"), hour_of("at").alias("e_hour")
-        )).alias("e")
-        topic_match = [F.col("e.e_topic") == F.col("m.topic")] if on_topic else []
-        whole = e.join(
-            minutes.alias("m"),
-            [F.col("e.e_hour") == F.col("m.hour_index"), F.col("m.minute") < F.col("e.e_minute"), *topic_match],
-        )
-        topic_match = [F.col("e.e_topic") == F.col("m.topic")] if on_topic else []
-        partial = e.join(
-            messages.alias("m"),
-            [F.col("e.e_minute") == F.col("m.minute"), F.col("m.ts") < F.col("e.at"), *topic_match],
-        )
-        for joined in (whole, partial):
-            parts.append(joined.select(*[F.col(f"e.{k}") for k in by], "e.at", "m.topic", "m.publishing", "m.c", "m.b"))
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    return union.groupBy(*by, "at", "topic", "publishing").agg(
-        F.sum("c").cast("long").alias("n"), F.sum("b").cast("long").alias("nb")
-    )
-
-
-def before_own(records: Any, by: Sequence[str]) -> Any:
-    """Per endpoint instant and the endpoint's session: its own multicast messages of the
-    instant's hour before it, per topic (they are not routed to its own subscriptions)."""
-    F = _f()
-    ends = F.broadcast(
-        records.filter(F.col("kind").isin(*ENDPOINT_KINDS))
-        .select(*by, F.col("ts").alias("at"), F.col("session").alias("e_session"), F.col("protocol").alias("e_protocol"))
-        .distinct()
-        .withColumn("e_hour", hour_of("at"))
-    ).alias("e")
-    messages = _multicast(records).select(
-        "topic", "session", "protocol", "ts", hour_of().alias("hour_index"),
-        _count().cast("long").alias("c"), F.coalesce(F.col("bytes"), F.lit(0)).cast("long").alias("b"),
-    ).alias("m")
-    joined = ends.join(messages, [
-        F.col("e.e_session") == F.col("m.session"), F.col("e.e_protocol") == F.col("m.protocol"),
-        F.col("e.e_hour") == F.col("m.hour_index"), F.col("m.ts") < F.col("e.at"),
+    parts = pa.concat_tables([
+        part(QUEUED, queued, split),
+        part(ONLINE, pc.subtract(latency, queued), split),
+        part(UNSPLIT, latency, pc.invert(split)),
     ])
-    return joined.groupBy(*[F.col(f"e.{k}") for k in by], "e.at", "m.session", "m.protocol", "m.topic").agg(
-        F.sum("m.c").cast("long").alias("n"), F.sum("m.b").cast("long").alias("nb")
-    )
+    grouped = parts.group_by(["kind", "part", "value_us"], use_threads=False).aggregate([([], "count_all")])
+    return grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
 
 
-Summary = Callable[[Any, Sequence[str]], Any]
-SUMMARIES: tuple[tuple[str, Summary], ...] = (
-    ("kinds", kinds),
-    ("traffic", traffic),
-    ("drops", drops),
-    ("publishing", publishing),
-    ("delivered", delivered),
-    ("latency", latency),
-    ("smqp_latency", smqp_latency),
-    ("rare", rare),
-    ("before_topic", before_topic),
-    ("before_own", before_own),
-)
-"""Every summary, by name: the one list to extend."""
+def _before(records: Any, rare: Any) -> tuple[Any, Any]:
+    """``before_topic`` and ``before_own``: per endpoint instant, the multicast messages of the
+    hour strictly before it (per topic and publishing protocol; per topic of the endpoint's own
+    session), from each group's running sums and a binary search of the instants."""
+    ends = rare.filter(pc.is_in(rare.column("kind"), value_set=pa.array(list(ENDPOINT_KINDS)))).to_pylist()
+    topic_out: dict[str, list[Any]] = {name: [] for name in ("at", "topic", "publishing", "n", "nb")}
+    own_out: dict[str, list[Any]] = {name: [] for name in ("at", "session", "protocol", "topic", "n", "nb")}
+    if ends:
+        multicast = pc.and_(
+            pc.and_(_is(records, schema.ACCEPTED), pc.fill_null(pc.equal(records.column("message"), "multicast"), False)),
+            pc.is_valid(records.column("topic")),
+        )
+        messages = pa.table({
+            "topic": records.column("topic"), "session": records.column("session"), "protocol": records.column("protocol"),
+            "ts": records.column("ts"), "c": _count(records), "b": _zero(records.column("bytes")),
+        }).filter(multicast)
+        logouts = sorted({end["ts"] for end in ends if end["kind"] == schema.LOGOUT})
+        per_topic: dict[str, set[int]] = {}
+        for end in ends:
+            if end["kind"] != schema.LOGOUT:
+                per_topic.setdefault(end["topic"], set()).add(end["ts"])
+        for (topic, publishing), ts, c, b in _groups(messages, ["topic", "protocol"]):
+            instants = np.array(sorted(per_topic.get(topic, set()).union(logouts)), dtype=np.int64)
+            _emit(topic_out, instants, ts, c, b, {"topic": topic, "publishing": publishing})
+        owners: dict[tuple[str, str], set[int]] = {}
+        for end in ends:
+            if end["session"] is not None:
+                owners.setdefault((end["session"], end["protocol"]), set()).add(end["ts"])
+        sessions = pa.array(sorted({s for s, _p in owners}), pa.string())
+        own = messages.filter(pc.fill_null(pc.is_in(messages.column("session"), value_set=sessions), False))
+        for (session, protocol, topic), ts, c, b in _groups(own, ["session", "protocol", "topic"]):
+            instants = np.array(sorted(owners.get((session, protocol), set())), dtype=np.int64)
+            _emit(own_out, instants, ts, c, b, {"session": session, "protocol": protocol, "topic": topic})
+    return pa.table(topic_out), pa.table(own_out)
 
 
-def summarize(records: Any, by: Sequence[str] = ()) -> dict[str, Any]:
-    """Every summary of ``records`` (valid records, ``ts`` and the schema's fields), grouped
-    additionally by the columns ``by`` (compaction passes ``date``, ``hour``)."""
-    return {name: function(records, tuple(by)) for name, function in SUMMARIES}
+def _groups(messages: Any, keys: list[str]) -> Any:
+    """(key values, ts, counts, bytes) per group of ``messages`` (keys never null), each
+    sorted by ``ts``: group codes from the keys' dictionary encoding, one numpy sort."""
+    if not len(messages):
+        return
+    codes = np.zeros(len(messages), dtype=np.int64)
+    dictionaries = []
+    for key in keys:
+        encoded = messages.column(key).combine_chunks().dictionary_encode()
+        dictionaries.append(encoded.dictionary.to_pylist())
+        codes = codes * (len(dictionaries[-1]) + 1) + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = messages.column("ts").to_numpy()
+    order = np.lexsort((ts, codes))
+    codes, ts = codes[order], ts[order]
+    c = messages.column("c").to_numpy()[order]
+    b = messages.column("b").to_numpy()[order]
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(codes)) + 1, [len(codes)]))
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        code, values = int(codes[start]), []
+        for dictionary in reversed(dictionaries):
+            code, index = divmod(code, len(dictionary) + 1)
+            values.append(dictionary[index])
+        yield tuple(reversed(values)), ts[start:stop], c[start:stop], b[start:stop]
 
 
-def summary_schemas(spark: Any) -> dict[str, Any]:
-    """The Spark schema of each summary (of no records: nothing is computed)."""
-    from brokerd.pipeline.read import empty_records
-
-    return {name: frame.schema for name, frame in summarize(empty_records(spark)).items()}
-
-
-class Summaries:
-    """The merged summaries a report derives its tables from: ``frames[name]`` is the union of
-    the stored hours' and the on-the-fly summaries (several rows per key: re-aggregate).
-    ``cached`` keeps a derived frame that more than one table needs."""
-
-    def __init__(self, frames: dict[str, Any]) -> None:
-        self.frames = frames
-        self._cache: dict[str, Any] = {}
-
-    def __getitem__(self, name: str) -> Any:
-        return self.frames[name]
-
-    def records(self) -> Any:
-        """The ``rare`` records with their ``time`` column, as the row-level tables want them."""
-        F = _f()
-        return self.frames["rare"].withColumn("time", F.timestamp_micros(F.col("ts")))
-
-    def cached(self, name: str, build: Callable[[Summaries], Any]) -> Any:
-        from pyspark import StorageLevel
-
-        if name not in self._cache:
-            self._cache[name] = build(self).persist(StorageLevel.MEMORY_AND_DISK)
-        return self._cache[name]
-
-    def release(self) -> None:
-        for frame in self._cache.values():
-            frame.unpersist()
-        self._cache.clear()
+def _emit(out: dict[str, list[Any]], instants: Any, ts: Any, c: Any, b: Any, fixed: dict[str, Any]) -> None:
+    """Append a row per instant with messages before it: their count and bytes."""
+    if not len(instants):
+        return
+    before = np.searchsorted(ts, instants, side="left")  # messages with ts < instant
+    running_c = np.concatenate(([0], np.cumsum(c)))
+    running_b = np.concatenate(([0], np.cumsum(b)))
+    for at, k in zip(instants.tolist(), before.tolist()):
+        if k:
+            out["at"].append(at)
+            for name, value in fixed.items():
+                out[name].append(value)
+            out["n"].append(int(running_c[k]))
+            out["nb"].append(int(running_b[k]))
 
 
-def merge(spark: Any, stored: dict[str, Sequence[str]], records: Any | None) -> Summaries:
-    """The summaries of the stored hours (``stored``: hour directory -> the summaries that have
-    rows there, as its marker lists them) plus those of ``records`` (the hours without stored
-    summaries; None: there are none)."""
-    schemas = summary_schemas(spark)
-    computed = summarize(records) if records is not None else {}
-    frames = {}
-    for name, _function in SUMMARIES:
-        parts = []
-        paths = [f"{location}/{SUMMARY_DIR}/{name}" for location, names in sorted(stored.items()) if name in names]
-        if paths:
-            parts.append(spark.read.schema(schemas[name]).parquet(*paths))
-        if name in computed:
-            parts.append(computed[name])
-        if not parts:
-            parts.append(spark.createDataFrame([], schemas[name]))
-        frame = parts[0]
-        for part in parts[1:]:
-            frame = frame.unionByName(part)
-        frames[name] = frame
-    return Summaries(frames)
+NAMES = ("kinds", "traffic", "drops", "publishing", "delivered", "latency", "smqp_latency", "rare", "before_topic",
+         "before_own")
+"""Every summary, by name, in the order :func:`schemas` lists them."""
+
+
+def merge(parts: dict[str, Iterable[Any]]) -> dict[str, Any]:
+    """One Arrow table per summary from ``parts`` (name -> tables of several hours, in the
+    summary's schema or castable to it: columns are taken by name), several rows per key:
+    the tables re-aggregate.  A summary with no part is an empty table of its schema."""
+    merged = {}
+    for name in NAMES:
+        target = schemas()[name]
+        tables = [table.select(target.names).cast(target) for table in parts.get(name, ()) if len(table)]
+        merged[name] = pa.concat_tables(tables) if tables else target.empty_table()
+    return merged
+
+
+def record_schema() -> Any:
+    """The Arrow schema :func:`summarize_table` reads: every field of the log but ``payload``."""
+    return schemas()["rare"]

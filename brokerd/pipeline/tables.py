@@ -1,6 +1,10 @@
 """The report's tables, each derived from the merged summaries (brokerd.pipeline.summaries),
 never from the raw records: the messages are reduced once, per hour, and every table
-re-aggregates the small summaries.
+re-aggregates the small summaries with pyarrow's kernels (group_by, sort, filter, a join for
+the drop maps) and numpy running sums, in the report's process: locally, and in Spark's
+driver once the merged summaries are collected (brokerd.pipeline.sparkio), so each table has
+one definition.  The columns and types are :func:`arrowbase.schemas` (the types Spark reads
+back).
 
 Definitions (docs/pipeline.md repeats them for readers of the Parquet files):
 
@@ -30,348 +34,204 @@ smqp_latency_split
 queue_gauges     every ``gauge`` reading (``rare``).
 
 :data:`TABLES` lists them in the order they are written: the one place to register a table.
+Per-row Python runs only on small inputs: the ``rare`` records of the subscription counts
+(brokerd.pipeline.subscribers) and the per-group lists of the auth failures.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
 from brokerd.pipeline.gauges import SERIES
 from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
-from brokerd.pipeline.summaries import HOUR_US, ONLINE, QUEUED, UNSPLIT, Summaries
-
-FAR_FUTURE_US = 1 << 62
-"""Stands for "still subscribed at the end of the log"."""
-
-
-def _f() -> Any:
-    from pyspark.sql import functions as F
-
-    return F
-
-
-def traffic(s: Summaries, top: int = 0) -> Any:
-    """One aggregation over the traffic and drops summaries together (no join: every drops
-    key is a traffic key, both coming from the same records); the drops are first summed per
-    reason, so each reason is one entry of the key's map."""
-    F = _f()
-    keys = ["minute", "topic", "protocol"]
-    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
-    zero = F.lit(0).cast("long")
-    flows = s["traffic"].select(*keys, *sums, "max_fanout", F.lit(None).cast("string").alias("reason"), zero.alias("n"))
-    drops = (
-        s["drops"].groupBy(*keys, "reason").agg(F.sum("n").cast("long").alias("n"))
-        .select(*keys, *[zero.alias(name) for name in sums], F.lit(None).cast("long").alias("max_fanout"), "reason", "n")
-    )
-    merged = flows.unionByName(drops).groupBy(*keys).agg(
-        *[F.sum(name).cast("long").alias(name) for name in sums],
-        F.max("max_fanout").cast("long").alias("max_fanout"),
-        F.sum("n").cast("long").alias("drops"),
-        F.map_from_entries(F.array_sort(F.collect_list(F.when(F.col("reason").isNotNull(), F.struct("reason", "n")))))
-        .alias("drops_by_reason"),
-    )
-    return merged.select(
-        F.timestamp_micros(F.col("minute")).alias("minute"),
-        "topic",
-        "protocol",
-        "messages",
-        "bytes",
-        "fanout",
-        "max_fanout",
-        (F.col("fanout") + F.col("delivered") - F.col("after_handoff")).alias("deliveries"),
-        "drops",
-        "drops_by_reason",
-    ).orderBy("minute", F.col("topic").asc_nulls_first(), "protocol")
-
+from brokerd.pipeline.arrowbase import (
+    RANKING, Summaries, conform, differs, group, is_in, joinable, ranked, sort_by, timestamps,
+)
+from brokerd.pipeline.subscribers import cross_protocol, routes_of, top_subscribers
+from brokerd.pipeline.summaries import ONLINE, QUEUED, UNSPLIT
 
 PERCENTILES = (0.5, 0.9, 0.99)
 
+def traffic(s: Summaries, top: int = 0) -> Any:
+    """The traffic and drops summaries re-aggregated per key, the drops
+    per reason in a map sorted by reason (empty for keys without drops)."""
+    keys = ["minute", "topic", "protocol"]
+    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
+    flows = group(s["traffic"], keys, [*[(n, "sum", n) for n in sums], ("max_fanout", "max", "max_fanout")])
+    reasons = group(s["drops"], [*keys, "reason"], [("n", "sum", "n")])
+    by_key = group(reasons, keys, [("n", "sum", "drops")])
+    # every drops key is a traffic key; still, a key only in drops gets zeros, as Spark's union does
+    zeros = {name: pa.array([0] * len(by_key), pa.int64()) for name in sums}
+    only_drops = pa.table({**{k: by_key.column(k) for k in keys}, **zeros,
+                           "max_fanout": pa.nulls(len(by_key), pa.int64()), "drops": by_key.column("drops")})
+    flows = flows.append_column("drops", pa.array([0] * len(flows), pa.int64()))
+    merged = group(pa.concat_tables([flows.select(only_drops.column_names), only_drops]), keys,
+                    [*[(n, "sum", n) for n in [*sums, "drops"]], ("max_fanout", "max", "max_fanout")])
+    merged = sort_by(merged, [("minute", "ascending"), ("topic", "ascending"), ("protocol", "ascending")])
+    drops_by_reason = _reason_maps(merged, reasons, keys)
+    table = pa.table({
+        "minute": timestamps(merged.column("minute")), "topic": merged.column("topic"),
+        "protocol": merged.column("protocol"), "messages": merged.column("messages"), "bytes": merged.column("bytes"),
+        "fanout": merged.column("fanout"), "max_fanout": merged.column("max_fanout"),
+        "deliveries": pc.subtract(pc.add(merged.column("fanout"), merged.column("delivered")), merged.column("after_handoff")),
+        "drops": merged.column("drops"), "drops_by_reason": drops_by_reason,
+    })
+    return conform(table, "traffic")
+
+
+def _reason_maps(merged: Any, reasons: Any, keys: list[str]) -> Any:
+    """Per row of ``merged``: its rows of ``reasons`` as a map reason -> n, sorted by reason."""
+    if not len(reasons):
+        return pa.array([[]] * len(merged), pa.map_(pa.string(), pa.int64()))
+    rows = joinable(merged.select(keys), keys).append_column("row", pa.array(np.arange(len(merged), dtype=np.int64)))
+    located = joinable(reasons, keys).join(rows, keys, join_type="inner", use_threads=False)
+    located = sort_by(located, [("row", "ascending"), ("reason", "ascending")])
+    lengths = np.bincount(located.column("row").to_numpy(), minlength=len(merged))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+    return pa.MapArray.from_arrays(offsets, located.column("reason").combine_chunks(), located.column("n").combine_chunks())
+
 
 def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
-    """count, p50_us, p90_us, p99_us, max_us per ``keys`` from value counts (``counts``: the
-    keys, ``value`` and ``n``, several rows per value allowed), exact: per group, the smallest
-    value whose running count reaches ``ceil(p * count)`` (as Spark's percentile_approx
-    defines its answer)."""
-    from pyspark.sql import Window
-
-    F = _f()
-    values = counts.groupBy(*keys, value).agg(F.sum("n").alias("n"))
-    group = Window.partitionBy(*keys)
-    running = F.sum("n").over(group.orderBy(value).rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    ranked = values.select(*keys, value, running.alias("upto"), F.sum("n").over(group).alias("total"))
-    quantiles = [
-        F.min(F.when(F.col("upto") >= F.lit(q) * F.col("total"), F.col(value))).alias(f"p{round(q * 100)}_us")
-        for q in PERCENTILES
-    ]
-    return (
-        ranked.groupBy(*keys)
-        .agg(F.max("total").cast("long").alias("count"), *quantiles, F.max(value).alias("max_us"))
-        .select(*keys, "count", *[f"p{round(q * 100)}_us" for q in PERCENTILES], "max_us")
-        .orderBy(*[F.col(key).asc_nulls_first() for key in keys])
-    )
+    """Count, p50_us, p90_us, p99_us, max_us per ``keys`` from value
+    counts, exact (per group, the smallest value whose running count reaches ``p * count``),
+    groups sorted by their keys (nulls first)."""
+    values = group(counts, [*keys, value], [("n", "sum", "n")])
+    values = sort_by(values, [*[(k, "ascending") for k in keys], (value, "ascending")])
+    names = [f"p{round(q * 100)}_us" for q in PERCENTILES]
+    if not len(values):
+        return pa.table({**{k: values.column(k) for k in keys}, "count": pa.array([], pa.int64()),
+                         **{n: pa.array([], pa.int64()) for n in names}, "max_us": pa.array([], pa.int64())})
+    new = np.zeros(len(values), dtype=bool)
+    new[0] = True
+    for key in keys:
+        new[1:] |= differs(values.column(key).combine_chunks())
+    starts = np.flatnonzero(new)
+    n = values.column("n").to_numpy().astype(np.int64)
+    v = values.column(value).to_numpy().astype(np.int64)
+    running = np.cumsum(n)
+    before = np.concatenate(([0], running[starts[1:] - 1]))
+    member = np.cumsum(new) - 1  # each row's group
+    upto = running - before[member]
+    total = np.add.reduceat(n, starts)
+    result = {k: values.column(k).take(pa.array(starts)) for k in keys}
+    result["count"] = pa.array(total, pa.int64())
+    for q, name in zip(PERCENTILES, names):
+        reached = upto >= q * total[member].astype(np.float64)
+        result[name] = pa.array(np.minimum.reduceat(np.where(reached, v, np.iinfo(np.int64).max), starts), pa.int64())
+    result["max_us"] = pa.array(np.maximum.reduceat(v, starts), pa.int64())
+    return pa.table(result)
 
 
 def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
-    """Every record with ``latency_us``, per ``keys``: exact percentiles of the value counts."""
     return percentiles(s["latency"], keys, "latency_us")
 
 
-def _ranked(frame: Any, order: list[Any], top: int) -> Any:
-    from pyspark.sql import Window
-
-    F = _f()
-    limited = frame.orderBy(*order).limit(top)
-    return limited.withColumn("rank", F.row_number().over(Window.orderBy(*order))).orderBy("rank")
-
-
 def top_publishers(s: Summaries, top: int = 100) -> Any:
-    F = _f()
-    frame = s["publishing"].groupBy("session", "protocol").agg(
-        F.sum("messages").cast("long").alias("messages"),
-        F.sum("bytes").cast("long").alias("bytes"),
-        F.countDistinct("topic").alias("topics"),
-        F.sum("fanout").cast("long").alias("fanout"),
-        F.timestamp_micros(F.min("first_ts")).alias("first_seen"),
-        F.timestamp_micros(F.max("last_ts")).alias("last_seen"),
-    )
-    order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
-    return _ranked(frame, order, top)
+    publishing = s["publishing"]
+    frame = group(publishing, ["session", "protocol"], [
+        ("messages", "sum", "messages"), ("bytes", "sum", "bytes"), ("topic", "count_distinct", "topics"),
+        ("fanout", "sum", "fanout"), ("first_ts", "min", "first_seen"), ("last_ts", "max", "last_seen"),
+    ])
+    frame = frame.set_column(frame.column_names.index("first_seen"), "first_seen", timestamps(frame.column("first_seen")))
+    frame = frame.set_column(frame.column_names.index("last_seen"), "last_seen", timestamps(frame.column("last_seen")))
+    return conform(ranked(frame, RANKING, top), "top_publishers")
 
 
-def subscription_intervals(records: Any) -> Any:
-    """One row per subscription: session, protocol, topic, start, end (µs; FAR_FUTURE_US
-    when it lasted to the end of the log)."""
-    F = _f()
-    kind = F.col("kind")
-    subs = records.filter(kind == schema.SUBSCRIBED).select("session", "protocol", "topic", F.col("ts").alias("start"))
-    leaves = records.filter(kind == schema.UNSUBSCRIBED).select(
-        F.col("session").alias("u_session"), F.col("protocol").alias("u_protocol"), F.col("topic").alias("u_topic"),
-        F.col("ts").alias("u_end"),
-    )
-    logouts = records.filter(kind == schema.LOGOUT).select(
-        F.col("session").alias("l_session"), F.col("protocol").alias("l_protocol"), F.col("ts").alias("l_end")
-    )
-    keys = ["session", "protocol", "topic", "start"]
-    with_leave = (
-        subs.join(
-            leaves,
-            (F.col("session") == F.col("u_session")) & (F.col("protocol") == F.col("u_protocol"))
-            & (F.col("topic") == F.col("u_topic")) & (F.col("u_end") > F.col("start")),
-            "left",
-        )
-        .groupBy(*keys)
-        .agg(F.min("u_end").alias("u_end"))
-    )
-    with_logout = (
-        with_leave.join(
-            logouts,
-            (F.col("session") == F.col("l_session")) & (F.col("protocol") == F.col("l_protocol"))
-            & (F.col("l_end") > F.col("start")),
-            "left",
-        )
-        .groupBy(*keys, "u_end")
-        .agg(F.min("l_end").alias("l_end"))
-    )
-    end = F.coalesce(F.least(F.col("u_end"), F.col("l_end")), F.lit(FAR_FUTURE_US))
-    return with_logout.select(*keys, end.alias("end")).withColumn("interval", F.monotonically_increasing_id())
+def _records(s: Summaries, where: Any, columns: Sequence[Any], order: Sequence[str], name: str) -> Any:
+    """Rows of ``rare`` (``where``: a mask of it) with ``time``, sorted by ``order``."""
+    rare = s["rare"].filter(where)
+    rare = rare.append_column("time", timestamps(rare.column("ts")))
+    table = pa.table({column if isinstance(column, str) else column[0]:
+                      rare.column(column) if isinstance(column, str) else column[1](rare) for column in columns})
+    return conform(sort_by(table, [(key, "ascending") for key in order]), name)
 
 
-def internal_sessions(records: Any) -> Any:
-    """(session, protocol) of sessions the broker itself runs (SMQP's topic bridges): their
-    ``login`` has no ``source``, as they have no connection of their own."""
-    F = _f()
-    return (
-        records.filter((F.col("kind") == schema.LOGIN) & F.col("source").isNull())
-        .select("session", "protocol").distinct()
-    )
-
-
-def _subscriptions(s: Summaries) -> Any:
-    """The subscriptions of sessions that are not the broker's own, with an ``interval`` id."""
-    rare = s.records()
-    return subscription_intervals(rare).join(internal_sessions(rare), ["session", "protocol"], "left_anti")
-
-
-def _routed(s: Summaries) -> Any:
-    """Per subscription (``interval``) and publishing protocol: the multicast messages (and
-    bytes) accepted on its topic in ``[start, end)``, its session's own excluded.
-
-    The count before an endpoint is the whole hours before the endpoint's hour (``publishing``)
-    plus the part of its own hour before it (``before_topic``, ``before_own``, kept per endpoint
-    instant); the count in the interval is the count before its end minus before its start.
-    """
-    F = _f()
-    intervals = s.cached("subscriptions", _subscriptions)
-    ends = None
-    for edge, sign in (("start", -1), ("end", 1)):
-        part = intervals.select(
-            "interval", "topic", "session", "protocol", F.col(edge).alias("at"), F.lit(sign).alias("sign")
-        )
-        ends = part if ends is None else ends.unionByName(part)
-    ends = F.broadcast(ends.withColumn("e_hour", F.floor(F.col("at") / HOUR_US).cast("long"))).alias("e")
-    multicast = s["publishing"].filter((F.col("message") == "multicast") & F.col("topic").isNotNull())
-    hourly = multicast.groupBy("hour_index", "topic", F.col("protocol").alias("publishing")).agg(
-        F.sum("messages").alias("n"), F.sum("bytes").alias("nb")
-    ).alias("h")
-    own_hourly = (
-        multicast.join(intervals.select("session", "protocol", "topic").distinct(), ["session", "protocol", "topic"], "left_semi")
-        .groupBy("hour_index", "topic", "session", "protocol")
-        .agg(F.sum("messages").alias("n"), F.sum("bytes").alias("nb"))
-        .alias("o")
-    )
-    before_topic, before_own = s["before_topic"].alias("t"), s["before_own"].alias("w")
-    topic = F.col("e.topic")
-
-    def own(alias: str) -> list[Any]:
-        return [F.col("e.session") == F.col(f"{alias}.session"), F.col("e.protocol") == F.col(f"{alias}.protocol")]
-
-    pieces = [
-        ends.join(hourly, [topic == F.col("h.topic"), F.col("h.hour_index") < F.col("e.e_hour")])
-        .select("e.interval", "h.publishing", (F.col("e.sign") * F.col("h.n")).alias("n"), (F.col("e.sign") * F.col("h.nb")).alias("nb")),
-        ends.join(before_topic, [topic == F.col("t.topic"), F.col("e.at") == F.col("t.at")])
-        .select("e.interval", "t.publishing", (F.col("e.sign") * F.col("t.n")).alias("n"), (F.col("e.sign") * F.col("t.nb")).alias("nb")),
-        ends.join(own_hourly, [topic == F.col("o.topic"), *own("o"), F.col("o.hour_index") < F.col("e.e_hour")])
-        .select("e.interval", F.col("e.protocol").alias("publishing"),
-                (-F.col("e.sign") * F.col("o.n")).alias("n"), (-F.col("e.sign") * F.col("o.nb")).alias("nb")),
-        ends.join(before_own, [topic == F.col("w.topic"), *own("w"), F.col("e.at") == F.col("w.at")])
-        .select("e.interval", F.col("e.protocol").alias("publishing"),
-                (-F.col("e.sign") * F.col("w.n")).alias("n"), (-F.col("e.sign") * F.col("w.nb")).alias("nb")),
-    ]
-    union = pieces[0]
-    for piece in pieces[1:]:
-        union = union.unionByName(piece)
-    return union.groupBy("interval", "publishing").agg(
-        F.sum("n").cast("long").alias("messages"), F.sum("nb").cast("long").alias("bytes")
-    )
-
-
-def top_subscribers(s: Summaries, top: int = 100) -> Any:
-    F = _f()
-    intervals = s.cached("subscriptions", _subscriptions)
-    routed_by = s.cached("routed", _routed)
-    per_interval = intervals.join(
-        routed_by.groupBy("interval").agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")),
-        "interval", "left",
-    ).select(
-        "session", "protocol", "topic",
-        F.coalesce(F.col("messages"), F.lit(0)).alias("messages"),
-        F.coalesce(F.col("bytes"), F.lit(0)).alias("bytes"),
-    )
-    routed = per_interval.groupBy("session", "protocol").agg(
-        F.sum("messages").cast("long").alias("routed"),
-        F.sum("bytes").cast("long").alias("routed_bytes"),
-        F.countDistinct("topic").alias("topics"),
-    )
-    delivered = s["delivered"].groupBy("session", "protocol").agg(
-        F.sum("n").cast("long").alias("delivered"), F.sum("bytes").cast("long").alias("delivered_bytes")
-    )
-    zero = F.lit(0).cast("long")
-    frame = routed.join(delivered, ["session", "protocol"], "full_outer").select(
-        "session",
-        "protocol",
-        (F.coalesce(F.col("routed"), zero) + F.coalesce(F.col("delivered"), zero)).alias("messages"),
-        (F.coalesce(F.col("routed_bytes"), zero) + F.coalesce(F.col("delivered_bytes"), zero)).alias("bytes"),
-        F.coalesce(F.col("topics"), zero).alias("topics"),
-    )
-    frame = frame.join(internal_sessions(s.records()), ["session", "protocol"], "left_anti")
-    order = [F.col("messages").desc(), F.col("bytes").desc(), F.col("session").asc_nulls_last(), F.col("protocol")]
-    return _ranked(frame, order, top)
-
-
-def cross_protocol(s: Summaries, top: int = 0) -> Any:
-    """Publishing protocol x receiving protocol: multicast copies routed to subscribers (as
-    top_subscribers counts them: while subscribed, a session's own messages excluded) and
-    their bytes.  Deliveries outside the fan-out (``delivered``) carry no sender protocol and
-    are not in it."""
-    F = _f()
-    intervals = s.cached("subscriptions", _subscriptions)
-    return (
-        s.cached("routed", _routed).join(intervals.select("interval", F.col("protocol").alias("receiving")), "interval")
-        .groupBy("publishing", "receiving")
-        .agg(F.sum("messages").cast("long").alias("messages"), F.sum("bytes").cast("long").alias("bytes"))
-        .filter(F.col("messages") > 0)
-        .orderBy("publishing", "receiving")
-    )
+def _dropped(rare: Any) -> Any:
+    return pc.fill_null(rare.column("dropped"), 1).cast(pa.int64())
 
 
 def slow_consumers(s: Summaries, top: int = 0) -> Any:
-    """Congestion episodes: ``dropped`` records for a full output buffer or queue (one record
-    per episode, ``dropped`` copies lost)."""
-    F = _f()
-    return (
-        s.records().filter((F.col("kind") == schema.DROPPED) & F.col("reason").isin(schema.SLOW_CONSUMER, schema.QUEUE_FULL))
-        .select("time", "protocol", "session", "topic", "reason", F.coalesce(F.col("dropped"), F.lit(1)).cast("long").alias("dropped"))
-        .orderBy("time", "session")
-    )
+    rare = s["rare"]
+    where = pc.and_(is_in(rare.column("kind"), [schema.DROPPED]), is_in(rare.column("reason"), [schema.SLOW_CONSUMER, schema.QUEUE_FULL]))
+    return _records(s, where, ["time", "protocol", "session", "topic", "reason", ("dropped", _dropped)],
+                    ["time", "session"], "slow_consumers")
 
 
 def dead_letters(s: Summaries, top: int = 0) -> Any:
-    F = _f()
-    return (
-        s.records().filter(F.col("kind").isin(sorted(schema.DEAD_LETTER_KINDS)))
-        .select("time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker")
-        .orderBy("time", "message_id")
-    )
-
-
-def auth_failures(s: Summaries, top: int = 0) -> Any:
-    F = _f()
-    host = F.regexp_extract(F.col("source"), r"^\[?(.*?)\]?:[0-9]+$", 1)
-    source = F.when(host != "", host).otherwise(F.col("source"))
-    return (
-        s.records().filter(F.col("kind") == schema.AUTH_FAILURE)
-        .withColumn("source", source)
-        .groupBy("source", "protocol")
-        .agg(
-            F.count(F.lit(1)).alias("failures"),
-            F.slice(F.sort_array(F.collect_set("session")), 1, 20).alias("identities"),
-            F.sort_array(F.collect_set("scheme")).alias("schemes"),
-            F.min("time").alias("first_seen"),
-            F.max("time").alias("last_seen"),
-        )
-        .orderBy(F.col("failures").desc(), F.col("source").asc_nulls_last(), "protocol")
-    )
-
-
-def delivery_latency(s: Summaries, top: int = 0) -> Any:
-    """Per receiving protocol: the broker's sampled ``latency`` records (few: they are kept
-    whole in ``rare``) and SMQP's ``delivered`` records counted from the moment the subscriber
-    was there (``latency_us - queued_us``; all of ``latency_us`` for records without
-    ``queued_us``), so a message kept for a subscriber who was away is not a slow delivery."""
-    F = _f()
-    sampled = s.records().filter((F.col("kind") == schema.LATENCY) & F.col("latency_us").isNotNull()).select(
-        "protocol", F.lit(SAMPLED).alias("source"), F.col("latency_us").cast("long").alias("value_us"),
-        F.lit(1).cast("long").alias("n"),
-    )
-    smqp = s["smqp_latency"].filter((F.col("kind") == schema.DELIVERED) & F.col("part").isin(ONLINE, UNSPLIT)).select(
-        F.lit("smqp").alias("protocol"), F.lit(SMQP_ONLINE).alias("source"), "value_us", "n"
-    )
-    return percentiles(sampled.unionByName(smqp), ["protocol", "source"], "value_us")
-
-
-def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
-    """Per SMQP outcome kind: the time queued while the subscriber was away and the rest, of
-    the records with ``queued_us`` (logs from before it existed have none: left out)."""
-    F = _f()
-    return percentiles(s["smqp_latency"].filter(F.col("part").isin(QUEUED, ONLINE)), ["kind", "part"], "value_us")
+    rare = s["rare"]
+    return _records(s, is_in(rare.column("kind"), sorted(schema.DEAD_LETTER_KINDS)),
+                    ["time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker"],
+                    ["time", "message_id"], "dead_letters")
 
 
 def queue_gauges(s: Summaries, top: int = 0) -> Any:
-    """One row per ``gauge`` record (logged only on change, so few; kept whole in ``rare``):
-    time, broker, protocol, pending, unacknowledged, trash."""
-    F = _f()
-    return (
-        s.records().filter(F.col("kind") == schema.GAUGE)
-        .select("time", "broker", "protocol", *[F.coalesce(F.col(n), F.lit(0)).cast("long").alias(n) for n, _l, _c in SERIES])
-        .orderBy("time", "broker")
-    )
+    rare = s["rare"]
+    return _records(s, is_in(rare.column("kind"), [schema.GAUGE]),
+                    ["time", "broker", "protocol", *[(n, lambda r, n=n: pc.fill_null(r.column(n), 0)) for n, _l, _c in SERIES]],
+                    ["time", "broker"], "queue_gauges")
 
 
-Table = Callable[[Summaries, int], Any]
+def auth_failures(s: Summaries, top: int = 0) -> Any:
+    """Per source host (the port stripped) x protocol."""
+    rare = s["rare"]
+    failures = rare.filter(is_in(rare.column("kind"), [schema.AUTH_FAILURE]))
+    host = pc.struct_field(pc.extract_regex(failures.column("source"), r"^\[?(?P<host>.*?)\]?:[0-9]+$"), [0])
+    usable = pc.fill_null(pc.not_equal(host, ""), False)
+    source = pc.if_else(usable, host, failures.column("source"))
+    failures = failures.set_column(failures.column_names.index("source"), "source", source)
+    grouped = group(failures, ["source", "protocol"], [
+        ("ts", "count", "failures"), ("session", "distinct", "identities"), ("scheme", "distinct", "schemes"),
+        ("ts", "min", "first_seen"), ("ts", "max", "last_seen"),
+    ])
+
+    def sorted_lists(column: Any, limit: int | None) -> Any:
+        return pa.array([sorted(v for v in values if v is not None)[:limit] for values in column.to_pylist()], pa.list_(pa.string()))
+
+    table = pa.table({
+        "source": grouped.column("source"), "protocol": grouped.column("protocol"),
+        "failures": grouped.column("failures").cast(pa.int64()),
+        "identities": sorted_lists(grouped.column("identities"), 20), "schemes": sorted_lists(grouped.column("schemes"), None),
+        "first_seen": timestamps(grouped.column("first_seen")), "last_seen": timestamps(grouped.column("last_seen")),
+    })
+    return conform(sort_by(table, [("failures", "descending"), ("source", "ascending"), ("protocol", "ascending")],
+                          nulls="at_end"), "auth_failures")
+
+
+def delivery_latency(s: Summaries, top: int = 0) -> Any:
+    """The sampled ``latency`` records and SMQP's deliveries
+    once online, per receiving protocol and source."""
+    rare = s["rare"]
+    sampled = rare.filter(pc.and_(is_in(rare.column("kind"), [schema.LATENCY]), pc.is_valid(rare.column("latency_us"))))
+    smqp = s["smqp_latency"]
+    smqp = smqp.filter(pc.and_(is_in(smqp.column("kind"), [schema.DELIVERED]), is_in(smqp.column("part"), [ONLINE, UNSPLIT])))
+    counts = pa.concat_tables([
+        pa.table({"protocol": sampled.column("protocol"), "source": pa.array([SAMPLED] * len(sampled), pa.string()),
+                  "value_us": sampled.column("latency_us").cast(pa.int64()), "n": pa.array([1] * len(sampled), pa.int64())}),
+        pa.table({"protocol": pa.array(["smqp"] * len(smqp), pa.string()), "source": pa.array([SMQP_ONLINE] * len(smqp), pa.string()),
+                  "value_us": smqp.column("value_us"), "n": smqp.column("n")}),
+    ])
+    return conform(percentiles(counts, ["protocol", "source"], "value_us"), "delivery_latency")
+
+
+def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
+    smqp = s["smqp_latency"]
+    return conform(percentiles(smqp.filter(is_in(smqp.column("part"), [QUEUED, ONLINE])), ["kind", "part"], "value_us"),
+                    "smqp_latency_split")
+
+
+def latency_table(s: Summaries, top: int = 0) -> Any:
+    return conform(latency(s), "latency")
+
+
+Table = Callable[..., Any]
 TABLES: tuple[tuple[str, Table], ...] = (
     ("traffic", traffic),
-    ("latency", latency),
+    ("latency", latency_table),
     ("top_publishers", top_publishers),
     ("top_subscribers", top_subscribers),
     ("dead_letters", dead_letters),
@@ -382,4 +242,14 @@ TABLES: tuple[tuple[str, Table], ...] = (
     ("smqp_latency_split", smqp_latency_split),
     ("queue_gauges", queue_gauges),
 )
-"""Every table the report writes, by name, as a function of the summaries and ``--top``."""
+"""tables.TABLES's tables, in its order (a test checks that the names are the same)."""
+
+
+def compute(s: Summaries, top: int) -> dict[str, Any]:
+    """Every table; the subscription counts are computed once for the two that need them."""
+    routes = routes_of(s)
+    return {
+        name: table(s, top, routing=routes) if table in (top_subscribers, cross_protocol) else table(s, top)
+        for name, table in TABLES
+    }
+

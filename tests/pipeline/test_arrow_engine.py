@@ -1,5 +1,6 @@
-"""The Arrow engine (brokerd.pipeline.arrowreport) gives exactly the Spark engine's report:
-every table (rows and Spark-read schema) and every summary.json field, on the logs the
+"""A local report (in this process, pyarrow, no JVM) and the same report distributed by Spark
+(local[2]: the JSON parsed by Spark, the summaries computed on its executors, the tables in its
+driver) are the same: every table (rows and Spark-read schema) and every summary.json field, on the logs the
 compaction and report tests use (bad lines, hours outside the window, subscriptions spanning
 hours, a window cutting hours, open hours, the latency and gauge records, a generated log, an
 empty log), on the raw JSON and on compacted hours; a log pyarrow cannot parse is left to
@@ -17,13 +18,11 @@ from typing import Any
 
 import pytest
 
-from brokerd.pipeline import arrowreport, arrowtables, tables
+from brokerd.pipeline.localfs import usable
 from brokerd.pipeline.arrowjson import NotConvertible
-from brokerd.pipeline.arrowsummaries import arrow_schemas, schemas
 from brokerd.pipeline.compact import COMPACTED_DIR, compact
 from brokerd.pipeline.generate import generate
 from brokerd.pipeline.report import TABLES, run_report
-from brokerd.pipeline.summaries import summary_schemas
 from tests.pipeline.test_compact import HOUR, M, _samples_log, _subscription_log, rows
 from tests.pipeline.test_report import H0, LATENCY_LOG, S, rec, write_log
 
@@ -54,11 +53,6 @@ def assert_same(spark: Any, by_spark: tuple[Path, dict[str, Any]], by_arrow: tup
     written = json.loads((arrow_out / "summary.json").read_text("utf-8"))
     expected = json.loads((spark_out / "summary.json").read_text("utf-8"))
     assert {k: v for k, v in written.items() if k not in ignored} == {k: v for k, v in expected.items() if k not in ignored}
-
-
-def test_the_schemas_written_out_are_sparks(spark: Any) -> None:
-    assert schemas() == arrow_schemas(summary_schemas(spark))
-    assert [name for name, _t in arrowtables.TABLES] == [name for name, _t in tables.TABLES]
 
 
 def _internal_log(data_dir: Path) -> None:
@@ -121,7 +115,7 @@ LOGS: dict[str, tuple[Callable[[Path], None], dict[str, int]]] = {
 
 
 def _arrow(data_dir: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any]]:
-    return out, arrowreport.run_report(str(data_dir), str(out), **options)
+    return out, run_report(None, str(data_dir), str(out), **options)
 
 
 def _spark(spark: Any, data_dir: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any]]:
@@ -129,7 +123,7 @@ def _spark(spark: Any, data_dir: Path, out: Path, **options: Any) -> tuple[Path,
 
 
 @pytest.mark.parametrize("log", list(LOGS))
-def test_the_arrow_engine_gives_the_spark_engines_report(spark: Any, tmp_path: Path, log: str) -> None:
+def test_a_local_report_equals_the_one_spark_distributes(spark: Any, tmp_path: Path, log: str) -> None:
     write, window = LOGS[log]
     raw, by_spark, by_arrow = tmp_path / "raw", tmp_path / "by-spark", tmp_path / "by-arrow"
     write(raw)
@@ -181,13 +175,13 @@ def test_open_hours_are_read_from_json_and_compacted_by_pyarrow(spark: Any, tmp_
 
 
 def test_usable_only_with_a_local_master_and_local_paths() -> None:
-    assert arrowreport.usable(None, "/data", "out")
-    assert arrowreport.usable("local[*]", "file:///data", "/out")
-    assert arrowreport.usable("local[2]", "/data", "/out") and arrowreport.usable("local", "/data", "/out")
-    assert not arrowreport.usable("spark://127.0.0.1:7077", "/data", "/out")
-    assert not arrowreport.usable("yarn", "/data", "/out")
-    assert not arrowreport.usable("local[*]", "hdfs:///data", "/out")
-    assert not arrowreport.usable("local[*]", "/data", "s3a://reports/b1")
+    assert usable(None, "/data", "out")
+    assert usable("local[*]", "file:///data", "/out")
+    assert usable("local[2]", "/data", "/out") and usable("local", "/data", "/out")
+    assert not usable("spark://127.0.0.1:7077", "/data", "/out")
+    assert not usable("yarn", "/data", "/out")
+    assert not usable("local[*]", "hdfs:///data", "/out")
+    assert not usable("local[*]", "/data", "s3a://reports/b1")
 
 
 def _no_java_env(tmp_path: Path) -> dict[str, str]:

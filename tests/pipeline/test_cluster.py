@@ -1,5 +1,6 @@
 """The pipeline on a real Spark standalone cluster (a master and two workers, separate
-processes on loopback): the report job gives the same tables as on ``local[*]``, and the
+processes on loopback): the report job distributed there gives the same tables as on
+``local[2]`` and as the report run in this process (pyarrow, no Spark), and the
 event-log source feeding the brokerd sink delivers the same messages to an SSMP subscriber."""
 from __future__ import annotations
 
@@ -52,8 +53,12 @@ def test_the_report_job_on_the_cluster_gives_the_local_tables(spark: Any, cluste
     assert result.stderr == ""  # --quiet: no progress, no JVM warnings
     local = run_report(spark, str(tmp_path / "on-local"), str(tmp_path / "out-local"))
     assert local["events"] == 29
+    # the same log, now compacted (its malformed lines need Spark's reader), in this process
+    in_process = run_report(None, str(tmp_path / "on-local"), str(tmp_path / "out-in-process"))
+    assert in_process["events"] == 29 and in_process["compaction"]["compacted_now"] == 0
     for table in TABLES:
-        assert rows(spark, tmp_path / "out-cluster" / table) == rows(spark, tmp_path / "out-local" / table), table
+        expected = rows(spark, tmp_path / "out-in-process" / table)
+        assert rows(spark, tmp_path / "out-cluster" / table) == rows(spark, tmp_path / "out-local" / table) == expected, table
     assert rows(spark, tmp_path / "on-cluster" / "events-compacted") == rows(spark, tmp_path / "on-local" / "events-compacted")
     # both workers ran executors of the job
     assert all(apps for apps in executor_dirs(scratch).values()) and len(executor_dirs(scratch)) == 2

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from brokerd.pipeline import arrowreport
 from brokerd.pipeline.compact import compact
 from brokerd.pipeline.report import run_report
 from tests.browser.cdp import Chromium, chromium_or_skip
@@ -41,7 +40,7 @@ def report_file(request: pytest.FixtureRequest, spark: Any, tmp_path_factory: py
         run_report(spark, str(data_dir), str(out))
     else:
         compact(spark, str(data_dir))
-        arrowreport.run_report(str(data_dir), str(out))
+        run_report(None, str(data_dir), str(out))
     return out / "report.html"
 
 

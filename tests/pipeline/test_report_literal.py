@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from brokerd.pipeline import arrowreport
 from brokerd.pipeline import html as report_html
+from brokerd.pipeline.report import run_report
 from tests.pipeline.test_report import H0, S, rec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def svg_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_topics_are_drawn_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_topics_log(tmp_path / "data")
     drawn = svg_texts(monkeypatch)
-    summary = arrowreport.run_report(str(tmp_path / "data"), str(tmp_path / "out"))
+    summary = run_report(None, str(tmp_path / "data"), str(tmp_path / "out"))
     assert [topic for topic, _count in summary["top_topics"]] == list(reversed(TOPICS))
     texts = [html.unescape(t) for svg in drawn for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
     for topic in TOPICS:
@@ -88,8 +88,6 @@ def test_the_report_command_exits_0_on_such_a_log(tmp_path: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_the_spark_engine_reports_such_a_log(spark: Any, tmp_path: Path) -> None:
-    from brokerd.pipeline.report import run_report
-
     write_topics_log(tmp_path / "data")
     summary = run_report(spark, str(tmp_path / "data"), str(tmp_path / "out"))
     assert [topic for topic, _count in summary["top_topics"]] == list(reversed(TOPICS))

@@ -1,7 +1,7 @@
-"""The subscription counts of the Arrow engine: ``top_subscribers`` and ``cross_protocol``
-(tables.py's definitions), from the merged summaries.
+"""The subscription counts: the ``top_subscribers`` and ``cross_protocol`` tables
+(brokerd.pipeline.tables defines them), from the merged summaries.
 
-A subscription's messages are counted as the Spark engine counts them: at each endpoint
+A subscription's messages are counted at each endpoint
 (start, end), the running sums of the whole hours before the endpoint's hour (``publishing``)
 plus the part of its own hour before it (``before_topic``, ``before_own``).  The endpoints are
 ``rare`` records (subscriptions, unsubscriptions, logouts: few), so they are walked in Python;
@@ -10,14 +10,21 @@ the per-hour sums are numpy running sums looked up by binary search.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from brokerd.events import schema
 from brokerd.pipeline.arrowbase import (
-    RANKING, Summaries, conform, differs, group, int_set, is_in, longs, modules, ranked, sort_by, strings,
+    RANKING, Summaries, conform, differs, group, int_set, is_in, longs, ranked, sort_by, strings,
 )
 from brokerd.pipeline.summaries import HOUR_US
-from brokerd.pipeline.tables import FAR_FUTURE_US
+
+FAR_FUTURE_US = 1 << 62
+"""Stands for "still subscribed at the end of the log"."""
 
 def _rare(s: Summaries, kinds: Sequence[str]) -> Any:
     return s["rare"].filter(is_in(s["rare"].column("kind"), kinds))
@@ -25,14 +32,13 @@ def _rare(s: Summaries, kinds: Sequence[str]) -> Any:
 
 def internal_sessions(s: Summaries) -> set[tuple[str, str]]:
     """(session, protocol) of the broker's own sessions: a ``login`` without ``source``."""
-    _pa_, pc = modules()
     logins = _rare(s, [schema.LOGIN])
     logins = logins.filter(pc.is_null(logins.column("source")))
     return set(zip(logins.column("session").to_pylist(), logins.column("protocol").to_pylist()))
 
 
 def subscriptions(s: Summaries) -> list[dict[str, Any]]:
-    """As tables._subscriptions: one dict per subscription (session, protocol, topic, start,
+    """One dict per subscription (session, protocol, topic, start,
     end; FAR_FUTURE_US when it lasted to the end), the broker's own sessions left out.  A
     subscription ends at the first ``unsubscribed`` of its session, protocol and topic after
     it or its session's first ``logout`` after it; nulls match nothing, as in Spark's joins."""
@@ -73,8 +79,6 @@ class _Cumulative:
     """Running sums of (messages, bytes) per group and hour, to count the hours before one."""
 
     def __init__(self, table: Any, keys: Sequence[str]) -> None:
-        import numpy as np
-
         self.groups: dict[tuple[Any, ...], tuple[list[int], Any, Any]] = {}
         table = sort_by(table, [*[(k, "ascending") for k in keys], ("hour_index", "ascending")])
         if not len(table):
@@ -104,11 +108,10 @@ class _Cumulative:
 
 
 def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str], list[int]]:
-    """As tables._routed: per (subscription index, publishing protocol), [messages, bytes]
+    """Per (subscription index, publishing protocol), [messages, bytes]
     of the multicast messages accepted on its topic in [start, end), its session's own
     excluded: at each endpoint, the whole hours before its hour (``publishing``) plus the
     part of its hour before it (``before_topic``, ``before_own``)."""
-    _pa_, pc = modules()
     publishing = s["publishing"]
     multicast = publishing.filter(pc.and_(pc.fill_null(pc.equal(publishing.column("message"), "multicast"), False),
                                           pc.is_valid(publishing.column("topic"))))
@@ -164,16 +167,15 @@ def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str
     return result
 
 
-def _routing(s: Summaries) -> tuple[list[dict[str, Any]], dict[tuple[int, str], list[int]]]:
+def routes_of(s: Summaries) -> tuple[list[dict[str, Any]], dict[tuple[int, str], list[int]]]:
     intervals = subscriptions(s)
     return intervals, routed(s, intervals)
 
 
 def top_subscribers(s: Summaries, top: int = 100, routing: Any = None) -> Any:
-    """As tables.top_subscribers: per session, the messages routed to its subscriptions plus
+    """Per session, the messages routed to its subscriptions plus
     the ``delivered`` events naming it; the broker's own sessions left out."""
-    pa, _pc = modules()
-    intervals, routed_by = routing or _routing(s)
+    intervals, routed_by = routing or routes_of(s)
     per_interval: dict[int, list[int]] = {}
     for (index, _publishing), (n, nb) in routed_by.items():
         counted = per_interval.setdefault(index, [0, 0])
@@ -223,9 +225,8 @@ def top_subscribers(s: Summaries, top: int = 100, routing: Any = None) -> Any:
 
 
 def cross_protocol(s: Summaries, top: int = 0, routing: Any = None) -> Any:
-    """As tables.cross_protocol: publishing x receiving protocol, copies routed (> 0)."""
-    pa, _pc = modules()
-    intervals, routed_by = routing or _routing(s)
+    """Publishing x receiving protocol, copies routed (> 0)."""
+    intervals, routed_by = routing or routes_of(s)
     pairs: dict[tuple[str, str], list[int]] = {}
     for (index, publishing), (n, nb) in routed_by.items():
         counted = pairs.setdefault((publishing, intervals[index]["protocol"]), [0, 0])

@@ -1,0 +1,326 @@
+"""Spark's part of the pipeline: storage, JSON parsing and distribution, never the figures.
+
+A report on a cluster (a ``spark://`` master, yarn, a data dir on cluster storage) and one with
+``--engine spark`` read through Spark: Hadoop's FileSystem for any URI (:class:`HadoopFS`),
+Spark's JSON reader (which marks exactly the lines it cannot parse ``malformed``, where
+pyarrow rejects a whole file) and Spark's Parquet reader and writer.  The per-hour summaries are
+computed by the one function that computes them locally (summaries.summarize_table), which
+Spark runs on its executors through ``applyInArrow``, one hour of records per group; the
+summaries travel back as Arrow IPC blobs, small by design, are collected with ``toArrow()`` and
+merged in the driver, where brokerd.pipeline.tables derives every table as it does locally.
+So no figure is computed by a Spark DataFrame expression: each has one definition.
+
+PySpark is imported inside the functions: it is an optional dependency, and a local report
+(brokerd.pipeline.arrowread) never needs it.
+"""
+from __future__ import annotations
+
+import functools
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from brokerd.events import schema
+from brokerd.pipeline.read import OK, Hour, Log, plan_hours
+from brokerd.pipeline.summaries import HOUR_US, NAMES, RECORD_COLUMNS, SUMMARY_DIR, merge, record_schema, schemas, summarize_table
+
+CORRUPT = "_corrupt"
+_SPARK_TYPES = {"int": "IntegerType", "long": "LongType", "string": "StringType"}
+BLOBS = "hour_index long, name string, data binary"
+"""What a group of the summarising ``applyInArrow`` returns: one row per non-empty summary of
+the hour, the summary as an Arrow IPC stream."""
+
+
+class HadoopFS:
+    """The few FileSystem calls compaction and reading need, on ``spark``'s Hadoop config."""
+
+    def __init__(self, spark: Any, root: str) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self.fs = self.path(root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(name)
+
+    def exists(self, name: str) -> bool:
+        return bool(self.fs.exists(self.path(name)))
+
+    def glob(self, pattern: str) -> list[Any]:
+        found = self.fs.globStatus(self.path(pattern))
+        return [] if found is None else list(found)
+
+    def hours(self, base: str, marker: str | None = None) -> dict[Hour, str]:
+        """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
+        result: dict[Hour, str] = {}
+        for status in self.glob(f"{base}/date=*/hour=*"):
+            if not status.isDirectory():
+                continue
+            path = status.getPath()
+            hour = path.getName().partition("=")[2]
+            date = path.getParent().getName().partition("=")[2]
+            location = f"{base}/date={date}/hour={hour}"
+            if marker is None or self.exists(f"{location}/{marker}"):
+                result[(date, hour)] = location
+        return result
+
+    def files(self, directory: str, suffix: str) -> list[tuple[str, int]]:
+        return sorted(
+            (status.getPath().getName(), int(status.getLen()))
+            for status in self.glob(f"{directory}/*{suffix}")
+            if status.isFile()
+        )
+
+    def read_text(self, name: str) -> str:
+        stream = self.fs.open(self.path(name))
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def write_text(self, name: str, text: str) -> None:
+        stream = self.fs.create(self.path(name), True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def mkdirs(self, name: str) -> None:
+        self.fs.mkdirs(self.path(name))
+
+    def rename(self, source: str, target: str) -> bool:
+        return bool(self.fs.rename(self.path(source), self.path(target)))
+
+    def delete(self, name: str, recursive: bool = True) -> None:
+        self.fs.delete(self.path(name), recursive)
+
+
+def event_struct() -> Any:
+    """The Spark schema of one line (every version-1 field) plus the corrupt-line column."""
+    from pyspark.sql import types
+
+    fields = [
+        types.StructField(name, getattr(types, _SPARK_TYPES[kind])(), True) for name, kind in schema.FIELDS
+    ]
+    fields.append(types.StructField(CORRUPT, types.StringType(), True))
+    return types.StructType(fields)
+
+
+def compacted_struct() -> Any:
+    """The Parquet schema of compacted hours (:func:`with_status`'s columns)."""
+    from pyspark.sql import types
+
+    fields = [f for f in event_struct().fields if f.name != CORRUPT]
+    fields += [types.StructField(name, types.StringType(), True) for name in ("status", "date", "hour")]
+    return types.StructType(fields)
+
+
+def spark_struct(arrow_schema: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def json_reader(spark: Any, base_path: str) -> Any:
+    """Spark's JSON reader for log files under ``base_path``: the schema given (no inference),
+    bad lines kept in the corrupt column, only ``*.jsonl`` files."""
+    return (
+        spark.read.schema(event_struct())
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .option("pathGlobFilter", "*" + schema.FILE_SUFFIX)
+        .option("basePath", base_path)
+    )
+
+
+def with_status(raw: Any) -> Any:
+    """Every schema field (payload too), ``status``, ``date`` and ``hour`` of each line read
+    (arrowjson decides the same statuses for the lines pyarrow parses)."""
+    from pyspark.sql import functions as F
+
+    kinds = sorted(schema.KINDS)
+    status = (
+        F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED))
+        .when(F.col("v").isNull() | ~F.col("v").isin(sorted(schema.SUPPORTED_VERSIONS)), F.lit(schema.UNSUPPORTED_VERSION))
+        .when(
+            reduce(or_, [F.col(name).isNull() for name in schema.REQUIRED if name != "v"]) | ~F.col("kind").isin(kinds),
+            F.lit(schema.INVALID),
+        )
+        .otherwise(F.lit(OK))
+    )
+    return raw.select(*schema.FIELD_NAMES, status.alias("status"), "date", "hour")
+
+
+def _encode(table: Any) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _decode(data: bytes) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _summarize_hour(key, table):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
+    """On an executor: the summaries of one hour's records (``key``: its hour index), each
+    a row of :data:`BLOBS`."""
+    import pyarrow as pa
+
+    records = table.select(list(RECORD_COLUMNS)).cast(record_schema())
+    found = [(name, summary) for name, summary in summarize_table(records).items() if len(summary)]
+    return pa.table({
+        "hour_index": pa.array([key[0].as_py()] * len(found), pa.int64()),
+        "name": pa.array([name for name, _s in found], pa.string()),
+        "data": pa.array([_encode(summary) for _name, summary in found], pa.binary()),
+    })
+
+
+def summarize(records: Any) -> Any:
+    """``records`` (valid records: the log's fields but payload) summarised per hour of
+    ``ts`` on the executors: a DataFrame of :data:`BLOBS`."""
+    from pyspark.sql import functions as F
+
+    hour_index = F.floor(F.col("ts") / HOUR_US).cast("long")
+    return records.select(*RECORD_COLUMNS).withColumn("hour_index", hour_index).groupBy("hour_index").applyInArrow(
+        _summarize_hour, BLOBS
+    )
+
+
+def collect(blobs: Any) -> dict[str, list[Any]]:
+    """The summaries of a :func:`summarize` DataFrame, in the driver (name -> one table per hour)."""
+    found: dict[str, list[Any]] = {}
+    table = blobs.toArrow()
+    for name, data in zip(table.column("name").to_pylist(), table.column("data").to_pylist()):
+        found.setdefault(name, []).append(_decode(data))
+    return found
+
+
+def _unpack(name: str, batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
+    """On an executor: the rows of summary ``name`` from its blobs, with the hour's
+    ``date`` and ``hour`` (partition values) appended."""
+    import pyarrow as pa
+
+    target = schemas()[name]
+    for batch in batches:
+        for hour_index, data in zip(batch.column("hour_index").to_pylist(), batch.column("data").to_pylist()):
+            table = _decode(data).select(target.names).cast(target)
+            date, hour = schema.partition_of(hour_index * HOUR_US)
+            table = table.append_column("date", pa.array([date] * len(table), pa.string()))
+            table = table.append_column("hour", pa.array([hour] * len(table), pa.string()))
+            yield from table.to_batches()
+
+
+def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: list[Hour]) -> dict[Hour, set[str]]:
+    """Summarise the compacted ``hours`` under ``data`` (``data/date=/hour=``, staged) on the
+    executors and store each hour's summaries as ``data/date=/hour=/_summary/<name>``, one
+    Parquet write per summary (partitioned by hour, moved into place); returns the summaries
+    that have rows in each hour."""
+    import pyarrow as pa
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    rows = spark.read.schema(compacted_struct()).option("basePath", data).parquet(
+        *[f"{data}/date={hour[0]}/hour={hour[1]}" for hour in sorted(hours)]
+    )
+    blobs = summarize(rows.filter(F.col("status") == OK)).persist(StorageLevel.MEMORY_AND_DISK)
+    stored: dict[Hour, set[str]] = {hour: set() for hour in hours}
+    try:
+        for name in NAMES:
+            target = pa.schema([*schemas()[name], pa.field("date", pa.string()), pa.field("hour", pa.string())])
+            written = f"{scratch}/{name}"
+            frame = blobs.filter(F.col("name") == name).mapInArrow(functools.partial(_unpack, name), spark_struct(target))
+            frame.write.partitionBy("date", "hour").parquet(written)
+            for hour in sorted(hours):
+                part = f"{written}/date={hour[0]}/hour={hour[1]}"
+                if fs.exists(part):
+                    directory = f"{data}/date={hour[0]}/hour={hour[1]}/{SUMMARY_DIR}"
+                    fs.mkdirs(directory)
+                    if not fs.rename(part, f"{directory}/{name}"):
+                        raise OSError(f"could not move {part}")
+                    stored[hour].add(name)
+    finally:
+        blobs.unpersist()
+    return stored
+
+
+def convert_hours(
+    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour],
+    statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None],
+) -> None:
+    """Parse the JSON of ``hours`` once (all in one read, so every executor works even on
+    small hours), keep the rows in memory and write each hour's Parquet into
+    ``tmp/data/date=/hour=`` (one write per hour: its rows need no sort by partition, as
+    partitionBy would do), filling ``statuses`` and the valid records' ``ts`` ``bounds``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    parsed = with_status(json_reader(spark, events).json([raw[hour] for hour in hours])).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counted = parsed.groupBy("date", "hour", "status").agg(
+            F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
+        )
+        for row in counted.collect():
+            hour = (row["date"], row["hour"])
+            statuses[hour][row["status"]] = int(row["count"])
+            if row["status"] == OK:
+                bounds[hour] = (row["lo"], row["hi"])
+        for hour in hours:
+            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
+            parsed.filter((F.col("date") == hour[0]) & (F.col("hour") == hour[1])).drop("date", "hour").write.parquet(staged)
+    finally:
+        parsed.unpersist()
+
+
+def read_log(spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None) -> Log:
+    """The merged summaries of ``data_dir``'s log in [since, until) through Spark: the stored
+    summaries of compacted hours wholly inside the window read as they are; the records of the
+    others (Parquet for compacted hours, JSON for the rest) summarised on the executors.
+    Never raises for bad or missing data (an absent or empty log is an empty Log)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    fs = HadoopFS(spark, data_dir)
+    plan = plan_hours(fs, data_dir, since_us, until_us)
+    parts: dict[str, list[Any]] = {name: [] for name in NAMES}
+    for name in NAMES:
+        paths = [f"{location}/{SUMMARY_DIR}/{name}" for location, names in sorted(plan.summarized.items()) if name in names]
+        if paths:
+            parts[name].append(spark.read.schema(spark_struct(schemas()[name])).parquet(*paths).toArrow())
+    frames = []
+    if plan.record_hours():
+        frames.append(spark.read.schema(compacted_struct()).option("basePath", plan.compacted).parquet(*plan.record_hours()))
+    json_paths = [p for _h, p in sorted(plan.json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
+    parsed = None
+    if json_paths:  # open hours: their statuses counted here (a few hours at most)
+        parsed = with_status(json_reader(spark, plan.path).json(json_paths)).persist(StorageLevel.MEMORY_AND_DISK)
+        for row in parsed.groupBy("status").count().collect():
+            plan.counts[row["status"]] = plan.counts.get(row["status"], 0) + int(row["count"])
+        frames.append(parsed)
+    try:
+        if frames:
+            records = reduce(lambda a, b: a.unionByName(b), [f.select(*RECORD_COLUMNS, "status") for f in frames])
+            records = records.filter(F.col("status") == OK)
+            if since_us is not None:
+                records = records.filter(F.col("ts") >= since_us)
+            if until_us is not None:
+                records = records.filter(F.col("ts") < until_us)
+            for name, tables in collect(summarize(records)).items():
+                parts[name] += tables
+    finally:
+        if parsed is not None:
+            parsed.unpersist()
+    return Log(merge(parts), plan.quality(), plan.path, found=plan.found, summarized=plan.summarized)
+
+
+def write_table(spark: Any, table: Any, directory: str) -> None:
+    """An Arrow table computed in the driver written by Spark (to any Hadoop URI) as one file."""
+    spark.createDataFrame(table).coalesce(1).write.mode("overwrite").parquet(directory)
