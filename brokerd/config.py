@@ -23,15 +23,26 @@ class Settings:
     listeners: dict[str, list[str]] = field(default_factory=dict)
     """protocol -> endpoint strings; empty means every available protocol on its default port."""
     data_dir: Path = Path("brokerd-data")
+    """The store, the event log and the lock file that keeps a second broker out."""
     open_login: bool = False
+    """SSMP ``open`` login: any identifier, no proof (debugging only)."""
     anonymous: bool = False
+    """SSMP anonymous ``.`` login (publish only)."""
     secret_file: Path | None = None
+    """SSMP ``secret`` login: the shared secret is this file's first line."""
     accounts_file: Path | None = None
+    """Accounts (``--accounts``): SMQP logins, SSMP's ``password`` scheme, socket.mq basic auth."""
     tls_cert: Path | None = None
+    """Server certificate (PEM) of ``tls:`` listeners."""
     tls_key: Path | None = None
+    """Private key (PEM) of ``tls_cert``."""
     tls_ca: Path | None = None
+    """CA bundle (PEM): TLS listeners ask for client certificates and verify them against it."""
     ual_file: Path | None = None
     """SMQP User Access Lists (docs/smqp.md); default DATA_DIR/smqp.ual when that file exists."""
+    smqp_guest: bool = True
+    """SMQP: the draft's built-in ``guest`` account may log in (blank password) when the accounts
+    file has no ``guest`` line of its own; ``--no-smqp-guest`` refuses it."""
     smqp_guest_permissions: str | None = None
     """SMQP guest permissions (letters, docs/smqp.md); default read-only ("s")."""
     smqp_domain: str | None = None
@@ -104,9 +115,12 @@ class Settings:
     """SMQP: messages of ONE topics one session holds sent and unanswered at most; the others
     go to the topic's other subscribers meanwhile (a silent subscriber cannot hoard them)."""
     socketmq_max_frames: int = 1024
+    """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
     socketmq_deflate: bool = False
     """Accept permessage-deflate offers of socket.mq WebSocket clients (docs/socketmq.md)."""
-    """socket.mq: frames one incoming WebSocket message may have (more close it with 1009)."""
+    socketmq_request_timeout: float = 30.0
+    """socket.mq: seconds a registered application (on any node) has to answer a forwarded
+    request before the requester gets 504."""
     socketmq_request_read_timeout: float = 30.0
     """socket.mq: seconds from an HTTP request's first byte until its headers and body arrived."""
     socketmq_handshake_timeout: float = 10.0
@@ -209,6 +223,30 @@ def option_name(attribute: str) -> str:
     return attribute.replace("_", "-")
 
 
+OPTION_RENAMES = {"accounts_file": "accounts", "ual_file": "ual"}
+"""Settings whose option is not their field's name (DESIGN.md names them so)."""
+
+
+def setting_fields() -> dict[str, Any]:
+    """Option name -> Settings field, for every setting an option or the TOML file can set
+    (the listeners are their own options: ``--ssmp`` and the others)."""
+    return {OPTION_RENAMES.get(f.name, option_name(f.name)): f for f in fields(Settings) if f.name != "listeners"}
+
+
+def settings_default(option: str) -> str | None:
+    """The default of the setting ``option`` names as --help and docs/operations.md show it
+    (``30``, ``0.1``, ``self``), or None when it has no plain value (unset, off, empty)."""
+    spec = setting_fields().get(option)
+    if spec is None or isinstance(spec.default, bool) or not isinstance(spec.default, (int, float, str, Path)):
+        return None
+    if spec.default == "":
+        return None
+    value = spec.default
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def settings_from(values: dict[str, Any], config_file: str | None = None,
                   problems: list[str] | None = None) -> Settings:
     """Build Settings from command-line ``values`` (None = not given) over ``config_file``.
@@ -232,9 +270,7 @@ def settings_from(values: dict[str, Any], config_file: str | None = None,
             merged[key] = value
 
     settings = Settings()
-    known = {option_name(f.name): f for f in fields(Settings) if f.name != "listeners"}
-    known["accounts"] = known.pop("accounts-file")  # DESIGN.md names the option --accounts
-    known["ual"] = known.pop("ual-file")
+    known = setting_fields()
     for key, value in merged.items():
         try:
             _apply(settings, known, key, value)

@@ -27,7 +27,15 @@ from brokerd.admin.service import Operations, admin_endpoint, check_operations_s
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
-from brokerd.config import DEFAULT_PORTS, PROTOCOLS, Runtime, Settings, read_first_line, settings_from
+from brokerd.config import (
+    DEFAULT_PORTS,
+    PROTOCOLS,
+    Runtime,
+    Settings,
+    read_first_line,
+    settings_default,
+    settings_from,
+)
 from brokerd.core.broker import Broker
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
@@ -38,6 +46,23 @@ from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.disk import DiskSpace
 
 _log = Logger()
+
+
+NEGATIVE_FLAGS = {"no-event-log": "event-log", "no-smqp-guest": "smqp-guest"}
+"""Flags that turn off a setting that is on by default: flag -> the setting's option name."""
+
+
+def with_defaults(parameters: list[list[Any]]) -> list[list[Any]]:
+    """The option table with each setting's default from Settings appended to its help text
+    (``[30]``), so that --help and the code cannot disagree; a help text that ends with its
+    own ``[...]`` (a default that depends on other settings, or none) is left as written."""
+    shown = []
+    for key, short, default, help_text in parameters:
+        value = settings_default(key)
+        if value is not None and not help_text.rstrip(".").endswith("]"):
+            help_text = f"{help_text.rstrip('.')} [{value}]."
+        shown.append([key, short, default, help_text])
+    return shown
 
 
 class Options(usage.Options):
@@ -53,12 +78,13 @@ class Options(usage.Options):
         ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
         ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
         ["no-event-log", None, "Do not keep the event log."],
+        ["no-smqp-guest", None, "SMQP: refuse the guest account's logins [guest may log in]."],
         ["event-log-payloads", None, "Include message contents (base64) in the event log."],
         ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
         ["socketmq-deflate", None, "socket.mq: accept permessage-deflate (compressed WebSocket messages) [off]."],
         ["check-config", None, "Check --config and the options given without starting: exit 0, or 1 with one line per problem."],
     ]
-    optParameters = [
+    optParameters = with_defaults([
         ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],
         ["secret-file", None, None, "Enable SSMP 'secret' login with the shared secret in FILE."],
         ["accounts", None, None, "SMQP (and socket.mq HTTP basic) accounts file."],
@@ -72,59 +98,60 @@ class Options(usage.Options):
         ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
         ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
         ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311; NAME=host:port: cluster node NAME, used while it is live [none]."],
-        ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds [86400]."],
-        ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again [30]."],
-        ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash [5]."],
-        ["smqp-trash-retention", None, None, "SMQP: seconds a message stays in a Trash [3600]."],
+        ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds."],
+        ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again."],
+        ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash."],
+        ["smqp-trash-retention", None, None, "SMQP: seconds a message stays in a Trash."],
         ["socketmq-policy", None, None, "socket.mq policy file (TOML): OpenPGP security, key ring, allow rules."],
         ["socketmq-key", None, None, "socket.mq server OpenPGP key [DATA_DIR/socketmq/server-key.asc]."],
         ["config", None, None, "Read settings from this TOML file (the command line wins)."],
-        ["login-timeout", None, None, "Seconds a connection may take to log in [5]."],
-        ["ping-interval", None, None, "Seconds of client silence before a server PING [30]."],
-        ["pong-timeout", None, None, "Seconds to wait for a client after a PING before closing [30]."],
-        ["max-connections", None, None, "Connections of all protocols together [50000]."],
-        ["max-subscriptions", None, None, "Topics one session may subscribe to [1024]."],
-        ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped [1048576]."],
-        ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose) [1]."],
-        ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log [0.1]."],
-        ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log [10]."],
-        ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent [300]."],
-        ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create [10000]."],
-        ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data [2097152]."],
-        ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory [4194304]."],
-        ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024 [64]."],
-        ["smqp-max-one-held", None, None, "SMQP: messages of ONE topics one session holds unanswered at most; the rest go to other subscribers [8]."],
-        ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have [1024]."],
-        ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive [30]."],
-        ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take [10]."],
-        ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com' [self]."],
+        ["login-timeout", None, None, "Seconds a connection may take to log in."],
+        ["ping-interval", None, None, "Seconds of client silence before a server PING."],
+        ["pong-timeout", None, None, "Seconds to wait for a client after a PING before closing."],
+        ["max-connections", None, None, "Connections of all protocols together."],
+        ["max-subscriptions", None, None, "Topics one session may subscribe to."],
+        ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped."],
+        ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose)."],
+        ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log."],
+        ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log."],
+        ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent."],
+        ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
+        ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
+        ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
+        ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024."],
+        ["smqp-max-one-held", None, None, "SMQP: messages of ONE topics one session holds unanswered at most; the rest go to other subscribers."],
+        ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have."],
+        ["socketmq-request-timeout", None, None, "socket.mq: seconds a registered application has to answer a forwarded request before 504."],
+        ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive."],
+        ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take."],
+        ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com'."],
         ["server-names", None, None, "DNS names this broker is reached by (admin Host check, socket.mq 'self'); localhost and IP addresses always are."],
         ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
         ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
         ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
-        ["metrics-top-queues", None, None, "SMQP Trash queues /metrics, the JSON API and ~sys show one by one (the fullest; the rest summed as queue=\"(others)\") [20]."],
+        ["metrics-top-queues", None, None, "SMQP Trash queues /metrics, the JSON API and ~sys show one by one (the fullest; the rest summed as queue=\"(others)\")."],
         ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
-        ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical [info]."],
-        ["log-format", None, None, "Log lines as text or json [text]."],
-        ["max-listener-connections", None, None, "Connections of one listener [20000]."],
-        ["max-connections-per-address", None, None, "Connections from one source IP address [256]."],
-        ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together [1024]."],
-        ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running [64]."],
+        ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical."],
+        ["log-format", None, None, "Log lines as text or json."],
+        ["max-listener-connections", None, None, "Connections of one listener."],
+        ["max-connections-per-address", None, None, "Connections from one source IP address."],
+        ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together."],
+        ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running."],
         ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
         ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
-        ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused [67108864]."],
-        ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first [1073741824]."],
-        ["event-log-max-age", None, None, "Seconds an hour of the event log is kept [604800]."],
+        ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused."],
+        ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first."],
+        ["event-log-max-age", None, None, "Seconds an hour of the event log is kept."],
         ["cluster", None, None, "Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off]."],
         ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
         ["cluster-secret-file", None, None, "Secret shared by the cluster's nodes, sealing what they send through Redis: one line (two while rotating: the first seals, both open), mode 600 [required with --cluster]."],
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
-        ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped [16777216]."],
-        ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused [16777216]."],
-        ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes [5]."],
-        ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence [15]."],
+        ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped."],
+        ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
+        ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
+        ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
-    ]
+    ])
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,9 +197,10 @@ class Options(usage.Options):
         values: dict[str, Any] = {key: self[key] for key, *_ in self.optParameters if key != "config"}
         # An unset flag is 0: only flags given on the command line may override the file.
         values.update({key: True for key, *_ in self.optFlags
-                       if self[key] and key not in ("no-event-log", "check-config")})
-        if self["no-event-log"]:
-            values["event-log"] = False
+                       if self[key] and key not in NEGATIVE_FLAGS and key != "check-config"})
+        for flag, setting in NEGATIVE_FLAGS.items():
+            if self[flag]:
+                values[setting] = False
         values.update(self["listeners"])
         if self["smqp-links"]:
             values["smqp-link"] = self["smqp-links"]
@@ -420,7 +448,7 @@ def check_cluster_settings(settings: Settings) -> None:
         read_first_line(settings.cluster_password_file, "--cluster-password-file")
     if settings.cluster_node_timeout <= settings.cluster_heartbeat:
         raise ConfigurationError("--cluster-node-timeout must be longer than --cluster-heartbeat")
-    if "smqp" in _listeners(settings) and not str(getattr(settings, "store", None) or "").startswith("postgresql:"):
+    if "smqp" in _listeners(settings) and not str(settings.store or "").startswith("postgresql:"):
         raise ConfigurationError(
             "--cluster with an SMQP listener needs --store postgresql://... (durable state shared by every node)")
     try:

@@ -19,7 +19,6 @@ from brokerd import __version__
 from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog
 from brokerd.config import Runtime
-from brokerd.store.records import TOP_TRASH_QUEUES
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -71,7 +70,7 @@ class Figures:
         ask = getattr(store, "queue_figures", None)
         if ask is None:
             return succeed(None)
-        d = ask(int(getattr(self.runtime.settings, "metrics_top_queues", TOP_TRASH_QUEUES)))
+        d = ask(self.runtime.settings.metrics_top_queues)
         d.addErrback(lambda _failure: None)
         return d
 

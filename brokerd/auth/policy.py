@@ -190,11 +190,10 @@ def access_list_for(runtime: Any, run: Callable[..., Deferred] | None = None) ->
         return found
     settings = runtime.settings
     try:
-        guest = parse_permissions(getattr(settings, "smqp_guest_permissions", None)
-                                  or format_permissions(DEFAULT_GUEST_PERMISSIONS))
+        guest = parse_permissions(settings.smqp_guest_permissions or format_permissions(DEFAULT_GUEST_PERMISSIONS))
     except ValueError as exc:
         raise ConfigurationError(f"--smqp-guest-permissions: {exc}") from None
-    path = getattr(settings, "ual_file", None)
+    path = settings.ual_file
     if path is None and (Path(settings.data_dir) / UAL_FILENAME).exists():
         path = Path(settings.data_dir) / UAL_FILENAME
     current = read_access_list(path, guest_default=guest) if path else AccessList(guest_default=guest)

@@ -15,10 +15,8 @@ from typing import Any
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
 
+from brokerd.config import Settings
 from brokerd.errors import Busy
-
-DEFAULT_LIMIT = 64
-"""Jobs waiting for or running in the thread pool (``--max-auth-queue``)."""
 
 
 class WorkQueue:
@@ -26,7 +24,7 @@ class WorkQueue:
     or running; ``run`` is an accounts-checker Runner.  Without a thread pool (a test clock)
     the work runs inline."""
 
-    def __init__(self, reactor: Any, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, reactor: Any, limit: int = Settings.max_auth_queue) -> None:
         self._reactor = reactor
         self.limit = limit
         self.pending = 0
@@ -55,6 +53,5 @@ def shared_work_queue(runtime: Any) -> WorkQueue:
     with ``--max-auth-queue``: every front end's logins and OpenPGP work share its bound."""
     queue = runtime.resources.get("work_queue")
     if queue is None:
-        limit = getattr(runtime.settings, "max_auth_queue", DEFAULT_LIMIT)
-        queue = runtime.resources["work_queue"] = WorkQueue(runtime.reactor, limit)
+        queue = runtime.resources["work_queue"] = WorkQueue(runtime.reactor, runtime.settings.max_auth_queue)
     return queue

@@ -12,7 +12,8 @@ A node not heard of for ``timeout`` seconds is taken as dead: its members leave 
 Control messages are small JSON objects; names (bytes) travel as latin-1 strings, which map
 every byte to one character and back.  :func:`decode` is the one reader of the bytes that
 arrive on the control channel, from any client of Redis: it refuses (ControlError) anything
-over MAX_CONTROL bytes before parsing, anything nested deeper than JSON's recursion allows,
+over ``--cluster-max-control`` bytes (16 MB: a STATE of about 150,000 sessions and
+memberships) before parsing, anything nested deeper than JSON's recursion allows,
 and any message of a known kind whose fields are not of the types and sizes below, so what
 :meth:`Directory.apply` and the engine read is well formed.  A member's protocol is read as
 one of the known protocols or ``other``, as an envelope's: presence renderings and figures
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brokerd.cluster.envelope import OTHER, PROTOCOLS
+from brokerd.config import Settings
 from brokerd.core.principal import NOBODY, Principal
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
@@ -54,9 +56,6 @@ def encode(origin: str, node: str, kind: str, **fields: Any) -> bytes:
     return json.dumps({"o": origin, "n": node, "k": kind, **fields}, separators=(",", ":")).encode()
 
 
-MAX_CONTROL = 16 << 20
-"""Bytes one control message may have by default (--cluster-max-control: a STATE of about
-150,000 sessions and memberships); a longer one is refused unread."""
 MAX_NAME = 1024
 """Characters of a node id, node name, kind, namespace or protocol name in a control message."""
 ORIGIN_SIZE = 16
@@ -64,7 +63,7 @@ ORIGIN_SIZE = 16
 _HEX = frozenset("0123456789abcdef")
 
 
-def decode(data: bytes, limit: int = MAX_CONTROL) -> dict[str, Any]:
+def decode(data: bytes, limit: int = Settings.cluster_max_control) -> dict[str, Any]:
     """The control message in ``data``, its fields checked (see the module docstring);
     ControlError for anything else, and unread for more than ``limit`` bytes (parsed JSON
     takes about ten times its bytes in memory).  An unknown kind keeps only its node id,

@@ -41,6 +41,7 @@ from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.shards import Shards
+from brokerd.config import Settings
 from brokerd.core.message import BROADCAST, UNICAST, Message
 from brokerd.interfaces import IEngine
 
@@ -85,10 +86,10 @@ class RedisEngine:
         secret_file: Any = None,
         password: str | None = None,
         tls_ca: Any = None,
-        max_backlog: int = 16 << 20,
-        heartbeat: float = 5.0,
-        node_timeout: float = 15.0,
-        max_control: int = control.MAX_CONTROL,
+        max_backlog: int = Settings.cluster_max_backlog,
+        heartbeat: float = Settings.cluster_heartbeat,
+        node_timeout: float = Settings.cluster_node_timeout,
+        max_control: int = Settings.cluster_max_control,
     ) -> None:
         self.address = address
         self.reactor = reactor

@@ -17,6 +17,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from brokerd.config import Settings
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
@@ -93,11 +94,11 @@ class Broker(Service):
     def __init__(
         self,
         *,
-        max_subscriptions: int = 1024,
-        max_connections: int = 50_000,
-        max_listener_connections: int = 20_000,
-        max_connections_per_address: int = 256,
-        max_unauthenticated: int = 1024,
+        max_subscriptions: int = Settings.max_subscriptions,
+        max_connections: int = Settings.max_connections,
+        max_listener_connections: int = Settings.max_listener_connections,
+        max_connections_per_address: int = Settings.max_connections_per_address,
+        max_unauthenticated: int = Settings.max_unauthenticated,
         observer: IBrokerObserver | None = None,
         policy: IAccessPolicy | None = None,
     ) -> None:

@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from brokerd.config import Settings
 from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.subscriptions import MESSAGE, SubscriptionIndex
@@ -43,12 +44,6 @@ EXPIRY_BATCH = 1000
 """Messages one sweep moves (another sweep follows at once when there were more)."""
 TRASH_INTERVAL = 60.0
 """Seconds between Trash emptyings."""
-TRASH_RETENTION = 3600.0
-"""Seconds a message stays in a Trash before it is removed for good."""
-RETRY_TIMEOUT = 30.0
-"""Seconds to wait for a delivery's acknowledgement before sending it again."""
-MAX_ATTEMPTS = 5
-"""Delivery attempts of one message to one subscriber before it is given up."""
 PUBLISHED_MEMORY = 16_384
 """Recent messages whose id, publisher, time and size outcome events take from memory
 (the oldest is forgotten first; a forgotten one is read back from the store)."""
@@ -146,9 +141,12 @@ class DurableService:
         self.on_tree_changed: Callable[[], Any] | None = None
         """Called when another node changed the topic tree of the owning front end (SMQP
         reads it from the store again)."""
-        self.retry_timeout: float = RETRY_TIMEOUT
-        self.max_attempts: int = MAX_ATTEMPTS
-        self.trash_retention: float = TRASH_RETENTION
+        self.retry_timeout: float = Settings.smqp_retry_timeout
+        """Seconds to wait for a delivery's acknowledgement before sending it again."""
+        self.max_attempts: int = Settings.smqp_max_attempts
+        """Delivery attempts of one message to one subscriber before it is given up."""
+        self.trash_retention: float = Settings.smqp_trash_retention
+        """Seconds a message stays in a Trash before it is removed for good."""
         self.gauge_interval: float | None = None
         """Seconds between readings of the store's queue figures into ``gauge`` events (None:
         none; the owning front end sets it when the event log is on)."""

@@ -25,10 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from brokerd.config import Settings
 from brokerd.events import schema
-
-DEFAULT_INTERVAL = 0.1
-"""Seconds between two samples at most (``--event-log-sample``)."""
 
 
 def _never(_callback: Callable[[], None]) -> bool:
@@ -48,7 +46,7 @@ class DeliverySampler:
         recorder: Any,
         reactor: Any,
         *,
-        interval: float = DEFAULT_INTERVAL,
+        interval: float = Settings.event_log_sample,
         after_read: Callable[[Callable[[], None]], bool] = _never,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:

@@ -34,13 +34,12 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import Interface, implementer
 
+from brokerd.config import Settings
 from brokerd.events import schema
 from brokerd.events.retention import Retention
 from brokerd.events.writer import HourlyFiles, WriterThread
 from brokerd.interfaces import IBrokerObserver
 
-DEFAULT_FLUSH_INTERVAL = 1.0
-"""Seconds between hand-offs to the writer thread: the most a process crash can lose."""
 DEFAULT_BATCH_LIMIT = 16_384
 """Entries buffered on the reactor thread before they are handed off early."""
 DEFAULT_MAX_PENDING = 8
@@ -302,7 +301,7 @@ class EventLog(Service):
         reactor: Any = None,
         broker_id: str | None = None,
         include_payloads: bool = False,
-        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        flush_interval: float = Settings.event_log_flush,
         batch_limit: int = DEFAULT_BATCH_LIMIT,
         max_pending: int = DEFAULT_MAX_PENDING,
         fsync: bool = False,

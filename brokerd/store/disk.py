@@ -22,8 +22,6 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
-DEFAULT_LIMIT = 64 << 20
-"""Bytes that must stay free on the data directory's file system (``--disk-free-limit``)."""
 DEFAULT_INTERVAL = 2.0
 """Seconds between two measurements."""
 

@@ -29,6 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from brokerd.config import Settings
 from brokerd.store.base import IStore
 from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_schema import (
@@ -58,7 +59,6 @@ from brokerd.store.records import (
     Delivery,
     MessageRecord,
     Settled,
-    TOP_TRASH_QUEUES,
     SubscriptionRecord,
     TopicRecord,
     fitting,
@@ -397,7 +397,7 @@ class PostgreSQLStore:
         return self._submit(lambda c: c.execute(
             "SELECT COUNT(*) FROM messages WHERE topic = ANY(%s::text[])", (keys,)).fetchone()[0])
 
-    def queue_figures(self, top: int = TOP_TRASH_QUEUES) -> Deferred:
+    def queue_figures(self, top: int = Settings.metrics_top_queues) -> Deferred:
         """Deferred[dict]: as the SQLite store's (``pending``, ``unacknowledged``, ``trash`` of
         the ``top`` fullest Trash queues, ``trash_total``, ``trash_queues``)."""
 

@@ -4,11 +4,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-TOP_TRASH_QUEUES = 20
-"""Trash queues the store's queue figures name one by one (the fullest; the default of
---metrics-top-queues): topics are made by users, so their figures are bounded."""
-
-
 @dataclass(frozen=True)
 class TopicRecord:
     """One SMQP topic.

@@ -26,6 +26,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from brokerd.config import Settings
 from brokerd.store.base import IStore
 from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
@@ -38,7 +39,6 @@ from brokerd.store.records import (
     MessageRecord,
     ReceiptDue,
     Settled,
-    TOP_TRASH_QUEUES,
     SubscriptionRecord,
     TopicRecord,
     fitting,
@@ -573,7 +573,7 @@ class SQLiteStore:
 
         return self._submit(count)
 
-    def queue_figures(self, top: int = TOP_TRASH_QUEUES) -> Deferred:
+    def queue_figures(self, top: int = Settings.metrics_top_queues) -> Deferred:
         """Deferred[dict]: for operators: ``pending`` deliveries never sent yet,
         ``unacknowledged`` ones sent at least once and not acknowledged, ``trash``, messages
         per Trash queue key (``a/b/trash``) of the ``top`` fullest queues only (users create

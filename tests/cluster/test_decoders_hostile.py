@@ -17,6 +17,7 @@ from twisted.internet.task import Clock
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames
 from brokerd.cluster.address import parse
+from brokerd.config import Settings
 from brokerd.cluster.connection import MAX_DEPTH, ProtocolError, RespReader, channel
 from brokerd.cluster.redis_engine import CONTROL_CHANNEL, RedisEngine
 from brokerd.cluster.seal import Sealer
@@ -230,7 +231,7 @@ def test_the_attacks_on_the_control_channel_are_refused() -> None:
     short_state = control.encode(OTHER_ORIGIN, "node2", control.STATE, addresses=[["ssmp"]])
     wrong_member = control.encode(OTHER_ORIGIN, "node2", control.JOIN, t=["x"], p="ssmp", m="a", pr=True)
     not_latin1 = control.encode(OTHER_ORIGIN, "node2", control.ATTACH, ns="ssmp", a="\u20ac", at=1.0)
-    huge = b'{"o":"' + b"0" * 16 + b'","k":"beat","x":"' + b"a" * control.MAX_CONTROL + b'"}'
+    huge = b'{"o":"' + b"0" * 16 + b'","k":"beat","x":"' + b"a" * Settings.cluster_max_control + b'"}'
     keep_out_forever = control.encode(OTHER_ORIGIN, "node2", control.KEEP_OUT, pn="alice", pr=ACCOUNT,
                                       **{"for": float("inf")})
     keep_out_nobody = control.encode(OTHER_ORIGIN, "node2", control.KEEP_OUT, pr=ACCOUNT, **{"for": 1.0})

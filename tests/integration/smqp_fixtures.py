@@ -7,7 +7,7 @@ file first, or start a second server on the same data directory (restarts).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +79,7 @@ async def smqp_server(tmp_path: Path):
     write_test_accounts(accounts)
 
     async def start(tls: ServerTLS | None = None, **overrides: Any) -> Running:
-        values: dict[str, Any] = {"data_dir": tmp_path / "data", "accounts_file": accounts}
-        known = {f.name for f in fields(Settings)}
-        values.update({k: v for k, v in overrides.items() if k in known})
-        settings = Settings(**values)
-        for name, value in overrides.items():
-            if name not in known:  # settings the SMQP front end reads with getattr (ual_file...)
-                setattr(settings, name, value)
+        settings = Settings(**{"data_dir": tmp_path / "data", "accounts_file": accounts, **overrides})
         runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=reactor, tls=tls)
         factory = build_factory(runtime)
         await factory.started

@@ -130,6 +130,20 @@ async def test_guest_blank_password_and_read_only(smqp_server):
 
 
 @pytest_twisted.ensureDeferred
+async def test_no_smqp_guest_refuses_the_guest_only(smqp_server, tmp_path):
+    """--no-smqp-guest (Settings.smqp_guest False): the built-in guest's blank-password LOGIN
+    is refused like an unknown account's, while an account still logs in on the same server."""
+    accounts = tmp_path / "no-guest-accounts"
+    write_test_accounts(accounts, {"alice": ACCOUNTS["alice"]})
+    server = await smqp_server(smqp_guest=False, accounts_file=accounts)
+    with pytest.raises(SMQPError) as refused:
+        await (await server.connect()).login("guest", "g1")
+    assert refused.value.code == 404  # as for any account that does not exist
+    alice = await server.login("alice", "c1")
+    assert await alice.list_topics("/") == []
+
+
+@pytest_twisted.ensureDeferred
 async def test_several_channels_of_one_account(smqp_server):
     server = await smqp_server()
     first = await server.login("alice", "c1")

@@ -188,10 +188,7 @@ class LiveBroker:
     @classmethod
     def start(cls, data_dir: Path, **fields: Any) -> LiveBroker:
         listeners = fields.pop("listeners", {"ssmp": [LOOPBACK], "mcchat": [LOOPBACK]})
-        extra = {k: fields.pop(k) for k in list(fields) if k.startswith("mcchat_")}
         settings = Settings(listeners=listeners, data_dir=data_dir, open_login=True, **fields)
-        for name, value in extra.items():
-            setattr(settings, name, value)
         live = cls(settings)
         live.service = makeService(settings, reactor())
         live.service.startService()

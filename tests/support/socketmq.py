@@ -25,10 +25,7 @@ class LiveBrokerd:
 
     def __init__(self, data_dir: Path, events: Any = None, **settings: Any) -> None:
         """``events``: an IEventRecorder for the front ends (the runtime's ``event_log``)."""
-        extra = {k: settings.pop(k) for k in list(settings) if k.startswith("socketmq_")}
         self.settings = Settings(open_login=True, data_dir=data_dir, **settings)
-        for name, value in extra.items():
-            setattr(self.settings, name, value)
         self.broker = Broker(max_connections=self.settings.max_connections)
         portal = build_portal(open_login=True)
         self.runtime = Runtime(self.settings, self.broker, portal, reactor())

@@ -85,14 +85,6 @@ from brokerd.protocols.mcchat.wire import (
 )
 from brokerd.protocols.nodelay import no_delay
 
-IDLE_TIMEOUT = 300.0
-"""Seconds a connection without any subscription may stay silent before it is closed (the
-Settings field ``mcchat_idle_timeout`` overrides it).  A subscriber may stay silent forever:
-MCCHAT has no keepalive packet, so TCP keepalive is switched on to find dead peers."""
-BIND_USERNAME = False
-"""Default of the Settings field ``mcchat_bind_username``: when true, the username of every MSG
-from a connection with a verified TLS client certificate is replaced by the certificate's
-first name (its CN), so that it cannot be spoofed."""
 
 INFO_PACKET = encode_info(VERSION)
 _SYSTEM_HEADS = (b"s", b"S")
@@ -560,8 +552,12 @@ del P
 class MCChatServerFactory(Factory):
     """One per MCCHAT listener set; all share the Broker and its Discovery.
 
-    ``idle_timeout`` and ``bind_username`` default to the Settings fields
-    ``mcchat_idle_timeout`` and ``mcchat_bind_username`` (see IDLE_TIMEOUT, BIND_USERNAME).
+    From ``settings``: ``mcchat_idle_timeout``, the seconds a connection without any
+    subscription may stay silent before it is closed (a subscriber may stay silent forever:
+    MCCHAT has no keepalive packet, so TCP keepalive is switched on to find dead peers); and
+    ``mcchat_bind_username``: when true, the username of every MSG from a connection with a
+    verified TLS client certificate is replaced by the certificate's first name (its CN), so
+    that it cannot be spoofed.
     """
 
     protocol = MCChatServerProtocol
@@ -573,8 +569,6 @@ class MCChatServerFactory(Factory):
         settings: Settings,
         clock: Any,
         *,
-        idle_timeout: float | None = None,
-        bind_username: bool | None = None,
         events: Any = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
@@ -582,16 +576,8 @@ class MCChatServerFactory(Factory):
         self.clock = clock
         self.events = events
         """The event log's IEventRecorder (drops by reason; routing goes through the Broker)."""
-        self.idle_timeout = (
-            idle_timeout
-            if idle_timeout is not None
-            else getattr(settings, "mcchat_idle_timeout", IDLE_TIMEOUT)
-        )
-        self.bind_username = (
-            bind_username
-            if bind_username is not None
-            else bool(getattr(settings, "mcchat_bind_username", BIND_USERNAME))
-        )
+        self.idle_timeout = settings.mcchat_idle_timeout
+        self.bind_username = settings.mcchat_bind_username
         self.stats = MCChatStats()
         self.discovery = discovery_for(broker)
         self.discovery.stats = self.stats

@@ -16,7 +16,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from brokerd.core.durable import TRASH_RETENTION, DurableService
+from brokerd.config import Settings
+from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
 from brokerd.errors import Forbidden
@@ -27,10 +28,10 @@ from brokerd.protocols.smqp.codec import encode_body, encode_notify, format_date
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.mapping import stored_body
 from brokerd.protocols.smqp.messages import MAX_FOREIGN_BINARY, receipt_body
-from brokerd.protocols.smqp.outbox import MAX_QUEUED_BYTES, Outbox
+from brokerd.protocols.smqp.outbox import Outbox
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue
 
-__all__ = ["TRASH_RETENTION", "MessageService", "login_key", "message_id"]
+__all__ = ["MessageService", "login_key", "message_id"]
 
 SERVER_SENDER = "server"
 """The publisher named in receipts' records."""
@@ -78,8 +79,10 @@ class MessageService:
         self.outboxes: dict[str, Outbox] = self.durable.sessions  # type: ignore[assignment]
         """The connected SMQP sessions' outboxes by ``account:channel`` (the durable
         service's sessions)."""
-        self.max_queued_bytes: int = MAX_QUEUED_BYTES
+        self.max_queued_bytes: int = Settings.smqp_max_queued_bytes
         """Bytes of one session's window and of its FIFO (``--smqp-max-queued-bytes``)."""
+        self.max_one_held: int = Settings.smqp_max_one_held
+        """ONE messages one session holds unanswered at most (``--smqp-max-one-held``)."""
         self.counts = {"volatile": 0, "receipts": 0, "volatile_dropped": 0, "foreign_out": 0,
                        "not_forwarded": 0, "forbidden": 0}
 

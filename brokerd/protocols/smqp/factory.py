@@ -33,33 +33,25 @@ from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime
 from brokerd.protocols.smqp.connectto import parse_allow_list
-from brokerd.protocols.smqp.delivery import TRASH_RETENTION, MessageService
+from brokerd.protocols.smqp.delivery import MessageService
 from brokerd.protocols.smqp.federation import OUT_PREFIX, Forwarded, link_domain_leaf
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
-from brokerd.protocols.smqp.outbox import (
-    MAX_ATTEMPTS,
-    MAX_NOTIFY_WINDOW,
-    MAX_ONE_HELD,
-    MAX_QUEUED_BYTES,
-    NOTIFY_WINDOW_LIMIT,
-    RETRY_TIMEOUT,
-)
-from brokerd.protocols.smqp.server import MAX_MESSAGE_SIZE, SMQPServerProtocol
-from brokerd.protocols.smqp.topictree import ACCOUNTS, MAX_OWNED, TopicTree
+from brokerd.protocols.smqp.outbox import NOTIFY_WINDOW_LIMIT
+from brokerd.protocols.smqp.server import SMQPServerProtocol
+from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import TopicRecord, trash_owner
 from brokerd.store.sqlite import FILENAME, SQLiteStore
 
-DEFAULT_MESSAGE_TIMEOUT = 86400.0
 MAX_REDIRECTING = 256
 """Connections over a connection limit held open at once to be answered ``311`` (more are
 refused with ``SMQP/1.0 Not Available.`` as without redirect targets)."""
-"""The server's default message timeout (the login reply's Timeout attribute)."""
 
 
 class SMQPServerFactory(Factory):
     """The SMQP front end: the topic tree, the UAL, the accounts checker and the store,
-    shared by every SMQP connection (and every SMQP listener)."""
+    shared by every SMQP connection (and every SMQP listener).  Every limit and timeout
+    comes from ``settings`` (brokerd.config.Settings, the ``smqp_*`` fields)."""
 
     protocol = SMQPServerProtocol
     _log = Logger()
@@ -78,11 +70,6 @@ class SMQPServerFactory(Factory):
         ual: AccessList | None = None,
         ual_file: Path | None = None,
         access_list: AccessListFile | None = None,
-        domain: str | None = None,
-        message_timeout: float | None = DEFAULT_MESSAGE_TIMEOUT,
-        retry_timeout: float = RETRY_TIMEOUT,
-        max_attempts: int = MAX_ATTEMPTS,
-        trash_retention: float = TRASH_RETENTION,
         run: Callable[..., Deferred] = run_inline,
         events: Any = NULL_EVENT_LOG,
     ) -> None:
@@ -97,14 +84,16 @@ class SMQPServerFactory(Factory):
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
-        self.domain = domain or socket.gethostname() or "localhost"
-        self.message_timeout = message_timeout
+        self.domain = settings.smqp_domain or socket.gethostname() or "localhost"
+        self.message_timeout: float | None = settings.smqp_message_timeout
+        """The server's default message timeout (the login reply's Timeout attribute)."""
         self._run_in_thread = run
-        self.max_topics_per_account = int(getattr(settings, "smqp_max_topics_per_account", MAX_OWNED))
-        self.max_message_size = int(getattr(settings, "smqp_max_message_size", MAX_MESSAGE_SIZE))
-        self.connectto_allow = parse_allow_list(getattr(settings, "smqp_connectto_allow", None))
+        self.max_topics_per_account = settings.smqp_max_topics_per_account
+        self.max_message_size = settings.smqp_max_message_size
+        """Bytes of one message body as received, attribute lines included (413 beyond)."""
+        self.connectto_allow = parse_allow_list(settings.smqp_connectto_allow)
         """Where CONNECTTO may connect besides the client's own address (--smqp-connectto-allow)."""
-        self.redirects = parse_redirects(getattr(settings, "smqp_redirect", None))
+        self.redirects = parse_redirects(settings.smqp_redirect)
         """``311 Redirect`` targets (--smqp-redirect), taken in turn."""
         self._redirect_turn = 0
         self.redirecting = 0
@@ -113,9 +102,8 @@ class SMQPServerFactory(Factory):
         """Shutting down: a LOGIN gets 311 when redirect targets are configured."""
         self.forwarded = Forwarded(self)
         """Stores what the links bring from other domains (brokerd.protocols.smqp.federation)."""
-        self.links = Links(self, parse_links(getattr(settings, "smqp_link", None)),
-                           getattr(settings, "smqp_link_account", None),
-                           read_password(getattr(settings, "smqp_link_password_file", None)))
+        self.links = Links(self, parse_links(settings.smqp_link), settings.smqp_link_account,
+                           read_password(settings.smqp_link_password_file))
         self._links_started = False
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.suid = ""
@@ -129,26 +117,25 @@ class SMQPServerFactory(Factory):
         self.service = MessageService(store, clock, broker, self.wire, self.display, events,
                                       durable=self.durable, domain=self.domain)
         durable = self.durable
-        self.service.max_queued_bytes = int(getattr(settings, "smqp_max_queued_bytes", MAX_QUEUED_BYTES))
-        self.service.max_one_held = int(getattr(settings, "smqp_max_one_held", MAX_ONE_HELD))
-        """ONE messages one session holds unanswered at most (--smqp-max-one-held)."""
+        self.service.max_queued_bytes = settings.smqp_max_queued_bytes
+        self.service.max_one_held = settings.smqp_max_one_held
         if self.service.max_one_held < 1:
             raise ConfigurationError(f"smqp-max-one-held: at least 1, not {self.service.max_one_held}")
-        self.max_notify_window = int(getattr(settings, "smqp_max_notify_window", MAX_NOTIFY_WINDOW))
+        self.max_notify_window = settings.smqp_max_notify_window
         """The largest SET NOTIFY WINDOW granted (--smqp-max-notify-window)."""
         if not 1 <= self.max_notify_window <= NOTIFY_WINDOW_LIMIT:
             raise ConfigurationError(
                 f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {self.max_notify_window}")
-        durable.default_timeout = message_timeout
+        durable.default_timeout = self.message_timeout
         durable.timeout_for = self.message_timeout_for
         durable.mode_for = self.delivery_for
         durable.reachable = self.reachable
         durable.identify = self.message_id
-        durable.retry_timeout = retry_timeout
-        durable.max_attempts = max_attempts
-        durable.trash_retention = trash_retention
-        if getattr(settings, "event_log", False):
-            durable.gauge_interval = float(getattr(settings, "event_log_gauge", 10.0))
+        durable.retry_timeout = settings.smqp_retry_timeout
+        durable.max_attempts = settings.smqp_max_attempts
+        durable.trash_retention = settings.smqp_trash_retention
+        if settings.event_log:
+            durable.gauge_interval = settings.event_log_gauge
         durable.is_link = lambda name: link_domain_leaf(name) is not None
         if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
             self.durable.readable = self.readable
@@ -408,7 +395,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     settings = runtime.settings
     reactor = runtime.reactor
     run = thread_runner(reactor)
-    checker = AccountsChecker(settings.accounts_file, guest=getattr(settings, "smqp_guest", True),
+    checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest,
                               run=shared_work_queue(runtime).run)
     checker.load()
     store = runtime.resources.get("store")
@@ -419,12 +406,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
     else:
         opened = succeed(None)
     factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run),
-        domain=getattr(settings, "smqp_domain", None),
-        message_timeout=getattr(settings, "smqp_message_timeout", DEFAULT_MESSAGE_TIMEOUT),
-        retry_timeout=settings.smqp_retry_timeout, max_attempts=settings.smqp_max_attempts,
-        trash_retention=settings.smqp_trash_retention,
-        run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
     factory.disk = runtime.resources.get("disk")
     runtime.resources["smqp_links"] = factory.links

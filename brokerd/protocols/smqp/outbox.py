@@ -7,14 +7,14 @@ protocol published the message); the outbox is this session's cursor over it.  I
 sends the next only after the client's ``310 ACK`` has been stored and the server's ``310``
 written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is out).
 
-- ONE messages: at most the service's ``max_one_held`` (default :data:`MAX_ONE_HELD`) sent
+- ONE messages: at most the service's ``max_one_held`` (``--smqp-max-one-held``) sent
   and unanswered; the others are parked (left to the other subscribers) until an answer
   makes room.  One left unanswered for the retry timeout ends the session like a window's
   (below), so it goes to a subscriber that answers instead of being sent here again.
-- No acknowledgement within the service's ``retry_timeout`` (default :data:`RETRY_TIMEOUT`)
+- No acknowledgement within the durable service's ``retry_timeout`` (``--smqp-retry-timeout``)
   seconds: the notification is sent again (once the session's output is under its limit,
   like any notification; the next timeout starts when it is written), up to
-  ``max_attempts`` (default :data:`MAX_ATTEMPTS`) attempts in all; then the delivery is
+  ``max_attempts`` (``--smqp-max-attempts``) attempts in all; then the delivery is
   given up (the message goes to its topic's Trash once nobody has it pending).
 - ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
   an attempt), and a ``ONE`` message is offered to the other subscribers at once.
@@ -56,7 +56,6 @@ from typing import Any, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from brokerd.core.durable import MAX_ATTEMPTS, RETRY_TIMEOUT  # noqa: F401 (the defaults of --smqp-retry-timeout, --smqp-max-attempts)
 from brokerd.core.subscriptions import wildcard_covers
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.base import is_outage
@@ -68,19 +67,10 @@ WINDOW = 256
 MAX_VOLATILE = 4096
 """Unacknowledged-kind notifications (Guarantee: NO, other protocols' unicasts, notices) queued per
 session before new ones are dropped."""
-MAX_QUEUED_BYTES = 4 << 20
-"""Bytes of message bodies in one session's window, and bytes of its FIFO of notifications
-that need no acknowledgement (each): the default of ``--smqp-max-queued-bytes``."""
 BATCH = 64 * 1024
 """Bytes of the FIFO written at once before the session's output limit is checked again."""
-MAX_NOTIFY_WINDOW = 64
-"""The default of ``--smqp-max-notify-window``: notifications outstanding at most per session
-when the client asks for a window (SET NOTIFY WINDOW)."""
 NOTIFY_WINDOW_LIMIT = 1024
 """The highest ``--smqp-max-notify-window`` accepted."""
-MAX_ONE_HELD = 8
-"""The default of ``--smqp-max-one-held``: ONE messages one session holds unanswered at
-most (sent and not answered); the others go to the topic's other subscribers meanwhile."""
 
 
 class Session(Protocol):
@@ -106,8 +96,8 @@ class Outbox(Answers):
         self.volatile_bytes = 0
         self.window_bytes = 0
         """Bytes of the message bodies in the heap."""
-        self.max_bytes: int = getattr(service, "max_queued_bytes", MAX_QUEUED_BYTES)
-        self.max_one_held: int = getattr(service, "max_one_held", MAX_ONE_HELD)
+        self.max_bytes: int = service.max_queued_bytes
+        self.max_one_held: int = service.max_one_held
         self.one_held = 0
         """ONE messages among ``sent`` (claimed by this session, not answered)."""
         self.parked: dict[int, Delivery] = {}

@@ -64,9 +64,6 @@ if TYPE_CHECKING:
     from brokerd.protocols.smqp.factory import SMQPServerFactory
 
 SERVER_IDENT = f"brokerd SMQP Server/{__version__}"
-MAX_MESSAGE_SIZE = 2 << 20
-"""Bytes of one message body as received, attribute lines included (413 beyond): the default
-of ``--smqp-max-message-size``."""
 MAX_PIPELINE = 64
 """Commands parsed but not yet answered before the connection stops reading."""
 

@@ -22,6 +22,7 @@ import fnmatch
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from brokerd.config import Settings
 from brokerd.protocols.smqp.events import TopicRef
 from brokerd.store.records import TopicRecord, trash_key
 
@@ -31,9 +32,6 @@ MAX_CHILDREN = 1024
 """Child topics of one parent, system topics (``/accounts``) not counted (414 beyond)."""
 MAX_TOPICS = 100_000
 """Topics in the whole tree (414 beyond)."""
-MAX_OWNED = 10_000
-"""Topics one account may have created and not removed (414 beyond): one account cannot use
-up MAX_TOPICS for everyone (``--smqp-max-topics-per-account``)."""
 
 
 class TopicError(Exception):
@@ -117,7 +115,9 @@ def _key(parent_key: str, leaf: str) -> str:
 
 class TopicTree:
     def __init__(self, max_children: int = MAX_CHILDREN, max_topics: int = MAX_TOPICS,
-                 max_owned: int = MAX_OWNED) -> None:
+                 max_owned: int = Settings.smqp_max_topics_per_account) -> None:
+        """``max_owned``: topics one account may have created and not removed (414 beyond),
+        so that one account cannot use up ``max_topics`` for everyone."""
         self.max_children = max_children
         self.max_topics = max_topics
         self.max_owned = max_owned

@@ -38,6 +38,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
+from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
@@ -183,8 +184,10 @@ class Server:
         security: SecurityOptions | None = None,
         on_subscribe: Callable[[Subscription], Any] | None = None,
         reactor: Any = None,
-        settings: Any = None,
+        settings: Settings | None = None,
     ) -> None:
+        """``settings``: brokerd.config.Settings whose socket.mq limits, timeouts and keepalive
+        apply (None: the defaults)."""
         if not is_application_name(application_name):
             raise ValueError(f"not a valid application name: {application_name!r}")
         self.application_name = application_name
@@ -196,7 +199,7 @@ class Server:
         key = self.security.key if isinstance(self.security.key, SecretKey) else None
         self.hub = Hub(self.broker, self.reactor, settings, None, self.security.policy(), key, hook)
         self.hub.register(application_name, LocalApplication(on_request))
-        self.site: SocketMQSite = build_site(self.hub, settings, demo=False)
+        self.site: SocketMQSite = build_site(self.hub, demo=False)
         self._ports: list[Any] = []
 
     def _subscribe_hook(self, event: str, client_id: str | None) -> Deferred:

@@ -15,8 +15,8 @@ from twisted.logger import Logger
 
 from brokerd.auth.hosts import OwnNames
 from brokerd.auth.workers import WorkQueue
+from brokerd.config import Settings
 from brokerd.events.log import NULL_EVENT_LOG, peer_text
-from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.origin import OriginPolicy
 from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
 from brokerd.protocols.socketmq.policy import Policy
@@ -139,7 +139,7 @@ class Hub:
         self,
         broker: Any,
         reactor: Any,
-        settings: Any = None,
+        settings: Settings | None = None,
         portal: Any = None,
         policy: Policy | None = None,
         key: SecretKey | None = None,
@@ -154,23 +154,28 @@ class Hub:
         """The event log's IEventRecorder: auth failures, logins by authentication and
         slow-consumer drops (routing and sessions go through the Broker)."""
         self.reactor = reactor
-        self.settings = settings
+        self.settings = settings = settings if settings is not None else Settings()
+        """Where every limit and timeout below comes from (an embedded Server: the defaults)."""
         self.portal = portal
         self.policy = policy or Policy()
         self.key = key if self.policy.enabled else None
         self.keyring = Keyring.from_armored(self.policy.keyring_data)
         self.subscribe_hook = subscribe_hook
         self.applications: dict[str, Application] = {}
-        self.request_timeout = float(limits.setting(settings, "socketmq_request_timeout", limits.REQUEST_TIMEOUT))
-        self.max_output_buffer = int(limits.setting(settings, "max_output_buffer", 1 << 20))
-        self.deflate = bool(getattr(settings, "socketmq_deflate", False))
+        self.request_timeout = settings.socketmq_request_timeout
+        """Seconds a registered application has to answer a forwarded request; then 504."""
+        self.max_output_buffer = settings.max_output_buffer
+        self.deflate = settings.socketmq_deflate
         """Accept permessage-deflate offers (``--socketmq-deflate``; off by default)."""
-        self.max_frames = int(limits.setting(settings, "socketmq_max_frames", limits.MAX_FRAMES))
-        self.read_timeout = float(limits.setting(settings, "socketmq_request_read_timeout", limits.REQUEST_READ_TIMEOUT))
-        self.handshake_timeout = float(limits.setting(settings, "socketmq_handshake_timeout", limits.OPEN_HANDSHAKE_TIMEOUT))
-        listeners = getattr(settings, "listeners", {}).get("socketmq", [])
-        own = OwnNames.of(listeners, getattr(settings, "server_names", None))
-        self.origins = OriginPolicy.from_setting(getattr(settings, "socketmq_origins", None), own)
+        self.max_frames = settings.socketmq_max_frames
+        """Frames one incoming WebSocket message may have; more close it with 1009."""
+        self.read_timeout = settings.socketmq_request_read_timeout
+        """Seconds from an HTTP request's first byte until its headers and body arrived; then 408."""
+        self.handshake_timeout = settings.socketmq_handshake_timeout
+        """Seconds the WebSocket opening handshake may take from the upgrade request's first
+        byte; also the bound on any request line."""
+        own = OwnNames.of(settings.listeners.get("socketmq", []), settings.server_names)
+        self.origins = OriginPolicy.from_setting(settings.socketmq_origins, own)
         """The browser origins that may use this server (docs/socketmq.md, Browsers)."""
         self.stats = {"requests": 0, "timeouts": 0}
         self.remote: Any = None

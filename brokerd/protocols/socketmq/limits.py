@@ -1,11 +1,10 @@
 """Every limit the socket.mq front end enforces, in one place (docs/socketmq.md lists them).
 
-These are module constants rather than Settings fields so that the front end works with any
-Settings; :func:`setting` reads an override from Settings when one exists.
+These are the protocol's fixed bounds; the ones an operator tunes are Settings fields
+(``socketmq_*``: the frames of one message, the request, read and handshake timeouts), read
+by the Hub.
 """
 from __future__ import annotations
-
-from typing import Any
 
 PROTOCOL_VERSION = 1
 """The socket.mq interface version this server speaks (``Socket-MQ-Version`` header)."""
@@ -16,8 +15,6 @@ MAX_BODY = 1 << 20
 """Bytes of one POST body (after transfer decoding); larger requests get 413 and a close."""
 MAX_WS_MESSAGE = MAX_BODY + 4096
 """Bytes of one WebSocket message (a JSON header plus a payload); larger ones close with 1009."""
-MAX_FRAMES = 1024
-"""Frames one incoming WebSocket message may have (``--socketmq-max-frames``); more close 1009."""
 MAX_HEADER = 4096
 """Bytes of the JSON header that starts a binary WebSocket message."""
 MAX_EVENT_NAME = 255
@@ -34,21 +31,8 @@ MAX_PENDING_PER_APPLICATION = 1024
 """Forwarded requests one registered application may have unanswered; more get 503."""
 MAX_REGISTRATIONS = 16
 """Applications one WebSocket session may serve."""
-REQUEST_TIMEOUT = 30.0
-"""Seconds a registered application has to answer a forwarded request; then 504."""
 HTTP_IDLE_TIMEOUT = 60.0
 """Seconds an idle HTTP connection is kept open."""
-OPEN_HANDSHAKE_TIMEOUT = 10.0
-"""Seconds the WebSocket opening handshake may take, from the first byte of the upgrade
-request (``--socketmq-handshake-timeout``); also the bound on any request line."""
-REQUEST_READ_TIMEOUT = 30.0
-"""Seconds from the first byte of an HTTP request until its headers and body have all arrived
-(``--socketmq-request-read-timeout``); then 408 and close."""
 MAX_POLICY_FILE = 1 << 20
 """Bytes of the policy file and of the key ring it names."""
 
-
-def setting(settings: Any, name: str, default: Any) -> Any:
-    """``settings.<name>`` when Settings has such a field and it is set, else ``default``."""
-    value = getattr(settings, name, None)
-    return default if value is None else value

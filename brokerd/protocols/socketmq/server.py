@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.web import http, server
 
 from brokerd.auth.workers import shared_work_queue
-from brokerd.config import Runtime
+from brokerd.config import Runtime, Settings
 from brokerd.core.admission import Admission
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.admission import admit
@@ -181,28 +181,25 @@ class SocketMQSite(server.Site):
         """No access log: nothing is logged per request on the hot path."""
 
 
-def build_site(hub: Hub, settings: Any = None, demo: bool = True) -> SocketMQSite:
-    """The Site serving ``hub`` (brokerd and the embedded Server both use this)."""
-    websocket = SocketMQWebSocketFactory(
-        hub,
-        ping_interval=float(limits.setting(settings, "ping_interval", 30.0)),
-        pong_timeout=float(limits.setting(settings, "pong_timeout", 30.0)),
-    )
+def build_site(hub: Hub, demo: bool = True) -> SocketMQSite:
+    """The Site serving ``hub`` (brokerd and the embedded Server both use this), with the
+    hub's settings' keepalive."""
+    websocket = SocketMQWebSocketFactory(hub, ping_interval=hub.settings.ping_interval,
+                                         pong_timeout=hub.settings.pong_timeout)
     return SocketMQSite(hub, RootResource(SocketMQResource(hub, websocket, demo=demo)))
 
 
-def server_key_path(settings: Any) -> Path:
+def server_key_path(settings: Settings) -> Path:
     """``--socketmq-key`` when given, else ``DATA_DIR/socketmq/server-key.asc``."""
-    configured = getattr(settings, "socketmq_key", None)
-    if configured is not None:
-        return Path(configured)
-    return Path(getattr(settings, "data_dir", "brokerd-data")) / "socketmq" / "server-key.asc"
+    if settings.socketmq_key is not None:
+        return Path(settings.socketmq_key)
+    return Path(settings.data_dir) / "socketmq" / "server-key.asc"
 
 
 def build_hub(runtime: Runtime) -> Hub:
     """brokerd's Hub: the runtime's broker and portal, the policy file, the server key."""
     settings = runtime.settings
-    policy = load_policy(getattr(settings, "socketmq_policy", None))
+    policy = load_policy(settings.socketmq_policy)
     key = None
     if policy.enabled:
         path = server_key_path(settings)
@@ -232,4 +229,4 @@ def build_factory(runtime: Runtime) -> SocketMQSite:
         keys=len(hub.keyring),
         fingerprint=hub.key.fingerprint if hub.key is not None else "-",
     )
-    return build_site(hub, runtime.settings)
+    return build_site(hub)

@@ -23,7 +23,6 @@ from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.mcchat import server as mcchat_server
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, encode_unsub
 from brokerd.protocols.mcchat.server import (
-    IDLE_TIMEOUT,
     MCChatServerFactory,
     MCChatServerProtocol,
     build_factory,
@@ -64,10 +63,13 @@ class Conn:
 
 
 class Server:
-    def __init__(self, broker: Broker | None = None, settings: Settings | None = None, **options: Any) -> None:
+    def __init__(self, broker: Broker | None = None, settings: Settings | None = None, events: Any = None,
+                 **fields: Any) -> None:
+        """``fields``: Settings fields without their ``mcchat_`` prefix (``idle_timeout=40.0``)."""
         self.clock = Clock()
         self.broker = broker or Broker()
-        self.settings = settings or Settings()
+        self.settings = settings or Settings(**{f"mcchat_{name}": value for name, value in fields.items()})
+        options = {} if events is None else {"events": events}
         self.factory = MCChatServerFactory(self.broker, self.settings, self.clock, **options)
         self.factory.startFactory()
         self._port = 40000
@@ -155,7 +157,7 @@ def test_build_factory_uses_the_runtime(server: Server) -> None:
     runtime = Runtime(settings=Settings(), broker=Broker(), portal=None, reactor=Clock())
     factory = build_factory(runtime)
     assert factory.broker is runtime.broker and factory.clock is runtime.reactor
-    assert factory.idle_timeout == IDLE_TIMEOUT and factory.bind_username is False
+    assert factory.idle_timeout == 300.0 and factory.bind_username is False
     assert factory.events is NULL_EVENT_LOG
     runtime.resources["event_log"] = events = RecordingEvents()
     assert build_factory(runtime).events is events

@@ -17,10 +17,11 @@ from brokerd.auth.ual import AccessList
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp import outbox as outbox_module
-from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 from brokerd.protocols.smqp.factory import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
+
+MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.smqp_max_attempts, Settings.smqp_retry_timeout
 
 PUB = (b"PUB MESSAGE /a %s\r\nCreated: D20020101T000000Z\r\n%s\r\n"
        b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n%s\r\n.\r\n")
@@ -60,8 +61,8 @@ class Setup:
         self.events = RecordingEvents()
         self.routed = RoutedMessages()
         self.factory = SMQPServerFactory(
-            Broker(observer=self.routed), Settings(login_timeout=5.0), self.clock, MemoryStore(),
-            AccountsChecker(path, run=run_inline), ual=AccessList(), domain="test.example",
+            Broker(observer=self.routed), Settings(login_timeout=5.0, smqp_domain="test.example"), self.clock,
+            MemoryStore(), AccountsChecker(path, run=run_inline), ual=AccessList(),
             run=run_inline, events=self.events,
         )
         self.factory.start()

@@ -10,13 +10,15 @@ from types import SimpleNamespace
 from twisted.logger import LogLevel, capturedLogs
 from twisted.python.failure import Failure
 
+from brokerd.config import Settings
 from brokerd.protocols.smqp.outbox import Outbox
 from brokerd.store.base import StoreUnavailable
 
 
 def outbox() -> Outbox:
     session = SimpleNamespace(subscriber="bob:durable")
-    service = SimpleNamespace(durable=SimpleNamespace(store=None))
+    service = SimpleNamespace(durable=SimpleNamespace(store=None), max_queued_bytes=Settings.smqp_max_queued_bytes,
+                              max_one_held=Settings.smqp_max_one_held)
     return Outbox(session, service)  # type: ignore[arg-type]
 
 

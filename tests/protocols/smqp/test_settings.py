@@ -1,6 +1,6 @@
 """The SMQP delivery settings (--smqp-retry-timeout, --smqp-max-attempts,
 --smqp-trash-retention) go from the command line and the TOML file through Settings into
-the factory that build_factory makes, and the module constants stay their defaults."""
+the factory that build_factory makes, and Settings' defaults are the durable service's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +10,6 @@ from twisted.internet.task import Clock
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
-from brokerd.protocols.smqp.delivery import TRASH_RETENTION
-from brokerd.protocols.smqp.outbox import MAX_ATTEMPTS, RETRY_TIMEOUT
 from brokerd.protocols.smqp.server import build_factory
 from brokerd.store.memory import MemoryStore
 from brokerd.tap import Options, StartupError
@@ -47,10 +45,9 @@ def test_the_options_reach_the_factory(tmp_path):
     assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (2.5, 3, 600.0)
 
 
-def test_the_defaults_are_the_module_constants(tmp_path):
+def test_the_defaults_are_those_of_settings(tmp_path):
     service = factory_for(parsed(tmp_path)).durable
-    assert (service.retry_timeout, service.max_attempts, service.trash_retention) == \
-        (RETRY_TIMEOUT, MAX_ATTEMPTS, TRASH_RETENTION) == (30.0, 5, 3600.0)
+    assert (service.retry_timeout, service.max_attempts, service.trash_retention) == (30.0, 5, 3600.0)
 
 
 def test_the_config_file_sets_them_and_the_command_line_wins(tmp_path):
