@@ -66,7 +66,7 @@ class LoginInfo:
 
 class SMQPClientProtocol(ClosedNotifier, Protocol):
     _log = Logger()
-    factory: SMQPClientFactory | None = None  # type: ignore[assignment]
+    factory: SMQPClientFactory | None = None
 
     def __init__(self) -> None:
         self._parser = SMQPClientParser()

@@ -127,6 +127,20 @@ class Command:
     data: bytes | None = None
     timeout: float | None = None
 
+    @property
+    def ref(self) -> TopicRef:
+        """``topic``, for a command whose grammar requires one (the codec makes none without it)."""
+        if self.topic is None:
+            raise ValueError(f"{self.name} has no topic")
+        return self.topic
+
+    @property
+    def other_ref(self) -> TopicRef:
+        """``other``, for a command whose grammar requires a second topic."""
+        if self.other is None:
+            raise ValueError(f"{self.name} has no second topic")
+        return self.other
+
 
 @dataclass(frozen=True, slots=True)
 class ClientReply:

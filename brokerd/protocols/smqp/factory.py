@@ -38,6 +38,7 @@ from brokerd.protocols.smqp.federation import OUT_PREFIX, Forwarded, link_domain
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import NOTIFY_WINDOW_LIMIT
 from brokerd.protocols.smqp.server import SMQPServerProtocol
+from brokerd.protocols.smqp.session import SMQPSession
 from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import TopicRecord, trash_owner
@@ -142,7 +143,7 @@ class SMQPServerFactory(Factory):
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
-        self.sessions: dict[str, set[SMQPServerProtocol]] = {}
+        self.sessions: dict[str, set[SMQPSession]] = {}
         self.start_error: Failure | None = None
         self.started: Deferred = Deferred()
         self._factory_started = False
@@ -255,10 +256,11 @@ class SMQPServerFactory(Factory):
 
     # ------------------------------------------------------------------ sessions
 
-    def logged_in(self, session: SMQPServerProtocol) -> None:
-        self.sessions.setdefault(session.account, set()).add(session)  # type: ignore[arg-type]
+    def logged_in(self, session: SMQPSession) -> None:
+        if session.account is not None:
+            self.sessions.setdefault(session.account, set()).add(session)
 
-    def logged_out(self, session: SMQPServerProtocol) -> None:
+    def logged_out(self, session: SMQPSession) -> None:
         if session.account is None:
             return
         sessions = self.sessions.get(session.account)

@@ -179,7 +179,7 @@ class Forwarded:
         timeout = publication.timeout
         if timeout is ABSENT:
             timeout = factory.message_timeout_for(key)
-        expires = None if timeout is None else now + timeout  # type: ignore[operator]
+        expires = None if timeout is None else now + timeout
         mode = "ONE" if "ONE" in (node.delivery, publication.delivery) else "ALL"
         publisher = f"{domain_leaf(remote)}:link"
         message = to_message(stored, key, publisher, message_id=smuid, created=publication.created,

@@ -8,8 +8,6 @@ durable service (its outbox); every refused attempt is an ``auth_failure`` in th
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin
 from twisted.internet.defer import Deferred, succeed
@@ -26,6 +24,7 @@ from brokerd.protocols.smqp.codec import format_datetime, format_timeout
 from brokerd.protocols.smqp.connectto import NotificationConnection, connect_notifications
 from brokerd.protocols.smqp.events import Command
 from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.session import SessionBase
 from brokerd.store.records import Contact
 
 MAX_LOGIN_FAILURES = 3
@@ -38,19 +37,11 @@ CERT = "CERT"
 OK = 200
 
 
-class LoginCommands:
-    """Mixin: needs ``factory``, ``transport``, ``_reply``, ``_close`` and ``_after_reply``
-    from SMQPServerProtocol."""
+class LoginCommands(SessionBase):
+    """Mixin of SMQPServerProtocol: LOGIN, PASSWORD, the login's settings, NOOP, QUIT and
+    CONNECTTO (the session it needs: brokerd.protocols.smqp.session)."""
 
     _log = Logger()
-    factory: Any
-    transport: Any
-    account: str | None
-    channel: str | None
-    closed: bool
-    outbox: Any
-    notifier: NotificationConnection | None
-    redirect_only: bool
 
     def _methods(self) -> list[str]:
         methods = [f"{CLEAR}/1.0"]
@@ -100,7 +91,8 @@ class LoginCommands:
             self._auth_failure(account, CERT, "unknown account")
             self._login_failure(404, f"Not found: no account {account}")
             return None
-        d = self.factory.portal.login(ClientCertificate(account.encode("utf-8"), names), self, IIdentity)
+        certificate = ClientCertificate(account.encode("utf-8"), names)
+        d = self.factory.portal.login(certificate, self, IIdentity)  # type: ignore[arg-type]  # zope interfaces
         d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CERT),
                        errbackArgs=(account, CERT, "Unauthorized: the client certificate does not name " + account))
         return d
@@ -126,7 +118,7 @@ class LoginCommands:
             raise Refused(400, f"Bad request: LOGIN named {expected}, PASSWORD names {account}")
         self._pending_login = None
         credentials = UsernamePassword(account.encode("utf-8"), password.encode("utf-8"))
-        d = self.factory.portal.login(credentials, self, IIdentity)
+        d = self.factory.portal.login(credentials, self, IIdentity)  # type: ignore[arg-type]  # zope interfaces
         d.addCallbacks(self._logged_in, self._login_refused, callbackArgs=(channel, CLEAR),
                        errbackArgs=(account, CLEAR))
         return d
@@ -162,7 +154,7 @@ class LoginCommands:
         d = factory.store.put_topics(records) if records else succeed(None)
         if records:
             d.addCallback(lambda _: factory.durable.changed(tree=True))
-        d.addErrback(self._log.failure, "Storing the login topic of {account}", account=account)
+        d.addErrback(lambda failure: self._log.failure("Storing the login topic of {account}", failure, account=account))
         d.addCallback(lambda _: self._session_started(account, channel, identity.principal))
         return d
 

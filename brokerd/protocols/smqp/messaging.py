@@ -22,7 +22,8 @@ from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgoing_key, recipients_for
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
-from brokerd.protocols.smqp.outbox import NoNotification
+from brokerd.protocols.smqp.outbox import NoNotification, Outbox
+from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import ACCOUNTS
 from brokerd.store.records import MessageRecord, trash_owner
 
@@ -47,17 +48,9 @@ class Refused(Exception):
         self.text = text
 
 
-class MessagingCommands:
-    """Mixin: needs ``factory`` (with ``service``, ``tree``, ``store``, ``clock``,
-    ``domain``, ``settings``), ``account``, ``channel``, ``outbox``, ``_reply``,
-    ``_resolve``, ``_permissions`` and ``_visible`` from SMQPServerProtocol."""
-
-    factory: Any
-    account: str | None
-    channel: str | None
-    outbox: Any
-    server_bye: bool
-    server_timeout: bool
+class MessagingCommands(SessionBase):
+    """Mixin of SMQPServerProtocol: publishing, the client's answers to notifications, and
+    the message commands (the session it needs: brokerd.protocols.smqp.session)."""
 
     @property
     def subscriber(self) -> str:
@@ -65,40 +58,48 @@ class MessagingCommands:
 
     @property
     def service(self) -> MessageService:
-        return self.factory.service  # type: ignore[no-any-return]
+        return self.factory.service
+
+    @property
+    def notifications(self) -> Outbox:
+        """The logged-in session's outbox (commands that use it are refused before LOGIN)."""
+        if self.outbox is None:
+            raise Refused(503, "Bad sequence: not logged in")
+        return self.outbox
 
     # ------------------------------------------------------------------ client replies
 
-    def client_reply(self, event: ClientReply) -> Deferred | None:
+    def client_reply(self, event: ClientReply) -> Overlap | Deferred | None:
         """310 ACK, 312 wait, 416 not available: the first phase of a delivery."""
         outbox = self.outbox
         if event.code not in (310, 312, 416):
             raise Refused(400, f"Bad request: {event.code} is not an acknowledgement (310, 312 or 416)")
-        windowed = outbox is not None and (outbox.window > 1 or len(outbox.sent) > 1)
+        if outbox is None:
+            raise Refused(503, "Bad sequence: no notification to acknowledge")
+        windowed = outbox.window > 1 or len(outbox.sent) > 1
         try:
             if event.code == 416:
                 d = outbox.refuse()
                 if windowed:
-                    return self._windowed_answer(d, encode_reply(200, "OK"))
+                    return self._windowed_answer(outbox, d, encode_reply(200, "OK"))
                 return d.addCallback(lambda _: self._reply(200, "OK"))
             d = outbox.acknowledge(wait=event.code == 312)
-        except (NoNotification, AttributeError):
+        except NoNotification:
             raise Refused(503, "Bad sequence: no notification to acknowledge") from None
         if windowed:
-            return self._windowed_answer(d, encode_reply(310, "ACK"))
-        return d.addCallback(lambda _: self._server_ack())
+            return self._windowed_answer(outbox, d, encode_reply(310, "ACK"))
+        return d.addCallback(lambda _: self._server_ack(outbox))
 
-    def _windowed_answer(self, d: Deferred, reply: bytes) -> Overlap:
+    def _windowed_answer(self, outbox: Outbox, d: Deferred, reply: bytes) -> Overlap:
         """With a notification window the answers do not wait for each other (their store
         writes share commits); each reply is still written after its own commit, in order,
         and only then does the window have room for one more NOTIFY."""
-        outbox = self.outbox
         outbox.unreplied += 1
         return Overlap(d.addCallback(lambda _: reply), after=outbox.replied)
 
-    def _server_ack(self) -> None:
+    def _server_ack(self, outbox: Outbox) -> None:
         self._reply(310, "ACK")
-        self._after_reply(self.outbox.pump)  # type: ignore[attr-defined]
+        self._after_reply(outbox.pump)
 
     # ------------------------------------------------------------------ PUBLISH
 
@@ -127,15 +128,15 @@ class MessagingCommands:
                 raise Refused(405, f"Not allowed: {mode} to a recipient of another domain")
             return self._publish_to(key, explicit, body, publication, command, "ALL", mode)
 
-        def known(exists: bool) -> bytes | Deferred:
+        def known(exists: bool) -> Deferred:
             if not exists:
                 raise Refused(404, f"Not found: no account {account}")
             result = self._publish_to(key, explicit, body, publication, command, "ALL", mode)
-            return result.d if isinstance(result, Overlap) else b""
+            return result.d if isinstance(result, Overlap) else succeed(b"")
 
-        d = self._may_reply(publication) if mode == "REPLY" else succeed(None)
-        d.addCallback(lambda _: self.factory.checker.exists(account))
-        return Overlap(d.addCallback(known))
+        allowed: Deferred[Any] = self._may_reply(publication) if mode == "REPLY" else succeed(None)
+        exists: Deferred[Any] = allowed.addCallback(lambda _: self.factory.checker.exists(account))
+        return Overlap(exists.addCallback(known))
 
     def _may_reply(self, publication: Publication) -> Deferred:
         """A REPLY to an address needs reply permission (UAL ``r``) on the topic of the
@@ -153,7 +154,7 @@ class MessagingCommands:
             key = record.topic
             if record.trashed is not None:
                 key = trash_owner(key) or ""
-            perms = self.factory.permissions(self.principal, key)  # type: ignore[attr-defined]
+            perms = self.factory.permissions(self.principal, key)
             if not perms:
                 raise Refused(404, "Not found: the message answered is not on the server")
             if Perm.REPLY not in perms:
@@ -180,7 +181,7 @@ class MessagingCommands:
         """``Timeout: INFINITE`` (a state message, kept until removed) needs administer
         permission (UAL ``a``) on the queue that keeps it, like SET TOPIC TIMEOUT INFINITE:
         otherwise any publisher could fill the store with messages that never expire."""
-        perms = self.factory.permissions(self.principal, key)  # type: ignore[attr-defined]
+        perms = self.factory.permissions(self.principal, key)
         if Perm.ADMINISTER not in perms:
             raise Refused(403, f"Forbidden: Timeout INFINITE needs administer permission on "
                                f"{self.service.display(key)}")
@@ -188,7 +189,7 @@ class MessagingCommands:
     def _publish_topic(self, ref: TopicRef, need: Perm) -> tuple[str, str]:
         if not ref.leaves:
             raise Refused(403, "Forbidden: messages are published to a topic below /")
-        found = self._resolve(ref, need=need)  # type: ignore[attr-defined]
+        found = self._resolve(ref, need=need)
         node = found.node
         if node.key == ACCOUNTS:
             raise Refused(403, "Forbidden: /accounts is managed by the server")
@@ -206,7 +207,7 @@ class MessagingCommands:
         local = domain.lower() in self.factory.domains
         if not local and self.factory.links.get(domain) is None:
             raise Refused(405, f"Not allowed: {domain} is not this server's domain and no link goes there")
-        if need and need not in self._permissions(self.factory.tree.root):  # type: ignore[attr-defined]
+        if need and need not in self._permissions(self.factory.tree.root):
             raise Refused(403, "Forbidden: no permission to send to accounts")
         if not local:
             if colon and not channel:
@@ -247,7 +248,7 @@ class MessagingCommands:
         expires = self._expiry(publication, key, now)
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=expires,
-                             principal=self.principal)  # type: ignore[attr-defined]
+                             principal=self.principal)
         # a linked domain's topic (/<domain>/...) goes to its server too, over the link
         link = self.factory.links.for_key(key)
         if link is not None:
@@ -275,7 +276,7 @@ class MessagingCommands:
                                                         guaranteed=False)))
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=None,
-                             principal=self.principal)  # type: ignore[attr-defined]
+                             principal=self.principal)
         self.service.publish_volatile(key, self.subscriber, stored, message, subscribers)
 
     def _owned(self, record: MessageRecord, key: str) -> bool:
@@ -284,7 +285,7 @@ class MessagingCommands:
         if record.publisher.partition(":")[0] == self.account and published_over_smqp(record.data):
             return True
         node = self.factory.tree.get(key)
-        return node is not None and Perm.ADMINISTER in self._permissions(node)  # type: ignore[attr-defined]
+        return node is not None and Perm.ADMINISTER in self._permissions(node)
 
     def _replace(self, key: str, body: Body, publication: Publication, command: Command,
                  node_mode: str) -> Deferred:

@@ -4,7 +4,7 @@ GET, REMOVE and MOVE MESSAGE, and the message-number syntax they share (``1845-1
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -13,10 +13,9 @@ from brokerd.protocols.smqp.codec import encode_reply
 from brokerd.protocols.smqp.events import Command, TopicRef
 from brokerd.protocols.smqp.messages import smuid_number
 from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.session import SessionBase
 from brokerd.store.records import MessageRecord, trash_owner
 
-if TYPE_CHECKING:
-    from brokerd.protocols.smqp.delivery import MessageService
 
 MAX_GET_MESSAGES = 1000
 """Messages one GET MESSAGE returns (510 beyond)."""
@@ -26,26 +25,23 @@ MAX_ID_DIGITS = 18
 """Digits of a message number (longer ones could not be stored: 400)."""
 
 
-class QueueCommands:
-    """Mixin: needs ``factory``, ``account``, ``service``, ``_reply``, ``_reply_raw``,
-    ``_resolve``, ``_owned`` and ``_permissions`` from SMQPServerProtocol."""
-
-    factory: Any
-    service: MessageService
+class QueueCommands(SessionBase):
+    """Mixin of SMQPServerProtocol: the message-queue commands (LIST, GET, REMOVE and MOVE
+    MESSAGE; the session it needs: brokerd.protocols.smqp.session)."""
 
     def _message_queue(self, ref: TopicRef, need: Perm) -> tuple[str, str]:
         """(queue key, display) of a topic or its Trash."""
-        found = self._resolve(ref, need=need, trash=True)  # type: ignore[attr-defined]
+        found = self._resolve(ref, need=need, trash=True)
         display = found.node.display + ("/Trash" if found.trash else "")
         return found.key, display
 
     def do_LIST_MESSAGE(self, command: Command) -> Deferred:
-        key, _display = self._message_queue(command.topic, Perm.SUBSCRIBE)  # type: ignore[arg-type]
+        key, _display = self._message_queue(command.ref, Perm.SUBSCRIBE)
         d = self.factory.store.list_messages(key)
         return d.addCallback(lambda seqs: self._reply(200, "OK", format_ranges(seqs)))
 
     def do_GET_MESSAGE(self, command: Command) -> Deferred:
-        key, display = self._message_queue(command.topic, Perm.SUBSCRIBE)  # type: ignore[arg-type]
+        key, display = self._message_queue(command.ref, Perm.SUBSCRIBE)
         try:
             wanted = parse_ids(command.args[0])
         except ValueError as exc:
@@ -74,13 +70,13 @@ class QueueCommands:
                 d = store.get_messages(key, [seq])
                 return d.addCallback(lambda records: b"".join(topic_line + body_bytes(r.data) for r in records))
 
-            return self.stream_reply(encode_reply(200, "OK"), next_message, b".\r\n")  # type: ignore[attr-defined]
+            return self.stream_reply(encode_reply(200, "OK"), next_message, b".\r\n")
 
         # the numbers first: too many are refused, and only one message is read at a time
         return store.list_messages(key).addCallback(listed)
 
     def do_REMOVE_MESSAGE(self, command: Command) -> Deferred:
-        key, _display = self._message_queue(command.topic, Perm.NONE)  # type: ignore[arg-type]
+        key, _display = self._message_queue(command.ref, Perm.NONE)
         seq = smuid_number(command.args[0])
         if seq is None:
             raise Refused(400, "Bad request: expected an SMUID or a message number")
@@ -107,8 +103,8 @@ class QueueCommands:
         return store.find_message(seq).addCallback(found)
 
     def do_MOVE_MESSAGE(self, command: Command) -> Deferred:
-        key, _display = self._message_queue(command.topic, Perm.NONE)  # type: ignore[arg-type]
-        destination, _mode = self._publish_topic(command.other, Perm.PUBLISH)  # type: ignore[arg-type]
+        key, _display = self._message_queue(command.ref, Perm.NONE)
+        destination, _mode = self._publish_topic(command.other_ref, Perm.PUBLISH)
         seq = smuid_number(command.args[0])
         if seq is None:
             raise Refused(400, "Bad request: expected an SMUID or a message number")

@@ -126,7 +126,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         answered ``311`` (brokerd.protocols.smqp.login)."""
 
     @property
-    def wire_format(self) -> SMQPWireFormat:  # type: ignore[override]
+    def wire_format(self) -> SMQPWireFormat:
         return self.factory.wire
 
     # ------------------------------------------------------------------ connection
@@ -353,7 +353,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             slot.data.append(encode_reply(451, "Local error: the message was not stored"))
         self._overlap_done(b"", slot)
 
-    def _handle(self, event: Command | ClientReply | Rejected) -> Deferred | None:
+    def _handle(self, event: Command | ClientReply | Rejected) -> Overlap | Deferred | None:
         try:
             if isinstance(event, Rejected):
                 self._reply(event.code, event.text)
@@ -369,7 +369,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             handler = getattr(self, "do_" + event.name.replace(" ", "_"), None)
             if handler is None:
                 raise Refused(502, f"Not implemented: {event.name}")
-            return handler(event)  # type: ignore[no-any-return]
+            return handler(event)
         except Refused as exc:
             self._reply(exc.code, exc.text)
         except TopicError as exc:

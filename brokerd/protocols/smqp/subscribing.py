@@ -7,7 +7,7 @@ kept for the subscriber from then on, and the messages already retained are back
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -22,36 +22,27 @@ from brokerd.core.subscriptions import (
 )
 from brokerd.protocols.smqp.events import Command, TopicRef
 from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import TopicError
 from brokerd.store.records import SubscriptionRecord
-
-if TYPE_CHECKING:
-    from brokerd.protocols.smqp.delivery import MessageService
 
 _KIND_WORDS = {MESSAGE: "MESSAGE", TOPIC: "TOPIC", SUBSCRIBERS: "SUB"}
 
 
-class SubscriptionCommands:
-    """Mixin: needs ``factory``, ``subscriber``, ``service``, ``outbox``, ``_reply``,
-    ``_resolve`` and ``_permissions`` from SMQPServerProtocol."""
-
-    factory: Any
-    outbox: Any
-    server_bye: bool
-    server_timeout: bool
-    subscriber: str
-    service: MessageService
+class SubscriptionCommands(SessionBase):
+    """Mixin of SMQPServerProtocol: SUBSCRIBE, UNSUBSCRIBE and the notification settings
+    (the session it needs: brokerd.protocols.smqp.session)."""
 
     def _subscription_target(self, ref: TopicRef, kind: str) -> tuple[str, str | None, list[Any]]:
         """(base key, pattern, topics it selects now) for a SUBSCRIBE."""
         if ref.wildcard is not None and not ref.leaves and kind == MESSAGE:
             raise Refused(510, "Maximum quantities exceeded: no subscription to every message at /")
         if ref.wildcard is None:
-            found = self._resolve(ref, need=Perm.SUBSCRIBE)  # type: ignore[attr-defined]
+            found = self._resolve(ref, need=Perm.SUBSCRIBE)
             return found.node.key, None, [found.node]
-        base = self._resolve(TopicRef(ref.leaves), need=Perm.SUBSCRIBE)  # type: ignore[attr-defined]
+        base = self._resolve(TopicRef(ref.leaves), need=Perm.SUBSCRIBE)
         selected = [node for node in self.factory.tree.matching(base.node, ref.wildcard, None)
-                    if Perm.SUBSCRIBE in self._permissions(node)]  # type: ignore[attr-defined]
+                    if Perm.SUBSCRIBE in self._permissions(node)]
         return base.node.key, ref.wildcard.lower(), selected
 
     def _subscribe(self, kind: str, ref: TopicRef, changes: frozenset[str], since: float | None = None,
@@ -79,7 +70,7 @@ class SubscriptionCommands:
         def done(_: Any) -> None:
             self.factory.durable.changed(subscribers=(name,))
             if kind == MESSAGE:
-                self.outbox.refresh()
+                self.notifications.refresh()
                 if pattern is None:
                     service.subscribers_changed(base)
                 self.factory.subscriptions_changed()
@@ -90,14 +81,14 @@ class SubscriptionCommands:
     def do_SUBSCRIBE_MESSAGE(self, command: Command) -> Deferred:
         if command.since is not None and command.until is not None and command.until <= command.since:
             raise Refused(409, "Conflict: UNTIL precedes or is the same as SINCE")
-        return self._subscribe(MESSAGE, command.topic, command.changes or frozenset(),  # type: ignore[arg-type]
+        return self._subscribe(MESSAGE, command.ref, command.changes or frozenset(),
                                command.since, command.until)
 
     def do_SUBSCRIBE_TOPIC(self, command: Command) -> Deferred:
-        return self._subscribe(TOPIC, command.topic, command.changes or frozenset())  # type: ignore[arg-type]
+        return self._subscribe(TOPIC, command.ref, command.changes or frozenset())
 
     def do_SUBSCRIBE_SUBSCRIBERS(self, command: Command) -> Deferred:
-        return self._subscribe(SUBSCRIBERS, command.topic, frozenset())  # type: ignore[arg-type]
+        return self._subscribe(SUBSCRIBERS, command.ref, frozenset())
 
     def do_SUBSCRIBE_SERVER(self, command: Command) -> None:
         """Transitory: for this connection only (the draft)."""
@@ -153,7 +144,7 @@ class SubscriptionCommands:
         def done(_: Any) -> None:
             self.factory.durable.changed(subscribers=(name,))
             if dropped:
-                self.outbox.refresh()
+                self.notifications.refresh()
             for sub in selected:
                 if sub.record.kind == MESSAGE and sub.pattern is None:
                     service.subscribers_changed(sub.base)
@@ -181,15 +172,15 @@ class SubscriptionCommands:
         return f"{_KIND_WORDS[sub.record.kind]} {path}" if labelled else path
 
     def do_UNSUBSCRIBE_MESSAGE(self, command: Command) -> Deferred:
-        ref = command.topic
+        ref = command.ref
         return self._unsubscribe((MESSAGE,), None if ref == TopicRef((), "*") else ref, False)
 
     def do_UNSUBSCRIBE_TOPIC(self, command: Command) -> Deferred:
-        ref = command.topic
+        ref = command.ref
         return self._unsubscribe((TOPIC,), None if ref == TopicRef((), "*") else ref, False)
 
     def do_UNSUBSCRIBE_SUBSCRIBERS(self, command: Command) -> Deferred:
-        ref = command.topic
+        ref = command.ref
         return self._unsubscribe((SUBSCRIBERS,), None if ref == TopicRef((), "*") else ref, False)
 
     def do_UNSUBSCRIBE_ALL(self, command: Command) -> Deferred:
@@ -212,11 +203,11 @@ class SubscriptionCommands:
         return stored_topic(base, pattern)
 
     def do_SET_NOTIFY_SUSPEND(self, command: Command) -> None:
-        self.outbox.suspend(self._notify_scope(command.topic))  # type: ignore[arg-type]
+        self.notifications.suspend(self._notify_scope(command.ref))
         self._reply(200, "OK")
 
     def do_SET_NOTIFY_RESUME(self, command: Command) -> None:
-        self.outbox.resume(self._notify_scope(command.topic))  # type: ignore[arg-type]
+        self.notifications.resume(self._notify_scope(command.ref))
         self._reply(200, "OK")
 
     def do_SET_NOTIFY_WINDOW(self, command: Command) -> None:
@@ -228,6 +219,6 @@ class SubscriptionCommands:
         most = self.factory.max_notify_window
         if size > most:
             raise Refused(510, f"Maximum quantities exceeded: a notification window of at most {most}")
-        self.outbox.set_window(size)
+        self.notifications.set_window(size)
         self._reply(200, "OK")
 

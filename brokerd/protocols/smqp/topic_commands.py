@@ -16,11 +16,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.auth.ual import Perm, format_permissions
-from brokerd.core.principal import Principal
 from brokerd.core.subscriptions import Subscription
 from brokerd.protocols.smqp.codec import format_keywords, format_timeout, parse_topic
 from brokerd.protocols.smqp.events import Command, TopicRef
 from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError
 
 MAX_FIND_RESULTS = 1000
@@ -31,17 +31,14 @@ _PERM_NAMES = {Perm.PUBLISH: "publish", Perm.SUBSCRIBE: "subscribe", Perm.ADMINI
                Perm.CREATE: "create/rename/remove", Perm.REPLY: "reply"}
 
 
-class TopicCommands:
-    """Mixin: needs ``factory``, ``account``, ``_reply`` and ``_reply_raw`` from
-    SMQPServerProtocol."""
+class TopicCommands(SessionBase):
+    """Mixin of SMQPServerProtocol: the topic commands, and resolving a topic reference with
+    the login's permissions (the session it needs: brokerd.protocols.smqp.session)."""
 
     _log = Logger()
-    factory: Any
-    account: str | None
-    principal: Principal
 
     def _permissions(self, node: Node) -> Perm:
-        return self.factory.permissions(self.principal, node.key)  # type: ignore[no-any-return]
+        return self.factory.permissions(self.principal, node.key)
 
     def _resolve(self, ref: TopicRef, *, follow: bool = True, need: Perm = Perm.NONE,
                  trash: bool = False) -> Found:
@@ -70,7 +67,7 @@ class TopicCommands:
             line += " > " + (target.display if target is not None else "/" + node.link)
         return line
 
-    def _persist(self, d: Deferred, undo: Callable[[], None],
+    def _persist(self, d: Deferred, undo: Callable[[], object],
                  then: Callable[[], None] | None = None) -> Deferred:
         """Answer 200 once the store has the change (and run ``then``: notices); undo it in
         memory if the store fails."""
@@ -105,10 +102,10 @@ class TopicCommands:
         return TopicRef((link.prefix, *ref.leaves))
 
     def do_CREATE_TOPIC(self, command: Command) -> Deferred:
-        ref = command.topic
-        if not ref.leaves:  # type: ignore[union-attr]
+        ref = command.ref
+        if not ref.leaves:
             raise Refused(409, "Conflict: / exists")
-        parent = self._resolve(TopicRef(ref.leaves[:-1]), need=Perm.CREATE).node  # type: ignore[union-attr]
+        parent = self._resolve(TopicRef(ref.leaves[:-1]), need=Perm.CREATE).node
         destination = command.other
         if command.args:
             destination = self._remote_destination(command.args[0])
@@ -119,7 +116,7 @@ class TopicCommands:
             except TopicError as exc:
                 raise TopicError(404, f"Not found: destination topic {destination}") from exc
         tree = self.factory.tree
-        node = tree.create(parent, ref.leaves[-1], keywords=command.keywords or (), link=link,  # type: ignore[union-attr]
+        node = tree.create(parent, ref.leaves[-1], keywords=command.keywords or (), link=link,
                            owner=self.account or "", now=self.factory.clock.seconds())
         service = self.factory.service
 
@@ -133,7 +130,7 @@ class TopicCommands:
         """Remove the topic, its subtree and the virtual topics linking into it, with every
         subscription to them (any subscriber, any kind, wildcards based on them) in the same
         transaction.  Their messages are still delivered and expire as usual."""
-        found = self._resolve(command.topic, follow=False, need=Perm.CREATE)  # type: ignore[arg-type]
+        found = self._resolve(command.ref, follow=False, need=Perm.CREATE)
         tree = self.factory.tree
         store = self.factory.store
         service = self.factory.service
@@ -160,15 +157,15 @@ class TopicCommands:
         return d.addCallbacks(done, failed)
 
     def do_SET_TOPIC_NAME(self, command: Command) -> Deferred:
-        source = self._resolve(command.topic, follow=False, need=Perm.CREATE).node  # type: ignore[arg-type]
-        new = command.other
-        if not new.leaves:  # type: ignore[union-attr]
+        source = self._resolve(command.ref, follow=False, need=Perm.CREATE).node
+        new = command.other_ref
+        if not new.leaves:
             raise Refused(409, "Conflict: / exists")
-        parent = self._resolve(TopicRef(new.leaves[:-1]), need=Perm.CREATE).node  # type: ignore[union-attr]
+        parent = self._resolve(TopicRef(new.leaves[:-1]), need=Perm.CREATE).node
         tree = self.factory.tree
         old_parent, old_name = source.parent, source.name
         old_key = source.key
-        changed = tree.rename(source, parent, new.leaves[-1])  # type: ignore[union-attr]
+        changed = tree.rename(source, parent, new.leaves[-1])
         renames = [(old, node.record()) for old, node in changed]
         service = self.factory.service
         return self._persist(self.factory.store.rename_topics(renames),
@@ -176,7 +173,7 @@ class TopicCommands:
                              lambda: service.topic_notice(old_key, "RENAME", source.display))
 
     def do_SET_TOPIC_KEYWORDS(self, command: Command) -> Deferred:
-        node = self._resolve(command.topic, follow=False, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref, follow=False, need=Perm.ADMINISTER).node
         self._changeable(node)
         old, node.keywords = node.keywords, command.keywords or ()
 
@@ -188,7 +185,7 @@ class TopicCommands:
                                                                       format_keywords(node.keywords)))
 
     def do_SET_TOPIC_DELIVERY(self, command: Command) -> Deferred:
-        node = self._resolve(command.topic, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref, need=Perm.ADMINISTER).node
         self._changeable(node)
         old, node.delivery = node.delivery, command.mode or "ALL"
 
@@ -202,7 +199,7 @@ class TopicCommands:
         """Our extension: the default timeout of messages published to the topic (and,
         unless they set their own, to the topics below it) without a Timeout attribute.
         Like DELIVERY it acts on the target of a virtual topic and needs administer."""
-        node = self._resolve(command.topic, need=Perm.ADMINISTER).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref, need=Perm.ADMINISTER).node
         self._changeable(node)
         old = node.timeout
         if command.mode == "INFINITE":
@@ -221,7 +218,7 @@ class TopicCommands:
         """``200-OK``, the timeout a message without Timeout gets in the topic, and where
         it comes from: ``From: /path`` (the topic or the ancestor that sets it) or ``From:
         SERVER`` (the server default)."""
-        node = self._resolve(command.topic).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref).node
         factory = self.factory
         source = factory.tree.timeout_source(node.key)
         origin = "SERVER" if source is None else source.display
@@ -232,30 +229,30 @@ class TopicCommands:
             raise Refused(403, f"Forbidden: {node.display or '/'} is managed by the server")
 
     def do_GET_TOPIC_KEYWORDS(self, command: Command) -> None:
-        node = self._resolve(command.topic, follow=False).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref, follow=False).node
         self._reply(OK, "OK", format_keywords(node.keywords))
 
     def do_GET_TOPIC_DELIVERY(self, command: Command) -> None:
-        node = self._resolve(command.topic).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref).node
         self._reply(OK, "OK", node.delivery)
 
     def do_LIST_TOPIC(self, command: Command) -> None:
-        node = self._resolve(command.topic).node  # type: ignore[arg-type]
+        node = self._resolve(command.ref).node
         lines = [self._listing(child) for child in self._visible(self.factory.tree.children(node))]
         self._reply(OK, "OK", *lines)
 
     def do_FIND_TOPIC(self, command: Command) -> None:
-        ref = command.topic
+        ref = command.ref
         tree = self.factory.tree
         wanted = [k.lower() for k in command.keywords or ()]
-        if ref.wildcard is None and not wanted:  # type: ignore[union-attr]
-            node = self._resolve(ref, follow=False).node  # type: ignore[arg-type]
+        if ref.wildcard is None and not wanted:
+            node = self._resolve(ref, follow=False).node
             self._reply(OK, "OK", self._listing(node, keywords=True))
             return
-        base = self._resolve(TopicRef(ref.leaves)).node  # type: ignore[union-attr]
+        base = self._resolve(TopicRef(ref.leaves)).node
         layers = max(1, command.depth or 0)
         found = []
-        for node in tree.matching(base, ref.wildcard, layers):  # type: ignore[union-attr]
+        for node in tree.matching(base, ref.wildcard, layers):
             if wanted and not all(any(w in k.lower() for k in node.keywords) for w in wanted):
                 continue
             if not self._permissions(node):
@@ -274,22 +271,22 @@ class TopicCommands:
         return base, self._visible(self.factory.tree.matching(base.node, ref.wildcard, None))
 
     def do_COUNT_TOPIC(self, command: Command) -> None:
-        found, selected = self._selected(command.topic)  # type: ignore[arg-type]
-        if command.topic.wildcard is None:  # type: ignore[union-attr]
+        found, selected = self._selected(command.ref)
+        if command.ref.wildcard is None:
             if found.trash:
                 raise Refused(403, "Forbidden: Trash has no child topics")
             selected = self._visible(self.factory.tree.children(found.node))
         self._reply(OK, "OK", str(len(selected)))
 
     def do_COUNT_MESSAGE(self, command: Command) -> Deferred:
-        found, selected = self._selected(command.topic)  # type: ignore[arg-type]
-        keys = [node.key for node in selected] if command.topic.wildcard else [found.key]  # type: ignore[union-attr]
+        found, selected = self._selected(command.ref)
+        keys = [node.key for node in selected] if command.ref.wildcard else [found.key]
         return self.factory.store.count_messages(keys).addCallback(
             lambda count: self._reply(OK, "OK", str(count)))
 
     def do_COUNT_SUBSCRIBERS(self, command: Command) -> None:
         """Answered from the subscription index, which mirrors the store's subscriptions."""
-        found, selected = self._selected(command.topic)  # type: ignore[arg-type]
-        keys = [node.key for node in selected] if command.topic.wildcard else [found.key]  # type: ignore[union-attr]
+        found, selected = self._selected(command.ref)
+        keys = [node.key for node in selected] if command.ref.wildcard else [found.key]
         self._reply(OK, "OK", str(len(self.factory.service.index.exact_subscribers(keys))))
 

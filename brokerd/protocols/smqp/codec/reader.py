@@ -349,7 +349,7 @@ class _ContactReader:
             if line is _LONG:
                 self.error = self.error or _BodyError(BAD_REQUEST, "contact line too long")
                 continue
-            if _CONTROL.search(line):  # type: ignore[arg-type]
+            if _CONTROL.search(line):
                 # a bare CR, NUL...: no reply line could carry it back (GET LOGIN CONTACT)
                 self.error = self.error or _BodyError(BAD_REQUEST, "control characters in contact data")
                 continue
@@ -415,11 +415,11 @@ class SMQPParser:
                 else:
                     self._start(kind, rejected)
                 continue
-            if not line.strip(b" \t"):  # type: ignore[union-attr]
+            if not line.strip(b" \t"):
                 continue
             kind = body_follows(line)  # type: ignore[arg-type]
             try:
-                text = line.decode("utf-8")  # type: ignore[union-attr]
+                text = line.decode("utf-8")
             except UnicodeDecodeError:
                 event: Command | ClientReply | Rejected = Rejected(BAD_REQUEST, "not UTF-8")
             else:
@@ -432,7 +432,7 @@ class SMQPParser:
             if kind == BODY_NONE or isinstance(event, ClientReply):
                 events.append(event)
             else:
-                self._start(kind, event)  # type: ignore[arg-type]
+                self._start(kind, event)
         return events
 
     def _start(self, kind: int, pending: Command | Rejected) -> None:
@@ -449,7 +449,7 @@ class SMQPParser:
             return pending or Rejected(BAD_REQUEST, "malformed command")
         if isinstance(result, Body):
             return _replace(pending, body=result)
-        return _replace(pending, data=result)  # type: ignore[arg-type]
+        return _replace(pending, data=result)
 
 
 def _replace(command: Command, **changes: object) -> Command:

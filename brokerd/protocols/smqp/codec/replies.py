@@ -65,7 +65,7 @@ class SMQPClientParser:
             if line is _LONG:
                 raise SMQPProtocolError(f"server line longer than {source.max_line} bytes")
             try:
-                text = line.decode("utf-8")  # type: ignore[union-attr]
+                text = line.decode("utf-8")
             except UnicodeDecodeError:
                 raise SMQPProtocolError("server line is not UTF-8") from None
             if self._greeting:
