@@ -15,6 +15,8 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.store.base import is_outage
+from brokerd.store.memory import StoreClosed
 from brokerd.store.records import Delivery
 
 
@@ -98,7 +100,8 @@ class Answers:
         def failed(failure: Failure) -> None:
             self.settles -= 1
             self.known.discard(delivery.seq)
-            self._log.failure("Counting a refused delivery", failure)
+            if not expected_store_failure(failure):
+                self._log.failure("Counting a refused delivery", failure)
 
         return d.addCallbacks(counted, failed)
 
@@ -155,7 +158,10 @@ class Answers:
 
         def failed(failure: Failure) -> None:
             self._counting = False
-            self._log.failure("Counting a delivery attempt", failure)
+            if failure.check(StoreClosed):
+                return  # the broker is stopping: the delivery stays pending for the next start
+            if not is_outage(failure):
+                self._log.failure("Counting a delivery attempt", failure)
             if entry in self.sent and not self.closed:
                 entry.call = self.durable.clock.callLater(self.durable.retry_timeout, self._retry, entry)
 
@@ -213,3 +219,9 @@ class Answers:
             return result
 
         return self.durable.give_up(self, delivery).addBoth(done)
+
+
+def expected_store_failure(failure: Failure) -> bool:
+    """A store that is closed (the broker is stopping) or away (it logged that once, with
+    its state): what a delivery's bookkeeping gets then is no error of its own to log."""
+    return failure.check(StoreClosed) is not None or is_outage(failure)

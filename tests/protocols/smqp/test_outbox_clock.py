@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
 from brokerd.config import Settings
@@ -365,3 +366,29 @@ def test_the_volatile_fifo_is_bounded_by_max_volatile(monkeypatch: pytest.Monkey
     acknowledge(rig.outbox)
     assert rig.session.written == [notify(b"m1"), [b"v0", b"v1"]]
     assert [e["dropped"] for e in rig.events.of("dropped")] == [3]
+
+
+# ---------------------------------------------------------------------------- a store that is gone
+
+def test_a_retry_due_after_the_store_closed_logs_nothing_and_stops() -> None:
+    """The broker is stopping (its store closed) while a notification waits for its answer:
+    the retry finds the store closed, logs nothing and arms no new timer (the delivery stays
+    pending in the store for the next start).  The positive control: any other failure of
+    the same call is logged with its traceback and retried after the retry timeout."""
+    rig = Rig()
+    rig.publish(b"m1")
+    fired(rig.store.close())
+    with capturedLogs() as events:
+        rig.clock.advance(RETRY)
+    assert [e for e in events if e.get("log_failure")] == []
+    assert rig.clock.getDelayedCalls() == [] and rig.session.written == [notify(b"m1")]
+
+    other = Rig()
+    other.publish(b"m1")
+    other.store.attempt = lambda *_: fail(RuntimeError("disk on fire"))  # type: ignore[method-assign]
+    with capturedLogs() as events:
+        other.clock.advance(RETRY)
+    logged = [e for e in events if e.get("log_failure")]
+    assert [e["log_format"] for e in logged] == ["Counting a delivery attempt"]
+    assert logged[0]["log_failure"].check(RuntimeError)
+    assert [call.getTime() for call in other.clock.getDelayedCalls()] == [2 * RETRY]
