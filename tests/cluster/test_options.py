@@ -84,41 +84,6 @@ def test_makeservice_with_settings_also_refuses_smqp_without_postgresql(tmp_path
     assert service.runtime.broker.engine.shared
 
 
-def test_the_control_message_limit_reaches_the_engine_and_bounds_both_ways(tmp_path: Path) -> None:
-    from twisted.logger import capturedLogs
-
-    from brokerd.cluster import directory as control
-    from brokerd.cluster.redis_engine import CONTROL_CHANNEL
-    from brokerd.tap import makeService
-
-    opts = options(tmp_path, "--cluster", "redis://127.0.0.1:1", "--ssmp", "tcp:0:interface=127.0.0.1",
-                   "--cluster-max-control", "300", "--no-event-log")
-    assert opts.settings.cluster_max_control == 300
-    broker = makeService(opts.settings).runtime.broker
-    engine = broker.engine
-    assert engine.max_control == 300
-    engine.broker = broker  # what starting the engine does (not started: nothing connects)
-    origin = "0707070707070707"
-    small = control.encode(origin, "n2", control.JOIN, **control.member_fields(b"t", "ssmp", b"m", False))
-    large = control.encode(origin, "n2", control.STATE, members=[["t", "ssmp", "m%d" % i, False] for i in range(20)])
-    assert len(small) <= 300 < len(large)
-    engine.received(CONTROL_CHANNEL, large)
-    assert engine.stats.bad_envelopes == 1 and engine.members(b"t") == []
-    engine.received(CONTROL_CHANNEL, small)
-    assert engine.stats.bad_envelopes == 1 and [m.name for m, _ in engine.members(b"t")] == [b"m"]
-
-    engine.shards = type("Up", (), {"up": True})()  # as if connected: announcements are queued
-    with capturedLogs() as events:
-        engine._announce(control.STATE, members=[["t", "ssmp", "m%d" % i, False] for i in range(20)])
-        engine._announce(control.BEAT)
-    assert [data for _, data in engine._raw] == [control.encode(engine.origin, engine.node_name, control.BEAT)]
-    assert [event["log_format"].split(":")[0] for event in events] == ["Cluster"]
-    assert "over --cluster-max-control" in events[0]["log_format"]
-    engine._raw.clear()
-    if engine._flush_call is not None:
-        engine._flush_call.cancel()
-
-
 @pytest.mark.parametrize("url, warned", [
     ("redis://192.0.2.7:6379", True),
     ("redis://redis.example.net:6379/2", True),

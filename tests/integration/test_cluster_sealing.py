@@ -24,6 +24,7 @@ from brokerd.core.principal import Principal
 from tests.integration.cluster_nodes import TIMEOUT, LineProtocol, Node, Waiter, reactor, ssmp_subscribed
 from tests.integration.test_cluster_routing import stop_all
 from tests.integration.test_twistd_plugin import run_twistd
+from tests.support.collect import eventually
 from tests.support.redis import RedisServer, cluster_secret, redis_server  # noqa: F401 - the fixture
 from tests.support.redis_tap import Tap
 
@@ -168,16 +169,7 @@ def control_frames(tap: Tap, node: Node, kind: str) -> list[tuple[bytes, dict[st
 
 async def owner_is(node: Node, address: bytes, origin: str) -> None:
     """Wait (bounded) until ``node``'s directory gives ``address`` to node ``origin``."""
-    d: Deferred = Deferred()
-
-    def check() -> None:
-        if node.engine.owner("ssmp", address) == origin:
-            d.callback(None)
-        elif not d.called:
-            reactor().callLater(0.02, check)
-
-    check()
-    await d.addTimeout(TIMEOUT, reactor())
+    await eventually(lambda: node.engine.owner("ssmp", address) == origin, f"{address!r} owned by {origin}")
 
 
 @pytest_twisted.ensureDeferred

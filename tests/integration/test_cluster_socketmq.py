@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq.api import Client, SocketMQError
 from brokerd.protocols.socketmq.policy import load_policy
 from tests.integration.cluster_nodes import TIMEOUT, Node, reactor
 from tests.integration.test_cluster_routing import cluster, stop_all
+from tests.support.collect import eventually
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -42,16 +42,7 @@ def hub(node: Node) -> Any:
 async def until(condition: Any) -> None:
     """Wait (bounded) until ``condition()`` holds: a registration is announced on the control
     channel, one Redis round trip away."""
-    d: Deferred = Deferred()
-
-    def check() -> None:
-        if condition():
-            d.callback(None)
-        elif not d.called:
-            reactor().callLater(0.02, check)
-
-    check()
-    await d.addTimeout(TIMEOUT, reactor())
+    await eventually(condition, "a registration announced on the control channel")
 
 
 async def request(node: Node, application: str, request_id: str, body: bytes = b"", **options: Any) -> Any:
