@@ -37,12 +37,15 @@ from brokerd.config import (
     settings_from,
 )
 from brokerd.core.broker import Broker
+from brokerd.core.durable import attach_durable
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
 from brokerd.protocols.flow import after_read
 from brokerd.store.choice import check_store_url, store_for
+from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
+from brokerd.store.sqlite import SQLiteStore
 from brokerd.store.disk import DiskSpace
 
 _log = Logger()
@@ -557,26 +560,47 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     runtime.resources["operations"] = operations
     runtime.resources["event_log_service"] = event_log
     runtime.resources["disk"] = disk
-    if settings.store is not None:
-        runtime.resources["store"] = _open_store(settings, reactor)
+    store = _node_store(settings, reactor)
+    if store is None and settings.cluster is not None:
+        _log.warn("Cluster: this node has no --store, so it keeps nothing for durable subscribers; give every node "
+                  "the cluster's --store postgresql://... (docs/cluster.md)")
+    if store is not None:
+        runtime.resources["store"] = store
+        opened = store.open()
+        attach_durable(broker, store, opened, reactor, operations.operator_log, settings)
+        if settings.store is not None:
+            opened.addErrback(_store_unusable, store, reactor)
+        else:  # the SQLite file of a durable front end, which reports a failure to open it
+            opened.addErrback(lambda _failure: None)
     access_list_for(runtime)  # the UAL file, if any, is the core's access policy
     return runtime
 
 
-def _open_store(settings: Settings, reactor) -> Any:
-    """The --store database, opened (its schema made) once the reactor runs.  While the
-    server cannot be reached the store keeps trying (stored publishes and SMQP wait for it);
-    a database brokerd cannot use (a newer schema, no right to create the tables) is one
-    critical line and the broker stops."""
-    store = store_for(settings.store, settings.store_password_file, reactor)
+DURABLE_FRONT_ENDS = ("smqp",)
+"""Front ends whose subscribers are durable: a node running one keeps a store even without
+--store (the SQLite file in DATA_DIR)."""
 
-    def unreachable(failure) -> None:
-        _log.critical("brokerd: --store {url}: {reason}", url=store.url, reason=failure.getErrorMessage())
-        if reactor.running:
-            reactor.stop()
 
-    store.open().addErrback(unreachable)
-    return store
+def _node_store(settings: Settings, reactor) -> Any:
+    """The node's store, not yet opened: the --store database, else the SQLite file in
+    DATA_DIR when a front end with durable subscribers listens, else None (nothing on this
+    node outlives a connection).  Whichever front ends run, the core's durable service is
+    built over it (docs/architecture.md, "Durable delivery")."""
+    if settings.store is not None:
+        return store_for(settings.store, settings.store_password_file, reactor)
+    if any(protocol in DURABLE_FRONT_ENDS for protocol in _listeners(settings)):
+        return SQLiteStore(Path(settings.data_dir) / SQLITE_FILENAME, reactor)
+    return None
+
+
+def _store_unusable(failure, store, reactor) -> None:
+    """The --store database could not be opened.  While the server cannot be reached the
+    store keeps trying (stored publishes and SMQP wait for it); a database brokerd cannot
+    use (a newer schema, no right to create the tables) is one critical line and the
+    broker stops."""
+    _log.critical("brokerd: --store {url}: {reason}", url=store.url, reason=failure.getErrorMessage())
+    if reactor.running:
+        reactor.stop()
 
 
 DEFAULT_INTERFACE = "127.0.0.1"

@@ -42,9 +42,10 @@ from twisted.cred.error import UnauthorizedLogin
 from twisted.internet.defer import Deferred, maybeDeferred
 from zope.interface import implementer
 
+from brokerd.core.principal import GUEST_ACCOUNT
 from brokerd.errors import ConfigurationError
 
-GUEST = "guest"
+GUEST = GUEST_ACCOUNT
 """The draft's guest account: logs in with a blank password."""
 MAX_NAME = 32
 MAX_PASSWORD = 1024

@@ -118,8 +118,8 @@ class Broker(Service):
         self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
-        """Durable subscriptions and pending messages (:meth:`use_durable`); None until a
-        front end with durable subscribers starts it."""
+        """Durable subscriptions and pending messages (:meth:`use_durable`); None on a node
+        without a store."""
         self.topic_listeners: list[Callable[[bytes, bool], None]] = []
         """Called with (topic, True) when a topic gets its first member and (topic, False)
         when it loses its last (MCCHAT's "" discovery topic uses it)."""
@@ -149,9 +149,10 @@ class Broker(Service):
             self.sampler.start()
 
     def use_durable(self, durable: DurableService) -> DurableService:
-        """Keep messages for durable subscribers with ``durable`` (over the store); the
-        front end that owns durable subscriptions (SMQP) makes it."""
+        """Keep messages for durable subscribers with ``durable`` (over the node's store):
+        brokerd.tap makes it for every node that has a store, whatever front ends it runs."""
         self.durable = durable
+        durable.access_control = lambda: self.access  # set_policy replaces it
         durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
 
@@ -576,6 +577,16 @@ class Broker(Service):
             else:
                 self._report_uneven_run(messages, reached, dropped)
         return delivered
+
+    def publish_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
+        """Deliver a multicast ``message`` its publisher asked the broker not to store
+        (SMQP's ``Guarantee: NO``) to the durable subscribers of its topic connected to this
+        node and to the ``explicit`` ones, once each; nothing is kept for one that is offline.
+        The live subscribers of the other protocols get it from :meth:`publish`, which the
+        front end calls when they can carry it.  Returns the sessions reached."""
+        if self.durable is None:
+            return 0
+        return self.durable.offer_unstored(message, explicit)
 
     def keep(self, messages: list[Message]) -> Deferred | None:
         """Store multicast ``messages`` (consecutive, one topic, as :meth:`publish_batch`

@@ -8,35 +8,52 @@ subscriber is offered it once committed, an offline one reads its pending delive
 store when it comes back.  Topics no durable subscription covers never reach this module: the
 Broker asks :meth:`DurableService.covers` (a dict lookup) and routes in memory.
 
+brokerd.tap builds the service over the node's store whenever the node has one, whichever
+front ends it runs (docs/architecture.md, "Durable delivery"): a node without an SMQP
+listener keeps the core's publishes for SMQP's subscribers all the same.  What a stored
+message gets from its topic (delivery mode, default timeout, whether the core keeps it at
+all) comes from the stored topics (:class:`~brokerd.core.storedtopics.StoredTopics`), its id
+from the server's SUID, and who may read it from the core's access policy: all of it here,
+read from the store.  The front end that owns the subscriptions (SMQP) changes the topics
+and subscriptions through this service, and sets only what it renders: ``receipts`` and
+``size_of``.
+
 The service keeps, beside the store: the subscription index, the connected durable sessions
 (each an :class:`IDurableSession`, e.g. an SMQP outbox), message numbers, the ``ONE``
-delivery claims, expiry into a topic's Trash and Trash emptying, and one outcome event per
-delivery, acknowledgement, redelivery, give-up, expiry and Trash move (docs/events.md),
-with the message's id, topic, publisher, size and age.  Those come from
-:attr:`DurableService.published`, a bounded memory of recent messages; a message it no
-longer holds is read back from the store once, off the reactor thread.
-
-What the front end that owns the subscriptions decides is set as attributes: default
-timeouts and delivery modes per topic, message ids, which topics are private to it, and who
-sends receipts.  All of it runs on the reactor thread; the store works off it.
+delivery claims, expiry into a topic's Trash and Trash emptying, and the outcome events
+(:class:`~brokerd.core.outcomes.DurableOutcomes`).  All of it runs on the reactor thread;
+the store works off it.
 """
 from __future__ import annotations
 
+import secrets
+import socket
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.python.failure import Failure
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core import stored
+from brokerd.core.access import Perm
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
+from brokerd.core.principal import account_principal
+from brokerd.core.queues import DurableQueues
+from brokerd.core.sync import DurableSync
+from brokerd.core.storedtopics import StoredTopics
 from brokerd.core.subscriptions import MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.stamps import format_datetime
 from brokerd.store.base import is_outage
-from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled
+from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled, TopicRecord
+
+__all__ = ["ADD", "DurableService", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
+           "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "publisher_of", "server_domain"]
 
 EXPIRY_INTERVAL = 1.0
 """Seconds between sweeps that move expired messages to their Trash."""
@@ -44,22 +61,16 @@ EXPIRY_BATCH = 1000
 """Messages one sweep moves (another sweep follows at once when there were more)."""
 TRASH_INTERVAL = 60.0
 """Seconds between Trash emptyings."""
-PUBLISHED_MEMORY = 16_384
-"""Recent messages whose id, publisher, time and size outcome events take from memory
-(the oldest is forgotten first; a forgotten one is read back from the store)."""
-UNACKNOWLEDGED = schema.UNACKNOWLEDGED
-"""The drop reason of a delivery given up after ``max_attempts`` sends without an ack."""
 ADD = "ADD"
 """The change a new message makes to its topic (the one durable subscribers are told of)."""
-
-
-class Published(NamedTuple):
-    """What outcome events say about a stored message."""
-
-    message_id: str
-    publisher: str
-    received: float
-    size: int
+SUID_KEY = "suid"
+"""The store's meta entry naming this server (shared by the nodes of a cluster)."""
+LINK_CHANNEL_PREFIX = "link_"
+"""A durable subscriber ``account:link_<domain>`` is a link to another server (SMQP
+federation): it takes only messages published for forwarding, never the core's publishes."""
+OUTGOING_PREFIX = "~"
+"""A durable subscriber whose name starts with it holds a linked domain's outgoing messages
+(a name no login can have): the access policy was asked when they were published."""
 
 
 class IDurableSession(Protocol):
@@ -80,6 +91,13 @@ class IDurableSession(Protocol):
     def refresh(self) -> None:
         """Read the pending deliveries from the store again (a held topic was released)."""
 
+    @property
+    def wire_format(self) -> Any:
+        """The IWireFormat that renders a message never stored (:meth:`offer_volatile`)."""
+
+    def offer_volatile(self, data: bytes) -> None:
+        """Bytes to write that take no acknowledgement (a message never stored, a notice)."""
+
 
 def publisher_of(message: Message) -> str:
     """How the store names the publisher of another protocol's message:
@@ -87,69 +105,72 @@ def publisher_of(message: Message) -> str:
     return f"{message.protocol}:{message.sender_name.decode('latin-1')}"
 
 
-class DurableService:
+def is_link(subscriber: str) -> bool:
+    """Whether durable subscriber ``account:channel`` is a link to another server."""
+    return subscriber.partition(":")[2].startswith(LINK_CHANNEL_PREFIX)
+
+
+def server_domain(settings: Settings) -> str:
+    """The domain this server is known by (``--smqp-domain``, else the host name)."""
+    return settings.smqp_domain or socket.gethostname() or "localhost"
+
+
+class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     """The durable subscriptions and pending messages of the broker, over an IStore.
 
-    Settings the owning front end may change: ``default_timeout`` and ``timeout_for(key)``
-    (seconds a stored message lives when it names no expiry; None: for ever),
-    ``mode_for(key)`` (``ALL``, or ``ONE``: the first acknowledgement settles it),
-    ``identify(seq, now)`` (a stored message's id), ``reachable(key)`` (whether the core's
-    publishes to a topic are kept: SMQP's login topics and virtual topics are not),
-    ``receipts`` (called with each
-    ReceiptDue), ``protocol`` (the event log's protocol of outcome events),
-    ``retry_timeout``, ``max_attempts`` and ``trash_retention``.
+    Every tunable comes from ``settings``: the default message timeout, the retry timeout,
+    the attempts before a delivery is given up, the Trash retention, the gauge interval.
+    The owning front end sets ``receipts`` (called with each ReceiptDue), ``size_of`` (the
+    size of its own stored rows), ``protocol`` (the event log's protocol of outcome events)
+    and ``on_tree_changed`` (called with the topic records another node committed).
     """
 
     _log = Logger()
 
-    def __init__(self, store: Any, clock: Any, events: Any = NULL_EVENT_LOG) -> None:
+    def __init__(self, store: Any, clock: Any, events: Any = NULL_EVENT_LOG,
+                 settings: Settings | None = None) -> None:
+        settings = settings if settings is not None else Settings()
         self.store = store
         self.clock = clock
         self.events = events
         """The event log's IEventRecorder."""
+        self.domain = server_domain(settings)
+        """The domain of a new SUID (the first node to start names the server)."""
         self.index = SubscriptionIndex()
+        self.topics = StoredTopics(settings.smqp_message_timeout)
+        """The stored topic tree: each topic's delivery mode and default timeout."""
         self.sessions: dict[str, IDurableSession] = {}
         """Connected durable subscribers by name."""
         self.claims: dict[int, IDurableSession] = {}
         self.waiters: dict[int, set[IDurableSession]] = {}
-        self.held: set[str] = set()
-        """Topic keys whose messages stay in the store for now (SMQP delivery NONE)."""
         self.published: dict[int, Published] = {}
-        """seq -> recent stored message, at most PUBLISHED_MEMORY (see the module docstring)."""
+        """seq -> recent stored message, at most PUBLISHED_MEMORY (brokerd.core.outcomes)."""
         self.suid = ""
+        """The server's unique id: the head of every stored message's id (its Smuid)."""
         self.protocol = "durable"
-        self.reachable: Callable[[str], bool] | None = None
-        self.readable: Callable[[str, str], bool] | None = None
-        """(subscriber, topic key) -> may it read the topic now; None: every subscription is
-        still allowed (no reloadable access list).  Checked at delivery, so a revoked
-        permission stops live and durable subscriptions alike."""
-        self.is_link: Callable[[str], bool] | None = None
-        """subscriber -> is it a link to another server (SMQP federation), which takes only
-        messages published for forwarding (an SMQP Depth): :meth:`keep` leaves it out."""
-        self.default_timeout: float | None = 86400.0
-        self.timeout_for: Callable[[str], float | None] = lambda _key: self.default_timeout
-        self.mode_for: Callable[[str], str] = lambda _key: "ALL"
-        self.identify: Callable[[int, float], str] = lambda seq, _now: f"{self.suid}/{seq}"
+        self.access_control: Callable[[], Any] | None = None
+        """The core's current AccessControl (the Broker sets it): with an access policy, who
+        may read a topic is asked at every delivery, so a revoked permission stops live and
+        durable subscriptions alike."""
         self.receipts: Callable[[ReceiptDue], Any] | None = None
         self.size_of: Callable[[bytes], int] | None = None
         """The size the event log reports of a stored row that is no stored Message (a front
-        end's own rows, e.g. SMQP bodies stored before the durable service existed)."""
+        end's own rows, e.g. SMQP bodies)."""
         self.announce: Callable[..., None] | None = None
         """Tell the other nodes of a cluster what this node committed (keywords ``tree``,
         ``subscribers``, ``pending``): the Broker sets it to its engine's ``durable_changed``
         when the engine is shared; None on one node (nothing to tell, nothing computed)."""
-        self.on_tree_changed: Callable[[], Any] | None = None
-        """Called when another node changed the topic tree of the owning front end (SMQP
-        reads it from the store again)."""
-        self.retry_timeout: float = Settings.smqp_retry_timeout
+        self.on_tree_changed: Callable[[list[TopicRecord]], Any] | None = None
+        """Called with the topic records when another node changed the tree (SMQP rebuilds
+        its own tree from them)."""
+        self.retry_timeout: float = settings.smqp_retry_timeout
         """Seconds to wait for a delivery's acknowledgement before sending it again."""
-        self.max_attempts: int = Settings.smqp_max_attempts
+        self.max_attempts: int = settings.smqp_max_attempts
         """Delivery attempts of one message to one subscriber before it is given up."""
-        self.trash_retention: float = Settings.smqp_trash_retention
+        self.trash_retention: float = settings.smqp_trash_retention
         """Seconds a message stays in a Trash before it is removed for good."""
-        self.gauge_interval: float | None = None
-        """Seconds between readings of the store's queue figures into ``gauge`` events (None:
-        none; the owning front end sets it when the event log is on)."""
+        self.gauge_interval: float | None = settings.event_log_gauge if settings.event_log else None
+        """Seconds between readings of the store's queue figures into ``gauge`` events."""
         self._gauge_last: tuple[int, int, int] | None = None
         self.online: dict[str, float] = {}
         """Connected durable subscribers by name: when they connected (clock seconds), which
@@ -157,18 +178,68 @@ class DurableService:
         and the time it took once the subscriber was there (``queued_us``)."""
         self._seq = 0
         self._loops: list[LoopingCall] = []
+        self._starting = False
+        self._start_waiters: list[Deferred] | None = []
+        """Who waits for :meth:`start` to finish; None once it did."""
+        self._start_failure: Failure | None = None
+        self._tree_reading: Deferred | None = None
+        self._tree_again = False
         self.stats = {"published": 0, "kept": 0, "acked": 0, "redelivered": 0, "expired": 0,
                       "trashed": 0, "delivered": 0, "given_up": 0}
 
     # ------------------------------------------------------------------ life
 
-    def start(self) -> Deferred:
-        """Load the subscriptions and the next message number from the store."""
-        d = self.store.load_subscriptions()
-        d.addCallback(self.index.load)
-        d.addCallback(lambda _: self.store.next_seq())
-        d.addCallback(self._numbered)
-        return d
+    def start(self, opened: Deferred | None = None) -> Deferred:
+        """Once the store is open (``opened`` fired; now when None), load the topics, the
+        SUID (made and stored by the first node to start), the subscriptions and the next
+        message number.  ``opened``'s own result goes on unchanged to its other callbacks.
+        Returns :meth:`when_started`."""
+        if not self._starting:
+            self._starting = True
+
+            def load(result: Any) -> Any:
+                d = self.store.load_topics()
+                d.addCallback(self.topics.replace)
+                d.addCallback(lambda _: self.store.get_meta(SUID_KEY))
+                d.addCallback(self._suid_read)
+                d.addCallback(lambda _: self.store.load_subscriptions())
+                d.addCallback(self.index.load)
+                d.addCallback(lambda _: self.store.next_seq())
+                d.addCallback(self._numbered)
+                d.addBoth(self._finished)
+                return result
+
+            def failed(failure: Failure) -> Failure:
+                self._finished(failure)
+                return failure
+
+            (opened if opened is not None else succeed(None)).addCallbacks(load, failed)
+        return self.when_started()
+
+    def when_started(self) -> Deferred:
+        """A Deferred that fires with None once :meth:`start` finished, or with its failure
+        (the front ends greet their clients, or say they are not available)."""
+        if self._start_waiters is None:
+            return fail(self._start_failure) if self._start_failure is not None else succeed(None)
+        waiter: Deferred = Deferred()
+        self._start_waiters.append(waiter)
+        return waiter
+
+    def _finished(self, result: Any) -> None:
+        waiters, self._start_waiters = self._start_waiters or [], None
+        self._start_failure = result if isinstance(result, Failure) else None
+        for waiter in waiters:
+            if self._start_failure is not None:
+                waiter.errback(self._start_failure)
+            else:
+                waiter.callback(None)
+
+    def _suid_read(self, suid: str | None) -> Deferred | None:
+        if suid is None:
+            self.suid = f"{self.domain}/{secrets.token_hex(4)}"
+            return self.store.set_meta(SUID_KEY, self.suid)
+        self.suid = suid
+        return None
 
     def _numbered(self, seq: int) -> None:
         self._seq = seq
@@ -218,29 +289,38 @@ class DurableService:
             self.online.pop(session.name, None)
 
     def delivery_mode(self, key: str) -> str:
-        return "NONE" if key in self.held else "ALL"
+        return "NONE" if key in self.topics.held else "ALL"
 
     def held_topics(self) -> list[str]:
-        return sorted(self.held)
-
-    def hold(self, key: str, held: bool) -> None:
-        """Hold back (or release) the messages of topic ``key``."""
-        if held:
-            self.held.add(key)
-        elif key in self.held:
-            self.held.discard(key)
-            for session in list(self.sessions.values()):
-                session.refresh()
+        return sorted(self.topics.held)
 
     # ------------------------------------------------------------------ recipients
 
+    def message_id(self, seq: int, now: float) -> str:
+        """The id (Smuid) of stored message ``seq`` received at ``now``."""
+        return f"{self.suid}/{seq}({format_datetime(now)})"
+
     def covers(self, topic: bytes) -> bool:
-        """Whether a durable subscription covers core topic ``topic`` and the owning front
-        end keeps the core's messages to it (``reachable``).  The Broker asks on every
+        """Whether a durable subscription covers core topic ``topic`` and the stored topic
+        keeps the core's messages (:meth:`StoredTopics.reachable`).  The Broker asks on every
         publish: for a topic no durable subscription covers it is a cached dict lookup."""
         if not self.index.has_subscribers(topic):
             return False
-        return self.reachable is None or self.reachable(topic.decode("utf-8"))
+        return self.topics.reachable(topic.decode("utf-8"))
+
+    @property
+    def readable(self) -> Callable[[str, str], bool] | None:
+        """(subscriber, topic key) -> may it read the topic now; None when the core has no
+        access policy (every subscription stays allowed)."""
+        if self.access_control is None or self.access_control().policy is None:
+            return None
+        return self._readable
+
+    def _readable(self, subscriber: str, key: str) -> bool:
+        if subscriber.startswith(OUTGOING_PREFIX) or self.access_control is None:
+            return True
+        principal = account_principal(subscriber.partition(":")[0])
+        return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
     def recipients(self, key: str, change: str, received: float) -> list[str]:
         """The durable subscribers of topic ``key`` that get a ``change`` received at
@@ -274,15 +354,13 @@ class DurableService:
         (``message_id``) and, unless it names them, the topic's expiry and mode."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
-        is_link = self.is_link
-        deliveries = [(name, ADD) for name in self.recipients(key, ADD, now)
-                      if is_link is None or not is_link(name)]
-        timeout = self.timeout_for(key)
-        mode = self.mode_for(key)
+        deliveries = [(name, ADD) for name in self.recipients(key, ADD, now) if not is_link(name)]
+        timeout = self.topics.timeout_for(key)
+        mode = self.topics.mode_for(key)
         d: Deferred | None = None
         for message in messages:
             seq = self.next_seq()
-            message_id = self.identify(seq, now)
+            message_id = self.message_id(seq, now)
             expires = message.expires
             if expires is None and timeout is not None:
                 expires = now + timeout
@@ -296,6 +374,29 @@ class DurableService:
             d = self.publish(record, deliveries, len(message.payload))
         assert d is not None
         return d.addCallback(lambda _: None)
+
+    def offer_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
+        """Hand a multicast its publisher asked not to store (SMQP's ``Guarantee: NO``) to
+        the durable subscribers of its topic that are connected to this node, and to the
+        ``explicit`` ones (a login topic's owner), rendered once per wire format; nothing is
+        kept for one that is offline, and links take only stored messages.  Returns how
+        many sessions it was handed to."""
+        key = message.target.decode("utf-8")  # type: ignore[union-attr]
+        names = dict.fromkeys(explicit)
+        names.update(dict.fromkeys(name for name in self.recipients(key, ADD, self.clock.seconds())
+                                   if not is_link(name)))
+        rendered: dict[Any, bytes | None] = {}
+        reached = 0
+        for name in names:
+            session = self.sessions.get(name)
+            if session is None or session.closed:
+                continue
+            fmt = session.wire_format
+            data = rendered[fmt] if fmt in rendered else rendered.setdefault(fmt, fmt.render_message(message))
+            if data is not None:
+                session.offer_volatile(data)
+                reached += 1
+        return reached
 
     def publish(self, record: MessageRecord, deliveries: list[tuple[str, str]], size: int = 0) -> Deferred:
         """Store ``record`` with its pending ``deliveries`` ``(subscriber, change)``; once
@@ -315,12 +416,6 @@ class DurableService:
 
         return d.addCallback(committed)
 
-    def remember(self, seq: int, published: Published) -> None:
-        memory = self.published
-        if len(memory) >= PUBLISHED_MEMORY:
-            del memory[next(iter(memory))]
-        memory[seq] = published
-
     def offer(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> None:
         """Offer stored ``record`` to the connected sessions among ``deliveries``
         (``(subscriber, change)``), one Delivery per change."""
@@ -334,61 +429,6 @@ class DurableService:
                 delivery = made[change] = Delivery(record.seq, record.topic, record.priority, change, 0,
                                                    record.mode, record.data)
             session.offer(delivery)
-
-    # ------------------------------------------------------------------ other nodes
-
-    def changed(self, tree: bool = False, subscribers: Iterable[str] = ()) -> None:
-        """The owning front end committed a change to its topic tree or to ``subscribers``'
-        subscriptions: tell the other nodes (nothing on one node)."""
-        if self.announce is not None:
-            self.announce(tree=tree, subscribers=subscribers)
-
-    def announced(self, tree: bool, subscribers: Iterable[str], pending: Iterable[str]) -> Deferred:
-        """Another node committed durable state to the shared store: read the changed part
-        again.  ``tree``: the front end's topic tree (``on_tree_changed``); ``subscribers``:
-        their subscriptions, so they are recipients of the next message stored here;
-        ``pending``: new pending deliveries, pulled by those connected here (their refill
-        path), so they are served live.  Fires once the subscriptions are read."""
-        if tree and self.on_tree_changed is not None:
-            self.on_tree_changed()
-        reads = [self._reload(name) for name in subscribers]
-        for name in pending:
-            session = self.sessions.get(name)
-            if session is not None and not session.closed:
-                session.refresh()
-        return DeferredList(reads, consumeErrors=True).addCallback(lambda _: None)
-
-    def resync(self) -> Deferred:
-        """Read the tree and every subscription again and have every connected subscriber
-        pull its pending deliveries: a node (this one or another) was cut off from the
-        others, so announcements may have been missed.  Fires once done."""
-        if self.on_tree_changed is not None:
-            self.on_tree_changed()
-        d = self.store.load_subscriptions()
-
-        def read(records: list[Any]) -> None:
-            self.index.replace(records)
-            for session in list(self.sessions.values()):
-                if not session.closed:
-                    session.refresh()
-
-        d.addCallback(read)
-        return d.addErrback(self._report("Reading the durable subscriptions again"))
-
-    def _reload(self, subscriber: str) -> Deferred:
-        d = self.store.subscriptions_of(subscriber)
-
-        def read(records: list[Any]) -> None:
-            index = self.index
-            for sub in index.of(subscriber):
-                index.remove(subscriber, sub.record.kind, sub.record.topic)
-            index.load(records)
-            session = self.sessions.get(subscriber)
-            if session is not None and not session.closed:
-                session.refresh()
-
-        d.addCallback(read)
-        return d.addErrback(self._report("Reading the subscriptions of {s} again", s=subscriber))
 
     # ------------------------------------------------------------------ acknowledgements
 
@@ -493,81 +533,11 @@ class DurableService:
 
         return ask().addCallback(read).addErrback(self._report("Reading the queue figures"))
 
-    # ------------------------------------------------------------------ outcomes
 
-    def delivered(self, session: Any, delivery: Delivery) -> None:
-        """A stored message was written to the subscriber's connection (not a resend after
-        an acknowledgement timed out: that is :meth:`redelivered`)."""
-        self.stats["delivered"] += 1
-        self._outcome(schema.DELIVERED, session.session, delivery.seq, delivery.topic,
-                      online=self.online.get(session.name))
-
-    def acked(self, session: Any, delivery: Delivery) -> None:
-        """The subscriber's acknowledgement of ``delivery`` is stored (never sent again)."""
-        self.stats["acked"] += 1
-        self._outcome(schema.ACKED, session.session, delivery.seq, delivery.topic, online=self.online.get(session.name))
-
-    def redelivered(self, session: Any, delivery: Delivery, attempt: int) -> None:
-        """``delivery`` was sent again (attempt number ``attempt``): no ack in time."""
-        self.stats["redelivered"] += 1
-        self._outcome(schema.REDELIVERED, session.session, delivery.seq, delivery.topic)
-
-    def given_up(self, session: Any, delivery: Delivery) -> None:
-        """No ack after ``max_attempts`` sends: never sent to this subscriber again."""
-        self.stats["given_up"] += 1
-        self._outcome(schema.DROPPED, session.session, delivery.seq, delivery.topic, UNACKNOWLEDGED)
-
-    def expired(self, settled: Settled) -> None:
-        """Message ``settled.seq`` reached its timeout (it goes to the Trash): one event for
-        each subscriber that had not acknowledged it yet."""
-        self.stats["expired"] += 1
-        for subscriber in settled.released:
-            self._outcome(schema.EXPIRED, subscriber, settled.seq, settled.topic, "expired")
-
-    def trashed(self, settled: Settled, reason: str | None = None) -> None:
-        """Message ``settled.seq`` went to the Trash of ``settled.topic``."""
-        self.stats["trashed"] += 1
-        self._outcome(schema.TRASHED, None, settled.seq, settled.topic, reason)
-        self.published.pop(settled.seq, None)
-
-    def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None,
-                 online: float | None = None) -> None:
-        """Write one outcome event about message ``seq`` for ``session`` (the subscriber's
-        ISubscriber, its name, or None for an event about the message itself); ``online``:
-        since when the subscriber is connected, for ``queued_us``."""
-        published = self.published.get(seq)
-        now = self.clock.seconds()
-        if published is not None:
-            self._write(kind, session, topic, reason, now, published, online)
-            return
-        d = self.store.find_message(seq)
-
-        def found(record: MessageRecord | None) -> None:
-            self._write(kind, session, topic, reason, now, None if record is None else self._published_of(record),
-                        online)
-
-        d.addCallback(found).addErrback(self._report("Reading message {seq} for the event log", seq=seq))
-
-    def _published_of(self, record: MessageRecord) -> Published:
-        size = len(record.data)
-        if stored.is_stored_message(record.data):
-            try:
-                size = len(stored.decode(record.data).payload)
-            except ValueError:
-                pass
-        elif self.size_of is not None:
-            size = self.size_of(record.data)
-        return Published(record.smuid, record.publisher, record.received, size)
-
-    def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
-               published: Published | None, online: float | None = None) -> None:
-        name = getattr(session, "name", session)
-        fields: dict[str, Any] = {"session": name, "topic": topic, "reason": reason, "outcome": kind}
-        if published is not None:
-            fields["sender"] = published.publisher
-            fields["message_id"] = published.message_id
-            fields["bytes"] = published.size
-            fields["latency_us"] = max(0, int((now - published.received) * 1_000_000))
-            if online is not None:
-                fields["queued_us"] = max(0, int((min(online, now) - published.received) * 1_000_000))
-        self.events.record(kind, self.protocol, **fields)
+def attach_durable(broker: Any, store: Any, opened: Deferred | None, clock: Any, events: Any,
+                   settings: Settings) -> DurableService:
+    """The node's durable service over ``store``, made the Broker's and started once the
+    store is open: what brokerd.tap does for every node that has a store."""
+    durable = broker.use_durable(DurableService(store, clock, events, settings))
+    durable.start(opened)
+    return durable  # type: ignore[no-any-return]

@@ -50,6 +50,17 @@ class Principal:
         return f"{self.realm}:{self.name}"
 
 
+GUEST_ACCOUNT = "guest"
+"""The account name of SMQP's guest (brokerd.auth.accounts.GUEST is this name)."""
+
+
+def account_principal(account: str) -> Principal:
+    """The principal an account name stands for when only the name is known (the owner of a
+    durable subscription whose session is offline): the guest, or the proven account of that
+    name (an access list treats an account and a certificate of one name alike)."""
+    return Principal(GUEST_ACCOUNT, GUEST) if account == GUEST_ACCOUNT else Principal(account, ACCOUNT)
+
+
 NOBODY = Principal("", ANONYMOUS)
 """The principal of a session that has not logged in (or never does)."""
 BROKER = Principal("broker", SERVICE)

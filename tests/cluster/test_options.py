@@ -153,3 +153,28 @@ def test_the_control_message_limit_reaches_the_engine_and_bounds_both_ways(tmp_p
     engine._raw.clear()
     if engine._flush_call is not None:
         engine._flush_call.cancel()
+
+
+def test_a_cluster_node_without_a_store_says_it_keeps_nothing_for_durable_subscribers(tmp_path: Path) -> None:
+    """One line at start: the other nodes' SMQP subscribers get nothing stored from a node
+    without --store.  One node on its own has nobody to warn about."""
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    from brokerd.config import Settings
+    from brokerd.tap import makeService
+
+    def lines_of(**fields: object) -> list[str]:
+        events: list[dict] = []
+        globalLogPublisher.addObserver(events.append)
+        try:
+            makeService(Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, event_log=False,
+                                 **fields))  # type: ignore[arg-type]
+        finally:
+            globalLogPublisher.removeObserver(events.append)
+        return [formatEvent(event) for event in events if "keeps nothing for durable" in formatEvent(event)]
+
+    clustered = lines_of(data_dir=tmp_path / "a", cluster="redis://127.0.0.1:6379",
+                         cluster_secret_file=cluster_secret(tmp_path / "cluster.secret"))
+    assert clustered == ["Cluster: this node has no --store, so it keeps nothing for durable subscribers; give "
+                         "every node the cluster's --store postgresql://... (docs/cluster.md)"]
+    assert lines_of(data_dir=tmp_path / "b") == []

@@ -11,7 +11,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Details, Message, Part
 from brokerd.store.memory import MemoryStore
-from brokerd.store.records import SubscriptionRecord
+from brokerd.store.records import SubscriptionRecord, TopicRecord
 from tests.protocols.ssmp.helpers import Harness
 
 
@@ -47,14 +47,32 @@ def test_a_plain_message_round_trips_and_garbage_is_a_value_error():
     assert not stored.is_stored_message(b"Created: D1") and stored.is_stored_message(data)
 
 
+class CountingFormat:
+    """A wire format that counts its renderings."""
+
+    protocol = "test"
+
+    def __init__(self) -> None:
+        self.rendered = 0
+
+    def render_message(self, message: Message) -> bytes:
+        self.rendered += 1
+        return b"<" + message.payload + b">"
+
+
 class Outbox:
     """A connected durable session that records what it is offered."""
 
     closed = False
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, wire_format: CountingFormat | None = None) -> None:
         self.name = name
         self.offered: list = []
+        self.volatile: list[bytes] = []
+        self.wire_format = wire_format
+
+    def offer_volatile(self, data: bytes) -> None:
+        self.volatile.append(data)
 
     def offer(self, delivery) -> None:
         self.offered.append(delivery)
@@ -88,7 +106,7 @@ def test_keep_stores_for_durable_subscribers_only(core):
     durable.index.add(SubscriptionRecord("eve:1", "MESSAGE", "news", ("DELETE",)))  # takes no ADD
     online = Outbox("bob:1")
     durable.attach(online)
-    durable.timeout_for = lambda key: 60.0
+    durable.topics.put([TopicRecord("news", "news", timeout=60.0)])  # its default timeout
     kept = broker.keep([Message(MULTICAST, b"news", b"m1", "ssmp", b"sam"),
                         Message(MULTICAST, b"news", b"m2", "ssmp", b"sam", details=Details(priority=5))])
     assert _result(kept) is None
@@ -108,8 +126,14 @@ def test_a_topic_the_owner_does_not_open_to_others_is_not_kept(core):
     broker, durable, _store = core
     durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "accounts/bob", ("ADD",)))
     durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
-    durable.reachable = lambda key: not key.startswith("accounts")
-    assert broker.keep([Message(MULTICAST, b"accounts/bob", b"x", "ssmp", b"sam")]) is None
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "virtual", ("ADD",)))
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "absent", ("ADD",)))
+    durable.topics.put([TopicRecord("accounts", "accounts", system=True),
+                        TopicRecord("accounts/bob", "bob", system=True), TopicRecord("news", "news"),
+                        TopicRecord("virtual", "virtual", link="news")])
+    assert broker.keep([Message(MULTICAST, b"accounts/bob", b"x", "ssmp", b"sam")]) is None  # a login topic
+    assert broker.keep([Message(MULTICAST, b"virtual", b"x", "ssmp", b"sam")]) is None  # a virtual topic
+    assert broker.keep([Message(MULTICAST, b"absent", b"x", "ssmp", b"sam")]) is None  # no such topic
     assert broker.keep([Message(MULTICAST, b"news", b"x", "ssmp", b"sam")]) is not None
 
 
@@ -140,6 +164,7 @@ def test_ssmp_answers_a_durable_mcast_after_the_commit_and_in_order():
     store = SlowStore()
     store.open()
     durable = h.broker.use_durable(DurableService(store, h.clock))
+    durable.topics.put([TopicRecord("news", "news")])
     durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
     pub = h.login("pub")
     pub.send("MCAST other a\nMCAST news b\nSUBSCRIBE t\n")
@@ -187,3 +212,24 @@ def test_a_failing_sweep_logs_its_failure_readably_and_a_store_outage_not_at_all
         DurableService(FailingStore(StoreUnavailable("away")), Clock()).sweep()
         DurableService(FailingStore(StoreUnavailable("away")), Clock()).empty_trash()
     assert list(events) == []  # the store logs its outage once, as a change of state
+
+
+def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_each(core):
+    """Broker.publish_unstored (SMQP's Guarantee: NO): rendered once per wire format, handed to
+    each connected durable subscriber of the topic and each explicit one, never to a link (it
+    takes stored messages only), and nothing is stored for an offline subscriber."""
+    broker, durable, store = core
+    fmt = CountingFormat()
+    for name in ("bob:1", "peer:link_beta", "dave:1", "eve:1"):
+        durable.index.add(SubscriptionRecord(name, "MESSAGE", "news", ("ADD",)))
+    sessions = {name: Outbox(name, fmt) for name in ("bob:1", "peer:link_beta", "carol:1", "eve:1")}
+    for session in sessions.values():
+        durable.attach(session)
+    sessions["eve:1"].closed = True  # closing: gets nothing more
+    message = Message(MULTICAST, b"news", b"hi", "smqp", b"alice:c1")
+    assert broker.publish_unstored(message, ["carol:1"]) == 2
+    assert sessions["bob:1"].volatile == [b"<hi>"] and sessions["carol:1"].volatile == [b"<hi>"]
+    assert sessions["peer:link_beta"].volatile == [] and sessions["eve:1"].volatile == []
+    assert fmt.rendered == 1
+    assert _result(store.pending("dave:1", 10)) == []  # offline: nothing kept
+    assert all(not session.offered for session in sessions.values())

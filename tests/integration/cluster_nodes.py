@@ -1,7 +1,8 @@
 """brokerd nodes of one cluster in this process: makeService with SSMP, MCCHAT and socket.mq on
 OS-chosen loopback ports and ``--cluster`` pointing at the test's redis-server, all on the
 test's reactor, with one client helper per protocol.  With ``store=postgresql://...`` a node
-listens for SMQP too (a cluster with SMQP needs the shared PostgreSQL store)."""
+listens for SMQP too (a cluster with SMQP needs the shared PostgreSQL store); ``protocols``
+names the listeners of a node that runs fewer."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,9 +29,11 @@ LISTENERS = ("ssmp", "mcchat", "socketmq")
 class Node:
     """One node; ``engine`` is its Redis engine."""
 
-    def __init__(self, data_dir: Path, cluster: str, name: str, **fields: Any) -> None:
+    def __init__(self, data_dir: Path, cluster: str, name: str, protocols: tuple[str, ...] | None = None,
+                 **fields: Any) -> None:
         self.name = name
-        protocols = (*LISTENERS, "smqp") if fields.get("store") else LISTENERS
+        if protocols is None:
+            protocols = (*LISTENERS, "smqp") if fields.get("store") else LISTENERS
         if "cluster_secret_file" not in fields:  # every test node shares the test secret
             fields["cluster_secret_file"] = cluster_secret(data_dir.parent / f"{name}.secret")
         self.settings = Settings(

@@ -19,8 +19,11 @@ from brokerd.auth.accounts import PasswordHash, write_accounts
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
+from brokerd.core.durable import attach_durable
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.client import SMQPClientProtocol, client_endpoint, connect
 from brokerd.protocols.smqp.server import build_factory
+from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 # Cheap hashes: the tests exercise the protocol, not scrypt's cost.
 ACCOUNTS = {"alice": "alicepw", "bob": "bobpw", "guest": ""}
@@ -81,6 +84,8 @@ async def smqp_server(tmp_path: Path):
     async def start(tls: ServerTLS | None = None, **overrides: Any) -> Running:
         settings = Settings(**{"data_dir": tmp_path / "data", "accounts_file": accounts, **overrides})
         runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=reactor, tls=tls)
+        store = runtime.resources["store"] = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
+        attach_durable(runtime.broker, store, store.open(), reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
         factory = build_factory(runtime)
         await factory.started
         if tls is not None:

@@ -326,7 +326,6 @@ def test_links_are_left_out_at_depth_zero_and_for_domains_in_hops():
     assert recipients_for(subscribers, Publication(created=0.0, depth=1)) == subscribers
     assert recipients_for(subscribers, Publication(created=0.0, depth=-1, hops=("alpha.test", "beta.test"))) == \
         ["bob:c1", "peer:link_gamma_test"]
-    assert recipients_for(subscribers, Publication(created=0.0, depth=3), guaranteed=False) == ["bob:c1"]
     assert domain_leaf("Alpha.Example:7720") == "alpha_example_7720" and domain_leaf("10.0.0.1") == "d10_0_0_1"
 
 

@@ -94,7 +94,7 @@ async def test_durable_subscription_priority_and_redelivery_on_reconnect(smqp_se
 async def test_guarantee_no_has_no_acknowledgements(smqp_server):
     server = await smqp_server()
     alice, inbox = await session(server)
-    await alice.create_topic("/mouse")
+    await alice.create_topic("/Mouse")
     await alice.subscribe("/mouse")
     bob, _ = await session(server, "bob")
     bob.send_raw(b"")  # keep the FIFO honest: the publish gets no reply, the NOOP does
@@ -105,6 +105,8 @@ async def test_guarantee_no_has_no_acknowledgements(smqp_server):
     assert reply.lines == ("OK",)
     notify = await inbox.next()
     assert notify.body.get("Guarantee") == "NO" and data_of(notify) == b"xy1"
+    assert notify.args == ("/Mouse", "ADD")  # the topic as created, like every NOTIFY MESSAGE
+    assert notify.body.get("Created") == "D20020101T000000Z" and notify.body.get("Smuid").startswith(server.factory.suid)
     assert await alice.count("MESSAGE", "/mouse") == 0
 
 

@@ -84,7 +84,7 @@ class Answers:
         if delivery.mode == "ONE":
             self.durable.release(delivery.seq, self)
         self.settles += 1
-        d = self.durable.store.attempt(self.name, delivery.seq)
+        d = self.durable.attempt(self.name, delivery)
 
         def counted(attempts: int) -> Deferred | None:
             self.settles -= 1
@@ -138,7 +138,7 @@ class Answers:
         # is closed like a window's, so the message goes to a subscriber that answers.
         windowed = self.window > 1 or len(self.sent) > 1 or delivery.mode == "ONE"
         self._counting = not windowed  # a window's answers go on meanwhile
-        d = self.durable.store.attempt(self.name, delivery.seq)
+        d = self.durable.attempt(self.name, delivery)
 
         def counted(attempts: int) -> Deferred | None:
             self._counting = False

@@ -53,23 +53,21 @@ def login_key(subscriber: str) -> str:
 
 
 class MessageService:
-    """SMQP's messaging over the core's durable service ``durable`` (made here over
-    ``store`` when not given).  ``display`` gives the path a topic key is shown as;
-    ``domain`` names this server in the Cmuids of other protocols' messages."""
+    """SMQP's messaging over the core's durable service ``durable``, which owns the store.
+    ``display`` gives the path a topic key is shown as; ``domain`` names this server in the
+    Cmuids of other protocols' messages."""
 
     _log = Logger()
 
-    def __init__(self, store: Any, clock: Any, broker: Any, wire: Any,
-                 display: Callable[[str], str], events: Any = NULL_EVENT_LOG,
-                 durable: DurableService | None = None, domain: str = "localhost") -> None:
-        self.durable = durable if durable is not None else DurableService(store, clock, events)
-        self.durable.protocol = PROTOCOL
-        self.durable.receipts = self.send_receipt
-        self.durable.size_of = _size_of
-        self.store = store
+    def __init__(self, durable: DurableService, broker: Any, wire: Any, display: Callable[[str], str],
+                 events: Any = NULL_EVENT_LOG, domain: str = "localhost") -> None:
+        self.durable = durable
+        durable.protocol = PROTOCOL
+        durable.receipts = self.send_receipt
+        durable.size_of = _size_of
         self.events = events
         """The event log's IEventRecorder."""
-        self.clock = clock
+        self.clock = durable.clock
         self.broker = broker
         self.wire = wire
         self.display = display
@@ -98,10 +96,6 @@ class MessageService:
     @property
     def suid(self) -> str:
         return self.durable.suid
-
-    @suid.setter
-    def suid(self, value: str) -> None:
-        self.durable.suid = value
 
     def smuid(self, seq: int, stamp: str) -> str:
         return f"{self.suid}/{seq}({stamp})"
@@ -152,19 +146,15 @@ class MessageService:
                            message_id=smuid, bytes=size, fanout=0,
                            outcome=STORED if stored else "unrouted")
 
-    def publish_volatile(self, key: str, publisher: str, body: Body, message: Message,
-                         subscribers: Iterable[str]) -> None:
-        """A Guarantee: NO message: straight to the connected subscribers, never stored."""
-        data = encode_notify("MESSAGE", self.display(key), "ADD", body=body)
+    def publish_volatile(self, key: str, publisher: str, size: int, message: Message,
+                         explicit: Iterable[str]) -> None:
+        """A Guarantee: NO message, never stored: through the core to the durable
+        subscribers connected here (and ``explicit`` ones) and to the other protocols' live
+        subscribers.  ``size`` is what the event log reports."""
         self.counts["volatile"] += 1
-        reached = False
-        for subscriber in subscribers:
-            outbox = self.outboxes.get(subscriber)
-            if outbox is not None:
-                reached = True
-                outbox.offer_volatile(data)
+        reached = self.broker.publish_unstored(message, explicit)
         if not self.forward(message):
-            self.accepted(key, publisher, message.message_id, body.size, reached)
+            self.accepted(key, publisher, message.message_id, size, bool(reached))
 
     def forward(self, message: Message) -> bool:
         """An SMQP message to the other protocols' live subscribers of the same topic (its
@@ -214,7 +204,7 @@ class MessageService:
         seq = self.next_seq()
         stamp = format_datetime(now)
         key = login_key(due.publisher)
-        timeout = self.durable.timeout_for(key)
+        timeout = self.durable.topics.timeout_for(key)
         expires = None if timeout is None else now + timeout
         record = MessageRecord(self.smuid(seq, stamp), key, SERVER_SENDER,
                                f"receipt/{due.seq}", now, expires, 1, data, seq)

@@ -6,15 +6,13 @@ and listener), and :func:`build_factory`, brokerd.tap's entry point (re-exported
 from __future__ import annotations
 
 import itertools
-import math
-import secrets
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from twisted.cred.portal import Portal
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -26,23 +24,21 @@ from brokerd.auth.workers import shared_work_queue
 from brokerd.auth.policy import AccessListFile, access_list_for, ual_account
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Runtime, Settings
-from brokerd.core.durable import DurableService
-from brokerd.core.principal import ACCOUNT, Principal
-from brokerd.core.principal import GUEST as GUEST_REALM
+from brokerd.core.durable import DurableService, attach_durable
+from brokerd.core.principal import Principal
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.smqp.codec import encode_notify, format_datetime
+from brokerd.protocols.smqp.codec import encode_notify
 from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import MessageService
-from brokerd.protocols.smqp.federation import OUT_PREFIX, Forwarded, link_domain_leaf
+from brokerd.protocols.smqp.federation import Forwarded
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import NOTIFY_WINDOW_LIMIT
 from brokerd.protocols.smqp.server import SMQPServerProtocol
 from brokerd.protocols.smqp.session import SMQPSession
-from brokerd.protocols.smqp.topictree import ACCOUNTS, TopicTree
+from brokerd.protocols.smqp.topictree import TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import TopicRecord, trash_owner
-from brokerd.store.sqlite import FILENAME, SQLiteStore
 
 MAX_REDIRECTING = 256
 """Connections over a connection limit held open at once to be answered ``311`` (more are
@@ -107,17 +103,14 @@ class SMQPServerFactory(Factory):
                            read_password(settings.smqp_link_password_file))
         self._links_started = False
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
-        self.suid = ""
-        self.wire = SMQPWireFormat("", self.domain, clock.seconds)
-        self.durable = broker.durable if broker.durable is not None else broker.use_durable(
-            DurableService(store, clock, events))
-        """The core's durable service: SMQP's subscriptions are its durable subscriptions."""
-        self.durable.on_tree_changed = self.reload_tree
-        self._tree_reading: Deferred | None = None
-        self._tree_again = False
-        self.service = MessageService(store, clock, broker, self.wire, self.display, events,
-                                      durable=self.durable, domain=self.domain)
-        durable = self.durable
+        self.wire = SMQPWireFormat("", self.domain, clock.seconds, self.display)
+        self.durable: DurableService = broker.durable if broker.durable is not None else attach_durable(
+            broker, store, None, clock, events, settings)
+        """The core's durable service (brokerd.tap builds it over the node's store): SMQP's
+        subscriptions are its durable subscriptions, and the stored topics it reads are the
+        tree SMQP's commands change."""
+        self.durable.on_tree_changed = self._tree_read
+        self.service = MessageService(self.durable, broker, self.wire, self.display, events, domain=self.domain)
         self.service.max_queued_bytes = settings.smqp_max_queued_bytes
         self.service.max_one_held = settings.smqp_max_one_held
         if self.service.max_one_held < 1:
@@ -127,19 +120,6 @@ class SMQPServerFactory(Factory):
         if not 1 <= self.max_notify_window <= NOTIFY_WINDOW_LIMIT:
             raise ConfigurationError(
                 f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {self.max_notify_window}")
-        durable.default_timeout = self.message_timeout
-        durable.timeout_for = self.message_timeout_for
-        durable.mode_for = self.delivery_for
-        durable.reachable = self.reachable
-        durable.identify = self.message_id
-        durable.retry_timeout = settings.smqp_retry_timeout
-        durable.max_attempts = settings.smqp_max_attempts
-        durable.trash_retention = settings.smqp_trash_retention
-        if settings.event_log:
-            durable.gauge_interval = settings.event_log_gauge
-        durable.is_link = lambda name: link_domain_leaf(name) is not None
-        if self.access_list.path is not None:  # a reloadable UAL: check at every delivery
-            self.durable.readable = self.readable
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
@@ -150,66 +130,33 @@ class SMQPServerFactory(Factory):
 
     # ------------------------------------------------------------------ start-up
 
+    @property
+    def suid(self) -> str:
+        """The server's unique id (the core's: the head of every stored message's id)."""
+        return self.durable.suid
+
     def start(self) -> Deferred:
-        """Load the tree and the SUID from the store; connections are greeted once done
+        """Once the core's durable service has read the store (topics, SUID,
+        subscriptions), build the tree from its topics; connections are greeted once done
         (``SMQP/1.0 Not Available.`` if it failed)."""
-        d = self.store.load_topics()
-        d.addCallback(self._topics_loaded)
-        d.addCallback(lambda _: self.store.get_meta("suid"))
-        d.addCallback(self._suid_loaded)
-        d.addCallback(lambda _: self.durable.start())
+        d = self.durable.when_started()
+        d.addCallback(lambda _: self._tree_loaded(self.durable.topics.records()))
         d.addCallbacks(self._ready, self._start_failed)
         return self.started
 
-    def _topics_loaded(self, records: list[TopicRecord]) -> Deferred:
+    def _tree_loaded(self, records: list[TopicRecord]) -> Deferred:
+        self._tree_read(records)
+        return self.durable.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))
+
+    def _tree_read(self, records: list[TopicRecord]) -> None:
+        """The stored topics, read at start or again after another node changed them."""
         self.tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
         for record in skipped:
             self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
-        return self.store.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))
-
-    def reload_tree(self) -> None:
-        """Another node of a cluster changed the topic tree in the shared store: read it
-        again (once more after this read when another change is announced meanwhile)."""
-        if self._tree_reading is not None:
-            self._tree_again = True
-            return
-        self._tree_again = False
-        d = self._tree_reading = self.store.load_topics()
-
-        def read(records: list[TopicRecord]) -> None:
-            tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
-            for record in skipped:
-                self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
-            held = {node.key for node in tree.descendants_all(tree.root) if node.delivery == "NONE"}
-            for key in set(self.durable.held) - held:
-                self.durable.hold(key, False)
-            for key in held:
-                self.durable.hold(key, True)
-            self.tree = tree
-
-        def done(_: Any) -> None:
-            self._tree_reading = None
-            if self._tree_again:
-                self.reload_tree()
-
-        d.addCallback(read).addErrback(self._log.failure, "Reading the SMQP topic tree again")
-        d.addBoth(done)
-
-    def _suid_loaded(self, suid: str | None) -> Deferred | None:
-        if suid is None:
-            suid = f"{self.domain}/{secrets.token_hex(4)}"
-            self.suid = suid
-            return self.store.set_meta("suid", suid)
-        self.suid = suid
-        return None
 
     def _ready(self, _result: Any) -> None:
         self.wire.server_id = self.suid
-        self.service.suid = self.suid
         self.domains.add(self.suid.partition("/")[0].lower())
-        for node in self.tree.descendants_all(self.tree.root):
-            if node.delivery == "NONE":
-                self.durable.hold(node.key, True)
         if self._factory_started:
             self.durable.start_sweeps()
         self.started.callback(None)
@@ -217,29 +164,9 @@ class SMQPServerFactory(Factory):
     def message_timeout_for(self, key: str) -> float | None:
         """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
         has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
-        ancestor's, else the server default (``--smqp-message-timeout``)."""
-        source = self.tree.timeout_source(key)
-        if source is None:
-            return self.message_timeout
-        return None if source.timeout == math.inf else source.timeout
-
-    def delivery_for(self, key: str) -> str:
-        """The delivery mode of a message another protocol publishes to topic ``key``."""
-        node = self.tree.get(key)
-        return "ONE" if node is not None and node.delivery == "ONE" else "ALL"
-
-    def reachable(self, key: str) -> bool:
-        """Whether other protocols' messages to topic ``key`` are kept for SMQP subscribers:
-        an SMQP topic that exists and is no virtual topic, outside /accounts (the login
-        topics take unicasts only)."""
-        if key == ACCOUNTS or key.startswith(ACCOUNTS + "/"):
-            return False
-        node = self.tree.get(key)
-        return node is not None and node.link is None
-
-    def message_id(self, seq: int, now: float) -> str:
-        """The Smuid of stored message ``seq``."""
-        return f"{self.suid}/{seq}({format_datetime(now)})"
+        ancestor's, else the server default (``--smqp-message-timeout``): the core's answer,
+        the same for every protocol's messages."""
+        return self.durable.topics.timeout_for(key)
 
     def display(self, key: str) -> str:
         """The path of a topic key as notifications show it (the names as created)."""
@@ -343,14 +270,6 @@ class SMQPServerFactory(Factory):
             return access.permissions(principal, key.encode("utf-8"))
         return self.ual.permissions(ual_account(principal), tuple(key.split("/")) if key else ())
 
-    def readable(self, subscriber: str, key: str) -> bool:
-        """May ``subscriber`` (``account:channel``) read topic ``key`` now?  Asked at each
-        durable delivery, so a reload stops what is no longer permitted.  (A link's outgoing
-        queue may: the sender's permission was checked at publish.)"""
-        if subscriber.startswith(OUT_PREFIX):
-            return True
-        return Perm.SUBSCRIBE in self.permissions(account_principal(subscriber.partition(":")[0]), key)
-
     @property
     def ual(self) -> AccessList:
         return self.access_list.current
@@ -401,23 +320,15 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
                               run=shared_work_queue(runtime).run)
     checker.load()
     store = runtime.resources.get("store")
-    if store is None:
-        store = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
-        runtime.resources["store"] = store
-        opened = store.open()
-    else:
-        opened = succeed(None)
+    if store is None or runtime.broker.durable is None:
+        raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
     factory = SMQPServerFactory(
         runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
     )
     factory.disk = runtime.resources.get("disk")
     runtime.resources["smqp_links"] = factory.links
-    opened.addCallbacks(lambda _: factory.start(), factory._start_failed)
+    factory.start()
     return factory
 
 
-def account_principal(account: str) -> Principal:
-    """The principal an SMQP account name stands for when only the name is known (a durable
-    subscription whose session is offline): the guest, or the proven account of that name
-    (the policy treats an account and a certificate of one name alike)."""
-    return Principal(GUEST, GUEST_REALM) if account == GUEST else Principal(account, ACCOUNT)
+

@@ -30,6 +30,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
+from brokerd.core.durable import LINK_CHANNEL_PREFIX, OUTGOING_PREFIX
 from brokerd.core.principal import BROKER
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import format_datetime
@@ -38,8 +39,6 @@ from brokerd.protocols.smqp.mapping import to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, stored_body
 from brokerd.store.records import MessageRecord
 
-LINK_CHANNEL_PREFIX = "link_"
-"""Channels starting with this are server links (docs/smqp.md: reserved for them)."""
 MAX_SEEN = 65_536
 """Origin SMUIDs remembered to drop a message arriving again by another route."""
 
@@ -64,9 +63,11 @@ def link_domain_leaf(subscriber: str) -> str | None:
     return None
 
 
-OUT_PREFIX = "~"
+OUT_PREFIX = OUTGOING_PREFIX
 """Outgoing point-to-point messages of a linked domain wait in ``accounts/~<domain>/...`` for
-the subscriber ``~<domain>:out`` (a ``~`` name no login can have), which the link is."""
+the subscriber ``~<domain>:out`` (a ``~`` name no login can have), which the link is.  Channels
+starting with LINK_CHANNEL_PREFIX are server links (docs/smqp.md: reserved for them); both
+names are the core's (brokerd.core.durable), which keeps the core's publishes from links."""
 
 
 def out_subscriber(domain: str) -> str:
@@ -91,15 +92,15 @@ def recipient_of(key: str, domain: str) -> str:
     return f"{who}@{domain}"
 
 
-def recipients_for(subscribers: Iterable[str], publication: Publication, guaranteed: bool = True) -> list[str]:
-    """``subscribers`` without the links that may not get this message: all of them at
-    Depth 0 and for unguaranteed messages (a link only carries stored messages), and those
-    whose domain is in Hops."""
+def recipients_for(subscribers: Iterable[str], publication: Publication) -> list[str]:
+    """``subscribers`` without the links that may not get this stored message: all of them
+    at Depth 0, and those whose domain is in Hops.  (A message never stored reaches no link:
+    brokerd.core.durable.DurableService.offer_unstored.)"""
     hops = {domain_leaf(hop) for hop in publication.hops}
     kept = []
     for name in subscribers:
         leaf = link_domain_leaf(name)
-        if leaf is not None and (not guaranteed or publication.depth == 0 or leaf in hops):
+        if leaf is not None and (publication.depth == 0 or leaf in hops):
             continue
         kept.append(name)
     return kept

@@ -151,9 +151,7 @@ class LoginCommands(SessionBase):
             self._auth_failure(account, method, "too many concurrent logins")
             raise Refused(403, f"Forbidden: too many concurrent logins ({MAX_LOGINS_PER_ACCOUNT})")
         records = factory.tree.ensure_account(account, factory.clock.seconds())
-        d = factory.store.put_topics(records) if records else succeed(None)
-        if records:
-            d.addCallback(lambda _: factory.durable.changed(tree=True))
+        d = factory.durable.put_topics(records) if records else succeed(None)
         d.addErrback(lambda failure: self._log.failure("Storing the login topic of {account}", failure, account=account))
         d.addCallback(lambda _: self._session_started(account, channel, identity.principal))
         return d

@@ -160,7 +160,7 @@ class MessagingCommands(SessionBase):
             if Perm.REPLY not in perms:
                 raise Refused(403, f"Forbidden: no reply permission on {self.service.display(key)}")
 
-        return self.factory.store.find_message(seq).addCallback(found)
+        return self.factory.durable.find(seq).addCallback(found)
 
     def _publish_to(self, key: str, explicit: list[str], body: Body, publication: Publication,
                     command: Command, node_mode: str, mode: str) -> Overlap | None:
@@ -271,13 +271,10 @@ class MessagingCommands(SessionBase):
         smuid = f"{self.service.suid}/x{number}({stamp})"
         stored = stored_body(body, smuid, f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})",
                              mode == "REPLY")
-        subscribers = dict.fromkeys(explicit)
-        subscribers.update(dict.fromkeys(recipients_for(self.service.recipients(key, "ADD", now), publication,
-                                                        guaranteed=False)))
         message = to_message(stored, key, self.subscriber, message_id=smuid, created=publication.created,
                              priority=publication.priority, expires=None,
                              principal=self.principal)
-        self.service.publish_volatile(key, self.subscriber, stored, message, subscribers)
+        self.service.publish_volatile(key, self.subscriber, stored.size, message, explicit)
 
     def _owned(self, record: MessageRecord, key: str) -> bool:
         """May this login remove/replace/recall/move the message: its publisher's account,
@@ -290,21 +287,16 @@ class MessagingCommands(SessionBase):
     def _replace(self, key: str, body: Body, publication: Publication, command: Command,
                  node_mode: str) -> Deferred:
         seq = smuid_number(publication.smuids[0])
-        d = self.factory.store.find_message(seq) if seq is not None else succeed(None)
+        d = self.factory.durable.find(seq) if seq is not None else succeed(None)
 
         def found(record: MessageRecord | None) -> Deferred:
             if record is None or record.trashed is not None or record.topic != key:
                 return self._publish(key, body, publication, command, [], node_mode, "ADD", False)
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator replaces a message")
-            trashed = self.factory.store.trash_message(record.seq, self.factory.clock.seconds())
-
-            def gone(settled: Any) -> Deferred:
-                if settled is not None:
-                    self.service.durable.settle(settled, "replaced")
-                return self._publish(key, body, publication, command, [], node_mode, "REPLACE", False)
-
-            return trashed.addCallback(gone)
+            trashed = self.factory.durable.trash(record.seq, "replaced")
+            return trashed.addCallback(
+                lambda _: self._publish(key, body, publication, command, [], node_mode, "REPLACE", False))
 
         return d.addCallback(found)
 
@@ -315,7 +307,7 @@ class MessagingCommands(SessionBase):
         seq = smuid_number(publication.smuids[0]) if publication.smuids else None
         if seq is None:
             raise Refused(400, "Bad request: a RECALL carries the Smuid of the message")
-        d = self.factory.store.find_message(seq)
+        d = self.factory.durable.find(seq)
         factory = self.factory
 
         def found(record: MessageRecord | None) -> Deferred:
@@ -323,11 +315,9 @@ class MessagingCommands(SessionBase):
                 raise Refused(404, "Not found: the message is no longer in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator recalls a message")
-            return factory.store.trash_message(seq, factory.clock.seconds()).addCallback(gone, record)
+            return factory.durable.trash(seq, "recalled").addCallback(gone, record)
 
-        def gone(settled: Any, record: MessageRecord) -> None:
-            if settled is not None:
-                self.service.durable.settle(settled, "recalled")
+        def gone(_settled: Any, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
             self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)

@@ -208,6 +208,12 @@ class Outbox(Answers):
         self._push(delivery)
         self.pump()
 
+    @property
+    def wire_format(self) -> Any:
+        """How the core renders a message never stored for this session (NOTIFY MESSAGE
+        with Guarantee: NO)."""
+        return self.service.wire
+
     def _window_full(self) -> bool:
         held = len(self.heap) + len(self.parked)
         return held >= WINDOW or (held > 0 and self.window_bytes >= self.max_bytes)
@@ -349,7 +355,7 @@ class Outbox(Answers):
         # past the budget, so a refill never holds more than the limit and one message.
         limit = max(1, WINDOW - len(self.heap) - len(self.parked))
         budget = max(1, self.max_bytes - self.window_bytes)
-        d = self.durable.store.pending(self.name, limit, exclude, budget, frozenset(self.known))
+        d = self.durable.pending(self.name, limit, exclude, budget, frozenset(self.known))
         d.addCallbacks(self._loaded, self._load_failed)
 
     def _loaded(self, deliveries: list[Delivery]) -> None:

@@ -3,7 +3,6 @@ GET, REMOVE and MOVE MESSAGE, and the message-number syntax they share (``1845-1
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -37,7 +36,7 @@ class QueueCommands(SessionBase):
 
     def do_LIST_MESSAGE(self, command: Command) -> Deferred:
         key, _display = self._message_queue(command.ref, Perm.SUBSCRIBE)
-        d = self.factory.store.list_messages(key)
+        d = self.factory.durable.numbers(key)
         return d.addCallback(lambda seqs: self._reply(200, "OK", format_ranges(seqs)))
 
     def do_GET_MESSAGE(self, command: Command) -> Deferred:
@@ -46,7 +45,7 @@ class QueueCommands(SessionBase):
             wanted = parse_ids(command.args[0])
         except ValueError as exc:
             raise Refused(400, f"Bad request: {exc}") from None
-        store = self.factory.store
+        durable = self.factory.durable
         body_bytes = self.service.body_bytes
 
         def listed(numbers: list[int]) -> Deferred:
@@ -67,20 +66,20 @@ class QueueCommands(SessionBase):
                 seq = next(left, None)
                 if seq is None:
                     return succeed(None)
-                d = store.get_messages(key, [seq])
+                d = durable.messages(key, [seq])
                 return d.addCallback(lambda records: b"".join(topic_line + body_bytes(r.data) for r in records))
 
             return self.stream_reply(encode_reply(200, "OK"), next_message, b".\r\n")
 
         # the numbers first: too many are refused, and only one message is read at a time
-        return store.list_messages(key).addCallback(listed)
+        return durable.numbers(key).addCallback(listed)
 
     def do_REMOVE_MESSAGE(self, command: Command) -> Deferred:
         key, _display = self._message_queue(command.ref, Perm.NONE)
         seq = smuid_number(command.args[0])
         if seq is None:
             raise Refused(400, "Bad request: expected an SMUID or a message number")
-        store = self.factory.store
+        durable = self.factory.durable
         service = self.service
 
         def found(record: MessageRecord | None) -> Any:
@@ -91,16 +90,14 @@ class QueueCommands(SessionBase):
             if not self._owned(record, owner_key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator removes a message")
             if record.trashed is not None:
-                return store.delete_message(seq).addCallback(lambda _: self._reply(200, "OK"))
-            return store.trash_message(seq, self.factory.clock.seconds()).addCallback(removed, record)
+                return durable.delete(seq).addCallback(lambda _: self._reply(200, "OK"))
+            return durable.trash(seq, "removed").addCallback(removed, record)
 
-        def removed(settled: Any, record: MessageRecord) -> None:
-            if settled is not None:
-                service.durable.settle(settled, "removed")
+        def removed(_settled: Any, record: MessageRecord) -> None:
             service.message_notice(key, "DELETE", record)
             self._reply(200, "OK")
 
-        return store.find_message(seq).addCallback(found)
+        return durable.find(seq).addCallback(found)
 
     def do_MOVE_MESSAGE(self, command: Command) -> Deferred:
         key, _display = self._message_queue(command.ref, Perm.NONE)
@@ -110,28 +107,23 @@ class QueueCommands(SessionBase):
             raise Refused(400, "Bad request: expected an SMUID or a message number")
         if destination == key:
             raise Refused(409, "Conflict: the message is in that topic already")
-        store = self.factory.store
+        durable = self.factory.durable
         service = self.service
-        now = self.factory.clock.seconds()
 
         def found(record: MessageRecord | None) -> Any:
             if record is None or record.topic != key or record.trashed is not None:
                 raise Refused(404, "Not found: no such message in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator moves a message")
-            deliveries = [(name, "ADD") for name in service.recipients(destination, "ADD", now)]
-            d = store.move_message(seq, destination, deliveries)
-            return d.addCallback(moved, record, deliveries)
+            return durable.move(record, destination).addCallback(moved, record)
 
-        def moved(settled: Any, record: MessageRecord, deliveries: list[tuple[str, str]]) -> None:
-            if settled is None:
+        def moved(live: bool, record: MessageRecord) -> None:
+            if not live:
                 raise Refused(404, "Not found: no such message in the topic")
-            service.durable.settle(settled)
             service.message_notice(key, "MOVE", record)
-            service.durable.offer(replace(record, topic=destination), deliveries)
             self._reply(200, "OK")
 
-        return store.find_message(seq).addCallback(found)
+        return durable.find(seq).addCallback(found)
 
 
 def parse_ids(text: str) -> list[int] | None:

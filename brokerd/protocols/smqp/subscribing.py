@@ -56,19 +56,8 @@ class SubscriptionCommands(SessionBase):
             raise Refused(413, f"Resource too large: {self.factory.settings.max_subscriptions} subscriptions")
         record = SubscriptionRecord(name, kind, topic, tuple(sorted(changes)), since, until)
         keys = sorted({node.link or node.key for node in selected})
-        store = self.factory.store
-        d = store.put_subscription(record)
-
-        def stored(_: Any) -> Any:
-            service.index.add(record)
-            if kind == MESSAGE:
-                now = self.factory.clock.seconds()
-                if "ADD" in changes and (until is None or until > now):
-                    return store.backfill(name, keys, since, now)
-            return None
 
         def done(_: Any) -> None:
-            self.factory.durable.changed(subscribers=(name,))
             if kind == MESSAGE:
                 self.notifications.refresh()
                 if pattern is None:
@@ -76,7 +65,7 @@ class SubscriptionCommands(SessionBase):
                 self.factory.subscriptions_changed()
             self._reply(200, "OK", *(node.display for node in selected))
 
-        return d.addCallback(stored).addCallback(done)
+        return self.factory.durable.subscribe(record, keys).addCallback(done)
 
     def do_SUBSCRIBE_MESSAGE(self, command: Command) -> Deferred:
         if command.since is not None and command.until is not None and command.until <= command.since:
@@ -133,16 +122,8 @@ class SubscriptionCommands(SessionBase):
                 raise Refused(404, f"Not found: not subscribed to {ref}")
             self._reply(200, "OK")
             return succeed(None)
-        store = self.factory.store
-        for sub in selected:
-            service.index.remove(name, sub.record.kind, sub.record.topic)
-        removals = [store.remove_subscription(name, sub.record.kind, sub.record.topic) for sub in selected]
-        dropped = sorted({key for sub in selected if sub.record.kind == MESSAGE
-                          for key in self._keys_of(sub) if not service.index.covered(name, key)})
-        d = store.drop_pending(name, dropped) if dropped else removals[-1]
 
-        def done(_: Any) -> None:
-            self.factory.durable.changed(subscribers=(name,))
+        def done(dropped: list[str]) -> None:
             if dropped:
                 self.notifications.refresh()
             for sub in selected:
@@ -156,7 +137,7 @@ class SubscriptionCommands(SessionBase):
             else:
                 self._reply(200, "OK", *lines)
 
-        return d.addCallback(done)
+        return self.factory.durable.unsubscribe(name, selected, self._keys_of).addCallback(done)
 
     def _keys_of(self, sub: Subscription) -> list[str]:
         if sub.pattern is None:

@@ -72,7 +72,6 @@ class TopicCommands(SessionBase):
         """Answer 200 once the store has the change (and run ``then``: notices); undo it in
         memory if the store fails."""
         def stored(_result: Any) -> None:
-            self.factory.durable.changed(tree=True)
             self._reply(OK, "OK")
             if then is not None:
                 then()
@@ -123,7 +122,7 @@ class TopicCommands(SessionBase):
         def created() -> None:
             service.topic_notice(parent.key, "ADD", node.display)
 
-        return self._persist(self.factory.store.put_topics([node.record()]),
+        return self._persist(self.factory.durable.put_topics([node.record()]),
                              lambda: tree.remove(node), created)
 
     def do_REMOVE_TOPIC(self, command: Command) -> Deferred:
@@ -132,7 +131,6 @@ class TopicCommands(SessionBase):
         transaction.  Their messages are still delivered and expire as usual."""
         found = self._resolve(command.ref, follow=False, need=Perm.CREATE)
         tree = self.factory.tree
-        store = self.factory.store
         service = self.factory.service
         removed = tree.remove(found.node)
         keys = [node.key for node in removed]
@@ -140,12 +138,11 @@ class TopicCommands(SessionBase):
         dropped: list[Subscription] = service.index.based_on(keys)
         entries = [(sub.record.subscriber, sub.record.kind, sub.record.topic) for sub in dropped]
         pending: list[int] = []
-        d = store.count_messages(keys)
+        d = self.factory.durable.count(keys)
         d.addCallback(pending.append)
-        d.addCallback(lambda _: store.delete_topics(keys, entries))
+        d.addCallback(lambda _: self.factory.durable.delete_topics(keys, entries))
 
         def done(_result: Any) -> None:
-            self.factory.durable.changed(tree=True, subscribers={entry[0] for entry in entries})
             self._reply(OK, "OK", f"{pending[0]} messages pending")
             service.topics_removed(paths, dropped)
 
@@ -168,7 +165,7 @@ class TopicCommands(SessionBase):
         changed = tree.rename(source, parent, new.leaves[-1])
         renames = [(old, node.record()) for old, node in changed]
         service = self.factory.service
-        return self._persist(self.factory.store.rename_topics(renames),
+        return self._persist(self.factory.durable.rename_topics(renames),
                              lambda: tree.rename(source, old_parent, old_name),  # type: ignore[arg-type]
                              lambda: service.topic_notice(old_key, "RENAME", source.display))
 
@@ -180,7 +177,7 @@ class TopicCommands(SessionBase):
         def undo() -> None:
             node.keywords = old
 
-        return self._persist(self.factory.store.put_topics([node.record()]), undo,
+        return self._persist(self.factory.durable.put_topics([node.record()]), undo,
                              lambda: self.factory.service.topic_notice(node.key, "KEYWORDS",
                                                                       format_keywords(node.keywords)))
 
@@ -192,8 +189,7 @@ class TopicCommands(SessionBase):
         def undo() -> None:
             node.delivery = old
 
-        return self._persist(self.factory.store.put_topics([node.record()]), undo,
-                             lambda: self.factory.durable.hold(node.key, node.delivery == "NONE"))
+        return self._persist(self.factory.durable.put_topics([node.record()]), undo)
 
     def do_SET_TOPIC_TIMEOUT(self, command: Command) -> Deferred:
         """Our extension: the default timeout of messages published to the topic (and,
@@ -212,7 +208,7 @@ class TopicCommands(SessionBase):
         def undo() -> None:
             node.timeout = old
 
-        return self._persist(self.factory.store.put_topics([node.record()]), undo)
+        return self._persist(self.factory.durable.put_topics([node.record()]), undo)
 
     def do_GET_TOPIC_TIMEOUT(self, command: Command) -> None:
         """``200-OK``, the timeout a message without Timeout gets in the topic, and where
@@ -220,8 +216,8 @@ class TopicCommands(SessionBase):
         SERVER`` (the server default)."""
         node = self._resolve(command.ref).node
         factory = self.factory
-        source = factory.tree.timeout_source(node.key)
-        origin = "SERVER" if source is None else source.display
+        source = factory.durable.topics.timeout_source(node.key)
+        origin = "SERVER" if source is None else factory.display(source)
         self._reply(OK, "OK", format_timeout(factory.message_timeout_for(node.key)), f"From: {origin}")
 
     def _changeable(self, node: Node) -> None:
@@ -281,7 +277,7 @@ class TopicCommands(SessionBase):
     def do_COUNT_MESSAGE(self, command: Command) -> Deferred:
         found, selected = self._selected(command.ref)
         keys = [node.key for node in selected] if command.ref.wildcard else [found.key]
-        return self.factory.store.count_messages(keys).addCallback(
+        return self.factory.durable.count(keys).addCallback(
             lambda count: self._reply(OK, "OK", str(count)))
 
     def do_COUNT_SUBSCRIBERS(self, command: Command) -> None:

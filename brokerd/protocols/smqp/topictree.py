@@ -46,7 +46,7 @@ class TopicError(Exception):
 class Node:
     """One topic.  ``transient`` nodes are implicit channel login topics (never stored).
     ``timeout`` is the topic's own default message timeout (None: it sets none and inherits,
-    see :meth:`TopicTree.timeout_source`; ``math.inf``: INFINITE)."""
+    see brokerd.core.storedtopics.StoredTopics.timeout_for; ``math.inf``: INFINITE)."""
 
     __slots__ = ("key", "name", "parent", "children", "keywords", "delivery", "link", "owner",
                  "created", "system", "transient", "timeout")
@@ -203,25 +203,6 @@ class TopicTree:
         """``/accounts/<name>/<channel>`` exists for every channel of a known account."""
         if node.system and node.depth == 2 and node.key.startswith(ACCOUNTS + "/"):
             return Node(_key(node.key, leaf), leaf, node, system=True, transient=True)
-        return None
-
-    def timeout_source(self, key: str) -> Node | None:
-        """The topic whose default message timeout applies to messages kept in queue
-        ``key``: the topic itself if it sets one, else its nearest ancestor that does
-        (a topic inherits its parent's timeout, as it inherits its permissions); None when
-        no topic on the way sets one (the server default applies).  A key that names no
-        stored node (an implicit channel login topic) starts at its nearest stored
-        ancestor."""
-        while True:
-            node = self._nodes.get(key)
-            if node is not None:
-                break
-            key = key.rpartition("/")[0]
-        walk: Node | None = node
-        while walk is not None:
-            if walk.timeout is not None:
-                return walk
-            walk = walk.parent
         return None
 
     def login_topic(self, account: str, channel: str) -> str:

@@ -4,7 +4,8 @@ Topics: SMQP ``/a/b`` is core topic ``a/b``, lower-cased (SMQP topics are case-i
 a core topic is reachable from SMQP when ``/`` + its name is a valid SMQP path.
 
 The core hands SMQP sessions only what was never stored: another protocol's unicast to an
-SMQP address.  It reaches the session as ``NOTIFY MESSAGE <topic> ADD`` with ``Guarantee:
+SMQP address, and an SMQP ``Guarantee: NO`` message to the durable subscribers of its topic
+(brokerd.core.broker.Broker.publish_unstored).  It reaches the session as ``NOTIFY MESSAGE <topic> ADD`` with ``Guarantee:
 NO``, so the session must not expect (or send) the two-phase 310 ACK; its attributes are
 made as :func:`~brokerd.protocols.smqp.mapping.to_body` says, with a ``Smuid`` from this
 server's counter.  Messages to topics reach SMQP subscribers through the durable service
@@ -52,15 +53,18 @@ def _login_topic(address: bytes) -> str | None:
 @implementer(IWireFormat)
 class SMQPWireFormat:
     """Renders core messages as NOTIFY MESSAGE.  ``server_id`` prefixes the Smuids (the
-    server's SUID), ``domain`` names this server in Cmuids, ``clock`` gives the time."""
+    server's SUID), ``domain`` names this server in Cmuids, ``clock`` gives the time,
+    ``display`` the path a topic key is shown as (the names as created)."""
 
     protocol = "smqp"
     queued_delivery = True
     """The core hands messages to a queue (the store, an outbox), not to a socket: SMQP logs
     the write itself (``delivered``), so the delivery-latency sampler leaves it out."""
 
-    def __init__(self, server_id: str, domain: str, clock: Callable[[], float]) -> None:
+    def __init__(self, server_id: str, domain: str, clock: Callable[[], float],
+                 display: Callable[[str], str] | None = None) -> None:
         self.server_id = server_id
+        self.display = display
         self.domain = domain
         self.clock = clock
         self._numbers = itertools.count(1)
@@ -70,6 +74,8 @@ class SMQPWireFormat:
     def render_message(self, message: Message) -> bytes | None:
         if message.kind == MULTICAST:
             topic = smqp_topic(message.target)  # type: ignore[arg-type]
+            if topic is not None and self.display is not None:
+                topic = self.display(message.target.decode("utf-8"))  # type: ignore[union-attr]
         elif message.kind == UNICAST:
             topic = _login_topic(message.target)  # type: ignore[arg-type]
         else:

@@ -177,9 +177,9 @@ def test_an_outcome_of_a_message_no_longer_in_memory_is_read_from_the_store(s):
 
 
 def test_the_memory_of_recent_messages_is_bounded(s, monkeypatch):
-    from brokerd.core import durable
+    from brokerd.core import outcomes
 
-    monkeypatch.setattr(durable, "PUBLISHED_MEMORY", 3)
+    monkeypatch.setattr(outcomes, "PUBLISHED_MEMORY", 3)
     publisher, pub_transport = s.login("p1")
     publisher.dataReceived(b"CREATE TOPIC /a\r\n")
     ids = [s.publish(publisher, pub_transport, b"m%d" % n) for n in range(5)]

@@ -91,12 +91,8 @@ class Rig:
         self.clock = Clock()
         self.store = MemoryStore()
         self.events = RecordingEvents()
-        self.durable = DurableService(self.store, self.clock, self.events)
-        self.durable.retry_timeout = settings.smqp_retry_timeout
-        self.durable.max_attempts = settings.smqp_max_attempts
-        self.durable.trash_retention = settings.smqp_trash_retention
-        self.service = MessageService(self.store, self.clock, None, None, lambda key: f"/{key}", self.events,
-                                      durable=self.durable)
+        self.durable = DurableService(self.store, self.clock, self.events, settings)
+        self.service = MessageService(self.durable, None, None, lambda key: f"/{key}", self.events)
         self.service.max_queued_bytes = settings.smqp_max_queued_bytes
         self.service.max_one_held = settings.smqp_max_one_held
         fired(self.durable.start())

@@ -10,6 +10,8 @@ from twisted.internet.task import Clock
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
+from brokerd.core.durable import attach_durable
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.smqp.server import build_factory
 from brokerd.store.memory import MemoryStore
 from brokerd.tap import Options, StartupError
@@ -25,7 +27,8 @@ class ReactorClock(Clock):
 
 def factory_for(settings: Settings):
     runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=ReactorClock())
-    runtime.resources["store"] = MemoryStore()
+    store = runtime.resources["store"] = MemoryStore()
+    attach_durable(runtime.broker, store, store.open(), runtime.reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
     factory = build_factory(runtime)
     assert factory.started.called and factory.start_error is None
     return factory

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import calendar
 import re
-import time
 from collections.abc import Iterable
 
 from brokerd.errors import ProtocolError
+from brokerd.stamps import format_datetime as format_datetime  # the wire's datetime, one definition
 from brokerd.protocols.smqp.events import TopicRef
 
 VERSION = "1.0"
@@ -127,13 +127,6 @@ def parse_datetime(text: str) -> float:
         raise ValueError(f"not an SMQP date-time: {text!r}") from None
     fraction = m.group(7)
     return seconds + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
-
-
-def format_datetime(seconds: float) -> str:
-    """POSIX seconds as ``DYYYYMMDDTHHMMSSccZ`` (GMT, hundredths of a second)."""
-    whole = int(seconds // 1)
-    hundredths = min(99, int(round((seconds - whole) * 100)))
-    return time.strftime("D%Y%m%dT%H%M%S", time.gmtime(whole)) + f"{hundredths:02d}Z"
 
 
 INFINITE = None
