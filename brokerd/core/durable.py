@@ -45,7 +45,7 @@ from brokerd.core.principal import account_principal
 from brokerd.core.queues import DurableQueues
 from brokerd.core.sync import DurableSync
 from brokerd.core.storedtopics import StoredTopics
-from brokerd.core.subscriptions import MESSAGE, SubscriptionIndex
+from brokerd.core.subscriptions import ADD, MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
@@ -61,8 +61,6 @@ EXPIRY_BATCH = 1000
 """Messages one sweep moves (another sweep follows at once when there were more)."""
 TRASH_INTERVAL = 60.0
 """Seconds between Trash emptyings."""
-ADD = "ADD"
-"""The change a new message makes to its topic (the one durable subscribers are told of)."""
 SUID_KEY = "suid"
 """The store's meta entry naming this server (shared by the nodes of a cluster)."""
 LINK_CHANNEL_PREFIX = "link_"

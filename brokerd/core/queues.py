@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 
-from brokerd.core.subscriptions import MESSAGE, Subscription, SubscriptionIndex
+from brokerd.core.subscriptions import ADD, MESSAGE, Subscription, SubscriptionIndex
 from brokerd.store.records import Delivery, MessageRecord, Settled, SubscriptionRecord
-
-ADD = "ADD"
 
 
 class DurableQueues:

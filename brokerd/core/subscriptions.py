@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from brokerd.store.records import SubscriptionRecord
 
 MESSAGE, TOPIC, SUBSCRIBERS = "MESSAGE", "TOPIC", "SUBSCRIBERS"
+ADD = "ADD"
+"""The change a new message makes to its topic (the one durable subscribers are told of)."""
 
 
 def stored_topic(key: str, pattern: str | None) -> str:

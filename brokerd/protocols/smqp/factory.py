@@ -6,7 +6,6 @@ and listener), and :func:`build_factory`, brokerd.tap's entry point (re-exported
 from __future__ import annotations
 
 import itertools
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from brokerd.auth.workers import shared_work_queue
 from brokerd.auth.policy import AccessListFile, access_list_for, ual_account
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Runtime, Settings
-from brokerd.core.durable import DurableService, attach_durable
+from brokerd.core.durable import DurableService, attach_durable, server_domain
 from brokerd.core.principal import Principal
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
@@ -81,7 +80,8 @@ class SMQPServerFactory(Factory):
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
-        self.domain = settings.smqp_domain or socket.gethostname() or "localhost"
+        check_limits(settings)
+        self.domain = server_domain(settings)
         self.message_timeout: float | None = settings.smqp_message_timeout
         """The server's default message timeout (the login reply's Timeout attribute)."""
         self._run_in_thread = run
@@ -113,13 +113,8 @@ class SMQPServerFactory(Factory):
         self.service = MessageService(self.durable, broker, self.wire, self.display, events, domain=self.domain)
         self.service.max_queued_bytes = settings.smqp_max_queued_bytes
         self.service.max_one_held = settings.smqp_max_one_held
-        if self.service.max_one_held < 1:
-            raise ConfigurationError(f"smqp-max-one-held: at least 1, not {self.service.max_one_held}")
         self.max_notify_window = settings.smqp_max_notify_window
         """The largest SET NOTIFY WINDOW granted (--smqp-max-notify-window)."""
-        if not 1 <= self.max_notify_window <= NOTIFY_WINDOW_LIMIT:
-            raise ConfigurationError(
-                f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {self.max_notify_window}")
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
@@ -283,6 +278,15 @@ class SMQPServerFactory(Factory):
         with ConfigurationError, keeping the old ones, when a file is bad."""
         d = self._run_in_thread(self.checker.load)
         return d.addCallback(lambda _: self.access_list.reload_now())
+
+
+def check_limits(settings: Settings) -> None:
+    """SMQP's limits that have a valid range; ConfigurationError names the option."""
+    if settings.smqp_max_one_held < 1:
+        raise ConfigurationError(f"smqp-max-one-held: at least 1, not {settings.smqp_max_one_held}")
+    if not 1 <= settings.smqp_max_notify_window <= NOTIFY_WINDOW_LIMIT:
+        raise ConfigurationError(
+            f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {settings.smqp_max_notify_window}")
 
 
 def parse_redirects(value: str | list[str] | None) -> tuple[str, ...]:
