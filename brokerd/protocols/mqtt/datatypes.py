@@ -118,7 +118,7 @@ def string_bytes(value: str, what: str = "string") -> bytes:
         raise ValueError(f"{what} holds a lone surrogate, which UTF-8 cannot encode") from None
     if len(raw) > MAX_TWO_BYTE:
         raise ValueError(f"{what} is {len(raw)} bytes of UTF-8 (at most 65535)")
-    if b"\x00" in raw:
+    if "\x00" in value:
         raise ValueError(f"{what} contains U+0000")
     return raw
 

@@ -117,7 +117,8 @@ class _Decoder:
         limit = self.max_packet_size
         while pos < size:
             first = data[pos]
-            self._check_fixed_header(first)
+            if not self._first_ok[first]:
+                raise self._fixed_header_error(first)
             # The Remaining Length, inline: read once per packet.
             index = pos + 1
             remaining = 0
@@ -156,15 +157,24 @@ class _Decoder:
             exc.version = self.version
         return exc
 
-    def _check_fixed_header(self, first: int) -> None:
+    def _set_receives(self, packet_types: frozenset[int]) -> None:
+        """Expect these packet types from now on; ``_first_ok[byte]`` says whether a fixed
+        header may start with that byte (one lookup per packet instead of the checks)."""
+        self._receives = packet_types
+        self._first_ok = tuple(
+            first >> 4 in packet_types and (first >> 4 == PUBLISH or first & 0x0F == _FIXED_FLAGS.get(first >> 4, 0))
+            for first in range(256)
+        )
+
+    def _fixed_header_error(self, first: int) -> MQTTProtocolError:
+        """What is wrong with a first byte that ``_first_ok`` refused."""
         packet_type = first >> 4
-        flags = first & 0x0F
         if packet_type not in self._receives:
             if packet_type == 0 or (packet_type == AUTH and self.version != MQTT_5):
-                raise self._at(malformed(f"reserved packet type {packet_type}"), first)
-            raise self._at(self._unexpected(packet_type), first)
-        if packet_type != PUBLISH and flags != _FIXED_FLAGS.get(packet_type, 0):
-            raise self._at(malformed(f"{PACKET_NAMES[packet_type]} with flag bits {flags:04b}"), first)
+                return self._at(malformed(f"reserved packet type {packet_type}"), first)
+            return self._at(self._unexpected(packet_type), first)
+        flags = first & 0x0F
+        return self._at(malformed(f"{PACKET_NAMES[packet_type]} with flag bits {flags:04b}"), first)
 
     def _packet(self, first: int, data: bytes, pos: int, end: int, packets: list[Packet]) -> None:
         try:
@@ -173,13 +183,14 @@ class _Decoder:
             raise self._at(exc, first) from None
         if first == 0x10:  # CONNECT: "\x00\x04MQTT" and then the protocol level
             self.version = data[pos + 6]
-            self._receives = self._receives_in(self.version)
+            self._set_receives(self._receives_in(self.version))
         elif self._from_clients and first >> 4 == PUBLISH:
             if packet.properties.subscription_identifiers:  # type: ignore[union-attr]
                 raise self._at(protocol_error("a client's PUBLISH with a Subscription Identifier"), first)
         packets.append(packet)
 
     _receives: frozenset[int]
+    _first_ok: tuple[bool, ...]
     _from_clients = False
     """Whether the peer is a client: a client never sends Subscription Identifiers
     ([MQTT-3.3.4-6]); a server sends one per matching subscription."""
@@ -204,7 +215,7 @@ class MQTTServerDecoder(_Decoder):
 
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE) -> None:
         super().__init__(max_packet_size, None)
-        self._receives = _BEFORE_CONNECT
+        self._set_receives(_BEFORE_CONNECT)
 
     def _receives_in(self, version: int) -> frozenset[int]:
         return _SERVER_RECEIVES[version]
@@ -225,7 +236,7 @@ class MQTTClientDecoder(_Decoder):
         if version not in VERSIONS:
             raise ValueError(f"MQTT protocol level 4 or 5, not {version!r}")
         super().__init__(max_packet_size, version)
-        self._receives = _CLIENT_RECEIVES[version]
+        self._set_receives(_CLIENT_RECEIVES[version])
 
     def _receives_in(self, version: int) -> frozenset[int]:
         return self._receives

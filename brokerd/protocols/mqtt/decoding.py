@@ -46,6 +46,7 @@ from brokerd.protocols.mqtt.packets import (
     UNSUBACK,
     UNSUBSCRIBE,
     WILL,
+    Acknowledgement,
     Auth,
     Connack,
     Connect,
@@ -214,9 +215,10 @@ def parse_publish(flags: int, data: bytes, pos: int, end: int, version: int) -> 
         topic = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise malformed("topic name is not well-formed UTF-8") from None
-    if b"\x00" in raw:
+    # str's "in" here: bytes' is several times slower on these short topics.
+    if "\x00" in topic:
         raise malformed("topic name contains U+0000")
-    if b"+" in raw or b"#" in raw:
+    if "+" in topic or "#" in topic:
         raise MQTTProtocolError("topic name contains a wildcard", reasons.TOPIC_NAME_INVALID)
     packet_id = None
     if qos:
@@ -244,7 +246,7 @@ _ACK_REASONS = {
 }
 
 
-def parse_ack(packet_type: int, data: bytes, pos: int, end: int, version: int) -> Puback | Pubrec | Pubrel | Pubcomp:
+def parse_ack(packet_type: int, data: bytes, pos: int, end: int, version: int) -> Acknowledgement:
     """PUBACK, PUBREC, PUBREL and PUBCOMP: a Packet Identifier, then in v5 an optional reason
     code and optional properties (3.4.2.1: both may be left out when the code is Success and
     there are no properties; the properties alone when there are none)."""
@@ -317,13 +319,18 @@ def parse_suback(flags: int, data: bytes, pos: int, end: int, version: int) -> S
     if version == MQTT_5:
         properties, pos = read_properties(data, pos, end, SUBACK)
         allowed = reasons.SUBACK_REASONS
+    return Suback(packet_id, _reason_codes(data, pos, end, allowed, "SUBACK"), properties)
+
+
+def _reason_codes(data: bytes, pos: int, end: int, allowed: frozenset[int], name: str) -> tuple[int, ...]:
+    """A SUBACK's or UNSUBACK's payload: one reason code per topic filter, at least one."""
     codes = tuple(data[pos:end])
     if not codes:
-        raise protocol_error("SUBACK without a reason code")
+        raise protocol_error(f"{name} without a reason code")
     for code in codes:
         if code not in allowed:
-            raise protocol_error(f"0x{code:02X} is not a SUBACK reason code")
-    return Suback(packet_id, codes, properties)
+            raise protocol_error(f"0x{code:02X} is not a {name} reason code")
+    return codes
 
 
 def parse_unsubscribe(flags: int, data: bytes, pos: int, end: int, version: int) -> Unsubscribe:
@@ -348,13 +355,7 @@ def parse_unsuback(flags: int, data: bytes, pos: int, end: int, version: int) ->
         _trailing(pos, end, "UNSUBACK")
         return Unsuback(packet_id)
     properties, pos = read_properties(data, pos, end, UNSUBACK)
-    codes = tuple(data[pos:end])
-    if not codes:
-        raise protocol_error("UNSUBACK without a reason code")
-    for code in codes:
-        if code not in reasons.UNSUBACK_REASONS:
-            raise protocol_error(f"0x{code:02X} is not an UNSUBACK reason code")
-    return Unsuback(packet_id, codes, properties)
+    return Unsuback(packet_id, _reason_codes(data, pos, end, reasons.UNSUBACK_REASONS, "UNSUBACK"), properties)
 
 
 # ---------------------------------------------------------------------------- the rest

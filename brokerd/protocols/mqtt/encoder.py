@@ -33,6 +33,7 @@ from brokerd.protocols.mqtt.packets import (
     PROTOCOL_NAME,
     VERSIONS,
     WILL,
+    Acknowledgement,
     Auth,
     Connack,
     Connect,
@@ -52,7 +53,7 @@ from brokerd.protocols.mqtt.packets import (
     Unsuback,
     Unsubscribe,
 )
-from brokerd.protocols.mqtt.properties import encode_properties
+from brokerd.protocols.mqtt.properties import encode_properties, is_empty
 from brokerd.protocols.mqtt.publish import PublishFrame
 from brokerd.protocols.mqtt.topics import is_shared
 
@@ -73,11 +74,13 @@ def _frame(packet_type: int, flags: int, body: bytes) -> bytes:
 
 def _properties(properties: Properties, packet_type: int, version: int) -> bytes:
     """The property block in v5; nothing in 3.1.1, where there must be none."""
+    if not isinstance(properties, Properties):
+        raise TypeError(f"properties must be Properties, not {type(properties).__name__}")
     if version == MQTT_5:
         if properties.authentication_data is not None and properties.authentication_method is None:
             raise ValueError("Authentication Data needs an Authentication Method")
         return encode_properties(properties, packet_type)
-    if properties != NO_PROPERTIES:
+    if not is_empty(properties):
         raise ValueError("MQTT 3.1.1 packets have no properties")
     return b""
 
@@ -151,18 +154,18 @@ _ACK_REASONS = {
 }
 
 
-def encode_ack(packet: Puback | Pubrec | Pubrel | Pubcomp, version: int) -> bytes:
+def encode_ack(packet: Acknowledgement, version: int) -> bytes:
     """PUBACK, PUBREC, PUBREL, PUBCOMP: as short as the spec allows (module docstring)."""
     kind = type(packet)
     flags = 0x02 if kind is Pubrel else 0
     packet_id = encode_packet_id(packet.packet_id)
     code = packet.reason_code
     if version == MQTT_311:
-        if code or packet.properties != NO_PROPERTIES:
+        if code or not is_empty(packet.properties):
             raise ValueError("MQTT 3.1.1 acknowledgements carry only the Packet Identifier")
         return _frame(kind.TYPE, flags, packet_id)
     _check_reason(code, _ACK_REASONS[kind], kind.__name__.upper())
-    if packet.properties == NO_PROPERTIES:
+    if is_empty(packet.properties):
         if code == reasons.SUCCESS:
             return _frame(kind.TYPE, flags, packet_id)
         return _frame(kind.TYPE, flags, packet_id + bytes((code,)))
@@ -220,7 +223,7 @@ def encode_unsubscribe(packet: Unsubscribe, version: int) -> bytes:
 def encode_unsuback(packet: Unsuback, version: int) -> bytes:
     packet_id = encode_packet_id(packet.packet_id)
     if version == MQTT_311:
-        if packet.reason_codes or packet.properties != NO_PROPERTIES:
+        if packet.reason_codes or not is_empty(packet.properties):
             raise ValueError("an MQTT 3.1.1 UNSUBACK carries only the Packet Identifier")
         return _frame(Unsuback.TYPE, 0, packet_id)
     if not packet.reason_codes:
@@ -244,11 +247,11 @@ def encode_pingresp(packet: Pingresp, version: int) -> bytes:
 def encode_disconnect(packet: Disconnect, version: int) -> bytes:
     code = packet.reason_code
     if version == MQTT_311:
-        if code or packet.properties != NO_PROPERTIES:
+        if code or not is_empty(packet.properties):
             raise ValueError("an MQTT 3.1.1 DISCONNECT has no reason code and no properties")
         return b"\xe0\x00"
     _check_reason(code, reasons.DISCONNECT_REASONS, "DISCONNECT")
-    if packet.properties == NO_PROPERTIES:
+    if is_empty(packet.properties):
         return b"\xe0\x00" if code == reasons.SUCCESS else bytes((0xE0, 1, code))
     return _frame(Disconnect.TYPE, 0, bytes((code,)) + _properties(packet.properties, Disconnect.TYPE, version))
 
@@ -258,7 +261,7 @@ def encode_auth(packet: Auth, version: int) -> bytes:
         raise ValueError("AUTH is MQTT 5.0 only")
     code = packet.reason_code
     _check_reason(code, reasons.AUTH_REASONS, "AUTH")
-    if code == reasons.SUCCESS and packet.properties == NO_PROPERTIES:
+    if code == reasons.SUCCESS and is_empty(packet.properties):
         return b"\xf0\x00"
     return _frame(Auth.TYPE, 0, bytes((code,)) + _properties(packet.properties, Auth.TYPE, version))
 

@@ -11,8 +11,11 @@ on the way in and out); payloads, passwords, correlation and authentication data
 The protocol version is not in the CONNECT value: the decoder keeps it (``decoder.version``)
 and the encoder takes it as an argument.
 
-Frozen dataclasses with slots: a decoded packet is a value the server may keep and share
-(a PUBLISH goes to every subscriber); :func:`dataclasses.replace` makes a changed copy.
+Dataclasses with slots, and frozen: a decoded packet is a value the server may keep and share;
+:func:`dataclasses.replace` makes a changed copy.  The exceptions are PUBLISH and its four
+acknowledgements, one or more per message on the hot path: a frozen dataclass's ``__init__``
+sets each field through ``object.__setattr__``, which makes building one about four times
+slower, so those are plain slotted dataclasses, to be treated as values all the same.
 """
 from __future__ import annotations
 
@@ -154,7 +157,7 @@ class Connack:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     """PUBLISH (section 3.3).  ``packet_id`` is None at QoS 0 and 1-65535 otherwise.  In v5 an
     empty ``topic`` with a Topic Alias property means "the topic the alias stands for"."""
@@ -169,44 +172,43 @@ class Publish:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
-class Puback:
+@dataclass(slots=True)
+class Acknowledgement:
+    """What PUBACK, PUBREC, PUBREL and PUBCOMP share: a Packet Identifier and, in v5, a reason
+    code and properties.  Equality also compares the class: a PUBACK is never a PUBREC."""
+
+    TYPE: ClassVar[int]
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = NO_PROPERTIES
+
+
+@dataclass(slots=True)
+class Puback(Acknowledgement):
     """PUBACK (section 3.4): the answer to a QoS 1 PUBLISH."""
 
     TYPE: ClassVar[int] = PUBACK
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
-class Pubrec:
+@dataclass(slots=True)
+class Pubrec(Acknowledgement):
     """PUBREC (section 3.5): the first answer to a QoS 2 PUBLISH."""
 
     TYPE: ClassVar[int] = PUBREC
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
-class Pubrel:
+@dataclass(slots=True)
+class Pubrel(Acknowledgement):
     """PUBREL (section 3.6): the answer to PUBREC."""
 
     TYPE: ClassVar[int] = PUBREL
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
-class Pubcomp:
+@dataclass(slots=True)
+class Pubcomp(Acknowledgement):
     """PUBCOMP (section 3.7): the answer to PUBREL, ending a QoS 2 exchange."""
 
     TYPE: ClassVar[int] = PUBCOMP
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = NO_PROPERTIES
 
 
 RETAIN_SEND = 0

@@ -227,8 +227,15 @@ def encode_properties(properties: Properties, packet_type: int) -> bytes:
     return encode_vbi(len(body)) + body
 
 
+def is_empty(properties: Properties) -> bool:
+    """True when no property is present (cheap for the shared empty value)."""
+    return properties is NO_PROPERTIES or properties == NO_PROPERTIES
+
+
 def encode_property_list(properties: Properties, packet_type: int) -> bytes:
     """The properties without the block's length, in identifier order."""
+    if properties is NO_PROPERTIES:
+        return b""
     if not isinstance(properties, Properties):
         raise TypeError(f"properties must be Properties, not {type(properties).__name__}")
     parts: list[bytes] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from brokerd.protocols.mqtt.datatypes import encode_string, encode_vbi
 from brokerd.protocols.mqtt.packets import MQTT_5, NO_PROPERTIES, PUBLISH, VERSIONS, Properties
-from brokerd.protocols.mqtt.properties import encode_property_list
+from brokerd.protocols.mqtt.properties import encode_property_list, is_empty
 
 MAX_REMAINING_LENGTH = 268_435_455
 
@@ -55,7 +55,7 @@ class PublishFrame:
             self._property_list = encode_property_list(properties, PUBLISH)
             self.tail = b"".join((encode_vbi(len(self._property_list)), self._property_list, payload))
         else:
-            if properties != NO_PROPERTIES:
+            if not is_empty(properties):
                 raise ValueError("MQTT 3.1.1 packets have no properties")
             self._property_list = b""
             self.tail = payload
