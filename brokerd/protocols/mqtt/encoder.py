@@ -18,6 +18,9 @@ message to many subscribers.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.datatypes import (
     encode_binary,
@@ -29,7 +32,6 @@ from brokerd.protocols.mqtt.datatypes import (
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
     MQTT_311,
-    NO_PROPERTIES,
     PROTOCOL_NAME,
     VERSIONS,
     WILL,
@@ -266,7 +268,7 @@ def encode_auth(packet: Auth, version: int) -> bytes:
     return _frame(Auth.TYPE, 0, bytes((code,)) + _properties(packet.properties, Auth.TYPE, version))
 
 
-_ENCODERS = {
+_ENCODERS: dict[type, Callable[[Any, int], bytes]] = {
     Connect: encode_connect,
     Connack: encode_connack,
     Publish: encode_publish,
