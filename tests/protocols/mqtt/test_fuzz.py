@@ -98,13 +98,13 @@ def test_arbitrary_bytes_to_a_client(version, data, points, max_size) -> None:
     check(lambda: MQTTClientDecoder(version, max_size), data, points)
 
 
-@settings(max_examples=400)
+@settings(max_examples=200)
 @given(mutated(client_stream(max_packets=5)), chunk_points, max_sizes)
 def test_mutated_client_streams(data, points, max_size) -> None:
     check(lambda: MQTTServerDecoder(max_size), data, points)
 
 
-@settings(max_examples=400)
+@settings(max_examples=200)
 @given(st.sampled_from((MQTT_311, MQTT_5)), mutated(server_stream(max_packets=5)), chunk_points, max_sizes)
 def test_mutated_server_streams(version, data, points, max_size) -> None:
     # The stream's own version or the other one: a client reading the wrong version still
