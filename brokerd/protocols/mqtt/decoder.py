@@ -21,6 +21,8 @@ repeats.  No other exception escapes.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from brokerd.protocols.mqtt.decoding import PARSERS
 from brokerd.protocols.mqtt.packets import (
     AUTH,
@@ -62,7 +64,7 @@ _FROM_CLIENTS = frozenset((CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SU
 _FROM_SERVERS = frozenset((CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGRESP))
 
 
-class _Decoder:
+class _Decoder(ABC):
     """What both sides share: framing, the size bound, and dispatch to the body readers."""
 
     def __init__(self, max_packet_size: int, version: int | None) -> None:
@@ -195,11 +197,13 @@ class _Decoder:
     """Whether the peer is a client: a client never sends Subscription Identifiers
     ([MQTT-3.3.4-6]); a server sends one per matching subscription."""
 
+    @abstractmethod
     def _unexpected(self, packet_type: int) -> MQTTProtocolError:
-        raise NotImplementedError
+        """The error for a packet type this side never receives."""
 
+    @abstractmethod
     def _receives_in(self, version: int) -> frozenset[int]:
-        raise NotImplementedError
+        """The packet types this side receives once ``version`` is known."""
 
 
 _SERVER_RECEIVES = {4: _FROM_CLIENTS - {CONNECT}, 5: (_FROM_CLIENTS | {AUTH}) - {CONNECT}}
