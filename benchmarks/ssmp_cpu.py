@@ -4,6 +4,7 @@
     python benchmarks/ssmp_cpu.py --commit HEAD --minimal --only a,c,d   # HEAD beside the minimal server
     python benchmarks/ssmp_cpu.py --commit HEAD --tree variant=/tmp/variant   # HEAD beside a prepared tree
     python benchmarks/ssmp_cpu.py --commit HEAD --profile /tmp/prof --only d  # py-spy's stacks instead
+    python benchmarks/ssmp_cpu.py --commit main --commit HEAD --per-read 1 --instructions  # callgrind's count
 
 Why: on a machine shared with other work, the wall-clock throughput of run_ssmp.py swings
 by tens of per cent from run to run.  This measures what a change does to the broker's own
@@ -21,6 +22,14 @@ The revisions run in turn, round after round, in fresh processes, so they share 
 machine's state.  It leaves out what the kernel does for sockets, so a change shows here
 larger than in run_ssmp.py.  (Before the (d) workload was added, (c) here was 10 topics of
 10 subscribers each, not pbload's 10 pairs: figures of (c) from then are not comparable.)
+
+``--per-read 1`` sends one message per read instead of 16, so each goes through the core on its
+own (``Broker.publish``, ``Broker.unicast``) rather than as a run.  ``--instructions`` counts
+instead of timing: each revision runs once under ``valgrind --tool=callgrind``, which counts
+the instructions of one measured repetition (after one unmeasured), per message.  The count
+does not depend on what else the machine runs, so it shows changes of a few per cent that
+the CPU time of a shared machine hides; it is slow (about half a minute per revision to
+start Python under valgrind, then about 50 times the run's time).
 """
 from __future__ import annotations
 
@@ -36,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 MEASURE = r'''
-import json, sys, tempfile, time
+import json, os, sys, tempfile, time
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -123,7 +132,10 @@ def sessions(kind):
     return publishers
 
 
-def measure(kind, messages, per_read=16, repeat=5):
+def measure(kind, messages, per_read, repeat, marks):
+    """The best CPU time per message in ns, and how many messages one repetition sends.  With
+    ``marks``, the last repetition calls getppid() before and getpgrp() after, where callgrind
+    zeroes and dumps its counts (--zero-before, --dump-before)."""
     publishers = sessions(kind)
     payload = b"x" * PAYLOAD.get(kind, 64)
     if kind == "r":
@@ -136,18 +148,27 @@ def measure(kind, messages, per_read=16, repeat=5):
         reads = [b"".join(head + payload + b"\n" for _ in range(per_read)) for (_p, _t, head) in publishers]
     rounds = max(1, messages // (per_read * len(publishers)))
     best = None
-    for _ in range(repeat):
+    sent = rounds * per_read * len(publishers)
+    for repetition in range(repeat):
+        marked = marks and repetition == repeat - 1
+        if marked:
+            os.getppid()
         started = time.process_time()
         for _ in range(rounds):
             for (protocol, transport, _head), data in zip(publishers, reads):
                 protocol.dataReceived(data)
                 transport.clear()
-        cost = (time.process_time() - started) / (rounds * per_read * len(publishers)) * 1e9
+        cost = (time.process_time() - started) / sent * 1e9
+        if marked:
+            os.getpgrp()
         best = cost if best is None else min(best, cost)
-    return best
+    return best, sent
 
 
-print(json.dumps({kind: measure(kind, config["messages"]) for kind in config["kinds"]}))
+results = {kind: measure(kind, config["messages"], config["per_read"], config["repeat"], config["marks"])
+           for kind in config["kinds"]}
+print(json.dumps({kind: ns for kind, (ns, _sent) in results.items()}))
+print(json.dumps({"sent": {kind: sent for kind, (_ns, sent) in results.items()}}))
 '''
 
 
@@ -163,15 +184,40 @@ def run_tree(tree: Path, server: str, options: argparse.Namespace, kinds: list[s
              profile: Path | None = None, event_log: bool = False) -> dict[str, float]:
     """One fresh process measuring ``kinds`` with the brokerd of ``tree`` (or the minimal
     server); under ``py-spy record`` into ``profile`` (raw collapsed stacks) when given."""
+    counting = options.instructions
     config = json.dumps({"server": server, "messages": options.messages, "kinds": kinds,
-                         "event_log": event_log, "benchmarks": str(REPO / "benchmarks")})
+                         "event_log": event_log, "benchmarks": str(REPO / "benchmarks"),
+                         "per_read": options.per_read, "repeat": 2 if counting else 5, "marks": counting})
     command = [sys.executable, "-c", MEASURE, config]
     if profile is not None:
         command = ["py-spy", "record", "--format", "raw", "--rate", str(options.profile_rate), "--nonblocking",
                    "-o", str(profile), "--", *command]
-    out = subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", "")}).stdout
-    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))  # py-spy adds lines
+    env = {"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", "")}
+    if not counting:
+        out = subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True, env=env).stdout
+        lines = [line for line in out.splitlines() if line.startswith("{") and '"sent"' not in line]
+        return json.loads(lines[-1])  # py-spy adds lines
+    with tempfile.TemporaryDirectory(prefix="ssmp-cpu-callgrind-") as dumps:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out",
+                   "--zero-before=getppid", "--dump-before=getpgrp", *command]
+        env["PYTHONHASHSEED"] = "0"  # the same hashes, so the same work, in every run
+        out = subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True, env=env).stdout
+        sent = json.loads(next(line for line in out.splitlines() if '"sent"' in line))["sent"]
+        counts = [_instructions(path) for path in sorted(Path(dumps).glob("out.*"), key=_dump_number)]
+    return {kind: count / sent[kind] for kind, count in zip(kinds, counts)}
+
+
+def _dump_number(path: Path) -> int:
+    """Callgrind numbers its dumps out.1, out.2, ... in the order they were taken."""
+    return int(path.name.rsplit(".", 1)[1])
+
+
+def _instructions(dump: Path) -> int:
+    """The instructions counted in one callgrind dump (its ``summary:`` or ``totals:`` line)."""
+    for line in dump.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise ValueError(f"{dump}: no instruction count")
 
 
 def main() -> None:
@@ -190,6 +236,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all revisions [5]")
     parser.add_argument("--messages", type=int, default=32000, help="messages per repetition [32000]")
     parser.add_argument("--only", default="a,b,c,d", help="workloads [a,b,c,d]")
+    parser.add_argument("--per-read", type=int, default=16,
+                        help="messages per read [16]; 1 sends every message through the core alone")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per message under callgrind instead of timing (the"
+                             " figures are then instructions, not ns; one round is enough)")
     parser.add_argument("--profile", metavar="DIR",
                         help="instead of measuring: one run per revision and workload under py-spy, raw"
                              " collapsed stacks into DIR/<label>-<workload>.txt")
@@ -217,13 +268,14 @@ def main() -> None:
                 print(f"{rev} ({kind}) {result[kind]:.0f} ns under py-spy -> {target}", flush=True)
         return
     seen: dict[str, dict[str, list[float]]] = {rev: {kind: [] for kind in kinds} for rev in trees}
+    unit = "instructions" if options.instructions else "ns"
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     for round_ in range(options.rounds):
         for rev, (tree, server, event_log) in trees.items():
             result = run_tree(tree, server, options, kinds, event_log=event_log)
             for kind, ns in result.items():
                 seen[rev][kind].append(ns)
-            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} ns" for k, v in result.items()),
+            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} {unit}" for k, v in result.items()),
                   flush=True)
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     base = next(iter(trees))
@@ -233,7 +285,7 @@ def main() -> None:
             best = min(seen[rev][kind])
             median = statistics.median(seen[rev][kind])
             change = "" if rev == base else f" ({(best / min(seen[base][kind]) - 1) * 100:+.1f} %)"
-            cells.append(f"{rev} best {best:.0f} ns, median {median:.0f} ns{change}")
+            cells.append(f"{rev} best {best:.0f} {unit}, median {median:.0f} {unit}{change}")
         print(f"({kind}) " + " | ".join(cells))
 
 

@@ -14,35 +14,61 @@ from zope.interface import Attribute, Interface
 
 
 class IWireFormat(Interface):
-    """Renders broker events for one wire protocol."""
+    """Renders broker events for one wire protocol.
+
+    Besides the two renderings every format has, it declares the optional features the core
+    and a cluster ask of it; :class:`WireFormat` gives each its default, so a format states
+    only those it has."""
 
     protocol = Attribute("The protocol's short name, e.g. 'ssmp'.")
+
+    portable = Attribute(
+        "bool (default False): the bytes it renders depend on the message only (not on the node, "
+        "the time or the session) and every session of the format can be sent them as plain "
+        "bytes.  A cluster then ships the bytes rendered on the publishing node to the other "
+        "nodes, which send them without decoding the run (Broker.deliver_rendered)."
+    )
+
+    writes_after_read = Attribute(
+        "bool (default False): its sessions hold what a read sends them until the read is "
+        "handled, so the delivery-latency sampler (brokerd.core.sampling) takes its time after "
+        "that write."
+    )
+
+    queued_delivery = Attribute(
+        "bool (default False): the core's hand-over to its sessions is a queue, not a write, so "
+        "the delivery-latency sampler takes no sample for it (the front end logs its own writes)."
+    )
 
     def render_message(message):
         """Return the bytes that deliver ``message`` (a brokerd.core.message.Message), or None
         when this protocol cannot carry it (the core counts it as dropped)."""
+
+    def render_run(messages):
+        """The bytes of a run of messages of one kind from one sender to one topic
+        (Broker.publish_batch) or one address (Broker.unicast_run), equal to the joined
+        :meth:`render_message` results; or None to have them rendered one by one (the default:
+        a format with a cheaper way to render a run, one join instead of one per message,
+        provides it)."""
 
     def render_presence(topic, member, joined, presence):
         """Return the bytes that tell a presence watcher that ``member`` (an ISubscriber)
         joined (``joined`` True) or left ``topic`` (bytes); ``presence`` says whether the member
         itself asked for presence.  None when this protocol has no way to say it."""
 
-    # Optional: ``render_run(messages)``, the bytes of a run of messages of one kind from one
-    # sender to one topic (Broker.publish_batch) or one address (Broker.unicast_run), or None
-    # to have them rendered one by one with render_message.  It must equal the joined
-    # render_message results; a format with a cheaper way to render a run (one join instead
-    # of one per message) provides it.
-    #
-    # Optional: ``portable = True`` when the bytes it renders depend on the message only (not
-    # on the node, the time or the session) and every session of the format can be sent them
-    # as plain bytes: a cluster then ships the bytes rendered on the publishing node to the
-    # other nodes, which send them without decoding the run (Broker.deliver_rendered).
-    #
-    # Optional flags for the delivery-latency sampler (brokerd.core.sampling):
-    # ``writes_after_read = True`` when its sessions hold what a read sends them until the read
-    # is handled (then the sample is taken after that write), ``queued_delivery = True`` when
-    # the core's hand-over is a queue, not a write (no sample is taken; the front end logs its
-    # own writes).
+
+class WireFormat:
+    """The defaults of :class:`IWireFormat`'s optional features.  A front end's wire format
+    subclasses it, implements IWireFormat's renderings and overrides what it has, so the core
+    reads each feature as a plain attribute."""
+
+    portable = False
+    writes_after_read = False
+    queued_delivery = False
+
+    def render_run(self, messages: list) -> bytes | None:
+        """Nothing cheaper than one rendering per message: the core renders them one by one."""
+        return None
 
 
 class ISubscriber(Interface):
@@ -69,7 +95,8 @@ class ISubscriber(Interface):
 
     # Optional: ``subscription_revoked(topic)``: a new access policy no longer lets this
     # session read ``topic``; the core has already taken it off the topic (a front end that
-    # counts its subscriptions updates the count).
+    # counts its subscriptions updates the count).  Only sessions that join core topics are
+    # told (SMQP's never do, and have none), so the core looks it up on them.
 
 
 class IBrokerObserver(Interface):

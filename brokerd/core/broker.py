@@ -26,7 +26,7 @@ from brokerd.core.keepout import KeptOut
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.core.sampling import DeliverySampler
-from brokerd.core.topics import Topic, TopicRegistry
+from brokerd.core.topics import FanOut, Topic, TopicRegistry, by_format
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
@@ -407,54 +407,23 @@ class Broker(Service):
 
     def publish(self, message: Message, exclude: ISubscriber | None = None) -> int:
         """Deliver a multicast ``message`` to every member of its topic except ``exclude``;
-        return how many sessions it was handed to.  Rendered once per wire format.
+        return how many sessions it was handed to.  Rendered once per wire format: a run of
+        one (:meth:`publish_batch`), which the event log records as one message.
         Raises Forbidden when the sender's principal may not publish there."""
         if self.access.policy is not None or message.target[:1] == _SYSTEM:  # type: ignore[index]
             self._check_publish(message, message.target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += 1
-        sender = message.protocol
-        stats.accepted_by[sender] += 1
+        stats.accepted_by[message.protocol] += 1
         if self.sampling:
             if self._forward is not None:
                 self._forward([message], None)
             return self.sampler.route([message], exclude)  # type: ignore[union-attr]
-        topic = self.topics.get(message.target)  # type: ignore[arg-type]
-        if topic is None:
-            if self._forward is not None:
-                self._forward([message], None)
-            if self.observer is not None:
-                self.observer.message_routed(message, 0, 0)
-            return 0
-        rendered: dict[str, bytes] | None = None if self._forward is None else {}
-        delivered = unrenderable = 0
-        routed = stats.routed_by[sender]
-        skip_sender = exclude is not None and exclude in topic.members
-        for fmt, members in topic.fanout():
-            data = fmt.render_message(message)
-            if data is None:
-                unrenderable += len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
-                continue
-            if rendered is not None and getattr(fmt, "portable", False):
-                rendered[fmt.protocol] = data
-            if skip_sender:
-                count = 0
-                for member in members:
-                    if member is not exclude:
-                        member.send(data)
-                        count += 1
-            else:
-                for member in members:
-                    member.send(data)
-                count = len(members)
-            delivered += count
-            routed[fmt] += count
-        stats.delivered += delivered
-        stats.unrenderable += unrenderable
-        if rendered is not None:
-            self._forward([message], rendered)  # type: ignore[misc]
-        if self.observer is not None:
-            self.observer.message_routed(message, delivered, unrenderable)
+        if self._forward is None:
+            return self._route([message], exclude, None, None, None)
+        rendered: dict[str, bytes] = {}
+        delivered = self._route([message], exclude, None, rendered, None)
+        self._forward([message], rendered)
         return delivered
 
     def publish_batch(self, messages: list[Message], exclude: ISubscriber | None = None) -> int:
@@ -465,29 +434,37 @@ class Broker(Service):
         Returns the number of (message, recipient) deliveries.  Raises Forbidden as
         :meth:`publish` does (one run has one sender).
         """
-        if self.access.policy is not None or messages[0].target[:1] == _SYSTEM:  # type: ignore[index]
-            self._check_publish(messages[0], messages[0].target)  # type: ignore[arg-type]
+        first = messages[0]
+        if self.access.policy is not None or first.target[:1] == _SYSTEM:  # type: ignore[index]
+            self._check_publish(first, first.target)  # type: ignore[arg-type]
         stats = self.stats
         stats.published += len(messages)
-        stats.accepted_by[messages[0].protocol] += len(messages)
+        stats.accepted_by[first.protocol] += len(messages)
         if self.sampling:
             if self._forward is not None:
                 self._forward(messages, None)
             return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
         if self._forward is None:
-            return self._route_run(messages, exclude)
+            return self._route(messages, exclude)
         # The other nodes get the run with the bytes rendered here for the portable wire
         # formats, so a node whose members all take those never decodes it (docs/cluster.md).
         rendered: dict[str, bytes] = {}
-        delivered = self._route_run(messages, exclude, None, rendered)
+        delivered = self._route(messages, exclude, None, rendered)
         self._forward(messages, rendered)
         return delivered
+
+    def route_timed(self, messages: list[Message], exclude: ISubscriber | None,
+                    stamps: list[tuple[IWireFormat, int, int]]) -> int:
+        """Route accepted ``messages`` (a run, as :meth:`publish_batch` takes it) as it does,
+        appending to ``stamps`` (wire format, recipients, time in ns) once each format's
+        recipients were handed the run: the delivery-latency sampler's publish."""
+        return self._route(messages, exclude, stamps)
 
     def deliver_remote(self, messages: list[Message]) -> int:
         """Deliver a run of multicast ``messages`` (one topic, in order) that another node
         accepted, to this node's members of the topic.  The publishing node checked the access
         policy and counted the messages as published; here they only count as delivered."""
-        return self._route_run(messages, None)
+        return self._route(messages, None)
 
     def deliver_rendered(self, run: Any) -> int:
         """Deliver a run another node accepted, as :meth:`deliver_remote`, from an opened
@@ -502,11 +479,11 @@ class Broker(Service):
         sections = run.sections
         observer = self.observer
         if topic is None or not sections or (observer is not None and not getattr(observer, "summarizes_runs", False)):
-            return self._route_run(run.messages(), None)
+            return self._route(run.messages(), None)
         fanout = topic.fanout()
         for fmt, _members in fanout:
-            if not (getattr(fmt, "portable", False) and fmt.protocol in sections):
-                return self._route_run(run.messages(), None)
+            if not (fmt.portable and fmt.protocol in sections):
+                return self._route(run.messages(), None)
         count = run.count
         routed = self.stats.routed_by[first.protocol]
         reached = 0
@@ -522,58 +499,80 @@ class Broker(Service):
                                         run.total, reached, 0)
         return reached * count
 
-    def _route_run(self, messages: list[Message], exclude: ISubscriber | None,
-                   stamps: list[tuple[IWireFormat, int, int]] | None = None,
-                   rendered: dict[str, bytes] | None = None) -> int:
-        """Fan a run out; with ``stamps`` (a sampled run), append (wire format, recipients,
-        time in ns) once each format's recipients were handed the run; with ``rendered``, keep
-        there the bytes of each portable wire format that carried the whole run (by name)."""
+    def _route(self, messages: list[Message], exclude: ISubscriber | None,
+               stamps: list[tuple[IWireFormat, int, int]] | None = None,
+               rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None) -> int:
+        """The fan-out, for one message or a run: render ``messages`` (one, or a run of one
+        sender's to one topic) once per wire format and hand each session of the format but
+        ``exclude`` the bytes with one ``send``; count it and tell the observer (one message as
+        one, a run as a run); return the (message, session) deliveries.  The sessions are the
+        members of the messages' topic, or ``fanout`` (a broadcast's peers) when given.
+
+        A run takes its format's ``render_run``, else it is rendered message by message, and a
+        format that cannot carry some messages of it gets the others.  With ``stamps`` (a timed
+        route, brokerd.core.sampling), append (wire format, recipients, time in ns) once each
+        format's sessions were handed their bytes; with ``rendered``, keep there the bytes of
+        each portable wire format that carried every message (by name, for the other nodes of
+        a cluster)."""
+        if fanout is None:
+            topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
+            if topic is None:
+                fanout = ()
+            else:
+                fanout = topic.grouped or topic.fanout()
+                if exclude is not None and exclude not in topic.members:
+                    exclude = None
         stats = self.stats
-        sender = messages[0].protocol
-        topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
+        routed = stats.routed_by[messages[0].protocol]
+        single = messages[0] if len(messages) == 1 else None
+        # reached: the sessions a run was for (a single message's are delivered + unrenderable)
         delivered = unrenderable = reached = 0
-        dropped: list[int] | None = None  # per message, once some format cannot carry one
-        if topic is not None:
-            routed = stats.routed_by[sender]
-            skip_sender = exclude is not None and exclude in topic.members
-            for fmt, members in topic.fanout():
-                recipients = len(members) - (skip_sender and exclude.wire_format is fmt)  # type: ignore[union-attr]
+        dropped: list[int] | None = None  # per message of a run, once some format cannot carry one
+        for fmt, members in fanout:
+            recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
+            if single is not None:
+                data = fmt.render_message(single)
+                if data is None:
+                    unrenderable += recipients
+                    continue
+                carried = 1
+            else:
                 reached += recipients
-                render_run = getattr(fmt, "render_run", None)
-                data = render_run(messages) if render_run is not None else None
-                if data is not None:
-                    rendered_count = len(messages)
-                else:
-                    render = fmt.render_message
-                    parts = [render(message) for message in messages]
+                data = fmt.render_run(messages)
+                carried = len(messages)
+                if data is None:
+                    data, parts = _render_each(fmt, messages)
                     if None in parts:
                         if dropped is None:
                             dropped = [0] * len(messages)
                         for index, part in enumerate(parts):
                             if part is None:
                                 dropped[index] += recipients
-                        parts = [part for part in parts if part is not None]
-                        unrenderable += (len(messages) - len(parts)) * recipients
-                    if not parts:
-                        continue
-                    data = b"".join(parts)
-                    rendered_count = len(parts)
-                if rendered is not None and rendered_count == len(messages) and getattr(fmt, "portable", False):
-                    rendered[fmt.protocol] = data
-                count = 0
+                        carried -= parts.count(None)
+                        unrenderable += (len(messages) - carried) * recipients
+                        if data is None:
+                            continue
+            if rendered is not None and carried == len(messages) and fmt.portable:
+                rendered[fmt.protocol] = data
+            if exclude is None:
+                for member in members:
+                    member.send(data)
+            else:
                 for member in members:
                     if member is not exclude:
                         member.send(data)
-                        count += 1
-                delivered += count * rendered_count
-                routed[fmt] += count * rendered_count
-                if stamps is not None:
-                    stamps.append((fmt, count, self.sampler.clock_ns()))  # type: ignore[union-attr]
-            stats.delivered += delivered
-            stats.unrenderable += unrenderable
-        if self.observer is not None:
-            if dropped is None:
-                self.observer.messages_routed(messages, reached, 0)
+            delivered += recipients * carried
+            routed[fmt] += recipients * carried
+            if stamps is not None:
+                stamps.append((fmt, recipients, self.sampler.clock_ns()))  # type: ignore[union-attr]
+        stats.delivered += delivered
+        stats.unrenderable += unrenderable
+        observer = self.observer
+        if observer is not None:
+            if single is not None:
+                observer.message_routed(single, delivered, unrenderable)
+            elif dropped is None:
+                observer.messages_routed(messages, reached, 0)
             else:
                 self._report_uneven_run(messages, reached, dropped)
         return delivered
@@ -658,8 +657,7 @@ class Broker(Service):
         stats.published += count
         stats.accepted_by[first.protocol] += count
         fmt = recipient.wire_format
-        render_run = getattr(fmt, "render_run", None)
-        data = render_run(messages) if render_run is not None else None
+        data = fmt.render_run(messages)
         if data is not None:
             recipient.send(data)
             stats.delivered += count
@@ -667,14 +665,13 @@ class Broker(Service):
             if self.observer is not None:
                 self.observer.messages_routed(messages, 1, 0)
             return True
-        render = fmt.render_message
-        parts = [render(message) for message in messages]
-        sent = [part for part in parts if part is not None]
-        if sent:
-            recipient.send(b"".join(sent))  # still one send for the run
-        stats.delivered += len(sent)
-        stats.unrenderable += count - len(sent)
-        stats.routed_by[first.protocol][fmt] += len(sent)
+        data, parts = _render_each(fmt, messages)
+        if data is not None:
+            recipient.send(data)  # still one send for the run
+        sent = count - parts.count(None)
+        stats.delivered += sent
+        stats.unrenderable += count - sent
+        stats.routed_by[first.protocol][fmt] += sent
         if self.observer is not None:
             for message, part in zip(messages, parts):
                 self.observer.message_routed(message, int(part is not None), int(part is None))
@@ -755,15 +752,12 @@ class Broker(Service):
         the names of those topics (:meth:`deliver_broadcast`)."""
         self.stats.published += 1
         self.stats.accepted_by[message.protocol] += 1
-        unrenderable = self.stats.unrenderable
         names = self._publishable(sender)
         peers = self._members_of(names)
         peers.pop(sender, None)
-        delivered = self._render_and_send(message, peers)
+        delivered = self._route([message], None, None, None, by_format(peers))
         if self._forward is not None and names:
             self.engine.broadcast(message, names)
-        if self.observer is not None:
-            self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
         return delivered
 
     def deliver_broadcast(self, message: Message, names: Iterable[bytes]) -> int:
@@ -775,26 +769,15 @@ class Broker(Service):
         if access.policy is not None:
             principal = message.principal if message.principal is not None else NOBODY
             names = [name for name in names if access.allows(principal, name, Perm.PUBLISH)]
-        unrenderable = self.stats.unrenderable
-        delivered = self._render_and_send(message, self._members_of(names))
-        if self.observer is not None:
-            self.observer.message_routed(message, delivered, self.stats.unrenderable - unrenderable)
-        return delivered
+        return self._route([message], None, None, None, by_format(self._members_of(names)))
 
-    def _render_and_send(self, message: Message, recipients: Iterable[ISubscriber]) -> int:
-        rendered: dict[IWireFormat, bytes | None] = {}
-        delivered = 0
-        for recipient in recipients:
-            fmt = recipient.wire_format
-            if fmt in rendered:
-                data = rendered[fmt]
-            else:
-                data = rendered[fmt] = fmt.render_message(message)
-            if data is None:
-                self.stats.unrenderable += 1
-                continue
-            recipient.send(data)
-            delivered += 1
-            self.stats.routed_by[message.protocol][fmt] += 1
-        self.stats.delivered += delivered
-        return delivered
+
+def _render_each(fmt: IWireFormat, messages: list[Message]) -> tuple[bytes | None, list[bytes | None]]:
+    """``messages`` rendered one by one for ``fmt`` (its ``render_run`` declined the run): the
+    bytes of those it carries, joined (None when it carries none), and each message's bytes
+    (None where it cannot carry it)."""
+    render = fmt.render_message
+    parts = [render(message) for message in messages]
+    carried = [part for part in parts if part is not None] if None in parts else parts
+    return (b"".join(carried) if carried else None), parts  # type: ignore[arg-type]
+

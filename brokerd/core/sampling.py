@@ -77,22 +77,22 @@ class DeliverySampler:
         self.broker.sampling = True
 
     def route(self, messages: list, exclude: Any) -> int:
-        """Route ``messages`` (one run, as ``Broker._route_run`` takes it) with time stamps;
-        return the deliveries."""
+        """Route ``messages`` (one accepted run, as ``Broker.route_timed`` takes it) with time
+        stamps; return the deliveries."""
         broker = self.broker
         broker.sampling = False
         clock = self.clock_ns
         stamps: list[tuple[Any, int, int]] = []
         accepted = clock()
-        delivered = broker._route_run(messages, exclude, stamps)
-        taken = [(fmt, count, at) for fmt, count, at in stamps if count and not getattr(fmt, "queued_delivery", False)]
+        delivered = broker.route_timed(messages, exclude, stamps)
+        taken = [(fmt, count, at) for fmt, count, at in stamps if count and not fmt.queued_delivery]
         if not taken:  # nobody to time: the next publish is sampled instead
             broker.sampling = True
             return delivered
         first = messages[0]
         details = (first.protocol, first.sender_name, first.target, len(messages))
-        later = [entry for entry in taken if getattr(entry[0], "writes_after_read", False)]
-        now = [entry for entry in taken if not getattr(entry[0], "writes_after_read", False)]
+        later = [entry for entry in taken if entry[0].writes_after_read]
+        now = [entry for entry in taken if not entry[0].writes_after_read]
         if later and not self.after_read(lambda: self._log(accepted, [(f, c, clock()) for f, c, _ in later], details)):
             now += later  # not inside a read: they were written when handed over
         if now:

@@ -11,14 +11,14 @@ from zope.interface import implementer
 from brokerd.cluster.envelope import encode, open_run
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
-from brokerd.interfaces import IWireFormat
+from brokerd.interfaces import IWireFormat, WireFormat
 from brokerd.protocols.mcchat.wire import MCCHAT_WIRE
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
 from tests.support.sessions import RecordingSession as Session
 
 
 @implementer(IWireFormat)
-class NodeBound:
+class NodeBound(WireFormat):
     """A format whose bytes depend on the node (not portable), like SMQP's."""
 
     protocol = "local"
@@ -50,8 +50,8 @@ RUN = [Message(MULTICAST, b"room", b"hi %d" % i, "ssmp", b"sam") for i in range(
 
 
 def envelope_of(formats: list[Any]) -> bytes:
-    return encode(b"\x00" * 8, RUN, {fmt.protocol: fmt.render_run(RUN) if hasattr(fmt, "render_run") else
-                                     b"".join(fmt.render_message(m) for m in RUN) for fmt in formats})
+    return encode(b"\x00" * 8, RUN, {fmt.protocol: fmt.render_run(RUN) or b"".join(fmt.render_message(m) for m in RUN)
+                                     for fmt in formats})
 
 
 def broker_with(*wires: Any, observer: Any = None) -> tuple[Broker, list[Session]]:

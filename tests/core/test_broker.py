@@ -10,11 +10,11 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.access import Perm
 from brokerd.core.principal import ACCOUNT, BROKER, NOBODY, Principal
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat
+from brokerd.interfaces import IBrokerObserver, ISubscriber, IWireFormat, WireFormat
 
 
 @implementer(IWireFormat)
-class Format:
+class Format(WireFormat):
     def __init__(self, protocol: str, refuse: bytes | None = None) -> None:
         self.protocol = protocol
         self.refuse = refuse

@@ -13,14 +13,14 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Details, Message
 from brokerd.events import schema
 from brokerd.events.log import ENCODE_INTERVAL, NULL_EVENT_LOG, EventLog, IEventRecorder
-from brokerd.interfaces import IBrokerObserver, IWireFormat
+from brokerd.interfaces import IBrokerObserver, IWireFormat, WireFormat
 from tests.support.sessions import RecordingSession as Session
 
 NOW_US = 1_714_564_800_000_000  # 2024-05-01T12:00:00Z
 
 
 @implementer(IWireFormat)
-class Wire:
+class Wire(WireFormat):
     def __init__(self, protocol: str, limit: int = 1024) -> None:
         self.protocol = protocol
         self.limit = limit

@@ -25,7 +25,7 @@ from typing import Any
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, Message
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, is_utf8, topic_problem
 
 RESERVED_TOPIC = b""
@@ -99,7 +99,7 @@ def foreign_username(message: Message) -> bytes:
 
 
 @implementer(IWireFormat)
-class MCChatWireFormat:
+class MCChatWireFormat(WireFormat):
     """Renders messages as MSG packets; counts, by reason, the messages MCCHAT cannot carry."""
 
     protocol = "mcchat"

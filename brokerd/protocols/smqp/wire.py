@@ -22,7 +22,7 @@ from collections.abc import Callable
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, UNICAST, Message
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.smqp.codec import encode_notify, format_datetime, parse_topic
 from brokerd.protocols.smqp.events import TopicRef
 from brokerd.protocols.smqp.mapping import to_body
@@ -51,7 +51,7 @@ def _login_topic(address: bytes) -> str | None:
 
 
 @implementer(IWireFormat)
-class SMQPWireFormat:
+class SMQPWireFormat(WireFormat):
     """Renders core messages as NOTIFY MESSAGE.  ``server_id`` prefixes the Smuids (the
     server's SUID), ``domain`` names this server in Cmuids, ``clock`` gives the time,
     ``display`` the path a topic key is shown as (the names as created)."""

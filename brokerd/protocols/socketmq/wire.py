@@ -18,7 +18,7 @@ from autobahn.twisted.websocket import WebSocketServerFactory
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, Message
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.socketmq.codec import encode, is_event_name
 from brokerd.protocols.socketmq.events import Event
 
@@ -45,7 +45,7 @@ class PreparedFrames(bytes):
 
 
 @implementer(IWireFormat)
-class SocketMQWireFormat:
+class SocketMQWireFormat(WireFormat):
     protocol = "socketmq"
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class SocketMQWireFormat:
         """Open sessions of this process that negotiated permessage-deflate (session.py)."""
 
     @property
-    def portable(self) -> bool:
+    def portable(self) -> bool:  # type: ignore[override]  # WireFormat's is a constant; this one follows the sessions
         """Whether a cluster may ship the frames rendered on one node to another, which writes
         them as they are: true while no session here compresses (the frames are uncompressed
         and carry no PreparedMessage for Autobahn to compress)."""

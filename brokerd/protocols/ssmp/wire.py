@@ -9,7 +9,7 @@ from __future__ import annotations
 from zope.interface import implementer
 
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.ssmp.codec import (
     _KNOWN_IDS,  # is_id's memory of valid ids: looked up inline, as the codec does, on the hot path
     ID_CHARS,
@@ -43,7 +43,7 @@ def ssmp_name(protocol: str, name: bytes) -> bytes:
 
 
 @implementer(IWireFormat)
-class SSMPWireFormat:
+class SSMPWireFormat(WireFormat):
     protocol = "ssmp"
     portable = True
     """The bytes depend on the message only: another node of a cluster may send them as they

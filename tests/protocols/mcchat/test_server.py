@@ -19,7 +19,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, Message
 from brokerd.core.principal import NOBODY
 from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.interfaces import ISubscriber, IWireFormat
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.mcchat import server as mcchat_server
 from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, encode_unsub
 from brokerd.protocols.mcchat.server import (
@@ -88,7 +88,7 @@ class Server:
 
 
 @implementer(IWireFormat)
-class RecordingWire:
+class RecordingWire(WireFormat):
     protocol = "other"
 
     def render_message(self, message: Message) -> bytes:
