@@ -114,10 +114,11 @@ class DurableQueues:
         """Deferred[bool]: remove message ``seq`` (one in a Trash) for good."""
         return self.store.delete_message(seq)  # type: ignore[no-any-return]
 
-    def move(self, record: MessageRecord, destination: str) -> Deferred:
+    def move(self, record: MessageRecord, destination: str, moved_from: Callable[[], object]) -> Deferred:
         """Move live ``record`` to topic ``destination``: its pending deliveries end, the
-        destination's subscribers get it.  Fires with True, or False when it was no longer
-        live."""
+        front end tells the source's subscribers (``moved_from``, e.g. SMQP's NOTIFY MESSAGE
+        MOVE), then the destination's subscribers get the message.  Fires with True, or False
+        when it was no longer live."""
         deliveries = [(name, ADD) for name in self.recipients(destination, ADD, self.clock.seconds())]
         d = self.store.move_message(record.seq, destination, deliveries)
 
@@ -125,6 +126,7 @@ class DurableQueues:
             if settled is None:
                 return False
             self.settle(settled)
+            moved_from()
             self.offer(replace(record, topic=destination), deliveries)
             return True
 

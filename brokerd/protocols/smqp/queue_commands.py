@@ -115,12 +115,12 @@ class QueueCommands(SessionBase):
                 raise Refused(404, "Not found: no such message in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator moves a message")
-            return durable.move(record, destination).addCallback(moved, record)
+            return durable.move(record, destination, lambda: service.message_notice(key, "MOVE", record)) \
+                .addCallback(moved)
 
-        def moved(live: bool, record: MessageRecord) -> None:
+        def moved(live: bool) -> None:
             if not live:
                 raise Refused(404, "Not found: no such message in the topic")
-            service.message_notice(key, "MOVE", record)
             self._reply(200, "OK")
 
         return durable.find(seq).addCallback(found)
