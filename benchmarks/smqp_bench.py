@@ -27,8 +27,10 @@ the subscriber then answers every NOTIFY a read brought in one write and counts 
 
 ``--profile DIR``: py-spy records the broker (all threads, idle samples left out; with
 ``--profile-gil`` only the thread holding the GIL) into DIR for each run, in its raw
-collapsed-stack format (with ``--drain``: the drain only).  The drain also reports the
-broker's CPU (all threads, from /proc) and the subscriber's per acknowledged delivery.
+collapsed-stack format (with ``--drain``: the publishing and the drain in a file each).  The drain also reports the
+broker's CPU (all threads, from /proc) and the subscriber's per acknowledged delivery, and
+the broker's CPU per durable publish while the publishers stored the backlog
+(``publish_broker_cpu_us``: no subscriber connected then, so it is the publish path alone).
 
 ``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
@@ -320,16 +322,17 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             ready.wait(30)
         spy = None
 
-        def record() -> subprocess.Popen:
+        def record(phase: str = "") -> subprocess.Popen:
             profile.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            name = f"smqp-{label}{'-drain' if drain else ''}-{int(time.time())}.txt"
+            name = f"smqp-{label}{phase}-{int(time.time())}.txt"
             flags = ["--nonblocking", "--threads", "-r", "500", "-f", "raw"] + (["--gil"] if gil else [])
             return subprocess.Popen(["py-spy", "record", *flags, "-o", str(profile / name),  # type: ignore[operator]
                                      "--pid", str(broker.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-        if profile is not None and not drain:
-            spy = record()
+        if profile is not None:
+            spy = record("-publish" if drain else "")
         start = time.time() + 0.5
+        publish_cpu = _cpu_seconds(broker.pid)
         target, target_port = (ssmp_publisher, ssmp_port) if ssmp else (publisher, port)
         procs = [multiprocessing.Process(target=target, args=(target_port, i, messages, window, size, start, queue))
                  for i in range(publishers)]
@@ -337,9 +340,12 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             proc.start()
         if drain:
             results = [queue.get(timeout=600) for _ in range(publishers)]
-            if profile is not None:
-                spy = record()
             broker_cpu = _cpu_seconds(broker.pid)
+            publish_cpu = broker_cpu - publish_cpu
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
+                spy = record("-drain")
             sub.start()
             results.append(queue.get(timeout=600))
         else:
@@ -354,7 +360,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         done_at, (first, e2e, sub_cpu) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
         figures = {}
         if drain:
-            figures = {"drain_rate": round(total / (done_at - first), 1),
+            figures = {"publish_broker_cpu_us": round(publish_cpu / total * 1e6, 1),
+                       "drain_rate": round(total / (done_at - first), 1),
                        "drain_broker_cpu_us": round((_cpu_seconds(broker.pid) - broker_cpu) / total * 1e6, 1),
                        "drain_subscriber_cpu_us": round(sub_cpu / total * 1e6, 1)}
         return {**figures,
