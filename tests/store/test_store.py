@@ -366,6 +366,37 @@ class TestSQLiteStore(StoreContract):
         assert [r.key for r in await store.load_topics()] == ["a", "b"]
 
     @pytest_twisted.ensureDeferred
+    async def test_a_failing_operation_is_undone_alone_even_after_it_wrote(self, store):
+        """Operations run without a savepoint each; one that fails after a write of its own
+        sends the batch again with savepoints: its write is undone, the others commit."""
+
+        def half_done(c):
+            c.execute("INSERT INTO meta (key, value) VALUES ('half', 'written')")
+            raise ValueError("fails after its write")
+
+        outcomes = await gatherResults([
+            store.put_topics([topic("a")]),
+            store._submit(half_done).addErrback(lambda f: f.trap(ValueError) and "failed"),
+            store.set_meta("after", "kept"),
+        ])
+        assert outcomes[1] == "failed"
+        assert [r.key for r in await store.load_topics()] == ["a"]
+        assert await store.get_meta("half") is None
+        assert await store.get_meta("after") == "kept"
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_batch_that_succeeds_takes_no_savepoints(self, store):
+        statements: list[str] = []
+        await store.set_meta("warm", "up")
+        store._connection.set_trace_callback(statements.append)
+        try:
+            await gatherResults([store.put_topics([topic(f"s{i}")]) for i in range(5)])
+        finally:
+            store._connection.set_trace_callback(None)
+        assert any(s.startswith("INSERT OR REPLACE INTO topics") for s in statements)
+        assert not [s for s in statements if "SAVEPOINT" in s.upper()]
+
+    @pytest_twisted.ensureDeferred
     async def test_a_version_2_database_is_migrated(self, tmp_path):
         """Migration 3 adds the topics' timeout column: rows written by the previous schema
         load with no timeout (they inherit), and the new column is written from then on."""
