@@ -58,8 +58,9 @@ def encode(message: Message) -> bytes:
     return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
 
 
-def decode(data: bytes) -> Message:
-    """The Message stored as ``data``; ValueError when ``data`` is not one."""
+def _read(data: bytes) -> tuple[dict, bytes, list[tuple[list, bytes]]]:
+    """The header, the payload and each part's ``(attributes, data)`` of stored ``data``;
+    ValueError when it is not a whole stored message."""
     if not data.startswith(TAG):
         raise ValueError("not a stored message")
     at = len(TAG)
@@ -71,19 +72,46 @@ def decode(data: bytes) -> Message:
         end = at + header["n"]
         payload = data[at:end]
         parts = []
-        for content_type, attributes, length in header["parts"]:
+        for _content_type, attributes, length in header["parts"]:
             if length < 0:
                 part_data = payload
             else:
                 part_data = data[end:end + length]
                 end += length
-            parts.append(Part(content_type, tuple(map(tuple, attributes)), part_data))
+            parts.append((attributes, part_data))
         if end != len(data):
             raise ValueError("stored message has trailing or missing data")
+        return header, payload, parts
+    except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+        raise ValueError(f"corrupt stored message: {exc}") from None
+
+
+def decode(data: bytes) -> Message:
+    """The Message stored as ``data``; ValueError when ``data`` is not one."""
+    header, payload, read = _read(data)
+    try:
+        parts = [Part(content_type, tuple(map(tuple, attributes)), part_data)
+                 for (content_type, _a, _n), (attributes, part_data) in zip(header["parts"], read)]
         details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
                           priority=header["pr"], expires=header["x"],
                           attributes=tuple(map(tuple, header["a"])), parts=tuple(parts))
         return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+        raise ValueError(f"corrupt stored message: {exc}") from None
+
+
+def sections(data: bytes) -> tuple[tuple[tuple[str, str], ...], list[tuple[tuple[tuple[str, str], ...], bytes]]] | None:
+    """The header attributes and each part's ``(attributes, data)`` of stored ``data``,
+    as :func:`decode` would give them (``Message.attributes``, ``Message.parts``), without
+    building the Message: all a front end renders of a message that carries them, once per
+    delivery.  None when the message has neither (its rendering needs the whole Message);
+    ValueError when ``data`` is not a stored message."""
+    header, _payload, read = _read(data)
+    try:
+        attributes = tuple(map(tuple, header["a"]))
+        if not attributes and not read:
+            return None
+        return attributes, [(tuple(map(tuple, part_attributes)), part_data) for part_attributes, part_data in read]
+    except TypeError as exc:
         raise ValueError(f"corrupt stored message: {exc}") from None
