@@ -127,7 +127,8 @@ class Conn:
 
     def login(self, account: str, channel: str, password: str) -> None:
         assert self.command(f"LOGIN {account}:{channel} CLEAR/1.0").code == 200
-        assert self.command(f"PASS {account} {password}").code == 200
+        reply = self.command(f"PASS {account} {password}")
+        assert reply.code == 200, reply
 
 
 def publish_command(cmuid: str, size: int) -> bytes:

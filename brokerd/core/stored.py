@@ -19,7 +19,8 @@ from brokerd.core.message import MULTICAST, Details, Message, Part
 
 TAG = b"\x00brokerd-message/1\n"
 _LENGTH = struct.Struct(">I")
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_dumps = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""The header is built here of strings, numbers and lists: it holds no cycle to look for."""
 _loads = json.loads
 
 
@@ -38,6 +39,14 @@ def _bytes(value: str | None) -> bytes | None:
 
 def encode(message: Message) -> bytes:
     """The stored form of ``message``."""
+    return encode_stamped(message, message.message_id, message.created, message.expires)
+
+
+def encode_stamped(message: Message, message_id: str | None, created: float | None,
+                   expires: float | None) -> bytes:
+    """The stored form of ``message`` with ``message_id``, ``created`` and ``expires`` in
+    place of its own: what the durable service keeps of a message it numbers, without
+    making the numbered copy of the Message first."""
     payload = message.payload
     parts = []
     blobs = [payload]
@@ -50,8 +59,8 @@ def encode(message: Message) -> bytes:
     header = {
         "k": message.kind, "t": _text(message.target), "p": message.protocol,
         "s": _text(message.sender_name), "d": _text(message.display_name),
-        "b": message.binary, "c": message.content_type, "i": message.message_id,
-        "cr": message.created, "pr": message.priority, "x": message.expires,
+        "b": message.binary, "c": message.content_type, "i": message_id,
+        "cr": created, "pr": message.priority, "x": expires,
         "a": message.attributes, "n": len(payload), "parts": parts,
     }
     head = _dumps(header).encode("ascii")

@@ -507,6 +507,26 @@ class SQLiteStore:
 
         return self._submit(publish)
 
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+        items = list(items)
+        messages = [(record.seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+                     record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
+                    for record, _deliveries in items]
+        deliveries = [(subscriber, record.seq, PENDING, 0, change)
+                      for record, pairs in items for subscriber, change in pairs]
+
+        def publish(c: sqlite3.Connection) -> list[int]:
+            try:
+                c.executemany(
+                    "INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires,"
+                    " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", messages)
+            except sqlite3.IntegrityError:
+                raise ValueError("duplicate message among " + ", ".join(repr(row[1]) for row in messages)) from None
+            c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", deliveries)
+            return [row[0] for row in messages]
+
+        return self._submit(publish)
+
     def find_message(self, seq: int) -> Deferred:
         def get(c: sqlite3.Connection) -> MessageRecord | None:
             row = c.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE seq = ?", (seq,)).fetchone()

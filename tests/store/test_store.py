@@ -129,6 +129,20 @@ class StoreContract:
         assert await store.count_messages(["news", "other"]) == 1
 
     @pytest_twisted.ensureDeferred
+    async def test_publish_many_stores_each_with_its_deliveries_or_none_of_them(self, store):
+        first = await store.next_seq()
+        seqs = await store.publish_many([(numbered(first, "news"), [("s:1", "ADD"), ("s:2", "ADD")]),
+                                         (numbered(first + 1, "news"), [("s:1", "ADD")])])
+        assert seqs == [first, first + 1]
+        assert [d.seq for d in await store.pending("s:1", 10)] == [first, first + 1]
+        assert [d.seq for d in await store.pending("s:2", 10)] == [first]
+        with pytest.raises(ValueError):  # the second repeats a stored message: neither is kept
+            await store.publish_many([(numbered(first + 2, "news"), [("s:3", "ADD")]),
+                                      (numbered(first, "news"), [("s:3", "ADD")])])
+        assert await store.pending("s:3", 10) == []
+        assert await store.count_messages(["news"]) == 2
+
+    @pytest_twisted.ensureDeferred
     async def test_subscriptions(self, store):
         a = SubscriptionRecord("alice:c1", "MESSAGE", "news", ("ADD",), 5.0, 9.0)
         await store.put_subscription(a)
