@@ -24,6 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from json.encoder import encode_basestring  # the escaping of schema.encode (ensure_ascii=False)
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,11 @@ class Encoder:
                 )
                 continue
             if tag == _ROUTED:
+                line = self._routed_line(ts, entry[2], entry[3], entry[4])
+                if line is not None:
+                    stamps.append(ts)
+                    chunks.append(line.encode("utf-8"))
+                    continue
                 record = self._routed(ts, entry[2], entry[3], entry[4])
             else:
                 line = self._outcome_line(ts, entry[2], entry[3], entry[4])
@@ -204,6 +210,19 @@ class Encoder:
         if group:
             self._group(group_key, group, stamps, chunks)
         return stamps, chunks
+
+    def _routed_line(self, ts: int, message: Any, delivered: int, dropped: int) -> str | None:
+        """The ``accepted`` record of a message that carries nothing of its own but its id
+        (an SMQP publish: the id its publisher is answered with) from the cached text of its
+        shared fields (:meth:`_render_shared`), as a summary's; None for one with a payload
+        or a time of its own to log (:meth:`_routed` writes it)."""
+        if self.include_payloads or self._timed(message):
+            return None
+        key = (message.protocol, message.sender_name, message.target, message.kind, delivered, dropped)
+        head, tail = self._shared.get(key) or self._render_shared(key)
+        message_id = message.message_id
+        own = "" if message_id is None else f',"message_id":{encode_basestring(schema.text(message_id))}'
+        return f'{head}{ts},"bytes":{len(message.payload)}{tail[:-2]}{own}}}\n'
 
     def _outcome_line(self, ts: int, kind: str, protocol: str, fields: dict[str, Any]) -> str | None:
         """A durable delivery's outcome event written from its format (brokerd.events.

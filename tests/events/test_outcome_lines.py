@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokerd.events import schema
-from brokerd.events.log import _RECORD, Encoder
+from brokerd.events.log import _RECORD, _ROUTED, Encoder
 from brokerd.events.outcome_lines import outcome_line, record_head
 
 
@@ -75,3 +75,27 @@ def test_the_encoder_writes_outcomes_from_the_format_and_the_rest_as_before():
     assert [chunk.decode("utf-8") for chunk in chunks] == [
         _generic(encoder, ts // 1000, kind, protocol, fields) for _tag, ts, kind, protocol, fields in entries]
     assert [json.loads(chunk)["kind"] for chunk in chunks] == ["delivered", "acked", "dropped", "trashed", "login"]
+
+
+@given(st.binary(max_size=20), st.binary(min_size=1, max_size=20), st.none() | _text,
+       st.sampled_from(["multicast", "unicast"]), st.integers(0, 5), st.integers(0, 3), st.binary(max_size=50))
+def test_an_accepted_record_from_cached_fields_is_the_generic_line(sender, target, message_id, kind, delivered,
+                                                                    dropped, payload):
+    from brokerd.core.message import Details, Message
+
+    encoder = Encoder("node-1", include_payloads=False)
+    message = Message(kind, target, payload, "smqp", sender, False, details=Details(message_id=message_id))
+    line = encoder._routed_line(123456, message, delivered, dropped)
+    assert line == schema.encode(encoder._routed(123456, message, delivered, dropped))
+    assert encoder._routed_line(123457, message, delivered, dropped) == schema.encode(
+        encoder._routed(123457, message, delivered, dropped))  # from the cache this time
+
+
+def test_with_payloads_logged_an_accepted_record_takes_the_generic_path():
+    from brokerd.core.message import Details, Message
+
+    encoder = Encoder("node-1", include_payloads=True)
+    message = Message("multicast", b"news", b"hi", "smqp", b"alice:1", False, details=Details(message_id="s/1"))
+    assert encoder._routed_line(1, message, 1, 0) is None
+    stamps, chunks = encoder([(_ROUTED, 5_000_000, message, 1, 0)])
+    assert json.loads(chunks[0])["payload"] == schema.encode_payload(b"hi")
