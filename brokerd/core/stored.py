@@ -122,5 +122,5 @@ def sections(data: bytes) -> tuple[tuple[tuple[str, str], ...], list[tuple[tuple
         if not attributes and not read:
             return None
         return attributes, [(tuple(map(tuple, part_attributes)), part_data) for part_attributes, part_data in read]
-    except TypeError as exc:
+    except (KeyError, TypeError) as exc:
         raise ValueError(f"corrupt stored message: {exc}") from None

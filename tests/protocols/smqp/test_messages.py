@@ -157,6 +157,7 @@ def test_a_corrupt_stored_row_is_a_value_error_for_the_renderer_too():
     data = stored.encode(Message(MULTICAST, b"news", b"hi", "ssmp", b"sam", False,
                                  details=Details(attributes=(("Created", "D1"),))))
     for bad in (data[:-1], data + b"x", stored.TAG + b"\x00\x00\x00\x02{}",
-                data.replace(b'"a":[["Created","D1"]]', b'"a":5')):
+                data.replace(b'"a":[["Created","D1"]]', b'"a":5'),
+                data.replace(b'"a":[["Created","D1"]]', b'"z":[["Created","D1"]]')):
         with pytest.raises(ValueError):
             row_body(bad, "example.org")
