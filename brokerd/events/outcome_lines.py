@@ -37,6 +37,8 @@ def outcome_line(ts: int, head: str, fields: dict[str, Any]) -> str | None:
     if tuple(fields) not in _SHAPES:
         return None
     session = fields["session"]
+    if session.__class__ is bytes:  # a connection's name (ISubscriber.name): text as _record makes it
+        session = schema.text(session)
     topic = fields["topic"]
     reason = fields["reason"]
     outcome = fields["outcome"]

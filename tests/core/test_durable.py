@@ -10,6 +10,7 @@ from brokerd.core import stored
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord, TopicRecord
 from tests.protocols.ssmp.helpers import Harness
@@ -276,7 +277,9 @@ def test_a_message_no_longer_in_memory_is_read_once_for_its_outcome_events():
     durable.delivered(session, delivery)
     _result(durable.acknowledged(session, delivery))
     assert [kind for kind, _fields in events.records] == ["delivered", "acked"]
-    for _kind, fields in events.records:
+    for kind, fields in events.records:
         assert fields["sender"] == "ssmp:sam" and fields["bytes"] == 5
         assert fields["message_id"].startswith(durable.suid + "/")
+        # the shape the event log writes from its format (brokerd.events.outcome_lines)
+        assert outcome_line(1, record_head("node", "durable", kind), fields) is not None
     assert store.reads == 1

@@ -36,8 +36,16 @@ def test_an_outcome_line_is_the_generic_line(session, topic, reason, queued, ts)
     assert schema.validate(json.loads(line))["session"] == session
 
 
+@given(st.binary(max_size=30))
+def test_a_session_named_in_bytes_is_written_as_the_generic_path_writes_it(name):
+    encoder = Encoder("node-1", include_payloads=False)
+    fields = _fields(session=name)
+    line = outcome_line(9, record_head("node-1", "smqp", schema.DELIVERED), fields)
+    assert line is not None and line == _generic(encoder, 9, schema.DELIVERED, "smqp", fields)
+
+
 @pytest.mark.parametrize("change", [
-    {"session": b"bob:1"},           # bytes: the generic path turns them into text
+    {"topic": b"news"},              # only a session comes as bytes (a connection's name)
     {"bytes": True},                 # a bool is no count
     {"latency_us": 1.5},
     {"reason": 3},
