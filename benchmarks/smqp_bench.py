@@ -327,6 +327,8 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         args = [sys.executable, str(REPO / "benchmarks" / "minimal_smqp.py"), str(port), str(work / "data")]
     if callgrind is not None:
         callgrind.mkdir(parents=True, exist_ok=True)
+        if not minimal:  # some 50 times slower: the publishers' logins must not time out
+            args += ["--login-timeout", "600"]
         args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
                 f"--callgrind-out-file={callgrind / ('callgrind.' + label + '.%p')}", *args]
     log = open(work / "broker.log", "wb")
