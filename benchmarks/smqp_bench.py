@@ -27,8 +27,18 @@ the subscriber then answers every NOTIFY a read brought in one write and counts 
 
 ``--profile DIR``: py-spy records the broker (all threads, idle samples left out; with
 ``--profile-gil`` only the thread holding the GIL) into DIR for each run, in its raw
-collapsed-stack format (with ``--drain``: the drain only).  The drain also reports the
-broker's CPU (all threads, from /proc) and the subscriber's per acknowledged delivery.
+collapsed-stack format (with ``--drain``: the publishing and the drain in a file each).  The drain also reports the
+broker's CPU (all threads, from /proc) and the subscriber's per acknowledged delivery, and
+the broker's CPU per durable publish while the publishers stored the backlog
+(``publish_broker_cpu_us``: no subscriber connected then, so it is the publish path alone).
+
+``--callgrind DIR``: the broker runs under ``valgrind --tool=callgrind`` with the
+instrumentation off until the publishers start; it is on while they publish and (with
+``--drain``) while the subscriber drains, each phase dumped into DIR on its own, and the run
+reports the instructions the broker executed per durable publish (``publish_broker_ir``)
+and per acknowledged delivery (``drain_broker_ir``), all threads.  Instruction counts do not
+move with the machine's load, unlike CPU time: the evidence for a change on a busy machine
+(the wall-clock figures of such a run mean nothing: everything runs some 50 times slower).
 
 ``--ssmp``: the publishers are SSMP clients (``MCAST bench`` pipelined the same way) and the
 subscriber is still the SMQP durable subscriber of ``/bench``: every ``200`` then means the
@@ -117,7 +127,8 @@ class Conn:
 
     def login(self, account: str, channel: str, password: str) -> None:
         assert self.command(f"LOGIN {account}:{channel} CLEAR/1.0").code == 200
-        assert self.command(f"PASS {account} {password}").code == 200
+        reply = self.command(f"PASS {account} {password}")
+        assert reply.code == 200, reply
 
 
 def publish_command(cmuid: str, size: int) -> bytes:
@@ -253,6 +264,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _callgrind(pid: int, *flags: str) -> None:
+    subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True, timeout=300)
+
+
+def _callgrind_phase(pid: int, directory: Path, label: str, phase: str) -> float:
+    """Dump the instructions counted since the last dump (the phase ``phase``), zero the
+    counters, and return the instructions of that dump (all threads)."""
+    before = set(directory.iterdir())
+    _callgrind(pid, f"--dump={phase}")
+    _callgrind(pid, "-z")
+    deadline = time.time() + 300
+    while True:
+        new = [path for path in set(directory.iterdir()) - before if label in path.name]
+        if new:
+            time.sleep(1)  # the dump is written by the broker process
+            break
+        if time.time() > deadline:
+            raise RuntimeError("callgrind wrote no dump")
+        time.sleep(0.2)
+    total = 0
+    for path in new:
+        for line in path.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                total = max(total, int(line.split()[1]))
+    return float(total)
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -270,7 +308,7 @@ def export(revision: str) -> Path:
 def run_once(publishers: int, messages: int, window: int, size: int, group_commit: bool,
              tree: Path = REPO, ssmp: bool = False, drain: bool = False, profile: Path | None = None,
              label: str = "", gil: bool = False, store_url: str | None = None,
-             notify_window: int = 1, minimal: bool = False) -> dict:
+             notify_window: int = 1, minimal: bool = False, callgrind: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="smqp-bench-"))
     accounts = work / "accounts"
     write_accounts(accounts, {"alice": PasswordHash.create("alicepw", n=2), "bob": PasswordHash.create("bobpw", n=2)})
@@ -287,11 +325,17 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         args += ["--smqp-max-notify-window", str(notify_window)]
     if minimal:
         args = [sys.executable, str(REPO / "benchmarks" / "minimal_smqp.py"), str(port), str(work / "data")]
+    if callgrind is not None:
+        callgrind.mkdir(parents=True, exist_ok=True)
+        if not minimal:  # some 50 times slower: the publishers' logins must not time out
+            args += ["--login-timeout", "600"]
+        args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
+                f"--callgrind-out-file={callgrind / ('callgrind.' + label + '.%p')}", *args]
     log = open(work / "broker.log", "wb")
     broker = subprocess.Popen(args, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYTHONPATH=str(tree)))
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + (600 if callgrind is not None else 30)
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -320,16 +364,19 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             ready.wait(30)
         spy = None
 
-        def record() -> subprocess.Popen:
+        def record(phase: str = "") -> subprocess.Popen:
             profile.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            name = f"smqp-{label}{'-drain' if drain else ''}-{int(time.time())}.txt"
+            name = f"smqp-{label}{phase}-{int(time.time())}.txt"
             flags = ["--nonblocking", "--threads", "-r", "500", "-f", "raw"] + (["--gil"] if gil else [])
             return subprocess.Popen(["py-spy", "record", *flags, "-o", str(profile / name),  # type: ignore[operator]
                                      "--pid", str(broker.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-        if profile is not None and not drain:
-            spy = record()
+        if profile is not None:
+            spy = record("-publish" if drain else "")
         start = time.time() + 0.5
+        if callgrind is not None:
+            _callgrind(broker.pid, "-i", "on")
+        publish_cpu = _cpu_seconds(broker.pid)
         target, target_port = (ssmp_publisher, ssmp_port) if ssmp else (publisher, port)
         procs = [multiprocessing.Process(target=target, args=(target_port, i, messages, window, size, start, queue))
                  for i in range(publishers)]
@@ -337,9 +384,14 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
             proc.start()
         if drain:
             results = [queue.get(timeout=600) for _ in range(publishers)]
-            if profile is not None:
-                spy = record()
             broker_cpu = _cpu_seconds(broker.pid)
+            publish_cpu = broker_cpu - publish_cpu
+            if callgrind is not None:
+                publish_ir = _callgrind_phase(broker.pid, callgrind, label, "publish")
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
+                spy = record("-drain")
             sub.start()
             results.append(queue.get(timeout=600))
         else:
@@ -349,14 +401,24 @@ def run_once(publishers: int, messages: int, window: int, size: int, group_commi
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
+        if callgrind is not None:
+            phase = "drain" if drain else "publish"
+            ir = _callgrind_phase(broker.pid, callgrind, label, phase)
+            if not drain:
+                publish_ir = ir
         published_at = max(r[2] for r in results if r[0] == "publisher")
         publish_latencies = [x for r in results if r[0] == "publisher" for x in r[3]]
         done_at, (first, e2e, sub_cpu) = next((r[2], r[3]) for r in results if r[0] == "subscriber")
         figures = {}
         if drain:
-            figures = {"drain_rate": round(total / (done_at - first), 1),
+            figures = {"publish_broker_cpu_us": round(publish_cpu / total * 1e6, 1),
+                       "drain_rate": round(total / (done_at - first), 1),
                        "drain_broker_cpu_us": round((_cpu_seconds(broker.pid) - broker_cpu) / total * 1e6, 1),
                        "drain_subscriber_cpu_us": round(sub_cpu / total * 1e6, 1)}
+        if callgrind is not None:
+            figures["publish_broker_ir"] = round(publish_ir / total, 1)
+            if drain:
+                figures["drain_broker_ir"] = round(ir / total, 1)
         return {**figures,
             "publishers": publishers, "protocol": "ssmp" if ssmp else "smqp", "messages": total,
             "window": window, "size": size, "group_commit": group_commit, "notify_window": notify_window,
@@ -395,6 +457,8 @@ def main() -> None:
                         help="py-spy's raw collapsed stacks of the broker into DIR, one file per run")
     parser.add_argument("--profile-gil", action="store_true",
                         help="with --profile: only samples of the thread holding the GIL (Python's CPU)")
+    parser.add_argument("--callgrind", metavar="DIR", type=Path,
+                        help="the broker under callgrind: instructions per publish and per delivery")
     parser.add_argument("--commit", metavar="REV", action="append",
                         help="run the broker from this revision; repeatable: side by side [the working tree]")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), action="append",
@@ -444,7 +508,7 @@ def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
                     url = server.create_database() if store == "postgresql" else None
                     result = run_once(count, per, options.window, options.size, group_commit, tree, options.ssmp,
                                       options.drain, options.profile, rev.replace("/", "_").replace(" ", "_"),
-                                      options.profile_gil, url, notify_window, minimal)
+                                      options.profile_gil, url, notify_window, minimal, options.callgrind)
                     result.update(revision=rev, run=run, load=os.getloadavg()[0])
                     print(json.dumps(result), flush=True)
                     if options.runs == 1 or run > 0:

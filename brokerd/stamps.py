@@ -10,8 +10,19 @@ from __future__ import annotations
 import time
 
 
+_last_second: tuple[int, str] = (-1, "")
+"""The whole second formatted last and its text: every stored message is stamped (twice
+for an SMQP publish), and under load many share a second, which strftime need not format
+again."""
+
+
 def format_datetime(seconds: float) -> str:
     """POSIX seconds as ``DYYYYMMDDTHHMMSSccZ`` (GMT, hundredths of a second)."""
+    global _last_second
     whole = int(seconds // 1)
     hundredths = min(99, int(round((seconds - whole) * 100)))
-    return time.strftime("D%Y%m%dT%H%M%S", time.gmtime(whole)) + f"{hundredths:02d}Z"
+    last, text = _last_second
+    if last != whole:
+        text = time.strftime("D%Y%m%dT%H%M%S", time.gmtime(whole))
+        _last_second = (whole, text)
+    return f"{text}{hundredths:02d}Z"

@@ -349,29 +349,37 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     def keep(self, messages: list[Message]) -> Deferred:
         """Store multicast ``messages`` (one topic, in order) for the durable subscribers
         of their topic; fires (with None) once all are committed.  Each gets an id
-        (``message_id``) and, unless it names them, the topic's expiry and mode."""
+        (``message_id``) and, unless it names them, the topic's expiry and mode.  They go
+        to the store in one operation (IStore.publish_many): a read of pipelined publishes
+        costs one store call, not one per message."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
         deliveries = [(name, ADD) for name in self.recipients(key, ADD, now) if not is_link(name)]
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
-        d: Deferred | None = None
+        head = f"{self.suid}/"
+        tail = f"({format_datetime(now)})"  # message_id's, once for the read
+        kept: list[tuple[MessageRecord, int]] = []
         for message in messages:
             seq = self.next_seq()
-            message_id = self.message_id(seq, now)
+            message_id = f"{head}{seq}{tail}"
             expires = message.expires
             if expires is None and timeout is not None:
                 expires = now + timeout
             created = now if message.created is None else message.created
-            details = message.details.replace(message_id=message_id, created=created, expires=expires)
-            kept = Message(MULTICAST, message.target, message.payload, message.protocol, message.sender_name,
-                           message.binary, display_name=message.display_name, details=details)
+            data = stored.encode_stamped(message, message_id, created, expires)
             record = MessageRecord(message_id, key, publisher_of(message), "", now, expires, message.priority,
-                                   stored.encode(kept), seq, mode)
-            self.stats["kept"] += 1
-            d = self.publish(record, deliveries, len(message.payload))
-        assert d is not None
-        return d.addCallback(lambda _: None)
+                                   data, seq, mode)
+            kept.append((record, len(message.payload)))
+        self.stats["kept"] += len(kept)
+        d = self.store.publish_many([(record, deliveries) for record, _size in kept])
+
+        def committed(_seqs: list[int]) -> None:
+            for record, size in kept:
+                self.committed(record, deliveries, size, announce=False)
+            self._announce_pending(deliveries)  # once: the messages share their subscribers
+
+        return d.addCallback(committed)
 
     def offer_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
         """Hand a multicast its publisher asked not to store (SMQP's ``Guarantee: NO``) to
@@ -403,16 +411,29 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         d = self.store.publish(record, deliveries)
 
         def committed(seq: int) -> int:
-            self.stats["published"] += 1
-            self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
-            self.offer(record, deliveries)
-            if self.announce is not None:
-                elsewhere = {name for name, _change in deliveries if name not in self.sessions}
-                if elsewhere:
-                    self.announce(pending=elsewhere)
+            self.committed(record, deliveries, size)
             return seq
 
         return d.addCallback(committed)
+
+    def committed(self, record: MessageRecord, deliveries: list[tuple[str, str]], size: int,
+                  announce: bool = True) -> None:
+        """``record`` and its pending ``deliveries`` are committed: count and remember it,
+        offer it to the connected subscribers among them, and (``announce``) tell the other
+        nodes about the rest."""
+        self.stats["published"] += 1
+        self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
+        self.offer(record, deliveries)
+        if announce:
+            self._announce_pending(deliveries)
+
+    def _announce_pending(self, deliveries: list[tuple[str, str]]) -> None:
+        """Tell the other nodes that the subscribers of ``deliveries`` not connected here
+        have new pending deliveries (nothing on one node)."""
+        if self.announce is not None:
+            elsewhere = {name for name, _change in deliveries if name not in self.sessions}
+            if elsewhere:
+                self.announce(pending=elsewhere)
 
     def offer(self, record: MessageRecord, deliveries: Iterable[tuple[str, str]]) -> None:
         """Offer stored ``record`` to the connected sessions among ``deliveries``

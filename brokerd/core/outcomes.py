@@ -103,8 +103,14 @@ class DurableOutcomes:
         d = self.store.find_message(seq)
 
         def found(record: MessageRecord | None) -> None:
-            self._write(kind, session, topic, reason, now, None if record is None else self._published_of(record),
-                        online)
+            published = None
+            if record is not None:
+                # kept: the next event of the same message (its ack after its delivery)
+                # takes it from memory instead of reading and decoding it again
+                published = self._published_of(record)
+                if kind != schema.TRASHED:
+                    self.remember(seq, published)
+            self._write(kind, session, topic, reason, now, published, online)
 
         d.addCallback(found).addErrback(self._report("Reading message {seq} for the event log", seq=seq))
 

@@ -19,7 +19,8 @@ from brokerd.core.message import MULTICAST, Details, Message, Part
 
 TAG = b"\x00brokerd-message/1\n"
 _LENGTH = struct.Struct(">I")
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_dumps = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""The header is built here of strings, numbers and lists: it holds no cycle to look for."""
 _loads = json.loads
 
 
@@ -38,6 +39,14 @@ def _bytes(value: str | None) -> bytes | None:
 
 def encode(message: Message) -> bytes:
     """The stored form of ``message``."""
+    return encode_stamped(message, message.message_id, message.created, message.expires)
+
+
+def encode_stamped(message: Message, message_id: str | None, created: float | None,
+                   expires: float | None) -> bytes:
+    """The stored form of ``message`` with ``message_id``, ``created`` and ``expires`` in
+    place of its own: what the durable service keeps of a message it numbers, without
+    making the numbered copy of the Message first."""
     payload = message.payload
     parts = []
     blobs = [payload]
@@ -50,16 +59,17 @@ def encode(message: Message) -> bytes:
     header = {
         "k": message.kind, "t": _text(message.target), "p": message.protocol,
         "s": _text(message.sender_name), "d": _text(message.display_name),
-        "b": message.binary, "c": message.content_type, "i": message.message_id,
-        "cr": message.created, "pr": message.priority, "x": message.expires,
+        "b": message.binary, "c": message.content_type, "i": message_id,
+        "cr": created, "pr": message.priority, "x": expires,
         "a": message.attributes, "n": len(payload), "parts": parts,
     }
     head = _dumps(header).encode("ascii")
     return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
 
 
-def decode(data: bytes) -> Message:
-    """The Message stored as ``data``; ValueError when ``data`` is not one."""
+def _read(data: bytes) -> tuple[dict, bytes, list[tuple[list, bytes]]]:
+    """The header, the payload and each part's ``(attributes, data)`` of stored ``data``;
+    ValueError when it is not a whole stored message."""
     if not data.startswith(TAG):
         raise ValueError("not a stored message")
     at = len(TAG)
@@ -71,19 +81,46 @@ def decode(data: bytes) -> Message:
         end = at + header["n"]
         payload = data[at:end]
         parts = []
-        for content_type, attributes, length in header["parts"]:
+        for _content_type, attributes, length in header["parts"]:
             if length < 0:
                 part_data = payload
             else:
                 part_data = data[end:end + length]
                 end += length
-            parts.append(Part(content_type, tuple(map(tuple, attributes)), part_data))
+            parts.append((attributes, part_data))
         if end != len(data):
             raise ValueError("stored message has trailing or missing data")
+        return header, payload, parts
+    except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+        raise ValueError(f"corrupt stored message: {exc}") from None
+
+
+def decode(data: bytes) -> Message:
+    """The Message stored as ``data``; ValueError when ``data`` is not one."""
+    header, payload, read = _read(data)
+    try:
+        parts = [Part(content_type, tuple(map(tuple, attributes)), part_data)
+                 for (content_type, _a, _n), (attributes, part_data) in zip(header["parts"], read)]
         details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
                           priority=header["pr"], expires=header["x"],
                           attributes=tuple(map(tuple, header["a"])), parts=tuple(parts))
         return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+        raise ValueError(f"corrupt stored message: {exc}") from None
+
+
+def sections(data: bytes) -> tuple[tuple[tuple[str, str], ...], list[tuple[tuple[tuple[str, str], ...], bytes]]] | None:
+    """The header attributes and each part's ``(attributes, data)`` of stored ``data``,
+    as :func:`decode` would give them (``Message.attributes``, ``Message.parts``), without
+    building the Message: all a front end renders of a message that carries them, once per
+    delivery.  None when the message has neither (its rendering needs the whole Message);
+    ValueError when ``data`` is not a stored message."""
+    header, _payload, read = _read(data)
+    try:
+        attributes = tuple(map(tuple, header["a"]))
+        if not attributes and not read:
+            return None
+        return attributes, [(tuple(map(tuple, part_attributes)), part_data) for part_attributes, part_data in read]
+    except (KeyError, TypeError) as exc:
         raise ValueError(f"corrupt stored message: {exc}") from None

@@ -24,6 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from json.encoder import encode_basestring  # the escaping of schema.encode (ensure_ascii=False)
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from zope.interface import Interface, implementer
 
 from brokerd.config import Settings
 from brokerd.events import schema
+from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.events.retention import Retention
 from brokerd.events.writer import HourlyFiles, WriterThread
 from brokerd.interfaces import IBrokerObserver
@@ -60,6 +62,9 @@ _MESSAGE_ID = attrgetter("message_id")
 _PAYLOAD = attrgetter("payload")
 
 _RECORD_FIELDS = frozenset(schema.FIELD_NAMES) - {"v", "ts", "broker", "protocol", "kind"}
+_OUTCOME_KINDS = frozenset({schema.DELIVERED, schema.ACKED, schema.REDELIVERED, schema.DROPPED, schema.EXPIRED,
+                            schema.TRASHED})
+"""Durable outcome events: written from their format when they have its shape."""
 _TEXT_FIELDS = frozenset({"session", "sender", "topic", "recipient", "message_id", "source", "scheme"})
 _BROKER_ID_FILE = "broker-id"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -148,6 +153,8 @@ class Encoder:
         self.include_payloads = include_payloads
         self._shared: dict[tuple, tuple[str, str]] = {}
         self._timed_types: dict[type, bool] = {}
+        self._heads: dict[tuple[str, str], str] = {}
+        """The rendered broker, protocol and kind of outcome events, by (kind, protocol)."""
 
     def summarizes(self, message: Any) -> bool:
         """Whether messages like ``message`` can be logged as a summary: nothing of their own
@@ -185,14 +192,49 @@ class Encoder:
                 )
                 continue
             if tag == _ROUTED:
+                line = self._routed_line(ts, entry[2], entry[3], entry[4])
+                if line is not None:
+                    stamps.append(ts)
+                    chunks.append(line.encode("utf-8"))
+                    continue
                 record = self._routed(ts, entry[2], entry[3], entry[4])
             else:
+                line = self._outcome_line(ts, entry[2], entry[3], entry[4])
+                if line is not None:
+                    stamps.append(ts)
+                    chunks.append(line.encode("utf-8"))
+                    continue
                 record = self._record(ts, entry[2], entry[3], entry[4])
             stamps.append(ts)
             chunks.append(schema.encode(record).encode("utf-8"))
         if group:
             self._group(group_key, group, stamps, chunks)
         return stamps, chunks
+
+    def _routed_line(self, ts: int, message: Any, delivered: int, dropped: int) -> str | None:
+        """The ``accepted`` record of a message that carries nothing of its own but its id
+        (an SMQP publish: the id its publisher is answered with) from the cached text of its
+        shared fields (:meth:`_render_shared`), as a summary's; None for one with a payload
+        or a time of its own to log (:meth:`_routed` writes it)."""
+        if self.include_payloads or self._timed(message):
+            return None
+        key = (message.protocol, message.sender_name, message.target, message.kind, delivered, dropped)
+        head, tail = self._shared.get(key) or self._render_shared(key)
+        message_id = message.message_id
+        own = "" if message_id is None else f',"message_id":{encode_basestring(schema.text(message_id))}'
+        return f'{head}{ts},"bytes":{len(message.payload)}{tail[:-2]}{own}}}\n'
+
+    def _outcome_line(self, ts: int, kind: str, protocol: str, fields: dict[str, Any]) -> str | None:
+        """A durable delivery's outcome event written from its format (brokerd.events.
+        outcome_lines), or None for any other record."""
+        if kind not in _OUTCOME_KINDS:
+            return None
+        head = self._heads.get((kind, protocol))
+        if head is None:
+            if len(self._heads) >= self.CACHE_LIMIT:
+                self._heads.clear()
+            head = self._heads[(kind, protocol)] = record_head(self.broker_id, protocol, kind)
+        return outcome_line(ts, head, fields)
 
     def _timed(self, message: Any) -> bool:
         """Whether ``message``'s class has an ``accepted_us`` slot (checked once per class)."""

@@ -73,6 +73,13 @@ class IStore(Interface):
         onwards) and, in the same transaction, one pending delivery per ``(subscriber,
         change)`` in ``deliveries``.  ValueError for a duplicate seq or smuid."""
 
+    def publish_many(items):
+        """Deferred[list[int]]: :meth:`publish` each ``(record, deliveries)`` of ``items``
+        (every record with its ``seq``), all in one operation of one transaction: all are
+        stored or, on a failure (ValueError for a duplicate seq or smuid), none.  What a
+        front end that publishes several messages at once (one read of an SSMP client) asks,
+        at the cost of one store operation instead of one per message."""
+
     def find_message(seq):
         """Deferred[MessageRecord | None], live or in a Trash."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
@@ -144,6 +144,19 @@ class MemoryStore:
         for subscriber, change in deliveries:
             rows.setdefault(subscriber, [PENDING, 0, change])
         return self._ok(seq)
+
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+        items = list(items)
+        if self._closed:
+            return self._ok()
+        seqs = [record.seq for record, _deliveries in items]
+        taken = {record.smuid for record in self._messages.values()}
+        if (len(set(seqs)) < len(seqs) or any(seq in self._messages for seq in seqs)
+                or len({record.smuid for record, _d in items} | taken) < len(taken) + len(items)):
+            return fail(ValueError("duplicate message among " + ", ".join(repr(r.smuid) for r, _d in items)))
+        gathered = gatherResults([self.publish(record, deliveries) for record, deliveries in items],
+                                 consumeErrors=True)
+        return gathered.addErrback(lambda failure: failure.value.subFailure if failure.check(FirstError) else failure)
 
     def _live(self, seq: int) -> MessageRecord | None:
         record = self._messages.get(seq)

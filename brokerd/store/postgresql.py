@@ -319,6 +319,19 @@ class PostgreSQLStore:
         publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
 
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+        rows = []
+        for record, deliveries in items:
+            pairs = list(deliveries)
+            rows.append((record, [subscriber for subscriber, _change in pairs], [change for _s, change in pairs]))
+
+        def publish(c: Any) -> list[int]:
+            return [self._insert_message(c, record, record.seq, subscribers, changes)
+                    for record, subscribers, changes in rows]
+
+        publish.pipelined = True  # type: ignore[attr-defined]
+        return self._submit(publish)
+
     def find_message(self, seq: int) -> Deferred:
         def get(c: Any) -> MessageRecord | None:
             row = c.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq = %s", (seq,)).fetchone()

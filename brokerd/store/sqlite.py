@@ -2,9 +2,9 @@
 
 Every call becomes an operation ``f(connection, *args)`` queued on the reactor thread.  One
 thread, the only one that touches the database, runs the queued operations in batches: a
-batch is one transaction (each operation inside it a savepoint, so one failing operation does
-not undo the others), committed with ``synchronous=FULL``, and only then do the operations'
-Deferreds fire, in order, on the reactor thread.  While a batch commits, new calls queue up
+batch is one transaction (should one operation fail, the batch runs again with a savepoint
+per operation, so it does not undo the others), committed with ``synchronous=FULL``, and only
+then do the operations' Deferreds fire, in order, on the reactor thread.  While a batch commits, new calls queue up
 and go out together in the next one: under load many publishes share one fsync.
 
 The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the scripts
@@ -325,7 +325,15 @@ class SQLiteStore:
         self._inbox.put(batch)
 
     def _run_batch(self, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
-        """In the writer thread: one transaction, a savepoint per operation."""
+        """In the writer thread: one transaction for the batch.
+
+        The operations run one after the other without savepoints: one that fails is rare
+        (a duplicate message id, a bug), and two statements more per operation are a good
+        part of what a small one costs.  When one does fail, the transaction is rolled back
+        and the batch runs again with a savepoint per operation (:meth:`_run_guarded`), so
+        the failing one is undone alone and the others commit, as if it had been guarded
+        from the start: an operation is a function of the database it reads, so running it
+        again after the rollback does the same."""
         connection = self._connection
         results: list[tuple[bool, Any]] = []
         while connection is None and batch:
@@ -340,29 +348,51 @@ class SQLiteStore:
         if not batch:
             return results
         started = time.perf_counter()
+        disconnect = self._disconnect
         connection.execute("BEGIN IMMEDIATE")
         try:
+            done: list[tuple[bool, Any]] = []
             for operation, args, _d in batch:
-                if operation == self._disconnect:
+                if operation == disconnect:
                     connection.execute("COMMIT")
-                    results.append((True, operation(connection, *args)))
-                    return results
-                connection.execute("SAVEPOINT op")
+                    done.append((True, operation(connection, *args)))
+                    return results + done
                 try:
-                    value = operation(connection, *args)
+                    done.append((True, operation(connection, *args)))
                 except Exception:
-                    connection.execute("ROLLBACK TO op")
-                    connection.execute("RELEASE op")
-                    results.append((False, Failure()))
-                else:
-                    connection.execute("RELEASE op")
-                    results.append((True, value))
+                    connection.execute("ROLLBACK")
+                    connection.execute("BEGIN IMMEDIATE")
+                    return results + self._run_guarded(connection, batch, started)
             connection.execute("COMMIT")
             self.commit_latency.observe(time.perf_counter() - started)
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
             raise
+        return results + done
+
+    def _run_guarded(self, connection: sqlite3.Connection, batch: list[tuple[Operation, tuple, Deferred]],
+                     started: float) -> list[tuple[bool, Any]]:
+        """In the writer thread, in an open transaction: ``batch`` with a savepoint per
+        operation, so one failing operation does not undo the others; then COMMIT."""
+        results: list[tuple[bool, Any]] = []
+        for operation, args, _d in batch:
+            if operation == self._disconnect:
+                connection.execute("COMMIT")
+                results.append((True, operation(connection, *args)))
+                return results
+            connection.execute("SAVEPOINT op")
+            try:
+                value = operation(connection, *args)
+            except Exception:
+                connection.execute("ROLLBACK TO op")
+                connection.execute("RELEASE op")
+                results.append((False, Failure()))
+            else:
+                connection.execute("RELEASE op")
+                results.append((True, value))
+        connection.execute("COMMIT")
+        self.commit_latency.observe(time.perf_counter() - started)
         return results
 
     def _batch_done(self, outcome: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
@@ -474,6 +504,26 @@ class SQLiteStore:
             seq = _insert_message(c, record, record.seq)
             c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", rows)
             return seq
+
+        return self._submit(publish)
+
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+        items = list(items)
+        messages = [(record.seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+                     record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
+                    for record, _deliveries in items]
+        deliveries = [(subscriber, record.seq, PENDING, 0, change)
+                      for record, pairs in items for subscriber, change in pairs]
+
+        def publish(c: sqlite3.Connection) -> list[int]:
+            try:
+                c.executemany(
+                    "INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires,"
+                    " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", messages)
+            except sqlite3.IntegrityError:
+                raise ValueError("duplicate message among " + ", ".join(repr(row[1]) for row in messages)) from None
+            c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", deliveries)
+            return [row[0] for row in messages]
 
         return self._submit(publish)
 
@@ -613,12 +663,11 @@ class SQLiteStore:
                 (subscriber, *excluded, limit + len(skipped))).fetchall()
             rows = [row for row in rows if row[0] not in skipped][:limit]
             rows = rows[:fitting((row[6] for row in rows), max_bytes)]
-            found = []
-            for seq, topic, priority, change, attempts, mode, _size in rows:
-                data = c.execute("SELECT data FROM messages WHERE seq = ?", (seq,)).fetchone()
-                if data is not None:
-                    found.append(Delivery(seq, topic, priority, change, attempts, mode, bytes(data[0])))
-            return found
+            bodies: dict[int, bytes] = {}
+            for chunk in _chunks(row[0] for row in rows):
+                bodies.update(c.execute(f"SELECT seq, data FROM messages WHERE seq IN ({_marks(chunk)})", chunk))
+            return [Delivery(seq, topic, priority, change, attempts, mode, bytes(bodies[seq]))
+                    for seq, topic, priority, change, attempts, mode, _size in rows if seq in bodies]
 
         return self._submit(get)
 

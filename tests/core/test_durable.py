@@ -10,6 +10,7 @@ from brokerd.core import stored
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord, TopicRecord
 from tests.protocols.ssmp.helpers import Harness
@@ -233,3 +234,52 @@ def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_e
     assert fmt.rendered == 1
     assert _result(store.pending("dave:1", 10)) == []  # offline: nothing kept
     assert all(not session.offered for session in sessions.values())
+
+
+class Events:
+    """An IEventRecorder that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+
+    def record(self, kind: str, protocol: str, **fields) -> None:
+        self.records.append((kind, fields))
+
+
+class CountingReads(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def find_message(self, seq: int):
+        self.reads += 1
+        return super().find_message(seq)
+
+
+def test_a_message_no_longer_in_memory_is_read_once_for_its_outcome_events():
+    """The delivery and the acknowledgement of a message published before the service's
+    memory (a restart, a long backlog) both name its id and publisher: the first event
+    reads it from the store, the second takes it from memory."""
+    clock = Clock()
+    clock.advance(1000)
+    store = CountingReads()
+    store.open()
+    events = Events()
+    durable = DurableService(store, clock, events)
+    _result(durable.start())
+    durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
+    _result(durable.keep([Message(MULTICAST, b"news", b"hello", "ssmp", b"sam")]))
+    durable.published.clear()  # as after a restart
+    [delivery] = _result(store.pending("bob:1", 10))
+    session = Outbox("bob:1")
+    session.session = "bob:1"
+    durable.attach(session)
+    durable.delivered(session, delivery)
+    _result(durable.acknowledged(session, delivery))
+    assert [kind for kind, _fields in events.records] == ["delivered", "acked"]
+    for kind, fields in events.records:
+        assert fields["sender"] == "ssmp:sam" and fields["bytes"] == 5
+        assert fields["message_id"].startswith(durable.suid + "/")
+        # the shape the event log writes from its format (brokerd.events.outcome_lines)
+        assert outcome_line(1, record_head("node", "durable", kind), fields) is not None
+    assert store.reads == 1

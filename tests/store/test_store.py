@@ -129,6 +129,20 @@ class StoreContract:
         assert await store.count_messages(["news", "other"]) == 1
 
     @pytest_twisted.ensureDeferred
+    async def test_publish_many_stores_each_with_its_deliveries_or_none_of_them(self, store):
+        first = await store.next_seq()
+        seqs = await store.publish_many([(numbered(first, "news"), [("s:1", "ADD"), ("s:2", "ADD")]),
+                                         (numbered(first + 1, "news"), [("s:1", "ADD")])])
+        assert seqs == [first, first + 1]
+        assert [d.seq for d in await store.pending("s:1", 10)] == [first, first + 1]
+        assert [d.seq for d in await store.pending("s:2", 10)] == [first]
+        with pytest.raises(ValueError):  # the second repeats a stored message: neither is kept
+            await store.publish_many([(numbered(first + 2, "news"), [("s:3", "ADD")]),
+                                      (numbered(first, "news"), [("s:3", "ADD")])])
+        assert await store.pending("s:3", 10) == []
+        assert await store.count_messages(["news"]) == 2
+
+    @pytest_twisted.ensureDeferred
     async def test_subscriptions(self, store):
         a = SubscriptionRecord("alice:c1", "MESSAGE", "news", ("ADD",), 5.0, 9.0)
         await store.put_subscription(a)
@@ -364,6 +378,37 @@ class TestSQLiteStore(StoreContract):
         ])
         assert outcomes[1] == "dup"
         assert [r.key for r in await store.load_topics()] == ["a", "b"]
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_failing_operation_is_undone_alone_even_after_it_wrote(self, store):
+        """Operations run without a savepoint each; one that fails after a write of its own
+        sends the batch again with savepoints: its write is undone, the others commit."""
+
+        def half_done(c):
+            c.execute("INSERT INTO meta (key, value) VALUES ('half', 'written')")
+            raise ValueError("fails after its write")
+
+        outcomes = await gatherResults([
+            store.put_topics([topic("a")]),
+            store._submit(half_done).addErrback(lambda f: f.trap(ValueError) and "failed"),
+            store.set_meta("after", "kept"),
+        ])
+        assert outcomes[1] == "failed"
+        assert [r.key for r in await store.load_topics()] == ["a"]
+        assert await store.get_meta("half") is None
+        assert await store.get_meta("after") == "kept"
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_batch_that_succeeds_takes_no_savepoints(self, store):
+        statements: list[str] = []
+        await store.set_meta("warm", "up")
+        store._connection.set_trace_callback(statements.append)
+        try:
+            await gatherResults([store.put_topics([topic(f"s{i}")]) for i in range(5)])
+        finally:
+            store._connection.set_trace_callback(None)
+        assert any(s.startswith("INSERT OR REPLACE INTO topics") for s in statements)
+        assert not [s for s in statements if "SAVEPOINT" in s.upper()]
 
     @pytest_twisted.ensureDeferred
     async def test_a_version_2_database_is_migrated(self, tmp_path):

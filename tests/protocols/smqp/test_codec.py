@@ -403,6 +403,19 @@ def test_encode_refuses_what_cannot_be_parsed_back() -> None:
     for value in ("\x7f", " padded", "a\r\nb"):
         with pytest.raises(ValueError):
             encode_body(Body((("Name", value),)))
+    for name in ("Bad Name", "a\r\nb", "1st", ""):
+        for _ in range(2):  # a name found bad is refused every time, not remembered
+            with pytest.raises(ValueError):
+                encode_body(Body(((name, "v"),)))
+    assert encode_body(Body((("Name", "v"),))) == encode_body(Body((("Name", "v"),))) == b"Name: v\r\n\r\n.\r\n"
+
+
+def test_stamps_within_one_second_and_across_seconds() -> None:
+    """The text of the second is reused within it, never across it."""
+    base = parse_datetime("D20010815T08341200Z")
+    stamps = [format_datetime(base + offset) for offset in (0.25, 0.5, 1.0, 0.75, 86400.01)]
+    assert stamps == ["D20010815T08341225Z", "D20010815T08341250Z", "D20010815T08341300Z",
+                      "D20010815T08341275Z", "D20010816T08341201Z"]
 
 
 def test_encode_body_sets_the_real_length() -> None:

@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from brokerd.core import stored
+from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.protocols.smqp.codec import decode_body, encode_body
+from brokerd.protocols.smqp.mapping import stored_body as row_body, to_body, to_message
 from brokerd.protocols.smqp.events import Body, Section
 from brokerd.protocols.smqp.messages import (
     ABSENT,
@@ -130,3 +133,31 @@ def test_decode_body_of_any_bytes_is_a_body_or_value_error(data):
     except ValueError:
         return
     assert isinstance(decoded, Body)
+
+
+@given(st.lists(st.tuples(_names, _text), max_size=5),
+       st.lists(st.tuples(st.sampled_from(["text/plain", "image/gif"]), st.binary(max_size=200)), max_size=4),
+       st.sampled_from(["smqp", "ssmp"]))
+def test_a_stored_row_renders_as_its_whole_message_does(attributes, sections, protocol):
+    """stored_body reads only the attributes and parts of a stored message that has them:
+    the same Body as rendering the decoded Message (to_body), for every shape of message,
+    and the whole Message for one that has neither."""
+    body = Body(tuple(attributes), tuple(
+        Section((("Content-Type", kind), ("Content-Length", str(len(data)))), data) for kind, data in sections))
+    message = to_message(body, "news", "alice:1", message_id="srv/1/5(D20010815T08341245Z)", created=5.0,
+                         priority=2, expires=None, principal=None)
+    message = Message(MULTICAST, message.target, message.payload, protocol, message.sender_name, message.binary,
+                      details=message.details)
+    data = stored.encode(message)
+    assert row_body(data, "example.org") == to_body(stored.decode(data), "example.org")
+    assert encode_body(row_body(data, "example.org")) == encode_body(to_body(stored.decode(data), "example.org"))
+
+
+def test_a_corrupt_stored_row_is_a_value_error_for_the_renderer_too():
+    data = stored.encode(Message(MULTICAST, b"news", b"hi", "ssmp", b"sam", False,
+                                 details=Details(attributes=(("Created", "D1"),))))
+    for bad in (data[:-1], data + b"x", stored.TAG + b"\x00\x00\x00\x02{}",
+                data.replace(b'"a":[["Created","D1"]]', b'"a":5'),
+                data.replace(b'"a":[["Created","D1"]]', b'"z":[["Created","D1"]]')):
+        with pytest.raises(ValueError):
+            row_body(bad, "example.org")

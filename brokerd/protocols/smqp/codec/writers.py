@@ -33,12 +33,22 @@ def encode_reply(code: int, *lines: str) -> bytes:
     return b"".join(out)
 
 
+_NAMES_CHECKED: set[str] = set()
+"""Attribute names already found valid (a NOTIFY renders the same few names again and
+again); at most :data:`_NAMES_CHECKED_MAX`, as clients choose names."""
+_NAMES_CHECKED_MAX = 256
+
+
 def encode_attribute(name: str, value: str) -> bytes:
-    if _ATTRIBUTE.fullmatch(name.encode("ascii", "replace") + b": x") is None:
-        raise ValueError(f"bad attribute name {name!r}")
+    if name not in _NAMES_CHECKED:
+        if _ATTRIBUTE.fullmatch(name.encode("ascii", "replace") + b": x") is None:
+            raise ValueError(f"bad attribute name {name!r}")
+        if len(_NAMES_CHECKED) < _NAMES_CHECKED_MAX:
+            _NAMES_CHECKED.add(name)
     if not value.isprintable() or value != value.strip(" \t"):
         raise ValueError(f"an attribute value is printable, without surrounding space: {value!r}")
-    return _line_text(f"{name}: {value}") + CRLF
+    # a valid name and a printable value hold no line end (what _line_text checks)
+    return f"{name}: {value}\r\n".encode("utf-8")
 
 
 def encode_body(body: Body) -> bytes:
