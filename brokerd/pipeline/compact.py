@@ -75,10 +75,6 @@ def is_closed(hour: Hour, now_us: int, grace_us: int = CLOSE_GRACE_US) -> bool:
     return hour_start_us(hour) + schema.HOUR_US + grace_us <= now_us
 
 
-def now_micros() -> int:
-    return time.time_ns() // 1000
-
-
 def compact(
     spark: Any,
     data_dir: str,
@@ -93,7 +89,7 @@ def compact(
     ``delete_json``, remove an hour's JSON files once its Parquet is published.  ``spark``
     None: in this process with pyarrow (a local data dir; ValueError for cluster storage),
     the hours it cannot parse left in ``unconvertible``."""
-    now_us = now_micros() if now_us is None else now_us
+    now_us = time.time_ns() // 1000 if now_us is None else now_us
     if spark is None:
         if local_path(data_dir) is None:
             raise ValueError(f"{data_dir}: compaction without Spark needs a local data dir")
@@ -132,7 +128,7 @@ def compact(
                 result.unconvertible.append(hour)
                 continue
             statuses, stored = converted.get(hour, ({}, None))
-            _publish(fs, tmp, target, hour, statuses, stored, listings[hour], now_us=now_micros())
+            _publish(fs, tmp, target, hour, statuses, stored, listings[hour], now_us=time.time_ns() // 1000)
             result.compacted.append(hour)
             result.lines += sum(statuses.values())
             if delete_json:

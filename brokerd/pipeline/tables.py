@@ -200,8 +200,7 @@ def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
                     "smqp_latency_split")
 
 
-Table = Callable[..., Any]
-TABLES: tuple[tuple[str, Table], ...] = (
+TABLES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("traffic", traffic),
     ("latency", latency),
     ("top_publishers", top_publishers),
