@@ -59,6 +59,9 @@ def test_compact_with_nothing_to_do_starts_no_jvm(tmp_path: Path) -> None:
     (hour_dir(data, now - timedelta(hours=2)) / "x.jsonl").write_text("{not json\n")
     needs_spark = report("compact", "--data-dir", str(data), "--quiet")
     assert needs_spark.returncode == 1 and "brokerd-report compact: the compaction failed" in needs_spark.stderr
+    refused = report("compact", "--data-dir", str(data), "--engine", "arrow")
+    assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+    assert refused.stderr.endswith("pyarrow cannot parse 1 hour(s) of the log; use --engine spark or auto\n")
 
 
 @pytest.fixture()
