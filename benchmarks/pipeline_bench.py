@@ -5,10 +5,13 @@
         message of two brokers, without and with the event log, in ABBA order; medians of --runs
         runs each; then each broker's CPU while idle.
     python benchmarks/pipeline_bench.py report [--events 10000000] [--data-dir DIR] [--out DIR] [--engine E]
+                                               [--master URL] [--conf KEY=VALUE ...] [--tree DIR]
         Generate a log of --events events (kept in --data-dir for reuse) and time
         ``brokerd-report`` on it: a first report (compacting every hour) and a second one with
         no new data (reading the Parquet only); --baseline: first one on the raw JSON;
-        --engine auto|spark|arrow is passed to brokerd-report.
+        --engine, --master and --conf are passed to brokerd-report; --tree: the brokerd checkout
+        whose pipeline is timed (another commit's worktree, for side-by-side runs; its driver and
+        the executors of a cluster import brokerd from there) [this one].
     python benchmarks/pipeline_bench.py serve --port P --data-dir DIR [--event-log]
         (internal) the broker the log-cost runs use.
 
@@ -232,7 +235,12 @@ def report_bench(args: argparse.Namespace) -> None:
         print(json.dumps({"generated_events": args.events, "seconds": round(time.monotonic() - started, 1),
                           "bytes": sum(p.stat().st_size for p in (data_dir / "events").rglob("*.jsonl"))}))
     out = Path(args.out)
-    command = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(data_dir), "--out", str(out)]
+    tree = Path(args.tree).resolve() if args.tree else ROOT
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "-m", "brokerd.pipeline", "report", "--data-dir", str(data_dir), "--out", str(out),
+               "--conf", f"spark.executorEnv.PYTHONPATH={tree}"]
+    for setting in args.conf:
+        command += ["--conf", setting]
     if args.master:
         command += ["--master", args.master]
     if args.driver_memory:
@@ -245,7 +253,8 @@ def report_bench(args: argparse.Namespace) -> None:
     for name, extra in runs:
         load_before = _load()
         started = time.monotonic()
-        process = subprocess.Popen(command + extra, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(command + extra, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
         cpu = _TreeCPU(process.pid)
         with cpu:
             stderr = process.communicate()[1]
@@ -257,7 +266,7 @@ def report_bench(args: argparse.Namespace) -> None:
         print(json.dumps({
             "benchmark": "brokerd-report", "run": name, "events": args.events, "seconds": round(elapsed, 1),
             "events_per_s": round(args.events / elapsed), "cpu_seconds": round(cpu.seconds, 1),
-            "master": args.master or "local[*]", "engine": args.engine or "auto",
+            "master": args.master or "local[*]", "engine": args.engine or "auto", "tree": str(tree),
             "load_before": load_before, "load_after": _load(), "cpus": os.cpu_count(), "steps": steps,
         }), flush=True)
 
@@ -283,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--driver-memory", default="6g")
     r.add_argument("--engine", choices=("auto", "spark", "arrow"), help="brokerd-report --engine [auto]")
     r.add_argument("--baseline", action="store_true", help="first a report on the raw JSON (--no-compact)")
+    r.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
+    r.add_argument("--tree", help="the brokerd checkout to time [this one]")
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args.port, args.data_dir, args.event_log)

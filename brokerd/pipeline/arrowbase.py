@@ -59,22 +59,21 @@ def sort_by(table: Any, keys: Sequence[tuple[str, str]], nulls: str = "at_start"
     return table.take(pc.sort_indices(table, sort_keys=[(name, order, nulls) for name, order in keys]))
 
 
-def group(table: Any, keys: Sequence[str], aggregations: Sequence[tuple[str, str, str]]) -> Any:
-    """``table`` grouped by ``keys``: ``aggregations`` are (column, function, output name)."""
-    result = table.group_by(list(keys), use_threads=False).aggregate([(column, fn) for column, fn, _name in aggregations])
-    names = {f"{column}_{fn}": name for column, fn, name in aggregations}
-    return result.rename_columns([names.get(name, name) for name in result.column_names])
-
-
 def conform(table: Any, name: str) -> Any:
     return table.select(schemas()[name].names).cast(schemas()[name])
 
 
-def differs(column: Any) -> Any:
-    """Per row after the first: whether it differs from the row before (null equals null)."""
-    before, after = column.slice(0, len(column) - 1), column.slice(1)
-    equal = pc.or_(pc.fill_null(pc.equal(before, after), False), pc.and_(pc.is_null(before), pc.is_null(after)))
-    return np.asarray(pc.invert(equal).to_numpy(zero_copy_only=False), dtype=bool)
+def run_starts(table: Any, keys: Sequence[str]) -> Any:
+    """Per row of ``table`` (sorted by ``keys``, not empty): whether it starts a run of equal
+    keys (null equals null), as a numpy bool array."""
+    new = np.zeros(len(table), dtype=bool)
+    new[0] = True
+    for key in keys:
+        column = table.column(key).combine_chunks()
+        before, after = column.slice(0, len(column) - 1), column.slice(1)
+        equal = pc.or_(pc.fill_null(pc.equal(before, after), False), pc.and_(pc.is_null(before), pc.is_null(after)))
+        new[1:] |= np.asarray(pc.invert(equal).to_numpy(zero_copy_only=False), dtype=bool)
+    return new
 
 
 def ranked(frame: Any, order: Sequence[tuple[str, str]], top: int) -> Any:
@@ -106,6 +105,3 @@ def joinable(table: Any, keys: Sequence[str]) -> Any:
             table = table.set_column(table.column_names.index(key), key, pc.fill_null(table.column(key), NULL_KEY))
     return table
 
-
-def int_set(values: set[int]) -> Any:
-    return pa.array(sorted(values), pa.int64())

@@ -1,21 +1,22 @@
-"""Compaction's fast path: an hour of JSON lines into Parquet with pyarrow's JSON reader.
+"""Local parsing and writing: the log's JSON lines into Arrow with pyarrow's JSON reader, and
+Arrow tables into Parquet, in this process.
 
 Spark's JSON reader parses a line at a time through Jackson on the JVM: on 2 cores it was
 most of a compaction (46 s of the first report's 126 s for 10 M events).  pyarrow's reader is
 C++, multi-threaded and column-oriented, and about 20 times cheaper in CPU on the broker's
-lines; the hour's Parquet is written straight from its Arrow table.  The schema is the one in
-``brokerd.events.schema`` (no inference), and the rows and statuses are the ones Spark's path
-(brokerd.pipeline.read.with_status) gives, with one difference in how bad lines are handled:
-pyarrow rejects a whole file for one line it cannot parse (not JSON, cut short, a field of the
-wrong type), so such an hour raises :class:`NotConvertible` and compaction converts it with
-Spark instead, which marks exactly the bad lines ``malformed``.
+lines.  The schema is the one in ``brokerd.events.schema`` (no inference).  The line statuses
+have one definition, :func:`line_status`, which Spark's reading applies too
+(brokerd.pipeline.sparkio), with one difference in how bad lines are handled: pyarrow rejects a
+whole file for one line it cannot parse (not JSON, cut short, a field of the wrong type), so
+such a file raises :class:`NotConvertible` and Spark's reader, which marks exactly the bad lines
+``malformed``, reads it instead.
 
-Local files only (pyarrow does not go through Hadoop's FileSystem): compaction uses Spark for
-data dirs on cluster storage.
+Local files only (pyarrow does not go through Hadoop's FileSystem).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -24,42 +25,36 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from brokerd.events import schema
+from brokerd.pipeline.summaries import record_schema
 
-_ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
 OK = "ok"
+PART = "part-00000-arrow.parquet"
+"""The data file of a Parquet directory written here (Spark reads it as one of its own)."""
 
 
 class NotConvertible(Exception):
-    """pyarrow could not parse a file of the hour (a malformed line): use Spark's reader."""
+    """pyarrow could not parse a file of the log (a malformed line): use Spark's reader."""
 
 
-def arrow_schema() -> Any:
-    return pa.schema([(name, getattr(pa, _ARROW_TYPES[kind])()) for name, kind in schema.FIELDS])
-
-
-def _status(table: Any) -> Any:
-    """``unsupported_version``, ``invalid`` or ``ok`` per row, as ``read.with_status`` decides
-    for lines that parsed."""
+def line_status(table: Any) -> Any:
+    """``unsupported_version``, ``invalid`` or ``ok`` per parsed line of ``table`` (the log's
+    fields; a line that did not parse is ``malformed`` before it gets here)."""
     version = table.column("v")
-    bad_version = pc.or_kleene(
-        pc.is_null(version), pc.invert(pc.is_in(version, value_set=pa.array(sorted(schema.SUPPORTED_VERSIONS), pa.int32())))
-    )
-    missing = pc.invert(pc.is_in(table.column("kind"), value_set=pa.array(sorted(schema.KINDS))))
+    supported = pa.array(sorted(schema.SUPPORTED_VERSIONS), pa.int32())
+    unsupported = pc.or_kleene(pc.is_null(version), pc.invert(pc.is_in(version, value_set=supported)))
+    invalid = pc.invert(pc.is_in(table.column("kind"), value_set=pa.array(sorted(schema.KINDS))))
     for name in schema.REQUIRED:
         if name != "v":
-            missing = pc.or_(pc.fill_null(missing, True), pc.is_null(table.column(name)))
-    invalid = pc.fill_null(missing, True)
-    bad_version = pc.fill_null(bad_version, True)
-    return pc.if_else(bad_version, schema.UNSUPPORTED_VERSION, pc.if_else(invalid, schema.INVALID, OK))
+            invalid = pc.or_(pc.fill_null(invalid, True), pc.is_null(table.column(name)))
+    invalid = pc.if_else(pc.fill_null(invalid, True), schema.INVALID, OK)
+    return pc.if_else(pc.fill_null(unsupported, True), schema.UNSUPPORTED_VERSION, invalid)
 
 
 def parse_files(files: Sequence[str]) -> Any:
     """``files`` (``.jsonl``) as one Arrow table: every schema field and ``status``.  Raises
     NotConvertible if a file does not parse as a whole.  An empty file (the broker has just
     opened it) has no lines: pyarrow would reject it, so it is skipped."""
-    import os
-
-    options = pj.ParseOptions(explicit_schema=arrow_schema(), unexpected_field_behavior="ignore")
+    options = pj.ParseOptions(explicit_schema=record_schema(payload=True), unexpected_field_behavior="ignore")
     tables = []
     for name in files:
         if os.path.getsize(name) == 0:
@@ -68,23 +63,26 @@ def parse_files(files: Sequence[str]) -> Any:
             tables.append(pj.read_json(name, parse_options=options))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, UnicodeDecodeError) as exc:
             raise NotConvertible(f"{name}: {exc}") from exc
-    table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+    table = pa.concat_tables(tables) if tables else record_schema(payload=True).empty_table()
     table = table.select(list(schema.FIELD_NAMES))
-    status = _status(table)
-    return table.append_column("status", status)
+    return table.append_column("status", line_status(table))
 
 
-def convert_hour(files: Sequence[str], target: str) -> tuple[dict[str, int], tuple[int, int] | None, Any]:
-    """Parse ``files`` (one hour's ``.jsonl``) and write them with a ``status`` column as
-    ``target`` (a Parquet file).  Returns the line count per status, the lowest and highest
-    ``ts`` of the valid rows (None if there are none) and the valid rows (an Arrow table, no
-    payload).  Raises NotConvertible if a file does not parse as a whole."""
-    table = parse_files(files)
-    status = table.column("status")
-    pq.write_table(table, target)
-    counts = {row["values"]: int(row["counts"]) for row in pc.value_counts(status).to_pylist()}
-    valid = table.filter(pc.equal(status, OK)).drop_columns(["status", "payload"])
-    if len(valid) == 0:
-        return counts, None, valid
-    bounds = pc.min_max(valid.column("ts")).as_py()
-    return counts, (bounds["min"], bounds["max"]), valid
+def status_counts(table: Any) -> dict[str, int]:
+    """The line count per status of a table with ``status``."""
+    return {row["values"]: int(row["counts"]) for row in pc.value_counts(table.column("status")).to_pylist()}
+
+
+def write_parquet(table: Any, directory: str) -> None:
+    """``table`` as the Parquet directory ``directory`` (created if need be)."""
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(table, os.path.join(directory, PART))
+
+
+def read_parquet(directory: str, columns: Sequence[str]) -> Iterator[Any]:
+    """``columns`` of each data file of a Parquet directory written by Spark or here (``_`` and
+    ``.`` names are markers and checksums); none for a directory that is not there."""
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".parquet") and not name.startswith(("_", ".")):
+                yield pq.read_table(os.path.join(directory, name), columns=list(columns))

@@ -1,22 +1,20 @@
 """``brokerd-report`` (and ``python -m brokerd.pipeline report``): the report job's command line.
 
 Exit status: 0 done; 2 bad arguments, a local data dir that does not exist or holds no event
-log, or PySpark missing; 1 the Spark job failed (one line
-on stderr saying why).  Bad lines in the log are never a failure: they are counted and shown.
-
-``--engine``: ``spark`` distributes the report with Spark; ``arrow`` runs it in this process
-(brokerd.pipeline.report with no Spark session, no JVM: local master, data dir and out only,
-and every input must parse with pyarrow); ``auto`` (the default) runs ``arrow`` where it may
-and falls back to ``spark`` when an input needs Spark's JSON reader.
+log, or PySpark missing; 1 the job failed (one line on stderr saying why).  Bad lines in the
+log are never a failure: they are counted and shown.  ``--engine`` (both subcommands): where
+the job runs, in this process with pyarrow (no JVM) or on Spark; ``auto`` falls back to Spark.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from brokerd import __version__
+from brokerd.pipeline.localfs import local_path
 from brokerd.pipeline.timespec import parse_time
 
 DEFAULT_TOP = 100
@@ -49,6 +47,22 @@ def _size(value: str) -> int:
     return int(number) * _SIZE_UNITS[unit]
 
 
+def _common(parser: argparse.ArgumentParser, what: str) -> None:
+    """The options of both subcommands: where the log is, and where and how Spark runs."""
+    parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
+    parser.add_argument("--master", help="Spark master URL [local[*]; under spark-submit: spark-submit's]")
+    parser.add_argument("--driver-memory", help="Spark driver memory for local runs [4g]")
+    parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                        help="any Spark setting (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--delete-json", action="store_true",
+                        help="delete an hour's JSON files once it is compacted [keep them]")
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help=f"auto: pyarrow in this process (no JVM) when {what} local and every input "
+                        "parses with pyarrow, else Spark; spark: always Spark; arrow: never Spark (fails when "
+                        "an input needs Spark's reader) [auto]")
+
+
 def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -56,25 +70,14 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
         "Spark); write Parquet tables, an HTML report and print a summary.",
     )
     parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
-    parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
+    _common(parser, "master, data dir and out are")
     parser.add_argument("--out", required=True, help="directory for the tables (local path or cluster URI)")
-    parser.add_argument("--master", help="Spark master URL [local[*]; under spark-submit: spark-submit's]")
     parser.add_argument("--since", type=_time, help="first instant included: ISO time, @EPOCH, or relative as --since=-6h")
     parser.add_argument("--until", type=_time, help="first instant excluded: ISO time, @EPOCH, or relative as --until=-1h")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"rows of the top-N tables [{DEFAULT_TOP}]")
     parser.add_argument("--html-dir", help="where report.html and summary.json go when --out is a cluster URI [.]")
-    parser.add_argument("--driver-memory", help="Spark driver memory for local runs [4g]")
-    parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
-                        help="any Spark setting (repeatable)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--no-compact", dest="compact", action="store_false",
                         help="do not compact closed hours first (e.g. a read-only data dir)")
-    parser.add_argument("--delete-json", action="store_true",
-                        help="delete an hour's JSON files once it is compacted [keep them]")
-    parser.add_argument("--engine", choices=ENGINES, default="auto",
-                        help="auto: pyarrow in this process (no JVM) when master, data dir and out are local "
-                        "and every input parses with pyarrow, else Spark; spark: always Spark; arrow: never "
-                        "Spark (fails when an input needs Spark's reader) [auto]")
     parser.add_argument("--arrow-max-memory", type=_size, default=None, metavar="BYTES",
                         help="most memory the Arrow engine may hold for the summaries and open hours it reads "
                         "(a number, or with k/m/g); past it, auto runs the report on Spark and arrow fails [2g]")
@@ -87,23 +90,15 @@ def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentPar
         description="Convert the closed hours of a broker's event log into Parquet (once per hour; "
         "safe to interrupt and to run again).",
     )
-    parser.add_argument("--data-dir", required=True, help="the broker's data dir (local path or cluster URI)")
-    parser.add_argument("--master", help="Spark master URL [local[*]]")
-    parser.add_argument("--delete-json", action="store_true",
-                        help="delete an hour's JSON files once it is compacted [keep them]")
-    parser.add_argument("--hours-per-job", type=int, default=24, help="hours converted and published per Spark job [24]")
-    parser.add_argument("--driver-memory", help="Spark driver memory for local runs [4g]")
-    parser.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
-                        help="any Spark setting (repeatable)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _common(parser, "master and data dir are")
+    parser.add_argument("--hours-per-job", type=int, default=24, help="hours converted and published together [24]")
     return parser
 
 
 def missing_log(data_dir: str) -> str | None:
     """Why a local ``data_dir`` has nothing to report on (it does not exist, or holds no hour
     of event log, raw or compacted), or None.  Cluster storage is not looked at here."""
-    from brokerd.pipeline.compact import COMPACTED_DIR
-    from brokerd.pipeline.localfs import local_path
+    from brokerd.pipeline.read import COMPACTED_DIR
 
     local = local_path(data_dir)
     if local is None:
@@ -116,12 +111,12 @@ def missing_log(data_dir: str) -> str | None:
     return None
 
 
-def _has_pyspark(prog: str) -> bool:
-    """Whether PySpark imports; if not, says so in one line (it is the optional extra)."""
+def _has(module: str, prog: str) -> bool:
+    """Whether ``module`` (of the optional extra) imports; if not, says so in one line."""
     try:
-        import pyspark  # noqa: F401
+        __import__(module)
     except ImportError:
-        print(f"{prog}: PySpark is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+        print(f"{prog}: {module} is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
         return False
     return True
 
@@ -136,7 +131,34 @@ def _session(args: argparse.Namespace, **options: Any) -> Any:
     return build_session(args.master, conf=conf, quiet=args.quiet, **options)
 
 
+def _in_process(args: argparse.Namespace, prog: str, out: str) -> bool | None:
+    """Whether the job runs in this process first (``--engine`` and master and paths allow
+    it); None after saying why ``--engine arrow`` cannot."""
+    from brokerd.pipeline.localfs import usable
+    from brokerd.pipeline.session import under_spark_submit
+
+    # under spark-submit without --master, the master is spark-submit's: left to Spark
+    arrow = args.engine != "spark" and usable(args.master, args.data_dir, out) and not (
+        args.master is None and under_spark_submit())
+    if args.engine == "arrow" and not arrow:
+        print(f"{prog}: --engine arrow needs a local master (local[*], local[N]) and local paths", file=sys.stderr)
+        return None
+    return arrow
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception in one line (Spark's errors are long)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    return function(*args, **kwargs), time.monotonic() - started
+
+
 def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
+    """Compact in this process with pyarrow where it may, Spark for the rest (cluster storage
+    or master, ``--engine spark``, or the hours pyarrow cannot parse under ``auto``)."""
     args = compact_parser(prog).parse_args(argv)
     if args.hours_per_job <= 0:
         print(f"{prog}: --hours-per-job must be positive", file=sys.stderr)
@@ -145,34 +167,43 @@ def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
     if problem is not None and problem.endswith("no such data dir"):
         print(f"{prog}: {problem}", file=sys.stderr)
         return 2
-    from brokerd.pipeline.compact import nothing_to_compact
-
-    idle = nothing_to_compact(args.data_dir)
-    if idle is not None:  # nothing to convert: no JVM to start
-        print(f"compacted 0 hour(s); {len(idle.already)} compacted before; {len(idle.open)} still open")
-        return 0
-    if not _has_pyspark(prog):
+    arrow = _in_process(args, prog, args.data_dir)
+    if arrow is None or not _has("pyarrow", prog):
         return 2
-    from brokerd.pipeline.compact import compact
-    from brokerd.pipeline.report import timed
+    from brokerd.pipeline.compact import Compaction, compact
     from brokerd.pipeline.session import Progress
 
-    spark = _session(args, app_name="brokerd-compact")
+    options = {"delete_json": args.delete_json, "hours_per_job": args.hours_per_job}
+    done, elapsed, spark = Compaction(), 0.0, None
     try:
-        with Progress(spark, enabled=not args.quiet) as progress:
-            result, elapsed = timed(
-                compact, spark, args.data_dir, delete_json=args.delete_json,
-                hours_per_job=args.hours_per_job, progress=progress,
-            )
+        if arrow:
+            with Progress(None, enabled=not args.quiet) as progress:
+                done, elapsed = _timed(compact, None, args.data_dir, progress=progress, **options)
+            if done.unconvertible and args.engine == "arrow":
+                print(f"{prog}: pyarrow cannot parse {len(done.unconvertible)} hour(s) of the log; use --engine "
+                      "spark or auto", file=sys.stderr)
+                return 1
+        if not arrow or done.unconvertible:
+            if done.unconvertible and not args.quiet:
+                print(f"[brokerd-report] pyarrow cannot parse {len(done.unconvertible)} hour(s): compacting "
+                      "them on Spark", file=sys.stderr)
+            if not _has("pyspark", prog):
+                return 2
+            spark = _session(args, app_name="brokerd-compact")
+            with Progress(spark, enabled=not args.quiet) as progress:
+                more, seconds = _timed(compact, spark, args.data_dir, progress=progress, **options)
+            done = Compaction(done.compacted + more.compacted, [h for h in more.already if h not in done.compacted],
+                              more.open, done.lines + more.lines, done.deleted_files + more.deleted_files)
+            elapsed += seconds
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{prog}: the compaction failed: {first}", file=sys.stderr)
+        print(f"{prog}: the compaction failed: {_first_line(exc)}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
-    print(f"compacted {len(result.compacted)} hour(s) ({result.lines:,} lines) in {elapsed:.1f} s; "
-          f"{len(result.already)} compacted before; {len(result.open)} still open"
-          + (f"; deleted {result.deleted_files} JSON file(s)" if args.delete_json else ""))
+        if spark is not None:
+            spark.stop()
+    counted = f" ({done.lines:,} lines) in {elapsed:.1f} s" if done.compacted else ""
+    print(f"compacted {len(done.compacted)} hour(s){counted}; {len(done.already)} compacted before; "
+          f"{len(done.open)} still open" + (f"; deleted {done.deleted_files} JSON file(s)" if args.delete_json else ""))
     return 0
 
 
@@ -191,89 +222,49 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if problem is not None:
         print(f"{prog}: {problem}", file=sys.stderr)
         return 2
-    from brokerd.pipeline.localfs import usable
-
-    arrow = args.engine != "spark" and usable(args.master, args.data_dir, args.out) and not _submitted(args)
-    if args.engine == "arrow" and not arrow:
-        print(f"{prog}: --engine arrow needs a local master (local[*], local[N]) and local --data-dir and --out",
-              file=sys.stderr)
+    arrow = _in_process(args, prog, args.out)
+    if arrow is None or not _has("pyarrow", prog):
         return 2
+    from brokerd.pipeline.arrowjson import NotConvertible
+    from brokerd.pipeline.read import TooLarge
+
     if arrow:
-        status = _run_arrow(args, prog)
-        if status is not None:
-            return status
-    if not _has_pyspark(prog):
+        try:
+            return _report(args, None)
+        except (NotConvertible, TooLarge) as exc:
+            reason = str(exc) if isinstance(exc, TooLarge) else f"pyarrow cannot read the log ({_first_line(exc)})"
+            if args.engine == "arrow":
+                advice = ", or raise --arrow-max-memory" if isinstance(exc, TooLarge) else ""
+                print(f"{prog}: {reason}; use --engine spark or auto{advice}", file=sys.stderr)
+                return 1
+            if not args.quiet:
+                print(f"[brokerd-report] {reason}: running on Spark", file=sys.stderr)
+        except Exception as exc:
+            print(f"{prog}: the report job failed: {_first_line(exc)}", file=sys.stderr)
+            return 1
+    if not _has("pyspark", prog):
         return 2
-    from brokerd.pipeline.report import run_report, text_summary, timed
-    from brokerd.pipeline.session import Progress
-
     spark = _session(args)
     try:
-        with Progress(spark, enabled=not args.quiet) as progress:
-            summary, elapsed = timed(
-                run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until,
-                top=args.top, html_dir=args.html_dir, progress=progress,
-                compact=args.compact, delete_json=args.delete_json,
-            )
-    except Exception as exc:  # Spark's errors are long; one line, then the exit status
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{prog}: the report job failed: {first}", file=sys.stderr)
+        return _report(args, spark)
+    except Exception as exc:
+        print(f"{prog}: the report job failed: {_first_line(exc)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()
-    print(text_summary(summary, elapsed))
-    return 0
 
 
-def _submitted(args: argparse.Namespace) -> bool:
-    """Under spark-submit without --master, the master is spark-submit's: leave it to Spark."""
-    from brokerd.pipeline.session import under_spark_submit
-
-    return args.master is None and under_spark_submit()
-
-
-def _run_arrow(args: argparse.Namespace, prog: str) -> int | None:
-    """The report on the Arrow engine; None when an input needs Spark and the engine is
-    ``auto`` (the caller then runs it on Spark)."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        if args.engine == "arrow":
-            print(f"{prog}: pyarrow is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
-            return 2
-        return None
-    from brokerd.pipeline.arrowjson import NotConvertible
-    from brokerd.pipeline.arrowread import TooLarge
-    from brokerd.pipeline.report import run_report, text_summary, timed
+def _report(args: argparse.Namespace, spark: Any) -> int:
+    """The report, in this process (``spark`` None) or on Spark; prints the summary."""
+    from brokerd.pipeline.report import run_report, text_summary
     from brokerd.pipeline.session import Progress
 
-    try:
-        with Progress(None, enabled=not args.quiet) as progress:
-            summary, elapsed = timed(
-                run_report, None, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
-                html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
-                max_memory=args.arrow_max_memory,
-            )
-    except TooLarge as exc:
-        if args.engine == "arrow":
-            print(f"{prog}: {exc}; use --engine spark or auto, or raise --arrow-max-memory", file=sys.stderr)
-            return 1
-        if not args.quiet:
-            print(f"[brokerd-report] {exc}: running on Spark", file=sys.stderr)
-        return None
-    except NotConvertible as exc:
-        if args.engine == "arrow":
-            print(f"{prog}: pyarrow cannot read the log ({str(exc).splitlines()[0]}); use --engine spark or auto",
-                  file=sys.stderr)
-            return 1
-        if not args.quiet:
-            print(f"[brokerd-report] pyarrow cannot read the log ({str(exc).splitlines()[0]}): running on Spark",
-                  file=sys.stderr)
-        return None
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{prog}: the report job failed: {first}", file=sys.stderr)
-        return 1
+    with Progress(spark, enabled=not args.quiet) as progress:
+        summary, elapsed = _timed(
+            run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
+            html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
+            max_memory=args.arrow_max_memory,
+        )
     print(text_summary(summary, elapsed))
     return 0
 

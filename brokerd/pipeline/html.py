@@ -3,6 +3,10 @@
 It is built from the small, already-collected results of the report job (plain Python
 values), so it neither needs nor touches Spark.  Plots are drawn with matplotlib's
 object API on an Agg canvas (no pyplot, no display).
+
+Its delivery-latency part has a section per receiving protocol (:data:`PROTOCOLS`), with or
+without data (the tables and their sources: brokerd.pipeline.tables).  SMQP's queue readings
+are logged only when a figure changed: a reading holds until the next one, drawn as a step.
 """
 from __future__ import annotations
 
@@ -12,7 +16,16 @@ import io
 from datetime import datetime, timezone
 from typing import Any
 
-from brokerd.pipeline import latency
+PROTOCOLS = ("ssmp", "mcchat", "socketmq", "smqp")
+"""Every front end: the report has a latency section for each, with or without data."""
+SAMPLED = "sampled write"
+"""``delivery_latency.source`` of the broker's ``latency`` samples."""
+SMQP_ONLINE = "delivered, once online"
+"""``delivery_latency.source`` of SMQP's ``delivered`` records."""
+SERIES = (("pending", "pending (never sent)", "#1f77b4"), ("unacknowledged", "sent, not acknowledged", "#ff7f0e"),
+          ("trash", "in the Trash", "#7f7f7f"))
+"""The ``queue_gauges`` columns: their labels and colours in the plot."""
+
 
 def literal(text: Any) -> str:
     """``text`` as matplotlib must show it: literally.  matplotlib reads a string with an even
@@ -26,7 +39,8 @@ def literal(text: Any) -> str:
 PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
 
 
-def _png(figure: Any) -> str:
+def png(figure: Any) -> str:
+    """``figure`` as a ``data:`` URI of a PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(figure)
@@ -64,11 +78,6 @@ def axis_from_zero(axes: Any, values: list[float]) -> None:
         axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         axes.set_ylim(bottom=0)
-
-
-def rate_plot(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> str:
-    """The PNG of :func:`rate_figure`."""
-    return _png(rate_figure(series, bucket_seconds))
 
 
 def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> Any:
@@ -112,11 +121,6 @@ def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datet
 
 LOG_SCALE_RATIO = 100
 """Latency bars use a log axis when the largest value is this many times the smallest."""
-
-
-def latency_plot(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> str:
-    """The PNG of :func:`latency_figure`."""
-    return _png(latency_figure(rows, title))
 
 
 def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Any:
@@ -169,7 +173,7 @@ def cross_protocol_table(rows: list[dict[str, Any]]) -> str:
     return f'<table class="matrix" id="cross-protocol"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def topics_plot(rows: list[tuple[str, int]]) -> str:
+def topics_figure(rows: list[tuple[str, int]]) -> Any:
     """The busiest topics by accepted messages."""
     figure, axes = _figure(height=max(2.5, 0.35 * len(rows) + 1))
     if not rows:
@@ -180,17 +184,18 @@ def topics_plot(rows: list[tuple[str, int]]) -> str:
         axes.set_xlabel("messages")
         axes.grid(alpha=0.3, axis="x")
     axes.set_title("Top topics")
-    return _png(figure)
+    return figure
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+def _table(rows: list[dict[str, Any]], columns: list[str], headers: list[str] | None = None,
+           attributes: str = "") -> str:
     if not rows:
         return "<p class=empty>none</p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in headers or columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns) + "</tr>" for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table{attributes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _cell(value: Any) -> str:
@@ -247,8 +252,8 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
 <p class=note>Every record with <code>latency_us</code>, by the protocol and kind that logged it: SMQP's
 acknowledgements count from acceptance, time queued while the subscriber was away included.</p>
 <h2>Delivery latency by protocol</h2>
-{latency.sections_html(report.get('delivery_latency', []), report.get('smqp_latency_split', []),
-                       plots['delivery_latency'], plots['smqp_split'])}
+{latency_sections(report.get('delivery_latency', []), report.get('smqp_latency_split', []),
+                  plots['delivery_latency'], plots['smqp_split'])}
 <h2>SMQP queue depth and Trash</h2>
 <img alt="SMQP queue depth and Trash" src="{plots['queue']}">
 <h2>Cross-protocol traffic</h2>
@@ -271,3 +276,49 @@ acknowledgements count from acceptance, time queued while the subscriber was awa
 <p>Parquet tables under {html.escape(report['out'])}: {', '.join(html.escape(t) for t in report['tables'])}.</p>
 </body></html>
 """
+
+
+def queue_figure(rows: list[dict[str, Any]]) -> Any:
+    """Pending, unacknowledged and Trash counts over time, as steps (axis from zero)."""
+    figure, axes = _figure()
+    if not rows:
+        _no_data(axes, "SMQP queue readings")
+    else:
+        times: list[datetime] = [row["time"] for row in rows]
+        for name, label, colour in SERIES:
+            values = [row[name] for row in rows]
+            axes.step(times + [times[-1]], values + [values[-1]], where="post", label=label, color=colour, linewidth=1.4)
+        axis_from_zero(axes, [row[name] for row in rows for name, _label, _colour in SERIES])
+        axes.set_ylabel("messages")
+        axes.set_xlabel("time (UTC)")
+        legend_beside(axes)
+        axes.grid(alpha=0.3)
+        figure.autofmt_xdate()
+    axes.set_title("SMQP queue depth and Trash")
+    return figure
+
+
+_PERCENTILES = ["count", "p50_us", "p90_us", "p99_us", "max_us"]
+_PERCENTILE_HEADERS = ["count", "p50 µs", "p90 µs", "p99 µs", "max µs"]
+
+
+def latency_sections(rows: list[dict[str, Any]], split: list[dict[str, Any]], plot: str, split_plot: str) -> str:
+    """The report's delivery-latency part: a plot, then one section per protocol (each says
+    what its figures measure, or that the log has none), then SMQP's split."""
+    by_protocol: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_protocol.setdefault(row["protocol"], []).append(row)
+    parts = [f'<img alt="delivery latency by protocol" src="{plot}">']
+    for protocol in PROTOCOLS:
+        found = by_protocol.get(protocol, [])
+        content = (_table(found, ["source", *_PERCENTILES], ["measured", *_PERCENTILE_HEADERS]) if found
+                   else "<p class=empty>no latency records for this protocol in this log</p>")
+        parts.append(f'<section class="latency" id="latency-{protocol}"><h3>{protocol}</h3>{content}</section>')
+    parts.append('<h3 id="smqp-split">SMQP: queued while the subscriber was away vs. delivered once online</h3>')
+    if split:
+        parts.append(f'<img alt="SMQP latency split" src="{split_plot}">')
+        parts.append(_table(split, ["kind", "part", *_PERCENTILES], ["outcome", "part", *_PERCENTILE_HEADERS],
+                            ' id="smqp-split-table"'))
+    else:
+        parts.append("<p class=empty>no SMQP outcomes with queued_us in this log</p>")
+    return "\n".join(parts)

@@ -13,18 +13,29 @@ crash, or a field of the wrong type); ``unsupported_version``; ``invalid`` (a re
 missing or an unknown kind).  Only ``ok`` records within the bounds reach the tables.
 
 Both ways of reading plan the same way (:func:`plan_hours`) and give a :class:`Log`: pyarrow
-in the report's process (brokerd.pipeline.arrowread) and Spark (brokerd.pipeline.sparkio).
+in the report's process (:func:`read_summaries`, for a local log, with no JVM) and Spark
+(brokerd.pipeline.sparkio.read_log): stored summaries for the compacted hours wholly inside
+the window, and the other hours' records summarised per hour of ``ts`` by the same function.
 """
 from __future__ import annotations
 
 import calendar
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
-from brokerd.pipeline.summaries import SUMMARY_VERSION
+from brokerd.pipeline.arrowjson import parse_files, read_parquet, status_counts
+from brokerd.pipeline.localfs import LocalFS, local_path
+from brokerd.pipeline.summaries import (
+    NAMES, RECORD_COLUMNS, SUMMARY_DIR, SUMMARY_VERSION, merge, record_schema, schemas, summarize_table,
+)
 
 OK = "ok"
 STATUSES = (OK, schema.MALFORMED, schema.UNSUPPORTED_VERSION, schema.INVALID)
@@ -36,13 +47,24 @@ Hour = tuple[str, str]
 
 
 class FileSystem(Protocol):
-    """What planning needs of a filesystem: localfs.LocalFS or sparkio.HadoopFS."""
+    """What listing and planning need of a filesystem: localfs.LocalFS or sparkio.HadoopFS."""
 
     def exists(self, name: str) -> bool: ...
 
-    def hours(self, base: str, marker: str | None = None) -> dict[Hour, str]: ...
+    def glob(self, base: str, pattern: str, directories: bool = False) -> list[str]: ...
 
     def read_text(self, name: str) -> str: ...
+
+
+def list_hours(fs: FileSystem, base: str, marker: str | None = None) -> dict[Hour, str]:
+    """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
+    result: dict[Hour, str] = {}
+    for path in fs.glob(base, "date=*/hour=*", directories=True):
+        date, hour = (part.partition("=")[2] for part in path.rstrip("/").split("/")[-2:])
+        location = f"{base}/date={date}/hour={hour}"
+        if marker is None or fs.exists(f"{location}/{marker}"):
+            result[(date, hour)] = location
+    return result
 
 
 @dataclass
@@ -57,10 +79,6 @@ class Log:
     summarized: dict[str, list[str]] = field(default_factory=dict)
     """Compacted hours wholly inside the window whose stored summaries were read: hour
     directory -> the summaries stored there."""
-
-    @property
-    def bad_lines(self) -> int:
-        return sum(count for status, count in self.quality.items() if status != OK)
 
 
 def events_path(data_dir: str) -> str:
@@ -123,9 +141,9 @@ def plan_hours(fs: FileSystem, data_dir: str, since_us: int | None, until_us: in
     and the compacted hours' markers."""
     path, compacted = events_path(data_dir), compacted_path(data_dir)
     found = fs.exists(path) or fs.exists(compacted)
-    parquet_hours = {h: p for h, p in fs.hours(compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
+    parquet_hours = {h: p for h, p in list_hours(fs, compacted, MARKER).items() if hour_in_window(h, since_us, until_us)}
     json_hours = {
-        h: p for h, p in fs.hours(path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
+        h: p for h, p in list_hours(fs, path).items() if h not in parquet_hours and hour_in_window(h, since_us, until_us)
     }
     counts: dict[str, int] = {}
     summarized: dict[str, list[str]] = {}
@@ -137,3 +155,76 @@ def plan_hours(fs: FileSystem, data_dir: str, since_us: int | None, until_us: in
         if stored.get("version") == SUMMARY_VERSION and hour_inside(hour, since_us, until_us):
             summarized[location] = list(stored.get("tables", []))
     return HourPlan(path, compacted, found, parquet_hours, json_hours, counts, summarized)
+
+
+DEFAULT_MAX_MEMORY = 2 << 30
+"""Bytes of Arrow memory the engine may hold while reading (``--arrow-max-memory``)."""
+
+
+class TooLarge(Exception):
+    """The summaries and records a report would hold in this process exceed its bound: the
+    report needs Spark, which spills to disk."""
+
+
+def _check_memory(limit: int | None) -> None:
+    """Raise TooLarge once the Arrow memory in use passes ``limit`` (checked after each
+    file read, so the overshoot is at most one file's table)."""
+    if limit is not None and pa.total_allocated_bytes() > limit:
+        raise TooLarge(f"the log's summaries and open hours take more than --arrow-max-memory "
+                       f"({limit:,} bytes) in memory")
+
+
+def _summarize_by_hour(records: Any) -> dict[str, list[Any]]:
+    """The summaries of ``records``, each hour of ``ts`` on its own (the subscription
+    summaries count the messages of an endpoint's own hour only)."""
+    found: dict[str, list[Any]] = {}
+    if not len(records):
+        return found
+    hour = pc.divide(records.column("ts"), schema.HOUR_US)
+    for index in np.unique(hour.to_numpy()).tolist():
+        part = records.filter(pc.equal(hour, index))
+        for name, table in summarize_table(part).items():
+            found.setdefault(name, []).append(table)
+    return found
+
+
+def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | None = None,
+                   max_memory: int | None = DEFAULT_MAX_MEMORY) -> Log:
+    """The merged summaries of ``data_dir``'s log in [since, until) (a local data dir).
+    Raises arrowjson.NotConvertible when an open hour has a line pyarrow cannot parse, and
+    TooLarge when what it reads takes more than ``max_memory`` bytes (None: no bound)."""
+    local = local_path(data_dir)
+    if local is None:
+        raise ValueError(f"{data_dir}: the Arrow engine reads local data dirs only")
+    fs = LocalFS()
+    plan = plan_hours(fs, local, since_us, until_us)
+    columns = [*RECORD_COLUMNS, "status"]
+    parts = []
+    for location in plan.record_hours():
+        for table in read_parquet(location, columns):
+            parts.append(table)
+            _check_memory(max_memory)
+    for _hour, location in sorted(plan.json_hours.items()):
+        files = [os.path.join(location, name) for name, _size in fs.files(location, schema.FILE_SUFFIX)]
+        if files:
+            parts.append(parse_files(files).select(columns))
+            for status, n in status_counts(parts[-1]).items():
+                plan.counts[status] = plan.counts.get(status, 0) + n
+            _check_memory(max_memory)
+    merged: dict[str, list[Any]] = {name: [] for name in NAMES}
+    for location, names in sorted(plan.summarized.items()):
+        for name in names:
+            for table in read_parquet(os.path.join(location, SUMMARY_DIR, name), schemas()[name].names):
+                merged[name].append(table)
+                _check_memory(max_memory)
+    if parts:
+        with_status = pa.schema([*record_schema(), pa.field("status", pa.string())])
+        records = pa.concat_tables([part.select(with_status.names).cast(with_status) for part in parts])
+        keep = pc.equal(records.column("status"), OK)
+        if since_us is not None:
+            keep = pc.and_(keep, pc.greater_equal(records.column("ts"), since_us))
+        if until_us is not None:
+            keep = pc.and_(keep, pc.less(records.column("ts"), until_us))
+        for name, tables in _summarize_by_hour(records.filter(keep).drop_columns(["status"])).items():
+            merged[name] += tables
+    return Log(merge(merged), plan.quality(), plan.path, found=plan.found, summarized=plan.summarized)

@@ -6,7 +6,7 @@ from the merged summaries (brokerd.pipeline.tables.TABLES), which are small by c
 (per minute, per top-N); summary.json and the HTML come from those tables.
 
 - Locally (``spark`` None: a local master, data dir and out), all of it runs in this process
-  with pyarrow, no JVM: compaction, reading (brokerd.pipeline.arrowread), the tables.
+  with pyarrow, no JVM: compaction, reading (brokerd.pipeline.read), the tables.
 - Distributed (a Spark session: a cluster, or ``--engine spark``), Spark parses the JSON, runs
   the summary function on its executors and stores what compaction writes; the merged
   summaries are collected into the driver (brokerd.pipeline.sparkio) and the same table
@@ -22,24 +22,22 @@ import json
 import math
 import os
 import shutil
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from brokerd.events import schema
-from brokerd.pipeline import gauges, html, sparkio, tables
+from brokerd.pipeline import html, sparkio, tables
 from brokerd.pipeline.arrowbase import sort_by
-from brokerd.pipeline.arrowread import DEFAULT_MAX_MEMORY, read_summaries
+from brokerd.pipeline.arrowjson import NotConvertible, write_parquet
 from brokerd.pipeline.compact import compact as compact_log
 from brokerd.pipeline.localfs import local_path
-from brokerd.pipeline.read import OK
+from brokerd.pipeline.read import DEFAULT_MAX_MEMORY, OK, Log, read_summaries
 from brokerd.pipeline.session import Progress
+from brokerd.pipeline.summaries import group, sums
 from brokerd.pipeline.timespec import format_time
 
 TABLES = tuple(name for name, _table in tables.TABLES)
@@ -47,14 +45,6 @@ MAX_PLOT_POINTS = 1500
 """Buckets of the messages/s plot; the bucket grows (in whole minutes) for longer logs."""
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
-
-
-def local_dir(out: str) -> Path | None:
-    """``out`` as a local path, or None when it is a cluster URI (hdfs://, s3a://, ...)."""
-    parsed = urlparse(out)
-    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # C:\ on Windows
-        return Path(parsed.path if parsed.scheme == "file" else out)
-    return None
 
 
 def _datetime(us: int) -> datetime:
@@ -81,8 +71,7 @@ def write_table(table: Any, directory: str) -> None:
     """``table`` as ``directory`` (replaced, local), a Parquet directory as Spark writes one."""
     if os.path.isdir(directory):
         shutil.rmtree(directory)
-    os.makedirs(directory)
-    pq.write_table(table, os.path.join(directory, "part-00000-arrow.parquet"))
+    write_parquet(table, directory)
     open(os.path.join(directory, "_SUCCESS"), "wb").close()
 
 
@@ -105,75 +94,68 @@ def run_report(
     closed hours not compacted yet are compacted (unless ``compact`` is false).
 
     ``spark`` None: in this process (local data dir and out); raises arrowjson.NotConvertible
-    (before writing any table) when an input needs Spark's reader, arrowread.TooLarge when the
-    inputs take more than ``max_memory`` bytes (default arrowread.DEFAULT_MAX_MEMORY).  With a
+    (before writing any table) when an input needs Spark's reader, read.TooLarge when the
+    inputs take more than ``max_memory`` bytes (default read.DEFAULT_MAX_MEMORY).  With a
     Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply)."""
-    progress = progress or Progress(spark, enabled=False)
-    step = progress.step
+    step = (progress or Progress(spark, enabled=False)).step
     where = "pyarrow" if spark is None else "Spark"
     out = out.rstrip("/") or "/"
     compaction = None
     if compact:
         step(f"compacting closed hours ({where})")
         compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
+        if compaction.unconvertible:
+            raise NotConvertible("pyarrow cannot parse the JSON of "
+                                 + ", ".join(f"{date} {hour}:00" for date, hour in compaction.unconvertible))
     step(f"reading the event log: the stored summaries, and the other hours' records summarised ({where})")
     if spark is None:
         log = read_summaries(data_dir, since_us, until_us, DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
     else:
         log = sparkio.read_log(spark, data_dir, since_us, until_us)
-    s = log.summaries
     step(f"deriving the tables from {len(log.summarized)} hour(s) of stored summaries and the others' (pyarrow)")
-    found = tables.compute(s, top)
+    found = tables.compute(log.summaries, top)
     step("writing the tables")
     for name, table in found.items():
         if spark is None:
             write_table(table, os.path.join(local_path(out) or out, name))
         else:
             sparkio.write_table(spark, table, f"{out}/{name}")
-
     step("summarising")
-    kinds = s["kinds"].group_by("kind", use_threads=False).aggregate([("n", "sum"), ("first_ts", "min"), ("last_ts", "max")])
-    events_by_kind = {kind: int(n) for kind, n in zip(kinds.column("kind").to_pylist(), kinds.column("n_sum").to_pylist())}
-    first = pc.min(kinds.column("first_ts_min")).as_py() if len(kinds) else None
-    last = pc.max(kinds.column("last_ts_max")).as_py() if len(kinds) else None
-    traffic = found["traffic"]
-    span_minutes = 1 if first is None else max(1, math.ceil((last - first + 1) / 60_000_000))
-    bucket_seconds = max(1, math.ceil(span_minutes / MAX_PLOT_POINTS)) * 60
-    moving = traffic.filter(pc.greater(traffic.column("messages"), 0))
-    minute_us = moving.column("minute").cast(pa.int64())
-    bucket_us = pc.multiply(pc.divide(minute_us, bucket_seconds * 1_000_000), bucket_seconds * 1_000_000)  # ts > 0
-    rates = pa.table({"bucket": bucket_us, "protocol": moving.column("protocol"), "messages": moving.column("messages")})
-    rates = rates.group_by(["bucket", "protocol"], use_threads=False).aggregate([("messages", "sum")])
-    series: dict[str, list[tuple[datetime, float]]] = {}
-    for bucket, protocol, messages in zip(*[rates.column(c).to_pylist() for c in ("bucket", "protocol", "messages_sum")]):
-        series.setdefault(protocol, []).append((_datetime(bucket), messages / bucket_seconds))
-    per_protocol = traffic.group_by("protocol", use_threads=False).aggregate([("messages", "sum")])
-    messages_by_protocol = {
-        protocol: int(m) for protocol, m in zip(per_protocol.column("protocol").to_pylist(),
-                                                 per_protocol.column("messages_sum").to_pylist()) if m
-    }
-    named = traffic.filter(pc.is_valid(traffic.column("topic")))
-    topics = named.group_by("topic", use_threads=False).aggregate([("messages", "sum")])
-    topics = topics.filter(pc.greater(topics.column("messages_sum"), 0))
-    topics = sort_by(topics, [("messages_sum", "descending"), ("topic", "ascending")]).slice(0, 15)
-    top_topics = [(t, int(m)) for t, m in zip(topics.column("topic").to_pylist(), topics.column("messages_sum").to_pylist())]
-    latency_by_protocol = rows(tables.latency(s, keys=("protocol", "kind")))
-    auth = rows(sort_by(found["auth_failures"], [("failures", "descending"), ("source", "ascending"),
-                                                            ("protocol", "ascending")]).slice(0, 10))
-    slow = found["slow_consumers"]
-    slow_rows = rows(sort_by(slow, [("time", "descending")]).slice(0, 20))
-    delivery_rows = rows(sort_by(found["delivery_latency"], [("protocol", "ascending"), ("source", "ascending")]))
-    split_rows = rows(sort_by(found["smqp_latency_split"], [("kind", "ascending"), ("part", "descending")]))
-    gauge_rows = rows(sort_by(found["queue_gauges"], [("time", "ascending")]))
-    dead = sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS)
+    figures, gauge_rows = _figures(log, found)
     summary = {
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "data_dir": data_dir,
-        "events_path": log.path,
-        "log_found": log.found,
-        "out": out,
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "data_dir": data_dir,
+        "events_path": log.path, "log_found": log.found, "out": out,
         "since": None if since_us is None else format_time(since_us),
         "until": None if until_us is None else format_time(until_us),
+        **figures,
+        "compaction": None if compaction is None else {
+            "compacted_now": len(compaction.compacted), "already": len(compaction.already),
+            "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
+        },
+    }
+    step("drawing the HTML report")
+    write_outputs(summary, _rates(found["traffic"], summary["bucket_seconds"]), gauge_rows, out, html_dir)
+    return summary
+
+
+def _figures(log: Log, found: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary's figures, from the merged summaries and the tables, and the gauge rows."""
+    kinds = group(log.summaries["kinds"], ["kind"], [("n", "sum", "n"), ("first_ts", "min", "first"),
+                                                     ("last_ts", "max", "last")])
+    events_by_kind = dict(zip(kinds.column("kind").to_pylist(), kinds.column("n").to_pylist()))
+    first = pc.min(kinds.column("first")).as_py()
+    last = pc.max(kinds.column("last")).as_py()
+    traffic = found["traffic"]
+    per_protocol = group(traffic, ["protocol"], sums("messages"))
+    protocols = zip(per_protocol.column("protocol").to_pylist(), per_protocol.column("messages").to_pylist())
+    messages_by_protocol = {protocol: messages for protocol, messages in protocols if messages}
+    topics = group(traffic.filter(pc.is_valid(traffic.column("topic"))), ["topic"], sums("messages"))
+    topics = sort_by(topics.filter(pc.greater(topics.column("messages"), 0)),
+                     [("messages", "descending"), ("topic", "ascending")]).slice(0, 15)
+    slow = found["slow_consumers"]
+    gauge_rows = rows(sort_by(found["queue_gauges"], [("time", "ascending")]))
+    span_minutes = 1 if first is None else max(1, math.ceil((last - first + 1) / 60_000_000))
+    return {
         "first_event": None if first is None else format_time(first),
         "last_event": None if last is None else format_time(last),
         "quality": log.quality,
@@ -182,31 +164,41 @@ def run_report(
         "events_by_kind": events_by_kind,
         "messages": sum(messages_by_protocol.values()),  # weighted by count, unlike events_by_kind
         "messages_by_protocol": messages_by_protocol,
-        "top_topics": top_topics,
-        "latency_by_protocol": latency_by_protocol,
+        "top_topics": list(zip(topics.column("topic").to_pylist(), topics.column("messages").to_pylist())),
+        "latency_by_protocol": rows(tables.percentiles(log.summaries["latency"], ["protocol", "kind"], "latency_us")),
         "top_publishers": rows(found["top_publishers"].slice(0, 10)),
         "top_subscribers": rows(found["top_subscribers"].slice(0, 10)),
-        "dead_letters": dead,
+        "dead_letters": sum(events_by_kind.get(kind, 0) for kind in schema.DEAD_LETTER_KINDS),
         "auth_failure_count": events_by_kind.get("auth_failure", 0),
-        "auth_failures": auth,
+        "auth_failures": rows(sort_by(found["auth_failures"], [("failures", "descending"), ("source", "ascending"),
+                                                               ("protocol", "ascending")]).slice(0, 10)),
         "cross_protocol": rows(found["cross_protocol"]),
         "slow_consumer_episodes": len(slow),
-        "slow_consumers": slow_rows,
-        "delivery_latency": delivery_rows,
-        "smqp_latency_split": split_rows,
+        "slow_consumers": rows(sort_by(slow, [("time", "descending")]).slice(0, 20)),
+        "delivery_latency": rows(sort_by(found["delivery_latency"], [("protocol", "ascending"),
+                                                                     ("source", "ascending")])),
+        "smqp_latency_split": rows(sort_by(found["smqp_latency_split"], [("kind", "ascending"),
+                                                                         ("part", "descending")])),
         "queue_gauge_readings": len(gauge_rows),
         "queue_gauge_last": gauge_rows[-1] if gauge_rows else None,
         "tables": list(TABLES),
         "summarized_hours": len(log.summarized),
-        "bucket_seconds": bucket_seconds,
-        "compaction": None if compaction is None else {
-            "compacted_now": len(compaction.compacted), "already": len(compaction.already),
-            "open": len(compaction.open), "deleted_json_files": compaction.deleted_files,
-        },
-    }
-    step("drawing the HTML report")
-    write_outputs(summary, series, gauge_rows, out, html_dir)
-    return summary
+        "bucket_seconds": max(1, math.ceil(span_minutes / MAX_PLOT_POINTS)) * 60,
+    }, gauge_rows
+
+
+def _rates(traffic: Any, bucket_seconds: int) -> dict[str, list[tuple[datetime, float]]]:
+    """Messages per second per protocol and bucket of ``bucket_seconds``, for the plot."""
+    moving = traffic.filter(pc.greater(traffic.column("messages"), 0))
+    bucket_us = bucket_seconds * 1_000_000
+    rates = group(pa.table({  # ts > 0: integer division
+        "bucket": pc.multiply(pc.divide(moving.column("minute").cast(pa.int64()), bucket_us), bucket_us),
+        "protocol": moving.column("protocol"), "messages": moving.column("messages"),
+    }), ["bucket", "protocol"], sums("messages"))
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for bucket, protocol, messages in zip(*[rates.column(c).to_pylist() for c in ("bucket", "protocol", "messages")]):
+        series.setdefault(protocol, []).append((_datetime(bucket), messages / bucket_seconds))
+    return series
 
 
 def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime, float]]],
@@ -214,17 +206,18 @@ def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime
     """Draw the plots, write report.html and summary.json (next to the tables when ``out`` is
     local, else in ``html_dir``) and set ``summary["html"]``."""
     delivery_rows, split_rows = summary["delivery_latency"], summary["smqp_latency_split"]
-    plots = {
-        "rate": html.rate_plot(series, summary["bucket_seconds"]),
-        "latency": html.latency_plot(summary["latency_by_protocol"]),
-        "topics": html.topics_plot(summary["top_topics"]),
-        "delivery_latency": html.latency_plot([{**row, "kind": row["source"]} for row in delivery_rows],
-                                              "Delivery latency percentiles, by receiving protocol"),
-        "smqp_split": html.latency_plot([{**row, "protocol": row["kind"], "kind": row["part"]} for row in split_rows],
-                                        "SMQP latency: queued while away vs. once online"),
-        "queue": gauges.queue_plot(gauge_rows),
-    }
-    target = local_dir(out) or Path(html_dir or ".")
+    plots = {name: html.png(figure) for name, figure in {
+        "rate": html.rate_figure(series, summary["bucket_seconds"]),
+        "latency": html.latency_figure(summary["latency_by_protocol"]),
+        "topics": html.topics_figure(summary["top_topics"]),
+        "delivery_latency": html.latency_figure([{**row, "kind": row["source"]} for row in delivery_rows],
+                                                "Delivery latency percentiles, by receiving protocol"),
+        "smqp_split": html.latency_figure([{**row, "protocol": row["kind"], "kind": row["part"]} for row in split_rows],
+                                          "SMQP latency: queued while away vs. once online"),
+        "queue": html.queue_figure(gauge_rows),
+    }.items()}
+    local = local_path(out)
+    target = Path(local if local is not None else html_dir or ".")
     target.mkdir(parents=True, exist_ok=True)
     (target / HTML_NAME).write_text(html.render(summary, plots), "utf-8")
     summary["html"] = str(target / HTML_NAME)
@@ -269,9 +262,3 @@ def text_summary(summary: dict[str, Any], elapsed: float | None = None) -> str:
     if elapsed is not None:
         lines.append(f"  took          {elapsed:.1f} s")
     return "\n".join(lines)
-
-
-def timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    started = time.monotonic()
-    result = function(*args, **kwargs)
-    return result, time.monotonic() - started

@@ -15,7 +15,6 @@ from typing import Any, TextIO
 DEFAULT_MASTER = "local[*]"
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 1))),
     "spark.driver.memory": "4g",
 }
@@ -58,10 +57,7 @@ def build_session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if quiet and not under_spark_submit():
-        spark = _quietly(builder)
-    else:
-        spark = builder.getOrCreate()
+    spark = _quietly(builder) if quiet and not under_spark_submit() else builder.getOrCreate()
     for key, value in ALWAYS.items():
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(log_level)
@@ -179,19 +175,11 @@ class Progress:
                 stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
             except Exception:  # the context is stopping
                 return
-            parts = [
-                f"stage {info.stageId}: {info.numCompletedTasks}/{info.numTasks} tasks"
-                for info in stages
-                if info is not None
-            ]
-            if not parts:
-                continue
+            parts = [f"stage {info.stageId}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                     for info in stages if info is not None]
             line = f"    {self._step}: " + ", ".join(parts)
-            if line == self._last:
+            if not parts or line == self._last:
                 continue
             self._last = line
-            if self._tty:
-                self.out.write("\r" + line[:150].ljust(150))
-            else:
-                self.out.write(line + "\n")
+            self.out.write("\r" + line[:150].ljust(150) if self._tty else line + "\n")
             self.out.flush()

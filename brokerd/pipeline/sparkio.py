@@ -11,21 +11,22 @@ merged in the driver, where brokerd.pipeline.tables derives every table as it do
 So no figure is computed by a Spark DataFrame expression: each has one definition.
 
 PySpark is imported inside the functions: it is an optional dependency, and a local report
-(brokerd.pipeline.arrowread) never needs it.
+(brokerd.pipeline.read) never needs it.
 """
 from __future__ import annotations
 
-import functools
 from functools import reduce
-from operator import or_
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from brokerd.events import schema
+from brokerd.pipeline.arrowjson import line_status
 from brokerd.pipeline.read import OK, Hour, Log, plan_hours
 from brokerd.pipeline.summaries import HOUR_US, NAMES, RECORD_COLUMNS, SUMMARY_DIR, merge, record_schema, schemas, summarize_table
 
 CORRUPT = "_corrupt"
-_SPARK_TYPES = {"int": "IntegerType", "long": "LongType", "string": "StringType"}
 BLOBS = "hour_index long, name string, data binary"
 """What a group of the summarising ``applyInArrow`` returns: one row per non-empty summary of
 the hour, the summary as an Arrow IPC stream."""
@@ -44,41 +45,19 @@ class HadoopFS:
     def exists(self, name: str) -> bool:
         return bool(self.fs.exists(self.path(name)))
 
-    def glob(self, pattern: str) -> list[Any]:
-        found = self.fs.globStatus(self.path(pattern))
-        return [] if found is None else list(found)
-
-    def hours(self, base: str, marker: str | None = None) -> dict[Hour, str]:
-        """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
-        result: dict[Hour, str] = {}
-        for status in self.glob(f"{base}/date=*/hour=*"):
-            if not status.isDirectory():
-                continue
-            path = status.getPath()
-            hour = path.getName().partition("=")[2]
-            date = path.getParent().getName().partition("=")[2]
-            location = f"{base}/date={date}/hour={hour}"
-            if marker is None or self.exists(f"{location}/{marker}"):
-                result[(date, hour)] = location
-        return result
+    def glob(self, base: str, pattern: str, directories: bool = False) -> list[str]:
+        """Paths under ``base`` matching ``pattern`` (only directories, if asked)."""
+        found = self.fs.globStatus(self.path(f"{base}/{pattern}")) or []
+        return [status.getPath().toString() for status in found if not directories or status.isDirectory()]
 
     def files(self, directory: str, suffix: str) -> list[tuple[str, int]]:
-        return sorted(
-            (status.getPath().getName(), int(status.getLen()))
-            for status in self.glob(f"{directory}/*{suffix}")
-            if status.isFile()
-        )
+        found = self.fs.globStatus(self.path(f"{directory}/*{suffix}")) or []
+        return sorted((status.getPath().getName(), int(status.getLen())) for status in found if status.isFile())
 
     def read_text(self, name: str) -> str:
         stream = self.fs.open(self.path(name))
         try:
-            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            lines = []
-            line = reader.readLine()
-            while line is not None:
-                lines.append(line)
-                line = reader.readLine()
-            return "\n".join(lines)
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 
@@ -99,65 +78,39 @@ class HadoopFS:
         self.fs.delete(self.path(name), recursive)
 
 
-def event_struct() -> Any:
-    """The Spark schema of one line (every version-1 field) plus the corrupt-line column."""
-    from pyspark.sql import types
-
-    fields = [
-        types.StructField(name, getattr(types, _SPARK_TYPES[kind])(), True) for name, kind in schema.FIELDS
-    ]
-    fields.append(types.StructField(CORRUPT, types.StringType(), True))
-    return types.StructType(fields)
-
-
-def compacted_struct() -> Any:
-    """The Parquet schema of compacted hours (:func:`with_status`'s columns)."""
-    from pyspark.sql import types
-
-    fields = [f for f in event_struct().fields if f.name != CORRUPT]
-    fields += [types.StructField(name, types.StringType(), True) for name in ("status", "date", "hour")]
-    return types.StructType(fields)
-
-
-def spark_struct(arrow_schema: Any) -> Any:
+def spark_struct(fields: Any, *extra: str) -> Any:
+    """The Spark form of the Arrow ``fields`` and the string columns ``extra``."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(arrow_schema)
+    return from_arrow_schema(pa.schema([*fields, *[pa.field(name, pa.string()) for name in extra]]))
 
 
-def json_reader(spark: Any, base_path: str) -> Any:
-    """Spark's JSON reader for log files under ``base_path``: the schema given (no inference),
-    bad lines kept in the corrupt column, only ``*.jsonl`` files."""
-    return (
-        spark.read.schema(event_struct())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .option("pathGlobFilter", "*" + schema.FILE_SUFFIX)
-        .option("basePath", base_path)
-    )
+COMPACTED = ("status", "date", "hour")
+"""The columns compacted hours have besides the log's fields (``date``, ``hour``: the
+partition values)."""
 
 
-def with_status(raw: Any) -> Any:
-    """Every schema field (payload too), ``status``, ``date`` and ``hour`` of each line read
-    (arrowjson decides the same statuses for the lines pyarrow parses)."""
-    from pyspark.sql import functions as F
+def read_json(spark: Any, base_path: str, paths: list[str]) -> Any:
+    """The log files under ``paths`` as Spark reads them: the schema given (no inference), a
+    line it cannot parse kept whole in the corrupt column, only ``*.jsonl`` files; with each
+    line's ``status`` (:func:`arrowjson.line_status`, run on the executors, for the lines
+    that parsed), ``date`` and ``hour``."""
+    reader = (spark.read.schema(spark_struct(record_schema(payload=True), CORRUPT))
+              .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+              .option("pathGlobFilter", "*" + schema.FILE_SUFFIX)
+              .option("basePath", base_path))
+    return reader.json(paths).mapInArrow(_with_status, spark_struct(record_schema(payload=True), *COMPACTED))
 
-    kinds = sorted(schema.KINDS)
-    status = (
-        F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED))
-        .when(F.col("v").isNull() | ~F.col("v").isin(sorted(schema.SUPPORTED_VERSIONS)), F.lit(schema.UNSUPPORTED_VERSION))
-        .when(
-            reduce(or_, [F.col(name).isNull() for name in schema.REQUIRED if name != "v"]) | ~F.col("kind").isin(kinds),
-            F.lit(schema.INVALID),
-        )
-        .otherwise(F.lit(OK))
-    )
-    return raw.select(*schema.FIELD_NAMES, status.alias("status"), "date", "hour")
+
+def _with_status(batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        status = pc.if_else(pc.is_valid(table.column(CORRUPT)), schema.MALFORMED, line_status(table))
+        table = table.drop_columns([CORRUPT]).append_column("status", status)
+        yield from table.select([*schema.FIELD_NAMES, *COMPACTED]).to_batches()
 
 
 def _encode(table: Any) -> bytes:
-    import pyarrow as pa
-
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -165,16 +118,12 @@ def _encode(table: Any) -> bytes:
 
 
 def _decode(data: bytes) -> Any:
-    import pyarrow as pa
-
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def _summarize_hour(key, table):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
     """On an executor: the summaries of one hour's records (``key``: its hour index), each
     a row of :data:`BLOBS`."""
-    import pyarrow as pa
-
     records = table.select(list(RECORD_COLUMNS)).cast(record_schema())
     found = [(name, summary) for name, summary in summarize_table(records).items() if len(summary)]
     return pa.table({
@@ -204,15 +153,12 @@ def collect(blobs: Any) -> dict[str, list[Any]]:
     return found
 
 
-def _unpack(name: str, batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
-    """On an executor: the rows of summary ``name`` from its blobs, with the hour's
-    ``date`` and ``hour`` (partition values) appended."""
-    import pyarrow as pa
-
-    target = schemas()[name]
+def _unpack(batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
+    """On an executor: the rows of a summary from its blobs, with the hour's ``date`` and
+    ``hour`` (partition values) appended."""
     for batch in batches:
         for hour_index, data in zip(batch.column("hour_index").to_pylist(), batch.column("data").to_pylist()):
-            table = _decode(data).select(target.names).cast(target)
+            table = _decode(data)
             date, hour = schema.partition_of(hour_index * HOUR_US)
             table = table.append_column("date", pa.array([date] * len(table), pa.string()))
             table = table.append_column("hour", pa.array([hour] * len(table), pa.string()))
@@ -224,20 +170,18 @@ def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: li
     executors and store each hour's summaries as ``data/date=/hour=/_summary/<name>``, one
     Parquet write per summary (partitioned by hour, moved into place); returns the summaries
     that have rows in each hour."""
-    import pyarrow as pa
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    rows = spark.read.schema(compacted_struct()).option("basePath", data).parquet(
+    rows = spark.read.schema(spark_struct(record_schema(payload=True), *COMPACTED)).option("basePath", data).parquet(
         *[f"{data}/date={hour[0]}/hour={hour[1]}" for hour in sorted(hours)]
     )
     blobs = summarize(rows.filter(F.col("status") == OK)).persist(StorageLevel.MEMORY_AND_DISK)
     stored: dict[Hour, set[str]] = {hour: set() for hour in hours}
     try:
         for name in NAMES:
-            target = pa.schema([*schemas()[name], pa.field("date", pa.string()), pa.field("hour", pa.string())])
             written = f"{scratch}/{name}"
-            frame = blobs.filter(F.col("name") == name).mapInArrow(functools.partial(_unpack, name), spark_struct(target))
+            frame = blobs.filter(F.col("name") == name).mapInArrow(_unpack, spark_struct(schemas()[name], "date", "hour"))
             frame.write.partitionBy("date", "hour").parquet(written)
             for hour in sorted(hours):
                 part = f"{written}/date={hour[0]}/hour={hour[1]}"
@@ -252,32 +196,32 @@ def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: li
     return stored
 
 
-def convert_hours(
-    spark: Any, events: str, tmp: str, raw: dict[Hour, str], hours: list[Hour],
-    statuses: dict[Hour, dict[str, int]], bounds: dict[Hour, tuple[int, int] | None],
-) -> None:
-    """Parse the JSON of ``hours`` once (all in one read, so every executor works even on
-    small hours), keep the rows in memory and write each hour's Parquet into
+def convert_hours(spark: Any, events: str, tmp: str, paths: dict[Hour, str]) -> dict[Hour, tuple[dict[str, int], Any]]:
+    """Parse the JSON of the hours in ``paths`` once (all in one read, so every executor works
+    even on small hours), keep the rows in memory and write each hour's Parquet into
     ``tmp/data/date=/hour=`` (one write per hour: its rows need no sort by partition, as
-    partitionBy would do), filling ``statuses`` and the valid records' ``ts`` ``bounds``."""
+    partitionBy would do).  Returns each hour's line count per status and the lowest and
+    highest ``ts`` of its valid records (None without any)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    parsed = with_status(json_reader(spark, events).json([raw[hour] for hour in hours])).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = read_json(spark, events, list(paths.values())).persist(StorageLevel.MEMORY_AND_DISK)
+    found: dict[Hour, tuple[dict[str, int], Any]] = {hour: ({}, None) for hour in paths}
     try:
         counted = parsed.groupBy("date", "hour", "status").agg(
             F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
         )
         for row in counted.collect():
             hour = (row["date"], row["hour"])
-            statuses[hour][row["status"]] = int(row["count"])
+            found[hour][0][row["status"]] = int(row["count"])
             if row["status"] == OK:
-                bounds[hour] = (row["lo"], row["hi"])
-        for hour in hours:
-            staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
-            parsed.filter((F.col("date") == hour[0]) & (F.col("hour") == hour[1])).drop("date", "hour").write.parquet(staged)
+                found[hour] = (found[hour][0], (row["lo"], row["hi"]))
+        for date, hour in paths:
+            staged = f"{tmp}/data/date={date}/hour={hour}"
+            parsed.filter((F.col("date") == date) & (F.col("hour") == hour)).drop("date", "hour").write.parquet(staged)
     finally:
         parsed.unpersist()
+    return found
 
 
 def read_log(spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None) -> Log:
@@ -297,11 +241,12 @@ def read_log(spark: Any, data_dir: str, since_us: int | None = None, until_us: i
             parts[name].append(spark.read.schema(spark_struct(schemas()[name])).parquet(*paths).toArrow())
     frames = []
     if plan.record_hours():
-        frames.append(spark.read.schema(compacted_struct()).option("basePath", plan.compacted).parquet(*plan.record_hours()))
+        compacted = spark.read.schema(spark_struct(record_schema(payload=True), *COMPACTED))
+        frames.append(compacted.option("basePath", plan.compacted).parquet(*plan.record_hours()))
     json_paths = [p for _h, p in sorted(plan.json_hours.items()) if fs.files(p, schema.FILE_SUFFIX)]
     parsed = None
     if json_paths:  # open hours: their statuses counted here (a few hours at most)
-        parsed = with_status(json_reader(spark, plan.path).json(json_paths)).persist(StorageLevel.MEMORY_AND_DISK)
+        parsed = read_json(spark, plan.path, json_paths).persist(StorageLevel.MEMORY_AND_DISK)
         for row in parsed.groupBy("status").count().collect():
             plan.counts[row["status"]] = plan.counts.get(row["status"], 0) + int(row["count"])
         frames.append(parsed)

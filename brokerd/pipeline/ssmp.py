@@ -224,28 +224,31 @@ class SSMPConnection:
         self._events.append(Event(sender, verb, target, content, binary, received))
 
 
-def _take_payload(buffer: bytes, start: int) -> tuple[int, bytes, bool] | None:
-    """(end after LF, content, binary) of a payload at ``start`` followed by LF; None when
-    incomplete."""
+class _Incomplete(Exception):
+    """The buffer ends inside the message: it is parsed again once more bytes came."""
+
+
+def _take_payload(buffer: bytes, start: int) -> tuple[int, bytes, bool]:
+    """(end after LF, content, binary) of a payload at ``start`` followed by LF."""
     if start >= len(buffer):
-        return None
+        raise _Incomplete
     if buffer[start] > 3:
         end = buffer.find(b"\n", start)
         if end < 0:
-            return None
+            raise _Incomplete
         return end + 1, buffer[start:end], False
     if start + 2 > len(buffer):
-        return None
+        raise _Incomplete
     size = (buffer[start] << 8 | buffer[start + 1]) + 1
     end = start + 2 + size
     if end >= len(buffer):
-        return None
+        raise _Incomplete
     if buffer[end] != 0x0A:
         raise SSMPClientError("binary payload not followed by LF")
     return end + 1, buffer[start + 2:end], True
 
 
-def _field(buffer: bytes, start: int) -> tuple[int, bytes, bytes] | None:
+def _field(buffer: bytes, start: int) -> tuple[int, bytes, bytes]:
     """The token at ``start`` up to SP or LF: (index after it, token, separator)."""
     for index in range(start, min(len(buffer), start + MAX_ID + 17)):
         byte = buffer[index]
@@ -253,56 +256,45 @@ def _field(buffer: bytes, start: int) -> tuple[int, bytes, bytes] | None:
             return index + 1, buffer[start:index], bytes((byte,))
     if len(buffer) - start > MAX_ID + 17:
         raise SSMPClientError("SSMP field too long")
-    return None
+    raise _Incomplete
 
 
 def _parse_message(buffer: bytes, start: int) -> tuple[int, tuple] | None:
     """One response ``(code, payload)`` or event ``(b"000", sender, verb, target, content,
     binary)`` from ``buffer[start:]``; None when it is not complete yet."""
-    head = _field(buffer, start)
-    if head is None:
+    try:
+        return _message(buffer, start)
+    except _Incomplete:
         return None
-    position, code, separator = head
+
+
+def _message(buffer: bytes, start: int) -> tuple[int, tuple]:
+    position, code, separator = _field(buffer, start)
     if len(code) != 3 or not code.isdigit():
         raise SSMPClientError(f"not an SSMP response or event: {buffer[start:start + 40]!r}")
     if code != b"000":
         if separator == b"\n":
             return position, (code, None)
-        payload = _take_payload(buffer, position)
-        if payload is None:
-            return None
-        return payload[0], (code, payload[1])
+        end, payload, _binary = _take_payload(buffer, position)
+        return end, (code, payload)
     if separator != b" ":
         raise SSMPClientError("an SSMP event needs a sender")
-    sender_field = _field(buffer, position)
-    if sender_field is None:
-        return None
-    position, sender, separator = sender_field
+    position, sender, separator = _field(buffer, position)
     if separator != b" ":
         raise SSMPClientError("an SSMP event needs a verb")
-    verb_field = _field(buffer, position)
-    if verb_field is None:
-        return None
-    position, verb, separator = verb_field
+    position, verb, separator = _field(buffer, position)
     if separator == b"\n":
         return position, (code, sender, verb, None, None, False)
     if verb == b"BCAST":
-        payload = _take_payload(buffer, position)
-        if payload is None:
-            return None
-        return payload[0], (code, sender, verb, None, payload[1], payload[2])
-    target_field = _field(buffer, position)
-    if target_field is None:
-        return None
-    position, target, separator = target_field
+        end, content, binary = _take_payload(buffer, position)
+        return end, (code, sender, verb, None, content, binary)
+    position, target, separator = _field(buffer, position)
     if separator == b"\n":
         return position, (code, sender, verb, target, None, False)
     if verb in (b"SUBSCRIBE", b"UNSUBSCRIBE"):
         end = buffer.find(b"\n", position)
         if end < 0:
-            return None
+            raise _Incomplete
         return end + 1, (code, sender, verb, target, buffer[position:end], False)
-    payload = _take_payload(buffer, position)
-    if payload is None:
-        return None
-    return payload[0], (code, sender, verb, target, payload[1], payload[2])
+    end, content, binary = _take_payload(buffer, position)
+    return end, (code, sender, verb, target, content, binary)

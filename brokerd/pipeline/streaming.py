@@ -35,7 +35,6 @@ import os
 import random
 import sys
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -164,9 +163,6 @@ class Subscription:
         self._next = 0
         self._rebased = False
         self.dropped = 0
-        self.reconnects = 0
-        self.error: str | None = None
-        self.subscribed = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="brokerd-source", daemon=True)
         self._thread.start()
@@ -179,17 +175,12 @@ class Subscription:
                 connection = self._connect()
                 for topic in self._topics:
                     connection.subscribe(topic)
-                self.subscribed.set()
-                self.error = None
                 delay = 0.2
                 while not self._stop.is_set():
                     event = connection.receive(0.5)
                     if event is not None and event.verb == b"MCAST" and event.content is not None:
                         self._add(event)
-            except (SSMPClientError, OSError) as exc:
-                self.error = str(exc)
-                self.subscribed.clear()
-                self.reconnects += 1
+            except (SSMPClientError, OSError):
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
             finally:
@@ -498,13 +489,17 @@ class _Publisher:
         return len(messages)
 
 
-class BrokerdStreamWriter(DataSourceStreamWriter):
+class _Writes:
+    """What the streaming and the batch writer share: a task publishes its rows."""
+
     def __init__(self, options: Any, schema_: Any) -> None:
         self.publisher = _Publisher(options, schema_)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         return self.publisher.publish(iterator)
 
+
+class BrokerdStreamWriter(_Writes, DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         skipped = sum(m.skipped for m in messages if isinstance(m, Published))
         if skipped:
@@ -518,21 +513,5 @@ class BrokerdStreamWriter(DataSourceStreamWriter):
         )
 
 
-class BrokerdBatchWriter(DataSourceWriter):
+class BrokerdBatchWriter(_Writes, DataSourceWriter):
     """``df.write.format("brokerd").save()``: the same publishing, for a batch DataFrame."""
-
-    def __init__(self, options: Any, schema_: Any) -> None:
-        self.publisher = _Publisher(options, schema_)
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.publisher.publish(iterator)
-
-
-def wait_until(condition: Any, timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``condition()`` until true or ``timeout`` seconds passed (for callers and tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return bool(condition())

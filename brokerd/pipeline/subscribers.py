@@ -19,12 +19,21 @@ import pyarrow.compute as pc
 
 from brokerd.events import schema
 from brokerd.pipeline.arrowbase import (
-    RANKING, Summaries, conform, differs, group, int_set, is_in, longs, ranked, sort_by, strings,
+    RANKING, Summaries, conform, is_in, longs, ranked, run_starts, sort_by, strings,
 )
-from brokerd.pipeline.summaries import HOUR_US
+from brokerd.pipeline.summaries import HOUR_US, group, sums
 
+HOURLY = [("messages", "sum", "n"), ("bytes", "sum", "nb")]
 FAR_FUTURE_US = 1 << 62
 """Stands for "still subscribed at the end of the log"."""
+
+
+def _add(totals: dict[Any, list[int]], key: Any, n: int, nb: int) -> None:
+    """Add a count of messages and bytes to ``totals[key]``."""
+    counted = totals.setdefault(key, [0, 0])
+    counted[0] += n
+    counted[1] += nb
+
 
 def _rare(s: Summaries, kinds: Sequence[str]) -> Any:
     return s["rare"].filter(is_in(s["rare"].column("kind"), kinds))
@@ -83,11 +92,7 @@ class _Cumulative:
         table = sort_by(table, [*[(k, "ascending") for k in keys], ("hour_index", "ascending")])
         if not len(table):
             return
-        new = np.zeros(len(table), dtype=bool)
-        new[0] = True
-        for key in keys:
-            new[1:] |= differs(table.column(key).combine_chunks())
-        starts = np.flatnonzero(new).tolist() + [len(table)]
+        starts = np.flatnonzero(run_starts(table, keys)).tolist() + [len(table)]
         hours = table.column("hour_index").to_numpy()
         n, nb = table.column("n").to_numpy(), table.column("nb").to_numpy()
         firsts = table.take(starts[:-1]).select(list(keys)).to_pylist()
@@ -115,33 +120,25 @@ def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str
     publishing = s["publishing"]
     multicast = publishing.filter(pc.and_(pc.fill_null(pc.equal(publishing.column("message"), "multicast"), False),
                                           pc.is_valid(publishing.column("topic"))))
-    hourly = group(multicast, ["topic", "protocol", "hour_index"], [("messages", "sum", "n"), ("bytes", "sum", "nb")])
+    hourly = group(multicast, ["topic", "protocol", "hour_index"], HOURLY)
     protocols: dict[str, list[str]] = {}
     for topic, protocol in set(zip(hourly.column("topic").to_pylist(), hourly.column("protocol").to_pylist())):
         protocols.setdefault(topic, []).append(protocol)
     by_topic = _Cumulative(hourly, ["topic", "protocol"])
     owners = {(i["session"], i["protocol"], i["topic"]) for i in intervals}
     own = multicast.filter(is_in(multicast.column("session"), sorted({o[0] for o in owners if o[0] is not None})))
-    own = _Cumulative(group(own, ["session", "protocol", "topic", "hour_index"], [("messages", "sum", "n"), ("bytes", "sum", "nb")]),
+    own = _Cumulative(group(own, ["session", "protocol", "topic", "hour_index"], HOURLY),
                       ["session", "protocol", "topic"])
-    instants = {i[edge] for i in intervals for edge in ("start", "end")}
+    instants = pa.array(sorted({i[edge] for i in intervals for edge in ("start", "end")}), pa.int64())
     before_topic: dict[tuple[int, str], list[tuple[str, int, int]]] = {}
-    table = s["before_topic"].filter(pc.is_in(s["before_topic"].column("at"), value_set=int_set(instants)))
+    table = s["before_topic"].filter(pc.is_in(s["before_topic"].column("at"), value_set=instants))
     for at, topic, publishing_protocol, n, nb in zip(*[table.column(c).to_pylist() for c in ("at", "topic", "publishing", "n", "nb")]):
         before_topic.setdefault((at, topic), []).append((publishing_protocol, n, nb))
     before_own: dict[tuple[Any, ...], list[int]] = {}
-    table = s["before_own"].filter(pc.is_in(s["before_own"].column("at"), value_set=int_set(instants)))
+    table = s["before_own"].filter(pc.is_in(s["before_own"].column("at"), value_set=instants))
     for row in zip(*[table.column(c).to_pylist() for c in ("at", "session", "protocol", "topic", "n", "nb")]):
-        counted = before_own.setdefault(row[:4], [0, 0])
-        counted[0] += row[4]
-        counted[1] += row[5]
-
+        _add(before_own, row[:4], row[4], row[5])
     result: dict[tuple[int, str], list[int]] = {}
-
-    def add(index: int, protocol: str, n: int, nb: int) -> None:
-        counted = result.setdefault((index, protocol), [0, 0])
-        counted[0] += n
-        counted[1] += nb
 
     for index, interval in enumerate(intervals):
         topic, session, protocol = interval["topic"], interval["session"], interval["protocol"]
@@ -152,18 +149,18 @@ def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str
                 continue
             for publishing_protocol in protocols.get(topic, []):
                 n, nb = by_topic.before((topic, publishing_protocol), hour)
-                add(index, publishing_protocol, sign * n, sign * nb)
+                _add(result, (index, publishing_protocol), sign * n, sign * nb)
             for publishing_protocol, n, nb in before_topic.get((at, topic), []):
-                add(index, publishing_protocol, sign * n, sign * nb)
+                _add(result, (index, publishing_protocol), sign * n, sign * nb)
             if session is None:
                 continue
             key = (session, protocol, topic)
             if key in own.groups:
                 n, nb = own.before(key, hour)
-                add(index, protocol, -sign * n, -sign * nb)
+                _add(result, (index, protocol), -sign * n, -sign * nb)
             if (at, *key) in before_own:
                 n, nb = before_own[(at, *key)]
-                add(index, protocol, -sign * n, -sign * nb)
+                _add(result, (index, protocol), -sign * n, -sign * nb)
     return result
 
 
@@ -174,52 +171,32 @@ def routes_of(s: Summaries) -> tuple[list[dict[str, Any]], dict[tuple[int, str],
 
 def top_subscribers(s: Summaries, top: int = 100, routing: Any = None) -> Any:
     """Per session, the messages routed to its subscriptions plus
-    the ``delivered`` events naming it; the broker's own sessions left out."""
+    the ``delivered`` events naming it; the broker's own sessions left out.  A null session
+    matches nothing (as in a join): its subscriptions make one row per protocol and its
+    deliveries another."""
     intervals, routed_by = routing or routes_of(s)
-    per_interval: dict[int, list[int]] = {}
+    found: dict[tuple[Any, ...], list[Any]] = {}  # row key -> [messages, bytes, topics]
+
+    def add(session: Any, protocol: Any, source: str, n: int, nb: int, topic: Any = None) -> None:
+        row = found.setdefault((session, protocol) if session is not None else (None, protocol, source), [0, 0, set()])
+        row[0] += n
+        row[1] += nb
+        if topic is not None:
+            row[2].add(topic)
+
+    for interval in intervals:  # first: a row for every subscriber, in this order
+        add(interval["session"], interval["protocol"], "subscribed", 0, 0, interval["topic"])
     for (index, _publishing), (n, nb) in routed_by.items():
-        counted = per_interval.setdefault(index, [0, 0])
-        counted[0] += n
-        counted[1] += nb
-    sessions: dict[tuple[Any, Any], dict[str, Any]] = {}
-    rows: list[dict[str, Any]] = []
-
-    def row(session: Any, protocol: Any) -> dict[str, Any]:
-        # Spark's full outer join on (session, protocol): a null session matches nothing
-        if session is None:
-            rows.append({"session": None, "protocol": protocol, "messages": 0, "bytes": 0, "topics": set()})
-            return rows[-1]
-        if (session, protocol) not in sessions:
-            sessions[(session, protocol)] = {"session": session, "protocol": protocol, "messages": 0, "bytes": 0, "topics": set()}
-            rows.append(sessions[(session, protocol)])
-        return sessions[(session, protocol)]
-
-    routed_rows: dict[tuple[Any, Any], dict[str, Any]] = {}
-    null_routed: dict[Any, dict[str, Any]] = {}
-    for index, interval in enumerate(intervals):
-        key = (interval["session"], interval["protocol"])
-        if interval["session"] is None:  # grouped by (session, protocol) first, as Spark does
-            target = null_routed.get(interval["protocol"]) or row(None, interval["protocol"])
-            null_routed[interval["protocol"]] = target
-        else:
-            target = routed_rows.get(key) or row(*key)
-            routed_rows[key] = target
-        n, nb = per_interval.get(index, (0, 0))
-        target["messages"] += n
-        target["bytes"] += nb
-        if interval["topic"] is not None:
-            target["topics"].add(interval["topic"])
-    delivered = group(s["delivered"], ["session", "protocol"], [("n", "sum", "n"), ("bytes", "sum", "bytes")])
+        add(intervals[index]["session"], intervals[index]["protocol"], "subscribed", n, nb)
+    delivered = group(s["delivered"], ["session", "protocol"], sums("n", "bytes"))
     for session, protocol, n, nb in zip(*[delivered.column(c).to_pylist() for c in ("session", "protocol", "n", "bytes")]):
-        target = row(session, protocol)
-        target["messages"] += n
-        target["bytes"] += nb
+        add(session, protocol, "delivered", n, nb)
     internal = internal_sessions(s)
-    kept = [r for r in rows if r["session"] is None or (r["session"], r["protocol"]) not in internal]
+    kept = [(key, row) for key, row in found.items() if key[0] is None or key[:2] not in internal]
     frame = pa.table({
-        "session": strings(r["session"] for r in kept), "protocol": strings(r["protocol"] for r in kept),
-        "messages": longs(r["messages"] for r in kept), "bytes": longs(r["bytes"] for r in kept),
-        "topics": longs(len(r["topics"]) for r in kept),
+        "session": strings(k[0] for k, _r in kept), "protocol": strings(k[1] for k, _r in kept),
+        "messages": longs(r[0] for _k, r in kept), "bytes": longs(r[1] for _k, r in kept),
+        "topics": longs(len(r[2]) for _k, r in kept),
     })
     return conform(ranked(frame, RANKING, top), "top_subscribers")
 
@@ -229,9 +206,7 @@ def cross_protocol(s: Summaries, top: int = 0, routing: Any = None) -> Any:
     intervals, routed_by = routing or routes_of(s)
     pairs: dict[tuple[str, str], list[int]] = {}
     for (index, publishing), (n, nb) in routed_by.items():
-        counted = pairs.setdefault((publishing, intervals[index]["protocol"]), [0, 0])
-        counted[0] += n
-        counted[1] += nb
+        _add(pairs, (publishing, intervals[index]["protocol"]), n, nb)
     found = sorted((key, value) for key, value in pairs.items() if value[0] > 0)
     return conform(pa.table({
         "publishing": strings(k[0] for k, _v in found), "receiving": strings(k[1] for k, _v in found),

@@ -51,7 +51,7 @@ Parquet again), and derive the table in tables.py.  The subscription summaries
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,12 +76,18 @@ QUEUED, ONLINE, UNSPLIT = "queued", "online", "unsplit"
 _ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
 
 
+def record_schema(payload: bool = False) -> Any:
+    """The Arrow form of the log's fields (brokerd.events.schema): what pyarrow's JSON reader
+    parses against (with ``payload``) and what :func:`summarize_table` reads (without)."""
+    return pa.schema([(name, getattr(pa, _ARROW_TYPES[kind])()) for name, kind in schema.FIELDS
+                      if payload or name != "payload"])
+
+
 @functools.lru_cache(maxsize=1)
 def schemas() -> dict[str, Any]:
     """Each summary's Arrow schema: what :func:`summarize_table` gives, cast to it, and what
     compaction stores (Spark reads the stored files with the same schema)."""
     s, i = pa.string(), pa.int64()
-    fields = dict(schema.FIELDS)
     return {
         "kinds": pa.schema([("kind", s), ("n", i), ("first_ts", i), ("last_ts", i)]),
         "traffic": pa.schema([("minute", i), ("topic", s), ("protocol", s), ("messages", i), ("bytes", i),
@@ -92,117 +98,96 @@ def schemas() -> dict[str, Any]:
         "delivered": pa.schema([("session", s), ("protocol", s), ("n", i), ("bytes", i)]),
         "latency": pa.schema([("topic", s), ("protocol", s), ("kind", s), ("latency_us", i), ("n", i)]),
         "smqp_latency": pa.schema([("kind", s), ("part", s), ("value_us", i), ("n", i)]),
-        "rare": pa.schema([(name, getattr(pa, _ARROW_TYPES[fields[name]])()) for name in RECORD_COLUMNS]),
+        "rare": record_schema(),
         "before_topic": pa.schema([("at", i), ("topic", s), ("publishing", s), ("n", i), ("nb", i)]),
         "before_own": pa.schema([("at", i), ("session", s), ("protocol", s), ("topic", s), ("n", i), ("nb", i)]),
     }
 
 
-def _count(table: Any) -> Any:
-    return pc.fill_null(table.column("count"), 1)
+def group(table: Any, keys: Sequence[str], aggregations: Sequence[tuple[str, str, str]]) -> Any:
+    """``table`` grouped by ``keys`` (nulls form a group, as in Spark's groupBy):
+    ``aggregations`` are (column, function, output name)."""
+    result = table.group_by(list(keys), use_threads=False).aggregate([(column, fn) for column, fn, _name in aggregations])
+    names = {f"{column}_{fn}": name for column, fn, name in aggregations}
+    return result.rename_columns([names.get(name, name) for name in result.column_names])
+
+
+def sums(*names: str) -> list[tuple[str, str, str]]:
+    return [(name, "sum", name) for name in names]
 
 
 def _zero(column: Any) -> Any:
     return pc.fill_null(column, 0)
 
 
-def _floor(column: Any, unit: int) -> Any:
-    return pc.multiply(pc.divide(column, unit), unit)  # integer division: ts is positive
-
-
-def _is(table: Any, kind: str) -> Any:
-    return pc.fill_null(pc.equal(table.column("kind"), kind), False)
-
-
-def _sum_by(table: Any, keys: list[str], sums: list[str], renames: dict[str, str] | None = None) -> Any:
-    result = table.group_by(keys, use_threads=False).aggregate([(name, "sum") for name in sums])
-    return result.rename_columns([(renames or {}).get(c.removesuffix("_sum"), c.removesuffix("_sum")) for c in result.column_names])
+def _is(table: Any, *kinds: str) -> Any:
+    return pc.fill_null(pc.is_in(table.column("kind"), value_set=pa.array(kinds, pa.string())), False)
 
 
 def summarize_table(records: Any) -> dict[str, Any]:
     """Every summary of ``records`` (an Arrow table of one hour's valid records, the
-    schema's fields), as Arrow tables with the summaries' column names."""
-    kind = records.column("kind")
-    count = _count(records)
-    minute = _floor(records.column("ts"), MINUTE_US)
+    schema's fields), as Arrow tables in the summaries' schemas."""
+    column = records.column
+    count = pc.fill_null(column("count"), 1)
+    keys = {"minute": pc.multiply(pc.divide(column("ts"), MINUTE_US), MINUTE_US),  # ts > 0: integer division
+            "topic": column("topic"), "protocol": column("protocol")}
     out: dict[str, Any] = {}
-
-    kinds = records.group_by("kind", use_threads=False).aggregate([([], "count_all"), ("ts", "min"), ("ts", "max")])
-    out["kinds"] = kinds.rename_columns(
-        [{"count_all": "n", "ts_min": "first_ts", "ts_max": "last_ts"}.get(c, c) for c in kinds.column_names]
-    )
+    out["kinds"] = group(records, ["kind"], [("ts", "count", "n"), ("ts", "min", "first_ts"), ("ts", "max", "last_ts")])
 
     accepted = _is(records, schema.ACCEPTED)
-    flow = pc.is_in(kind, value_set=pa.array([schema.ACCEPTED, schema.DELIVERED, schema.DROPPED]))
-    after_handoff = pc.and_(_is(records, schema.DROPPED),
-                            pc.fill_null(pc.is_in(records.column("reason"), value_set=pa.array(sorted(schema.AFTER_HANDOFF_REASONS))), False))
+    reason = column("reason")
+    after_handoff = pc.and_(_is(records, schema.DROPPED), pc.fill_null(
+        pc.is_in(reason, value_set=pa.array(sorted(schema.AFTER_HANDOFF_REASONS))), False))
     traffic = pa.table({
-        "minute": minute, "topic": records.column("topic"), "protocol": records.column("protocol"),
-        "messages": pc.if_else(accepted, count, 0),
-        "bytes": pc.if_else(accepted, _zero(records.column("bytes")), 0),
-        "fanout": pc.if_else(accepted, pc.multiply(_zero(records.column("fanout")), count), 0),
-        "max_fanout": pc.if_else(accepted, records.column("fanout"), pa.scalar(None, pa.int64())),
+        **keys, "messages": pc.if_else(accepted, count, 0), "bytes": pc.if_else(accepted, _zero(column("bytes")), 0),
+        "fanout": pc.if_else(accepted, pc.multiply(_zero(column("fanout")), count), 0),
+        "max_fanout": pc.if_else(accepted, column("fanout"), pa.scalar(None, pa.int64())),
         "delivered": pc.if_else(_is(records, schema.DELIVERED), 1, 0).cast(pa.int64()),
-        "after_handoff": pc.if_else(after_handoff, pc.fill_null(records.column("dropped"), 1), 0),
-    }).filter(flow)
-    grouped = traffic.group_by(["minute", "topic", "protocol"], use_threads=False).aggregate(
-        [("messages", "sum"), ("bytes", "sum"), ("fanout", "sum"), ("max_fanout", "max"), ("delivered", "sum"),
-         ("after_handoff", "sum")]
-    )
-    out["traffic"] = grouped.rename_columns([c.rsplit("_", 1)[0] if c.endswith(("_sum", "_max")) else c for c in grouped.column_names])
+        "after_handoff": pc.if_else(after_handoff, pc.fill_null(column("dropped"), 1), 0),
+    }).filter(_is(records, schema.ACCEPTED, schema.DELIVERED, schema.DROPPED))
+    out["traffic"] = group(traffic, list(keys), [*sums("messages", "bytes", "fanout", "delivered", "after_handoff"),
+                                                 ("max_fanout", "max", "max_fanout")])
 
-    unrenderable = pc.and_(accepted, pc.fill_null(pc.greater(records.column("dropped"), 0), False))
-    keys = {"minute": minute, "topic": records.column("topic"), "protocol": records.column("protocol")}
-    parts = [
+    unrenderable = pc.and_(accepted, pc.fill_null(pc.greater(column("dropped"), 0), False))
+    drops = pa.concat_tables([
         pa.table({**keys, "reason": pa.repeat(schema.UNRENDERABLE, len(records)),
-                  "n": pc.multiply(_zero(records.column("dropped")), count)}).filter(unrenderable),
-        pa.table({**keys, "reason": pc.fill_null(records.column("reason"), "unknown"),
-                  "n": pc.fill_null(records.column("dropped"), 1)}).filter(_is(records, schema.DROPPED)),
-    ]
-    out["drops"] = _sum_by(pa.concat_tables(parts), ["minute", "topic", "protocol", "reason"], ["n"])
+                  "n": pc.multiply(_zero(column("dropped")), count)}).filter(unrenderable),
+        pa.table({**keys, "reason": pc.fill_null(reason, "unknown"),
+                  "n": pc.fill_null(column("dropped"), 1)}).filter(_is(records, schema.DROPPED)),
+    ])
+    out["drops"] = group(drops, [*keys, "reason"], sums("n"))
 
     publishing = pa.table({
-        "hour_index": pc.divide(records.column("ts"), HOUR_US), "topic": records.column("topic"),
-        "session": records.column("session"), "protocol": records.column("protocol"), "message": records.column("message"),
-        "messages": count, "bytes": _zero(records.column("bytes")),
-        "fanout": pc.multiply(_zero(records.column("fanout")), count), "ts": records.column("ts"),
+        "hour_index": pc.divide(column("ts"), HOUR_US), "topic": column("topic"), "session": column("session"),
+        "protocol": column("protocol"), "message": column("message"), "messages": count,
+        "bytes": _zero(column("bytes")), "fanout": pc.multiply(_zero(column("fanout")), count), "ts": column("ts"),
     }).filter(accepted)
-    grouped = publishing.group_by(["hour_index", "topic", "session", "protocol", "message"], use_threads=False).aggregate(
-        [("messages", "sum"), ("bytes", "sum"), ("fanout", "sum"), ("ts", "min"), ("ts", "max")]
-    )
-    out["publishing"] = grouped.rename_columns(
-        [{"ts_min": "first_ts", "ts_max": "last_ts"}.get(c, c.removesuffix("_sum")) for c in grouped.column_names]
-    )
+    out["publishing"] = group(publishing, ["hour_index", "topic", "session", "protocol", "message"],
+                              [*sums("messages", "bytes", "fanout"), ("ts", "min", "first_ts"), ("ts", "max", "last_ts")])
 
     delivered = records.filter(_is(records, schema.DELIVERED))
-    delivered = pa.table({"session": delivered.column("session"), "protocol": delivered.column("protocol"),
-                          "bytes": _zero(delivered.column("bytes"))})
-    grouped = delivered.group_by(["session", "protocol"], use_threads=False).aggregate([([], "count_all"), ("bytes", "sum")])
-    out["delivered"] = grouped.rename_columns([{"count_all": "n", "bytes_sum": "bytes"}.get(c, c) for c in grouped.column_names])
+    delivered = delivered.set_column(delivered.column_names.index("bytes"), "bytes", _zero(delivered.column("bytes")))
+    out["delivered"] = group(delivered, ["session", "protocol"], [("ts", "count", "n"), ("bytes", "sum", "bytes")])
 
-    timed = records.filter(pc.is_valid(records.column("latency_us")))
-    grouped = timed.group_by(["topic", "protocol", "kind", "latency_us"], use_threads=False).aggregate([([], "count_all")])
-    out["latency"] = grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
+    timed = records.filter(pc.is_valid(column("latency_us")))
+    out["latency"] = group(timed, ["topic", "protocol", "kind", "latency_us"], [("ts", "count", "n")])
     out["smqp_latency"] = _smqp_latency(timed)
 
-    source_less_login = pc.and_(_is(records, schema.LOGIN), pc.is_null(records.column("source")))
+    source_less_login = pc.and_(_is(records, schema.LOGIN), pc.is_null(column("source")))
     congestion = pc.and_(_is(records, schema.DROPPED), pc.fill_null(
-        pc.is_in(records.column("reason"), value_set=pa.array([schema.SLOW_CONSUMER, schema.QUEUE_FULL])), False))
-    listed = pc.is_in(kind, value_set=pa.array([*ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE,
-                                                *sorted(schema.DEAD_LETTER_KINDS)]))
-    out["rare"] = records.filter(pc.or_(pc.or_(pc.fill_null(listed, False), congestion), source_less_login)).select(list(RECORD_COLUMNS))
+        pc.is_in(reason, value_set=pa.array([schema.SLOW_CONSUMER, schema.QUEUE_FULL])), False))
+    listed = _is(records, *ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS))
+    out["rare"] = records.filter(pc.or_(pc.or_(listed, congestion), source_less_login)).select(list(RECORD_COLUMNS))
 
     out["before_topic"], out["before_own"] = _before(records, out["rare"])
-    return out
+    return {name: table.select(schemas()[name].names).cast(schemas()[name]) for name, table in out.items()}
 
 
 def _smqp_latency(timed: Any) -> Any:
     """``smqp_latency`` of the records with ``latency_us`` (as summaries.smqp_latency: a record
     with ``queued_us`` in parts ``queued`` and ``online``, one without in ``unsplit``)."""
-    outcomes = timed.filter(pc.and_(
-        pc.fill_null(pc.is_in(timed.column("kind"), value_set=pa.array(list(SMQP_OUTCOMES))), False),
-        pc.fill_null(pc.equal(timed.column("protocol"), "smqp"), False),
-    ))
+    smqp = pc.fill_null(pc.equal(timed.column("protocol"), "smqp"), False)
+    outcomes = timed.filter(pc.and_(_is(timed, *SMQP_OUTCOMES), smqp))
     latency, queued = outcomes.column("latency_us"), outcomes.column("queued_us")
     split = pc.is_valid(queued)
 
@@ -217,8 +202,7 @@ def _smqp_latency(timed: Any) -> Any:
         part(ONLINE, pc.subtract(latency, queued), split),
         part(UNSPLIT, latency, pc.invert(split)),
     ])
-    grouped = parts.group_by(["kind", "part", "value_us"], use_threads=False).aggregate([([], "count_all")])
-    return grouped.rename_columns(["n" if c == "count_all" else c for c in grouped.column_names])
+    return group(parts, ["kind", "part", "value_us"], [("value_us", "count", "n")])
 
 
 def _before(records: Any, rare: Any) -> tuple[Any, Any]:
@@ -229,13 +213,12 @@ def _before(records: Any, rare: Any) -> tuple[Any, Any]:
     topic_out: dict[str, list[Any]] = {name: [] for name in ("at", "topic", "publishing", "n", "nb")}
     own_out: dict[str, list[Any]] = {name: [] for name in ("at", "session", "protocol", "topic", "n", "nb")}
     if ends:
-        multicast = pc.and_(
-            pc.and_(_is(records, schema.ACCEPTED), pc.fill_null(pc.equal(records.column("message"), "multicast"), False)),
-            pc.is_valid(records.column("topic")),
-        )
+        multicast = pc.and_(pc.and_(_is(records, schema.ACCEPTED), pc.fill_null(
+            pc.equal(records.column("message"), "multicast"), False)), pc.is_valid(records.column("topic")))
         messages = pa.table({
             "topic": records.column("topic"), "session": records.column("session"), "protocol": records.column("protocol"),
-            "ts": records.column("ts"), "c": _count(records), "b": _zero(records.column("bytes")),
+            "ts": records.column("ts"), "c": pc.fill_null(records.column("count"), 1),
+            "b": _zero(records.column("bytes")),
         }).filter(multicast)
         logouts = sorted({end["ts"] for end in ends if end["kind"] == schema.LOGOUT})
         per_topic: dict[str, set[int]] = {}
@@ -298,9 +281,8 @@ def _emit(out: dict[str, list[Any]], instants: Any, ts: Any, c: Any, b: Any, fix
             out["nb"].append(int(running_b[k]))
 
 
-NAMES = ("kinds", "traffic", "drops", "publishing", "delivered", "latency", "smqp_latency", "rare", "before_topic",
-         "before_own")
-"""Every summary, by name, in the order :func:`schemas` lists them."""
+NAMES = tuple(schemas())
+"""Every summary, by name."""
 
 
 def merge(parts: dict[str, Iterable[Any]]) -> dict[str, Any]:
@@ -314,7 +296,3 @@ def merge(parts: dict[str, Iterable[Any]]) -> dict[str, Any]:
         merged[name] = pa.concat_tables(tables) if tables else target.empty_table()
     return merged
 
-
-def record_schema() -> Any:
-    """The Arrow schema :func:`summarize_table` reads: every field of the log but ``payload``."""
-    return schemas()["rare"]

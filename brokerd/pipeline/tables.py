@@ -47,53 +47,40 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from brokerd.events import schema
-from brokerd.pipeline.gauges import SERIES
-from brokerd.pipeline.latency import SAMPLED, SMQP_ONLINE
+from brokerd.pipeline.html import SAMPLED, SERIES, SMQP_ONLINE
 from brokerd.pipeline.arrowbase import (
-    RANKING, Summaries, conform, differs, group, is_in, joinable, ranked, sort_by, timestamps,
+    RANKING, Summaries, conform, is_in, joinable, ranked, run_starts, sort_by, timestamps,
 )
 from brokerd.pipeline.subscribers import cross_protocol, routes_of, top_subscribers
-from brokerd.pipeline.summaries import ONLINE, QUEUED, UNSPLIT
+from brokerd.pipeline.summaries import ONLINE, QUEUED, UNSPLIT, group, sums
 
 PERCENTILES = (0.5, 0.9, 0.99)
 
 def traffic(s: Summaries, top: int = 0) -> Any:
-    """The traffic and drops summaries re-aggregated per key, the drops
-    per reason in a map sorted by reason (empty for keys without drops)."""
+    """The traffic and drops summaries re-aggregated per key, the drops per reason in a map
+    sorted by reason (empty for keys without drops: every drops key is a traffic key, as
+    both come from the same records)."""
     keys = ["minute", "topic", "protocol"]
-    sums = ["messages", "bytes", "fanout", "delivered", "after_handoff"]
-    flows = group(s["traffic"], keys, [*[(n, "sum", n) for n in sums], ("max_fanout", "max", "max_fanout")])
-    reasons = group(s["drops"], [*keys, "reason"], [("n", "sum", "n")])
-    by_key = group(reasons, keys, [("n", "sum", "drops")])
-    # every drops key is a traffic key; still, a key only in drops gets zeros, as Spark's union does
-    zeros = {name: pa.array([0] * len(by_key), pa.int64()) for name in sums}
-    only_drops = pa.table({**{k: by_key.column(k) for k in keys}, **zeros,
-                           "max_fanout": pa.nulls(len(by_key), pa.int64()), "drops": by_key.column("drops")})
-    flows = flows.append_column("drops", pa.array([0] * len(flows), pa.int64()))
-    merged = group(pa.concat_tables([flows.select(only_drops.column_names), only_drops]), keys,
-                    [*[(n, "sum", n) for n in [*sums, "drops"]], ("max_fanout", "max", "max_fanout")])
-    merged = sort_by(merged, [("minute", "ascending"), ("topic", "ascending"), ("protocol", "ascending")])
-    drops_by_reason = _reason_maps(merged, reasons, keys)
-    table = pa.table({
-        "minute": timestamps(merged.column("minute")), "topic": merged.column("topic"),
-        "protocol": merged.column("protocol"), "messages": merged.column("messages"), "bytes": merged.column("bytes"),
-        "fanout": merged.column("fanout"), "max_fanout": merged.column("max_fanout"),
-        "deliveries": pc.subtract(pc.add(merged.column("fanout"), merged.column("delivered")), merged.column("after_handoff")),
-        "drops": merged.column("drops"), "drops_by_reason": drops_by_reason,
-    })
-    return conform(table, "traffic")
-
-
-def _reason_maps(merged: Any, reasons: Any, keys: list[str]) -> Any:
-    """Per row of ``merged``: its rows of ``reasons`` as a map reason -> n, sorted by reason."""
-    if not len(reasons):
-        return pa.array([[]] * len(merged), pa.map_(pa.string(), pa.int64()))
+    merged = group(s["traffic"], keys, [*sums("messages", "bytes", "fanout", "delivered", "after_handoff"),
+                                        ("max_fanout", "max", "max_fanout")])
+    merged = sort_by(merged, [(key, "ascending") for key in keys])
+    reasons = group(s["drops"], [*keys, "reason"], sums("n"))
     rows = joinable(merged.select(keys), keys).append_column("row", pa.array(np.arange(len(merged), dtype=np.int64)))
     located = joinable(reasons, keys).join(rows, keys, join_type="inner", use_threads=False)
     located = sort_by(located, [("row", "ascending"), ("reason", "ascending")])
-    lengths = np.bincount(located.column("row").to_numpy(), minlength=len(merged))
-    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
-    return pa.MapArray.from_arrays(offsets, located.column("reason").combine_chunks(), located.column("n").combine_chunks())
+    row, n = located.column("row").to_numpy(), located.column("n").to_numpy()
+    offsets = pa.array(np.concatenate(([0], np.cumsum(np.bincount(row, minlength=len(merged))))).astype(np.int32))
+    drops = np.zeros(len(merged), dtype=np.int64)
+    np.add.at(drops, row, n)
+    column = merged.column
+    return conform(pa.table({
+        "minute": timestamps(column("minute")), "topic": column("topic"), "protocol": column("protocol"),
+        "messages": column("messages"), "bytes": column("bytes"), "fanout": column("fanout"),
+        "max_fanout": column("max_fanout"),
+        "deliveries": pc.subtract(pc.add(column("fanout"), column("delivered")), column("after_handoff")),
+        "drops": pa.array(drops, pa.int64()), "drops_by_reason": pa.MapArray.from_arrays(
+            offsets, located.column("reason").combine_chunks(), located.column("n").combine_chunks()),
+    }), "traffic")
 
 
 def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
@@ -106,10 +93,7 @@ def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
     if not len(values):
         return pa.table({**{k: values.column(k) for k in keys}, "count": pa.array([], pa.int64()),
                          **{n: pa.array([], pa.int64()) for n in names}, "max_us": pa.array([], pa.int64())})
-    new = np.zeros(len(values), dtype=bool)
-    new[0] = True
-    for key in keys:
-        new[1:] |= differs(values.column(key).combine_chunks())
+    new = run_starts(values, keys)
     starts = np.flatnonzero(new)
     n = values.column("n").to_numpy().astype(np.int64)
     v = values.column(value).to_numpy().astype(np.int64)
@@ -127,53 +111,45 @@ def percentiles(counts: Any, keys: Sequence[str], value: str) -> Any:
     return pa.table(result)
 
 
-def latency(s: Summaries, top: int = 0, keys: tuple[str, ...] = ("topic", "protocol", "kind")) -> Any:
-    return percentiles(s["latency"], keys, "latency_us")
+def latency(s: Summaries, top: int = 0) -> Any:
+    return conform(percentiles(s["latency"], ["topic", "protocol", "kind"], "latency_us"), "latency")
 
 
 def top_publishers(s: Summaries, top: int = 100) -> Any:
-    publishing = s["publishing"]
-    frame = group(publishing, ["session", "protocol"], [
+    frame = group(s["publishing"], ["session", "protocol"], [
         ("messages", "sum", "messages"), ("bytes", "sum", "bytes"), ("topic", "count_distinct", "topics"),
         ("fanout", "sum", "fanout"), ("first_ts", "min", "first_seen"), ("last_ts", "max", "last_seen"),
     ])
-    frame = frame.set_column(frame.column_names.index("first_seen"), "first_seen", timestamps(frame.column("first_seen")))
-    frame = frame.set_column(frame.column_names.index("last_seen"), "last_seen", timestamps(frame.column("last_seen")))
+    for name in ("first_seen", "last_seen"):
+        frame = frame.set_column(frame.column_names.index(name), name, timestamps(frame.column(name)))
     return conform(ranked(frame, RANKING, top), "top_publishers")
 
 
-def _records(s: Summaries, where: Any, columns: Sequence[Any], order: Sequence[str], name: str) -> Any:
-    """Rows of ``rare`` (``where``: a mask of it) with ``time``, sorted by ``order``."""
-    rare = s["rare"].filter(where)
+def _records(s: Summaries, kinds: Sequence[str], order: Sequence[str], name: str, where: Any = True,
+             **computed: Callable[[Any], Any]) -> Any:
+    """The ``rare`` records of ``kinds`` (and ``where``, a mask) as table ``name``: with
+    ``time``, the ``computed`` columns replaced, sorted by ``order``."""
+    rare = s["rare"]
+    rare = rare.filter(pc.and_(is_in(rare.column("kind"), kinds), where))
     rare = rare.append_column("time", timestamps(rare.column("ts")))
-    table = pa.table({column if isinstance(column, str) else column[0]:
-                      rare.column(column) if isinstance(column, str) else column[1](rare) for column in columns})
-    return conform(sort_by(table, [(key, "ascending") for key in order]), name)
-
-
-def _dropped(rare: Any) -> Any:
-    return pc.fill_null(rare.column("dropped"), 1).cast(pa.int64())
+    for column, compute in computed.items():
+        rare = rare.set_column(rare.column_names.index(column), column, compute(rare))
+    return conform(sort_by(rare, [(key, "ascending") for key in order]), name)
 
 
 def slow_consumers(s: Summaries, top: int = 0) -> Any:
-    rare = s["rare"]
-    where = pc.and_(is_in(rare.column("kind"), [schema.DROPPED]), is_in(rare.column("reason"), [schema.SLOW_CONSUMER, schema.QUEUE_FULL]))
-    return _records(s, where, ["time", "protocol", "session", "topic", "reason", ("dropped", _dropped)],
-                    ["time", "session"], "slow_consumers")
+    congestion = is_in(s["rare"].column("reason"), [schema.SLOW_CONSUMER, schema.QUEUE_FULL])
+    return _records(s, [schema.DROPPED], ["time", "session"], "slow_consumers", congestion,
+                    dropped=lambda rare: pc.fill_null(rare.column("dropped"), 1))
 
 
 def dead_letters(s: Summaries, top: int = 0) -> Any:
-    rare = s["rare"]
-    return _records(s, is_in(rare.column("kind"), sorted(schema.DEAD_LETTER_KINDS)),
-                    ["time", "kind", "protocol", "topic", "session", "sender", "message_id", "bytes", "reason", "broker"],
-                    ["time", "message_id"], "dead_letters")
+    return _records(s, sorted(schema.DEAD_LETTER_KINDS), ["time", "message_id"], "dead_letters")
 
 
 def queue_gauges(s: Summaries, top: int = 0) -> Any:
-    rare = s["rare"]
-    return _records(s, is_in(rare.column("kind"), [schema.GAUGE]),
-                    ["time", "broker", "protocol", *[(n, lambda r, n=n: pc.fill_null(r.column(n), 0)) for n, _l, _c in SERIES]],
-                    ["time", "broker"], "queue_gauges")
+    return _records(s, [schema.GAUGE], ["time", "broker"], "queue_gauges",
+                    **{n: lambda rare, n=n: pc.fill_null(rare.column(n), 0) for n, _label, _colour in SERIES})
 
 
 def auth_failures(s: Summaries, top: int = 0) -> Any:
@@ -210,9 +186,9 @@ def delivery_latency(s: Summaries, top: int = 0) -> Any:
     smqp = s["smqp_latency"]
     smqp = smqp.filter(pc.and_(is_in(smqp.column("kind"), [schema.DELIVERED]), is_in(smqp.column("part"), [ONLINE, UNSPLIT])))
     counts = pa.concat_tables([
-        pa.table({"protocol": sampled.column("protocol"), "source": pa.array([SAMPLED] * len(sampled), pa.string()),
-                  "value_us": sampled.column("latency_us").cast(pa.int64()), "n": pa.array([1] * len(sampled), pa.int64())}),
-        pa.table({"protocol": pa.array(["smqp"] * len(smqp), pa.string()), "source": pa.array([SMQP_ONLINE] * len(smqp), pa.string()),
+        pa.table({"protocol": sampled.column("protocol"), "source": pa.repeat(SAMPLED, len(sampled)),
+                  "value_us": sampled.column("latency_us").cast(pa.int64()), "n": pa.repeat(1, len(sampled))}),
+        pa.table({"protocol": pa.repeat("smqp", len(smqp)), "source": pa.repeat(SMQP_ONLINE, len(smqp)),
                   "value_us": smqp.column("value_us"), "n": smqp.column("n")}),
     ])
     return conform(percentiles(counts, ["protocol", "source"], "value_us"), "delivery_latency")
@@ -224,14 +200,9 @@ def smqp_latency_split(s: Summaries, top: int = 0) -> Any:
                     "smqp_latency_split")
 
 
-def latency_table(s: Summaries, top: int = 0) -> Any:
-    return conform(latency(s), "latency")
-
-
-Table = Callable[..., Any]
-TABLES: tuple[tuple[str, Table], ...] = (
+TABLES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("traffic", traffic),
-    ("latency", latency_table),
+    ("latency", latency),
     ("top_publishers", top_publishers),
     ("top_subscribers", top_subscribers),
     ("dead_letters", dead_letters),
@@ -242,7 +213,7 @@ TABLES: tuple[tuple[str, Table], ...] = (
     ("smqp_latency_split", smqp_latency_split),
     ("queue_gauges", queue_gauges),
 )
-"""tables.TABLES's tables, in its order (a test checks that the names are the same)."""
+"""Every table, in the order they are written."""
 
 
 def compute(s: Summaries, top: int) -> dict[str, Any]:

@@ -141,17 +141,19 @@ def test_a_local_report_equals_the_one_spark_distributes(spark: Any, tmp_path: P
         assert not (tmp_path / "arrow-raw").exists()  # nothing written
         assert not (raw / COMPACTED_DIR).exists()
 
-    # compacted: by the Spark engine's run on one copy, by pyarrow alone on the other (an
-    # hour pyarrow cannot parse is compacted by Spark first, as --engine auto would)
+    # compacted: by the Spark engine's run on one copy, by pyarrow alone on the other (the
+    # hours pyarrow cannot parse are then compacted by Spark, as --engine auto would)
     stored = _spark(spark, by_spark, tmp_path / "spark-stored")
     if convertible:
         assert_same(spark, stored, _arrow(by_arrow, tmp_path / "arrow-stored"))
     else:
-        with pytest.raises(NotConvertible):
+        with pytest.raises(NotConvertible):  # after compacting the hours it can parse
             _arrow(by_arrow, tmp_path / "arrow-stored")
         done = compact(spark, str(by_arrow))
+        assert done.compacted and done.already
         arrow = _arrow(by_arrow, tmp_path / "arrow-stored")
-        assert arrow[1]["compaction"] == {"compacted_now": 0, "already": len(done.compacted), "open": 0, "deleted_json_files": 0}
+        hours = len(done.compacted) + len(done.already)
+        assert arrow[1]["compaction"] == {"compacted_now": 0, "already": hours, "open": 0, "deleted_json_files": 0}
         assert_same(spark, stored, arrow, also=("compaction",))
 
     # a window cutting hours: those hours from their compacted rows, the others from summaries
@@ -212,6 +214,33 @@ def test_the_command_line_runs_a_local_report_without_a_jvm(tmp_path: Path) -> N
     assert failed.returncode != 0
 
 
+def test_the_compact_command_compacts_a_local_log_in_process_as_spark_does(spark: Any, tmp_path: Path) -> None:
+    """``compact`` on a local log runs in this process (no JVM can start here) and publishes the
+    rows, markers and stored summaries Spark's compaction of the same log does."""
+    raw, by_spark = tmp_path / "raw", tmp_path / "by-spark"
+    generate(raw, 20_000, hours=3, seed=5, workers=1)
+    _subscription_log(raw)  # hours 10-12: subscriptions spanning hours
+    shutil.copytree(raw, by_spark)
+    command = [sys.executable, "-m", "brokerd.pipeline", "compact", "--data-dir", str(raw), "--master", "local[2]"]
+    result = subprocess.run(command, cwd=ROOT, env=_no_java_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("compacted 6 hour(s)") and "compacting 6 hour(s)" in result.stderr
+    assert compact(spark, str(by_spark)).compacted == sorted(compact(None, str(raw)).already)
+    hours = sorted(p.relative_to(raw / COMPACTED_DIR) for p in (raw / COMPACTED_DIR).glob("date=*/hour=*"))
+    assert hours == sorted(p.relative_to(by_spark / COMPACTED_DIR) for p in (by_spark / COMPACTED_DIR).glob("date=*/hour=*"))
+    assert rows(spark, raw / COMPACTED_DIR) == rows(spark, by_spark / COMPACTED_DIR)
+    for hour in hours:
+        markers = [json.loads((root / COMPACTED_DIR / hour / "_compacted.json").read_text()) for root in (raw, by_spark)]
+        assert [{k: v for k, v in m.items() if k != "compacted_at_us"} for m in markers] == [
+            {k: v for k, v in markers[1].items() if k != "compacted_at_us"}] * 2
+        assert markers[0]["summaries"]["tables"], hour
+        for name in markers[0]["summaries"]["tables"]:
+            summary = Path(COMPACTED_DIR, hour, "_summary", name)
+            assert rows(spark, raw / summary) == rows(spark, by_spark / summary), summary
+    assert list((raw / COMPACTED_DIR / hours[0]).glob("*-arrow.parquet"))  # pyarrow wrote them
+    assert not list((by_spark / COMPACTED_DIR / hours[0]).glob("*-arrow.parquet"))
+
+
 def test_auto_falls_back_to_spark_and_arrow_says_why(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_log(data)
@@ -221,11 +250,15 @@ def test_auto_falls_back_to_spark_and_arrow_says_why(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=300)
     assert forced.returncode == 1 and "pyarrow cannot read the log" in forced.stderr, forced.stderr[-2000:]
     assert "--engine spark or auto" in forced.stderr
+    # it published the one hour pyarrow parses, and no table
+    assert [p.name for p in (data / COMPACTED_DIR).glob("date=*/hour=*")] == ["hour=11"]
+    assert not (tmp_path / "forced" / "traffic").exists()
     auto = subprocess.run(base + ["--out", str(tmp_path / "auto")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert auto.returncode == 0, auto.stderr[-2000:]
     assert "running on Spark" in auto.stderr
     summary = json.loads((tmp_path / "auto" / "summary.json").read_text())
-    assert summary["quality"]["malformed"] == 5 and summary["compaction"]["compacted_now"] == 4
+    assert summary["quality"]["malformed"] == 5
+    assert summary["compaction"] == {"compacted_now": 3, "already": 1, "open": 0, "deleted_json_files": 0}
     remote = subprocess.run(base + ["--out", "hdfs:///reports", "--engine", "arrow"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert remote.returncode == 2 and "--engine arrow needs a local master" in remote.stderr

@@ -6,13 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
-from brokerd.pipeline.compact import nothing_to_compact
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "import sys; sys.argv[0] = 'brokerd-report'; from brokerd.pipeline.cli import main; main()"
@@ -53,11 +50,18 @@ def test_compact_with_nothing_to_do_starts_no_jvm(tmp_path: Path) -> None:
     done = report("compact", "--data-dir", str(data))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "compacted 0 hour(s); 0 compacted before; 1 still open\n"
-    # positive control: a closed hour is work, which needs Spark (not found here: no JVM)
+    # a closed hour is compacted in this process too (no JVM here)
     hour_dir(data, now - timedelta(hours=3))
-    assert nothing_to_compact(str(data), now_us=time.time_ns() // 1000) is None
     work = report("compact", "--data-dir", str(data), "--quiet")
-    assert work.returncode != 0
+    assert work.returncode == 0, work.stderr
+    assert work.stdout.startswith("compacted 1 hour(s) (0 lines) in ") and work.stdout.endswith(" 1 still open\n")
+    # positive control: a closed hour with a line only Spark's reader can mark needs the JVM
+    (hour_dir(data, now - timedelta(hours=2)) / "x.jsonl").write_text("{not json\n")
+    needs_spark = report("compact", "--data-dir", str(data), "--quiet")
+    assert needs_spark.returncode == 1 and "brokerd-report compact: the compaction failed" in needs_spark.stderr
+    refused = report("compact", "--data-dir", str(data), "--engine", "arrow")
+    assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+    assert refused.stderr.endswith("pyarrow cannot parse 1 hour(s) of the log; use --engine spark or auto\n")
 
 
 @pytest.fixture()
@@ -72,8 +76,7 @@ def _overlap(a: object, b: object) -> bool:
 def test_the_legend_is_beside_the_plot_and_an_all_zero_series_has_an_axis(matplotlib_figures: None) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from brokerd.pipeline.gauges import queue_figure
-    from brokerd.pipeline.html import latency_figure, rate_figure
+    from brokerd.pipeline.html import latency_figure, queue_figure, rate_figure
 
     start = datetime(2024, 5, 1, tzinfo=timezone.utc)
     # the busiest bucket last, top right: where a legend "upper right" inside the plot sits

@@ -45,7 +45,7 @@ def svg_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from matplotlib import rc_context
 
     drawn: list[str] = []
-    png = report_html._png
+    png = report_html.png
 
     def also_svg(figure: Any) -> str:
         import io
@@ -56,7 +56,7 @@ def svg_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         drawn.append(buffer.getvalue())
         return png(figure)
 
-    monkeypatch.setattr(report_html, "_png", also_svg)
+    monkeypatch.setattr(report_html, "png", also_svg)
     return drawn
 
 

@@ -4,6 +4,8 @@ what the broker logged.  Plus the event-log reader's offsets without Spark."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,20 @@ pytest.importorskip("pyspark", reason="brokerd.pipeline.streaming needs PySpark 
 from brokerd.events import schema  # noqa: E402
 from brokerd.pipeline.report import run_report  # noqa: E402
 from brokerd.pipeline.ssmp import SSMPConnection  # noqa: E402
-from brokerd.pipeline.streaming import EventLogStreamReader, origin, wait_until  # noqa: E402
+from brokerd.pipeline.streaming import EventLogStreamReader, origin  # noqa: E402
 from tests.pipeline.brokers import logging_broker, twistd_broker  # noqa: E402
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``condition()`` until true or ``timeout`` seconds passed: a streaming query's
+    output has no event to wait on (its sink is a table the test reads)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return bool(condition())
+
 
 TIMEOUT = 90.0
 """Seconds a streaming result may take on a loaded 2-core machine before the test fails."""
