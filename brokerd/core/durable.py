@@ -39,7 +39,7 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core import stored
 from brokerd.core.access import Perm
-from brokerd.core.message import MULTICAST, Message
+from brokerd.core.message import Message
 from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
 from brokerd.core.principal import account_principal
 from brokerd.core.queues import DurableQueues
@@ -339,6 +339,12 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                 found[record.subscriber] = None
         return list(found)
 
+    def core_recipients(self, key: str, received: float) -> list[str]:
+        """The durable subscribers of topic ``key`` that get a core publish (any protocol's,
+        stored or not) received at ``received``: :meth:`recipients` of an ADD, without the
+        links, which take only messages published for forwarding."""
+        return [name for name in self.recipients(key, ADD, received) if not is_link(name)]
+
     def end_subscription(self, subscriber: str, kind: str, topic: str) -> Deferred:
         self.index.remove(subscriber, kind, topic)
         d = self.store.remove_subscription(subscriber, kind, topic)
@@ -354,7 +360,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         costs one store call, not one per message."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
-        deliveries = [(name, ADD) for name in self.recipients(key, ADD, now) if not is_link(name)]
+        deliveries = [(name, ADD) for name in self.core_recipients(key, now)]
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
         head = f"{self.suid}/"
@@ -389,8 +395,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         many sessions it was handed to."""
         key = message.target.decode("utf-8")  # type: ignore[union-attr]
         names = dict.fromkeys(explicit)
-        names.update(dict.fromkeys(name for name in self.recipients(key, ADD, self.clock.seconds())
-                                   if not is_link(name)))
+        names.update(dict.fromkeys(self.core_recipients(key, self.clock.seconds())))
         rendered: dict[Any, bytes | None] = {}
         reached = 0
         for name in names:
@@ -398,7 +403,9 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             if session is None or session.closed:
                 continue
             fmt = session.wire_format
-            data = rendered[fmt] if fmt in rendered else rendered.setdefault(fmt, fmt.render_message(message))
+            if fmt not in rendered:
+                rendered[fmt] = fmt.render_message(message)
+            data = rendered[fmt]
             if data is not None:
                 session.offer_volatile(data)
                 reached += 1

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from twisted.logger import Logger
+
 from brokerd.store.records import TopicRecord
 
 LOGIN_TOPICS = "accounts"
@@ -37,6 +39,8 @@ class StoredTopics:
     the way up sets one.
     """
 
+    _log = Logger()
+
     def __init__(self, default_timeout: float | None) -> None:
         self.default_timeout = default_timeout
         self._records: dict[str, TopicRecord] = {}
@@ -56,11 +60,14 @@ class StoredTopics:
 
     def replace(self, records: Iterable[TopicRecord]) -> set[str]:
         """The whole tree as read from the store; returns the keys no longer held.  A record
-        whose parent is not stored is left out, as the front end's tree leaves it out."""
+        whose parent is not stored is left out (and logged), so the front end's tree, built
+        from :meth:`records`, never sees it."""
         kept: dict[str, TopicRecord] = {}
         for record in sorted(records, key=lambda record: record.key.count("/")):
             if "/" not in record.key or parent_key(record.key) in kept:
                 kept[record.key] = record
+            else:
+                self._log.warn("Topic {key!r} has no parent in the store; ignored", key=record.key)
         self._records = kept
         return self._rehold()
 

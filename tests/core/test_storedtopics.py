@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from twisted.logger import capturedLogs, formatEvent
+
 from brokerd.core.storedtopics import StoredTopics
 from brokerd.store.records import TopicRecord
 
@@ -53,8 +55,10 @@ def test_held_topics_and_what_a_change_releases():
 
 
 def test_a_rename_moves_the_subtree_and_orphans_are_left_out():
-    model = topics(TopicRecord("a", "a"), TopicRecord("a/b", "b", timeout=7.0), TopicRecord("x/y", "y"))
+    with capturedLogs() as events:
+        model = topics(TopicRecord("a", "a"), TopicRecord("a/b", "b", timeout=7.0), TopicRecord("x/y", "y"))
     assert model.get("x/y") is None and len(model) == 2  # its parent is not stored
+    assert [formatEvent(event) for event in events] == ["Topic 'x/y' has no parent in the store; ignored"]
     model.rename([("a", TopicRecord("z", "z")), ("a/b", TopicRecord("z/b", "b", timeout=7.0))])
     assert model.get("a") is None and model.get("a/b") is None
     assert model.timeout_for("z/b/c") == 7.0

@@ -144,10 +144,9 @@ class SMQPServerFactory(Factory):
         return self.durable.put_topics(self.tree.ensure_account(GUEST, self.clock.seconds()))
 
     def _tree_read(self, records: list[TopicRecord]) -> None:
-        """The stored topics, read at start or again after another node changed them."""
-        self.tree, skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
-        for record in skipped:
-            self._log.warn("SMQP topic {key!r} has no parent in the store; ignored", key=record.key)
+        """The stored topics, read at start or again after another node changed them (the
+        core's StoredTopics already left out, and logged, any record without a parent)."""
+        self.tree, _skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
 
     def _ready(self, _result: Any) -> None:
         self.wire.server_id = self.suid
