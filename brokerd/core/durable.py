@@ -182,6 +182,8 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self._start_failure: Failure | None = None
         self._tree_reading: Deferred | None = None
         self._tree_again = False
+        self._tree_changing = 0
+        self._tree_changes = 0
         self.stats = {"published": 0, "kept": 0, "acked": 0, "redelivered": 0, "expired": 0,
                       "trashed": 0, "delivered": 0, "given_up": 0}
 

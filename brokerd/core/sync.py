@@ -30,6 +30,11 @@ class DurableSync:
     on_tree_changed: Callable[[list[TopicRecord]], Any] | None
     _tree_reading: Deferred | None
     _tree_again: bool
+    _tree_changing: int
+    """Changes of this node's own to the tree sent to the store and not yet answered."""
+    _tree_changes: int
+    """Changes of this node's own to the tree answered so far (a read that saw this number
+    change while it ran may predate one of them)."""
 
     if TYPE_CHECKING:
         def _report(self, what: str, **fields: Any) -> Callable[[Any], None]: ...
@@ -55,35 +60,61 @@ class DurableSync:
     def delete_topics(self, keys: list[str], subscriptions: list[tuple[str, str, str]]) -> Deferred:
         """Remove topics ``keys`` and the ``(subscriber, kind, topic)`` subscriptions based
         on them, in one transaction.  The caller takes the subscriptions out of the index
-        once it has told their subscribers (SMQP's NOTIFY TOPIC DELETE goes first)."""
-        return self._tree_change(self.store.delete_topics(keys, subscriptions), lambda: self.topics.delete(keys),
-                                 {entry[0] for entry in subscriptions})
+        once it has told their subscribers (SMQP's NOTIFY TOPIC DELETE goes first).  Fires
+        with the number of messages the topics kept (they are still delivered and expire
+        as usual), counted before the removal."""
+        counted: list[int] = []
+        d = self.store.count_messages(keys)
+        d.addCallback(counted.append)
+        d.addCallback(lambda _: self.store.delete_topics(keys, subscriptions))
+        d = self._tree_change(d, lambda: self.topics.delete(keys), {entry[0] for entry in subscriptions})
+        return d.addCallback(lambda _: counted[0])
 
     def _tree_change(self, d: Deferred, apply: Callable[[], set[str]], subscribers: Iterable[str] = ()) -> Deferred:
+        """Follow a change of this node's own (the front end changed its tree in memory in
+        this same turn, then asked the store): until the store answers, no read of the
+        stored tree replaces the trees here, since such a read may predate the change and
+        would take back what the front end just answered (see :meth:`reload_topics`)."""
+        self._tree_changing += 1
+
         def committed(_result: Any) -> None:
             self._released(apply())
             self.changed(tree=True, subscribers=subscribers)
 
-        return d.addCallback(committed)
+        def answered(result: Any) -> Any:
+            self._tree_changing -= 1
+            self._tree_changes += 1
+            if self._tree_again and not self._tree_changing and self._tree_reading is None:
+                self.reload_topics()
+            return result
+
+        return d.addCallback(committed).addBoth(answered)
 
     def reload_topics(self) -> Deferred:
-        """Another node changed the topic tree: read it again (once more after this read
-        when another change is announced meanwhile) and hand the records to
-        ``on_tree_changed``.  Fires once this read is applied."""
-        if self._tree_reading is not None:
+        """Another node changed the topic tree: read it again and hand the records to
+        ``on_tree_changed``.  One read at a time; a change announced meanwhile is read
+        once more after it.  A read is applied only when no change of this node's own was
+        in flight or committed while it ran (else it may predate that change and would
+        undo it here: a topic just created would be gone again); it is then read once
+        more after the last such change is answered.  Fires once this read is done."""
+        if self._tree_reading is not None or self._tree_changing:
             self._tree_again = True
             return succeed(None)
         self._tree_again = False
+        changes_before = self._tree_changes
         d = self._tree_reading = self.store.load_topics()
 
         def read(records: list[TopicRecord]) -> None:
+            if self._tree_changing or self._tree_changes != changes_before:
+                self._tree_again = True
+                return
             self._released(self.topics.replace(records))
             if self.on_tree_changed is not None:
                 self.on_tree_changed(self.topics.records())
 
         def done(result: Any) -> Any:
             self._tree_reading = None
-            if self._tree_again:
+            if self._tree_again and not self._tree_changing:
                 self.reload_topics()
             return result
 

@@ -283,3 +283,76 @@ def test_a_message_no_longer_in_memory_is_read_once_for_its_outcome_events():
         # the shape the event log writes from its format (brokerd.events.outcome_lines)
         assert outcome_line(1, record_head("node", "durable", kind), fields) is not None
     assert store.reads == 1
+
+
+class HeldTopicStore(MemoryStore):
+    """A store whose topic reads and topic writes answer when the test says so (a read
+    returns what was stored when it started, as a read racing a commit in PostgreSQL)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[list[TopicRecord], Deferred]] = []
+        self.writes: list[tuple[list[TopicRecord], Deferred]] = []
+
+    def load_topics(self) -> Deferred:
+        d: Deferred = Deferred()
+        self.reads.append((_result(super().load_topics()), d))
+        return d
+
+    def put_topics(self, records) -> Deferred:
+        d: Deferred = Deferred()
+        self.writes.append((list(records), d))
+        return d
+
+    def answer_read(self) -> None:
+        records, d = self.reads.pop(0)
+        d.callback(records)
+
+    def answer_write(self) -> None:
+        records, d = self.writes.pop(0)
+        _result(super().put_topics(records))
+        d.callback(None)
+
+
+def held_topics_service() -> tuple[DurableService, HeldTopicStore, list[list[str]]]:
+    store = HeldTopicStore()
+    store.open()
+    durable = DurableService(store, Clock())
+    started = durable.start()
+    store.answer_read()
+    assert _result(started) is None
+    applied: list[list[str]] = []
+    durable.on_tree_changed = lambda records: applied.append([r.key for r in records])
+    return durable, store, applied
+
+
+def test_a_read_of_the_tree_that_predates_a_change_of_this_node_does_not_take_it_back():
+    """Another node announces a change and the read starts; this node then creates a topic
+    and the store commits it; the read, which started before, answers without it.  The
+    topic must stay (a subscriber was told 200) and the tree is read once more."""
+    durable, store, applied = held_topics_service()
+    durable.announced(tree=True, subscribers=(), pending=())
+    assert len(store.reads) == 1
+    created = durable.put_topics([TopicRecord("room", "room")])
+    store.answer_write()
+    assert _result(created) is None and durable.topics.get("room") is not None
+    store.answer_read()  # the stale read: no room in it
+    assert applied == [] and durable.topics.get("room") is not None
+    assert len(store.reads) == 1  # read again, after the change
+    store.answer_read()
+    assert applied == [["room"]] and durable.topics.get("room") is not None
+
+
+def test_no_read_of_the_tree_is_applied_while_a_change_of_this_node_is_in_flight():
+    durable, store, applied = held_topics_service()
+    created = durable.put_topics([TopicRecord("room", "room")])
+    durable.announced(tree=True, subscribers=(), pending=())
+    assert store.reads == []  # it would predate the change: it waits for the answer
+    store.answer_write()
+    assert _result(created) is None
+    assert len(store.reads) == 1
+    store.answer_read()
+    assert applied == [["room"]]
+    durable.announced(tree=True, subscribers=(), pending=())  # with nothing in flight: read at once
+    store.answer_read()
+    assert applied == [["room"], ["room"]] and store.reads == []

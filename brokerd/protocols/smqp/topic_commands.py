@@ -137,13 +137,10 @@ class TopicCommands(SessionBase):
         paths = [(node.key, node.display) for node in removed]
         dropped: list[Subscription] = service.index.based_on(keys)
         entries = [(sub.record.subscriber, sub.record.kind, sub.record.topic) for sub in dropped]
-        pending: list[int] = []
-        d = self.factory.durable.count(keys)
-        d.addCallback(pending.append)
-        d.addCallback(lambda _: self.factory.durable.delete_topics(keys, entries))
+        d = self.factory.durable.delete_topics(keys, entries)
 
-        def done(_result: Any) -> None:
-            self._reply(OK, "OK", f"{pending[0]} messages pending")
+        def done(pending: int) -> None:
+            self._reply(OK, "OK", f"{pending} messages pending")
             service.topics_removed(paths, dropped)
 
         def failed(failure: Failure) -> None:
