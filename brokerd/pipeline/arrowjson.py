@@ -1,17 +1,14 @@
 """Local parsing and writing: the log's JSON lines into Arrow with pyarrow's JSON reader, and
-Arrow tables into Parquet, in this process.
+Arrow tables into Parquet, in this process (local files only: pyarrow does not go through
+Hadoop's FileSystem).
 
-Spark's JSON reader parses a line at a time through Jackson on the JVM: on 2 cores it was
-most of a compaction (46 s of the first report's 126 s for 10 M events).  pyarrow's reader is
-C++, multi-threaded and column-oriented, and about 20 times cheaper in CPU on the broker's
-lines.  The schema is the one in ``brokerd.events.schema`` (no inference).  The line statuses
-have one definition, :func:`line_status`, which Spark's reading applies too
-(brokerd.pipeline.sparkio), with one difference in how bad lines are handled: pyarrow rejects a
-whole file for one line it cannot parse (not JSON, cut short, a field of the wrong type), so
-such a file raises :class:`NotConvertible` and Spark's reader, which marks exactly the bad lines
-``malformed``, reads it instead.
-
-Local files only (pyarrow does not go through Hadoop's FileSystem).
+pyarrow's reader is C++, multi-threaded and column-oriented: about 20 times cheaper in CPU on
+the broker's lines than Spark's, which parses a line at a time through Jackson on the JVM.  The
+schema is the one in ``brokerd.events.schema`` (no inference).  The line statuses have one
+definition, :func:`line_status`, which Spark's reading applies too (brokerd.pipeline.sparkio),
+but pyarrow rejects a whole file for one line it cannot parse (not JSON, cut short, a field of
+the wrong type): such a file raises :class:`NotConvertible`, and Spark's reader, which marks
+exactly the bad lines ``malformed``, reads it instead.
 """
 from __future__ import annotations
 

@@ -191,7 +191,8 @@ def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
                 return 2
             spark = _session(args, app_name="brokerd-compact")
             with Progress(spark, enabled=not args.quiet) as progress:
-                more, seconds = _timed(compact, spark, args.data_dir, progress=progress, **options)
+                more, seconds = _timed(compact, spark, args.data_dir, progress=progress,
+                                       in_process=args.engine == "auto" and not arrow, **options)
             done = Compaction(done.compacted + more.compacted, [h for h in more.already if h not in done.compacted],
                               more.open, done.lines + more.lines, done.deleted_files + more.deleted_files)
             elapsed += seconds
@@ -245,8 +246,8 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if not _has("pyspark", prog):
         return 2
     spark = _session(args)
-    try:
-        return _report(args, spark)
+    try:  # after an in-process attempt, what is left for compaction is what pyarrow cannot parse
+        return _report(args, spark, compact_in_process=args.engine == "auto" and not arrow)
     except Exception as exc:
         print(f"{prog}: the report job failed: {_first_line(exc)}", file=sys.stderr)
         return 1
@@ -254,7 +255,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
         spark.stop()
 
 
-def _report(args: argparse.Namespace, spark: Any) -> int:
+def _report(args: argparse.Namespace, spark: Any, compact_in_process: bool = False) -> int:
     """The report, in this process (``spark`` None) or on Spark; prints the summary."""
     from brokerd.pipeline.report import run_report, text_summary
     from brokerd.pipeline.session import Progress
@@ -263,7 +264,7 @@ def _report(args: argparse.Namespace, spark: Any) -> int:
         summary, elapsed = _timed(
             run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
             html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
-            max_memory=args.arrow_max_memory,
+            max_memory=args.arrow_max_memory, compact_in_process=compact_in_process,
         )
     print(text_summary(summary, elapsed))
     return 0

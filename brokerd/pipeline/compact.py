@@ -8,20 +8,20 @@ plus ``status`` (``ok``, ``malformed``, ...), so bad lines stay counted after th
 
 Crash safety: a run writes into ``events-compacted/_tmp-<id>/`` (Spark skips ``_`` names), puts
 a marker file ``_compacted.json`` (the hour's line count per status and its JSON files) into
-each finished hour there, and publishes the hour with
-one directory rename.  An hour is compacted exactly when its directory (with the marker) is in
-place; a run killed at any point leaves only a stale temporary directory, which the next run
-deletes before compacting what is still missing.  Two compactions of one data dir must not run
-at the same time (the report runs one before reading).
+each finished hour there, and publishes the hour with one directory rename.  An hour is
+compacted exactly when its directory (with the marker) is in place; a run killed at any point
+leaves only a stale temporary directory, which the next run deletes first.  Two compactions of
+one data dir must not run at the same time (the report runs one before reading).
 
-Two ways, the same result.  Without a Spark session (a local data dir) in this process, with no
-JVM: pyarrow parses the JSON (brokerd.pipeline.arrowjson), the same process computes the
-summaries (brokerd.pipeline.summaries) and the files are handled by brokerd.pipeline.localfs; an
-hour pyarrow cannot parse is left as JSON and listed in :attr:`Compaction.unconvertible` (Spark's
-reader is needed for it).  With a Spark session (cluster storage or a cluster master, or what
-pyarrow left), Spark parses, marking exactly the bad lines ``malformed``, and its executors
-run the same summary function (brokerd.pipeline.sparkio), through Hadoop's FileSystem, so
-cluster URIs work as local paths do.
+Two ways, the same result.  In this process (a local data dir), with no JVM: pyarrow parses
+the JSON (brokerd.pipeline.arrowjson), this process computes the summaries
+(brokerd.pipeline.summaries) and handles the files (brokerd.pipeline.localfs); an hour pyarrow
+cannot parse is left as JSON, in :attr:`Compaction.unconvertible`.  With a Spark session
+(cluster storage, ``--engine spark``, or what pyarrow left), Spark parses, marking exactly the
+bad lines ``malformed``, and its executors run the same summary function
+(brokerd.pipeline.sparkio), through Hadoop's FileSystem.  A cluster master with a local log
+takes both (``in_process``): pyarrow here for the hours it parses (Spark's JSON reader costs
+about 20 times its CPU), Spark for the rest.
 """
 from __future__ import annotations
 
@@ -84,12 +84,15 @@ def compact(
     delete_json: bool = False,
     hours_per_job: int = HOURS_PER_JOB,
     progress: Any = None,
+    in_process: bool = False,
 ) -> Compaction:
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
     ``delete_json``, remove an hour's JSON files once its Parquet is published.  ``spark``
     None: in this process with pyarrow (a local data dir; ValueError for cluster storage),
-    the hours it cannot parse left in ``unconvertible``."""
+    the hours it cannot parse left in ``unconvertible``.  With a Spark session, Spark
+    compacts every hour, or with ``in_process`` (a local data dir) those pyarrow cannot parse."""
     now_us = time.time_ns() // 1000 if now_us is None else now_us
+    local = local_path(data_dir) if spark is None or in_process else None
     if spark is None:
         if local_path(data_dir) is None:
             raise ValueError(f"{data_dir}: compaction without Spark needs a local data dir")
@@ -118,11 +121,14 @@ def compact(
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
         with_files = {hour: raw[hour] for hour in batch if listings[hour]}
-        if spark is None:
-            converted = _convert_with_arrow(tmp, {hour: [os.path.join(path, name) for name, _size in listings[hour]]
-                                                  for hour, path in with_files.items()})
-        else:
-            converted = _convert_with_spark(spark, fs, events, tmp, with_files)
+        converted: Converted = {}
+        if local is not None:
+            converted = _convert_with_arrow(local_path(tmp) or tmp, {
+                hour: [os.path.join(local_path(path) or path, name) for name, _size in listings[hour]]
+                for hour, path in with_files.items()})
+        if spark is not None:
+            converted.update(_convert_with_spark(
+                spark, fs, events, tmp, {hour: path for hour, path in with_files.items() if hour not in converted}))
         for hour in batch:
             if hour in with_files and hour not in converted:
                 result.unconvertible.append(hour)

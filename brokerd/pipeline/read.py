@@ -188,6 +188,18 @@ def _summarize_by_hour(records: Any) -> dict[str, list[Any]]:
     return found
 
 
+def read_stored(plan: HourPlan, max_memory: int | None = None) -> dict[str, list[Any]]:
+    """The stored summaries ``plan`` reads, by name, read here (a log on a local filesystem)."""
+    stored: dict[str, list[Any]] = {name: [] for name in NAMES}
+    for location, names in sorted(plan.summarized.items()):
+        for name in names:
+            for table in read_parquet(os.path.join(local_path(location) or location, SUMMARY_DIR, name),
+                                      schemas()[name].names):
+                stored[name].append(table)
+                _check_memory(max_memory)
+    return stored
+
+
 def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | None = None,
                    max_memory: int | None = DEFAULT_MAX_MEMORY) -> Log:
     """The merged summaries of ``data_dir``'s log in [since, until) (a local data dir).
@@ -211,12 +223,7 @@ def read_summaries(data_dir: str, since_us: int | None = None, until_us: int | N
             for status, n in status_counts(parts[-1]).items():
                 plan.counts[status] = plan.counts.get(status, 0) + n
             _check_memory(max_memory)
-    merged: dict[str, list[Any]] = {name: [] for name in NAMES}
-    for location, names in sorted(plan.summarized.items()):
-        for name in names:
-            for table in read_parquet(os.path.join(location, SUMMARY_DIR, name), schemas()[name].names):
-                merged[name].append(table)
-                _check_memory(max_memory)
+    merged = read_stored(plan, max_memory)
     if parts:
         with_status = pa.schema([*record_schema(), pa.field("status", pa.string())])
         records = pa.concat_tables([part.select(with_status.names).cast(with_status) for part in parts])

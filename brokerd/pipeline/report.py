@@ -1,20 +1,17 @@
 """The report job: event log in, Parquet tables + HTML report + summary out.
 
 One pipeline, two places to run it.  The records are reduced once to the per-hour summaries
-(brokerd.pipeline.summaries; read as stored for compacted hours) and every table is derived
-from the merged summaries (brokerd.pipeline.tables.TABLES), which are small by construction
-(per minute, per top-N); summary.json and the HTML come from those tables.
+(brokerd.pipeline.summaries; stored with compacted hours), every table is derived from the
+merged summaries (brokerd.pipeline.tables.TABLES), and summary.json and the HTML from those.
 
 - Locally (``spark`` None: a local master, data dir and out), all of it runs in this process
   with pyarrow, no JVM: compaction, reading (brokerd.pipeline.read), the tables.
 - Distributed (a Spark session: a cluster, or ``--engine spark``), Spark parses the JSON, runs
   the summary function on its executors and stores what compaction writes; the merged
   summaries are collected into the driver (brokerd.pipeline.sparkio) and the same table
-  functions run there; Spark writes the tables (to any Hadoop URI).
-
-Profiled on 10 M events (docs/pipeline.md), a second report whose tables Spark computed spent
-30 of its 43 s in Spark's fixed costs (the JVM start, the first query's warm-up, dozens of short
-jobs per table) on about 1 M summary rows; pyarrow derives the same tables in under a second.
+  functions run there.  What the driver sees is done there, as Spark's fixed costs (a job per
+  file read or table written) exceed the work: a local log's stored summaries, a local
+  ``--out``, and under ``--engine auto`` the compaction of the hours pyarrow parses.
 """
 from __future__ import annotations
 
@@ -89,6 +86,7 @@ def run_report(
     delete_json: bool = False,
     now_us: int | None = None,
     max_memory: int | None = None,
+    compact_in_process: bool = False,
 ) -> dict[str, Any]:
     """Run the whole job; return the summary (also written as summary.json).  First the
     closed hours not compacted yet are compacted (unless ``compact`` is false).
@@ -96,14 +94,17 @@ def run_report(
     ``spark`` None: in this process (local data dir and out); raises arrowjson.NotConvertible
     (before writing any table) when an input needs Spark's reader, read.TooLarge when the
     inputs take more than ``max_memory`` bytes (default read.DEFAULT_MAX_MEMORY).  With a
-    Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply)."""
+    Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply);
+    ``compact_in_process``: compact.compact's ``in_process``."""
     step = (progress or Progress(spark, enabled=False)).step
     where = "pyarrow" if spark is None else "Spark"
     out = out.rstrip("/") or "/"
     compaction = None
     if compact:
-        step(f"compacting closed hours ({where})")
-        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
+        how = "pyarrow here, Spark what it cannot parse" if spark is not None and compact_in_process else where
+        step(f"compacting closed hours ({how})")
+        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress,
+                                 in_process=compact_in_process)
         if compaction.unconvertible:
             raise NotConvertible("pyarrow cannot parse the JSON of "
                                  + ", ".join(f"{date} {hour}:00" for date, hour in compaction.unconvertible))
@@ -115,8 +116,8 @@ def run_report(
     step(f"deriving the tables from {len(log.summarized)} hour(s) of stored summaries and the others' (pyarrow)")
     found = tables.compute(log.summaries, top)
     step("writing the tables")
-    for name, table in found.items():
-        if spark is None:
+    for name, table in found.items():  # a local --out is written here, with or without Spark
+        if local_path(out) is not None:
             write_table(table, os.path.join(local_path(out) or out, name))
         else:
             sparkio.write_table(spark, table, f"{out}/{name}")

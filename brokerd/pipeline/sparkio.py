@@ -3,19 +3,16 @@
 A report on a cluster (a ``spark://`` master, yarn, a data dir on cluster storage) and one with
 ``--engine spark`` read through Spark: Hadoop's FileSystem for any URI (:class:`HadoopFS`),
 Spark's JSON reader (which marks exactly the lines it cannot parse ``malformed``, where
-pyarrow rejects a whole file) and Spark's Parquet reader and writer.  The per-hour summaries are
-computed by the one function that computes them locally (summaries.summarize_table), which
-Spark runs on its executors through ``applyInArrow``, one hour of records per group; the
-summaries travel back as Arrow IPC blobs, small by design, are collected with ``toArrow()`` and
-merged in the driver, where brokerd.pipeline.tables derives every table as it does locally.
-So no figure is computed by a Spark DataFrame expression: each has one definition.
-
-PySpark is imported inside the functions: it is an optional dependency, and a local report
-(brokerd.pipeline.read) never needs it.
+pyarrow rejects a whole file) and Spark's Parquet reader and writer.  The functions that compute
+locally run on the executors (``mapInArrow``, ``arrow_udf``): the line statuses and the
+per-hour summaries, which travel back as Arrow IPC blobs (small by design), collected with
+``toArrow()`` and merged in the driver, where brokerd.pipeline.tables derives every table.  No
+figure is a Spark DataFrame expression.  PySpark is imported inside the functions: it is an
+optional dependency, and a local report (brokerd.pipeline.read) never needs it.
 """
 from __future__ import annotations
 
-from functools import reduce
+from functools import partial, reduce
 from typing import Any
 
 import pyarrow as pa
@@ -23,13 +20,17 @@ import pyarrow.compute as pc
 
 from brokerd.events import schema
 from brokerd.pipeline.arrowjson import line_status
-from brokerd.pipeline.read import OK, Hour, Log, plan_hours
-from brokerd.pipeline.summaries import HOUR_US, NAMES, RECORD_COLUMNS, SUMMARY_DIR, merge, record_schema, schemas, summarize_table
+from brokerd.pipeline.localfs import local_path
+from brokerd.pipeline.read import OK, Hour, Log, plan_hours, read_stored
+from brokerd.pipeline.summaries import (
+    ENDPOINT_KINDS, HOUR_US, NAMES, RECORD_COLUMNS, SUMMARY_DIR, merge, record_schema, schemas, summarize_table,
+)
 
 CORRUPT = "_corrupt"
 BLOBS = "hour_index long, name string, data binary"
-"""What a group of the summarising ``applyInArrow`` returns: one row per non-empty summary of
-the hour, the summary as an Arrow IPC stream."""
+"""What the summarising ``mapInArrow`` returns: one row per non-empty summary of a part of an
+hour, the summary as an Arrow IPC stream."""
+BLOB_SCHEMA = pa.schema([("hour_index", pa.int64()), ("name", pa.string()), ("data", pa.binary())])
 
 
 class HadoopFS:
@@ -93,21 +94,33 @@ partition values)."""
 def read_json(spark: Any, base_path: str, paths: list[str]) -> Any:
     """The log files under ``paths`` as Spark reads them: the schema given (no inference), a
     line it cannot parse kept whole in the corrupt column, only ``*.jsonl`` files; with each
-    line's ``status`` (:func:`arrowjson.line_status`, run on the executors, for the lines
-    that parsed), ``date`` and ``hour``."""
+    line's ``status`` (:func:`with_status`), ``date`` and ``hour``."""
     reader = (spark.read.schema(spark_struct(record_schema(payload=True), CORRUPT))
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
               .option("pathGlobFilter", "*" + schema.FILE_SUFFIX)
               .option("basePath", base_path))
-    return reader.json(paths).mapInArrow(_with_status, spark_struct(record_schema(payload=True), *COMPACTED))
+    return with_status(reader.json(paths))
 
 
-def _with_status(batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
-    for batch in batches:
-        table = pa.Table.from_batches([batch])
-        status = pc.if_else(pc.is_valid(table.column(CORRUPT)), schema.MALFORMED, line_status(table))
-        table = table.drop_columns([CORRUPT]).append_column("status", status)
-        yield from table.select([*schema.FIELD_NAMES, *COMPACTED]).to_batches()
+STATUS_FIELDS = tuple(dict.fromkeys(("v", "kind", *schema.REQUIRED)))  # what arrowjson.line_status reads
+
+
+def _status_of(fields: pa.Array) -> pa.Array:
+    """On an executor: the line statuses of a batch (``fields``: a struct of STATUS_FIELDS)."""
+    return line_status(pa.RecordBatch.from_arrays([fields.field(name) for name in STATUS_FIELDS], names=list(STATUS_FIELDS)))
+
+
+def with_status(raw: Any) -> Any:
+    """Every schema field, ``status``, ``date`` and ``hour`` of each line Spark's reader
+    gave: ``malformed`` where it could not parse the line, else the status
+    :func:`arrowjson.line_status` gives (the one definition, pyarrow's path uses it too), run
+    on the executors as an Arrow UDF over the few fields it reads.  Sending whole lines
+    through Python instead (``mapInArrow``: the payloads too) made parsing 60 % slower."""
+    from pyspark.sql import functions as F
+
+    status_of = F.arrow_udf(_status_of, "string")
+    status = F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED)).otherwise(status_of(F.struct(*STATUS_FIELDS)))
+    return raw.select(*schema.FIELD_NAMES, status.alias("status"), *COMPACTED[1:])
 
 
 def _encode(table: Any) -> bytes:
@@ -121,27 +134,43 @@ def _decode(data: bytes) -> Any:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def _summarize_hour(key, table):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
-    """On an executor: the summaries of one hour's records (``key``: its hour index), each
-    a row of :data:`BLOBS`."""
+PART_ROWS = 1_000_000
+"""Records summarised at once by an executor (a larger partition: in parts)."""
+
+
+def _summarize_parts(endpoints, batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
+    """On an executor: a partition's records in BLOBS, per hour, PART_ROWS at most at a time."""
+    ends, part = _decode(endpoints.value), []
+    for batch in batches:
+        part.append(batch)
+        if sum(each.num_rows for each in part) >= PART_ROWS:
+            yield _summarize_part(pa.Table.from_batches(part), ends)
+            part = []
+    if part:
+        yield _summarize_part(pa.Table.from_batches(part), ends)
+
+
+def _summarize_part(table: Any, ends: Any) -> Any:
     records = table.select(list(RECORD_COLUMNS)).cast(record_schema())
-    found = [(name, summary) for name, summary in summarize_table(records).items() if len(summary)]
-    return pa.table({
-        "hour_index": pa.array([key[0].as_py()] * len(found), pa.int64()),
-        "name": pa.array([name for name, _s in found], pa.string()),
-        "data": pa.array([_encode(summary) for _name, summary in found], pa.binary()),
-    })
+    hours = pc.divide(records.column("ts"), HOUR_US)  # ts > 0: integer division
+    end_hours = pc.divide(ends.column("ts"), HOUR_US)
+    rows = []
+    for hour in pc.unique(hours).to_pylist():
+        summaries = summarize_table(records.filter(pc.equal(hours, hour)), ends.filter(pc.equal(end_hours, hour)))
+        rows += [{"hour_index": hour, "name": name, "data": _encode(one)} for name, one in summaries.items() if len(one)]
+    return pa.RecordBatch.from_pylist(rows, schema=BLOB_SCHEMA)
 
 
 def summarize(records: Any) -> Any:
-    """``records`` (valid records: the log's fields but payload) summarised per hour of
-    ``ts`` on the executors: a DataFrame of :data:`BLOBS`."""
+    """``records`` (valid records, no payload) summarised per hour of ``ts`` where they are,
+    each partition's part of an hour on its executor with the hour's endpoint records (few,
+    broadcast): no record is shuffled (docs/pipeline.md).  A DataFrame of :data:`BLOBS`."""
     from pyspark.sql import functions as F
 
-    hour_index = F.floor(F.col("ts") / HOUR_US).cast("long")
-    return records.select(*RECORD_COLUMNS).withColumn("hour_index", hour_index).groupBy("hour_index").applyInArrow(
-        _summarize_hour, BLOBS
-    )
+    selected = records.select(*RECORD_COLUMNS)
+    ends = selected.filter(F.col("kind").isin(list(ENDPOINT_KINDS))).toArrow().cast(record_schema())
+    endpoints = records.sparkSession.sparkContext.broadcast(_encode(ends))
+    return selected.mapInArrow(partial(_summarize_parts, endpoints), BLOBS)
 
 
 def collect(blobs: Any) -> dict[str, list[Any]]:
@@ -166,10 +195,9 @@ def _unpack(batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's
 
 
 def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: list[Hour]) -> dict[Hour, set[str]]:
-    """Summarise the compacted ``hours`` under ``data`` (``data/date=/hour=``, staged) on the
-    executors and store each hour's summaries as ``data/date=/hour=/_summary/<name>``, one
-    Parquet write per summary (partitioned by hour, moved into place); returns the summaries
-    that have rows in each hour."""
+    """Summarise the staged ``hours`` under ``data`` (``data/date=/hour=``) on the executors and
+    store each hour's as ``.../_summary/<name>``, one Parquet write per summary (partitioned by
+    hour, moved into place); returns the summaries that have rows in each hour."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -197,11 +225,10 @@ def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: li
 
 
 def convert_hours(spark: Any, events: str, tmp: str, paths: dict[Hour, str]) -> dict[Hour, tuple[dict[str, int], Any]]:
-    """Parse the JSON of the hours in ``paths`` once (all in one read, so every executor works
-    even on small hours), keep the rows in memory and write each hour's Parquet into
-    ``tmp/data/date=/hour=`` (one write per hour: its rows need no sort by partition, as
-    partitionBy would do).  Returns each hour's line count per status and the lowest and
-    highest ``ts`` of its valid records (None without any)."""
+    """Parse the JSON of the hours in ``paths`` in one read (every executor works, even on small
+    hours), keep the rows in memory and write each hour's Parquet into ``tmp/data/date=/hour=``
+    (one write per hour: no sort by partition, as partitionBy would do).  Returns each hour's
+    line count per status and the lowest and highest ``ts`` of its valid records (or None)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -226,19 +253,21 @@ def convert_hours(spark: Any, events: str, tmp: str, paths: dict[Hour, str]) -> 
 
 def read_log(spark: Any, data_dir: str, since_us: int | None = None, until_us: int | None = None) -> Log:
     """The merged summaries of ``data_dir``'s log in [since, until) through Spark: the stored
-    summaries of compacted hours wholly inside the window read as they are; the records of the
-    others (Parquet for compacted hours, JSON for the rest) summarised on the executors.
-    Never raises for bad or missing data (an absent or empty log is an empty Log)."""
+    summaries of compacted hours wholly inside the window, and the others' records (Parquet or
+    JSON) summarised on the executors.  An absent or empty log is an empty Log."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     fs = HadoopFS(spark, data_dir)
     plan = plan_hours(fs, data_dir, since_us, until_us)
-    parts: dict[str, list[Any]] = {name: [] for name in NAMES}
-    for name in NAMES:
-        paths = [f"{location}/{SUMMARY_DIR}/{name}" for location, names in sorted(plan.summarized.items()) if name in names]
-        if paths:
-            parts[name].append(spark.read.schema(spark_struct(schemas()[name])).parquet(*paths).toArrow())
+    if local_path(data_dir) is not None:  # the driver sees the log: reading here beats a Spark job per summary
+        parts = read_stored(plan)
+    else:
+        parts = {name: [] for name in NAMES}
+        for name in NAMES:
+            paths = [f"{location}/{SUMMARY_DIR}/{name}" for location, names in sorted(plan.summarized.items()) if name in names]
+            if paths:
+                parts[name].append(spark.read.schema(spark_struct(schemas()[name])).parquet(*paths).toArrow())
     frames = []
     if plan.record_hours():
         compacted = spark.read.schema(spark_struct(record_schema(payload=True), *COMPACTED))

@@ -88,8 +88,6 @@ class SSMPConnection:
         self._events: deque[Event] = deque()
         self._responses: deque[tuple[bytes, bytes | None]] = deque()
 
-    # ------------------------------------------------------------------ connection
-
     def connect(self) -> SSMPConnection:
         """Connect and LOGIN; raises SSMPRefused (e.g. 401) or SSMPClientError."""
         try:
@@ -120,8 +118,6 @@ class SSMPConnection:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ requests
 
     def subscribe(self, topic: bytes) -> None:
         if not is_id(topic):
@@ -155,8 +151,6 @@ class SSMPConnection:
             if remaining <= 0 or not self._read(remaining):
                 break
         return self._events.popleft() if self._events else None
-
-    # ------------------------------------------------------------------ plumbing
 
     def _send(self, data: bytes) -> None:
         if self._sock is None:

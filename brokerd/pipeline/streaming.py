@@ -134,9 +134,6 @@ class BrokerdDataSource(DataSource):
         return BrokerdBatchWriter(self.options, schema)
 
 
-# ---------------------------------------------------------------------------- live source
-
-
 class RowsPartition(InputPartition):
     """A slice of a micro-batch, carrying its rows (they exist only in the source's buffer)."""
 
@@ -313,9 +310,6 @@ class LiveStreamReader(DataSourceStreamReader):
             self._feed.stop()
 
 
-# ---------------------------------------------------------------------------- event-log source
-
-
 @dataclass
 class FileRange(InputPartition):
     path: str
@@ -409,9 +403,6 @@ class EventLogStreamReader(DataSourceStreamReader):
                 yield row
         if bad:
             sys.stderr.write(f"brokerd: skipped {bad} bad lines in {part.path}\n")
-
-
-# ---------------------------------------------------------------------------- sink
 
 
 @dataclass

@@ -1,14 +1,10 @@
 """Per-hour summaries: the small, mergeable tables every report table is derived from.
 
-A report used to scan the accepted messages once per table (traffic, publishers, subscribers,
-the cross-protocol matrix, the summary).  Instead the valid records are reduced once to the
-tables in :data:`SUMMARIES`, each keyed so that summaries of different hours merge by a union
-and a second aggregation, and brokerd.pipeline.tables derives every report table from them.
-
-Each summary is computed by one function over an Arrow table of one hour's records
-(:func:`summarize_table`, pyarrow's kernels): in the report's own process for a local report,
-and on Spark's executors for a distributed one (brokerd.pipeline.sparkio runs the same function
-through ``applyInArrow``, one hour per group).
+The valid records are reduced once to these tables, each keyed so that summaries of different
+hours (or parts of an hour) merge by a union and a second aggregation, and
+brokerd.pipeline.tables derives every report table from them instead of scanning the messages.
+One function over an Arrow table of an hour's records computes them (:func:`summarize_table`,
+pyarrow's kernels): in the report's process, or on Spark's executors (brokerd.pipeline.sparkio).
 
 Compaction (brokerd.pipeline.compact) stores an hour's summaries next to its Parquet, under
 ``hour=HH/_summary/<name>/`` (published with the hour by the same rename), so a report over
@@ -124,9 +120,11 @@ def _is(table: Any, *kinds: str) -> Any:
     return pc.fill_null(pc.is_in(table.column("kind"), value_set=pa.array(kinds, pa.string())), False)
 
 
-def summarize_table(records: Any) -> dict[str, Any]:
+def summarize_table(records: Any, endpoints: Any = None) -> dict[str, Any]:
     """Every summary of ``records`` (an Arrow table of one hour's valid records, the
-    schema's fields), as Arrow tables in the summaries' schemas."""
+    schema's fields), as Arrow tables in the summaries' schemas.  Or a part of the hour, whose
+    summaries merge with the other parts' as hours do, with ``endpoints``: all the hour's
+    records of :data:`ENDPOINT_KINDS` (else taken from ``records``)."""
     column = records.column
     count = pc.fill_null(column("count"), 1)
     keys = {"minute": pc.multiply(pc.divide(column("ts"), MINUTE_US), MINUTE_US),  # ts > 0: integer division
@@ -179,7 +177,7 @@ def summarize_table(records: Any) -> dict[str, Any]:
     listed = _is(records, *ENDPOINT_KINDS, *SAMPLE_KINDS, schema.AUTH_FAILURE, *sorted(schema.DEAD_LETTER_KINDS))
     out["rare"] = records.filter(pc.or_(pc.or_(listed, congestion), source_less_login)).select(list(RECORD_COLUMNS))
 
-    out["before_topic"], out["before_own"] = _before(records, out["rare"])
+    out["before_topic"], out["before_own"] = _before(records, out["rare"] if endpoints is None else endpoints)
     return {name: table.select(schemas()[name].names).cast(schemas()[name]) for name, table in out.items()}
 
 
@@ -206,9 +204,9 @@ def _smqp_latency(timed: Any) -> Any:
 
 
 def _before(records: Any, rare: Any) -> tuple[Any, Any]:
-    """``before_topic`` and ``before_own``: per endpoint instant, the multicast messages of the
-    hour strictly before it (per topic and publishing protocol; per topic of the endpoint's own
-    session), from each group's running sums and a binary search of the instants."""
+    """``before_topic`` and ``before_own``: per endpoint instant (of ``rare``), the multicast
+    messages of ``records`` strictly before it (per topic and publishing protocol; per topic of
+    the endpoint's own session), from each group's running sums and a binary search."""
     ends = rare.filter(pc.is_in(rare.column("kind"), value_set=pa.array(list(ENDPOINT_KINDS)))).to_pylist()
     topic_out: dict[str, list[Any]] = {name: [] for name in ("at", "topic", "publishing", "n", "nb")}
     own_out: dict[str, list[Any]] = {name: [] for name in ("at", "session", "protocol", "topic", "n", "nb")}

@@ -284,3 +284,70 @@ def test_past_its_memory_bound_arrow_refuses_and_auto_runs_on_spark(tmp_path: Pa
                             capture_output=True, text=True, timeout=300)
     assert within.returncode == 0 and "running on Spark" not in within.stderr, within.stderr[-2000:]
     assert json.loads((tmp_path / "within" / "summary.json").read_text())["events"] == written
+
+
+@pytest.mark.parametrize("log", ["subscriptions", "generated"])
+def test_summaries_of_hours_split_across_partitions_give_the_same_tables(spark: Any, tmp_path: Path, log: str) -> None:
+    """Spark summarises each partition's records where they are (no shuffle by hour); with
+    every hour split across several partitions, in an order of Spark's choosing, the merged
+    parts give the tables one summary per hour gives."""
+    from pyspark.sql import functions as F
+
+    from brokerd.pipeline import sparkio, tables
+    from brokerd.pipeline.read import OK, _summarize_by_hour
+    from brokerd.pipeline.summaries import RECORD_COLUMNS, merge, record_schema
+
+    raw = tmp_path / "raw"
+    LOGS[log][0](raw)
+    events = str(raw / "events")
+    records = sparkio.read_json(spark, events, [events]).filter(F.col("status") == OK).select(*RECORD_COLUMNS)
+    whole = records.toArrow().select(list(RECORD_COLUMNS)).cast(record_schema())
+    split = records.repartition(5)
+    assert split.rdd.getNumPartitions() == 5
+    parts = sparkio.collect(sparkio.summarize(split))
+    assert len(parts["kinds"]) > len(set(whole.column("ts").to_numpy() // 3_600_000_000))  # hours in parts
+    by_parts = tables.compute(merge(parts), 0)
+    by_hour = tables.compute(merge(_summarize_by_hour(whole)), 0)
+    assert set(by_parts) == set(by_hour)
+    for name in by_hour:
+        assert by_parts[name].to_pylist() == by_hour[name].to_pylist(), name
+
+
+def test_in_process_compaction_with_a_session_leaves_spark_only_what_pyarrow_cannot_parse(spark: Any, tmp_path: Path) -> None:
+    """A cluster master with a local log (``--engine auto``): the hours pyarrow parses are
+    compacted in this process, the others by Spark; what is published is what Spark alone
+    publishes (hours, rows, markers, stored summaries)."""
+    both, by_spark = tmp_path / "both", tmp_path / "by-spark"
+    write_log(both)
+    shutil.copytree(both, by_spark)
+    done = compact(spark, str(both), in_process=True)
+    assert done.compacted == compact(spark, str(by_spark)).compacted and len(done.compacted) == 4
+    assert not done.unconvertible
+    by_pyarrow = (both / COMPACTED_DIR).glob("date=*/hour=*/*-arrow.parquet")
+    assert [path.parent.name for path in by_pyarrow] == ["hour=11"]  # the one hour without a bad line
+    assert rows(spark, both / COMPACTED_DIR) == rows(spark, by_spark / COMPACTED_DIR)
+    for hour in sorted(p.relative_to(both / COMPACTED_DIR) for p in (both / COMPACTED_DIR).glob("date=*/hour=*")):
+        markers = [json.loads((root / COMPACTED_DIR / hour / "_compacted.json").read_text()) for root in (both, by_spark)]
+        assert [{k: v for k, v in m.items() if k != "compacted_at_us"} for m in markers] == [
+            {k: v for k, v in markers[1].items() if k != "compacted_at_us"}] * 2
+        for name in (markers[0]["summaries"] or {}).get("tables", []):
+            summary = Path(COMPACTED_DIR, hour, "_summary", name)
+            assert rows(spark, both / summary) == rows(spark, by_spark / summary), summary
+
+
+def test_tables_spark_writes_to_cluster_storage_read_back_as_the_local_ones(spark: Any, tmp_path: Path) -> None:
+    """A local ``--out`` is written by the driver even on Spark; Spark's writer (for cluster
+    URIs) gives every table the same rows and Spark types."""
+    from brokerd.pipeline import sparkio, tables
+    from brokerd.pipeline.read import read_summaries
+    from brokerd.pipeline.report import write_table
+
+    generate(tmp_path / "log", 20_000, hours=2, seed=3, workers=1)
+    found = tables.compute(read_summaries(str(tmp_path / "log")).summaries, 100)
+    assert set(found) == set(TABLES)
+    for name, table in found.items():
+        write_table(table, str(tmp_path / "local" / name))
+        sparkio.write_table(spark, table, str(tmp_path / "spark" / name))
+        assert not list((tmp_path / "spark" / name).glob("*-arrow.parquet"))  # Spark's files
+        assert _schema(spark, tmp_path / "spark" / name) == _schema(spark, tmp_path / "local" / name), name
+        assert rows(spark, tmp_path / "spark" / name) == rows(spark, tmp_path / "local" / name), name

@@ -60,6 +60,9 @@ def test_the_report_job_on_the_cluster_gives_the_local_tables(spark: Any, cluste
         expected = rows(spark, tmp_path / "out-in-process" / table)
         assert rows(spark, tmp_path / "out-cluster" / table) == rows(spark, tmp_path / "out-local" / table) == expected, table
     assert rows(spark, tmp_path / "on-cluster" / "events-compacted") == rows(spark, tmp_path / "on-local" / "events-compacted")
+    # the log is on a filesystem the driver sees: pyarrow compacted the hour it parses, Spark the others
+    by_pyarrow = (tmp_path / "on-cluster" / "events-compacted").glob("date=*/hour=*/*-arrow.parquet")
+    assert [path.parent.name for path in by_pyarrow] == ["hour=11"]
     # both workers ran executors of the job
     assert all(apps for apps in executor_dirs(scratch).values()) and len(executor_dirs(scratch)) == 2
 
