@@ -121,11 +121,9 @@ def compact(
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
         with_files = {hour: raw[hour] for hour in batch if listings[hour]}
-        converted: Converted = {}
-        if local is not None:
-            converted = _convert_with_arrow(local_path(tmp) or tmp, {
-                hour: [os.path.join(local_path(path) or path, name) for name, _size in listings[hour]]
-                for hour, path in with_files.items()})
+        converted: Converted = {} if local is None else _convert_with_arrow(local_path(tmp) or tmp, {
+            hour: [os.path.join(local_path(path) or path, name) for name, _size in listings[hour]]
+            for hour, path in with_files.items()})
         if spark is not None:
             converted.update(_convert_with_spark(
                 spark, fs, events, tmp, {hour: path for hour, path in with_files.items() if hour not in converted}))

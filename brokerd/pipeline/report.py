@@ -116,9 +116,10 @@ def run_report(
     step(f"deriving the tables from {len(log.summarized)} hour(s) of stored summaries and the others' (pyarrow)")
     found = tables.compute(log.summaries, top)
     step("writing the tables")
-    for name, table in found.items():  # a local --out is written here, with or without Spark
-        if local_path(out) is not None:
-            write_table(table, os.path.join(local_path(out) or out, name))
+    local_out = local_path(out)  # a local --out is written here, with or without Spark
+    for name, table in found.items():
+        if local_out is not None:
+            write_table(table, os.path.join(local_out, name))
         else:
             sparkio.write_table(spark, table, f"{out}/{name}")
     step("summarising")

@@ -174,7 +174,7 @@ def summarize(records: Any) -> Any:
 
 
 def collect(blobs: Any) -> dict[str, list[Any]]:
-    """The summaries of a :func:`summarize` DataFrame, in the driver (name -> one table per hour)."""
+    """The summaries of a :func:`summarize` DataFrame, in the driver (name -> one table per part of an hour)."""
     found: dict[str, list[Any]] = {}
     table = blobs.toArrow()
     for name, data in zip(table.column("name").to_pylist(), table.column("data").to_pylist()):
