@@ -34,7 +34,7 @@ from tests.integration.test_readme import (
     with_ports,
     write_shims,
 )
-from tests.support.broker import REPO, LineClient, free_port
+from tests.support.broker import REPO, LineClient, free_port, free_run
 
 DOCS = REPO / "docs"
 TIMEOUT = 30.0
@@ -283,23 +283,6 @@ def recipe_ports(lines: list[str]) -> set[int]:
     text = "\n".join(lines)
     return {int(port.replace("$n", str(n))) for n in (1, 2, 3)
             for port in re.findall(r"(?:tcp:|-p |--port |127\.0\.0\.1:)(\d+(?:\$n)?)", text)}
-
-
-def free_run(count: int) -> int:
-    """A base port whose next ``count`` ports are all free."""
-    while True:
-        base = free_port()
-        if base + count < 65535 and all(_bindable(port) for port in range(base + 1, base + count + 1)):
-            return base
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def cluster_recipe(shell: Shell, blocks: list[list[str]]) -> None:

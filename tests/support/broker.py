@@ -5,6 +5,7 @@ third-party client does, not through the test's reactor.
 """
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -16,13 +17,60 @@ from pathlib import Path
 from tests.support import processes
 from tests.support.processes import REPO, repo_env, wait_for_port
 
-__all__ = ["REPO", "LineClient", "RunningBroker", "free_port", "repo_env", "start_broker", "twistd"]
+__all__ = ["REPO", "LineClient", "RunningBroker", "free_port", "free_run", "repo_env", "start_broker", "twistd"]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out by itself (``bind`` to port 0, a ``connect``'s source)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+#: Ports below the ephemeral range, so that no socket the kernel numbers itself (a listener on
+#: port 0, any client connection) can take a port between this answer and the test's bind.
+_CHOSEN_FROM = range(10000, _EPHEMERAL[0]) if _EPHEMERAL[0] > 12000 else range(_EPHEMERAL[1] + 1, 65536)
+_handed_out: set[int] = set()
+_pick = random.Random()
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and outside the kernel's ephemeral range.
+
+    A port taken by binding to 0 and closing is in that range: the kernel may give it to the
+    next listener on port 0 or to an outgoing connection before the test binds it (CI failed
+    on exactly that, ``Address already in use``).  Ports handed out once in this process are
+    not handed out again."""
+    for _ in range(1000):
+        port = _pick.choice(_CHOSEN_FROM)
+        if _take(port):
+            return port
+    raise RuntimeError(f"no free loopback port in {_CHOSEN_FROM}")
+
+
+def free_run(count: int) -> int:
+    """A base port whose next ``count`` ports are free too, all outside the ephemeral range."""
+    for _ in range(1000):
+        base = free_port()
+        run = range(base + 1, base + count + 1)
+        if run.stop <= _CHOSEN_FROM.stop and all(_take(port) for port in run):
+            return base
+    raise RuntimeError(f"no run of {count + 1} free loopback ports in {_CHOSEN_FROM}")
+
+
+def _take(port: int) -> bool:
+    if port in _handed_out:
+        return False
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    _handed_out.add(port)
+    return True
 
 
 def twistd() -> list[str]:
