@@ -58,9 +58,9 @@ def _common(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--delete-json", action="store_true",
                         help="delete an hour's JSON files once it is compacted [keep them]")
     parser.add_argument("--engine", choices=ENGINES, default="auto",
-                        help=f"auto: pyarrow in this process (no JVM) when {what} local and every input "
-                        "parses with pyarrow, else Spark; spark: always Spark; arrow: never Spark (fails when "
-                        "an input needs Spark's reader) [auto]")
+                        help=f"auto: pyarrow in this process (no JVM) when {what} local (whatever the master) "
+                        "and every input parses with pyarrow, else Spark; spark: always Spark; arrow: never Spark "
+                        "(fails when an input needs Spark's reader) [auto]")
 
 
 def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
@@ -70,7 +70,7 @@ def report_parser(prog: str = "brokerd-report") -> argparse.ArgumentParser:
         "Spark); write Parquet tables, an HTML report and print a summary.",
     )
     parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
-    _common(parser, "master, data dir and out are")
+    _common(parser, "the data dir and out are")
     parser.add_argument("--out", required=True, help="directory for the tables (local path or cluster URI)")
     parser.add_argument("--since", type=_time, help="first instant included: ISO time, @EPOCH, or relative as --since=-6h")
     parser.add_argument("--until", type=_time, help="first instant excluded: ISO time, @EPOCH, or relative as --until=-1h")
@@ -90,7 +90,7 @@ def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentPar
         description="Convert the closed hours of a broker's event log into Parquet (once per hour; "
         "safe to interrupt and to run again).",
     )
-    _common(parser, "master and data dir are")
+    _common(parser, "the data dir is")
     parser.add_argument("--hours-per-job", type=int, default=24, help="hours converted and published together [24]")
     return parser
 
@@ -132,17 +132,25 @@ def _session(args: argparse.Namespace, **options: Any) -> Any:
 
 
 def _in_process(args: argparse.Namespace, prog: str, out: str) -> bool | None:
-    """Whether the job runs in this process first (``--engine`` and master and paths allow
-    it); None after saying why ``--engine arrow`` cannot."""
+    """Whether the job runs in this process first; None after saying why ``--engine arrow``
+    cannot.  Under ``auto`` local paths are enough, whatever the master: the driver does what
+    it sees (pyarrow's parsing costs about a twentieth of Spark's, and a session's start-up
+    alone is most of a second report), and Spark starts only for what pyarrow cannot parse or
+    hold.  Under spark-submit without --master the job is left to spark-submit's Spark."""
     from brokerd.pipeline.localfs import usable
     from brokerd.pipeline.session import under_spark_submit
 
-    # under spark-submit without --master, the master is spark-submit's: left to Spark
-    arrow = args.engine != "spark" and usable(args.master, args.data_dir, out) and not (
-        args.master is None and under_spark_submit())
-    if args.engine == "arrow" and not arrow:
-        print(f"{prog}: --engine arrow needs a local master (local[*], local[N]) and local paths", file=sys.stderr)
-        return None
+    if args.engine == "arrow":
+        if not usable(args.master, args.data_dir, out):
+            print(f"{prog}: --engine arrow needs a local master (local[*], local[N]) and local paths", file=sys.stderr)
+            return None
+        return True
+    if args.engine == "spark" or (args.master is None and under_spark_submit()):
+        return False
+    arrow = local_path(args.data_dir) is not None and local_path(out) is not None
+    if arrow and not args.quiet and not usable(args.master, args.data_dir, out):
+        print(f"[brokerd-report] the log and the output are local: pyarrow in this process first, Spark on "
+              f"{args.master} only for what it cannot parse or hold (--engine spark: all on Spark)", file=sys.stderr)
     return arrow
 
 

@@ -214,6 +214,29 @@ def test_the_command_line_runs_a_local_report_without_a_jvm(tmp_path: Path) -> N
     assert failed.returncode != 0
 
 
+def test_with_a_cluster_master_a_local_log_is_reported_here_and_spark_starts_only_when_needed(tmp_path: Path) -> None:
+    """Under ``auto`` a ``spark://`` master with local paths runs the job in this process: no JVM
+    can start here and nothing listens at the master, so a session would fail the command."""
+    written = generate(tmp_path / "data", 3000, hours=1, seed=3, workers=1)
+    master = ["--master", "spark://127.0.0.1:9", "--data-dir", str(tmp_path / "data")]
+    env = _no_java_env(tmp_path)
+    compacted = subprocess.run([sys.executable, "-m", "brokerd.pipeline", "compact", *master], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=300)
+    assert compacted.returncode == 0, compacted.stderr[-2000:]
+    assert compacted.stdout.startswith(f"compacted 1 hour(s) ({written:,} lines)")
+    assert "pyarrow in this process first, Spark on spark://127.0.0.1:9 only for" in compacted.stderr
+    report = [sys.executable, "-m", "brokerd.pipeline", "report", *master, "--out", str(tmp_path / "out")]
+    result = subprocess.run(report + ["--quiet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["events"] == written
+    # what pyarrow cannot parse still goes to that master: here the session cannot start
+    open_hour = tmp_path / "data" / "events" / "date=2099-01-01" / "hour=00"
+    open_hour.mkdir(parents=True)
+    (open_hour / "events-b1-run1-1.jsonl").write_text("{not json\n")
+    failed = subprocess.run(report + ["--no-compact"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "running on Spark" in failed.stderr, failed.stderr[-2000:]
+
+
 def test_the_compact_command_compacts_a_local_log_in_process_as_spark_does(spark: Any, tmp_path: Path) -> None:
     """``compact`` on a local log runs in this process (no JVM can start here) and publishes the
     rows, markers and stored summaries Spark's compaction of the same log does."""
