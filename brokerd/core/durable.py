@@ -567,5 +567,7 @@ def attach_durable(broker: Any, store: Any, opened: Deferred | None, clock: Any,
     """The node's durable service over ``store``, made the Broker's and started once the
     store is open: what brokerd.tap does for every node that has a store."""
     durable = broker.use_durable(DurableService(store, clock, events, settings))
-    durable.start(opened)
+    # A failure to start is the front ends' to report (when_started) and the store's opener's:
+    # this copy of it is not left to be logged as an unhandled error when collected.
+    durable.start(opened).addErrback(lambda _failure: None)
     return durable  # type: ignore[no-any-return]

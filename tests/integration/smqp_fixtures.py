@@ -85,7 +85,9 @@ async def smqp_server(tmp_path: Path):
         settings = Settings(**{"data_dir": tmp_path / "data", "accounts_file": accounts, **overrides})
         runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=reactor, tls=tls)
         store = runtime.resources["store"] = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
-        attach_durable(runtime.broker, store, store.open(), reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
+        opened = store.open()
+        attach_durable(runtime.broker, store, opened, reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
+        opened.addErrback(lambda _failure: None)  # the front end reports it (start_error), as under tap
         factory = build_factory(runtime)
         await factory.started
         if tls is not None:

@@ -1,0 +1,125 @@
+"""SSMP's tail under steady load: the bench README's fixed-rate (b), side by side with Redis.
+
+One publisher sends 500 MCASTs/s for 5 s to 50 subscribers of one topic (25,000 deliveries/s);
+pbload stamps each payload with its send time and takes p50 and p99 of publish-to-receipt over
+every delivery.  Each brokerd revision (``--commits``, default ``HEAD``; ``.`` is the working
+tree) runs as ``twistd brokerd`` in its default configuration (event log on), and redis-server
+(no persistence) runs the same workload over PUBLISH/SUBSCRIBE as the reference.  Every server
+gets its own process; the servers alternate, round after round: one warm-up round (N/10), then
+``--runs`` measured rounds; the median of the rounds' p50 and p99 is printed with the load
+average before each round and the server's CPU per delivery.
+
+    python benchmarks/ssmp_tail.py                          # HEAD and redis, ~1 minute
+    python benchmarks/ssmp_tail.py --commits main,. --runs 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_ssmp import cpu_seconds, revisions  # noqa: E402
+from run_ssmp import (  # noqa: E402
+    DEFAULT_BROKER_CMD, DEFAULT_CACHE_DIR, DEFAULT_PBLOAD_SRC, BrokerProcess, build_pbload, free_port, loadavg,
+    run_pbload,
+)
+
+WORKLOAD = ["-P", "1", "-S", "50", "--rate", "500"]
+MESSAGES = 2500
+
+
+class RedisProcess:
+    """redis-server on a free loopback port, no persistence: the reference."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.pid = 0
+
+    def __enter__(self) -> RedisProcess:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("ssmp_tail: redis-server is not installed (apt-get install redis-server)")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 10
+        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True).stdout.strip() != b"PONG":
+            if time.monotonic() > deadline:
+                raise SystemExit("ssmp_tail: redis-server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def one_run(binary: Path, server: object, proto: str, messages: int, timeout: float) -> dict[str, float]:
+    load = loadavg()[0]
+    before = cpu_seconds(server.pid)  # type: ignore[attr-defined]
+    run = run_pbload(binary, server.port, ["--proto", proto, *WORKLOAD, "-N", str(messages)], timeout)  # type: ignore[attr-defined]
+    used = cpu_seconds(server.pid) - before  # type: ignore[attr-defined]
+    result = run.result
+    delivered = result.get("delivered", 0)
+    if delivered != result.get("expected"):
+        raise SystemExit(f"ssmp_tail: {proto} delivered {delivered} of {result.get('expected')}: {result}")
+    return {"p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000, "load": load,
+            "cpu_us_per_delivery": used * 1e6 / delivered, "gen_cpu_pct": result.get("gen_cpu_pct", 0.0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commits", default="HEAD", help="brokerd revisions, comma-separated; . = working tree")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-redis", action="store_true", help="brokerd revisions only")
+    parser.add_argument("--broker-cmd", default=DEFAULT_BROKER_CMD)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    args = parser.parse_args()
+    binary = build_pbload(DEFAULT_PBLOAD_SRC, DEFAULT_CACHE_DIR)
+    with tempfile.TemporaryDirectory(prefix="ssmp-tail-") as scratch:
+        work = Path(scratch)
+        servers: list[tuple[str, str, object]] = []
+        for label, env in revisions(args.commits, work):
+            servers.append((f"brokerd {label}", "ssmp", BrokerProcess(args.broker_cmd, work, str(len(servers)), env)))
+        if not args.no_redis:
+            servers.append(("redis-server", "redis", RedisProcess(work)))
+        results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in servers}
+        try:
+            for _, _, server in servers:
+                server.__enter__()  # type: ignore[attr-defined]
+            for round_number in range(args.runs + 1):
+                order = servers if round_number % 2 == 0 else list(reversed(servers))
+                for label, proto, server in order:
+                    messages = MESSAGES // 10 if round_number == 0 else MESSAGES
+                    figures = one_run(binary, server, proto, messages, args.timeout)
+                    print(json.dumps({"server": label, "round": round_number, **figures}), flush=True)
+                    if round_number:
+                        results[label].append(figures)
+        finally:
+            for _, _, server in servers:
+                server.__exit__()  # type: ignore[attr-defined]
+    print(f"\nfixed rate (b): 1 -> 50 at 500/s, median of {args.runs} after a warm-up ({os.cpu_count()} CPUs)")
+    print("| server | p50 ms | p99 ms (runs) | CPU per delivery | load at each start |")
+    print("|---|---|---|---|---|")
+    for label, runs in results.items():
+        p99s = ", ".join(f"{run['p99_ms']:.2f}" for run in runs)
+        loads = ", ".join(f"{run['load']:.1f}" for run in runs)
+        print(f"| {label} | {statistics.median(r['p50_ms'] for r in runs):.2f} | "
+              f"{statistics.median(r['p99_ms'] for r in runs):.2f} ({p99s}) | "
+              f"{statistics.median(r['cpu_us_per_delivery'] for r in runs):.1f} us | {loads} |")
+
+
+if __name__ == "__main__":
+    main()
