@@ -5,8 +5,8 @@ session in this process (a script, not a test).
 
 TREE is the brokerd checkout timed (another commit's worktree, for side-by-side runs); DATA_DIR
 a log made by ``pipeline_bench.py report --events N --data-dir DATA_DIR``; MODE ``spark``
-(``compact(spark, DIR)``: Spark parses and summarises), ``in-process`` (``compact(spark, DIR,
-in_process=True)``: what ``--engine auto`` does with a cluster master and a local log) or
+(``compact(spark, DIR)``: Spark parses and summarises), ``in-process`` (``compact(None, DIR)``
+then ``compact(spark, DIR)`` for what pyarrow left: what ``--engine auto`` does with a local log) or
 ``plain`` (``compact(spark, DIR)`` of a tree without those phases, e.g. 2d534db).  Prints one
 JSON line: the seconds of the whole compaction and, where the tree has them, of
 ``sparkio.convert_hours`` (parsing, statuses, Parquet) and ``sparkio.store_summaries``; the
@@ -46,8 +46,12 @@ def main() -> None:
     spark.range(10).count()  # the JVM and the first job's warm-up are not the compaction's
     load = os.getloadavg()[0]
     started, cpu = time.monotonic(), os.times()
-    options = {"in_process": True} if mode == "in-process" else {}
-    done = compact.compact(spark, data, **options)
+    if mode == "in-process":
+        here = compact.compact(None, data)
+        done = compact.compact(spark, data)
+        done.compacted += here.compacted
+    else:
+        done = compact.compact(spark, data)
     times["total"] = time.monotonic() - started
     after = os.times()
     print(json.dumps({"mode": mode, "tree": tree, **{k: round(v, 1) for k, v in times.items()},

@@ -199,8 +199,7 @@ def run_compact(argv: list[str], prog: str = "brokerd-report compact") -> int:
                 return 2
             spark = _session(args, app_name="brokerd-compact")
             with Progress(spark, enabled=not args.quiet) as progress:
-                more, seconds = _timed(compact, spark, args.data_dir, progress=progress,
-                                       in_process=args.engine == "auto" and not arrow, **options)
+                more, seconds = _timed(compact, spark, args.data_dir, progress=progress, **options)
             done = Compaction(done.compacted + more.compacted, [h for h in more.already if h not in done.compacted],
                               more.open, done.lines + more.lines, done.deleted_files + more.deleted_files)
             elapsed += seconds
@@ -255,7 +254,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
         return 2
     spark = _session(args)
     try:  # after an in-process attempt, what is left for compaction is what pyarrow cannot parse
-        return _report(args, spark, compact_in_process=args.engine == "auto" and not arrow)
+        return _report(args, spark)
     except Exception as exc:
         print(f"{prog}: the report job failed: {_first_line(exc)}", file=sys.stderr)
         return 1
@@ -263,7 +262,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
         spark.stop()
 
 
-def _report(args: argparse.Namespace, spark: Any, compact_in_process: bool = False) -> int:
+def _report(args: argparse.Namespace, spark: Any) -> int:
     """The report, in this process (``spark`` None) or on Spark; prints the summary."""
     from brokerd.pipeline.report import run_report, text_summary
     from brokerd.pipeline.session import Progress
@@ -272,8 +271,7 @@ def _report(args: argparse.Namespace, spark: Any, compact_in_process: bool = Fal
         summary, elapsed = _timed(
             run_report, spark, args.data_dir, args.out, since_us=args.since, until_us=args.until, top=args.top,
             html_dir=args.html_dir, progress=progress, compact=args.compact, delete_json=args.delete_json,
-            max_memory=args.arrow_max_memory, compact_in_process=compact_in_process,
-        )
+            max_memory=args.arrow_max_memory)
     print(text_summary(summary, elapsed))
     return 0
 

@@ -19,9 +19,7 @@ the JSON (brokerd.pipeline.arrowjson), this process computes the summaries
 cannot parse is left as JSON, in :attr:`Compaction.unconvertible`.  With a Spark session
 (cluster storage, ``--engine spark``, or what pyarrow left), Spark parses, marking exactly the
 bad lines ``malformed``, and its executors run the same summary function
-(brokerd.pipeline.sparkio), through Hadoop's FileSystem.  A cluster master with a local log
-takes both (``in_process``): pyarrow here for the hours it parses (Spark's JSON reader costs
-about 20 times its CPU), Spark for the rest.
+(brokerd.pipeline.sparkio), through Hadoop's FileSystem.
 """
 from __future__ import annotations
 
@@ -84,15 +82,13 @@ def compact(
     delete_json: bool = False,
     hours_per_job: int = HOURS_PER_JOB,
     progress: Any = None,
-    in_process: bool = False,
 ) -> Compaction:
     """Compact every closed hour of ``data_dir``'s log not compacted yet; with
     ``delete_json``, remove an hour's JSON files once its Parquet is published.  ``spark``
     None: in this process with pyarrow (a local data dir; ValueError for cluster storage),
     the hours it cannot parse left in ``unconvertible``.  With a Spark session, Spark
-    compacts every hour, or with ``in_process`` (a local data dir) those pyarrow cannot parse."""
+    compacts every hour not compacted yet (under ``--engine auto``: those pyarrow left)."""
     now_us = time.time_ns() // 1000 if now_us is None else now_us
-    local = local_path(data_dir) if spark is None or in_process else None
     if spark is None:
         if local_path(data_dir) is None:
             raise ValueError(f"{data_dir}: compaction without Spark needs a local data dir")
@@ -121,12 +117,11 @@ def compact(
         tmp = f"{target}/{TMP_PREFIX}{uuid.uuid4().hex}"
         fs.mkdirs(tmp)
         with_files = {hour: raw[hour] for hour in batch if listings[hour]}
-        converted: Converted = {} if local is None else _convert_with_arrow(local_path(tmp) or tmp, {
-            hour: [os.path.join(local_path(path) or path, name) for name, _size in listings[hour]]
-            for hour, path in with_files.items()})
-        if spark is not None:
-            converted.update(_convert_with_spark(
-                spark, fs, events, tmp, {hour: path for hour, path in with_files.items() if hour not in converted}))
+        if spark is None:
+            converted = _convert_with_arrow(tmp, {
+                hour: [os.path.join(path, name) for name, _size in listings[hour]] for hour, path in with_files.items()})
+        else:
+            converted = _convert_with_spark(spark, fs, events, tmp, with_files)
         for hour in batch:
             if hour in with_files and hour not in converted:
                 result.unconvertible.append(hour)
@@ -191,16 +186,18 @@ def _convert_with_arrow(tmp: str, files: dict[Hour, list[str]]) -> Converted:
             return None
         staged = os.path.join(tmp, "data", f"date={hour[0]}", f"hour={hour[1]}")
         write_parquet(table, staged)
+        counts = status_counts(table)
         valid = table.filter(pc.equal(table.column("status"), OK)).drop_columns(["status", "payload"])
+        del table  # the payloads, most of an hour's bytes, freed before the summaries run
         bounds = pc.min_max(valid.column("ts")).as_py()
         if len(valid) and not _aligned(hour, (bounds["min"], bounds["max"])):
-            return status_counts(table), None
+            return counts, None
         stored = set()
         for name, summary in summarize_table(valid).items():
             if len(summary):
                 write_parquet(summary, os.path.join(staged, SUMMARY_DIR, name))
                 stored.add(name)
-        return status_counts(table), stored
+        return counts, stored
 
     # pyarrow releases the GIL while it parses, aggregates and writes: an hour per core
     with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1))) as pool:

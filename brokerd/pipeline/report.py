@@ -86,7 +86,6 @@ def run_report(
     delete_json: bool = False,
     now_us: int | None = None,
     max_memory: int | None = None,
-    compact_in_process: bool = False,
 ) -> dict[str, Any]:
     """Run the whole job; return the summary (also written as summary.json).  First the
     closed hours not compacted yet are compacted (unless ``compact`` is false).
@@ -94,17 +93,14 @@ def run_report(
     ``spark`` None: in this process (local data dir and out); raises arrowjson.NotConvertible
     (before writing any table) when an input needs Spark's reader, read.TooLarge when the
     inputs take more than ``max_memory`` bytes (default read.DEFAULT_MAX_MEMORY).  With a
-    Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply);
-    ``compact_in_process``: compact.compact's ``in_process``."""
+    Spark session: distributed by Spark (any Hadoop URI; ``max_memory`` does not apply)."""
     step = (progress or Progress(spark, enabled=False)).step
     where = "pyarrow" if spark is None else "Spark"
     out = out.rstrip("/") or "/"
     compaction = None
     if compact:
-        how = "pyarrow here, Spark what it cannot parse" if spark is not None and compact_in_process else where
-        step(f"compacting closed hours ({how})")
-        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress,
-                                 in_process=compact_in_process)
+        step(f"compacting closed hours ({where})")
+        compaction = compact_log(spark, data_dir, now_us=now_us, delete_json=delete_json, progress=progress)
         if compaction.unconvertible:
             raise NotConvertible("pyarrow cannot parse the JSON of "
                                  + ", ".join(f"{date} {hour}:00" for date, hour in compaction.unconvertible))

@@ -336,16 +336,17 @@ def test_summaries_of_hours_split_across_partitions_give_the_same_tables(spark: 
         assert by_parts[name].to_pylist() == by_hour[name].to_pylist(), name
 
 
-def test_in_process_compaction_with_a_session_leaves_spark_only_what_pyarrow_cannot_parse(spark: Any, tmp_path: Path) -> None:
-    """A cluster master with a local log (``--engine auto``): the hours pyarrow parses are
-    compacted in this process, the others by Spark; what is published is what Spark alone
+def test_compaction_here_then_on_spark_publishes_what_spark_alone_does(spark: Any, tmp_path: Path) -> None:
+    """What ``--engine auto`` does whatever the master: the hours pyarrow parses are compacted
+    in this process, then the others by Spark; what is published is what Spark alone
     publishes (hours, rows, markers, stored summaries)."""
     both, by_spark = tmp_path / "both", tmp_path / "by-spark"
     write_log(both)
     shutil.copytree(both, by_spark)
-    done = compact(spark, str(both), in_process=True)
-    assert done.compacted == compact(spark, str(by_spark)).compacted and len(done.compacted) == 4
-    assert not done.unconvertible
+    here = compact(None, str(both))
+    assert [hour for _date, hour in here.compacted] == ["11"] and len(here.unconvertible) == 3
+    rest = compact(spark, str(both))
+    assert sorted(here.compacted + rest.compacted) == compact(spark, str(by_spark)).compacted
     by_pyarrow = (both / COMPACTED_DIR).glob("date=*/hour=*/*-arrow.parquet")
     assert [path.parent.name for path in by_pyarrow] == ["hour=11"]  # the one hour without a bad line
     assert rows(spark, both / COMPACTED_DIR) == rows(spark, by_spark / COMPACTED_DIR)
