@@ -253,7 +253,7 @@ def run(argv: list[str] | None = None, prog: str = "brokerd-report") -> int:
     if not _has("pyspark", prog):
         return 2
     spark = _session(args)
-    try:  # after an in-process attempt, what is left for compaction is what pyarrow cannot parse
+    try:  # after an in-process attempt (auto), what is left to compact is what pyarrow cannot parse
         return _report(args, spark)
     except Exception as exc:
         print(f"{prog}: the report job failed: {_first_line(exc)}", file=sys.stderr)

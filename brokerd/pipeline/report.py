@@ -4,14 +4,15 @@ One pipeline, two places to run it.  The records are reduced once to the per-hou
 (brokerd.pipeline.summaries; stored with compacted hours), every table is derived from the
 merged summaries (brokerd.pipeline.tables.TABLES), and summary.json and the HTML from those.
 
-- Locally (``spark`` None: a local master, data dir and out), all of it runs in this process
-  with pyarrow, no JVM: compaction, reading (brokerd.pipeline.read), the tables.
-- Distributed (a Spark session: a cluster, or ``--engine spark``), Spark parses the JSON, runs
-  the summary function on its executors and stores what compaction writes; the merged
-  summaries are collected into the driver (brokerd.pipeline.sparkio) and the same table
-  functions run there.  What the driver sees is done there, as Spark's fixed costs (a job per
-  file read or table written) exceed the work: a local log's stored summaries, a local
-  ``--out``, and under ``--engine auto`` the compaction of the hours pyarrow parses.
+- Locally (``spark`` None: a local data dir and out; under ``--engine auto`` whatever the
+  master, brokerd.pipeline.cli), all of it runs in this process with pyarrow, no JVM:
+  compaction, reading (brokerd.pipeline.read), the tables.
+- Distributed (a Spark session: cluster storage, ``--engine spark``, or what the local run
+  could not parse or hold), Spark parses the JSON, runs the summary function on its executors
+  and stores what compaction writes; the merged summaries are collected into the driver
+  (brokerd.pipeline.sparkio) and the same table functions run there.  What the driver sees is
+  done there, as Spark's fixed costs (a job per file read or table written) exceed the work:
+  a local log's stored summaries and a local ``--out``.
 """
 from __future__ import annotations
 

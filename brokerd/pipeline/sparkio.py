@@ -140,12 +140,13 @@ PART_ROWS = 1_000_000
 
 def _summarize_parts(endpoints, batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's form from them
     """On an executor: a partition's records in BLOBS, per hour, PART_ROWS at most at a time."""
-    ends, part = _decode(endpoints.value), []
+    ends, part, rows = _decode(endpoints.value), [], 0
     for batch in batches:
         part.append(batch)
-        if sum(each.num_rows for each in part) >= PART_ROWS:
+        rows += batch.num_rows
+        if rows >= PART_ROWS:
             yield _summarize_part(pa.Table.from_batches(part), ends)
-            part = []
+            part, rows = [], 0
     if part:
         yield _summarize_part(pa.Table.from_batches(part), ends)
 
