@@ -1,0 +1,140 @@
+"""Topic filters: one subscription to every topic a pattern names, whoever publishes.
+
+A topic name is levels separated by ``/``.  In a filter, the level ``+`` matches exactly one
+level and ``#`` (the last level only) any number of levels, none included: ``sport/#`` matches
+``sport``, ``sport/tennis`` and ``sport/tennis/player1``.  A topic whose name starts with ``$``
+is not matched by a filter whose first level is a wildcard, so ``#`` does not reach ``$SYS/...``.
+These are MQTT's rules (MQTT 5.0 and 3.1.1, section 4.7); the core owns them, so that a filter
+reaches what every protocol publishes and a front end never matches topics itself.
+
+:class:`FilterIndex` keeps the members of each filter in a tree of levels: the members a topic
+reaches are found by walking its levels (an exact child, ``+`` and ``#`` at each), not by
+testing every filter, and the answer is remembered per topic name until a filter changes (at
+most ``max_cached`` names; then the memory starts again).
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+
+SEPARATOR = b"/"
+ONE_LEVEL = b"+"
+ANY_LEVELS = b"#"
+SYSTEM = b"$"
+
+
+def matches(topic_filter: bytes, topic: bytes) -> bool:
+    """Whether ``topic_filter`` (a valid filter) matches the topic name ``topic``."""
+    if topic[:1] == SYSTEM and topic_filter[:1] in (ONE_LEVEL, ANY_LEVELS):
+        return False
+    names = topic.split(SEPARATOR)
+    levels = topic_filter.split(SEPARATOR)
+    for index, level in enumerate(levels):
+        if level == ANY_LEVELS:
+            return True
+        if index >= len(names) or (level != ONE_LEVEL and level != names[index]):
+            return False
+    return len(levels) == len(names)
+
+
+def has_wildcard(topic_filter: bytes) -> bool:
+    """Whether ``topic_filter`` can match another name than its own (else it is a topic)."""
+    return ONE_LEVEL in topic_filter or ANY_LEVELS in topic_filter
+
+
+class _Level:
+    __slots__ = ("children", "members")
+
+    def __init__(self) -> None:
+        self.children: dict[bytes, _Level] = {}
+        self.members: dict[Hashable, None] = {}
+        """Members of the filter that ends at this level, in subscription order."""
+
+
+class FilterIndex:
+    """Members (sessions, or any hashable) by topic filter, and the members a topic reaches."""
+
+    def __init__(self, max_cached: int = 4096) -> None:
+        self._root = _Level()
+        self._filters = 0
+        self._cache: dict[bytes, tuple[Hashable, ...]] = {}
+        self.max_cached = max_cached
+        """Topic names whose answer :meth:`match` remembers at most."""
+
+    def __len__(self) -> int:
+        """Filters with at least one member."""
+        return self._filters
+
+    def add(self, topic_filter: bytes, member: Hashable) -> bool:
+        """Add ``member`` to ``topic_filter``; False when it was there already."""
+        level = self._root
+        for name in topic_filter.split(SEPARATOR):
+            level = level.children.setdefault(name, _Level())
+        if member in level.members:
+            return False
+        if not level.members:
+            self._filters += 1
+        level.members[member] = None
+        self._cache.clear()
+        return True
+
+    def discard(self, topic_filter: bytes, member: Hashable) -> bool:
+        """Take ``member`` out of ``topic_filter``; False when it was not there.  Levels left
+        without members or children are dropped."""
+        path = [self._root]
+        for name in topic_filter.split(SEPARATOR):
+            level = path[-1].children.get(name)
+            if level is None:
+                return False
+            path.append(level)
+        if member not in path[-1].members:
+            return False
+        del path[-1].members[member]
+        if not path[-1].members:
+            self._filters -= 1
+        names = topic_filter.split(SEPARATOR)
+        for index in range(len(names), 0, -1):
+            level = path[index]
+            if level.members or level.children:
+                break
+            del path[index - 1].children[names[index - 1]]
+        self._cache.clear()
+        return True
+
+    def match(self, topic: bytes) -> tuple[Hashable, ...]:
+        """The members of every filter matching the topic name ``topic``, each once, in the
+        order of the filters' levels (exact before ``+`` before ``#``) and of subscription."""
+        cached = self._cache.get(topic)
+        if cached is not None:
+            return cached
+        found: dict[Hashable, None] = {}
+        if self._filters:
+            self._walk(self._root, topic.split(SEPARATOR), 0, found, topic[:1] == SYSTEM)
+        if len(self._cache) >= self.max_cached:
+            self._cache.clear()
+        result = self._cache[topic] = tuple(found)
+        return result
+
+    def _walk(self, level: _Level, names: list[bytes], index: int, found: dict[Hashable, None],
+              system: bool) -> None:
+        wildcards = not (system and index == 0)
+        if index == len(names):
+            found.update(level.members)
+        else:
+            child = level.children.get(names[index])
+            if child is not None:
+                self._walk(child, names, index + 1, found, system)
+            child = level.children.get(ONE_LEVEL) if wildcards else None
+            if child is not None:
+                self._walk(child, names, index + 1, found, system)
+        child = level.children.get(ANY_LEVELS) if wildcards else None
+        if child is not None:
+            found.update(child.members)
+
+    def filters(self) -> Iterator[bytes]:
+        """Every filter with members (for statistics and tests)."""
+        stack: list[tuple[_Level, tuple[bytes, ...]]] = [(self._root, ())]
+        while stack:
+            level, names = stack.pop()
+            if level.members and names:
+                yield SEPARATOR.join(names)
+            stack.extend((child, (*names, name)) for name, child in level.children.items())
