@@ -21,6 +21,8 @@ from brokerd.config import Settings
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
 from brokerd.core.engine import IN_MEMORY
+from brokerd.core.filtered import FilterSubscriptions
+from brokerd.core.filters import filter_problem
 from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
 from brokerd.core.keepout import KeptOut
 from brokerd.core.message import Message
@@ -113,6 +115,10 @@ class Broker(Service):
             max_unauthenticated=max_unauthenticated,
         )
         self.topics = TopicRegistry()
+        self.filtered = FilterSubscriptions()
+        """Subscriptions to topic filters (:meth:`subscribe_filter`)."""
+        self._filtering = False
+        """Whether some filter has a member: the one attribute routing tests for filters."""
         self._sessions: set[ISubscriber] = set()
         self.access = AccessControl(policy)
         self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
@@ -239,6 +245,9 @@ class Broker(Service):
         if joined:
             for topic in joined.values():
                 self._leave(topic, session)
+        if self._filtering:
+            for topic_filter in self.filtered.drop(session):
+                self._filter_left(session, topic_filter)
         address = session.address
         if address is not None:
             key = (session.protocol, address)
@@ -264,7 +273,47 @@ class Broker(Service):
         return joined is not None and topic in joined
 
     def subscriptions(self, session: ISubscriber) -> list[bytes]:
-        return list(self._joined.get(session, ()))
+        """The topics ``session`` joined, then the filters it subscribed to."""
+        return list(self._joined.get(session, ())) + self.filtered.of(session)
+
+    def subscribe_filter(self, session: ISubscriber, topic_filter: bytes) -> None:
+        """Subscribe ``session`` to every topic ``topic_filter`` matches (brokerd.core.filters:
+        ``+`` one level, ``#`` the rest), whoever publishes there; a filter without wildcard is
+        one topic's name.  Counted with the topics against ``max_subscriptions``.
+
+        Raises ValueError (not a filter), AlreadySubscribed, SubscriptionLimit, Forbidden (the
+        access list does not let the principal subscribe to the filter's text), or BrokerError
+        on a node of a cluster: filters are not yet routed between nodes (docs/architecture.md)."""
+        problem = filter_problem(topic_filter)
+        if problem is not None:
+            raise ValueError(problem)
+        if session not in self._sessions:
+            raise BrokerError("a session must attach before it subscribes")
+        if self._forward is not None:
+            raise BrokerError("topic filters are not routed between the nodes of a cluster yet")
+        if self.filtered.has(session, topic_filter):
+            raise AlreadySubscribed(topic_filter)
+        access = self.access
+        if access.policy is not None and not access.allows(session.principal, topic_filter, Perm.SUBSCRIBE):
+            raise Forbidden(topic_filter)
+        if len(self._joined.get(session, ())) + self.filtered.count(session) >= self.max_subscriptions:
+            raise SubscriptionLimit(topic_filter)
+        self.filtered.add(session, topic_filter)
+        self._filtering = True
+        if self.observer is not None:
+            self.observer.subscribed(session, topic_filter)
+
+    def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes) -> None:
+        """Take ``session`` off ``topic_filter``; raises NotSubscribed."""
+        if not self.filtered.has(session, topic_filter):
+            raise NotSubscribed(topic_filter)
+        self.filtered.remove(session, topic_filter)
+        self._filter_left(session, topic_filter)
+
+    def _filter_left(self, session: ISubscriber, topic_filter: bytes) -> None:
+        self._filtering = len(self.filtered) > 0
+        if self.observer is not None:
+            self.observer.unsubscribed(session, topic_filter)
 
     def subscribe(self, session: ISubscriber, name: bytes, presence: bool = False) -> None:
         """Join ``session`` to topic ``name``.  Presence watchers of the topic learn of it;
@@ -282,7 +331,7 @@ class Broker(Service):
         access = self.access
         if access.policy is not None and not access.allows(session.principal, name, Perm.SUBSCRIBE):
             raise Forbidden(name)
-        if len(joined) >= self.max_subscriptions:
+        if len(joined) + (self._filtering and self.filtered.count(session)) >= self.max_subscriptions:
             raise SubscriptionLimit(name)
         topic = self.topics.get(name)
         created = topic is None
@@ -376,6 +425,7 @@ class Broker(Service):
         """Install a new access policy (a reload) and take every live subscription it no
         longer allows off its topic at once; returns how many were revoked."""
         self.access = access = AccessControl(policy)
+        self.filtered.forget_answers()
         if policy is None:
             return 0
         revoked = 0
@@ -387,6 +437,14 @@ class Broker(Service):
                 tell = getattr(session, "subscription_revoked", None)
                 if tell is not None:
                     tell(name)
+        for session, filters in self.filtered.subscriptions():
+            for topic_filter in [f for f in filters if not access.allows(session.principal, f, Perm.SUBSCRIBE)]:
+                self.filtered.remove(session, topic_filter)
+                self._filter_left(session, topic_filter)
+                revoked += 1
+                tell = getattr(session, "subscription_revoked", None)
+                if tell is not None:
+                    tell(topic_filter)
         if revoked:
             self._log.info("The new access policy revoked {count} subscriptions", count=revoked)
         return revoked
@@ -516,7 +574,11 @@ class Broker(Service):
         a cluster)."""
         if fanout is None:
             topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
-            if topic is None:
+            if self._filtering:
+                fanout, reached_by = self.filtered.fanout(messages[0].target, topic, self.access)  # type: ignore[arg-type]
+                if exclude is not None and exclude not in reached_by:
+                    exclude = None
+            elif topic is None:
                 fanout = ()
             else:
                 fanout = topic.grouped or topic.fanout()

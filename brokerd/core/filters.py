@@ -36,6 +36,21 @@ def matches(topic_filter: bytes, topic: bytes) -> bool:
     return len(levels) == len(names)
 
 
+def filter_problem(topic_filter: bytes) -> str | None:
+    """Why ``topic_filter`` is not a filter :class:`FilterIndex` can hold (empty, a wildcard
+    that is not a whole level, ``#`` before the last level), or None.  A front end checks its
+    own grammar and limits first (MQTT: brokerd.protocols.mqtt.topics)."""
+    if not topic_filter:
+        return "topic filter is empty"
+    levels = topic_filter.split(SEPARATOR)
+    for index, level in enumerate(levels):
+        if len(level) > 1 and (ONE_LEVEL in level or ANY_LEVELS in level):
+            return "a wildcard must be a whole level"
+        if level == ANY_LEVELS and index != len(levels) - 1:
+            return "'#' must be the last level"
+    return None
+
+
 def has_wildcard(topic_filter: bytes) -> bool:
     """Whether ``topic_filter`` can match another name than its own (else it is a topic)."""
     return ONE_LEVEL in topic_filter or ANY_LEVELS in topic_filter
