@@ -12,8 +12,8 @@ from typing import Any
 
 from brokerd.errors import ConfigurationError
 
-PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq")
-DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 720, "socketmq": 8080}
+PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq", "mqtt")
+DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 720, "socketmq": 8080, "mqtt": 1883}
 
 
 @dataclass
@@ -101,6 +101,35 @@ class Settings:
     """Seconds an MCCHAT connection with no subscription may stay silent."""
     mcchat_bind_username: bool = False
     """Show a verified client certificate's name as the MCCHAT username (no spoofing)."""
+    mqtt_anonymous: bool = True
+    """MQTT: a CONNECT without a username or client certificate logs in as the anonymous
+    principal (the access list decides what it may do); ``--no-mqtt-anonymous`` refuses it."""
+    mqtt_max_packet_size: int = 1 << 20
+    """MQTT: bytes of one packet (fixed header included) a client may send; also announced
+    to v5 clients as the server's Maximum Packet Size.  Larger ones end the connection (0x95)."""
+    mqtt_max_inflight: int = 20
+    """MQTT: QoS 1 and 2 messages sent to a client and not yet acknowledged (the client's
+    Receive Maximum lowers it), and received from it and not yet answered (announced as the
+    server's Receive Maximum; more end the connection with 0x93)."""
+    mqtt_max_queued: int = 1000
+    """MQTT: QoS 1 and 2 messages one session keeps waiting (its client away, slow or at its
+    Receive Maximum); more are dropped and counted."""
+    mqtt_max_topic_length: int = 1024
+    """MQTT: bytes of a topic name or filter."""
+    mqtt_max_topic_levels: int = 32
+    """MQTT: levels (``/``-separated parts) of a topic name or filter."""
+    mqtt_max_client_id: int = 256
+    """MQTT: bytes of a client identifier (0x85 beyond)."""
+    mqtt_connect_timeout: float = 10.0
+    """MQTT: seconds from a connection's start until its CONNECT is accepted."""
+    mqtt_max_session_expiry: int = 86_400
+    """MQTT: seconds a persistent session outlives its connection at most (a 3.1.1 Clean
+    Session 0 session, or a v5 Session Expiry Interval beyond this)."""
+    mqtt_max_keep_alive: int = 0
+    """MQTT: the longest keep-alive a client may ask for, in seconds (0: any); a v5 client
+    is told the lower value as Server Keep Alive."""
+    mqtt_topic_alias_maximum: int = 16
+    """MQTT v5: topic aliases a client may set on one connection (0: none)."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20

@@ -51,7 +51,7 @@ from brokerd.store.disk import DiskSpace
 _log = Logger()
 
 
-NEGATIVE_FLAGS = {"no-event-log": "event-log", "no-smqp-guest": "smqp-guest"}
+NEGATIVE_FLAGS = {"no-event-log": "event-log", "no-smqp-guest": "smqp-guest", "no-mqtt-anonymous": "mqtt-anonymous"}
 """Flags that turn off a setting that is on by default: flag -> the setting's option name."""
 
 
@@ -82,6 +82,7 @@ class Options(usage.Options):
         ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
         ["no-event-log", None, "Do not keep the event log."],
         ["no-smqp-guest", None, "SMQP: refuse the guest account's logins [guest may log in]."],
+        ["no-mqtt-anonymous", None, "MQTT: refuse a CONNECT without a username or client certificate [anonymous allowed]."],
         ["event-log-payloads", None, "Include message contents (base64) in the event log."],
         ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
         ["socketmq-deflate", None, "socket.mq: accept permessage-deflate (compressed WebSocket messages) [off]."],
@@ -118,6 +119,16 @@ class Options(usage.Options):
         ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log."],
         ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log."],
         ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent."],
+        ["mqtt-max-packet-size", None, None, "MQTT: bytes of one packet a client may send."],
+        ["mqtt-max-inflight", None, None, "MQTT: unacknowledged QoS 1 and 2 messages per direction per connection."],
+        ["mqtt-max-queued", None, None, "MQTT: QoS 1 and 2 messages one session keeps waiting for its client."],
+        ["mqtt-max-topic-length", None, None, "MQTT: bytes of a topic name or filter."],
+        ["mqtt-max-topic-levels", None, None, "MQTT: levels of a topic name or filter."],
+        ["mqtt-max-client-id", None, None, "MQTT: bytes of a client identifier."],
+        ["mqtt-connect-timeout", None, None, "MQTT: seconds a connection may take to send an accepted CONNECT."],
+        ["mqtt-max-session-expiry", None, None, "MQTT: seconds a persistent session outlives its connection at most."],
+        ["mqtt-max-keep-alive", None, None, "MQTT: longest keep-alive a client may ask for, seconds (0: any)."],
+        ["mqtt-topic-alias-maximum", None, None, "MQTT v5: topic aliases per connection (0: none)."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
@@ -179,6 +190,10 @@ class Options(usage.Options):
     def opt_socketmq(self, endpoint: str) -> None:
         """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080:interface=127.0.0.1]."""
         self._listener("socketmq", endpoint)
+
+    def opt_mqtt(self, endpoint: str) -> None:
+        """Listen for MQTT 3.1.1 and 5.0 on ENDPOINT (repeatable) [tcp:1883:interface=127.0.0.1]."""
+        self._listener("mqtt", endpoint)
 
     def opt_smqp_link(self, link: str) -> None:
         """SMQP server link DOMAIN=ENDPOINT: log in there and forward its messages (repeatable)."""
@@ -314,7 +329,7 @@ class ListenerService(StreamServerEndpointService):
         return d
 
 
-ROLES = {"ssmp": "SSMP", "mcchat": "MCCHAT", "smqp": "SMQP", "socketmq": "socket.mq", "admin": "admin"}
+ROLES = {"ssmp": "SSMP", "mcchat": "MCCHAT", "smqp": "SMQP", "socketmq": "socket.mq", "mqtt": "MQTT", "admin": "admin"}
 """How the start-up log names each listener's role."""
 
 

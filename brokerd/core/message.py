@@ -57,10 +57,12 @@ class Details:
     (None: not given, the topic's default); ``priority`` higher first; ``attributes`` header
     attributes no typed field covers, in order (an SMQP header, kept so that an SMQP
     subscriber gets it back whole); ``parts`` every part of a multi-part message, one of which
-    is the Message's ``payload`` (empty for a single-part message).
+    is the Message's ``payload`` (empty for a single-part message); ``qos`` the delivery
+    guarantee its publisher asked for, in MQTT's terms (0 at most once, 1 at least once, 2
+    exactly once): a subscriber that asked for more gets it at this level, never above.
     """
 
-    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts")
+    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts", "qos")
 
     def __init__(
         self,
@@ -72,6 +74,7 @@ class Details:
         expires: float | None = None,
         attributes: Attributes = (),
         parts: tuple[Part, ...] = (),
+        qos: int = 0,
     ) -> None:
         self.content_type = content_type
         self.message_id = message_id
@@ -80,6 +83,7 @@ class Details:
         self.expires = expires
         self.attributes = attributes
         self.parts = parts
+        self.qos = qos
 
     def replace(self, **changes: object) -> Details:
         """A copy with ``changes`` (Details are shared, so never changed in place)."""
@@ -154,6 +158,7 @@ class Message:
     expires = _detail("expires")
     attributes = _detail("attributes")
     parts = _detail("parts")
+    qos = _detail("qos")
 
     def __repr__(self) -> str:
         return (

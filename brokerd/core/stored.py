@@ -63,6 +63,8 @@ def encode_stamped(message: Message, message_id: str | None, created: float | No
         "cr": created, "pr": message.priority, "x": expires,
         "a": message.attributes, "n": len(payload), "parts": parts,
     }
+    if message.details.qos:
+        header["q"] = message.details.qos
     head = _dumps(header).encode("ascii")
     return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
 
@@ -103,7 +105,8 @@ def decode(data: bytes) -> Message:
                  for (content_type, _a, _n), (attributes, part_data) in zip(header["parts"], read)]
         details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
                           priority=header["pr"], expires=header["x"],
-                          attributes=tuple(map(tuple, header["a"])), parts=tuple(parts))
+                          attributes=tuple(map(tuple, header["a"])), parts=tuple(parts),
+                          qos=header.get("q", 0))
         return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:

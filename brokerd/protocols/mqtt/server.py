@@ -1,0 +1,795 @@
+"""The MQTT 3.1.1 and 5.0 server: one MQTTServerProtocol per connection, one factory per listener.
+
+A connection reads packets with the sans-IO decoder (:mod:`.decoder`), logs in through the
+portal every protocol shares (username and password against the accounts file, or the TLS
+client certificate; no username is the anonymous principal unless ``--no-mqtt-anonymous``),
+and binds to its :class:`~.session.MQTTSession`, which is what the core knows.  Publishing,
+subscribing and the access list are the core's (Broker.publish, subscribe_filter,
+may_publish); this module only speaks MQTT: the packet flows of each QoS (4.3), the order of
+acknowledgements (4.6), keep-alive (3.1.2.10), wills (3.1.3.2), and the answers to bad input
+(a v5 DISCONNECT with the reason code, or a closed connection in 3.1.1).
+
+Who may write to this socket: anyone who can reach the listener (loopback by default).  Before
+CONNECT is accepted a connection costs at most ``--mqtt-max-packet-size`` bytes of buffer and
+``--mqtt-connect-timeout`` seconds, and counts against ``--max-connections``; nothing it sends
+reaches the core until the portal accepted its credentials.  A client identifier names a session
+only for the principal that made it: another principal's CONNECT with it is refused (Not
+authorized), so no login can take over or read someone else's session.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.cred.credentials import UsernamePassword
+from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from brokerd.auth.credentials import ClientCertificate
+from brokerd.auth.realm import IIdentity
+from brokerd.auth.tls import peer_names
+from brokerd.config import Runtime, Settings
+from brokerd.core.broker import Broker
+from brokerd.core.filters import matches
+from brokerd.core.message import MULTICAST, PLAIN, Details, Message
+from brokerd.core.principal import NOBODY, Principal
+from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
+from brokerd.events.log import NULL_EVENT_LOG, transport_source
+from brokerd.protocols.admission import admit
+from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
+from brokerd.protocols.mqtt.encoder import encode
+from brokerd.protocols.mqtt.packets import (
+    MQTT_5,
+    MQTT_311,
+    NO_PROPERTIES,
+    RETAIN_DO_NOT_SEND,
+    RETAIN_SEND_IF_NEW,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Pingreq,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
+from brokerd.protocols.mqtt.topics import topic_filter_problem, topic_name_problem
+from brokerd.protocols.mqtt.wire import Rendered, wire_formats
+from brokerd.protocols.nodelay import no_delay
+from brokerd.store.base import is_outage
+from brokerd.twistedio import limit_output_buffer
+
+PINGRESP = b"\xd0\x00"
+NEVER_EXPIRES = 0xFFFFFFFF
+_QOS_DETAILS = {1: Details(qos=1), 2: Details(qos=2)}
+# 3.1.1 CONNACK return codes (3.2.2.3) for the v5 reasons this server refuses with.
+_V3_CONNACK = {
+    reasons.UNSUPPORTED_PROTOCOL_VERSION: 1,
+    reasons.CLIENT_IDENTIFIER_NOT_VALID: 2,
+    reasons.SERVER_UNAVAILABLE: 3,
+    reasons.SERVER_BUSY: 3,
+    reasons.BAD_USER_NAME_OR_PASSWORD: 4,
+    reasons.NOT_AUTHORIZED: 5,
+}
+
+
+@implementer(IPushProducer)
+class MQTTServerProtocol(Protocol):
+    """One MQTT network connection (see the module docstring)."""
+
+    _log = Logger()
+    factory: MQTTServerFactory
+    version = MQTT_311
+    session: MQTTSession | None = None
+    closed = False
+    congested = False
+    """Past ``--max-output-buffer`` bytes unwritten: QoS 0 messages are dropped and QoS 1
+    and 2 ones wait in the session until the client reads again."""
+    keep_alive = 0
+    heard = True
+    silent_since = 0.0
+    _will: Will | None = None
+    _connect: Connect | None = None
+    _normal_end = False
+    _topic_aliases: dict[int, str] | None = None
+
+    def __init__(self) -> None:
+        self._decoder: MQTTServerDecoder | None = None
+        self._admission: Any = None
+        self._connect_timer: Any = None
+        self._pending: list[Any] = []
+        """Packets read while the login is checked, handled after it."""
+        self._logging_in = False
+        self._acks: deque[list] = deque()
+        """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6):
+        ``[ready, bytes]`` each; one waiting for a commit holds back those after it."""
+        self._unacknowledged = 0
+
+    # ------------------------------------------------------------------ connection
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        self._admission = admit(factory.broker, self.transport)
+        if self._admission is None:
+            self.closed = True
+            self.transport.abortConnection()
+            return
+        no_delay(self.transport)
+        self._decoder = MQTTServerDecoder(factory.settings.mqtt_max_packet_size)
+        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
+        self.transport.registerProducer(self, True)
+        self._connect_timer = factory.clock.callLater(factory.settings.mqtt_connect_timeout, self._connect_timed_out)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.closed = True
+        if self._connect_timer is not None and self._connect_timer.active():
+            self._connect_timer.cancel()
+        self._connect_timer = None
+        admission, self._admission = self._admission, None
+        if admission is None:
+            return
+        admission.release()
+        factory = self.factory
+        factory.live.pop(self, None)
+        session = self.session
+        if session is not None and session.unbind(self):
+            if not self._normal_end and self._will is not None:
+                factory.publish_will(session, self._will)
+            factory.session_ended(session)
+        self._will = None
+
+    def _connect_timed_out(self) -> None:
+        self._connect_timer = None
+        self._close()
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.unregisterProducer()
+            self.transport.loseConnection()
+
+    def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
+        """End the connection for a protocol violation or by the server's choice: a v5
+        DISCONNECT with ``reason_code`` first; 3.1.1 just closes (3.14: only clients send it)."""
+        if self.closed:
+            return
+        if self.version == MQTT_5 and self.session is not None:
+            properties = Properties(reason_string=reason) if reason and self._problem_information else NO_PROPERTIES
+            self.transport.write(encode(Disconnect(reason_code, properties), MQTT_5))
+        self._close()
+
+    @property
+    def _problem_information(self) -> bool:
+        connect = self._connect
+        return connect is None or connect.properties.request_problem_information != 0
+
+    def taken_over(self) -> None:
+        """A newer connection took this client identifier's session (3.1.4 step 3)."""
+        self._disconnect(reasons.SESSION_TAKEN_OVER, "another connection took the session over")
+
+    # ------------------------------------------------------------------ flow control
+
+    def pauseProducing(self) -> None:
+        self.congested = True
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.congested = False
+        if not self.closed:
+            self.transport.resumeProducing()
+            if self.session is not None:
+                self.session.send_queued()
+
+    def stopProducing(self) -> None:
+        self.congested = True
+
+    # ------------------------------------------------------------------ input
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closed or self._decoder is None:
+            return
+        self.heard = True
+        packets, error = self._decoder.feed(data)
+        if self._logging_in:
+            self._pending.extend(packets)
+            if error is not None:
+                self._pending.append(error)
+            return
+        self._handle(packets, error)
+
+    def _handle(self, packets: list[Any], error: Any) -> None:
+        for packet in packets:
+            if self.closed:
+                return
+            if self._logging_in:
+                self._pending.append(packet)
+                continue
+            if isinstance(packet, reasons.MQTTProtocolError):
+                self._refuse_input(packet)
+                return
+            handler = _HANDLERS.get(type(packet))
+            if handler is None:
+                self._disconnect(reasons.PROTOCOL_ERROR, f"{type(packet).__name__} is not handled")
+                return
+            handler(self, packet)
+        if error is not None and not self.closed:
+            if self._logging_in:
+                self._pending.append(error)
+            else:
+                self._refuse_input(error)
+
+    def _refuse_input(self, error: reasons.MQTTProtocolError) -> None:
+        """Bad bytes: the v5 DISCONNECT with the codec's reason code (or the CONNACK that
+        refuses the protocol version); 3.1.1 closes."""
+        if self.session is None:
+            if error.reason_code == reasons.UNSUPPORTED_PROTOCOL_VERSION:
+                # 3.1.2.2: answer 0x01 in the 3.1.1 form (0x84 for a v5 client) and close.
+                version = error.version or MQTT_311
+                self._write_connack(False, reasons.UNSUPPORTED_PROTOCOL_VERSION, NO_PROPERTIES, version)
+            elif error.version == MQTT_5 and error.packet_type == 1:
+                self._write_connack(False, error.reason_code, NO_PROPERTIES, MQTT_5)
+            self._close()
+            return
+        self._disconnect(error.reason_code, str(error))
+
+    # ------------------------------------------------------------------ CONNECT
+
+    def _on_connect(self, packet: Connect) -> None:
+        factory = self.factory
+        settings = factory.settings
+        self.version = self._decoder.version or MQTT_311  # type: ignore[union-attr]
+        self._connect = packet
+        properties = packet.properties
+        if properties.authentication_method is not None:
+            self._refuse_connect(reasons.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not offered")
+            return
+        client_id = packet.client_id
+        if not client_id:
+            if self.version == MQTT_311 and not packet.clean_start:
+                self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "an empty client identifier needs a clean session")
+                return
+            client_id = factory.assign_client_id()
+            self._assigned = client_id
+        elif len(client_id.encode("utf-8")) > settings.mqtt_max_client_id:
+            self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long")
+            return
+        self._client_id = client_id
+        will = packet.will
+        if will is not None and topic_name_problem(will.topic, settings.mqtt_max_topic_length,
+                                                   settings.mqtt_max_topic_levels) is not None:
+            self._refuse_connect(reasons.TOPIC_NAME_INVALID, "the will topic is not a valid topic name")
+            return
+        credentials = self._credentials(packet)
+        if credentials is None:
+            if not settings.mqtt_anonymous:
+                self._refuse_connect(reasons.NOT_AUTHORIZED, "this server needs a username or a client certificate",
+                                     event="anonymous login refused")
+                return
+            self._logged_in(NOBODY)
+            return
+        self._logging_in = True
+        self.transport.pauseProducing()
+        d = factory.portal.login(credentials, self, IIdentity)
+        d.addCallbacks(self._login_succeeded, self._login_failed)
+        d.addErrback(self._login_broke)
+
+    def _credentials(self, packet: Connect) -> Any:
+        names = peer_names(self.transport)
+        if packet.username is not None and packet.password is not None:
+            return UsernamePassword(packet.username.encode("utf-8"), packet.password)
+        if names:
+            identifier = packet.username if packet.username is not None else names[0]
+            return ClientCertificate(identifier.encode("utf-8"), names)
+        if packet.username is not None or packet.password is not None:
+            return UsernamePassword((packet.username or "").encode("utf-8"), packet.password or b"")
+        return None
+
+    def _login_succeeded(self, result: Any) -> None:
+        _interface, identity, _logout = result
+        self._end_login()
+        if not self.closed:
+            self._logged_in(identity.principal)
+            self._continue()
+
+    def _login_failed(self, failure: Any) -> None:
+        failure.trap(UnauthorizedLogin, UnhandledCredentials)
+        self._end_login()
+        self._refuse_connect(reasons.BAD_USER_NAME_OR_PASSWORD, "bad user name or password",
+                             event=failure.getErrorMessage() or "refused")
+
+    def _login_broke(self, failure: Any) -> None:
+        self._log.failure("MQTT login of {client!r} failed", failure, client=self._client_id)
+        self._end_login()
+        self._refuse_connect(reasons.SERVER_UNAVAILABLE, "the login could not be checked", event="checker error")
+
+    def _end_login(self) -> None:
+        self._logging_in = False
+        if not self.closed:
+            self.transport.resumeProducing()
+
+    def _continue(self) -> None:
+        pending, self._pending = self._pending, []
+        self._handle(pending, None)
+
+    def _refuse_connect(self, reason_code: int, reason: str, event: str | None = None) -> None:
+        if event is not None or reason_code in (reasons.BAD_USER_NAME_OR_PASSWORD, reasons.NOT_AUTHORIZED):
+            connect = self._connect
+            self.factory.events.auth_failure("mqtt", connect.username if connect else None,
+                                             source=transport_source(self.transport),
+                                             reason=event or reason)
+        properties = NO_PROPERTIES
+        if self.version == MQTT_5 and self._problem_information:
+            properties = Properties(reason_string=reason)
+        self._write_connack(False, reason_code, properties, self.version)
+        self._close()
+
+    def _write_connack(self, present: bool, reason_code: int, properties: Properties, version: int) -> None:
+        if version == MQTT_5:
+            self.transport.write(encode(Connack(present, reason_code, properties), MQTT_5))
+        else:
+            code = reason_code if reason_code == 0 else _V3_CONNACK.get(reason_code, 5)
+            self.transport.write(bytes((0x20, 2, 1 if present else 0, code)))
+
+    def _logged_in(self, principal: Principal) -> None:
+        factory = self.factory
+        settings = factory.settings
+        packet = self._connect
+        assert packet is not None
+        properties = packet.properties
+        if self.version == MQTT_5:
+            expiry = properties.session_expiry_interval or 0
+        else:
+            expiry = 0 if packet.clean_start else NEVER_EXPIRES
+        expiry = min(expiry, settings.mqtt_max_session_expiry) if expiry != NEVER_EXPIRES else settings.mqtt_max_session_expiry
+        window = min(properties.receive_maximum or 65_535, settings.mqtt_max_inflight)
+        session, present = factory.open_session(self._client_id, principal, self.version, packet.clean_start)
+        if session is None:
+            self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
+                                 event="client identifier of another principal")
+            return
+        if self._connect_timer is not None and self._connect_timer.active():
+            self._connect_timer.cancel()
+        self._connect_timer = None
+        self.session = session
+        session.expiry = expiry
+        session.bind(self, window, properties.maximum_packet_size)
+        self._will = packet.will
+        self.keep_alive = packet.keep_alive
+        if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
+            self.keep_alive = settings.mqtt_max_keep_alive
+        self.silent_since = factory.clock.seconds()
+        factory.live[self] = None
+        self._admission.login()
+        connack_properties = NO_PROPERTIES
+        if self.version == MQTT_5:
+            connack_properties = Properties(
+                assigned_client_identifier=getattr(self, "_assigned", None),
+                receive_maximum=settings.mqtt_max_inflight,
+                maximum_packet_size=settings.mqtt_max_packet_size,
+                topic_alias_maximum=settings.mqtt_topic_alias_maximum or None,
+                server_keep_alive=self.keep_alive if self.keep_alive != packet.keep_alive else None,
+                session_expiry_interval=expiry if expiry != (properties.session_expiry_interval or 0) else None,
+                shared_subscription_available=0,
+            )
+        self._write_connack(present, 0, connack_properties, self.version)
+        if present:
+            for data in session.resend_inflight():
+                self.transport.write(data)
+            session.send_queued()
+
+    # ------------------------------------------------------------------ PUBLISH from the client
+
+    def _on_publish(self, packet: Publish) -> None:
+        session = self.session
+        settings = self.factory.settings
+        topic = packet.topic
+        alias = packet.properties.topic_alias
+        if alias is not None:
+            if not 1 <= alias <= settings.mqtt_topic_alias_maximum:
+                self._disconnect(reasons.TOPIC_ALIAS_INVALID, "topic alias out of range")
+                return
+            aliases = self._topic_aliases
+            if aliases is None:
+                aliases = self._topic_aliases = {}
+            if topic:
+                aliases[alias] = topic
+            else:
+                known = aliases.get(alias)
+                if known is None:
+                    self._disconnect(reasons.PROTOCOL_ERROR, "an unknown topic alias")
+                    return
+                topic = known
+        problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
+        if problem is not None:
+            self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
+            return
+        qos = packet.qos
+        packet_id = packet.packet_id
+        if qos == 2 and packet_id in session.received_qos2:  # type: ignore[union-attr]
+            self._acknowledge(Pubrec(packet_id), None)  # type: ignore[arg-type]
+            return
+        if qos and self._unacknowledged >= settings.mqtt_max_inflight:
+            self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
+            return
+        target = topic.encode("utf-8")
+        broker = self.factory.broker
+        if not broker.may_publish(session.principal, target):  # type: ignore[union-attr]
+            self.factory.forbidden += 1
+            if qos:
+                reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+                ack = Puback(packet_id, reason) if qos == 1 else Pubrec(packet_id, reason)  # type: ignore[arg-type]
+                self._acknowledge(ack, None)
+            return
+        message = self._message(packet, target)
+        if packet.retain:
+            self.factory.retain(message)
+        try:
+            broker.publish(message)
+        except Forbidden:
+            return
+        kept = broker.keep([message]) if qos else None
+        if qos == 1:
+            self._acknowledge(Puback(packet_id), kept)  # type: ignore[arg-type]
+        elif qos == 2:
+            session.received_qos2.add(packet_id)  # type: ignore[union-attr, arg-type]
+            self._acknowledge(Pubrec(packet_id), kept)  # type: ignore[arg-type]
+
+    def _message(self, packet: Publish, target: bytes) -> Message:
+        properties = packet.properties
+        details = PLAIN
+        expiry = properties.message_expiry_interval
+        if properties.content_type is not None or expiry is not None:
+            details = Details(qos=packet.qos, content_type=properties.content_type,
+                              expires=None if expiry is None else self.factory.clock.seconds() + expiry)
+        elif packet.qos:
+            details = _QOS_DETAILS[packet.qos]
+        payload = packet.payload
+        binary = not (properties.payload_format_indicator == 1 or payload.isascii())
+        return Message(MULTICAST, target, payload, "mqtt", self.session.name, binary,  # type: ignore[union-attr]
+                       details=details, principal=self.session.principal)  # type: ignore[union-attr]
+
+    def _acknowledge(self, ack: Puback | Pubrec, kept: Any) -> None:
+        """Answer a QoS 1 or 2 PUBLISH in its turn: at once, or once ``kept`` (the core
+        storing it for durable subscribers) fired; a message that could not be stored is
+        answered 0x80 in v5, and closes a 3.1.1 connection (which has no way to say so)."""
+        entry = [kept is None, encode(ack, self.version)]
+        self._acks.append(entry)
+        self._unacknowledged += 1
+        if kept is None:
+            self._write_acks()
+            return
+
+        def stored(_: object) -> None:
+            entry[0] = True
+            self._write_acks()
+
+        def failed(failure: Any) -> None:
+            if not is_outage(failure):
+                self._log.failure("Storing an MQTT message for durable subscribers", failure)
+            if self.version == MQTT_5:
+                ack.reason_code = reasons.UNSPECIFIED_ERROR
+                entry[1] = encode(ack, MQTT_5)
+                if isinstance(ack, Pubrec) and self.session is not None:
+                    self.session.received_qos2.discard(ack.packet_id)
+                stored(None)
+            else:
+                self._acks.clear()
+                self._close()
+
+        kept.addCallbacks(stored, failed)
+
+    def _write_acks(self) -> None:
+        acks = self._acks
+        ready = []
+        while acks and acks[0][0]:
+            ready.append(acks.popleft()[1])
+            self._unacknowledged -= 1
+        if ready and not self.closed:
+            self.transport.write(b"".join(ready))
+
+    # ------------------------------------------------------------------ acknowledgements from the client
+
+    def _on_puback(self, packet: Puback) -> None:
+        self.session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
+
+    def _on_pubrec(self, packet: Pubrec) -> None:
+        session = self.session
+        if packet.reason_code >= 0x80:  # v5: the client refused the message; it is done
+            session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
+            return
+        found = session.received(packet.packet_id)  # type: ignore[union-attr]
+        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
+        self.transport.write(encode(Pubrel(packet.packet_id, reason), self.version))
+
+    def _on_pubcomp(self, packet: Pubcomp) -> None:
+        self.session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
+
+    def _on_pubrel(self, packet: Pubrel) -> None:
+        session = self.session
+        found = packet.packet_id in session.received_qos2  # type: ignore[union-attr]
+        session.received_qos2.discard(packet.packet_id)  # type: ignore[union-attr]
+        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
+        self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
+
+    # ------------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
+
+    def _on_subscribe(self, packet: Subscribe) -> None:
+        session = self.session
+        assert session is not None
+        settings = self.factory.settings
+        broker = self.factory.broker
+        identifiers = packet.properties.subscription_identifiers
+        identifier = identifiers[0] if identifiers else None
+        codes = []
+        retained: list[tuple[str, int]] = []
+        for subscription in packet.subscriptions:
+            topic_filter = subscription.topic_filter
+            problem = topic_filter_problem(topic_filter, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
+            if problem is not None:
+                codes.append(reasons.TOPIC_FILTER_INVALID if self.version == MQTT_5 else 0x80)
+                continue
+            if topic_filter.startswith("$share/"):
+                codes.append(reasons.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.version == MQTT_5 else 0x80)
+                continue
+            try:
+                broker.subscribe_filter(session, topic_filter.encode("utf-8"))
+            except AlreadySubscribed:
+                pass  # 3.8.4: a new subscription with the same filter replaces the old one
+            except Forbidden:
+                codes.append(reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
+                continue
+            except SubscriptionLimit:
+                codes.append(reasons.QUOTA_EXCEEDED if self.version == MQTT_5 else 0x80)
+                continue
+            options = SubscriptionOptions(subscription.qos, subscription.no_local,
+                                          subscription.retain_as_published, identifier)
+            new = session.subscribed(topic_filter, options)
+            codes.append(subscription.qos)
+            handling = subscription.retain_handling
+            if handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
+                retained.append((topic_filter, subscription.qos))
+        self.transport.write(encode(Suback(packet.packet_id, tuple(codes)), self.version))
+        for topic_filter, _qos in retained:
+            for message in self.factory.retained_matching(topic_filter.encode("utf-8")):
+                item = self.factory.render(session, message)
+                if item is not None:
+                    session.deliver(item, retained=True)
+
+    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+        session = self.session
+        assert session is not None
+        broker = self.factory.broker
+        codes = []
+        for topic_filter in packet.topic_filters:
+            try:
+                broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
+            except (NotSubscribed, ValueError):
+                session.unsubscribed(topic_filter)
+                codes.append(reasons.NO_SUBSCRIPTION_EXISTED)
+                continue
+            session.unsubscribed(topic_filter)
+            codes.append(0)
+        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
+                                    self.version))
+
+    # ------------------------------------------------------------------ the rest
+
+    def _on_pingreq(self, packet: Any) -> None:
+        self.transport.write(PINGRESP)
+
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        session = self.session
+        expiry = packet.properties.session_expiry_interval
+        if expiry is not None and session is not None:
+            if session.expiry == 0 and expiry:
+                self._disconnect(reasons.PROTOCOL_ERROR, "a session that ends with its connection cannot be kept at DISCONNECT")
+                return
+            session.expiry = min(expiry, self.factory.settings.mqtt_max_session_expiry)
+        self._normal_end = packet.reason_code != reasons.DISCONNECT_WITH_WILL_MESSAGE
+        self._close()
+
+    def _on_auth(self, packet: Any) -> None:
+        self._disconnect(reasons.PROTOCOL_ERROR, "no enhanced authentication was begun")
+
+
+_HANDLERS = {
+    Connect: MQTTServerProtocol._on_connect,
+    Publish: MQTTServerProtocol._on_publish,
+    Puback: MQTTServerProtocol._on_puback,
+    Pubrec: MQTTServerProtocol._on_pubrec,
+    Pubrel: MQTTServerProtocol._on_pubrel,
+    Pubcomp: MQTTServerProtocol._on_pubcomp,
+    Subscribe: MQTTServerProtocol._on_subscribe,
+    Unsubscribe: MQTTServerProtocol._on_unsubscribe,
+    Disconnect: MQTTServerProtocol._on_disconnect,
+    Pingreq: MQTTServerProtocol._on_pingreq,
+    Auth: MQTTServerProtocol._on_auth,
+}
+
+
+class MQTTServerFactory(Factory):
+    """One per MQTT listener; the sessions are the front end's, shared by its listeners
+    through :class:`MQTTSessions`."""
+
+    protocol = MQTTServerProtocol
+    _log = Logger()
+
+    def __init__(self, broker: Broker, portal: Any, settings: Settings, clock: Any, sessions: MQTTSessions,
+                 events: Any = NULL_EVENT_LOG) -> None:
+        self.broker = broker
+        self.portal = portal
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self.sessions = sessions
+        self.live: dict[MQTTServerProtocol, None] = {}
+        self.forbidden = 0
+        self._sweeper: LoopingCall | None = None
+
+    def startFactory(self) -> None:
+        self._sweeper = LoopingCall(self.sweep)
+        self._sweeper.clock = self.clock
+        self._sweeper.start(1.0, now=False)
+
+    def stopFactory(self) -> None:
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
+        self._sweeper = None
+
+    def sweep(self) -> None:
+        """Close connections silent for one and a half times their keep-alive (3.1.2.10)."""
+        now = self.clock.seconds()
+        for connection in tuple(self.live):
+            if connection.heard:
+                connection.heard = False
+                connection.silent_since = now
+            elif connection.keep_alive and now - connection.silent_since >= 1.5 * connection.keep_alive:
+                connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+
+    # What the connections share, kept by MQTTSessions.
+    def assign_client_id(self) -> str:
+        return self.sessions.assign_client_id()
+
+    def open_session(self, client_id: str, principal: Principal, version: int,
+                     clean_start: bool) -> tuple[MQTTSession | None, bool]:
+        return self.sessions.open(client_id, principal, version, clean_start)
+
+    def session_ended(self, session: MQTTSession) -> None:
+        self.sessions.connection_ended(session)
+
+    def publish_will(self, session: MQTTSession, will: Will) -> None:
+        self.sessions.publish_will(session, will)
+
+    def retain(self, message: Message) -> None:
+        self.sessions.retain(message)
+
+    def retained_matching(self, topic_filter: bytes) -> list[Message]:
+        return self.sessions.retained_matching(topic_filter)
+
+    def render(self, session: MQTTSession, message: Message) -> Rendered | None:
+        return session.wire_format._rendered(message)
+
+
+class MQTTSessions:
+    """The MQTT front end's sessions by client identifier, and what outlives a connection:
+    persistent sessions until they expire, wills, retained messages (the core's)."""
+
+    _log = Logger()
+
+    def __init__(self, broker: Broker, settings: Settings, clock: Any) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.clock = clock
+        self.formats = wire_formats(clock.seconds)
+        self.by_id: dict[str, MQTTSession] = {}
+        self._assigned = 0
+        self.retained: dict[bytes, Message] = {}
+
+    def assign_client_id(self) -> str:
+        self._assigned += 1
+        return f"brokerd-{id(self) & 0xFFFFFF:06x}-{self._assigned}"
+
+    def open(self, client_id: str, principal: Principal, version: int,
+             clean_start: bool) -> tuple[MQTTSession | None, bool]:
+        """The session a CONNECT binds to and whether it existed (Session Present); None
+        when the identifier is another principal's."""
+        existing = self.by_id.get(client_id)
+        if existing is not None:
+            if existing.principal != principal:
+                return None, False
+            connection = existing.connection
+            if connection is not None:
+                connection.taken_over()
+                if existing.connection is connection:  # not unbound by the close yet
+                    existing.unbind(connection)
+                    if connection._will is not None and not connection._normal_end:
+                        self.publish_will(existing, connection._will)
+                    connection._will = None
+            if clean_start or existing.version != version:
+                self._end(existing)
+            else:
+                return existing, True
+        session = MQTTSession(client_id, principal, self.formats[version], self.settings.mqtt_max_inflight,
+                              self.settings.mqtt_max_queued)
+        self.by_id[client_id] = session
+        self.broker.attach(session)
+        return session, False
+
+    def connection_ended(self, session: MQTTSession) -> None:
+        if session.expiry <= 0:
+            self._end(session)
+            return
+        session.expiry_timer = self.clock.callLater(session.expiry, self._expired, session)
+
+    def _expired(self, session: MQTTSession) -> None:
+        session.expiry_timer = None
+        if session.connection is None:
+            self._end(session)
+
+    def _end(self, session: MQTTSession) -> None:
+        if self.by_id.get(session.client_id) is session:
+            del self.by_id[session.client_id]
+        if session.expiry_timer is not None and session.expiry_timer.active():
+            session.expiry_timer.cancel()
+        session.expiry_timer = None
+        self.broker.detach(session)
+        session.subscriptions.clear()
+        session.queued.clear()
+        session.inflight.clear()
+
+    def publish_will(self, session: MQTTSession, will: Will) -> None:
+        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        target = will.topic.encode("utf-8")
+        if not self.broker.may_publish(session.principal, target):
+            return
+        properties = will.properties
+        details = PLAIN
+        if properties.content_type is not None or properties.message_expiry_interval is not None or will.qos:
+            expiry = properties.message_expiry_interval
+            details = Details(qos=will.qos, content_type=properties.content_type,
+                              expires=None if expiry is None else self.clock.seconds() + expiry)
+        message = Message(MULTICAST, target, will.payload, "mqtt", session.name,
+                          not (properties.payload_format_indicator == 1 or will.payload.isascii()),
+                          details=details, principal=session.principal)
+        if will.retain:
+            self.retain(message)
+        try:
+            self.broker.publish(message)
+        except Forbidden:
+            return
+        kept = self.broker.keep([message])
+        if kept is not None:
+            kept.addErrback(lambda failure: None if is_outage(failure) else self._log.failure(
+                "Storing an MQTT will for durable subscribers", failure))
+
+    def retain(self, message: Message) -> None:
+        if message.payload:
+            self.retained[message.target] = message  # type: ignore[index]
+        else:
+            self.retained.pop(message.target, None)  # type: ignore[arg-type]
+
+    def retained_matching(self, topic_filter: bytes) -> list[Message]:
+        return [message for topic, message in sorted(self.retained.items()) if matches(topic_filter, topic)]
+
+
+def build_factory(runtime: Runtime) -> MQTTServerFactory:
+    """The MQTT front end's entry point for brokerd.tap."""
+    sessions = runtime.resources.get("mqtt_sessions")
+    if sessions is None:
+        sessions = runtime.resources["mqtt_sessions"] = MQTTSessions(runtime.broker, runtime.settings, runtime.reactor)
+    return MQTTServerFactory(runtime.broker, runtime.portal, runtime.settings, runtime.reactor, sessions,
+                             runtime.resources.get("event_log", NULL_EVENT_LOG))

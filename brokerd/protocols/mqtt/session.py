@@ -1,0 +1,274 @@
+"""An MQTT session: what outlives one network connection (MQTT 5.0 section 4.1).
+
+The session, not the connection, is the core's subscriber (ISubscriber): it holds the
+subscriptions, the QoS 1 and 2 messages sent and not yet acknowledged, the messages waiting
+for the client's Receive Maximum to allow them, and the Packet Identifiers of QoS 2 messages
+received and not yet released.  A connection binds to it at CONNECT and unbinds when it ends;
+a persistent session (3.1.1 Clean Session 0, v5 a Session Expiry Interval above 0) stays
+attached to the core meanwhile, so what is published while its client is away (by any
+protocol) waits for it, up to ``max_queued`` messages (QoS 0 ones are not kept offline).
+
+Delivery (:meth:`MQTTSession.send`): the core hands every session of a wire format the same
+:class:`~brokerd.protocols.mqtt.wire.MQTTPublishes`.  A session whose subscriptions ask for
+nothing but plain QoS 0 copies writes those bytes as they are; the others look up their
+subscriptions matching the topic (the highest QoS, no-local, Subscription Identifiers) and
+build their copy from the message's shared frame.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zope.interface import implementer
+
+from brokerd.core.filters import matches
+from brokerd.core.principal import Principal
+from brokerd.interfaces import ISubscriber
+from brokerd.protocols.mqtt.packets import MQTT_5
+from brokerd.protocols.mqtt.publish import PublishFrame
+from brokerd.protocols.mqtt.wire import MQTTPublishes, MQTTWireFormat, Rendered
+
+MAX_PACKET_ID = 0xFFFF
+_MATCH_CACHE = 1024
+"""Topics whose matching subscriptions a session remembers (forgotten when they change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionOptions:
+    """One subscription of a session: its granted QoS and v5 options."""
+
+    qos: int = 0
+    no_local: bool = False
+    retain_as_published: bool = False
+    identifier: int | None = None
+
+
+class Outgoing:
+    """A QoS 1 or 2 message sent to the client and not yet acknowledged (PUBACK, or PUBREC
+    then PUBCOMP): resent with DUP when the session resumes on a new connection."""
+
+    __slots__ = ("frame", "qos", "retain", "released")
+
+    def __init__(self, frame: PublishFrame, qos: int, retain: bool) -> None:
+        self.frame = frame
+        self.qos = qos
+        self.retain = retain
+        self.released = False
+        """QoS 2: PUBREC came and PUBREL was sent; PUBCOMP ends it."""
+
+
+@implementer(ISubscriber)
+class MQTTSession:
+    """One client identifier's session (see the module docstring)."""
+
+    protocol = "mqtt"
+
+    def __init__(self, client_id: str, principal: Principal, wire_format: MQTTWireFormat,
+                 max_inflight: int, max_queued: int) -> None:
+        self.client_id = client_id
+        self.name = client_id.encode("utf-8")
+        self.address: bytes | None = self.name
+        self.principal = principal
+        self.wire_format = wire_format
+        self.version = wire_format.version
+        self.subscriptions: dict[str, SubscriptionOptions] = {}
+        self.connection: Any = None
+        """The bound MQTTServerProtocol, None while the client is away."""
+        self.window = max_inflight
+        """QoS 1 and 2 messages sent and unacknowledged at most: the smaller of the client's
+        Receive Maximum and ``--mqtt-max-inflight``."""
+        self.max_queued = max_queued
+        self.max_packet_size: int | None = None
+        """The client's Maximum Packet Size (v5): larger messages are not sent to it."""
+        self.inflight: dict[int, Outgoing] = {}
+        self.queued: deque[tuple[Rendered, int, bool]] = deque()
+        self.received_qos2: set[int] = set()
+        """Packet Identifiers of QoS 2 PUBLISHes received and not yet released (PUBREL)."""
+        self.expiry: float = 0.0
+        """Seconds the session outlives its connection (0: it ends with it)."""
+        self.expiry_timer: Any = None
+        self.dropped = 0
+        """Messages not delivered: QoS 0 while away or congested, the queue full, too large."""
+        self._next_id = 1
+        self._matching: dict[str, tuple[int, bool, tuple[int, ...]] | None] = {}
+        self._plain = True
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def subscribed(self, topic_filter: str, options: SubscriptionOptions) -> bool:
+        """Record a subscription; whether it is new (Retain Handling 1)."""
+        new = topic_filter not in self.subscriptions
+        self.subscriptions[topic_filter] = options
+        self._changed()
+        return new
+
+    def unsubscribed(self, topic_filter: str) -> bool:
+        found = self.subscriptions.pop(topic_filter, None) is not None
+        self._changed()
+        return found
+
+    def subscription_revoked(self, topic_filter: bytes) -> None:
+        """The core took a filter this session's principal may no longer read away."""
+        self.subscriptions.pop(topic_filter.decode("utf-8", "replace"), None)
+        self._changed()
+
+    def _changed(self) -> None:
+        self._matching.clear()
+        self._plain = self.max_packet_size is None and all(
+            options.qos == 0 and not options.no_local and options.identifier is None
+            for options in self.subscriptions.values())
+
+    def _match(self, topic: str) -> tuple[int, bool, tuple[int, ...]] | None:
+        """(highest granted QoS, whether every match is no-local, Subscription Identifiers)
+        of this session's subscriptions matching ``topic``; None when none does."""
+        cached = self._matching.get(topic, False)
+        if cached is not False:
+            return cached  # type: ignore[return-value]
+        target = topic.encode("utf-8")
+        qos = -1
+        no_local = True
+        identifiers: list[int] = []
+        for topic_filter, options in self.subscriptions.items():
+            if matches(topic_filter.encode("utf-8"), target):
+                qos = max(qos, options.qos)
+                no_local = no_local and options.no_local
+                if options.identifier is not None:
+                    identifiers.append(options.identifier)
+        found = None if qos < 0 else (qos, no_local, tuple(identifiers))
+        if len(self._matching) >= _MATCH_CACHE:
+            self._matching.clear()
+        self._matching[topic] = found
+        return found
+
+    # ------------------------------------------------------------------ ISubscriber
+
+    def send(self, data: bytes) -> None:
+        connection = self.connection
+        if self._plain and connection is not None and not connection.congested:
+            connection.transport.write(data)
+            return
+        items = getattr(data, "items", None)
+        if items is None:  # a run the core rendered message by message: QoS 0 packets
+            if connection is not None and not connection.congested:
+                connection.transport.write(data)
+            else:
+                self.dropped += 1
+            return
+        for item in items:
+            self.deliver(item)
+
+    def replaced(self) -> None:
+        """A session with this client identifier started elsewhere (another node)."""
+        connection = self.connection
+        if connection is not None:
+            connection.taken_over()
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, item: Rendered, retained: bool = False) -> None:
+        """Send one message as this session's subscriptions ask (``retained``: sent because
+        a subscription was made, with RETAIN set)."""
+        message = item.message
+        match = self._match(item.frame.topic)
+        if match is None:
+            return
+        granted, no_local, identifiers = match
+        if no_local and not retained and message.protocol == "mqtt" and message.sender_name == self.name:
+            return
+        frame = item.frame
+        if identifiers and self.version == MQTT_5:
+            frame = frame.with_subscription_identifiers(identifiers)
+        qos = min(item.qos, granted)
+        if self.max_packet_size is not None and frame.size(qos) > self.max_packet_size:
+            self.dropped += 1
+            return
+        connection = self.connection
+        if qos == 0:
+            if connection is not None and not connection.congested:
+                connection.transport.write(frame.packet(0, retained))
+            else:
+                self.dropped += 1
+            return
+        if connection is not None and len(self.inflight) < self.window and not self.queued:
+            self._send_numbered(frame, qos, retained)
+        elif len(self.queued) < self.max_queued:
+            self.queued.append((Rendered(frame, message), qos, retained))
+        else:
+            self.dropped += 1
+
+    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool) -> None:
+        packet_id = self._packet_id()
+        self.inflight[packet_id] = Outgoing(frame, qos, retain)
+        self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
+
+    def _packet_id(self) -> int:
+        packet_id = self._next_id
+        while packet_id in self.inflight:
+            packet_id = packet_id % MAX_PACKET_ID + 1
+        self._next_id = packet_id % MAX_PACKET_ID + 1
+        return packet_id
+
+    def acknowledged(self, packet_id: int) -> bool:
+        """PUBACK (QoS 1) or PUBCOMP (QoS 2) for ``packet_id``: the message is done; send
+        what waits for the window.  False when no such message was in flight."""
+        outgoing = self.inflight.pop(packet_id, None)
+        if outgoing is None:
+            return False
+        self.send_queued()
+        return True
+
+    def received(self, packet_id: int) -> bool:
+        """PUBREC for ``packet_id``: the client has it; the caller sends PUBREL."""
+        outgoing = self.inflight.get(packet_id)
+        if outgoing is None or outgoing.qos != 2:
+            return False
+        outgoing.released = True
+        return True
+
+    def send_queued(self) -> None:
+        """Send queued QoS 1 and 2 messages while the window allows."""
+        connection = self.connection
+        queued = self.queued
+        while queued and connection is not None and len(self.inflight) < self.window and not connection.congested:
+            item, qos, retain = queued.popleft()
+            self._send_numbered(item.frame, qos, retain)
+
+    def resend_inflight(self) -> list[bytes]:
+        """On a resumed session: the unacknowledged PUBLISHes again (DUP set) and the
+        PUBRELs, in order (4.4: the only retransmission MQTT has)."""
+        packets = []
+        for packet_id, outgoing in self.inflight.items():
+            if outgoing.released:
+                packets.append(bytes((0x62, 2)) + packet_id.to_bytes(2, "big"))
+            else:
+                packets.append(outgoing.frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
+        return packets
+
+    def bind(self, connection: Any, window: int, max_packet_size: int | None) -> None:
+        self.connection = connection
+        self.window = window
+        self.max_packet_size = max_packet_size
+        self._changed()
+        if self.expiry_timer is not None and self.expiry_timer.active():
+            self.expiry_timer.cancel()
+        self.expiry_timer = None
+
+    def unbind(self, connection: Any) -> bool:
+        """``connection`` ended; whether it was this session's."""
+        if self.connection is not connection:
+            return False
+        self.connection = None
+        # QoS 0 messages are not kept for an absent client.
+        return True
+
+
+def new_session_factory(max_inflight: int, max_queued: int) -> Callable[[str, Principal, MQTTWireFormat], MQTTSession]:
+    """A maker of sessions with the listener's limits."""
+    def make(client_id: str, principal: Principal, wire_format: MQTTWireFormat) -> MQTTSession:
+        return MQTTSession(client_id, principal, wire_format, max_inflight, max_queued)
+    return make
+
+
+__all__ = ["MQTTPublishes", "MQTTSession", "Outgoing", "SubscriptionOptions", "new_session_factory"]

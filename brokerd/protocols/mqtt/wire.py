@@ -1,0 +1,118 @@
+"""How core messages look to MQTT sessions: one IWireFormat per protocol version.
+
+The core renders a message once per wire format and hands every session of the format the
+same object (brokerd.core.broker.Broker._route).  For MQTT that object is
+:class:`MQTTPublishes`: the bytes of the QoS 0 PUBLISH packets (what a session whose
+subscriptions are all QoS 0 writes as they are, the common fan-out case), carrying for each
+message its :class:`~brokerd.protocols.mqtt.publish.PublishFrame` and the message itself, so a
+session that must number a QoS 1 or 2 copy, or leave one out (no-local), builds only the few
+bytes that differ (the fixed header and the Packet Identifier) and shares the rest.
+
+Mapping (docs/mqtt.md): a core topic ``a/b`` is the MQTT topic ``a/b``; a core topic that is
+not valid UTF-8 or holds ``+``, ``#`` or NUL has no MQTT name and is not rendered (the core
+counts the message as unrenderable).  Only messages to topics reach MQTT sessions (MQTT has no
+unicast address and no presence).  The v5 Content Type is the message's ``content_type`` and
+the Message Expiry Interval what is left of its ``expires``; the QoS of a message is its
+``details.qos`` (other protocols' messages are QoS 0).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from zope.interface import implementer
+
+from brokerd.core.message import MULTICAST, Message
+from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
+from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, NO_PROPERTIES, Properties
+from brokerd.protocols.mqtt.publish import PublishFrame
+
+
+class Rendered:
+    """One message as MQTT sessions receive it: its frame and the message (QoS, sender)."""
+
+    __slots__ = ("frame", "message", "qos")
+
+    def __init__(self, frame: PublishFrame, message: Message) -> None:
+        self.frame = frame
+        self.message = message
+        self.qos = message.details.qos
+
+
+class MQTTPublishes(bytes):
+    """The QoS 0 PUBLISH packets of one message or a run, joined, and ``items``: each
+    message's :class:`Rendered` (see the module docstring)."""
+
+    items: tuple[Rendered, ...]
+
+
+def topic_name(target: bytes) -> str | None:
+    """The MQTT topic name of a core topic, or None when MQTT cannot name it."""
+    try:
+        name = target.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not name or "+" in name or "#" in name or "\x00" in name or len(target) > 65_535:
+        return None
+    return name
+
+
+@implementer(IWireFormat)
+class MQTTWireFormat(WireFormat):
+    """Renders core messages as PUBLISH packets of one MQTT protocol version."""
+
+    protocol = "mqtt"
+    queued_delivery = False
+
+    def __init__(self, version: int, clock: Callable[[], float]) -> None:
+        self.version = version
+        self.clock = clock
+        self.unrepresentable = 0
+
+    def _rendered(self, message: Message) -> Rendered | None:
+        if message.kind != MULTICAST:
+            return None
+        name = topic_name(message.target)  # type: ignore[arg-type]
+        if name is None:
+            return None
+        properties = NO_PROPERTIES
+        if self.version == MQTT_5:
+            details = message.details
+            content_type = details.content_type
+            expires = details.expires
+            if content_type is not None or expires is not None:
+                expiry = None
+                if expires is not None:
+                    expiry = max(0, int(expires - self.clock()))
+                properties = Properties(content_type=content_type, message_expiry_interval=expiry)
+        return Rendered(PublishFrame(name, message.payload, self.version, properties), message)
+
+    def render_message(self, message: Message) -> MQTTPublishes | None:
+        rendered = self._rendered(message)
+        if rendered is None:
+            self.unrepresentable += 1
+            return None
+        data = MQTTPublishes(rendered.frame.packet())
+        data.items = (rendered,)
+        return data
+
+    def render_run(self, messages: list[Message]) -> MQTTPublishes | None:
+        """A run as one MQTTPublishes; None when one message of it cannot be carried (the
+        core then renders them one by one and counts what it drops)."""
+        items = []
+        for message in messages:
+            rendered = self._rendered(message)
+            if rendered is None:
+                return None
+            items.append(rendered)
+        data = MQTTPublishes(b"".join(item.frame.packet() for item in items))
+        data.items = tuple(items)
+        return data
+
+    def render_presence(self, topic: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
+        """MQTT has no presence events."""
+        return None
+
+
+def wire_formats(clock: Callable[[], float]) -> dict[int, MQTTWireFormat]:
+    """One wire format per protocol version, sharing ``clock``."""
+    return {MQTT_311: MQTTWireFormat(MQTT_311, clock), MQTT_5: MQTTWireFormat(MQTT_5, clock)}
