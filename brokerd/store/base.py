@@ -164,3 +164,14 @@ class IStore(Interface):
     def subscriptions_of(subscriber):
         """Deferred[list[SubscriptionRecord]] of one ``account:channel``, ordered by kind and
         topic."""
+
+    # -- retained messages (MQTT's: the last retained message of each topic)
+    def put_retained(topic, data):
+        """Deferred[None]: ``data`` (bytes: a Message in its stored form,
+        brokerd.core.stored) becomes the retained message of ``topic`` (str: the core topic
+        decoded as UTF-8), replacing the one it had; None deletes the topic's retained
+        message (nothing to delete is no error)."""
+
+    def load_retained():
+        """Deferred[list[tuple[str, bytes]]]: every retained message as ``(topic, data)``, in
+        topic order (by code point, as Python sorts str)."""

@@ -46,6 +46,7 @@ class MemoryStore:
         """seq -> subscriber -> [state, attempts, change]"""
         self._seq = 0
         self._subscriptions: dict[tuple[str, str, str], SubscriptionRecord] = {}
+        self._retained: dict[str, bytes] = {}
         self._closed = False
 
     def _ok(self, value: object = None) -> Deferred:
@@ -349,3 +350,16 @@ class MemoryStore:
     def subscriptions_of(self, subscriber: str) -> Deferred:
         found = [r for key, r in sorted(self._subscriptions.items()) if key[0] == subscriber]
         return self._ok(found)
+
+    # ------------------------------------------------------------------ retained messages
+
+    def put_retained(self, topic: str, data: bytes | None) -> Deferred:
+        if not self._closed:
+            if data is None:
+                self._retained.pop(topic, None)
+            else:
+                self._retained[topic] = bytes(data)
+        return self._ok()
+
+    def load_retained(self) -> Deferred:
+        return self._ok(sorted(self._retained.items()))

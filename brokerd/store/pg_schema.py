@@ -2,10 +2,12 @@
 
 The tables are the SQLite store's (brokerd/store/sqlite.py), in PostgreSQL types; the schema
 is created on open (``CREATE ... IF NOT EXISTS``) under an advisory lock, so nodes starting
-together create it once, and its version is kept in ``brokerd_schema``.  The helpers run in
-the writer thread inside an operation's transaction; every change to a message's deliveries
-locks the message's row first (:func:`lock_message`): that lock is what serialises two nodes
-settling the same message.
+together create it once, and its version is kept in ``brokerd_schema``.  A new version only
+adds (tables, indexes: ``IF NOT EXISTS``), so the same script brings an older database up to
+date in place, and raises its version; a database newer than this brokerd is refused.  The
+helpers run in the writer thread inside an operation's transaction; every change to a
+message's deliveries locks the message's row first (:func:`lock_message`): that lock is what
+serialises two nodes settling the same message.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from brokerd.store.records import (
 
 SEQ_BLOCK = 1 << 36
 """Message numbers a store takes at a time (68 billion: one node run never uses them up)."""
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: topics, contacts, messages, deliveries, subscriptions; 2: retained messages."""
 SCHEMA_LOCK = 0x62726F6B  # pg_advisory_xact_lock key: nodes starting together migrate once
 
 SCHEMA = f"""
@@ -54,7 +57,8 @@ CREATE INDEX IF NOT EXISTS deliveries_by_seq ON deliveries (seq, state);
 CREATE TABLE IF NOT EXISTS subscriptions (
     subscriber TEXT NOT NULL, kind TEXT NOT NULL, topic TEXT NOT NULL, changes TEXT NOT NULL,
     since DOUBLE PRECISION, until DOUBLE PRECISION, PRIMARY KEY (subscriber, kind, topic));
-CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions (topic, kind)
+CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions (topic, kind);
+CREATE TABLE IF NOT EXISTS retained (topic TEXT PRIMARY KEY, data BYTEA NOT NULL)
 """
 
 TOPIC_COLUMNS = "key, name, keywords, delivery, link, owner, created, system, timeout"
@@ -98,6 +102,8 @@ def create_schema(c: Any) -> None:
         c.execute("INSERT INTO brokerd_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
     elif row[0] > SCHEMA_VERSION:
         raise RuntimeError(f"schema version {row[0]} is newer than this brokerd ({SCHEMA_VERSION})")
+    elif row[0] < SCHEMA_VERSION:
+        c.execute("UPDATE brokerd_schema SET version = %s", (SCHEMA_VERSION,))
 
 
 def lock_message(c: Any, seq: int, live: bool = False) -> tuple | None:

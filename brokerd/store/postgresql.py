@@ -550,3 +550,21 @@ class PostgreSQLStore:
         return self._submit(lambda c: [subscription(row) for row in c.execute(
             f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE subscriber = %s"
             ' ORDER BY kind COLLATE "C", topic COLLATE "C"', (subscriber,))])
+
+    # ------------------------------------------------------------------ retained messages
+
+    def put_retained(self, topic: str, data: bytes | None) -> Deferred:
+        def put(c: Any) -> None:
+            if data is None:
+                c.execute("DELETE FROM retained WHERE topic = %s", (topic,))
+            else:
+                c.execute("INSERT INTO retained (topic, data) VALUES (%s, %s)"
+                          " ON CONFLICT (topic) DO UPDATE SET data = EXCLUDED.data", (topic, data))
+
+        # It reads no result: the retains of a batch go out in one pipeline (pg_writer).
+        put.pipelined = True  # type: ignore[attr-defined]
+        return self._submit(put)
+
+    def load_retained(self) -> Deferred:
+        return self._submit(lambda c: [(topic, bytes(data)) for topic, data in c.execute(
+            'SELECT topic, data FROM retained ORDER BY topic COLLATE "C"')])

@@ -93,6 +93,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE topics ADD COLUMN timeout REAL;
     """,
+    # 4: MQTT's retained messages, the last of each core topic (brokerd.core.retained), in
+    # their stored form (brokerd.core.stored); unrelated to the SMQP messages of migration 1
+    """
+    CREATE TABLE retained (topic TEXT PRIMARY KEY, data BLOB NOT NULL);
+    """,
 )
 
 Operation = Callable[..., Any]
@@ -780,3 +785,18 @@ class SQLiteStore:
                     for s, k, t, ch, si, un in rows]
 
         return self._submit(get)
+
+    # ------------------------------------------------------------------ retained messages
+
+    def put_retained(self, topic: str, data: bytes | None) -> Deferred:
+        if data is None:
+            return self._submit(lambda c: c.execute("DELETE FROM retained WHERE topic = ?", (topic,)) and None)
+        return self._submit(lambda c: c.execute(
+            "INSERT OR REPLACE INTO retained (topic, data) VALUES (?, ?)", (topic, data)) and None)
+
+    def load_retained(self) -> Deferred:
+        def load(c: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            return [(topic, bytes(data)) for topic, data in c.execute(
+                "SELECT topic, data FROM retained ORDER BY topic")]
+
+        return self._submit(load)

@@ -1,6 +1,7 @@
 """The store contract, run against every store (StoreContract: memory, SQLite, PostgreSQL),
-plus what only the SQLite store promises: durability across reopening, group commit, isolation of a failing
-operation inside a batch, and the schema version."""
+what both on-disk stores promise (DurableContract: retained messages are there after reopening),
+plus what only the SQLite store promises: durability across reopening, group commit, isolation
+of a failing operation inside a batch, and the schema version."""
 from __future__ import annotations
 
 import math
@@ -16,9 +17,15 @@ from twisted.internet.task import deferLater
 from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.store.memory import MemoryStore, StoreClosed
-from brokerd.store.records import Contact, MessageRecord, SubscriptionRecord, TopicRecord
+from brokerd.store.pg_schema import SCHEMA, SCHEMA_VERSION
 from brokerd.store.pg_writer import connection_info
 from brokerd.store.postgresql import PostgreSQLStore
+from brokerd.store.records import (
+    Contact,
+    MessageRecord,
+    SubscriptionRecord,
+    TopicRecord,
+)
 from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
 
 
@@ -265,11 +272,85 @@ class StoreContract:
         assert stored.decode(delivery.data).payload == kept.payload
 
     @pytest_twisted.ensureDeferred
+    async def test_retained_messages_put_replace_delete(self, store):
+        assert await store.load_retained() == []
+        await store.put_retained("a/b", b"first")
+        await store.put_retained("a/c", b"\x00\r\n.\xff")
+        await store.put_retained("a/b", b"second")  # replaces
+        assert await store.load_retained() == [("a/b", b"second"), ("a/c", b"\x00\r\n.\xff")]
+        await store.put_retained("a/b", None)  # deletes
+        await store.put_retained("never/there", None)  # nothing to delete: no error
+        assert await store.load_retained() == [("a/c", b"\x00\r\n.\xff")]
+        await store.put_retained("a/b", b"again")
+        assert await store.load_retained() == [("a/b", b"again"), ("a/c", b"\x00\r\n.\xff")]
+
+    @pytest_twisted.ensureDeferred
+    async def test_retained_messages_load_in_topic_order(self, store):
+        """By code point, as Python sorts str, whatever the database's collation: ``/`` before
+        ``0``, capitals before small letters, accented letters after ``z``."""
+        topics = ["z", "a0", "a/b", "a", "B", "\u00e9t\u00e9", "a/b/c", "$SYS/x", "", "\u65e5\u672c"]
+        for number, name in enumerate(topics):
+            await store.put_retained(name, b"%d" % number)
+        loaded = await store.load_retained()
+        assert [name for name, _data in loaded] == sorted(topics)
+        assert dict(loaded) == {name: b"%d" % number for number, name in enumerate(topics)}
+
+    @pytest_twisted.ensureDeferred
+    async def test_retained_calls_take_effect_in_order(self, store):
+        results = await gatherResults([
+            store.put_retained("t", b"1"),
+            store.load_retained(),
+            store.put_retained("t", None),
+            store.load_retained(),
+            store.put_retained("t", b"2"),
+            store.put_retained("t", b"3"),
+            store.load_retained(),
+        ])
+        assert results[1] == [("t", b"1")] and results[3] == [] and results[6] == [("t", b"3")]
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_retained_message_is_kept_in_its_stored_form(self, store):
+        kept = Message(MULTICAST, b"sensors/t", b"\x00 21.5", "mqtt", b"probe", True, details=Details(qos=1))
+        await store.put_retained("sensors/t", stored.encode(kept))
+        [(name, data)] = await store.load_retained()
+        back = stored.decode(data)
+        assert name == "sensors/t" and (back.target, back.payload, back.qos) == (b"sensors/t", b"\x00 21.5", 1)
+
+    @pytest_twisted.ensureDeferred
     async def test_closed_store_refuses_calls(self, store):
         await store.close()
         await store.close()
         with pytest.raises(StoreClosed):
             await store.load_topics()
+        with pytest.raises(StoreClosed):
+            await store.put_retained("t", b"x")
+
+
+class DurableContract:
+    """What the on-disk stores promise: a new store on the same data (``reopened()``) finds
+    everything the closed one committed."""
+
+    @pytest_twisted.ensureDeferred
+    async def test_retained_messages_survive_reopening(self, store, reopened):
+        await store.put_retained("a/b", b"1")
+        await store.put_retained("a/c", b"2")
+        await store.put_retained("z", b"\x00")
+        await store.put_retained("a/b", b"3")
+        await store.put_retained("a/c", None)
+        await store.close()
+        again = reopened()
+        await again.open()
+        try:
+            assert await again.load_retained() == [("a/b", b"3"), ("z", b"\x00")]
+            await again.put_retained("z", None)
+        finally:
+            await again.close()
+        third = reopened()
+        await third.open()
+        try:
+            assert await third.load_retained() == [("a/b", b"3")]
+        finally:
+            await third.close()
 
 
 class TestMemoryStore(StoreContract):
@@ -296,18 +377,61 @@ async def postgresql_store(postgres_url):
     await store.close()
 
 
-class TestPostgreSQLStore(StoreContract):
+class TestPostgreSQLStore(StoreContract, DurableContract):
     """Tests of what only PostgreSQL adds (nodes racing, outages): tests/store/test_postgresql.py."""
 
     @pytest.fixture
     def store(self, postgresql_store):
         return postgresql_store
 
+    @pytest.fixture
+    def reopened(self, postgres_url):
+        return lambda: PostgreSQLStore(postgres_url, connection_info(postgres_url), reactor)
 
-class TestSQLiteStore(StoreContract):
+    @pytest_twisted.ensureDeferred
+    async def test_a_version_1_database_is_migrated(self, postgres_url):
+        """Version 2 adds the retained messages' table: a database of version 1 (without it)
+        gets it in place, keeps its rows, and its version is raised."""
+        import psycopg
+
+        with psycopg.connect(postgres_url) as connection:
+            for statement in SCHEMA.split(";"):
+                if "retained" not in statement:
+                    connection.execute(statement)
+            connection.execute("INSERT INTO brokerd_schema (version) VALUES (1)")
+            connection.execute("INSERT INTO topics VALUES ('news', 'News', '[]', 'ALL', NULL, 'alice', 5.0, FALSE, NULL)")
+        store = PostgreSQLStore(postgres_url, connection_info(postgres_url), reactor)
+        await store.open()
+        try:
+            assert [r.key for r in await store.load_topics()] == ["news"]
+            assert await store.load_retained() == []
+            await store.put_retained("news", b"kept")
+            assert await store.load_retained() == [("news", b"kept")]
+        finally:
+            await store.close()
+        with psycopg.connect(postgres_url) as connection:
+            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(2,)]
+
+
+class TestSQLiteStore(StoreContract, DurableContract):
     @pytest.fixture
     def store(self, sqlite_store):
         return sqlite_store
+
+    @pytest.fixture
+    def reopened(self, sqlite_store):
+        return lambda: SQLiteStore(sqlite_store.path, reactor)
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_retained_message_is_committed_when_its_deferred_fires(self, store):
+        reader = sqlite3.connect(store.path)  # another connection: it sees committed rows only
+        try:
+            await store.put_retained("t", b"x")
+            assert reader.execute("SELECT topic, data FROM retained").fetchall() == [("t", b"x")]
+            await store.put_retained("t", None)
+            assert reader.execute("SELECT COUNT(*) FROM retained").fetchone() == (0,)
+        finally:
+            reader.close()
 
     @pytest_twisted.ensureDeferred
     async def test_survives_reopening(self, tmp_path):
@@ -431,7 +555,30 @@ class TestSQLiteStore(StoreContract):
             assert [r.timeout for r in await store.load_topics()] == [60.0]
         finally:
             await store.close()
-        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3 == len(MIGRATIONS)
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_version_3_database_is_migrated(self, tmp_path):
+        """Migration 4 adds the retained messages' table: the rows of the previous schema stay,
+        and retained messages are kept from then on."""
+        path = tmp_path / FILENAME
+        connection = sqlite3.connect(path)
+        for script in MIGRATIONS[:3]:
+            connection.executescript(script)
+        connection.execute("INSERT INTO topics VALUES ('news', 'News', '[]', 'ALL', NULL, 'alice', 5.0, 0, 30.0)")
+        connection.execute("PRAGMA user_version=3")
+        connection.commit()
+        connection.close()
+        store = SQLiteStore(path, reactor)
+        await store.open()
+        try:
+            assert [(r.key, r.timeout) for r in await store.load_topics()] == [("news", 30.0)]
+            assert await store.load_retained() == []
+            await store.put_retained("news", b"kept")
+            assert await store.load_retained() == [("news", b"kept")]
+        finally:
+            await store.close()
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4 == len(MIGRATIONS)
 
     @pytest_twisted.ensureDeferred
     async def test_newer_schema_is_refused(self, tmp_path):
