@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from brokerd.config import Settings, setting_fields, settings_default, settings_from
+from brokerd.config import PROTOCOLS, Settings, setting_fields, settings_default, settings_from
 from brokerd.tap import NEGATIVE_FLAGS, Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def test_every_option_has_its_line_in_operations_md_with_the_settings_default() 
             shown = documented[option].strip("`").removeprefix("./")
             assert shown == default, f"--{option}: docs/operations.md says {documented[option]!r}, Settings {default!r}"
     for name in documented:
-        assert name in setting_fields() or name in flags or name in NOT_SETTINGS or name in ("ssmp", "mcchat", "smqp", "socketmq"), \
+        assert name in setting_fields() or name in flags or name in NOT_SETTINGS or name in PROTOCOLS, \
             f"docs/operations.md documents --{name}, which brokerd does not have"
 
 

@@ -27,6 +27,7 @@ from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
 from brokerd.core.keepout import KeptOut
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY, Principal
+from brokerd.core.retained import RetainedMessages
 from brokerd.core.sampling import DeliverySampler
 from brokerd.core.topics import FanOut, Topic, TopicRegistry, by_format
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
@@ -119,6 +120,9 @@ class Broker(Service):
         """Subscriptions to topic filters (:meth:`subscribe_filter`)."""
         self._filtering = False
         """Whether some filter has a member: the one attribute routing tests for filters."""
+        self.retained = RetainedMessages()
+        """The last retained message of each topic (MQTT's retain flag), kept in the store
+        when the node has one (brokerd.core.durable.attach_durable)."""
         self._sessions: set[ISubscriber] = set()
         self.access = AccessControl(policy)
         self._addresses: dict[tuple[str, bytes], ISubscriber] = {}

@@ -570,4 +570,14 @@ def attach_durable(broker: Any, store: Any, opened: Deferred | None, clock: Any,
     # A failure to start is the front ends' to report (when_started) and the store's opener's:
     # this copy of it is not left to be logged as an unhandled error when collected.
     durable.start(opened).addErrback(lambda _failure: None)
+    # Retained messages load once the store is open; a failure is the store's to report.
+    durable.when_started().addCallbacks(
+        lambda _: broker.retained.use_store(store).addErrback(_retained_not_loaded), lambda _failure: None)
     return durable  # type: ignore[no-any-return]
+
+
+def _retained_not_loaded(failure: Failure) -> None:
+    """The store did not open (its opener reports that) or its retained messages could not be
+    read: the node runs with those retained from now on."""
+    if not is_outage(failure):
+        Logger().failure("Loading the retained messages", failure)

@@ -13,7 +13,7 @@ key            type      meaning
 v              int       schema version (``SCHEMA_VERSION``); readers check it
 ts             int       when it happened: microseconds since the Unix epoch, UTC
 broker         str       the broker's id (stable per data dir)
-protocol       str       the front end that saw it: ssmp, mcchat, smqp, socketmq
+protocol       str       the front end that saw it: ssmp, mcchat, smqp, socketmq, mqtt
 kind           str       one of ``KINDS``
 session        str       the session the event is about: the publisher of an accepted
                          message, the recipient of a delivery outcome, the user of a

@@ -63,7 +63,7 @@ PARTITION_ROWS = 10_000
 """Live source: rows per input partition."""
 SINK_PIPELINE = 256
 """Sink: MCASTs written before their 200s are read."""
-PROTOCOL_NAMES = ("ssmp", "mcchat", "smqp", "socketmq")
+PROTOCOL_NAMES = ("ssmp", "mcchat", "smqp", "socketmq", "mqtt")
 
 
 def register(spark: Any) -> None:

@@ -34,10 +34,16 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
-from brokerd.core.filters import matches
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
 from brokerd.core.principal import NOBODY, Principal
-from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
+from brokerd.core.retained import RetainRefused
+from brokerd.errors import (
+    AlreadySubscribed,
+    BrokerError,
+    Forbidden,
+    NotSubscribed,
+    SubscriptionLimit,
+)
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.protocols.admission import admit
 from brokerd.protocols.mqtt import reasons
@@ -555,6 +561,12 @@ class MQTTServerProtocol(Protocol):
             except SubscriptionLimit:
                 codes.append(reasons.QUOTA_EXCEEDED if self.version == MQTT_5 else 0x80)
                 continue
+            except ValueError:
+                codes.append(reasons.TOPIC_FILTER_INVALID if self.version == MQTT_5 else 0x80)
+                continue
+            except BrokerError:  # a node of a cluster: filters are not routed between nodes yet
+                codes.append(reasons.IMPLEMENTATION_SPECIFIC_ERROR if self.version == MQTT_5 else 0x80)
+                continue
             options = SubscriptionOptions(subscription.qos, subscription.no_local,
                                           subscription.retain_as_published, identifier)
             new = session.subscribed(topic_filter, options)
@@ -697,7 +709,7 @@ class MQTTSessions:
         self.formats = wire_formats(clock.seconds)
         self.by_id: dict[str, MQTTSession] = {}
         self._assigned = 0
-        self.retained: dict[bytes, Message] = {}
+        self.refused_retains = 0
 
     def assign_client_id(self) -> str:
         self._assigned += 1
@@ -777,13 +789,15 @@ class MQTTSessions:
                 "Storing an MQTT will for durable subscribers", failure))
 
     def retain(self, message: Message) -> None:
-        if message.payload:
-            self.retained[message.target] = message  # type: ignore[index]
-        else:
-            self.retained.pop(message.target, None)  # type: ignore[arg-type]
+        """Keep ``message`` as its topic's retained message (the core's, in the store); a
+        retain over the core's limits is dropped and counted."""
+        try:
+            self.broker.retained.retain(message)
+        except RetainRefused:
+            self.refused_retains += 1
 
     def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return [message for topic, message in sorted(self.retained.items()) if matches(topic_filter, topic)]
+        return self.broker.retained.matching(topic_filter)
 
 
 def build_factory(runtime: Runtime) -> MQTTServerFactory:

@@ -17,7 +17,6 @@ build their copy from the message's shared frame.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +48,7 @@ class Outgoing:
     """A QoS 1 or 2 message sent to the client and not yet acknowledged (PUBACK, or PUBREC
     then PUBCOMP): resent with DUP when the session resumes on a new connection."""
 
-    __slots__ = ("frame", "qos", "retain", "released")
+    __slots__ = ("frame", "qos", "released", "retain")
 
     def __init__(self, frame: PublishFrame, qos: int, retain: bool) -> None:
         self.frame = frame
@@ -264,11 +263,4 @@ class MQTTSession:
         return True
 
 
-def new_session_factory(max_inflight: int, max_queued: int) -> Callable[[str, Principal, MQTTWireFormat], MQTTSession]:
-    """A maker of sessions with the listener's limits."""
-    def make(client_id: str, principal: Principal, wire_format: MQTTWireFormat) -> MQTTSession:
-        return MQTTSession(client_id, principal, wire_format, max_inflight, max_queued)
-    return make
-
-
-__all__ = ["MQTTPublishes", "MQTTSession", "Outgoing", "SubscriptionOptions", "new_session_factory"]
+__all__ = ["MQTTPublishes", "MQTTSession", "Outgoing", "SubscriptionOptions"]

@@ -110,7 +110,7 @@ class MQTTWireFormat(WireFormat):
 
     def render_presence(self, topic: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
         """MQTT has no presence events."""
-        return None
+        return
 
 
 def wire_formats(clock: Callable[[], float]) -> dict[int, MQTTWireFormat]:

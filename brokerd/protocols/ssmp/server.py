@@ -71,7 +71,7 @@ MAX_UNCOMMITTED = 4
 read (until the oldest commit is done)."""
 PING_EVENT = b"000 . PING\n"
 PONG_EVENT = b"000 . PONG\n"
-RESERVED_PREFIXES = (b"smqp:", b"mcchat:", b"socketmq:")
+RESERVED_PREFIXES = (b"smqp:", b"mcchat:", b"socketmq:", b"mqtt:")
 """Identifiers SSMP logins may not take: they name other protocols' sessions and senders
 (``UCAST smqp:alice:c1``; a message from MCCHAT shows as ``mcchat:<name>``)."""
 FOREIGN_NAMESPACES = {b"smqp:": "smqp"}
