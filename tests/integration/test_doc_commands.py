@@ -218,6 +218,18 @@ def mcchat_commands(shell: Shell, blocks: list[list[str]]) -> None:
     assert shell.stop_all() == [-signal.SIGINT]
 
 
+def mqtt_commands(shell: Shell, blocks: list[list[str]]) -> None:
+    """An MQTT subscriber (mosquitto_sub) gets mosquitto_pub's message and an SSMP one."""
+    server_line, sub, pub, ssmp_pub = blocks[0]
+    server = shell.start(server_line)
+    wait_for_ports(server, [shell.ports["mqtt"], shell.ports["ssmp"]])
+    subscriber = shell.start(sub)
+    assert "sensors/kitchen 21.5" in wait_printed(shell, pub, subscriber, "sensors/kitchen 21.5")
+    shell.run(ssmp_pub)
+    assert "sensors/kitchen 22.0" in read_until(subscriber, ["sensors/kitchen 22.0"])
+    shell.stop_all()
+
+
 def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
     (shell.cwd / "var" / "backups" / "brokerd").mkdir(parents=True)
     server = shell.start("twistd -n brokerd --smqp tcp:7720:interface=127.0.0.1 --data-dir var/lib/brokerd"
@@ -274,7 +286,7 @@ def operations_check_and_daemon(shell: Shell, blocks: list[list[str]]) -> None:
     assert "Server Shut Down." in (shell.cwd / "brokerd.log").read_text()
 
 
-README_PORTS = {8787, 1502, 7720, 8080, 8081}
+README_PORTS = {8787, 1502, 7720, 8080, 1883, 8081}
 """README command 1's try-it broker (docs/examples/try-it.toml)."""
 
 
@@ -293,7 +305,7 @@ def cluster_recipe(shell: Shell, blocks: list[list[str]]) -> None:
     assert not recipe_ports(lines) & README_PORTS, recipe_ports(lines) & README_PORTS
     (shell.cwd / "try-it.toml").write_text(with_ports((REPO / "docs/examples/try-it.toml").read_text(), shell.ports))
     readme_broker = shell.start("twistd -n brokerd --config try-it.toml")
-    wait_for_ports(readme_broker, [shell.ports[p] for p in ("ssmp", "mcchat", "smqp", "socketmq", "admin")])
+    wait_for_ports(readme_broker, [shell.ports[p] for p in ("ssmp", "mcchat", "smqp", "socketmq", "mqtt", "admin")])
     bases = {"878": free_run(3), "151": free_run(3), "809": free_run(3)}
     redis = free_port()
 
@@ -355,6 +367,7 @@ RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] =
     "tls.md": ([0, 1, 2], tls_walkthrough),
     "admin.md": ([0, 1, 2], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
+    "mqtt.md": ([0], mqtt_commands),
     "deploy.md": ([2], deploy_backup),
     "operations.md": ([0], operations_check_and_daemon),
     "cluster.md": ([0], cluster_recipe),
