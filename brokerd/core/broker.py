@@ -252,6 +252,7 @@ class Broker(Service):
         if self._filtering:
             for topic_filter in self.filtered.drop(session):
                 self._filter_left(session, topic_filter)
+            self._filtering = len(self.filtered) > 0
         address = session.address
         if address is not None:
             key = (session.protocol, address)
@@ -280,10 +281,13 @@ class Broker(Service):
         """The topics ``session`` joined, then the filters it subscribed to."""
         return list(self._joined.get(session, ())) + self.filtered.of(session)
 
-    def subscribe_filter(self, session: ISubscriber, topic_filter: bytes) -> None:
+    def subscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Subscribe ``session`` to every topic ``topic_filter`` matches (brokerd.core.filters:
         ``+`` one level, ``#`` the rest), whoever publishes there; a filter without wildcard is
-        one topic's name.  Counted with the topics against ``max_subscriptions``.
+        one topic's name.  With ``share`` (a group name), ``session`` joins the group's shared
+        subscription to the filter: each message goes to one member of the group
+        (brokerd.core.filtered.SharedGroup).  Counted with the topics against
+        ``max_subscriptions``.
 
         Raises ValueError (not a filter), AlreadySubscribed, SubscriptionLimit, Forbidden (the
         access list does not let the principal subscribe to the filter's text), or BrokerError
@@ -295,23 +299,33 @@ class Broker(Service):
             raise BrokerError("a session must attach before it subscribes")
         if self._forward is not None:
             raise BrokerError("topic filters are not routed between the nodes of a cluster yet")
-        if self.filtered.has(session, topic_filter):
+        filtered = self.filtered
+        if filtered.has(session, topic_filter) if share is None else filtered.has_shared(session, (share, topic_filter)):
             raise AlreadySubscribed(topic_filter)
         access = self.access
         if access.policy is not None and not access.allows(session.principal, topic_filter, Perm.SUBSCRIBE):
             raise Forbidden(topic_filter)
-        if len(self._joined.get(session, ())) + self.filtered.count(session) >= self.max_subscriptions:
+        if len(self._joined.get(session, ())) + filtered.count(session) >= self.max_subscriptions:
             raise SubscriptionLimit(topic_filter)
-        self.filtered.add(session, topic_filter)
+        if share is None:
+            filtered.add(session, topic_filter)
+        else:
+            filtered.add_shared(session, (share, topic_filter))
         self._filtering = True
         if self.observer is not None:
             self.observer.subscribed(session, topic_filter)
 
-    def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes) -> None:
-        """Take ``session`` off ``topic_filter``; raises NotSubscribed."""
-        if not self.filtered.has(session, topic_filter):
-            raise NotSubscribed(topic_filter)
-        self.filtered.remove(session, topic_filter)
+    def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
+        """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
+        filtered = self.filtered
+        if share is None:
+            if not filtered.has(session, topic_filter):
+                raise NotSubscribed(topic_filter)
+            filtered.remove(session, topic_filter)
+        else:
+            if not filtered.has_shared(session, (share, topic_filter)):
+                raise NotSubscribed(topic_filter)
+            filtered.remove_shared(session, (share, topic_filter))
         self._filter_left(session, topic_filter)
 
     def _filter_left(self, session: ISubscriber, topic_filter: bytes) -> None:

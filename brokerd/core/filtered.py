@@ -11,6 +11,12 @@ Access is one model for every protocol: the access list is asked whether the pri
 subscribe to the filter's text when it subscribes (a rule for ``sensors/#`` allows exactly
 that filter), and again, for each topic the filter would deliver, whether it may subscribe to
 that topic: a filter never carries a topic its principal could not subscribe to by name.
+
+Shared subscriptions (MQTT's ``$share/{group}/{filter}``): the sessions that subscribed to one
+filter under one group name form a :class:`SharedGroup`, and a message to a topic the filter
+matches reaches one of them, in turn (a run of messages, one publisher's read, goes to one
+member whole), skipping a member the access policy does not let read the topic.  A member that
+also has its own subscription matching the topic gets the message once.
 """
 from __future__ import annotations
 
@@ -24,6 +30,32 @@ from brokerd.interfaces import ISubscriber
 MAX_REMEMBERED = 4096
 """Topic names whose combined fan-out is kept at most (then the memory starts again)."""
 
+SharedKey = tuple[bytes, bytes]
+"""(group name, filter) of a shared subscription."""
+
+
+class SharedGroup:
+    """The members of one shared subscription; each message goes to one of them."""
+
+    __slots__ = ("_turn", "key", "members")
+
+    def __init__(self, key: SharedKey) -> None:
+        self.key = key
+        self.members: list[ISubscriber] = []
+        self._turn = 0
+
+    def pick(self, name: bytes, access: AccessControl) -> ISubscriber | None:
+        """The member whose turn it is and who may read topic ``name``; None when none may."""
+        members = self.members
+        count = len(members)
+        guarded = access.policy is not None
+        for step in range(count):
+            member = members[(self._turn + step) % count]
+            if not guarded or access.allows(member.principal, name, Perm.SUBSCRIBE):
+                self._turn = (self._turn + step + 1) % count
+                return member
+        return None
+
 
 class FilterSubscriptions:
     """Who subscribed to which filter, and the fan-out of a topic with them."""
@@ -33,17 +65,49 @@ class FilterSubscriptions:
         self._of: dict[ISubscriber, dict[bytes, None]] = {}
         self._fanouts: dict[bytes, tuple[FanOut | None, FanOut, frozenset[ISubscriber]]] = {}
         self.max_remembered = max_remembered
+        self.shared = FilterIndex(max_remembered)
+        """The shared groups (SharedGroup) by their filter."""
+        self._groups: dict[SharedKey, SharedGroup] = {}
+        self._shared_of: dict[ISubscriber, dict[SharedKey, None]] = {}
 
     def __len__(self) -> int:
-        """Filters with at least one member."""
-        return len(self.index)
+        """Filters and shared groups with at least one member."""
+        return len(self.index) + len(self._groups)
 
     def of(self, session: ISubscriber) -> list[bytes]:
         """The filters ``session`` subscribed to, in subscription order."""
         return list(self._of.get(session, ()))
 
     def count(self, session: ISubscriber) -> int:
-        return len(self._of.get(session, ()))
+        return len(self._of.get(session, ())) + len(self._shared_of.get(session, ()))
+
+    def has_shared(self, session: ISubscriber, key: SharedKey) -> bool:
+        return key in self._shared_of.get(session, ())
+
+    def add_shared(self, session: ISubscriber, key: SharedKey) -> None:
+        """``session`` joins the shared group ``key`` (made with its first member)."""
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = SharedGroup(key)
+            self.shared.add(key[1], group)
+        group.members.append(session)
+        self._shared_of.setdefault(session, {})[key] = None
+
+    def remove_shared(self, session: ISubscriber, key: SharedKey) -> None:
+        keys = self._shared_of.get(session)
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self._shared_of[session]
+        group = self._groups.get(key)
+        if group is not None and session in group.members:
+            group.members.remove(session)
+            if not group.members:
+                del self._groups[key]
+                self.shared.discard(key[1], group)
+
+    def shared_of(self, session: ISubscriber) -> list[SharedKey]:
+        return list(self._shared_of.get(session, ()))
 
     def has(self, session: ISubscriber, topic_filter: bytes) -> bool:
         return topic_filter in self._of.get(session, ())
@@ -69,6 +133,8 @@ class FilterSubscriptions:
             self.index.discard(topic_filter, session)
         if filters:
             self._fanouts.clear()
+        for key in self.shared_of(session):
+            self.remove_shared(session, key)
         return filters
 
     def subscriptions(self) -> Iterable[tuple[ISubscriber, list[bytes]]]:
@@ -85,8 +151,21 @@ class FilterSubscriptions:
         lets subscribe to ``name``), and the same sessions as a set."""
         grouped = None if topic is None else topic.fanout()
         remembered = self._fanouts.get(name)
-        if remembered is not None and remembered[0] is grouped:
+        if remembered is None or remembered[0] is not grouped:
+            remembered = self._combine(name, topic, grouped, access)
+        if not self._groups:
             return remembered[1], remembered[2]
+        reached = remembered[2]
+        picked = [member for member in (group.pick(name, access) for group in self.shared.match(name))  # type: ignore[attr-defined]
+                  if member is not None and member not in reached]
+        if not picked:
+            return remembered[1], reached
+        members = dict.fromkeys(reached)
+        members.update(dict.fromkeys(picked))
+        return by_format(members), frozenset(members)
+
+    def _combine(self, name: bytes, topic: Topic | None, grouped: FanOut | None,
+                 access: AccessControl) -> tuple[FanOut | None, FanOut, frozenset[ISubscriber]]:
         members: dict[ISubscriber, None] = dict.fromkeys(topic.members) if topic is not None else {}
         guarded = access.policy is not None
         for session in self.index.match(name):
@@ -95,4 +174,4 @@ class FilterSubscriptions:
         if len(self._fanouts) >= self.max_remembered:
             self._fanouts.clear()
         answer = self._fanouts[name] = (grouped, by_format(members), frozenset(members))
-        return answer[1], answer[2]
+        return answer

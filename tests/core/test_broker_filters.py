@@ -161,3 +161,50 @@ def test_a_node_of_a_cluster_refuses_filters_until_they_are_routed_between_nodes
     broker._forward = lambda messages, rendered: None  # what use_engine sets for a shared engine
     with pytest.raises(BrokerError, match="cluster"):
         broker.subscribe_filter(a, b"a/#")
+
+
+def test_a_shared_group_gives_each_message_to_one_member_in_turn(broker):
+    fmt = Format("f")
+    one, two, alone = attached(broker, Session("one", fmt), Session("two", fmt), Session("alone", fmt))
+    broker.subscribe_filter(one, b"jobs/#", share=b"workers")
+    broker.subscribe_filter(two, b"jobs/#", share=b"workers")
+    broker.subscribe_filter(alone, b"jobs/+")
+    for n in range(4):
+        assert broker.publish(mcast(b"jobs/build", str(n).encode())) == 2  # the plain filter and one worker
+    assert one.got == [b"f|multicast|b'jobs/build'|0", b"f|multicast|b'jobs/build'|2"]
+    assert two.got == [b"f|multicast|b'jobs/build'|1", b"f|multicast|b'jobs/build'|3"]
+    assert len(alone.got) == 4
+    with pytest.raises(AlreadySubscribed):
+        broker.subscribe_filter(one, b"jobs/#", share=b"workers")
+    broker.subscribe_filter(one, b"jobs/#")  # its own subscription beside the group's
+    # one's turn in the group: reached by its own filter too, it gets the message once
+    assert broker.publish(mcast(b"jobs/build", b"4")) == 2
+    assert broker.publish(mcast(b"jobs/build", b"5")) == 3  # two's turn: one (own filter), two, alone
+    assert one.got[-2:] == [b"f|multicast|b'jobs/build'|4", b"f|multicast|b'jobs/build'|5"]
+    assert two.got[-1] == b"f|multicast|b'jobs/build'|5"
+
+
+def test_a_shared_group_member_that_leaves_gets_nothing_more_and_the_last_ends_the_group(broker):
+    fmt = Format("f")
+    one, two = attached(broker, Session("one", fmt), Session("two", fmt))
+    broker.subscribe_filter(one, b"jobs/#", share=b"g")
+    broker.subscribe_filter(two, b"jobs/#", share=b"g")
+    broker.unsubscribe_filter(one, b"jobs/#", share=b"g")
+    with pytest.raises(NotSubscribed):
+        broker.unsubscribe_filter(one, b"jobs/#", share=b"g")
+    assert [broker.publish(mcast(b"jobs/x", str(n).encode())) for n in range(3)] == [1, 1, 1]
+    assert one.got == [] and len(two.got) == 3
+    broker.detach(two)
+    assert broker.publish(mcast(b"jobs/x", b"none")) == 0
+    assert len(broker.filtered) == 0 and not broker._filtering
+
+
+def test_a_shared_group_skips_a_member_the_access_list_does_not_let_read_the_topic():
+    broker = Broker(policy=Policy({("reader", b"jobs/#"): Perm.SUBSCRIBE, ("reader", b"jobs/x"): Perm.SUBSCRIBE,
+                                   ("blocked", b"jobs/#"): Perm.SUBSCRIBE}))
+    fmt = Format("f")
+    reader, blocked = attached(broker, Session("reader", fmt), Session("blocked", fmt))
+    broker.subscribe_filter(blocked, b"jobs/#", share=b"g")
+    broker.subscribe_filter(reader, b"jobs/#", share=b"g")
+    assert [broker.publish(mcast(b"jobs/x", str(n).encode())) for n in range(3)] == [1, 1, 1]
+    assert len(reader.got) == 3 and blocked.got == []
