@@ -21,22 +21,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from twisted.cred.credentials import UsernamePassword
-from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from brokerd.auth.credentials import ClientCertificate
-from brokerd.auth.realm import IIdentity
-from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
-from brokerd.core.principal import NOBODY, Principal
-from brokerd.core.retained import RetainRefused
+from brokerd.core.principal import Principal
 from brokerd.errors import (
     AlreadySubscribed,
     BrokerError,
@@ -44,9 +38,10 @@ from brokerd.errors import (
     NotSubscribed,
     SubscriptionLimit,
 )
-from brokerd.events.log import NULL_EVENT_LOG, transport_source
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.admission import admit
 from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.connect import Login
 from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
@@ -56,7 +51,6 @@ from brokerd.protocols.mqtt.packets import (
     RETAIN_DO_NOT_SEND,
     RETAIN_SEND_IF_NEW,
     Auth,
-    Connack,
     Connect,
     Disconnect,
     Pingreq,
@@ -73,28 +67,23 @@ from brokerd.protocols.mqtt.packets import (
     Will,
 )
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
-from brokerd.protocols.mqtt.topics import topic_filter_problem, topic_name_problem
-from brokerd.protocols.mqtt.wire import Rendered, wire_formats
+from brokerd.protocols.mqtt.sessions import MQTTSessions
+from brokerd.protocols.mqtt.topics import (
+    shared_subscription,
+    topic_filter_problem,
+    topic_name_problem,
+)
+from brokerd.protocols.mqtt.wire import Rendered
 from brokerd.protocols.nodelay import no_delay
 from brokerd.store.base import is_outage
 from brokerd.twistedio import limit_output_buffer
 
 PINGRESP = b"\xd0\x00"
-NEVER_EXPIRES = 0xFFFFFFFF
 _QOS_DETAILS = {1: Details(qos=1), 2: Details(qos=2)}
-# 3.1.1 CONNACK return codes (3.2.2.3) for the v5 reasons this server refuses with.
-_V3_CONNACK = {
-    reasons.UNSUPPORTED_PROTOCOL_VERSION: 1,
-    reasons.CLIENT_IDENTIFIER_NOT_VALID: 2,
-    reasons.SERVER_UNAVAILABLE: 3,
-    reasons.SERVER_BUSY: 3,
-    reasons.BAD_USER_NAME_OR_PASSWORD: 4,
-    reasons.NOT_AUTHORIZED: 5,
-}
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Protocol):
+class MQTTServerProtocol(Login, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -252,151 +241,6 @@ class MQTTServerProtocol(Protocol):
             return
         self._disconnect(error.reason_code, str(error))
 
-    # ------------------------------------------------------------------ CONNECT
-
-    def _on_connect(self, packet: Connect) -> None:
-        factory = self.factory
-        settings = factory.settings
-        self.version = self._decoder.version or MQTT_311  # type: ignore[union-attr]
-        self._connect = packet
-        properties = packet.properties
-        if properties.authentication_method is not None:
-            self._refuse_connect(reasons.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not offered")
-            return
-        client_id = packet.client_id
-        if not client_id:
-            if self.version == MQTT_311 and not packet.clean_start:
-                self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "an empty client identifier needs a clean session")
-                return
-            client_id = factory.assign_client_id()
-            self._assigned = client_id
-        elif len(client_id.encode("utf-8")) > settings.mqtt_max_client_id:
-            self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long")
-            return
-        self._client_id = client_id
-        will = packet.will
-        if will is not None and topic_name_problem(will.topic, settings.mqtt_max_topic_length,
-                                                   settings.mqtt_max_topic_levels) is not None:
-            self._refuse_connect(reasons.TOPIC_NAME_INVALID, "the will topic is not a valid topic name")
-            return
-        credentials = self._credentials(packet)
-        if credentials is None:
-            if not settings.mqtt_anonymous:
-                self._refuse_connect(reasons.NOT_AUTHORIZED, "this server needs a username or a client certificate",
-                                     event="anonymous login refused")
-                return
-            self._logged_in(NOBODY)
-            return
-        self._logging_in = True
-        self.transport.pauseProducing()
-        d = factory.portal.login(credentials, self, IIdentity)
-        d.addCallbacks(self._login_succeeded, self._login_failed)
-        d.addErrback(self._login_broke)
-
-    def _credentials(self, packet: Connect) -> Any:
-        names = peer_names(self.transport)
-        if packet.username is not None and packet.password is not None:
-            return UsernamePassword(packet.username.encode("utf-8"), packet.password)
-        if names:
-            identifier = packet.username if packet.username is not None else names[0]
-            return ClientCertificate(identifier.encode("utf-8"), names)
-        if packet.username is not None or packet.password is not None:
-            return UsernamePassword((packet.username or "").encode("utf-8"), packet.password or b"")
-        return None
-
-    def _login_succeeded(self, result: Any) -> None:
-        _interface, identity, _logout = result
-        self._end_login()
-        if not self.closed:
-            self._logged_in(identity.principal)
-            self._continue()
-
-    def _login_failed(self, failure: Any) -> None:
-        failure.trap(UnauthorizedLogin, UnhandledCredentials)
-        self._end_login()
-        self._refuse_connect(reasons.BAD_USER_NAME_OR_PASSWORD, "bad user name or password",
-                             event=failure.getErrorMessage() or "refused")
-
-    def _login_broke(self, failure: Any) -> None:
-        self._log.failure("MQTT login of {client!r} failed", failure, client=self._client_id)
-        self._end_login()
-        self._refuse_connect(reasons.SERVER_UNAVAILABLE, "the login could not be checked", event="checker error")
-
-    def _end_login(self) -> None:
-        self._logging_in = False
-        if not self.closed:
-            self.transport.resumeProducing()
-
-    def _continue(self) -> None:
-        pending, self._pending = self._pending, []
-        self._handle(pending, None)
-
-    def _refuse_connect(self, reason_code: int, reason: str, event: str | None = None) -> None:
-        if event is not None or reason_code in (reasons.BAD_USER_NAME_OR_PASSWORD, reasons.NOT_AUTHORIZED):
-            connect = self._connect
-            self.factory.events.auth_failure("mqtt", connect.username if connect else None,
-                                             source=transport_source(self.transport),
-                                             reason=event or reason)
-        properties = NO_PROPERTIES
-        if self.version == MQTT_5 and self._problem_information:
-            properties = Properties(reason_string=reason)
-        self._write_connack(False, reason_code, properties, self.version)
-        self._close()
-
-    def _write_connack(self, present: bool, reason_code: int, properties: Properties, version: int) -> None:
-        if version == MQTT_5:
-            self.transport.write(encode(Connack(present, reason_code, properties), MQTT_5))
-        else:
-            code = reason_code if reason_code == 0 else _V3_CONNACK.get(reason_code, 5)
-            self.transport.write(bytes((0x20, 2, 1 if present else 0, code)))
-
-    def _logged_in(self, principal: Principal) -> None:
-        factory = self.factory
-        settings = factory.settings
-        packet = self._connect
-        assert packet is not None
-        properties = packet.properties
-        if self.version == MQTT_5:
-            expiry = properties.session_expiry_interval or 0
-        else:
-            expiry = 0 if packet.clean_start else NEVER_EXPIRES
-        expiry = min(expiry, settings.mqtt_max_session_expiry) if expiry != NEVER_EXPIRES else settings.mqtt_max_session_expiry
-        window = min(properties.receive_maximum or 65_535, settings.mqtt_max_inflight)
-        session, present = factory.open_session(self._client_id, principal, self.version, packet.clean_start)
-        if session is None:
-            self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
-                                 event="client identifier of another principal")
-            return
-        if self._connect_timer is not None and self._connect_timer.active():
-            self._connect_timer.cancel()
-        self._connect_timer = None
-        self.session = session
-        session.expiry = expiry
-        session.bind(self, window, properties.maximum_packet_size)
-        self._will = packet.will
-        self.keep_alive = packet.keep_alive
-        if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
-            self.keep_alive = settings.mqtt_max_keep_alive
-        self.silent_since = factory.clock.seconds()
-        factory.live[self] = None
-        self._admission.login()
-        connack_properties = NO_PROPERTIES
-        if self.version == MQTT_5:
-            connack_properties = Properties(
-                assigned_client_identifier=getattr(self, "_assigned", None),
-                receive_maximum=settings.mqtt_max_inflight,
-                maximum_packet_size=settings.mqtt_max_packet_size,
-                topic_alias_maximum=settings.mqtt_topic_alias_maximum or None,
-                server_keep_alive=self.keep_alive if self.keep_alive != packet.keep_alive else None,
-                session_expiry_interval=expiry if expiry != (properties.session_expiry_interval or 0) else None,
-                shared_subscription_available=0,
-            )
-        self._write_connack(present, 0, connack_properties, self.version)
-        if present:
-            for data in session.resend_inflight():
-                self.transport.write(data)
-            session.send_queued()
-
     # ------------------------------------------------------------------ PUBLISH from the client
 
     def _on_publish(self, packet: Publish) -> None:
@@ -548,11 +392,17 @@ class MQTTServerProtocol(Protocol):
             if problem is not None:
                 codes.append(reasons.TOPIC_FILTER_INVALID if self.version == MQTT_5 else 0x80)
                 continue
-            if topic_filter.startswith("$share/"):
-                codes.append(reasons.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.version == MQTT_5 else 0x80)
-                continue
+            shared = shared_subscription(topic_filter)
+            if shared is not None and subscription.no_local and self.version == MQTT_5:
+                # 3.8.3.1: No Local on a shared subscription is a Protocol Error
+                self._disconnect(reasons.PROTOCOL_ERROR, "No Local on a shared subscription")
+                return
             try:
-                broker.subscribe_filter(session, topic_filter.encode("utf-8"))
+                if shared is None:
+                    broker.subscribe_filter(session, topic_filter.encode("utf-8"))
+                else:
+                    broker.subscribe_filter(session, shared.topic_filter.encode("utf-8"),
+                                            share=shared.share_name.encode("utf-8"))
             except AlreadySubscribed:
                 pass  # 3.8.4: a new subscription with the same filter replaces the old one
             except Forbidden:
@@ -567,12 +417,14 @@ class MQTTServerProtocol(Protocol):
             except BrokerError:  # a node of a cluster: filters are not routed between nodes yet
                 codes.append(reasons.IMPLEMENTATION_SPECIFIC_ERROR if self.version == MQTT_5 else 0x80)
                 continue
+            matched = topic_filter if shared is None else shared.topic_filter
             options = SubscriptionOptions(subscription.qos, subscription.no_local,
-                                          subscription.retain_as_published, identifier)
+                                          subscription.retain_as_published, identifier, matched.encode("utf-8"))
             new = session.subscribed(topic_filter, options)
             codes.append(subscription.qos)
             handling = subscription.retain_handling
-            if handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
+            # 4.8.2: retained messages are not sent for a shared subscription when it is made
+            if shared is None and handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
                 retained.append((topic_filter, subscription.qos))
         self.transport.write(encode(Suback(packet.packet_id, tuple(codes)), self.version))
         for topic_filter, _qos in retained:
@@ -588,7 +440,12 @@ class MQTTServerProtocol(Protocol):
         codes = []
         for topic_filter in packet.topic_filters:
             try:
-                broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
+                shared = shared_subscription(topic_filter)
+                if shared is None:
+                    broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
+                else:
+                    broker.unsubscribe_filter(session, shared.topic_filter.encode("utf-8"),
+                                              share=shared.share_name.encode("utf-8"))
             except (NotSubscribed, ValueError):
                 session.unsubscribed(topic_filter)
                 codes.append(reasons.NO_SUBSCRIPTION_EXISTED)
@@ -694,110 +551,6 @@ class MQTTServerFactory(Factory):
 
     def render(self, session: MQTTSession, message: Message) -> Rendered | None:
         return session.wire_format._rendered(message)
-
-
-class MQTTSessions:
-    """The MQTT front end's sessions by client identifier, and what outlives a connection:
-    persistent sessions until they expire, wills, retained messages (the core's)."""
-
-    _log = Logger()
-
-    def __init__(self, broker: Broker, settings: Settings, clock: Any) -> None:
-        self.broker = broker
-        self.settings = settings
-        self.clock = clock
-        self.formats = wire_formats(clock.seconds)
-        self.by_id: dict[str, MQTTSession] = {}
-        self._assigned = 0
-        self.refused_retains = 0
-
-    def assign_client_id(self) -> str:
-        self._assigned += 1
-        return f"brokerd-{id(self) & 0xFFFFFF:06x}-{self._assigned}"
-
-    def open(self, client_id: str, principal: Principal, version: int,
-             clean_start: bool) -> tuple[MQTTSession | None, bool]:
-        """The session a CONNECT binds to and whether it existed (Session Present); None
-        when the identifier is another principal's."""
-        existing = self.by_id.get(client_id)
-        if existing is not None:
-            if existing.principal != principal:
-                return None, False
-            connection = existing.connection
-            if connection is not None:
-                connection.taken_over()
-                if existing.connection is connection:  # not unbound by the close yet
-                    existing.unbind(connection)
-                    if connection._will is not None and not connection._normal_end:
-                        self.publish_will(existing, connection._will)
-                    connection._will = None
-            if clean_start or existing.version != version:
-                self._end(existing)
-            else:
-                return existing, True
-        session = MQTTSession(client_id, principal, self.formats[version], self.settings.mqtt_max_inflight,
-                              self.settings.mqtt_max_queued)
-        self.by_id[client_id] = session
-        self.broker.attach(session)
-        return session, False
-
-    def connection_ended(self, session: MQTTSession) -> None:
-        if session.expiry <= 0:
-            self._end(session)
-            return
-        session.expiry_timer = self.clock.callLater(session.expiry, self._expired, session)
-
-    def _expired(self, session: MQTTSession) -> None:
-        session.expiry_timer = None
-        if session.connection is None:
-            self._end(session)
-
-    def _end(self, session: MQTTSession) -> None:
-        if self.by_id.get(session.client_id) is session:
-            del self.by_id[session.client_id]
-        if session.expiry_timer is not None and session.expiry_timer.active():
-            session.expiry_timer.cancel()
-        session.expiry_timer = None
-        self.broker.detach(session)
-        session.subscriptions.clear()
-        session.queued.clear()
-        session.inflight.clear()
-
-    def publish_will(self, session: MQTTSession, will: Will) -> None:
-        """Publish a connection's will for it (3.1.2.5), if its principal may."""
-        target = will.topic.encode("utf-8")
-        if not self.broker.may_publish(session.principal, target):
-            return
-        properties = will.properties
-        details = PLAIN
-        if properties.content_type is not None or properties.message_expiry_interval is not None or will.qos:
-            expiry = properties.message_expiry_interval
-            details = Details(qos=will.qos, content_type=properties.content_type,
-                              expires=None if expiry is None else self.clock.seconds() + expiry)
-        message = Message(MULTICAST, target, will.payload, "mqtt", session.name,
-                          not (properties.payload_format_indicator == 1 or will.payload.isascii()),
-                          details=details, principal=session.principal)
-        if will.retain:
-            self.retain(message)
-        try:
-            self.broker.publish(message)
-        except Forbidden:
-            return
-        kept = self.broker.keep([message])
-        if kept is not None:
-            kept.addErrback(lambda failure: None if is_outage(failure) else self._log.failure(
-                "Storing an MQTT will for durable subscribers", failure))
-
-    def retain(self, message: Message) -> None:
-        """Keep ``message`` as its topic's retained message (the core's, in the store); a
-        retain over the core's limits is dropped and counted."""
-        try:
-            self.broker.retained.retain(message)
-        except RetainRefused:
-            self.refused_retains += 1
-
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.broker.retained.matching(topic_filter)
 
 
 def build_factory(runtime: Runtime) -> MQTTServerFactory:

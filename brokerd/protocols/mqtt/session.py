@@ -42,6 +42,8 @@ class SubscriptionOptions:
     no_local: bool = False
     retain_as_published: bool = False
     identifier: int | None = None
+    matched: bytes = b""
+    """The filter topics are matched with: the subscription's, without ``$share/{group}/``."""
 
 
 class Outgoing:
@@ -129,8 +131,8 @@ class MQTTSession:
         qos = -1
         no_local = True
         identifiers: list[int] = []
-        for topic_filter, options in self.subscriptions.items():
-            if matches(topic_filter.encode("utf-8"), target):
+        for options in self.subscriptions.values():
+            if matches(options.matched, target):
                 qos = max(qos, options.qos)
                 no_local = no_local and options.no_local
                 if options.identifier is not None:

@@ -1,0 +1,192 @@
+"""CONNECT: the login and the session a connection binds to (MQTT 5.0 3.1 and 3.2; 3.1.1 3.1, 3.2).
+
+Credentials go to the portal every protocol shares (brokerd.auth): a username and password,
+else a verified TLS client certificate, else (``--mqtt-anonymous``, the default) the anonymous
+principal.  Then the front end's sessions (:class:`~.sessions.MQTTSessions`) give the session
+of the client identifier, if the principal may have it, and the CONNACK says what the server
+grants.  A mixin of :class:`~.server.MQTTServerProtocol`, which has the connection's state.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.cred.credentials import UsernamePassword
+from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+
+from brokerd.auth.credentials import ClientCertificate
+from brokerd.auth.realm import IIdentity
+from brokerd.auth.tls import peer_names
+from brokerd.core.principal import NOBODY, Principal
+from brokerd.events.log import transport_source
+from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.encoder import encode
+from brokerd.protocols.mqtt.packets import (
+    MQTT_5,
+    MQTT_311,
+    NO_PROPERTIES,
+    Connack,
+    Connect,
+    Properties,
+)
+from brokerd.protocols.mqtt.topics import (
+    topic_name_problem,
+)
+
+NEVER_EXPIRES = 0xFFFFFFFF
+"""A v5 Session Expiry Interval that never ends (3.1.2.11.2)."""
+# 3.1.1 CONNACK return codes (3.2.2.3) for the v5 reasons this server refuses with.
+_V3_CONNACK = {
+    reasons.UNSUPPORTED_PROTOCOL_VERSION: 1,
+    reasons.CLIENT_IDENTIFIER_NOT_VALID: 2,
+    reasons.SERVER_UNAVAILABLE: 3,
+    reasons.SERVER_BUSY: 3,
+    reasons.BAD_USER_NAME_OR_PASSWORD: 4,
+    reasons.NOT_AUTHORIZED: 5,
+}
+
+
+class Login:
+    """The CONNECT half of an MQTT connection (see the module docstring)."""
+
+    def _on_connect(self, packet: Connect) -> None:
+        factory = self.factory
+        settings = factory.settings
+        self.version = self._decoder.version or MQTT_311  # type: ignore[union-attr]
+        self._connect = packet
+        properties = packet.properties
+        if properties.authentication_method is not None:
+            self._refuse_connect(reasons.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not offered")
+            return
+        client_id = packet.client_id
+        if not client_id:
+            if self.version == MQTT_311 and not packet.clean_start:
+                self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "an empty client identifier needs a clean session")
+                return
+            client_id = factory.assign_client_id()
+            self._assigned = client_id
+        elif len(client_id.encode("utf-8")) > settings.mqtt_max_client_id:
+            self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long")
+            return
+        self._client_id = client_id
+        will = packet.will
+        if will is not None and topic_name_problem(will.topic, settings.mqtt_max_topic_length,
+                                                   settings.mqtt_max_topic_levels) is not None:
+            self._refuse_connect(reasons.TOPIC_NAME_INVALID, "the will topic is not a valid topic name")
+            return
+        credentials = self._credentials(packet)
+        if credentials is None:
+            if not settings.mqtt_anonymous:
+                self._refuse_connect(reasons.NOT_AUTHORIZED, "this server needs a username or a client certificate",
+                                     event="anonymous login refused")
+                return
+            self._logged_in(NOBODY)
+            return
+        self._logging_in = True
+        self.transport.pauseProducing()
+        d = factory.portal.login(credentials, self, IIdentity)
+        d.addCallbacks(self._login_succeeded, self._login_failed)
+        d.addErrback(self._login_broke)
+
+    def _credentials(self, packet: Connect) -> Any:
+        names = peer_names(self.transport)
+        if packet.username is not None and packet.password is not None:
+            return UsernamePassword(packet.username.encode("utf-8"), packet.password)
+        if names:
+            identifier = packet.username if packet.username is not None else names[0]
+            return ClientCertificate(identifier.encode("utf-8"), names)
+        if packet.username is not None or packet.password is not None:
+            return UsernamePassword((packet.username or "").encode("utf-8"), packet.password or b"")
+        return None
+
+    def _login_succeeded(self, result: Any) -> None:
+        _interface, identity, _logout = result
+        self._end_login()
+        if not self.closed:
+            self._logged_in(identity.principal)
+            self._continue()
+
+    def _login_failed(self, failure: Any) -> None:
+        failure.trap(UnauthorizedLogin, UnhandledCredentials)
+        self._end_login()
+        self._refuse_connect(reasons.BAD_USER_NAME_OR_PASSWORD, "bad user name or password",
+                             event=failure.getErrorMessage() or "refused")
+
+    def _login_broke(self, failure: Any) -> None:
+        self._log.failure("MQTT login of {client!r} failed", failure, client=self._client_id)
+        self._end_login()
+        self._refuse_connect(reasons.SERVER_UNAVAILABLE, "the login could not be checked", event="checker error")
+
+    def _end_login(self) -> None:
+        self._logging_in = False
+        if not self.closed:
+            self.transport.resumeProducing()
+
+    def _continue(self) -> None:
+        pending, self._pending = self._pending, []
+        self._handle(pending, None)
+
+    def _refuse_connect(self, reason_code: int, reason: str, event: str | None = None) -> None:
+        if event is not None or reason_code in (reasons.BAD_USER_NAME_OR_PASSWORD, reasons.NOT_AUTHORIZED):
+            connect = self._connect
+            self.factory.events.auth_failure("mqtt", connect.username if connect else None,
+                                             source=transport_source(self.transport),
+                                             reason=event or reason)
+        properties = NO_PROPERTIES
+        if self.version == MQTT_5 and self._problem_information:
+            properties = Properties(reason_string=reason)
+        self._write_connack(False, reason_code, properties, self.version)
+        self._close()
+
+    def _write_connack(self, present: bool, reason_code: int, properties: Properties, version: int) -> None:
+        if version == MQTT_5:
+            self.transport.write(encode(Connack(present, reason_code, properties), MQTT_5))
+        else:
+            code = reason_code if reason_code == 0 else _V3_CONNACK.get(reason_code, 5)
+            self.transport.write(bytes((0x20, 2, 1 if present else 0, code)))
+
+    def _logged_in(self, principal: Principal) -> None:
+        factory = self.factory
+        settings = factory.settings
+        packet = self._connect
+        assert packet is not None
+        properties = packet.properties
+        if self.version == MQTT_5:
+            expiry = properties.session_expiry_interval or 0
+        else:
+            expiry = 0 if packet.clean_start else NEVER_EXPIRES
+        expiry = min(expiry, settings.mqtt_max_session_expiry) if expiry != NEVER_EXPIRES else settings.mqtt_max_session_expiry
+        window = min(properties.receive_maximum or 65_535, settings.mqtt_max_inflight)
+        session, present = factory.open_session(self._client_id, principal, self.version, packet.clean_start)
+        if session is None:
+            self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
+                                 event="client identifier of another principal")
+            return
+        if self._connect_timer is not None and self._connect_timer.active():
+            self._connect_timer.cancel()
+        self._connect_timer = None
+        self.session = session
+        session.expiry = expiry
+        session.bind(self, window, properties.maximum_packet_size)
+        self._will = packet.will
+        self.keep_alive = packet.keep_alive
+        if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
+            self.keep_alive = settings.mqtt_max_keep_alive
+        self.silent_since = factory.clock.seconds()
+        factory.live[self] = None
+        self._admission.login()
+        connack_properties = NO_PROPERTIES
+        if self.version == MQTT_5:
+            connack_properties = Properties(
+                assigned_client_identifier=getattr(self, "_assigned", None),
+                receive_maximum=settings.mqtt_max_inflight,
+                maximum_packet_size=settings.mqtt_max_packet_size,
+                topic_alias_maximum=settings.mqtt_topic_alias_maximum or None,
+                server_keep_alive=self.keep_alive if self.keep_alive != packet.keep_alive else None,
+                session_expiry_interval=expiry if expiry != (properties.session_expiry_interval or 0) else None,
+            )
+        self._write_connack(present, 0, connack_properties, self.version)
+        if present:
+            for data in session.resend_inflight():
+                self.transport.write(data)
+            session.send_queued()
+

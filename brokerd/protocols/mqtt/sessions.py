@@ -1,0 +1,133 @@
+"""The MQTT front end's sessions by client identifier, and what outlives a connection.
+
+Persistent sessions wait here (attached to the core, so they keep receiving) until they expire;
+a CONNECT with a known client identifier takes the session over if it is the same principal's
+and is refused otherwise; wills are published from here; retained messages are the core's
+(``Broker.retained``).  One instance serves every MQTT listener of the node.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+
+from brokerd.config import Settings
+from brokerd.core.broker import Broker
+from brokerd.core.message import MULTICAST, PLAIN, Details, Message
+from brokerd.core.principal import Principal
+from brokerd.core.retained import RetainRefused
+from brokerd.errors import (
+    Forbidden,
+)
+from brokerd.protocols.mqtt.packets import (
+    Will,
+)
+from brokerd.protocols.mqtt.session import MQTTSession
+from brokerd.protocols.mqtt.wire import wire_formats
+from brokerd.store.base import is_outage
+
+
+class MQTTSessions:
+    """The MQTT front end's sessions by client identifier, and what outlives a connection:
+    persistent sessions until they expire, wills, retained messages (the core's)."""
+
+    _log = Logger()
+
+    def __init__(self, broker: Broker, settings: Settings, clock: Any) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.clock = clock
+        self.formats = wire_formats(clock.seconds)
+        self.by_id: dict[str, MQTTSession] = {}
+        self._assigned = 0
+        self.refused_retains = 0
+
+    def assign_client_id(self) -> str:
+        self._assigned += 1
+        return f"brokerd-{id(self) & 0xFFFFFF:06x}-{self._assigned}"
+
+    def open(self, client_id: str, principal: Principal, version: int,
+             clean_start: bool) -> tuple[MQTTSession | None, bool]:
+        """The session a CONNECT binds to and whether it existed (Session Present); None
+        when the identifier is another principal's."""
+        existing = self.by_id.get(client_id)
+        if existing is not None:
+            if existing.principal != principal:
+                return None, False
+            connection = existing.connection
+            if connection is not None:
+                connection.taken_over()
+                if existing.connection is connection:  # not unbound by the close yet
+                    existing.unbind(connection)
+                    if connection._will is not None and not connection._normal_end:
+                        self.publish_will(existing, connection._will)
+                    connection._will = None
+            if clean_start or existing.version != version:
+                self._end(existing)
+            else:
+                return existing, True
+        session = MQTTSession(client_id, principal, self.formats[version], self.settings.mqtt_max_inflight,
+                              self.settings.mqtt_max_queued)
+        self.by_id[client_id] = session
+        self.broker.attach(session)
+        return session, False
+
+    def connection_ended(self, session: MQTTSession) -> None:
+        if session.expiry <= 0:
+            self._end(session)
+            return
+        session.expiry_timer = self.clock.callLater(session.expiry, self._expired, session)
+
+    def _expired(self, session: MQTTSession) -> None:
+        session.expiry_timer = None
+        if session.connection is None:
+            self._end(session)
+
+    def _end(self, session: MQTTSession) -> None:
+        if self.by_id.get(session.client_id) is session:
+            del self.by_id[session.client_id]
+        if session.expiry_timer is not None and session.expiry_timer.active():
+            session.expiry_timer.cancel()
+        session.expiry_timer = None
+        self.broker.detach(session)
+        session.subscriptions.clear()
+        session.queued.clear()
+        session.inflight.clear()
+
+    def publish_will(self, session: MQTTSession, will: Will) -> None:
+        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        target = will.topic.encode("utf-8")
+        if not self.broker.may_publish(session.principal, target):
+            return
+        properties = will.properties
+        details = PLAIN
+        if properties.content_type is not None or properties.message_expiry_interval is not None or will.qos:
+            expiry = properties.message_expiry_interval
+            details = Details(qos=will.qos, content_type=properties.content_type,
+                              expires=None if expiry is None else self.clock.seconds() + expiry)
+        message = Message(MULTICAST, target, will.payload, "mqtt", session.name,
+                          not (properties.payload_format_indicator == 1 or will.payload.isascii()),
+                          details=details, principal=session.principal)
+        if will.retain:
+            self.retain(message)
+        try:
+            self.broker.publish(message)
+        except Forbidden:
+            return
+        kept = self.broker.keep([message])
+        if kept is not None:
+            kept.addErrback(lambda failure: None if is_outage(failure) else self._log.failure(
+                "Storing an MQTT will for durable subscribers", failure))
+
+    def retain(self, message: Message) -> None:
+        """Keep ``message`` as its topic's retained message (the core's, in the store); a
+        retain over the core's limits is dropped and counted."""
+        try:
+            self.broker.retained.retain(message)
+        except RetainRefused:
+            self.refused_retains += 1
+
+    def retained_matching(self, topic_filter: bytes) -> list[Message]:
+        return self.broker.retained.matching(topic_filter)
+
+
