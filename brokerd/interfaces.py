@@ -209,6 +209,11 @@ class IEngine(Interface):
     def member_changed(topic, session, joined, presence):
         """A local session joined (``joined`` True, with its ``presence`` flag) or left ``topic``."""
 
+    def filter_changed(topic_filter, active):
+        """A topic filter got its first local subscriber (``active`` True; a plain or a shared
+        subscription) or lost its last: the other nodes send this node the messages of the
+        topics it matches.  Must not raise or block."""
+
     def members(topic):
         """The other nodes' members of ``topic``: (member, presence) pairs, the member an
         ISubscriber that only presence rendering looks at."""

@@ -28,12 +28,19 @@ from typing import Any
 
 from brokerd.cluster.envelope import OTHER, PROTOCOLS
 from brokerd.config import Settings
+from brokerd.core.filters import FilterIndex, filter_problem
 from brokerd.core.principal import NOBODY, Principal
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
 DURABLE = "durable"
 KEEP_OUT = "keepout"
+FILTER = "filter"
+"""A topic filter got its first subscriber on the node (``on`` true) or lost its last: ``f``
+the filter.  The other nodes send that node the runs of every topic one of its filters
+matches (on the filter channel; brokerd.cluster.redis_engine)."""
+MAX_FILTERS = 100_000
+"""Filters one node's STATE may name."""
 """Durable state this node committed to the shared store: ``tr`` (the SMQP topic tree
 changed), ``s`` (subscribers whose durable subscriptions changed), ``p`` (subscribers that
 got pending deliveries).  The other nodes re-read that part of the store (see
@@ -140,6 +147,17 @@ def _check_state(message: dict[str, Any]) -> None:
         _require(isinstance(entry, list) and len(entry) == 4 and _is_bytes(entry[0]) and _is_name(entry[1])
                  and _is_bytes(entry[2]) and isinstance(entry[3], bool), "a damaged state member")
         entry[1] = _known_protocol(entry[1])
+    filters = message.get("filters", [])
+    _require(isinstance(filters, list) and len(filters) <= MAX_FILTERS and all(_is_filter(f) for f in filters),
+             "a damaged state filter")
+
+
+def _is_filter(value: Any) -> bool:
+    return _is_bytes(value) and filter_problem(_b(value)) is None
+
+
+def _check_filter(message: dict[str, Any]) -> None:
+    _require(_is_filter(message.get("f")) and isinstance(message.get("on"), bool), "a damaged filter change")
 
 
 def _check_durable(message: dict[str, Any]) -> None:
@@ -202,8 +220,12 @@ def read_durable(message: dict[str, Any]) -> tuple[bool, list[str], list[str]]:
 _CHECKS = {
     HELLO: _check_nothing, BEAT: _check_nothing, BYE: _check_nothing, STATE: _check_state,
     ATTACH: _check_address, DETACH: _check_detach, JOIN: _check_member, LEAVE: _check_member,
-    DURABLE: _check_durable, KEEP_OUT: _check_keep_out,
+    DURABLE: _check_durable, KEEP_OUT: _check_keep_out, FILTER: _check_filter,
 }
+
+
+def filter_fields(topic_filter: bytes, active: bool) -> dict[str, Any]:
+    return {"f": _s(topic_filter), "on": active}
 
 
 def member_fields(topic: bytes, protocol: str, name: bytes, presence: bool) -> dict[str, Any]:
@@ -241,6 +263,7 @@ class RemoteNode:
     last_seen: float
     addresses: set[tuple[str, bytes]] = field(default_factory=set)
     members: dict[bytes, dict[tuple[str, bytes], tuple[RemoteMember, bool]]] = field(default_factory=dict)
+    filters: set[bytes] = field(default_factory=set)
 
 
 class Directory:
@@ -262,6 +285,8 @@ class Directory:
         """(namespace, address) -> the principal of the session that has it, when announced."""
         self.on_presence = on_presence
         self.on_address = on_address
+        self.filters = FilterIndex()
+        """The other nodes' topic filters; their members are the nodes' origins."""
 
     def node(self, origin: str, name: str, now: float) -> RemoteNode:
         found = self.nodes.get(origin)
@@ -290,6 +315,8 @@ class Directory:
                        bool(message.get("pr", False)))
         elif kind == LEAVE:
             self._leave(node, _b(message["t"]), message["p"], _b(message["m"]))
+        elif kind == FILTER:
+            self._filter(node, _b(message["f"]), message["on"])
         elif kind == STATE:
             self._replace_state(node, message)
 
@@ -334,6 +361,18 @@ class Directory:
             self._topics_changed()
         self.on_presence(topic, found[0], False, False)
 
+    def _filter(self, node: RemoteNode, topic_filter: bytes, active: bool) -> None:
+        if active:
+            node.filters.add(topic_filter)
+            self.filters.add(topic_filter, node.origin)
+        else:
+            node.filters.discard(topic_filter)
+            self.filters.discard(topic_filter, node.origin)
+
+    def filter_nodes(self, topic: bytes) -> tuple[str, ...]:
+        """The origins of the other nodes with a filter matching ``topic``."""
+        return self.filters.match(topic)  # type: ignore[return-value]
+
     def _topics_changed(self) -> None:
         if self.on_topics is not None:
             self.on_topics()
@@ -353,6 +392,11 @@ class Directory:
                     self._leave(node, topic, protocol, name)
         for (topic, protocol, name), presence in wanted.items():
             self._join(node, topic, protocol, name, presence)
+        filters = {_b(f) for f in message.get("filters", ())}
+        for topic_filter in node.filters - filters:
+            self._filter(node, topic_filter, False)
+        for topic_filter in filters - node.filters:
+            self._filter(node, topic_filter, True)
 
     def forget(self, origin: str) -> RemoteNode | None:
         """A node left or died: its members leave, its addresses are free."""
@@ -365,6 +409,8 @@ class Directory:
         if node.members:
             node.members = {}
             self._topics_changed()
+        for topic_filter in list(node.filters):
+            self._filter(node, topic_filter, False)
         for key in node.addresses:
             self._drop(key, origin)
         return node
@@ -399,4 +445,5 @@ def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[st
         topic = broker.topics.get(name)
         for member, presence in topic.members.items():
             members.append([_s(name), member.protocol, _s(member.name), presence])
-    return {"addresses": addresses, "members": members}
+    filters = [_s(topic_filter) for topic_filter in broker.filtered.counts]
+    return {"addresses": addresses, "members": members, "filters": filters}

@@ -42,7 +42,7 @@ from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.shards import Shards
 from brokerd.config import Settings
-from brokerd.core.message import BROADCAST, UNICAST, Message
+from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.interfaces import IEngine
 
 _log = Logger()
@@ -51,6 +51,11 @@ CONTROL_CHANNEL = b"brokerd:c"
 """Where nodes announce logins, topic members, heartbeats (brokerd.cluster.directory)."""
 NODE_PREFIX = b"brokerd:n:"
 """A node's own channel (the prefix, then its instance id in hex): unicasts to its sessions."""
+FILTER_CHANNEL = b"brokerd:f"
+"""Runs for the nodes with topic filters (MQTT's ``+``/``#``): a publishing node sends a run
+here too when another node announced a filter matching its topic; a node follows it while it
+has a filter subscription, and delivers from it only topics it does not follow (those arrive on
+their own channel, and the core's routing adds the filters' members)."""
 
 
 class ClusterStats:
@@ -156,6 +161,8 @@ class RedisEngine:
         self.shards.essential = {CONTROL_CHANNEL, self.node_channel}
         for name in (CONTROL_CHANNEL, self.node_channel, *map(channel, broker.topics.active())):
             self.shards.follow(name, True)
+        if broker.filtered.counts:
+            self.shards.follow(FILTER_CHANNEL, True)
         self.shards.start()
         from twisted.internet.task import LoopingCall
 
@@ -280,6 +287,12 @@ class RedisEngine:
     def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
         self._announce(control.JOIN if joined else control.LEAVE,
                        **control.member_fields(topic, session.protocol, session.name or b"", presence))
+
+    def filter_changed(self, topic_filter: bytes, active: bool) -> None:
+        """Tell the other nodes; follow the filter channel while this node has filters."""
+        self._announce(control.FILTER, **control.filter_fields(topic_filter, active))
+        if self.shards is not None:
+            self.shards.follow(FILTER_CHANNEL, bool(self.broker.filtered.counts))
 
     def members(self, topic: bytes) -> list:
         return self.directory.members(topic)
@@ -563,6 +576,10 @@ class RedisEngine:
             self._backlog += len(data)
             stats.envelopes_sent += 1
             stats.messages_sent += len(run)
+            if self.directory.filter_nodes(topic):
+                data = sealer.seal(FILTER_CHANNEL, envelope.encode(self.instance, run, rendered))
+                if shards.publish(FILTER_CHANNEL, data):
+                    self._backlog += len(data)
         for name, data in raw:
             data = sealer.seal(name, data)
             if shards.publish(name, data):
@@ -591,7 +608,15 @@ class RedisEngine:
         try:
             if envelope.origin_of(data) == self.instance:
                 return
-            run = envelope.open_run(data, name[len(CHANNEL_PREFIX):] if name.startswith(CHANNEL_PREFIX) else None)
+            if name == FILTER_CHANNEL:
+                run = envelope.open_run(data)
+                if run.first.kind != MULTICAST or run.first.target is None:
+                    raise envelope.EnvelopeError("a run on the filter channel that is not a multicast")
+                if channel(run.first.target) in self.shards.following:  # type: ignore[union-attr]
+                    return  # its topic's own channel brings it
+                run.topic = run.first.target  # every message of the run is checked against it
+            else:
+                run = envelope.open_run(data, name[len(CHANNEL_PREFIX):] if name.startswith(CHANNEL_PREFIX) else None)
             self.broker.deliver_rendered(run)
         except envelope.EnvelopeError as exc:
             self.drop_damaged(repr(name[:100]), str(exc))

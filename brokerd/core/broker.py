@@ -253,6 +253,7 @@ class Broker(Service):
             for topic_filter in self.filtered.drop(session):
                 self._filter_left(session, topic_filter)
             self._filtering = len(self.filtered) > 0
+            self._tell_filter_changes()
         address = session.address
         if address is not None:
             key = (session.protocol, address)
@@ -291,14 +292,14 @@ class Broker(Service):
 
         Raises ValueError (not a filter), AlreadySubscribed, SubscriptionLimit, Forbidden (the
         access list does not let the principal subscribe to the filter's text), or BrokerError
-        on a node of a cluster: filters are not yet routed between nodes (docs/architecture.md)."""
+        when the session is not attached.  On a node of a cluster the other nodes learn of a
+        filter's first and last subscription (IEngine.filter_changed) and send this node the
+        messages of the topics it matches."""
         problem = filter_problem(topic_filter)
         if problem is not None:
             raise ValueError(problem)
         if session not in self._sessions:
             raise BrokerError("a session must attach before it subscribes")
-        if self._forward is not None:
-            raise BrokerError("topic filters are not routed between the nodes of a cluster yet")
         filtered = self.filtered
         if filtered.has(session, topic_filter) if share is None else filtered.has_shared(session, (share, topic_filter)):
             raise AlreadySubscribed(topic_filter)
@@ -312,8 +313,15 @@ class Broker(Service):
         else:
             filtered.add_shared(session, (share, topic_filter))
         self._filtering = True
+        self._tell_filter_changes()
         if self.observer is not None:
             self.observer.subscribed(session, topic_filter)
+
+    def _tell_filter_changes(self) -> None:
+        changes = self.filtered.changes()
+        if changes and self._forward is not None:
+            for topic_filter, active in changes:
+                self.engine.filter_changed(topic_filter, active)
 
     def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
@@ -330,6 +338,7 @@ class Broker(Service):
 
     def _filter_left(self, session: ISubscriber, topic_filter: bytes) -> None:
         self._filtering = len(self.filtered) > 0
+        self._tell_filter_changes()
         if self.observer is not None:
             self.observer.unsubscribed(session, topic_filter)
 
@@ -554,7 +563,8 @@ class Broker(Service):
         topic = self.topics.get(first.target)
         sections = run.sections
         observer = self.observer
-        if topic is None or not sections or (observer is not None and not getattr(observer, "summarizes_runs", False)):
+        if topic is None or not sections or self._filtering or (
+                observer is not None and not getattr(observer, "summarizes_runs", False)):
             return self._route(run.messages(), None)
         fanout = topic.fanout()
         for fmt, _members in fanout:

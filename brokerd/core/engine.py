@@ -71,6 +71,9 @@ class InMemoryEngine:
     def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
         """Nobody else to tell."""
 
+    def filter_changed(self, topic_filter: bytes, active: bool) -> None:
+        """Nobody else to tell."""
+
     def durable_changed(self, tree: bool = False, subscribers: Any = (), pending: Any = ()) -> None:
         """No other node reads the store."""
 

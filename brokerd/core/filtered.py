@@ -69,6 +69,26 @@ class FilterSubscriptions:
         """The shared groups (SharedGroup) by their filter."""
         self._groups: dict[SharedKey, SharedGroup] = {}
         self._shared_of: dict[ISubscriber, dict[SharedKey, None]] = {}
+        self.counts: dict[bytes, int] = {}
+        """Subscriptions (plain and shared) per filter: what a cluster's other nodes are told
+        (a filter that appears or goes, see :meth:`changes`)."""
+        self._changed: list[tuple[bytes, bool]] = []
+
+    def _count(self, topic_filter: bytes, step: int) -> None:
+        count = self.counts.get(topic_filter, 0) + step
+        if count > 0:
+            self.counts[topic_filter] = count
+            if count == 1 and step > 0:
+                self._changed.append((topic_filter, True))
+        else:
+            self.counts.pop(topic_filter, None)
+            self._changed.append((topic_filter, False))
+
+    def changes(self) -> list[tuple[bytes, bool]]:
+        """(filter, active) for each filter that got its first subscription or lost its last
+        since the previous call."""
+        changed, self._changed = self._changed, []
+        return changed
 
     def __len__(self) -> int:
         """Filters and shared groups with at least one member."""
@@ -92,6 +112,7 @@ class FilterSubscriptions:
             self.shared.add(key[1], group)
         group.members.append(session)
         self._shared_of.setdefault(session, {})[key] = None
+        self._count(key[1], 1)
 
     def remove_shared(self, session: ISubscriber, key: SharedKey) -> None:
         keys = self._shared_of.get(session)
@@ -102,6 +123,7 @@ class FilterSubscriptions:
         group = self._groups.get(key)
         if group is not None and session in group.members:
             group.members.remove(session)
+            self._count(key[1], -1)
             if not group.members:
                 del self._groups[key]
                 self.shared.discard(key[1], group)
@@ -114,7 +136,8 @@ class FilterSubscriptions:
 
     def add(self, session: ISubscriber, topic_filter: bytes) -> None:
         self._of.setdefault(session, {})[topic_filter] = None
-        self.index.add(topic_filter, session)
+        if self.index.add(topic_filter, session):
+            self._count(topic_filter, 1)
         self._fanouts.clear()
 
     def remove(self, session: ISubscriber, topic_filter: bytes) -> None:
@@ -123,14 +146,16 @@ class FilterSubscriptions:
             filters.pop(topic_filter, None)
             if not filters:
                 del self._of[session]
-        self.index.discard(topic_filter, session)
+        if self.index.discard(topic_filter, session):
+            self._count(topic_filter, -1)
         self._fanouts.clear()
 
     def drop(self, session: ISubscriber) -> list[bytes]:
         """Take every filter of ``session`` away (it detached); returns them."""
         filters = list(self._of.pop(session, ()))
         for topic_filter in filters:
-            self.index.discard(topic_filter, session)
+            if self.index.discard(topic_filter, session):
+                self._count(topic_filter, -1)
         if filters:
             self._fanouts.clear()
         for key in self.shared_of(session):

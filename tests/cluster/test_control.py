@@ -44,3 +44,38 @@ def test_an_address_carries_its_principal_until_it_is_gone() -> None:
     apply(control.ATTACH, **control.address_fields("ssmp", b"carol", 3.0, Principal("carol", OPEN)))
     directory.forget("0000000000000002")
     assert directory.principals == {} and directory.owner == {}
+
+
+def test_filters_of_other_nodes_are_known_until_they_go() -> None:
+    directory = control.Directory(lambda *args: None, lambda *args: None)
+
+    def apply(origin: str, kind: str, **fields) -> None:
+        directory.apply(control.decode(control.encode(origin, "n", kind, **fields)), 0.0)
+
+    two, three = "0000000000000002", "0000000000000003"
+    apply(two, control.FILTER, **control.filter_fields(b"sensors/+/temp", True))
+    apply(three, control.FILTER, **control.filter_fields(b"#", True))
+    assert set(directory.filter_nodes(b"sensors/a/temp")) == {two, three}
+    assert directory.filter_nodes(b"$SYS/x") == ()  # '#' does not reach $ topics
+    apply(two, control.FILTER, **control.filter_fields(b"sensors/+/temp", False))
+    assert directory.filter_nodes(b"sensors/a/temp") == (three,)
+    apply(two, control.STATE, addresses=[], members=[], filters=["jobs/#"])  # a node's whole state
+    assert set(directory.filter_nodes(b"jobs/1")) == {two, three}
+    directory.forget(three)
+    assert directory.filter_nodes(b"sensors/a/temp") == ()
+    assert directory.filter_nodes(b"jobs/1") == (two,)
+    apply(two, control.STATE, addresses=[], members=[])  # a state without filters: none left
+    assert directory.filter_nodes(b"jobs/1") == ()
+
+
+@pytest.mark.parametrize("fields", [
+    {"f": "a/#/b", "on": True},  # not a filter
+    {"f": "a/b", "on": 1},
+    {"on": True},
+])
+def test_a_damaged_filter_change_is_refused(fields) -> None:
+    with pytest.raises(control.ControlError):
+        control.decode(control.encode("0000000000000002", "n", control.FILTER, **fields))
+    with pytest.raises(control.ControlError):
+        control.decode(control.encode("0000000000000002", "n", control.STATE, addresses=[], members=[],
+                                      filters=[fields.get("f", 7)] if fields.get("on") is True else [None]))

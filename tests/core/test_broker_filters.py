@@ -1,5 +1,5 @@
 """Subscriptions to topic filters in the Broker: routing, each session once, access per topic,
-limits, detach, policy reloads, and the refusal on a node of a cluster."""
+limits, detach, policy reloads, shared groups, and what a node of a cluster tells the others."""
 from __future__ import annotations
 
 import pytest
@@ -156,11 +156,37 @@ def test_a_policy_reload_revokes_filters_and_what_they_deliver(broker):
     assert b.got == [b"f|multicast|b'room/1'|before"]
 
 
-def test_a_node_of_a_cluster_refuses_filters_until_they_are_routed_between_nodes(broker):
-    (a,) = attached(broker, Session("a", Format("f")))
-    broker._forward = lambda messages, rendered: None  # what use_engine sets for a shared engine
-    with pytest.raises(BrokerError, match="cluster"):
-        broker.subscribe_filter(a, b"a/#")
+def test_a_node_of_a_cluster_tells_the_other_nodes_of_each_filter_s_first_and_last_subscription(broker):
+    told = []
+
+    class Engine:
+        shared = True
+
+        def start(self, broker):
+            pass
+
+        def forward(self, messages, rendered=None):
+            pass
+
+        def session_attached(self, session):
+            pass
+
+        def session_detached(self, session):
+            pass
+
+        def filter_changed(self, topic_filter, active):
+            told.append((topic_filter, active))
+
+    broker.use_engine(Engine())
+    a, b = attached(broker, Session("a", Format("f")), Session("b", Format("f")))
+    broker.subscribe_filter(a, b"a/#")
+    broker.subscribe_filter(b, b"a/#")  # not the first: nothing to tell
+    broker.subscribe_filter(b, b"jobs/+", share=b"g")
+    assert told == [(b"a/#", True), (b"jobs/+", True)]
+    broker.unsubscribe_filter(a, b"a/#")
+    assert told[2:] == []
+    broker.detach(b)
+    assert sorted(told[2:]) == [(b"a/#", False), (b"jobs/+", False)]
 
 
 def test_a_shared_group_gives_each_message_to_one_member_in_turn(broker):

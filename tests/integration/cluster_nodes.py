@@ -111,6 +111,9 @@ class Node:
                     client.transport.abortConnection()
                     await client.when_closed().addTimeout(TIMEOUT, reactor())
                 continue
+            if not hasattr(client, "close"):  # an MQTT client (brokerd.protocols.mqtt.client)
+                client.abort()
+                continue
             close = client.close()
             if isinstance(close, Deferred):
                 try:

@@ -160,8 +160,15 @@ class MQTTSession:
         for item in items:
             self.deliver(item)
 
+    on_replaced: Any = None
+    """Called with the session when :meth:`replaced` (set by the front end's registry)."""
+
     def replaced(self) -> None:
-        """A session with this client identifier started elsewhere (another node)."""
+        """A session with this client identifier started on another node of the cluster: the
+        core detached this one; it ends (its connection is told, as at a takeover here)."""
+        self.expiry = 0
+        if self.on_replaced is not None:
+            self.on_replaced(self)
         connection = self.connection
         if connection is not None:
             connection.taken_over()

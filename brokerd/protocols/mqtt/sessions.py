@@ -68,9 +68,18 @@ class MQTTSessions:
                 return existing, True
         session = MQTTSession(client_id, principal, self.formats[version], self.settings.mqtt_max_inflight,
                               self.settings.mqtt_max_queued)
+        session.on_replaced = self._replaced_elsewhere
         self.by_id[client_id] = session
         self.broker.attach(session)
         return session, False
+
+    def _replaced_elsewhere(self, session: MQTTSession) -> None:
+        """Another node's connection took this client identifier: forget the session here
+        (the session there starts empty: sessions are a node's own, docs/mqtt.md)."""
+        if self.by_id.get(session.client_id) is session:
+            del self.by_id[session.client_id]
+        if session.connection is None:
+            self._end(session)
 
     def connection_ended(self, session: MQTTSession) -> None:
         if session.expiry <= 0:
