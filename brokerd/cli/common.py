@@ -8,6 +8,7 @@ protocol (what a client certificate is for, which name TLS verifies).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,10 @@ def build_endpoint(
 def error_text(exc: BaseException) -> str:
     """An exception as one line for an error message (its type when it says nothing)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def start_debug_log() -> None:
+    """``-d``: Twisted's log (the client protocol's own lines) on stderr."""
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)

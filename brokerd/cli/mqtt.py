@@ -32,7 +32,13 @@ from twisted.logger import Logger
 
 from brokerd import __version__
 from brokerd.cli import common
-from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text
+from brokerd.cli.common import (
+    EXIT_ERROR,
+    CommandError,
+    Interruption,
+    error_text,
+    start_debug_log,
+)
 from brokerd.config import read_first_line
 from brokerd.errors import ConfigurationError
 from brokerd.protocols.mqtt.client import (
@@ -341,17 +347,11 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         raise SystemExit(exc.code) from None
 
 
-def _start_debug_log() -> None:
-    from twisted.logger import globalLogBeginner, textFileLogObserver
-
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-
-
 def main(argv: list[str] | None = None) -> NoReturn:
     """The ``brokerd-mqtt`` entry point."""
     args = parse_arguments(argv)
     if args.debug:
-        _start_debug_log()
+        start_debug_log()
     task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
     raise SystemExit(0)  # react never returns; this keeps the NoReturn promise for type checkers
 
