@@ -1,5 +1,5 @@
 """The core's topic filters (brokerd.core.filters): MQTT's matching rules, checked against
-MQTT's own statement of them in the codec, and the FilterIndex's answers against testing every
+a level-by-level reading of MQTT's statement of them (tests/support/mqtt_rules.py), and the FilterIndex's answers against testing every
 filter, for any filters and topics hypothesis makes."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from brokerd.core.filters import FilterIndex, has_wildcard, matches
 from brokerd.protocols.mqtt import topics as mqtt_topics
+from tests.support.mqtt_rules import level_by_level
 
 LEVELS = st.sampled_from(["a", "b", "", "$SYS", "$x", "c1"])
 TOPICS = st.lists(LEVELS, min_size=1, max_size=4).map("/".join).filter(bool)
@@ -27,9 +28,9 @@ def test_the_rules_on_examples():
 
 @settings(max_examples=400, deadline=None)
 @given(FILTERS, TOPICS)
-def test_the_core_matches_as_the_mqtt_codec_states_the_rules(topic_filter: str, topic: str):
+def test_the_core_matches_as_a_level_by_level_reading_of_the_rules(topic_filter: str, topic: str):
     assert mqtt_topics.is_topic_filter(topic_filter) and mqtt_topics.is_topic_name(topic)
-    assert matches(topic_filter.encode(), topic.encode()) == mqtt_topics.matches(topic_filter, topic)
+    assert matches(topic_filter.encode(), topic.encode()) == level_by_level(topic_filter, topic)
 
 
 @settings(max_examples=200, deadline=None)
@@ -49,7 +50,7 @@ def test_the_index_finds_what_testing_every_filter_finds(subscriptions, topics, 
     assert len(index) == len({topic_filter for topic_filter, _member in held})
     assert sorted(index.filters()) == sorted({topic_filter.encode() for topic_filter, _member in held})
     for topic in topics * 2:  # the second time from the memory of answers
-        expected = {member for (topic_filter, member) in held if mqtt_topics.matches(topic_filter, topic)}
+        expected = {member for (topic_filter, member) in held if level_by_level(topic_filter, topic)}
         found = index.match(topic.encode())
         assert len(found) == len(set(found)) and set(found) == expected, (topic, held)
 

@@ -135,25 +135,3 @@ def _split_shared(topic_filter: str) -> tuple[str, str] | str:
     if not slash or not inner:
         return "shared subscription without a topic filter"
     return share_name, inner
-
-
-# ---------------------------------------------------------------------------- matching
-
-def matches(topic_filter: str, topic_name: str) -> bool:
-    """True when ``topic_filter`` (valid, not shared: use its ``topic_filter`` part) matches
-    ``topic_name`` (valid)."""
-    if topic_name[:1] == "$" and topic_filter[:1] in ("+", "#"):
-        return False
-    if "+" not in topic_filter and "#" not in topic_filter:
-        return topic_filter == topic_name
-    names = topic_name.split("/")
-    levels = topic_filter.split("/")
-    count = len(names)
-    for index, level in enumerate(levels):
-        if level == "#":
-            return True
-        if index >= count:
-            return False
-        if level != "+" and level != names[index]:
-            return False
-    return len(levels) == count
