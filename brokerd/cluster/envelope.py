@@ -29,7 +29,7 @@ so a node whose members all take pre-rendered formats never decodes the other me
 leaves out one that exceeds it, the decoder refuses the envelope.
 
     details  := content_type:optstr message_id:optstr created:optf64 priority:i64
-                expires:optf64 attributes parts
+                expires:optf64 attributes parts qos:u8 retained:u8
 
 Anything that does not parse raises :class:`EnvelopeError`; the engine drops and counts it.
 So does an envelope on a topic's channel whose messages are not multicasts to that topic
@@ -361,6 +361,7 @@ def _put_details(out: list[bytes], details: Details) -> None:
         _put_attributes(out, part.attributes)
         out.append(_U32.pack(len(part.data)))
         out.append(part.data)
+    out.append(bytes((details.qos, 1 if details.retained else 0)))
 
 
 class _Reader:
@@ -418,8 +419,11 @@ class _Reader:
             Part(self.optstr(), self.attributes(), self.blob())  # type: ignore[arg-type]
             for _ in range(self.u32())
         )
+        qos, retained = self._take(2)
+        if qos > 2 or retained > 1:
+            raise IndexError("a QoS or retained flag out of range")
         return Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
-                       expires=expires, attributes=attributes, parts=parts)
+                       expires=expires, attributes=attributes, parts=parts, qos=qos, retained=bool(retained))
 
     def message(self, previous: Message | None) -> Message:
         flags = self._take(1)[0]

@@ -59,10 +59,13 @@ class Details:
     subscriber gets it back whole); ``parts`` every part of a multi-part message, one of which
     is the Message's ``payload`` (empty for a single-part message); ``qos`` the delivery
     guarantee its publisher asked for, in MQTT's terms (0 at most once, 1 at least once, 2
-    exactly once): a subscriber that asked for more gets it at this level, never above.
+    exactly once): a subscriber that asked for more gets it at this level, never above;
+    ``retained`` that its publisher asked the broker to keep it as the topic's retained message
+    (brokerd.core.retained), which MQTT's Retain As Published shows its subscribers.
     """
 
-    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts", "qos")
+    __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts", "qos",
+                 "retained")
 
     def __init__(
         self,
@@ -75,6 +78,7 @@ class Details:
         attributes: Attributes = (),
         parts: tuple[Part, ...] = (),
         qos: int = 0,
+        retained: bool = False,
     ) -> None:
         self.content_type = content_type
         self.message_id = message_id
@@ -84,6 +88,7 @@ class Details:
         self.attributes = attributes
         self.parts = parts
         self.qos = qos
+        self.retained = retained
 
     def replace(self, **changes: object) -> Details:
         """A copy with ``changes`` (Details are shared, so never changed in place)."""
@@ -159,6 +164,7 @@ class Message:
     attributes = _detail("attributes")
     parts = _detail("parts")
     qos = _detail("qos")
+    retained = _detail("retained")
 
     def __repr__(self) -> str:
         return (

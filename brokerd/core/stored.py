@@ -65,6 +65,8 @@ def encode_stamped(message: Message, message_id: str | None, created: float | No
     }
     if message.details.qos:
         header["q"] = message.details.qos
+    if message.details.retained:
+        header["r"] = True
     head = _dumps(header).encode("ascii")
     return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
 
@@ -106,7 +108,7 @@ def decode(data: bytes) -> Message:
         details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
                           priority=header["pr"], expires=header["x"],
                           attributes=tuple(map(tuple, header["a"])), parts=tuple(parts),
-                          qos=header.get("q", 0))
+                          qos=header.get("q", 0), retained=bool(header.get("r", False)))
         return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:

@@ -29,7 +29,7 @@ def test_a_plain_run_round_trips_and_shares_plain_details() -> None:
 def test_every_field_round_trips() -> None:
     details = Details(content_type="text/plain", message_id="m-1", created=1.5, priority=7, expires=None,
                       attributes=(("X-A", "1"), ("X-B", "\u00e9")),
-                      parts=(Part("text/plain", (("Content-Type", "text/plain"),), b"part"),))
+                      parts=(Part("text/plain", (("Content-Type", "text/plain"),), b"part"),), qos=2, retained=True)
     message = Message(MULTICAST, b"/news", b"\x00\xff", "smqp", b"alice@host", True, b"Alice", details,
                       Principal("alice", "account"))
     (back,) = decode(encode(ORIGIN, [message]))

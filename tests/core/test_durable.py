@@ -27,7 +27,7 @@ def test_a_stored_message_comes_back_with_every_field():
     text = Part("text/plain", (("Content-Type", "text/plain"), ("X-Part", "1")), b"hello")
     blob = Part("application/octet-stream", (("Content-Type", "application/octet-stream"),), b"\x00\xff")
     details = Details(content_type="text/plain", message_id="h/7(D1)", created=12.5, priority=3, expires=99.0,
-                      attributes=(("Created", "D1"), ("Name", "n")), parts=(blob, text))
+                      attributes=(("Created", "D1"), ("Name", "n")), parts=(blob, text), qos=1, retained=True)
     message = Message(MULTICAST, b"caf\xc3\xa9/\xff", text.data, "smqp", b"alice:\xe9", False,
                       display_name=b"Zo\xc3\xab", details=details)
     back = stored.decode(stored.encode(message))

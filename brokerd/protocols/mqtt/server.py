@@ -29,7 +29,7 @@ from zope.interface import implementer
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
-from brokerd.core.message import MULTICAST, PLAIN, Details, Message
+from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.errors import (
     AlreadySubscribed,
@@ -73,13 +73,14 @@ from brokerd.protocols.mqtt.topics import (
     topic_filter_problem,
     topic_name_problem,
 )
-from brokerd.protocols.mqtt.wire import Rendered
+from brokerd.protocols.mqtt.wire import Rendered, core_message
 from brokerd.protocols.nodelay import no_delay
 from brokerd.store.base import is_outage
 from brokerd.twistedio import limit_output_buffer
 
 PINGRESP = b"\xd0\x00"
-_QOS_DETAILS = {1: Details(qos=1), 2: Details(qos=2)}
+_V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
+"""Refusals of a CONNECT the decoder finds that 3.1.1 has a CONNACK return code for."""
 
 
 @implementer(IPushProducer)
@@ -143,7 +144,7 @@ class MQTTServerProtocol(Login, Protocol):
         session = self.session
         if session is not None and session.unbind(self):
             if not self._normal_end and self._will is not None:
-                factory.publish_will(session, self._will)
+                factory.sessions.will_of_lost_connection(session, self._will)
             factory.session_ended(session)
         self._will = None
 
@@ -171,6 +172,9 @@ class MQTTServerProtocol(Login, Protocol):
     def _problem_information(self) -> bool:
         connect = self._connect
         return connect is None or connect.properties.request_problem_information != 0
+
+    def closed_by_operator(self) -> None:
+        self._disconnect(reasons.ADMINISTRATIVE_ACTION, "closed by the operator")
 
     def taken_over(self) -> None:
         """A newer connection took this client identifier's session (3.1.4 step 3)."""
@@ -235,8 +239,10 @@ class MQTTServerProtocol(Login, Protocol):
                 # 3.1.2.2: answer 0x01 in the 3.1.1 form (0x84 for a v5 client) and close.
                 version = error.version or MQTT_311
                 self._write_connack(False, reasons.UNSUPPORTED_PROTOCOL_VERSION, NO_PROPERTIES, version)
-            elif error.version == MQTT_5 and error.packet_type == 1:
-                self._write_connack(False, error.reason_code, NO_PROPERTIES, MQTT_5)
+            elif error.packet_type == 1 and (error.version == MQTT_5 or error.reason_code in _V3_CONNACK_FOR):
+                # A CONNECT that breaks the rules: v5 says why in the CONNACK; 3.1.1 has a return
+                # code for an identifier it refuses ([MQTT-3.1.3-8]), else it just closes.
+                self._write_connack(False, error.reason_code, NO_PROPERTIES, error.version or MQTT_311)
             self._close()
             return
         self._disconnect(error.reason_code, str(error))
@@ -284,33 +290,28 @@ class MQTTServerProtocol(Login, Protocol):
                 ack = Puback(packet_id, reason) if qos == 1 else Pubrec(packet_id, reason)  # type: ignore[arg-type]
                 self._acknowledge(ack, None)
             return
-        message = self._message(packet, target)
+        message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
+                               session.name, session.principal, self.factory.clock.seconds())  # type: ignore[union-attr]
         if packet.retain:
             self.factory.retain(message)
         try:
             broker.publish(message)
         except Forbidden:
             return
-        kept = broker.keep([message]) if qos else None
+        kept = broker.keep([message])
+        if not qos:
+            if kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
+                kept.addErrback(self._not_kept)
+            return
         if qos == 1:
             self._acknowledge(Puback(packet_id), kept)  # type: ignore[arg-type]
         elif qos == 2:
             session.received_qos2.add(packet_id)  # type: ignore[union-attr, arg-type]
             self._acknowledge(Pubrec(packet_id), kept)  # type: ignore[arg-type]
 
-    def _message(self, packet: Publish, target: bytes) -> Message:
-        properties = packet.properties
-        details = PLAIN
-        expiry = properties.message_expiry_interval
-        if properties.content_type is not None or expiry is not None:
-            details = Details(qos=packet.qos, content_type=properties.content_type,
-                              expires=None if expiry is None else self.factory.clock.seconds() + expiry)
-        elif packet.qos:
-            details = _QOS_DETAILS[packet.qos]
-        payload = packet.payload
-        binary = not (properties.payload_format_indicator == 1 or payload.isascii())
-        return Message(MULTICAST, target, payload, "mqtt", self.session.name, binary,  # type: ignore[union-attr]
-                       details=details, principal=self.session.principal)  # type: ignore[union-attr]
+    def _not_kept(self, failure: Any) -> None:
+        if not is_outage(failure):  # the store logs its outage once
+            self._log.failure("Storing an MQTT message for durable subscribers", failure)
 
     def _acknowledge(self, ack: Puback | Pubrec, kept: Any) -> None:
         """Answer a QoS 1 or 2 PUBLISH in its turn: at once, or once ``kept`` (the core

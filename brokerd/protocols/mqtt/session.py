@@ -93,7 +93,9 @@ class MQTTSession:
         self.dropped = 0
         """Messages not delivered: QoS 0 while away or congested, the queue full, too large."""
         self._next_id = 1
-        self._matching: dict[str, tuple[int, bool, tuple[int, ...]] | None] = {}
+        self._matching: dict[str, tuple[int, bool, tuple[int, ...], bool] | None] = {}
+        self.will_timer: Any = None
+        """A v5 will waiting for its Will Delay Interval (cancelled if the client comes back)."""
         self._plain = True
 
     # ------------------------------------------------------------------ subscriptions
@@ -119,11 +121,12 @@ class MQTTSession:
         self._matching.clear()
         self._plain = self.max_packet_size is None and all(
             options.qos == 0 and not options.no_local and options.identifier is None
-            for options in self.subscriptions.values())
+            and not options.retain_as_published for options in self.subscriptions.values())
 
-    def _match(self, topic: str) -> tuple[int, bool, tuple[int, ...]] | None:
-        """(highest granted QoS, whether every match is no-local, Subscription Identifiers)
-        of this session's subscriptions matching ``topic``; None when none does."""
+    def _match(self, topic: str) -> tuple[int, bool, tuple[int, ...], bool] | None:
+        """(highest granted QoS, whether every match is no-local, Subscription Identifiers,
+        whether one is Retain As Published) of this session's subscriptions matching
+        ``topic``; None when none does."""
         cached = self._matching.get(topic, False)
         if cached is not False:
             return cached  # type: ignore[return-value]
@@ -131,13 +134,15 @@ class MQTTSession:
         qos = -1
         no_local = True
         identifiers: list[int] = []
+        as_published = False
         for options in self.subscriptions.values():
             if matches(options.matched, target):
                 qos = max(qos, options.qos)
                 no_local = no_local and options.no_local
+                as_published = as_published or options.retain_as_published
                 if options.identifier is not None:
                     identifiers.append(options.identifier)
-        found = None if qos < 0 else (qos, no_local, tuple(identifiers))
+        found = None if qos < 0 else (qos, no_local, tuple(identifiers), as_published)
         if len(self._matching) >= _MATCH_CACHE:
             self._matching.clear()
         self._matching[topic] = found
@@ -159,6 +164,20 @@ class MQTTSession:
             return
         for item in items:
             self.deliver(item)
+
+    @property
+    def transport(self) -> Any:
+        """The bound connection's transport (the admin listener shows its source and queue);
+        None while the client is away."""
+        connection = self.connection
+        return None if connection is None else connection.transport
+
+    def close_transport(self) -> None:
+        """An operator closes the session's connection (``brokerd-ctl close``): a v5 client
+        is told 0x98, Administrative action.  A persistent session stays until it expires."""
+        connection = self.connection
+        if connection is not None:
+            connection.closed_by_operator()
 
     on_replaced: Any = None
     """Called with the session when :meth:`replaced` (set by the front end's registry)."""
@@ -182,9 +201,12 @@ class MQTTSession:
         match = self._match(item.frame.topic)
         if match is None:
             return
-        granted, no_local, identifiers = match
+        granted, no_local, identifiers, as_published = match
         if no_local and not retained and message.protocol == "mqtt" and message.sender_name == self.name:
             return
+        # RETAIN: set on what a new subscription is sent; on a live message only for a
+        # Retain As Published subscription, as its publisher set it (3.3.1.3).
+        retained = retained or (as_published and message.details.retained)
         frame = item.frame
         if identifiers and self.version == MQTT_5:
             frame = frame.with_subscription_identifiers(identifiers)
@@ -262,6 +284,9 @@ class MQTTSession:
         if self.expiry_timer is not None and self.expiry_timer.active():
             self.expiry_timer.cancel()
         self.expiry_timer = None
+        if self.will_timer is not None and self.will_timer.active():
+            self.will_timer.cancel()  # back within the Will Delay Interval: no will (3.1.3.2.2)
+        self.will_timer = None
 
     def unbind(self, connection: Any) -> bool:
         """``connection`` ended; whether it was this session's."""

@@ -13,7 +13,7 @@ from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.core.message import MULTICAST, PLAIN, Details, Message
+from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.retained import RetainRefused
 from brokerd.errors import (
@@ -23,7 +23,7 @@ from brokerd.protocols.mqtt.packets import (
     Will,
 )
 from brokerd.protocols.mqtt.session import MQTTSession
-from brokerd.protocols.mqtt.wire import wire_formats
+from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import is_outage
 
 
@@ -95,6 +95,10 @@ class MQTTSessions:
     def _end(self, session: MQTTSession) -> None:
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
+        timer = session.will_timer
+        if timer is not None and timer.active():  # the session ends before the will's delay
+            timer.cancel()
+            timer.func(*timer.args)
         if session.expiry_timer is not None and session.expiry_timer.active():
             session.expiry_timer.cancel()
         session.expiry_timer = None
@@ -103,20 +107,27 @@ class MQTTSessions:
         session.queued.clear()
         session.inflight.clear()
 
+    def will_of_lost_connection(self, session: MQTTSession, will: Will) -> None:
+        """A connection of ``session`` ended without DISCONNECT: publish its will now, or
+        (v5 Will Delay Interval) once the delay or the session is over, whichever comes first,
+        unless the client is back by then."""
+        delay = will.properties.will_delay_interval or 0
+        if delay and session.expiry > 0:
+            session.will_timer = self.clock.callLater(min(delay, session.expiry), self._will_due, session, will)
+        else:
+            self.publish_will(session, will)
+
+    def _will_due(self, session: MQTTSession, will: Will) -> None:
+        session.will_timer = None
+        self.publish_will(session, will)
+
     def publish_will(self, session: MQTTSession, will: Will) -> None:
         """Publish a connection's will for it (3.1.2.5), if its principal may."""
         target = will.topic.encode("utf-8")
         if not self.broker.may_publish(session.principal, target):
             return
-        properties = will.properties
-        details = PLAIN
-        if properties.content_type is not None or properties.message_expiry_interval is not None or will.qos:
-            expiry = properties.message_expiry_interval
-            details = Details(qos=will.qos, content_type=properties.content_type,
-                              expires=None if expiry is None else self.clock.seconds() + expiry)
-        message = Message(MULTICAST, target, will.payload, "mqtt", session.name,
-                          not (properties.payload_format_indicator == 1 or will.payload.isascii()),
-                          details=details, principal=session.principal)
+        message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
+                               session.principal, self.clock.seconds())
         if will.retain:
             self.retain(message)
         try:

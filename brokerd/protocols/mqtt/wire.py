@@ -1,4 +1,5 @@
-"""How core messages look to MQTT sessions: one IWireFormat per protocol version.
+"""How core messages look to MQTT sessions (one IWireFormat per protocol version), and how an
+MQTT PUBLISH or will becomes a core message (:func:`core_message`).
 
 The core renders a message once per wire format and hands every session of the format the
 same object (brokerd.core.broker.Broker._route).  For MQTT that object is
@@ -21,10 +22,40 @@ from collections.abc import Callable
 
 from zope.interface import implementer
 
-from brokerd.core.message import MULTICAST, Message
+from brokerd.core.message import MULTICAST, PLAIN, Details, Message
+from brokerd.core.principal import Principal
 from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, NO_PROPERTIES, Properties
 from brokerd.protocols.mqtt.publish import PublishFrame
+
+_PLAIN_DETAILS = {(qos, retained): Details(qos=qos, retained=retained) for qos in (0, 1, 2) for retained in (False, True)}
+_PLAIN_DETAILS[(0, False)] = PLAIN
+
+
+def is_binary(payload: bytes, properties: Properties) -> bool:
+    """Whether other protocols should carry ``payload`` as binary: unless a v5 Payload Format
+    Indicator says UTF-8, a payload is text when it is valid UTF-8 (ASCII checked first)."""
+    if properties.payload_format_indicator == 1 or payload.isascii():
+        return False
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def core_message(target: bytes, payload: bytes, qos: int, retain: bool, properties: Properties,
+                 sender: bytes, principal: Principal, now: float) -> Message:
+    """The core's message for an MQTT publish (a PUBLISH or a will) to topic ``target``: its
+    QoS and retain flag, Content Type and Message Expiry Interval in the Details."""
+    expiry = properties.message_expiry_interval
+    if properties.content_type is None and expiry is None:
+        details = _PLAIN_DETAILS[(qos, retain)]
+    else:
+        details = Details(qos=qos, retained=retain, content_type=properties.content_type,
+                          expires=None if expiry is None else now + expiry)
+    return Message(MULTICAST, target, payload, "mqtt", sender, is_binary(payload, properties),
+                   details=details, principal=principal)
 
 
 class Rendered:
