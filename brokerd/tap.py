@@ -253,16 +253,17 @@ def report_check(problems: list[str]) -> None:
     sys.exit(0)
 
 
-def front_end(protocol: str):
-    """The ``build_factory`` of a protocol's front end, or None when it is not available."""
+def front_end(protocol: str, module: str = "server", entry: str = "build_factory"):
+    """``entry`` of a protocol's front end's ``module`` (its ``build_factory``), or None when
+    it is not available."""
     package = f"brokerd.protocols.{protocol}"
     try:
-        module = importlib.import_module(f"{package}.server")
+        found = importlib.import_module(f"{package}.{module}")
     except ModuleNotFoundError as exc:
-        if exc.name in (package, f"{package}.server"):
+        if exc.name in (package, f"{package}.{module}"):
             return None
         raise
-    return getattr(module, "build_factory", None)
+    return getattr(found, entry, None)
 
 
 class StartupError(SystemExit):
@@ -699,6 +700,9 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
         factory = build_factory(runtime)
         runtime.resources.setdefault("factories", {})[protocol] = factory
+        mount = front_end(protocol, "websocket", "mount")  # a WebSocket on socket.mq listeners
+        if mount is not None:
+            mount(runtime, factory)
         for description in descriptions:
             endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
             counted = operations.counted(protocol, factory)

@@ -5,6 +5,8 @@
     GET  /socket.mq/public-key                   the server's armored OpenPGP key
     GET  /socket.mq/socketmq.js                  the browser client (an ES module)
     GET  /socket.mq/demo/                        the live demo page
+    GET  /<mount>                                a WebSocket another front end mounted
+                                                 (MountedWebSocketResource)
 
 A POST is routed by its method, so an application may have any valid name that is not one of
 the reserved resource names.
@@ -255,6 +257,59 @@ class SocketMQWebSocketResource(WebSocketResource):
             factory.pending_channel = None
 
 
+class MountedWebSocketResource(resource.Resource):
+    """``GET /<mount>``: a WebSocket another front end serves on this listener (server.MOUNTS:
+    ``factory``, an Autobahn WebSocketServerFactory), behind this listener's Origin check (403
+    for a page whose origin ``--socketmq-origins`` does not allow, before any upgrade).
+
+    The protocol ``factory`` builds takes the connection over: the HTTP channel's admission is
+    released, because the protocol counts its connection itself (brokerd.protocols.admission),
+    and the end of the connection is passed on to the channel, as for the socket.mq session."""
+
+    isLeaf = True
+
+    def __init__(self, hub: Hub, factory: Any) -> None:
+        super().__init__()
+        self.hub = hub
+        self.factory = factory
+
+    def render(self, request: Any) -> Any:
+        hub = self.hub
+        origin = _header(request, b"Origin")
+        if not hub.origins.allows(origin, _header(request, b"Host"), request.isSecure()):
+            hub.auth_failure(request.getClientAddress(), None, None, f"origin not allowed: {(origin or '')[:200]}")
+            return error(request, 403, "pages of this origin may not use this server")
+        return WebSocketResource(_HandOver(self.factory, request.channel)).render(request)
+
+
+class _HandOver:
+    """``factory`` for one upgrade of ``channel``'s connection (see MountedWebSocketResource)."""
+
+    def __init__(self, factory: Any, channel: Any) -> None:
+        self.factory = factory
+        self.channel = channel
+
+    def buildProtocol(self, addr: Any) -> Any:
+        built = self.factory.buildProtocol(addr)
+        if built is None:
+            return None
+        channel = self.channel
+        admission, channel.admission = getattr(channel, "admission", None), None
+        if admission is not None:
+            admission.release()
+        lost = built.connectionLost
+
+        def connection_lost(reason: Any = None) -> None:
+            vars(built).pop("connectionLost", None)  # no cycle left behind
+            try:
+                lost(reason)
+            finally:
+                channel.connectionLost(reason)
+
+        built.connectionLost = connection_lost
+        return built
+
+
 class _Static(resource.Resource):
     """A small file of the package, read once when the site is built."""
 
@@ -317,15 +372,20 @@ class SocketMQResource(resource.Resource):
 
 
 class RootResource(resource.Resource):
-    """The site root: only ``/socket.mq`` exists."""
+    """The site root: ``/socket.mq``, and the WebSockets other front ends mounted (``mounts``,
+    server.MOUNTS: read per request, so a front end built after this one may mount)."""
 
-    def __init__(self, socketmq: SocketMQResource) -> None:
+    def __init__(self, socketmq: SocketMQResource, mounts: dict[bytes, Any] | None = None) -> None:
         super().__init__()
         self.socketmq = socketmq
+        self.mounts = mounts if mounts is not None else {}
 
     def getChild(self, name: bytes, request: Any) -> resource.Resource:
         if name == b"socket.mq":
             return self.socketmq
+        mounted = self.mounts.get(name)
+        if mounted is not None and not request.postpath:
+            return MountedWebSocketResource(self.socketmq.hub, mounted)
         if name == b"" and not request.postpath and b"demo" in self.socketmq.fixed:
             return Redirect(b"/socket.mq/demo/")  # "/" (Twisted asks for the child b"")
         return NotFound("only /socket.mq/ is served here")

@@ -12,7 +12,8 @@ access log.
 twisted.web's own timeout is an idle timeout: every byte restarts it, so a request sent one byte
 every few seconds (slowloris) would hold its connection forever.  The channel therefore gives
 each request a deadline from its first byte: its request line within the handshake timeout, the
-WebSocket upgrade (a request for WEBSOCKET_PATH) whole within the handshake timeout, any other
+WebSocket upgrade (a request for WEBSOCKET_PATH or a MOUNTS path) whole within the handshake
+timeout, any other
 request's headers and body within the read timeout; then 408 and close.
 """
 from __future__ import annotations
@@ -39,6 +40,10 @@ from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 SERVER_KEY_USER_ID = "brokerd socket.mq server"
 WEBSOCKET_PATH = b"/socket.mq/ws"
 """The path whose request is a WebSocket opening handshake (resource.py serves it)."""
+MOUNTS = "websocket_mounts"
+"""``runtime.resources`` key of the WebSockets other front ends serve on socket.mq listeners:
+a dict of one top-level path segment (``b"mqtt"``) -> an Autobahn WebSocketServerFactory
+(resource.py, MountedWebSocketResource, says what it gets)."""
 
 
 def _raw_response(status: bytes, body: bytes) -> bytes:
@@ -94,7 +99,8 @@ class SocketMQChannel(http.HTTPChannel):
         deadline = self._deadline
         if len(self.requests) > requests and deadline is not None and deadline.active():
             hub = self.site.hub
-            upgrade = _request_target(line) == WEBSOCKET_PATH
+            target = _request_target(line)
+            upgrade = target == WEBSOCKET_PATH or target[1:] in self.site.mounts
             limit = hub.handshake_timeout if upgrade else hub.read_timeout
             deadline.reset(max(0.0, self._started + limit - self.site.reactor.seconds()))
 
@@ -173,20 +179,23 @@ class SocketMQSite(server.Site):
     displayTracebacks = False
     noisy = False
 
-    def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT) -> None:
+    def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT,
+                 mounts: dict[bytes, Any] | None = None) -> None:
         super().__init__(root, timeout=timeout, reactor=hub.reactor)
         self.hub = hub
+        self.mounts = mounts if mounts is not None else {}
 
     def log(self, request: Any) -> None:
         """No access log: nothing is logged per request on the hot path."""
 
 
-def build_site(hub: Hub, demo: bool = True) -> SocketMQSite:
+def build_site(hub: Hub, demo: bool = True, mounts: dict[bytes, Any] | None = None) -> SocketMQSite:
     """The Site serving ``hub`` (brokerd and the embedded Server both use this), with the
-    hub's settings' keepalive."""
+    hub's settings' keepalive, and the WebSockets of ``mounts`` (see MOUNTS; read per request)."""
     websocket = SocketMQWebSocketFactory(hub, ping_interval=hub.settings.ping_interval,
                                          pong_timeout=hub.settings.pong_timeout)
-    return SocketMQSite(hub, RootResource(SocketMQResource(hub, websocket, demo=demo)))
+    mounts = mounts if mounts is not None else {}
+    return SocketMQSite(hub, RootResource(SocketMQResource(hub, websocket, demo=demo), mounts), mounts=mounts)
 
 
 def server_key_path(settings: Settings) -> Path:
@@ -229,4 +238,4 @@ def build_factory(runtime: Runtime) -> SocketMQSite:
         keys=len(hub.keyring),
         fingerprint=hub.key.fingerprint if hub.key is not None else "-",
     )
-    return build_site(hub)
+    return build_site(hub, mounts=runtime.resources.setdefault(MOUNTS, {}))
