@@ -541,9 +541,6 @@ class MQTTServerFactory(Factory):
     def session_ended(self, session: MQTTSession) -> None:
         self.sessions.connection_ended(session)
 
-    def publish_will(self, session: MQTTSession, will: Will) -> None:
-        self.sessions.publish_will(session, will)
-
     def retain(self, message: Message) -> None:
         self.sessions.retain(message)
 
