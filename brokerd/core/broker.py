@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
+from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.filtered import FilterSubscriptions
 from brokerd.core.filters import filter_problem
@@ -279,8 +280,14 @@ class Broker(Service):
         return joined is not None and topic in joined
 
     def subscriptions(self, session: ISubscriber) -> list[bytes]:
-        """The topics ``session`` joined, then the filters it subscribed to."""
-        return list(self._joined.get(session, ())) + self.filtered.of(session)
+        """The topics ``session`` joined, then the filters it subscribed to, live or (a
+        session that is a durable subscriber, named by its ``durable_name``) in the store."""
+        found = list(self._joined.get(session, ())) + self.filtered.of(session)
+        name = getattr(session, "durable_name", None)
+        if name is not None and self.durable is not None:
+            found.extend(sub.record.topic.encode("utf-8") for sub in self.durable.index.of(name)
+                          if sub.record.kind == FILTER and ADD in sub.record.changes)
+        return found
 
     def subscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Subscribe ``session`` to every topic ``topic_filter`` matches (brokerd.core.filters:
@@ -447,6 +454,24 @@ class Broker(Service):
         if access.policy is None and topic[:1] != _SYSTEM:
             return True
         return access.allows(principal, topic, Perm.PUBLISH)
+
+    def watched(self, name: bytes) -> bool:
+        """Whether a publish to topic ``name`` would reach a subscriber of this node: a
+        member of the topic, a topic filter or shared group matching it, or a stored session's
+        filter (what the statistics topics ask before they publish a figure)."""
+        if self.topics.get(name) is not None:
+            return True
+        filtered = self.filtered
+        if self._filtering and (filtered.index.match(name) or filtered.shared.match(name)):
+            return True
+        durable = self.durable
+        return durable is not None and durable.index.has_filter_subscribers(name)
+
+    def may_subscribe(self, principal: Principal, topic_filter: bytes) -> bool:
+        """Whether ``principal`` may subscribe to ``topic_filter``'s text (what
+        :meth:`subscribe_filter` asks; a durable filter subscription asks it first)."""
+        access = self.access
+        return access.policy is None or access.allows(principal, topic_filter, Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
     def set_policy(self, policy: IAccessPolicy | None) -> int:
         """Install a new access policy (a reload) and take every live subscription it no
@@ -688,6 +713,15 @@ class Broker(Service):
         if durable is None or not durable.covers(messages[0].target):  # type: ignore[arg-type]
             return None
         return durable.keep(messages)
+
+    def keep_for_filters(self, messages: list[Message]) -> Deferred | None:
+        """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a
+        front end that stores its own messages for its own durable subscribers (SMQP) asks,
+        so that those sessions get its messages too.  None when no filter matches."""
+        durable = self.durable
+        if durable is None or not durable.index.has_filter_subscribers(messages[0].target):  # type: ignore[arg-type]
+            return None
+        return durable.keep(messages, filters_only=True)
 
     def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
         """Some recipients could not be sent some messages of a run: report each stretch of

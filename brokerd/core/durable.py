@@ -30,6 +30,7 @@ import secrets
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+from urllib.parse import quote, unquote
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -41,19 +42,20 @@ from brokerd.core import stored
 from brokerd.core.access import Perm
 from brokerd.core.message import Message
 from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
-from brokerd.core.principal import account_principal
+from brokerd.core.principal import Principal, account_principal
 from brokerd.core.queues import DurableQueues
 from brokerd.core.sync import DurableSync
 from brokerd.core.storedtopics import StoredTopics
-from brokerd.core.subscriptions import ADD, MESSAGE, SubscriptionIndex
+from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
 from brokerd.store.base import is_outage
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled, TopicRecord
 
-__all__ = ["ADD", "DurableService", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
-           "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "publisher_of", "server_domain"]
+__all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
+           "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "owned_prefix", "owned_subscriber", "publisher_of",
+           "server_domain", "subscriber_principal"]
 
 EXPIRY_INTERVAL = 1.0
 """Seconds between sweeps that move expired messages to their Trash."""
@@ -101,6 +103,34 @@ def publisher_of(message: Message) -> str:
     """How the store names the publisher of another protocol's message:
     ``<protocol>:<sender name>`` (Latin-1, so any name survives)."""
     return f"{message.protocol}:{message.sender_name.decode('latin-1')}"
+
+
+def owned_subscriber(protocol: str, principal: Principal, session: str, incarnation: str) -> str:
+    """The durable subscriber name of ``protocol``'s session ``session`` (an MQTT client
+    identifier) that ``principal`` owns, in its ``incarnation`` (a session that ends and
+    starts again is another subscriber, so nothing of the old one can reach the new one):
+    ``<protocol>/<realm>/<name>/<session>/<incarnation>``, each part percent-encoded.  The
+    principal is part of the name, so one login's stored session is never another's, and the
+    access list is asked for the owner while the session is away (:func:`subscriber_principal`).
+    It has no ``:``, so it is no SMQP ``account:channel``.  :func:`owned_prefix` without the
+    incarnation finds it again."""
+    return f"{owned_prefix(protocol, principal, session)}{quote(incarnation, safe='')}"
+
+
+def owned_prefix(protocol: str, principal: Principal, session: str) -> str:
+    """What every incarnation's :func:`owned_subscriber` name starts with."""
+    return "/".join((protocol, quote(principal.realm, safe=""), quote(principal.name, safe=""),
+                     quote(session, safe=""), ""))
+
+
+def subscriber_principal(subscriber: str) -> Principal:
+    """The principal that owns durable subscriber ``subscriber``: the one an
+    :func:`owned_subscriber` name holds, else the account of an SMQP ``account:channel``."""
+    if ":" not in subscriber:
+        parts = subscriber.split("/")
+        if len(parts) == 5:
+            return Principal(unquote(parts[2]), unquote(parts[1]))
+    return account_principal(subscriber.partition(":")[0])
 
 
 def is_link(subscriber: str) -> bool:
@@ -216,6 +246,11 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             (opened if opened is not None else succeed(None)).addCallbacks(load, failed)
         return self.when_started()
 
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` finished (well or not)."""
+        return self._start_waiters is None
+
     def when_started(self) -> Deferred:
         """A Deferred that fires with None once :meth:`start` finished, or with its failure
         (the front ends greet their clients, or say they are not available)."""
@@ -301,12 +336,13 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         return f"{self.suid}/{seq}({format_datetime(now)})"
 
     def covers(self, topic: bytes) -> bool:
-        """Whether a durable subscription covers core topic ``topic`` and the stored topic
-        keeps the core's messages (:meth:`StoredTopics.reachable`).  The Broker asks on every
-        publish: for a topic no durable subscription covers it is a cached dict lookup."""
-        if not self.index.has_subscribers(topic):
-            return False
-        return self.topics.reachable(topic.decode("utf-8"))
+        """Whether a durable subscription covers core topic ``topic``: an SMQP one where the
+        stored topic keeps the core's messages (:meth:`StoredTopics.reachable`), or a FILTER
+        one.  The Broker asks on every publish: for a topic no durable subscription covers it
+        is a cached lookup."""
+        if self.index.has_subscribers(topic) and self.topics.reachable(topic.decode("utf-8")):
+            return True
+        return self.index.has_filter_subscribers(topic)
 
     @property
     def readable(self) -> Callable[[str, str], bool] | None:
@@ -319,7 +355,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     def _readable(self, subscriber: str, key: str) -> bool:
         if subscriber.startswith(OUTGOING_PREFIX) or self.access_control is None:
             return True
-        principal = account_principal(subscriber.partition(":")[0])
+        principal = subscriber_principal(subscriber)
         return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
     def recipients(self, key: str, change: str, received: float) -> list[str]:
@@ -347,6 +383,29 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         links, which take only messages published for forwarding."""
         return [name for name in self.recipients(key, ADD, received) if not is_link(name)]
 
+    def filter_recipients(self, key: str, received: float) -> list[str]:
+        """The FILTER subscribers whose filters match topic ``key`` and that may read it:
+        they get every core publish there, whoever published it (SMQP's too)."""
+        found: dict[str, None] = {}
+        readable = self.readable
+        for sub in self.index.matching(FILTER, key):
+            record = sub.record
+            if readable is not None and not readable(record.subscriber, key):
+                continue
+            if record.until is not None and record.until <= received:
+                continue
+            found[record.subscriber] = None
+        return list(found)
+
+    def kept_recipients(self, key: str, received: float, filters_only: bool = False) -> list[str]:
+        """Whom :meth:`keep` stores a core publish to ``key`` for: the SMQP subscribers where
+        the stored topic keeps the core's messages, and the FILTER subscribers (only those
+        with ``filters_only``: SMQP stores its own messages for its subscribers)."""
+        names = [] if filters_only or not self.topics.reachable(key) else self.core_recipients(key, received)
+        if self.index.has_filter_subscribers(key.encode("utf-8")):
+            names.extend(name for name in self.filter_recipients(key, received) if name not in names)
+        return names
+
     def end_subscription(self, subscriber: str, kind: str, topic: str) -> Deferred:
         self.index.remove(subscriber, kind, topic)
         d = self.store.remove_subscription(subscriber, kind, topic)
@@ -354,15 +413,17 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
     # ------------------------------------------------------------------ storing
 
-    def keep(self, messages: list[Message]) -> Deferred:
+    def keep(self, messages: list[Message], filters_only: bool = False) -> Deferred:
         """Store multicast ``messages`` (one topic, in order) for the durable subscribers
-        of their topic; fires (with None) once all are committed.  Each gets an id
-        (``message_id``) and, unless it names them, the topic's expiry and mode.  They go
-        to the store in one operation (IStore.publish_many): a read of pipelined publishes
-        costs one store call, not one per message."""
+        of their topic (:meth:`kept_recipients`); fires (with None) once all are committed.
+        Each gets an id (``message_id``) and, unless it names them, the topic's expiry and
+        mode.  They go to the store in one operation (IStore.publish_many): a read of
+        pipelined publishes costs one store call, not one per message."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
-        deliveries = [(name, ADD) for name in self.core_recipients(key, now)]
+        deliveries = [(name, ADD) for name in self.kept_recipients(key, now, filters_only)]
+        if not deliveries and (filters_only or not self.topics.reachable(key)):
+            return succeed(None)  # a filter's subscriber may not read it: nothing to keep
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
         head = f"{self.suid}/"
@@ -397,7 +458,10 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         many sessions it was handed to."""
         key = message.target.decode("utf-8")  # type: ignore[union-attr]
         names = dict.fromkeys(explicit)
-        names.update(dict.fromkeys(self.core_recipients(key, self.clock.seconds())))
+        now = self.clock.seconds()
+        names.update(dict.fromkeys(self.core_recipients(key, now)))
+        if self.index.has_filter_subscribers(message.target):  # type: ignore[arg-type]
+            names.update(dict.fromkeys(self.filter_recipients(key, now)))
         rendered: dict[Any, bytes | None] = {}
         reached = 0
         for name in names:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from brokerd.core.subscriptions import ADD, MESSAGE, Subscription, SubscriptionIndex
 from brokerd.store.records import Delivery, MessageRecord, Settled, SubscriptionRecord
@@ -69,6 +69,44 @@ class DurableQueues:
             return dropped
 
         return d.addCallback(done)
+
+    def forget_subscriber(self, subscriber: str, page: int = 500) -> Deferred:
+        """End every subscription of ``subscriber`` and settle its pending deliveries (a
+        session that ended for good: an MQTT clean start or expiry).  The deliveries are
+        read and acknowledged ``page`` at a time, so a message all of whose other
+        deliveries are done is done.  Fires with the number settled."""
+        index = self.index
+        subscriptions = index.of(subscriber)
+        for sub in subscriptions:
+            index.remove(subscriber, sub.record.kind, sub.record.topic)
+        removals = [self.store.remove_subscription(subscriber, sub.record.kind, sub.record.topic)
+                    for sub in subscriptions]
+        settled = [0]
+
+        def settle_page(_result: Any = None) -> Deferred:
+            d = self.store.pending(subscriber, page, (), None, frozenset())
+            return d.addCallback(settle_each)
+
+        def settle_each(deliveries: list[Delivery]) -> Deferred | int:
+            if not deliveries:
+                return settled[0]
+            acks = [self.store.acknowledge(subscriber, delivery.seq).addCallback(self._settled_quietly)
+                    for delivery in deliveries]
+            settled[0] += len(deliveries)
+            return DeferredList(acks, fireOnOneErrback=True, consumeErrors=True).addCallback(settle_page)
+
+        d = DeferredList(removals, fireOnOneErrback=True, consumeErrors=True) if removals else succeed(None)
+        d.addCallback(settle_page)
+
+        def done(count: int) -> int:
+            self.changed(subscribers=(subscriber,))
+            return count
+
+        return d.addCallback(done)
+
+    def _settled_quietly(self, settled: Settled | None) -> None:
+        if settled is not None:
+            self.settle(settled)
 
     # ------------------------------------------------------------------ stored messages
 

@@ -3,9 +3,17 @@
 The store keeps every subscription (it outlives the connection); this index is loaded from
 it at start-up and changed together with it, so a publish finds its subscribers without a
 read, and :meth:`SubscriptionIndex.has_subscribers` answers the question every publish of
-every protocol asks ("is this topic durable?") from a cache.  Subscribers are named
-``account:channel`` (SMQP's, the only protocol with durable subscriptions so far).  A subscription names a topic key (``stocks/ibm``) or a wildcard: a base key and a
-pattern for the last component (stored as ``stocks/quotes/*``; the root's as ``/*``).
+every protocol asks ("is this topic durable?") from a cache.  SMQP's subscribers are named
+``account:channel``.  An SMQP subscription names a topic key (``stocks/ibm``) or a wildcard:
+a base key and a pattern for the last component (stored as ``stocks/quotes/*``; the root's as
+``/*``).
+
+A ``FILTER`` subscription (MQTT's persistent sessions, named by
+:func:`brokerd.core.durable.owned_subscriber`) names a topic filter of the core's
+(brokerd.core.filters: ``+`` one level, ``#`` the rest) and covers every core topic it
+matches, whether or not the stored topic tree has it.  It collects messages only when it takes
+``ADD`` (its other ``changes`` are its front end's options, kept with it); one without is only
+remembered, for its session to find again.
 
 A wildcard covers every topic below its base, at any depth, whose own name matches the
 pattern (``*``: all of them); TOPIC subscriptions cover the base itself too (the draft:
@@ -17,9 +25,12 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from brokerd.core.filters import FilterIndex
 from brokerd.store.records import SubscriptionRecord
 
 MESSAGE, TOPIC, SUBSCRIBERS = "MESSAGE", "TOPIC", "SUBSCRIBERS"
+FILTER = "FILTER"
+"""A subscription to a core topic filter (see the module docstring)."""
 ADD = "ADD"
 """The change a new message makes to its topic (the one durable subscribers are told of)."""
 
@@ -58,6 +69,8 @@ class Subscription:
         return self.record.subscriber
 
     def covers(self, key: str) -> bool:
+        if self.record.kind == FILTER:
+            return False  # matched by the index's FilterIndex, never by SMQP's rules
         if self.pattern is None:
             return key == self.base
         if self.record.kind == TOPIC and key == self.base:
@@ -79,6 +92,8 @@ class SubscriptionIndex:
         self._wild: dict[str, dict[tuple[str, str], Subscription]] = {}
         self._covered: dict[bytes, bool] = {}
         """Core topic -> whether a MESSAGE subscription covers it; emptied on every change."""
+        self._filters = FilterIndex()
+        """The FILTER subscriptions that collect messages (take ADD), by filter."""
 
     def has_subscribers(self, topic: bytes) -> bool:
         """Whether any MESSAGE subscription covers core topic ``topic`` (bytes, as the core
@@ -95,6 +110,11 @@ class SubscriptionIndex:
             covered = self._covered[topic] = key is not None and bool(self.matching(MESSAGE, key))
         return covered
 
+    def has_filter_subscribers(self, topic: bytes) -> bool:
+        """Whether a FILTER subscription that collects messages matches core topic ``topic``
+        (the FilterIndex caches its answers)."""
+        return len(self._filters) > 0 and bool(self._filters.match(topic))
+
     def load(self, records: Iterable[SubscriptionRecord]) -> None:
         for record in records:
             self.add(record)
@@ -105,6 +125,7 @@ class SubscriptionIndex:
         self._exact.clear()
         self._wild.clear()
         self._covered.clear()
+        self._filters = FilterIndex()
         self.load(records)
 
     def add(self, record: SubscriptionRecord) -> Subscription:
@@ -114,7 +135,10 @@ class SubscriptionIndex:
         base, pattern = split_topic(record.topic)
         sub = Subscription(record, base, pattern)
         self._of.setdefault(record.subscriber, {})[(record.kind, record.topic)] = sub
-        if pattern is None:
+        if record.kind == FILTER:
+            if ADD in record.changes:
+                self._filters.add(record.topic.encode("utf-8"), sub)
+        elif pattern is None:
             self._exact.setdefault((record.kind, base), {})[record.subscriber] = sub
         else:
             self._wild.setdefault(record.kind, {})[(record.subscriber, record.topic)] = sub
@@ -128,7 +152,9 @@ class SubscriptionIndex:
         self._covered.clear()
         if not mine:
             del self._of[subscriber]
-        if sub.pattern is None:
+        if kind == FILTER:
+            self._filters.discard(topic.encode("utf-8"), sub)
+        elif sub.pattern is None:
             exact = self._exact.get((kind, sub.base), {})
             exact.pop(subscriber, None)
             if not exact:
@@ -144,11 +170,19 @@ class SubscriptionIndex:
         """A subscriber's subscriptions, by kind and topic."""
         return [sub for _key, sub in sorted(self._of.get(subscriber, {}).items())]
 
+    def subscribers_named(self, prefix: str) -> list[str]:
+        """The subscribers whose names start with ``prefix`` (a session's incarnations,
+        brokerd.core.durable.owned_prefix): one pass over the subscribers."""
+        return [name for name in self._of if name.startswith(prefix)]
+
     def count_of(self, subscriber: str) -> int:
         return len(self._of.get(subscriber, ()))
 
     def matching(self, kind: str, key: str) -> list[Subscription]:
-        """Every subscription of ``kind`` that covers topic ``key``."""
+        """Every subscription of ``kind`` that covers topic ``key`` (for FILTER: that
+        collects messages and matches it)."""
+        if kind == FILTER:
+            return list(self._filters.match(key.encode("utf-8")))  # type: ignore[arg-type]
         found = list(self._exact.get((kind, key), {}).values())
         for sub in self._wild.get(kind, {}).values():
             if sub.covers(key):
@@ -162,6 +196,8 @@ class SubscriptionIndex:
         found = []
         for mine in self._of.values():
             for sub in mine.values():
+                if sub.record.kind == FILTER:
+                    continue  # a filter names no stored topic
                 base = sub.base
                 while base:
                     if base in roots:

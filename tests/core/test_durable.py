@@ -267,6 +267,7 @@ def test_a_message_no_longer_in_memory_is_read_once_for_its_outcome_events():
     events = Events()
     durable = DurableService(store, clock, events)
     _result(durable.start())
+    durable.topics.put([TopicRecord("news", "news")])  # the core keeps messages of a stored topic
     durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
     _result(durable.keep([Message(MULTICAST, b"news", b"hello", "ssmp", b"sam")]))
     durable.published.clear()  # as after a restart

@@ -132,11 +132,15 @@ class MessageService:
         login topic, nothing the other protocols can carry, a receipt) gets one here."""
         d = self.durable.publish(record, deliveries, size)
 
-        def committed(seq: int) -> int:
+        def committed(seq: int) -> Any:
             routed = message is not None and self.forward(message)
             if not routed:
                 self.accepted(record.topic, record.publisher, record.smuid, size, bool(deliveries))
-            return seq
+                return seq
+            # The core keeps it for the other protocols' durable sessions (MQTT's persistent
+            # ones) too, before the publisher is answered: nothing acknowledged is lost.
+            kept = self.broker.keep_for_filters([message])
+            return seq if kept is None else kept.addCallback(lambda _: seq)
 
         return d.addCallback(committed)
 
