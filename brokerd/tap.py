@@ -592,7 +592,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     return runtime
 
 
-DURABLE_FRONT_ENDS = ("smqp",)
+DURABLE_FRONT_ENDS = ("smqp", "mqtt")
 """Front ends whose subscribers are durable: a node running one keeps a store even without
 --store (the SQLite file in DATA_DIR)."""
 

@@ -1,7 +1,8 @@
 """MQTT on a cluster of two nodes sharing one real redis-server: a wildcard or shared
 subscription on one node gets what any protocol publishes on the other (the filter channel,
 brokerd.cluster.redis_engine), and a client identifier connecting on the other node takes the
-session over (the first connection is told 0x8E and closed)."""
+session over (the first connection is told 0x8E and closed); with the shared PostgreSQL store,
+a persistent session is taken up on another node with what was stored for it meanwhile."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,8 @@ from twisted.internet.defer import Deferred
 from brokerd.protocols.mqtt.client import connect as mqtt_connect
 from brokerd.protocols.mqtt.packets import MQTT_5
 from tests.integration.cluster_nodes import TIMEOUT, Node, Waiter, reactor
+from tests.integration.test_cluster_routing import poll_until
+from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -113,6 +116,44 @@ async def test_a_client_identifier_connecting_on_another_node_takes_the_session_
         await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
         assert got.items == [("status", b"still here")]  # the new connection works
         assert "device-7" not in one.service.runtime.resources["mqtt_sessions"].by_id
+    finally:
+        for node in (one, two):
+            await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_store(
+        tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
+    """With the cluster's PostgreSQL store, a persistent session's QoS 1 subscription is the
+    core's durable subscription: what SSMP publishes on node 2 while the client is away is
+    stored for it there, and the client, coming back on node 2, gets it (Session Present)."""
+    one, two = [await Node(tmp_path / f"node{i}", redis_server.url, f"node{i}", protocols=PROTOCOLS,
+                           store=postgres_url).start() for i in (1, 2)]
+    try:
+        device = await mqtt(one, "roaming-7", clean_start=False)
+        suback = await device.subscribe([("fleet/+/cmd", 1)]).addTimeout(TIMEOUT, reactor())
+        assert list(suback.reason_codes) == [1]
+        await device.disconnect()
+        [name] = one.broker.durable.index.subscribers_named("mqtt/")
+        read = Waiter()
+        poll_until(lambda: bool(two.broker.durable.index.of(name)), read)  # node 2 read the subscription
+        await read.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+
+        ssmp = await two.ssmp(b"dispatcher")
+        before = len(ssmp.lines.items)
+        ssmp.send(b"MCAST fleet/7/cmd reboot")
+        await ssmp.lines.count(before + 1).addTimeout(TIMEOUT, reactor())
+        assert ssmp.lines.items[before] == b"200"  # answered once stored for the session
+
+        got = Waiter()
+        back = await mqtt(two, "roaming-7", got, clean_start=False)
+        assert back.connack.session_present
+        await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+        assert got.items == [("fleet/7/cmd", b"reboot")]
+        publisher = await mqtt(one, "pub")
+        await publisher.publish("fleet/7/cmd", b"second", qos=1).addTimeout(TIMEOUT, reactor())
+        await got.until(lambda items: len(items) >= 2).addTimeout(TIMEOUT, reactor())
+        assert got.items == [("fleet/7/cmd", b"reboot"), ("fleet/7/cmd", b"second")]
     finally:
         for node in (one, two):
             await node.stop()

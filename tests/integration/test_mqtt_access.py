@@ -170,6 +170,30 @@ def test_a_wildcard_subscription_gets_only_what_it_may_read(login, version: int)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_a_stored_session_is_refused_and_served_as_a_live_one(login, version: int) -> None:
+    """A persistent session's QoS 1 subscriptions are stored, not live: the access list refuses
+    the same filters, and what is stored for its allowed wildcard while bob is away is only
+    what bob may read (the owner is asked at every delivery)."""
+    name = unique("stored", version)
+    client_id = unique("stored-bob", version)
+    bob = login(version, "bob", client_id, clean=False, expiry=300)
+    refused = 0x87 if version == MQTTv5 else 0x80
+    codes = bob.subscribe_many([(f"mq/dropbox/{name}", 1), (f"mq/open/{name}", 1), (f"+/+/{name}", 1)])
+    assert codes == [refused, 1, 1]
+    bob.disconnect()
+    alice = login(MQTTv5, "alice")
+    alice.publish(f"mq/dropbox/{name}", b"not for bob", 1)
+    alice.publish(f"mq/open/{name}", b"for everyone", 1)
+    alice.publish(f"mq/open/{name}", b"sentinel", 1)
+    back = login(version, "bob", client_id, clean=False, expiry=300, connect=False)
+    back.start()
+    assert back.connack()[:2] == (True, 0)
+    got = back.messages_until(b"sentinel")
+    assert [(m.topic, m.payload) for m in got] == [(f"mq/open/{name}", b"for everyone"),
+                                                    (f"mq/open/{name}", b"sentinel")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_a_will_to_a_topic_its_principal_may_not_publish_to_is_not_published(login, version: int) -> None:
     """A takeover ends the old connection and publishes its will before the new connection's
     CONNACK, so what the new connection publishes afterwards comes after any will."""

@@ -367,3 +367,31 @@ def test_each_protocols_publish_reaches_mqtt_subscribers(broker: RunningBroker, 
     assert [(m.topic, m.payload) for m in got] == [
         (f"{top}/room/in", b"first"), (f"{top}/hall/in", b"second"), (f"{top}/room/in", b"third")]
     assert exact.messages.empty() and wild.messages.empty()
+
+
+@pytest.mark.parametrize("protocol", ["ssmp", "mcchat", "smqp", "socketmq"])
+def test_each_protocols_publish_waits_in_the_store_for_a_persistent_session_away(broker: RunningBroker,
+                                                                                 closing: list, protocol: str) -> None:
+    """A persistent session's QoS 1 subscription is the core's durable subscription: what any
+    protocol publishes while its client is away is stored for it, and comes at QoS 1 when the
+    client is back (SMQP's own messages too: the core keeps them for the stored sessions)."""
+    top = f"away/{protocol}"
+    client_id = f"away-{protocol}"
+    device = MQTTClient(broker.ports["mqtt"], MQTTv311, client_id, clean=False)
+    assert device.subscribe(f"{top}/#", 1) == 1
+    device.disconnect()
+    publisher = peer(broker, protocol, "awaypub")
+    closing.append(publisher)
+    publisher.publish(f"{top}/a", "while away")
+    publisher.publish(f"{top}_not/a", "not matched")
+
+    back = MQTTClient(broker.ports["mqtt"], MQTTv311, client_id, clean=False, connect=False)
+    closing.append(back)
+    back.start()
+    present, reason, _properties = back.connack()
+    assert (present, reason) == (True, 0)
+    message = back.message()
+    assert (message.topic, message.payload, message.qos) == (f"{top}/a", b"while away", 1)
+    publisher.publish(f"{top}/b", "live")
+    message = back.message()
+    assert (message.topic, message.payload) == (f"{top}/b", b"live"), "nothing else came first"

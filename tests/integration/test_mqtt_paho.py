@@ -238,6 +238,11 @@ def clients(broker: RunningBroker) -> Iterator[Callable[..., MQTTClient]]:
         return client
 
     yield make
+    close_clients(made)
+
+
+def close_clients(made: list[MQTTClient]) -> None:
+    """Disconnect each client, or stop it when it cannot (its connection is gone)."""
     for client in made:
         try:
             client.disconnect()
@@ -455,6 +460,28 @@ def test_v5_will_delay_interval_lets_a_client_resume_without_its_will(clients) -
     assert watcher.message().payload == b"back again"
 
 
+def test_v5_a_takeover_within_the_will_delay_sends_no_will_and_a_clean_start_sends_it(clients) -> None:
+    """3.1.4: a takeover publishes the old connection's will as a lost connection would: with a
+    Will Delay Interval and the session going on (Clean Start 0) it is cancelled; a takeover
+    with Clean Start 1 ends the session, so the will goes at once (3.1.3.2.2)."""
+    topic = unique("takeover-will", MQTTv5)
+    watcher = clients(MQTTv5)
+    watcher.subscribe(topic, 1)
+    client_id = unique("taken", MQTTv5)
+    will_props = properties(PacketTypes.WILLMESSAGE, WillDelayInterval=300)
+    first = clients(MQTTv5, client_id, clean=False, expiry=300, will=(topic, b"will one", 1, False, will_props))
+    second = clients(MQTTv5, client_id, clean=False, expiry=300,
+                     will=(topic, b"will two", 1, False, will_props))
+    assert first.disconnected() == 0x8E
+    first.stop()
+    second.publish(topic, b"resumed", 1)
+    assert watcher.message().payload == b"resumed", "the will of the resumed session was sent"
+    clients(MQTTv5, client_id, clean=True)
+    assert second.disconnected() == 0x8E
+    second.stop()
+    assert watcher.message().payload == b"will two"
+
+
 def test_v5_disconnect_with_will_message_publishes_the_will(clients) -> None:
     topic = unique("will", MQTTv5)
     watcher = clients(MQTTv5)
@@ -536,15 +563,15 @@ def test_a_persistent_session_keeps_subscriptions_and_queues_qos_1_while_away(cl
     pub = clients(version)
     pub.publish(topic, b"away 1", 1)
     pub.publish(topic, b"away 2", 2)
-    pub.publish(topic, b"away 0", 0)  # QoS 0 is not kept for an absent client (allowed by the spec)
+    pub.publish(topic, b"away 0", 0)  # kept in the store with the others, sent at QoS 0
     pub.publish(topic, b"away 3", 1)
 
     back = clients(version, client_id, clean=False, expiry=300, connect=False)
     back.start()
     present, reason, _props = back.connack()
     assert (present, reason) == (True, 0)
-    got = [back.message() for _ in range(3)]
-    assert [(m.payload, m.qos) for m in got] == [(b"away 1", 1), (b"away 2", 1), (b"away 3", 1)]
+    got = [back.message() for _ in range(4)]
+    assert [(m.payload, m.qos) for m in got] == [(b"away 1", 1), (b"away 2", 1), (b"away 0", 0), (b"away 3", 1)]
     pub.publish(topic, b"live again", 1)
     assert back.message().payload == b"live again", "the subscription is still there"
     back.disconnect()

@@ -62,7 +62,7 @@ class Login:
             if self.version == MQTT_311 and not packet.clean_start:
                 self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "an empty client identifier needs a clean session")
                 return
-            client_id = factory.assign_client_id()
+            client_id = factory.sessions.assign_client_id()
             self._assigned = client_id
         elif len(client_id.encode("utf-8")) > settings.mqtt_max_client_id:
             self._refuse_connect(reasons.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long")
@@ -156,7 +156,16 @@ class Login:
             expiry = 0 if packet.clean_start else NEVER_EXPIRES
         expiry = min(expiry, settings.mqtt_max_session_expiry) if expiry != NEVER_EXPIRES else settings.mqtt_max_session_expiry
         window = min(properties.receive_maximum or 65_535, settings.mqtt_max_inflight)
-        session, present = factory.open_session(self._client_id, principal, self.version, packet.clean_start)
+        durable = factory.broker.durable
+        if durable is not None and not durable.started:
+            # The store is still being read (a node starting): a stored session is found
+            # once it is, so the CONNECT waits for it, reading nothing more meanwhile.
+            self._logging_in = True
+            self.transport.pauseProducing()
+            durable.when_started().addBoth(lambda _: self._store_ready(principal))
+            return
+        session, present = factory.sessions.open(self._client_id, principal, self.version, packet.clean_start,
+                                                 expiry, self)
         if session is None:
             self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
                                  event="client identifier of another principal")
@@ -189,4 +198,11 @@ class Login:
             for data in session.resend_inflight():
                 self.transport.write(data)
             session.send_queued()
+        factory.sessions.connected(session)
+
+    def _store_ready(self, principal: Principal) -> None:
+        self._end_login()
+        if not self.closed:
+            self._logged_in(principal)
+            self._continue()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
@@ -29,8 +30,6 @@ from zope.interface import implementer
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
-from brokerd.core.message import Message
-from brokerd.core.principal import Principal
 from brokerd.errors import (
     AlreadySubscribed,
     BrokerError,
@@ -73,7 +72,7 @@ from brokerd.protocols.mqtt.topics import (
     topic_filter_problem,
     topic_name_problem,
 )
-from brokerd.protocols.mqtt.wire import Rendered, core_message
+from brokerd.protocols.mqtt.wire import core_message
 from brokerd.protocols.nodelay import no_delay
 from brokerd.store.base import is_outage
 from brokerd.twistedio import limit_output_buffer
@@ -145,7 +144,7 @@ class MQTTServerProtocol(Login, Protocol):
         if session is not None and session.unbind(self):
             if not self._normal_end and self._will is not None:
                 factory.sessions.will_of_lost_connection(session, self._will)
-            factory.session_ended(session)
+            factory.sessions.connection_ended(session)
         self._will = None
 
     def _connect_timed_out(self) -> None:
@@ -293,7 +292,7 @@ class MQTTServerProtocol(Login, Protocol):
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, self.factory.clock.seconds())  # type: ignore[union-attr]
         if packet.retain:
-            self.factory.retain(message)
+            self.factory.sessions.retain(message)
         try:
             broker.publish(message)
         except Forbidden:
@@ -382,10 +381,9 @@ class MQTTServerProtocol(Login, Protocol):
         session = self.session
         assert session is not None
         settings = self.factory.settings
-        broker = self.factory.broker
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
-        codes = []
+        codes: list[Any] = []
         retained: list[tuple[str, int]] = []
         for subscription in packet.subscriptions:
             topic_filter = subscription.topic_filter
@@ -398,39 +396,84 @@ class MQTTServerProtocol(Login, Protocol):
                 # 3.8.3.1: No Local on a shared subscription is a Protocol Error
                 self._disconnect(reasons.PROTOCOL_ERROR, "No Local on a shared subscription")
                 return
-            try:
-                if shared is None:
-                    broker.subscribe_filter(session, topic_filter.encode("utf-8"))
-                else:
-                    broker.subscribe_filter(session, shared.topic_filter.encode("utf-8"),
-                                            share=shared.share_name.encode("utf-8"))
-            except AlreadySubscribed:
-                pass  # 3.8.4: a new subscription with the same filter replaces the old one
-            except Forbidden:
-                codes.append(reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
-                continue
-            except SubscriptionLimit:
-                codes.append(reasons.QUOTA_EXCEEDED if self.version == MQTT_5 else 0x80)
-                continue
-            except ValueError:
-                codes.append(reasons.TOPIC_FILTER_INVALID if self.version == MQTT_5 else 0x80)
-                continue
-            except BrokerError:  # a node of a cluster: filters are not routed between nodes yet
-                codes.append(reasons.IMPLEMENTATION_SPECIFIC_ERROR if self.version == MQTT_5 else 0x80)
-                continue
             matched = topic_filter if shared is None else shared.topic_filter
             options = SubscriptionOptions(subscription.qos, subscription.no_local,
                                           subscription.retain_as_published, identifier, matched.encode("utf-8"))
-            new = session.subscribed(topic_filter, options)
-            codes.append(subscription.qos)
+            kept = shared is None and subscription.qos > 0 and session.durable_name is not None
+            refusal = self._subscribe(session, topic_filter, shared, options, kept)
+            if refusal is not None:
+                codes.append(refusal if self.version == MQTT_5 else 0x80)
+                continue
+            new = session.subscribed(topic_filter, options, kept)
+            if session.durable_name is not None and shared is None:
+                codes.append(self._store_subscription(session, topic_filter, options))
+            else:
+                codes.append(subscription.qos)
             handling = subscription.retain_handling
             # 4.8.2: retained messages are not sent for a shared subscription when it is made
             if shared is None and handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
                 retained.append((topic_filter, subscription.qos))
-        self.transport.write(encode(Suback(packet.packet_id, tuple(codes)), self.version))
+        waits = [code for code in codes if isinstance(code, Deferred)]
+        if not waits:
+            self._subscribed(packet.packet_id, codes, retained)
+            return
+        # A stored session's SUBACK says the subscription is committed: it waits for the store.
+        gatherResults(waits).addCallback(lambda _: self._subscribed(packet.packet_id, codes, retained))
+
+    def _subscribe(self, session: MQTTSession, topic_filter: str, shared: Any, options: SubscriptionOptions,
+                   kept: bool) -> int | None:
+        """Make one subscription with the core: None when it is made, else the v5 reason code
+        that refuses it.  A ``kept`` one (a stored session's QoS 1 or 2) is the store's, not a
+        live one: the access list and the subscription limit are asked here."""
+        broker = self.factory.broker
+        live = topic_filter in session.subscriptions and topic_filter not in session.kept
+        if kept:
+            if not broker.may_subscribe(session.principal, topic_filter.encode("utf-8")):
+                return reasons.NOT_AUTHORIZED
+            if topic_filter not in session.subscriptions and len(session.subscriptions) >= broker.max_subscriptions:
+                return reasons.QUOTA_EXCEEDED
+            if live:  # was QoS 0, live: its messages come from the store now
+                broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
+            return None
+        try:
+            if shared is None:
+                broker.subscribe_filter(session, topic_filter.encode("utf-8"))
+            else:
+                broker.subscribe_filter(session, shared.topic_filter.encode("utf-8"),
+                                        share=shared.share_name.encode("utf-8"))
+        except AlreadySubscribed:
+            pass  # 3.8.4: a new subscription with the same filter replaces the old one
+        except Forbidden:
+            return reasons.NOT_AUTHORIZED
+        except SubscriptionLimit:
+            return reasons.QUOTA_EXCEEDED
+        except ValueError:
+            return reasons.TOPIC_FILTER_INVALID
+        except BrokerError:
+            return reasons.IMPLEMENTATION_SPECIFIC_ERROR
+        return None
+
+    def _store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Deferred:
+        """Commit a stored session's subscription; a Deferred of its SUBACK code (0x80 when
+        the store failed: the client is told it has no subscription)."""
+        def failed(failure: Any) -> int:
+            if not is_outage(failure):
+                self._log.failure("Storing an MQTT subscription", failure)
+            session.unsubscribed(topic_filter)
+            return reasons.UNSPECIFIED_ERROR
+
+        d = self.factory.sessions.store_subscription(session, topic_filter, options)
+        return d.addCallbacks(lambda _: options.qos, failed)
+
+    def _subscribed(self, packet_id: int, codes: list[Any], retained: list[tuple[str, int]]) -> None:
+        if self.closed or self.session is None:
+            return
+        session = self.session
+        final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
+        self.transport.write(encode(Suback(packet_id, final), self.version))
         for topic_filter, _qos in retained:
-            for message in self.factory.retained_matching(topic_filter.encode("utf-8")):
-                item = self.factory.render(session, message)
+            for message in self.factory.sessions.retained_matching(topic_filter.encode("utf-8")):
+                item = session.wire_format.rendered(message)
                 if item is not None:
                     session.deliver(item, retained=True)
 
@@ -440,6 +483,12 @@ class MQTTServerProtocol(Login, Protocol):
         broker = self.factory.broker
         codes = []
         for topic_filter in packet.topic_filters:
+            if session.durable_name is not None and not topic_filter.startswith("$share/"):
+                self.factory.sessions.drop_subscription(session, topic_filter).addErrback(self._not_dropped)
+                if topic_filter in session.kept:
+                    session.unsubscribed(topic_filter)
+                    codes.append(0)
+                    continue
             try:
                 shared = shared_subscription(topic_filter)
                 if shared is None:
@@ -455,6 +504,10 @@ class MQTTServerProtocol(Login, Protocol):
             codes.append(0)
         self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
                                     self.version))
+
+    def _not_dropped(self, failure: Any) -> None:
+        if not is_outage(failure):
+            self._log.failure("Removing an MQTT subscription from the store", failure)
 
     # ------------------------------------------------------------------ the rest
 
@@ -514,11 +567,13 @@ class MQTTServerFactory(Factory):
         self._sweeper = LoopingCall(self.sweep)
         self._sweeper.clock = self.clock
         self._sweeper.start(1.0, now=False)
+        self.sessions.listening(True)
 
     def stopFactory(self) -> None:
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
         self._sweeper = None
+        self.sessions.listening(False)
 
     def sweep(self) -> None:
         """Close connections silent for one and a half times their keep-alive (3.1.2.10)."""
@@ -529,26 +584,6 @@ class MQTTServerFactory(Factory):
                 connection.silent_since = now
             elif connection.keep_alive and now - connection.silent_since >= 1.5 * connection.keep_alive:
                 connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
-
-    # What the connections share, kept by MQTTSessions.
-    def assign_client_id(self) -> str:
-        return self.sessions.assign_client_id()
-
-    def open_session(self, client_id: str, principal: Principal, version: int,
-                     clean_start: bool) -> tuple[MQTTSession | None, bool]:
-        return self.sessions.open(client_id, principal, version, clean_start)
-
-    def session_ended(self, session: MQTTSession) -> None:
-        self.sessions.connection_ended(session)
-
-    def retain(self, message: Message) -> None:
-        self.sessions.retain(message)
-
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.sessions.retained_matching(topic_filter)
-
-    def render(self, session: MQTTSession, message: Message) -> Rendered | None:
-        return session.wire_format._rendered(message)
 
 
 def build_factory(runtime: Runtime) -> MQTTServerFactory:

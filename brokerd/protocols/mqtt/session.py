@@ -5,8 +5,11 @@ subscriptions, the QoS 1 and 2 messages sent and not yet acknowledged, the messa
 for the client's Receive Maximum to allow them, and the Packet Identifiers of QoS 2 messages
 received and not yet released.  A connection binds to it at CONNECT and unbinds when it ends;
 a persistent session (3.1.1 Clean Session 0, v5 a Session Expiry Interval above 0) stays
-attached to the core meanwhile, so what is published while its client is away (by any
-protocol) waits for it, up to ``max_queued`` messages (QoS 0 ones are not kept offline).
+attached to the core meanwhile.  On a node with a store its QoS 1 and 2 subscriptions are the
+core's durable subscriptions (:mod:`.stored`): what any protocol publishes for them is stored
+and read back, across a restart too, and settled when the client acknowledged it.  Without a
+store what is published while its client is away waits here, up to ``max_queued`` messages
+(QoS 0 ones are not kept offline).
 
 Delivery (:meth:`MQTTSession.send`): the core hands every session of a wire format the same
 :class:`~brokerd.protocols.mqtt.wire.MQTTPublishes`.  A session whose subscriptions ask for
@@ -50,14 +53,16 @@ class Outgoing:
     """A QoS 1 or 2 message sent to the client and not yet acknowledged (PUBACK, or PUBREC
     then PUBCOMP): resent with DUP when the session resumes on a new connection."""
 
-    __slots__ = ("frame", "qos", "released", "retain")
+    __slots__ = ("delivery", "frame", "qos", "released", "retain")
 
-    def __init__(self, frame: PublishFrame, qos: int, retain: bool) -> None:
+    def __init__(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None) -> None:
         self.frame = frame
         self.qos = qos
         self.retain = retain
         self.released = False
         """QoS 2: PUBREC came and PUBREL was sent; PUBCOMP ends it."""
+        self.delivery = delivery
+        """The stored Delivery it is (a persistent session's), until the client has it."""
 
 
 @implementer(ISubscriber)
@@ -93,28 +98,46 @@ class MQTTSession:
         self.dropped = 0
         """Messages not delivered: QoS 0 while away or congested, the queue full, too large."""
         self._next_id = 1
-        self._matching: dict[str, tuple[int, bool, tuple[int, ...], bool] | None] = {}
+        self._matching: dict[str, tuple[int, bool, tuple[int, ...], bool, bool] | None] = {}
         self.will_timer: Any = None
         """A v5 will waiting for its Will Delay Interval (cancelled if the client comes back)."""
+        self.delayed_will: Any = None
+        """The Will that :attr:`will_timer` publishes."""
+        self.durable_name: str | None = None
+        """The core's durable subscriber this session is (:mod:`.stored`); None when its
+        subscriptions are this node's memory only (a clean session, a node without a store)."""
+        self.kept: set[str] = set()
+        """Filters of subscriptions that collect messages in the store (QoS 1 and 2 of a
+        durable session): their messages come through :attr:`stored`, never live."""
+        self.stored: Any = None
+        """The StoredDeliveries while a connection is bound to a durable session."""
         self._plain = True
 
     # ------------------------------------------------------------------ subscriptions
 
-    def subscribed(self, topic_filter: str, options: SubscriptionOptions) -> bool:
-        """Record a subscription; whether it is new (Retain Handling 1)."""
+    def subscribed(self, topic_filter: str, options: SubscriptionOptions, kept: bool = False) -> bool:
+        """Record a subscription (``kept``: its messages are stored for it); whether it is
+        new (Retain Handling 1)."""
         new = topic_filter not in self.subscriptions
         self.subscriptions[topic_filter] = options
+        if kept:
+            self.kept.add(topic_filter)
+        else:
+            self.kept.discard(topic_filter)
         self._changed()
         return new
 
     def unsubscribed(self, topic_filter: str) -> bool:
         found = self.subscriptions.pop(topic_filter, None) is not None
+        self.kept.discard(topic_filter)
         self._changed()
         return found
 
     def subscription_revoked(self, topic_filter: bytes) -> None:
         """The core took a filter this session's principal may no longer read away."""
-        self.subscriptions.pop(topic_filter.decode("utf-8", "replace"), None)
+        name = topic_filter.decode("utf-8", "replace")
+        self.subscriptions.pop(name, None)
+        self.kept.discard(name)
         self._changed()
 
     def _changed(self) -> None:
@@ -123,10 +146,10 @@ class MQTTSession:
             options.qos == 0 and not options.no_local and options.identifier is None
             and not options.retain_as_published for options in self.subscriptions.values())
 
-    def _match(self, topic: str) -> tuple[int, bool, tuple[int, ...], bool] | None:
+    def _match(self, topic: str) -> tuple[int, bool, tuple[int, ...], bool, bool] | None:
         """(highest granted QoS, whether every match is no-local, Subscription Identifiers,
-        whether one is Retain As Published) of this session's subscriptions matching
-        ``topic``; None when none does."""
+        whether one is Retain As Published, whether one is :attr:`kept`) of this session's
+        subscriptions matching ``topic``; None when none does."""
         cached = self._matching.get(topic, False)
         if cached is not False:
             return cached  # type: ignore[return-value]
@@ -135,14 +158,16 @@ class MQTTSession:
         no_local = True
         identifiers: list[int] = []
         as_published = False
-        for options in self.subscriptions.values():
+        kept = False
+        for topic_filter, options in self.subscriptions.items():
             if matches(options.matched, target):
                 qos = max(qos, options.qos)
                 no_local = no_local and options.no_local
                 as_published = as_published or options.retain_as_published
                 if options.identifier is not None:
                     identifiers.append(options.identifier)
-        found = None if qos < 0 else (qos, no_local, tuple(identifiers), as_published)
+                kept = kept or topic_filter in self.kept
+        found = None if qos < 0 else (qos, no_local, tuple(identifiers), as_published, kept)
         if len(self._matching) >= _MATCH_CACHE:
             self._matching.clear()
         self._matching[topic] = found
@@ -194,14 +219,17 @@ class MQTTSession:
 
     # ------------------------------------------------------------------ delivery
 
-    def deliver(self, item: Rendered, retained: bool = False) -> None:
+    def deliver(self, item: Rendered, retained: bool = False, kept: bool = False) -> None:
         """Send one message as this session's subscriptions ask (``retained``: sent because
-        a subscription was made, with RETAIN set)."""
+        a subscription was made, with RETAIN set; ``kept``: not stored, though a :attr:`kept`
+        subscription matches, e.g. SMQP's Guarantee: NO)."""
         message = item.message
         match = self._match(item.frame.topic)
         if match is None:
             return
-        granted, no_local, identifiers, as_published = match
+        granted, no_local, identifiers, as_published, stored = match
+        if stored and not (retained or kept):
+            return  # stored for this session: it comes from the store, once
         if no_local and not retained and message.protocol == "mqtt" and message.sender_name == self.name:
             return
         # RETAIN: set on what a new subscription is sent; on a live message only for a
@@ -228,10 +256,60 @@ class MQTTSession:
         else:
             self.dropped += 1
 
-    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool) -> None:
+    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None) -> None:
         packet_id = self._packet_id()
-        self.inflight[packet_id] = Outgoing(frame, qos, retain)
+        self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)
         self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
+
+    # ------------------------------------------------------------------ stored delivery
+
+    def can_send_stored(self) -> bool:
+        """Whether the window lets a stored message go now (what waits in memory first)."""
+        connection = self.connection
+        return (connection is not None and not connection.congested and not self.queued
+                and len(self.inflight) < self.window)
+
+    def stored_in_flight(self) -> set[int]:
+        """Seqs of the stored messages sent and not acknowledged yet (on any connection)."""
+        return {outgoing.delivery.seq for outgoing in self.inflight.values() if outgoing.delivery is not None}
+
+    def send_stored(self, message: Any, delivery: Any) -> bool:
+        """Send stored ``message`` (call when :meth:`can_send_stored`) as the subscriptions
+        ask; True when it went at QoS 1 or 2 and waits for the client's acknowledgement, False
+        when it is done already (sent at QoS 0, or not for this session: expired, no
+        subscription matches any more, no local, larger than the client takes)."""
+        expires = message.details.expires
+        if expires is not None and expires <= self.wire_format.clock():
+            return False  # v5 3.3.2.3.3: an expired message is not sent, its copy goes
+        item = self.wire_format.rendered(message)
+        if item is None:
+            return False
+        match = self._match(item.frame.topic)
+        if match is None:
+            return False
+        granted, no_local, identifiers, as_published, _kept = match
+        if no_local and message.protocol == "mqtt" and message.sender_name == self.name:
+            return False
+        retained = as_published and message.details.retained
+        frame = item.frame
+        if identifiers and self.version == MQTT_5:
+            frame = frame.with_subscription_identifiers(identifiers)
+        # Another protocol's message was stored for this session before its publisher was
+        # answered: it goes at least once (QoS 1), as far as the subscription allows.
+        qos = min(item.qos if message.protocol == "mqtt" else 1, granted)
+        if self.max_packet_size is not None and frame.size(qos) > self.max_packet_size:
+            self.dropped += 1
+            return False
+        if qos == 0:
+            self.connection.transport.write(frame.packet(0, retained))
+            return False
+        self._send_numbered(frame, qos, retained, delivery)
+        return True
+
+    def _settle(self, outgoing: Outgoing) -> None:
+        delivery, outgoing.delivery = outgoing.delivery, None
+        if delivery is not None and self.stored is not None:
+            self.stored.settle(delivery)
 
     def _packet_id(self) -> int:
         packet_id = self._next_id
@@ -246,6 +324,7 @@ class MQTTSession:
         outgoing = self.inflight.pop(packet_id, None)
         if outgoing is None:
             return False
+        self._settle(outgoing)
         self.send_queued()
         return True
 
@@ -255,6 +334,7 @@ class MQTTSession:
         if outgoing is None or outgoing.qos != 2:
             return False
         outgoing.released = True
+        self._settle(outgoing)  # stored: the client has it; only the release is left
         return True
 
     def send_queued(self) -> None:
@@ -264,6 +344,8 @@ class MQTTSession:
         while queued and connection is not None and len(self.inflight) < self.window and not connection.congested:
             item, qos, retain = queued.popleft()
             self._send_numbered(item.frame, qos, retain)
+        if self.stored is not None:
+            self.stored.pump()
 
     def resend_inflight(self) -> list[bytes]:
         """On a resumed session: the unacknowledged PUBLISHes again (DUP set) and the
@@ -287,6 +369,7 @@ class MQTTSession:
         if self.will_timer is not None and self.will_timer.active():
             self.will_timer.cancel()  # back within the Will Delay Interval: no will (3.1.3.2.2)
         self.will_timer = None
+        self.delayed_will = None
 
     def unbind(self, connection: Any) -> bool:
         """``connection`` ended; whether it was this session's."""

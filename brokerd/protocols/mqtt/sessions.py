@@ -4,25 +4,36 @@ Persistent sessions wait here (attached to the core, so they keep receiving) unt
 a CONNECT with a known client identifier takes the session over if it is the same principal's
 and is refused otherwise; wills are published from here; retained messages are the core's
 (``Broker.retained``).  One instance serves every MQTT listener of the node.
+
+On a node with a store a persistent session is also the core's durable subscriber
+(:mod:`.stored`): a CONNECT that finds no session here looks for the principal's stored one
+of that client identifier (left by this node before a restart, or by another node of the
+cluster) and takes its subscriptions and pending messages up.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import succeed
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
+from brokerd.core.durable import owned_prefix, owned_subscriber
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.retained import RetainRefused
-from brokerd.errors import (
-    Forbidden,
-)
+from brokerd.core.subscriptions import FILTER
+from brokerd.errors import BrokerError, Forbidden
 from brokerd.protocols.mqtt.packets import (
     Will,
 )
-from brokerd.protocols.mqtt.session import MQTTSession
+from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
+from brokerd.protocols.mqtt.stored import (
+    StoredDeliveries,
+    subscription_options,
+    subscription_record,
+)
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import is_outage
 
@@ -40,16 +51,34 @@ class MQTTSessions:
         self.formats = wire_formats(clock.seconds)
         self.by_id: dict[str, MQTTSession] = {}
         self._assigned = 0
+        self._incarnations = 0
+        self._listeners = 0
+        self._sweeping = False
+        self._timed = False
         self.refused_retains = 0
+
+    @property
+    def durable(self) -> Any:
+        """The core's durable service once it started; None without a store, or on a node
+        of a cluster without the shared one (``--store``)."""
+        durable = self.broker.durable
+        if durable is None or not durable.started:
+            return None
+        if self.settings.cluster is not None and self.settings.store is None:
+            return None  # each node's own SQLite file: a session there would not follow its client
+        return durable
 
     def assign_client_id(self) -> str:
         self._assigned += 1
         return f"brokerd-{id(self) & 0xFFFFFF:06x}-{self._assigned}"
 
     def open(self, client_id: str, principal: Principal, version: int,
-             clean_start: bool) -> tuple[MQTTSession | None, bool]:
+             clean_start: bool, expiry: float = 0, connection: Any = None) -> tuple[MQTTSession | None, bool]:
         """The session a CONNECT binds to and whether it existed (Session Present); None
-        when the identifier is another principal's."""
+        when the identifier is another principal's.  ``expiry``: seconds the session is to
+        outlive its connection (above 0: it is stored, on a node with a store);
+        ``connection``: the connection that will bind to it (the core's login event names
+        its source)."""
         existing = self.by_id.get(client_id)
         if existing is not None:
             if existing.principal != principal:
@@ -60,28 +89,174 @@ class MQTTSessions:
                 if existing.connection is connection:  # not unbound by the close yet
                     existing.unbind(connection)
                     if connection._will is not None and not connection._normal_end:
-                        self.publish_will(existing, connection._will)
+                        # 3.1.4: published as for a lost connection; a v5 Will Delay Interval
+                        # means none when the session goes on (bind cancels it), and the will
+                        # at once when this CONNECT ends the session (_end).
+                        self.will_of_lost_connection(existing, connection._will)
                     connection._will = None
             if clean_start or existing.version != version:
                 self._end(existing)
             else:
+                if existing.durable_name is None and expiry > 0:
+                    self._store(existing)
                 return existing, True
         session = MQTTSession(client_id, principal, self.formats[version], self.settings.mqtt_max_inflight,
                               self.settings.mqtt_max_queued)
         session.on_replaced = self._replaced_elsewhere
         self.by_id[client_id] = session
+        session.connection = connection
         self.broker.attach(session)
-        return session, False
+        present = self._take_up_stored(session, clean_start)
+        if session.durable_name is None and expiry > 0:
+            self._store(session)
+        return session, present
+
+    # ------------------------------------------------------------------ stored sessions
+
+    def _store(self, session: MQTTSession) -> None:
+        """Make ``session`` a durable subscriber from now on (a new incarnation), with the
+        subscriptions it has (a session that became persistent by a new CONNECT)."""
+        durable = self.durable
+        if durable is None:
+            return
+        self._incarnations += 1
+        incarnation = f"{int(self.clock.seconds() * 1000):012x}.{id(self) & 0xFFFF:04x}.{self._incarnations}"
+        session.durable_name = owned_subscriber("mqtt", session.principal, session.client_id, incarnation)
+        for topic_filter, options in list(session.subscriptions.items()):
+            if topic_filter.startswith("$share/"):
+                continue  # shared subscriptions are the node's (docs/mqtt.md)
+            self.store_subscription(session, topic_filter, options).addErrback(self._not_stored)
+            session.subscribed(topic_filter, options, kept=options.qos > 0)
+
+    def _not_stored(self, failure: Any) -> None:
+        if not is_outage(failure):
+            self._log.failure("Storing an MQTT subscription", failure)
+
+    def _take_up_stored(self, session: MQTTSession, clean_start: bool) -> bool:
+        """Find the principal's stored session of ``session``'s client identifier: with a
+        clean start it ends (in the background); otherwise ``session`` becomes it, its
+        subscriptions made again (QoS 0 ones live).  Whether one was taken up."""
+        durable = self.durable
+        if durable is None:
+            return False
+        names = durable.index.subscribers_named(owned_prefix("mqtt", session.principal, session.client_id))
+        if not names:
+            return False
+        names.sort()
+        if clean_start:
+            for name in names:
+                self._forget(name)
+            return False
+        for name in names[:-1]:  # older incarnations a crash left behind
+            self._forget(name)
+        name = names[-1]
+        session.durable_name = name
+        for sub in durable.index.of(name):
+            topic_filter = sub.record.topic
+            qos, no_local, as_published, identifier = subscription_options(sub.record)
+            options = SubscriptionOptions(qos, no_local, as_published, identifier, topic_filter.encode("utf-8"))
+            if not qos:
+                try:
+                    self.broker.subscribe_filter(session, topic_filter.encode("utf-8"))
+                except (Forbidden, ValueError, BrokerError):
+                    continue  # no longer allowed: it goes when the session next subscribes
+            session.subscribed(topic_filter, options, kept=qos > 0)
+        return True
+
+    def store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Any:
+        """Keep one subscription of durable ``session`` in the store (its QoS 1 and 2 ones
+        collect messages from the commit on).  A Deferred that fires once committed."""
+        record = subscription_record(session.durable_name, topic_filter, options)  # type: ignore[arg-type]
+        return self.broker.durable.subscribe(record, [])
+
+    def drop_subscription(self, session: MQTTSession, topic_filter: str) -> Any:
+        """Take one subscription of durable ``session`` out of the store; a Deferred."""
+        durable = self.broker.durable
+        sub = durable.index.get(session.durable_name, FILTER, topic_filter)
+        if sub is None:
+            return succeed(None)
+        return durable.unsubscribe(session.durable_name, [sub], lambda _sub: ())
+
+    def _forget(self, name: str) -> None:
+        durable = self.broker.durable
+        if durable is not None:
+            durable.forget_subscriber(name).addErrback(self._not_forgotten, name)
+
+    def _not_forgotten(self, failure: Any, name: str) -> None:
+        if not is_outage(failure):
+            self._log.failure("Ending the stored MQTT session {name}", failure, name=name)
+
+    def listening(self, started: bool) -> None:
+        """A listener of the front end started (``started``) or stopped.  While one listens
+        and the store is read, the stored messages expire into their Trash and the Trash is
+        emptied (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
+        else would); at the first start the unclaimed stored sessions are timed."""
+        self._listeners += 1 if started else -1
+        durable = self.broker.durable
+        if durable is None:
+            return
+        if self._listeners == 0:
+            if self._sweeping:
+                self._sweeping = False
+                durable.stop_sweeps()
+            return
+        if started and self._listeners == 1:
+            durable.when_started().addCallbacks(self._store_read, lambda _failure: None)
+
+    def _store_read(self, _result: Any) -> None:
+        if self._listeners > 0 and not self._sweeping:
+            self._sweeping = True
+            self.broker.durable.start_sweeps()
+            if not self._timed:
+                self._timed = True
+                self.time_stored_sessions()
+
+    def time_stored_sessions(self) -> None:
+        """At the node's start: the stored sessions no client has come back to yet end after
+        ``--mqtt-max-session-expiry`` (their own expiry, never longer, was timed by the node that
+        stopped) unless their client is back by then.  Not on a node of a cluster, where
+        another node may be serving them."""
+        durable = self.durable
+        if durable is None or self.settings.cluster is not None:
+            return
+        names = durable.index.subscribers_named("mqtt/")
+        if names:
+            self.clock.callLater(self.settings.mqtt_max_session_expiry, self._end_unclaimed, names)
+
+    def _end_unclaimed(self, names: list[str]) -> None:
+        claimed = {session.durable_name for session in self.by_id.values()}
+        for name in names:
+            if name not in claimed:
+                self._forget(name)
+
+    def connected(self, session: MQTTSession) -> None:
+        """A connection was bound to ``session`` and answered: a durable one reads what the
+        store holds for it."""
+        self._disconnected(session)  # a takeover here unbound the old connection directly
+        durable = self.durable
+        if session.durable_name is not None and durable is not None:
+            session.stored = StoredDeliveries(session, durable, self.settings.max_output_buffer)
+            session.stored.open()
+
+    def _disconnected(self, session: MQTTSession) -> None:
+        stored = session.stored
+        if stored is not None:
+            session.stored = None
+            stored.close()
 
     def _replaced_elsewhere(self, session: MQTTSession) -> None:
-        """Another node's connection took this client identifier: forget the session here
-        (the session there starts empty: sessions are a node's own, docs/mqtt.md)."""
+        """Another node's connection took this client identifier: forget the session here.
+        A stored session lives on there (it took it up from the shared store); one in this
+        node's memory only ends (docs/mqtt.md)."""
+        session.durable_name = None
+        self._disconnected(session)
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
         if session.connection is None:
             self._end(session)
 
     def connection_ended(self, session: MQTTSession) -> None:
+        self._disconnected(session)
         if session.expiry <= 0:
             self._end(session)
             return
@@ -98,12 +273,17 @@ class MQTTSessions:
         timer = session.will_timer
         if timer is not None and timer.active():  # the session ends before the will's delay
             timer.cancel()
-            timer.func(*timer.args)
+            self._will_due(session, session.delayed_will)
         if session.expiry_timer is not None and session.expiry_timer.active():
             session.expiry_timer.cancel()
         session.expiry_timer = None
         self.broker.detach(session)
+        self._disconnected(session)
+        if session.durable_name is not None:
+            self._forget(session.durable_name)
+            session.durable_name = None
         session.subscriptions.clear()
+        session.kept.clear()
         session.queued.clear()
         session.inflight.clear()
 
@@ -114,11 +294,13 @@ class MQTTSessions:
         delay = will.properties.will_delay_interval or 0
         if delay and session.expiry > 0:
             session.will_timer = self.clock.callLater(min(delay, session.expiry), self._will_due, session, will)
+            session.delayed_will = will
         else:
             self.publish_will(session, will)
 
     def _will_due(self, session: MQTTSession, will: Will) -> None:
         session.will_timer = None
+        session.delayed_will = None
         self.publish_will(session, will)
 
     def publish_will(self, session: MQTTSession, will: Will) -> None:

@@ -99,7 +99,10 @@ class MQTTWireFormat(WireFormat):
         self.clock = clock
         self.unrepresentable = 0
 
-    def _rendered(self, message: Message) -> Rendered | None:
+    def rendered(self, message: Message) -> Rendered | None:
+        """``message`` as MQTT sessions of this version receive it (a retained message sent
+        to a new subscription, a stored one read for a persistent session); None when MQTT
+        cannot carry it (no multicast, no valid topic name)."""
         if message.kind != MULTICAST:
             return None
         name = topic_name(message.target)  # type: ignore[arg-type]
@@ -118,7 +121,7 @@ class MQTTWireFormat(WireFormat):
         return Rendered(PublishFrame(name, message.payload, self.version, properties), message)
 
     def render_message(self, message: Message) -> MQTTPublishes | None:
-        rendered = self._rendered(message)
+        rendered = self.rendered(message)
         if rendered is None:
             self.unrepresentable += 1
             return None
@@ -131,7 +134,7 @@ class MQTTWireFormat(WireFormat):
         core then renders them one by one and counts what it drops)."""
         items = []
         for message in messages:
-            rendered = self._rendered(message)
+            rendered = self.rendered(message)
             if rendered is None:
                 return None
             items.append(rendered)

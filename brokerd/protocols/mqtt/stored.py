@@ -1,0 +1,186 @@
+"""A persistent MQTT session's subscriptions and messages in the core's store.
+
+With a store on the node (the default), a session that outlives its connection (3.1.1 Clean
+Session 0, v5 a Session Expiry Interval above 0) keeps its subscriptions as the core's durable
+FILTER subscriptions, named by :func:`brokerd.core.durable.owned_subscriber` (protocol, owner,
+client identifier).  A QoS 1 or 2 subscription collects messages: every protocol's publish to
+a topic it matches is committed with a pending delivery for the session before its publisher is
+answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBREC at
+QoS 2).  So what was acknowledged to a publisher survives the broker's kill -9, and a client
+that comes back, to this node or another one on the shared store, reads what waits for it.  A
+QoS 0 subscription is remembered with the others and delivered live, as MQTT allows.
+
+:class:`StoredDeliveries` is the session, as durable delivery sees it (IDurableSession), while
+a connection is bound: it reads the pending deliveries a page at a time and hands them to the
+session within its window.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.logger import Logger
+
+from brokerd.core import stored
+from brokerd.core.subscriptions import ADD, FILTER
+from brokerd.store.base import is_outage
+from brokerd.store.records import Delivery, SubscriptionRecord
+
+PAGE = 256
+"""Pending deliveries read from the store at a time, at most (and the session's window)."""
+
+
+def subscription_record(subscriber: str, topic_filter: str, options: Any) -> SubscriptionRecord:
+    """The core's FILTER subscription for one MQTT subscription of session ``subscriber``:
+    its options kept in ``changes`` (``ADD`` when it collects messages, i.e. QoS 1 or 2)."""
+    changes = [ADD] if options.qos else []
+    changes.append(f"q{options.qos}")
+    if options.no_local:
+        changes.append("nl")
+    if options.retain_as_published:
+        changes.append("rap")
+    if options.identifier is not None:
+        changes.append(f"i{options.identifier}")
+    return SubscriptionRecord(subscriber, FILTER, topic_filter, tuple(changes))
+
+
+def subscription_options(record: SubscriptionRecord) -> tuple[int, bool, bool, int | None]:
+    """(QoS, no local, retain as published, subscription identifier) of a stored subscription
+    (:func:`subscription_record`)."""
+    qos, no_local, as_published, identifier = 0, False, False, None
+    for change in record.changes:
+        if change[:1] == "q" and change[1:].isdigit():
+            qos = min(int(change[1:]), 2)
+        elif change == "nl":
+            no_local = True
+        elif change == "rap":
+            as_published = True
+        elif change[:1] == "i" and change[1:].isdigit():
+            identifier = int(change[1:])
+    return qos, no_local, as_published, identifier
+
+
+class StoredDeliveries:
+    """A persistent MQTT session bound to a connection, as durable delivery sees it.
+
+    Deliveries come from the store (:meth:`refresh`, a page at a time, oldest first) or as
+    they are committed (:meth:`offer`); they wait here, at most a page, until the session's
+    window lets it send them.  An offer that finds the page full, or a read under way, is
+    left in the store and read with the next page: the order is the store's.
+    """
+
+    _log = Logger()
+
+    def __init__(self, session: Any, durable: Any, max_bytes: int) -> None:
+        self.session = session
+        self.durable = durable
+        self.name: str = session.durable_name
+        self.max_bytes = max_bytes
+        self.closed = False
+        self.waiting: deque[Delivery] = deque()
+        self.known: set[int] = set()
+        """Seqs waiting here or handed to the session and not settled."""
+        self._reading = False
+        self._behind = False
+
+    @property
+    def wire_format(self) -> Any:
+        return self.session.wire_format
+
+    def open(self) -> None:
+        self.durable.attach(self)
+        self.refresh()
+
+    def close(self) -> None:
+        self.closed = True
+        self.durable.detach(self)
+        self.waiting.clear()
+
+    # ------------------------------------------------------------------ IDurableSession
+
+    def offer(self, delivery: Delivery) -> None:
+        if self.closed or delivery.seq in self.known:
+            return
+        if self._reading or self._behind or len(self.waiting) >= PAGE:
+            self._behind = True  # the next read finds it, in the store's order
+            return
+        self.known.add(delivery.seq)
+        self.waiting.append(delivery)
+        self.pump()
+
+    def discard(self, seq: int) -> None:
+        """Settled elsewhere (expired, removed): not sent if it still waits here."""
+        if seq in self.known and any(delivery.seq == seq for delivery in self.waiting):
+            self.waiting = deque(delivery for delivery in self.waiting if delivery.seq != seq)
+            self.known.discard(seq)
+
+    def reoffer(self, seq: int) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the next page of pending deliveries (at connect, when there may be more)."""
+        if self.closed:
+            return
+        if self._reading:
+            self._behind = True
+            return
+        self._reading = True
+        self._behind = False
+        skip = frozenset(self.known | self.session.stored_in_flight())
+        d = self.durable.pending(self.name, PAGE, (), self.max_bytes, skip)
+        d.addCallbacks(self._read, self._not_read)
+
+    def offer_volatile(self, data: bytes) -> None:
+        """A message never stored (SMQP's Guarantee: NO) for this session: sent as it is."""
+        for item in getattr(data, "items", ()):
+            self.session.deliver(item, kept=True)
+
+    # ------------------------------------------------------------------ sending
+
+    def _read(self, deliveries: list[Delivery]) -> None:
+        self._reading = False
+        if self.closed:
+            return
+        for delivery in deliveries:
+            if delivery.seq not in self.known:
+                self.known.add(delivery.seq)
+                self.waiting.append(delivery)
+        if deliveries:
+            self._behind = True  # a page (or the byte budget) full: more may wait
+        self.pump()
+
+    def _not_read(self, failure: Any) -> None:
+        self._reading = False
+        if not is_outage(failure):
+            self._log.failure("Reading the stored messages of MQTT session {name}", failure, name=self.name)
+
+    def pump(self) -> None:
+        """Hand the waiting deliveries to the session while its window allows; read the
+        next page when none waits and more may be in the store."""
+        session = self.session
+        waiting = self.waiting
+        while waiting and session.can_send_stored():
+            delivery = waiting.popleft()
+            message = None
+            if stored.is_stored_message(delivery.data):  # else another front end's own row
+                try:
+                    message = stored.decode(delivery.data)
+                except ValueError:
+                    self._log.warn("Stored message {seq} of {name} cannot be read; settled",
+                                   seq=delivery.seq, name=self.name)
+            if message is None or not session.send_stored(message, delivery):
+                self.settle(delivery)
+        if not waiting and self._behind and not self._reading:
+            self.refresh()
+
+    def settle(self, delivery: Delivery) -> None:
+        """The client has ``delivery`` (or it is not for it): the store lets it go."""
+        self.known.discard(delivery.seq)
+        d = self.durable.acknowledged(self, delivery)
+        d.addErrback(self._not_settled)
+        if self._behind and not self.waiting and not self._reading and not self.closed:
+            self.refresh()
+
+    def _not_settled(self, failure: Any) -> None:
+        if not is_outage(failure):
+            self._log.failure("Settling a stored message of MQTT session {name}", failure, name=self.name)

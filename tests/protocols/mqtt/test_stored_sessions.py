@@ -1,0 +1,105 @@
+"""What MQTTSessions does with the sessions it finds in the store, on a Clock: a CONNECT takes
+its principal's session of that client identifier up (Session Present, its subscriptions made
+again), a clean start ends it, and at a node's start the sessions no client came back to end
+after ``--mqtt-max-session-expiry`` unless their client is back by then."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from brokerd.config import Settings
+from brokerd.core.broker import Broker
+from brokerd.core.durable import DurableService, owned_subscriber
+from brokerd.core.message import MULTICAST, Details, Message
+from brokerd.core.principal import ACCOUNT, Principal
+from brokerd.core.subscriptions import FILTER
+from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311
+from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
+from brokerd.protocols.mqtt.sessions import MQTTSessions
+from brokerd.protocols.mqtt.wire import wire_formats
+from brokerd.store.memory import MemoryStore
+from brokerd.store.records import Delivery, SubscriptionRecord
+from tests.core.test_durable import _result
+
+ALICE = Principal("alice", ACCOUNT)
+MALLORY = Principal("mallory", ACCOUNT)
+
+
+def _node(*stored: tuple[Principal, str]) -> tuple[MQTTSessions, DurableService, Clock, list[str]]:
+    """A node whose store holds a session of each (principal, client id), as after a restart."""
+    clock = Clock()
+    clock.advance(1000)
+    store = MemoryStore()
+    store.open()
+    names = []
+    for principal, client_id in stored:
+        name = owned_subscriber("mqtt", principal, client_id, "000000000001.0000.1")
+        _result(store.put_subscription(SubscriptionRecord(name, FILTER, "a/+", ("ADD", "q1", "nl"))))
+        _result(store.put_subscription(SubscriptionRecord(name, FILTER, "b/#", ("q0",))))
+        names.append(name)
+    broker = Broker()
+    durable = broker.use_durable(DurableService(store, clock))
+    _result(durable.start())
+    broker.startService()
+    sessions = MQTTSessions(broker, Settings(mqtt_max_session_expiry=60), clock)
+    return sessions, durable, clock, names
+
+
+def test_a_connect_takes_its_own_stored_session_up_and_nobody_else_s():
+    sessions, durable, _clock, [name] = _node((ALICE, "dev"))
+    stranger, present = sessions.open("dev", MALLORY, MQTT_311, clean_start=False, expiry=300)
+    assert stranger is not None and not present and stranger.durable_name != name
+    sessions._end(stranger)
+    assert [sub.record.topic for sub in durable.index.of(name)] == ["a/+", "b/#"]  # untouched
+
+    session, present = sessions.open("dev", ALICE, MQTT_311, clean_start=False, expiry=300)
+    assert present and session.durable_name == name
+    assert session.kept == {"a/+"}  # QoS 1: from the store; QoS 0: live again
+    assert session.subscriptions["a/+"].qos == 1 and session.subscriptions["a/+"].no_local
+    assert sessions.broker.filtered.of(session) == [b"b/#"]  # the live one
+    assert sessions.broker.subscriptions(session) == [b"b/#", b"a/+"]  # what the admin lists
+
+
+def test_a_clean_start_ends_the_stored_session():
+    sessions, durable, _clock, [name] = _node((ALICE, "dev"))
+    session, present = sessions.open("dev", ALICE, MQTT_311, clean_start=True, expiry=0)
+    assert not present and session.durable_name is None and session.subscriptions == {}
+    assert durable.index.of(name) == [] and _result(durable.store.subscriptions_of(name)) == []
+
+
+def test_at_start_unclaimed_stored_sessions_end_after_the_longest_expiry():
+    sessions, durable, clock, [idle, back] = _node((ALICE, "idle"), (ALICE, "back"))
+    sessions.time_stored_sessions()
+    session, present = sessions.open("back", ALICE, MQTT_311, clean_start=False, expiry=300)
+    assert present and session.durable_name == back
+    clock.advance(59)
+    assert durable.index.of(idle) and durable.index.of(back)
+    clock.advance(1)
+    assert durable.index.of(idle) == [] and _result(durable.store.subscriptions_of(idle)) == []
+    assert durable.index.of(back), "a session whose client came back is not ended"
+
+
+def test_a_stored_message_is_sent_at_its_qos_unless_it_expired():
+    """v5 3.3.2.3.3: a stored copy whose Message Expiry Interval passed is not sent (the caller
+    settles it); another protocol's message goes at QoS 1 (it was stored for the session)."""
+    clock = Clock()
+    clock.advance(1000)
+    session = MQTTSession("dev", ALICE, wire_formats(clock.seconds)[MQTT_5], 10, 10)
+    transport = StringTransport()
+    session.bind(SimpleNamespace(transport=transport, congested=False), 10, None)
+    session.subscribed("a/+", SubscriptionOptions(2, matched=b"a/+"), kept=True)
+
+    def stored(seq: int, payload: bytes, protocol: str, **details) -> tuple[Message, Delivery]:
+        message = Message(MULTICAST, b"a/b", payload, protocol, b"pub", details=Details(**details))
+        return message, Delivery(seq, "a/b", 1, "ADD", 0, "ALL", b"")
+
+    assert not session.send_stored(*stored(1, b"stale", "mqtt", qos=1, expires=1000.0))
+    assert transport.value() == b""
+    assert session.send_stored(*stored(2, b"fresh", "mqtt", qos=1, expires=1010.0))
+    assert session.send_stored(*stored(3, b"from ssmp", "ssmp"))
+    sent = transport.value()
+    assert b"fresh" in sent and b"from ssmp" in sent and b"stale" not in sent
+    assert session.stored_in_flight() == {2, 3}
+    assert [outgoing.qos for outgoing in session.inflight.values()] == [1, 1]
