@@ -1,11 +1,13 @@
 """Statistics topics, in the manner of Mosquitto's ``$SYS``: every figure of
 :meth:`Figures.snapshot` published every ``--sys-interval`` seconds under ``~sys/brokerd/``,
-so a client of any protocol can watch the broker with the tools it already has.
+so a client of any protocol can watch the broker with the tools it already has (an MQTT client
+subscribes to ``~sys/brokerd/#``).
 
 The tree starts with ``~`` because SSMP topics are ID characters only (``$`` is not one);
 MCCHAT and socket.mq take the same names, SMQP topics live in its own tree and cannot name
-them.  A figure is published only while its topic has a subscriber, so an unwatched broker
-pays one dictionary lookup per figure per interval.
+them.  A figure is published only while it has a subscriber (a topic's member, or a filter
+that matches it: :meth:`Broker.watched`), so an unwatched broker pays a lookup or two per
+figure per interval.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from twisted.logger import Logger
 from brokerd.admin.figures import Figures
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
+from brokerd.store.base import is_outage
 
 PREFIX = "~sys/brokerd"
 PROTOCOL = "sys"
@@ -78,9 +81,16 @@ class StatisticsTopics(Service):
         sent = 0
         for topic, value in leaves(snapshot):
             name = topic.encode("utf-8")
-            if broker.topics.get(name) is None:
+            if not broker.watched(name):
                 continue
-            broker.publish(Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER,
-                                   principal=BROKER))
+            message = Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER, principal=BROKER)
+            broker.publish(message)
+            kept = broker.keep([message])  # a stored MQTT session's subscription takes it from the store
+            if kept is not None:
+                kept.addErrback(self._not_kept)
             sent += 1
         return sent
+
+    def _not_kept(self, failure: Any) -> None:
+        if not is_outage(failure):
+            self._log.failure("Storing a statistics message", failure)

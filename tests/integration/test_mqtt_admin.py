@@ -49,3 +49,29 @@ def test_ctl_lists_and_closes_an_mqtt_session(tmp_path: Path) -> None:
     finally:
         broker.stop()
     assert_clean_log(broker)
+
+
+def test_statistics_topics_reach_mqtt_subscribers_live_and_stored(tmp_path: Path) -> None:
+    """``~sys/brokerd/...`` figures go to MQTT filters (not only to a topic's members): a live
+    wildcard subscription gets them, and so does a persistent session's QoS 1 subscription,
+    which takes them from the store; brokerd-ctl lists the stored subscription."""
+    admin = free_port()
+    broker = start_broker(tmp_path, "--sys-interval", "0.2", "--admin", f"tcp:{admin}:interface=127.0.0.1",
+                          listeners={"mqtt": LOOPBACK}, wait_for=(admin,))
+    try:
+        live = MQTTClient(broker.ports["mqtt"], MQTTv5, "watcher")
+        assert live.subscribe("~sys/brokerd/sessions/+", 0) == 0
+        stored = MQTTClient(broker.ports["mqtt"], MQTTv5, "stored-watcher", clean=False, expiry=300)
+        assert stored.subscribe("~sys/brokerd/connections/open", 1) == 1
+        message = live.message()
+        assert message.topic == "~sys/brokerd/sessions/mqtt" and int(message.payload) >= 1
+        message = stored.message()
+        assert (message.topic, message.qos) == ("~sys/brokerd/connections/open", 1) and int(message.payload) >= 2
+        listing = ctl(admin, "sessions")
+        row = next(line for line in listing.stdout.splitlines() if "stored-watcher" in line)
+        assert "~sys/brokerd/connections/open" in row, listing.stdout
+        live.disconnect()
+        stored.disconnect()
+    finally:
+        broker.stop()
+    assert_clean_log(broker)
