@@ -95,7 +95,7 @@ class DurableQueues:
             settled[0] += len(deliveries)
             return DeferredList(acks, fireOnOneErrback=True, consumeErrors=True).addCallback(settle_page)
 
-        d = DeferredList(removals, fireOnOneErrback=True, consumeErrors=True) if removals else succeed(None)
+        d: Any = DeferredList(removals, fireOnOneErrback=True, consumeErrors=True) if removals else succeed(None)
         d.addCallback(settle_page)
 
         def done(count: int) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
@@ -31,11 +30,7 @@ from zope.interface import implementer
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.errors import (
-    AlreadySubscribed,
-    BrokerError,
     Forbidden,
-    NotSubscribed,
-    SubscriptionLimit,
 )
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.admission import admit
@@ -47,8 +42,6 @@ from brokerd.protocols.mqtt.packets import (
     MQTT_5,
     MQTT_311,
     NO_PROPERTIES,
-    RETAIN_DO_NOT_SEND,
-    RETAIN_SEND_IF_NEW,
     Auth,
     Connect,
     Disconnect,
@@ -59,17 +52,14 @@ from brokerd.protocols.mqtt.packets import (
     Publish,
     Pubrec,
     Pubrel,
-    Suback,
     Subscribe,
-    Unsuback,
     Unsubscribe,
     Will,
 )
-from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
+from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
+from brokerd.protocols.mqtt.subscribing import Subscribing
 from brokerd.protocols.mqtt.topics import (
-    shared_subscription,
-    topic_filter_problem,
     topic_name_problem,
 )
 from brokerd.protocols.mqtt.wire import core_message
@@ -83,7 +73,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Protocol):
+class MQTTServerProtocol(Login, Subscribing, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -374,140 +364,6 @@ class MQTTServerProtocol(Login, Protocol):
         session.received_qos2.discard(packet.packet_id)  # type: ignore[union-attr]
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
         self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
-
-    # ------------------------------------------------------------------ SUBSCRIBE, UNSUBSCRIBE
-
-    def _on_subscribe(self, packet: Subscribe) -> None:
-        session = self.session
-        assert session is not None
-        settings = self.factory.settings
-        identifiers = packet.properties.subscription_identifiers
-        identifier = identifiers[0] if identifiers else None
-        codes: list[Any] = []
-        retained: list[tuple[str, int]] = []
-        for subscription in packet.subscriptions:
-            topic_filter = subscription.topic_filter
-            problem = topic_filter_problem(topic_filter, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
-            if problem is not None:
-                codes.append(reasons.TOPIC_FILTER_INVALID if self.version == MQTT_5 else 0x80)
-                continue
-            shared = shared_subscription(topic_filter)
-            if shared is not None and subscription.no_local and self.version == MQTT_5:
-                # 3.8.3.1: No Local on a shared subscription is a Protocol Error
-                self._disconnect(reasons.PROTOCOL_ERROR, "No Local on a shared subscription")
-                return
-            matched = topic_filter if shared is None else shared.topic_filter
-            options = SubscriptionOptions(subscription.qos, subscription.no_local,
-                                          subscription.retain_as_published, identifier, matched.encode("utf-8"))
-            kept = shared is None and subscription.qos > 0 and session.durable_name is not None
-            refusal = self._subscribe(session, topic_filter, shared, options, kept)
-            if refusal is not None:
-                codes.append(refusal if self.version == MQTT_5 else 0x80)
-                continue
-            new = session.subscribed(topic_filter, options, kept)
-            if session.durable_name is not None and shared is None:
-                codes.append(self._store_subscription(session, topic_filter, options))
-            else:
-                codes.append(subscription.qos)
-            handling = subscription.retain_handling
-            # 4.8.2: retained messages are not sent for a shared subscription when it is made
-            if shared is None and handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
-                retained.append((topic_filter, subscription.qos))
-        waits = [code for code in codes if isinstance(code, Deferred)]
-        if not waits:
-            self._subscribed(packet.packet_id, codes, retained)
-            return
-        # A stored session's SUBACK says the subscription is committed: it waits for the store.
-        gatherResults(waits).addCallback(lambda _: self._subscribed(packet.packet_id, codes, retained))
-
-    def _subscribe(self, session: MQTTSession, topic_filter: str, shared: Any, options: SubscriptionOptions,
-                   kept: bool) -> int | None:
-        """Make one subscription with the core: None when it is made, else the v5 reason code
-        that refuses it.  A ``kept`` one (a stored session's QoS 1 or 2) is the store's, not a
-        live one: the access list and the subscription limit are asked here."""
-        broker = self.factory.broker
-        live = topic_filter in session.subscriptions and topic_filter not in session.kept
-        if kept:
-            if not broker.may_subscribe(session.principal, topic_filter.encode("utf-8")):
-                return reasons.NOT_AUTHORIZED
-            if topic_filter not in session.subscriptions and len(session.subscriptions) >= broker.max_subscriptions:
-                return reasons.QUOTA_EXCEEDED
-            if live:  # was QoS 0, live: its messages come from the store now
-                broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
-            return None
-        try:
-            if shared is None:
-                broker.subscribe_filter(session, topic_filter.encode("utf-8"))
-            else:
-                broker.subscribe_filter(session, shared.topic_filter.encode("utf-8"),
-                                        share=shared.share_name.encode("utf-8"))
-        except AlreadySubscribed:
-            pass  # 3.8.4: a new subscription with the same filter replaces the old one
-        except Forbidden:
-            return reasons.NOT_AUTHORIZED
-        except SubscriptionLimit:
-            return reasons.QUOTA_EXCEEDED
-        except ValueError:
-            return reasons.TOPIC_FILTER_INVALID
-        except BrokerError:
-            return reasons.IMPLEMENTATION_SPECIFIC_ERROR
-        return None
-
-    def _store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Deferred:
-        """Commit a stored session's subscription; a Deferred of its SUBACK code (0x80 when
-        the store failed: the client is told it has no subscription)."""
-        def failed(failure: Any) -> int:
-            if not is_outage(failure):
-                self._log.failure("Storing an MQTT subscription", failure)
-            session.unsubscribed(topic_filter)
-            return reasons.UNSPECIFIED_ERROR
-
-        d = self.factory.sessions.store_subscription(session, topic_filter, options)
-        return d.addCallbacks(lambda _: options.qos, failed)
-
-    def _subscribed(self, packet_id: int, codes: list[Any], retained: list[tuple[str, int]]) -> None:
-        if self.closed or self.session is None:
-            return
-        session = self.session
-        final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
-        self.transport.write(encode(Suback(packet_id, final), self.version))
-        for topic_filter, _qos in retained:
-            for message in self.factory.sessions.retained_matching(topic_filter.encode("utf-8")):
-                item = session.wire_format.rendered(message)
-                if item is not None:
-                    session.deliver(item, retained=True)
-
-    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        session = self.session
-        assert session is not None
-        broker = self.factory.broker
-        codes = []
-        for topic_filter in packet.topic_filters:
-            if session.durable_name is not None and not topic_filter.startswith("$share/"):
-                self.factory.sessions.drop_subscription(session, topic_filter).addErrback(self._not_dropped)
-                if topic_filter in session.kept:
-                    session.unsubscribed(topic_filter)
-                    codes.append(0)
-                    continue
-            try:
-                shared = shared_subscription(topic_filter)
-                if shared is None:
-                    broker.unsubscribe_filter(session, topic_filter.encode("utf-8"))
-                else:
-                    broker.unsubscribe_filter(session, shared.topic_filter.encode("utf-8"),
-                                              share=shared.share_name.encode("utf-8"))
-            except (NotSubscribed, ValueError):
-                session.unsubscribed(topic_filter)
-                codes.append(reasons.NO_SUBSCRIPTION_EXISTED)
-                continue
-            session.unsubscribed(topic_filter)
-            codes.append(0)
-        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
-                                    self.version))
-
-    def _not_dropped(self, failure: Any) -> None:
-        if not is_outage(failure):
-            self._log.failure("Removing an MQTT subscription from the store", failure)
 
     # ------------------------------------------------------------------ the rest
 
