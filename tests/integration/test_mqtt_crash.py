@@ -18,6 +18,7 @@ wait is a bounded ``Queue.get`` (test_mqtt_paho's BOUND).
 """
 from __future__ import annotations
 
+import json
 import queue
 import signal
 from collections.abc import Callable, Iterator
@@ -108,8 +109,8 @@ def test_v311_session_and_acknowledged_messages_survive_kill_9(tmp_path: Path, c
     sent = [f"mqtt {i}".encode() for i in range(20)]
     for payload in sent:
         assert publisher.publish("crash/a/t", payload, 1) == 0  # PUBACK
-    # Expected kept for the absent session and delivered at QoS 1 like the MQTT ones (docs/mqtt.md
-    # today: other protocols' messages are QoS 0, and QoS 0 is not kept for an absent client).
+    # Kept for the absent session and delivered at QoS 1 like the MQTT ones: it was stored for
+    # the session before SSMP's 200 (docs/mqtt.md, "QoS").
     ssmp = SSMPPeer(broker, "crashpub")
     ssmp.publish("crash/a/t", "from ssmp")  # 200
     ssmp.close()
@@ -133,6 +134,11 @@ def test_v311_session_and_acknowledged_messages_survive_kill_9(tmp_path: Path, c
     assert present, "the session ended at a clean DISCONNECT"
     _next_is(device, publisher, "crash/a/t", b"marker", 1)
     _stop(broker)
+    # The event log has each stored message's outcomes for the session, as for SMQP's.
+    outcomes = [event["kind"] for path in sorted((tmp_path / "data" / "events").rglob("*.jsonl"))
+                for event in map(json.loads, path.read_text().splitlines())
+                if event.get("session") == "crash-dev" and event["kind"] in ("delivered", "acked")]
+    assert outcomes.count("acked") >= 22 and outcomes.count("delivered") >= 22, outcomes
 
 
 def test_v311_message_delivered_but_not_acknowledged_comes_again_after_kill_9(tmp_path: Path, clients) -> None:

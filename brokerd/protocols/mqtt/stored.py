@@ -170,6 +170,8 @@ class StoredDeliveries:
                                    seq=delivery.seq, name=self.name)
             if message is None or not session.send_stored(message, delivery):
                 self.settle(delivery)
+            else:
+                self.durable.delivered(self, delivery)  # the event log's outcome, as SMQP's
         if not waiting and self._behind and not self._reading:
             self.refresh()
 
