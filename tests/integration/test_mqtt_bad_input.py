@@ -434,3 +434,34 @@ def test_keep_alive_closes_a_silent_connection(raw) -> None:
     assert quiet5.read() == (0xD0, b"")
     assert quiet5.disconnect_reason() == 0x8D
     quiet3.closed()
+
+
+def test_a_read_of_many_publishes_is_routed_and_answered_in_the_order_sent(raw, broker: RunningBroker) -> None:
+    """PUBLISHes read together are routed as runs (one topic each): whatever a read holds
+    (runs to two topics, a SUBSCRIBE between them, QoS 0 and 1), each message is delivered in
+    the order sent, a SUBSCRIBE applies to what follows it, and the acknowledgements keep the
+    order of the packets they answer (4.6)."""
+    watcher = MQTTClient(broker.ports["mqtt"], MQTTv5)
+    try:
+        watcher.subscribe("run/#", 1)
+        client = raw()
+        first = [publish_packet(V5, "run/a", f"a{i}".encode(), 1, i + 1) for i in range(20)]
+        second = [publish_packet(V5, "run/b", f"b{i}".encode(), 1, 21 + i) for i in range(5)]
+        third = [publish_packet(V5, "run/a", f"c{i}".encode()) for i in range(20)]
+        client.send(connect_packet(V5, "runner") + b"".join(first + second) + subscribe_packet(V5, "run/#", 0, 100)
+                    + b"".join(third) + publish_packet(V5, "run/a", b"end", 1, 200))
+        assert client.read()[0] == 0x20
+        assert [client.read() for _ in range(25)] == [(0x40, n.to_bytes(2, "big")) for n in range(1, 26)]
+        assert client.read() == (0x90, b"\x00\x64\x00\x00")  # SUBACK 100, QoS 0
+        own = [client.read() for _ in range(21)]  # what it published after subscribing, then the PUBACK
+        assert [body[8:] for first_byte, body in own if first_byte == 0x30] == [f"c{i}".encode() for i in range(20)] + [b"end"]
+        assert client.read() == (0x40, b"\x00\xc8")
+        got = [watcher.message() for _ in range(46)]
+        # 4.6: in order per topic and QoS (QoS 0 ones may overtake QoS 1 ones waiting for the
+        # subscriber's Receive Maximum)
+        assert [m.payload for m in got if (m.topic, m.qos) == ("run/a", 1)] == \
+            [f"a{i}".encode() for i in range(20)] + [b"end"]
+        assert [m.payload for m in got if m.topic == "run/b"] == [f"b{i}".encode() for i in range(5)]
+        assert [m.payload for m in got if m.qos == 0] == [f"c{i}".encode() for i in range(20)]
+    finally:
+        watcher.disconnect()

@@ -29,9 +29,6 @@ from zope.interface import implementer
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
-from brokerd.errors import (
-    Forbidden,
-)
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.admission import admit
 from brokerd.protocols.mqtt import reasons
@@ -56,15 +53,11 @@ from brokerd.protocols.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from brokerd.protocols.mqtt.publishing import Publishing
 from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
-from brokerd.protocols.mqtt.topics import (
-    topic_name_problem,
-)
-from brokerd.protocols.mqtt.wire import core_message
 from brokerd.protocols.nodelay import no_delay
-from brokerd.store.base import is_outage
 from brokerd.twistedio import limit_output_buffer
 
 PINGRESP = b"\xd0\x00"
@@ -73,7 +66,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Subscribing, Protocol):
+class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -103,6 +96,9 @@ class MQTTServerProtocol(Login, Subscribing, Protocol):
         """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6):
         ``[ready, bytes]`` each; one waiting for a commit holds back those after it."""
         self._unacknowledged = 0
+        self._run: list[tuple[Any, int, int | None]] = []
+        """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id)."""
+        self._run_acks = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -142,6 +138,8 @@ class MQTTServerProtocol(Login, Subscribing, Protocol):
         self._close()
 
     def _close(self) -> None:
+        if self._run and not self.closed:
+            self._publish_run()  # the valid PUBLISHes read before the reason to close
         if not self.closed:
             self.closed = True
             self.transport.unregisterProducer()
@@ -209,11 +207,16 @@ class MQTTServerProtocol(Login, Subscribing, Protocol):
             if isinstance(packet, reasons.MQTTProtocolError):
                 self._refuse_input(packet)
                 return
-            handler = _HANDLERS.get(type(packet))
+            kind = type(packet)
+            if kind is not Publish and self._run:
+                self._publish_run()  # what came before it is routed and answered first
+            handler = _HANDLERS.get(kind)
             if handler is None:
-                self._disconnect(reasons.PROTOCOL_ERROR, f"{type(packet).__name__} is not handled")
+                self._disconnect(reasons.PROTOCOL_ERROR, f"{kind.__name__} is not handled")
                 return
             handler(self, packet)
+        if self._run:
+            self._publish_run()
         if error is not None and not self.closed:
             if self._logging_in:
                 self._pending.append(error)
@@ -235,135 +238,6 @@ class MQTTServerProtocol(Login, Subscribing, Protocol):
             self._close()
             return
         self._disconnect(error.reason_code, str(error))
-
-    # ------------------------------------------------------------------ PUBLISH from the client
-
-    def _on_publish(self, packet: Publish) -> None:
-        session = self.session
-        settings = self.factory.settings
-        topic = packet.topic
-        alias = packet.properties.topic_alias
-        if alias is not None:
-            if not 1 <= alias <= settings.mqtt_topic_alias_maximum:
-                self._disconnect(reasons.TOPIC_ALIAS_INVALID, "topic alias out of range")
-                return
-            aliases = self._topic_aliases
-            if aliases is None:
-                aliases = self._topic_aliases = {}
-            if topic:
-                aliases[alias] = topic
-            else:
-                known = aliases.get(alias)
-                if known is None:
-                    self._disconnect(reasons.PROTOCOL_ERROR, "an unknown topic alias")
-                    return
-                topic = known
-        problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
-        if problem is not None:
-            self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
-            return
-        qos = packet.qos
-        packet_id = packet.packet_id
-        if qos == 2 and packet_id in session.received_qos2:  # type: ignore[union-attr]
-            self._acknowledge(Pubrec(packet_id), None)  # type: ignore[arg-type]
-            return
-        if qos and self._unacknowledged >= settings.mqtt_max_inflight:
-            self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
-            return
-        target = topic.encode("utf-8")
-        broker = self.factory.broker
-        if not broker.may_publish(session.principal, target):  # type: ignore[union-attr]
-            self.factory.forbidden += 1
-            if qos:
-                reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
-                ack = Puback(packet_id, reason) if qos == 1 else Pubrec(packet_id, reason)  # type: ignore[arg-type]
-                self._acknowledge(ack, None)
-            return
-        message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
-                               session.name, session.principal, self.factory.clock.seconds())  # type: ignore[union-attr]
-        if packet.retain:
-            self.factory.sessions.retain(message)
-        try:
-            broker.publish(message)
-        except Forbidden:
-            return
-        kept = broker.keep([message])
-        if not qos:
-            if kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
-                kept.addErrback(self._not_kept)
-            return
-        if qos == 1:
-            self._acknowledge(Puback(packet_id), kept)  # type: ignore[arg-type]
-        elif qos == 2:
-            session.received_qos2.add(packet_id)  # type: ignore[union-attr, arg-type]
-            self._acknowledge(Pubrec(packet_id), kept)  # type: ignore[arg-type]
-
-    def _not_kept(self, failure: Any) -> None:
-        if not is_outage(failure):  # the store logs its outage once
-            self._log.failure("Storing an MQTT message for durable subscribers", failure)
-
-    def _acknowledge(self, ack: Puback | Pubrec, kept: Any) -> None:
-        """Answer a QoS 1 or 2 PUBLISH in its turn: at once, or once ``kept`` (the core
-        storing it for durable subscribers) fired; a message that could not be stored is
-        answered 0x80 in v5, and closes a 3.1.1 connection (which has no way to say so)."""
-        entry = [kept is None, encode(ack, self.version)]
-        self._acks.append(entry)
-        self._unacknowledged += 1
-        if kept is None:
-            self._write_acks()
-            return
-
-        def stored(_: object) -> None:
-            entry[0] = True
-            self._write_acks()
-
-        def failed(failure: Any) -> None:
-            if not is_outage(failure):
-                self._log.failure("Storing an MQTT message for durable subscribers", failure)
-            if self.version == MQTT_5:
-                ack.reason_code = reasons.UNSPECIFIED_ERROR
-                entry[1] = encode(ack, MQTT_5)
-                if isinstance(ack, Pubrec) and self.session is not None:
-                    self.session.received_qos2.discard(ack.packet_id)
-                stored(None)
-            else:
-                self._acks.clear()
-                self._close()
-
-        kept.addCallbacks(stored, failed)
-
-    def _write_acks(self) -> None:
-        acks = self._acks
-        ready = []
-        while acks and acks[0][0]:
-            ready.append(acks.popleft()[1])
-            self._unacknowledged -= 1
-        if ready and not self.closed:
-            self.transport.write(b"".join(ready))
-
-    # ------------------------------------------------------------------ acknowledgements from the client
-
-    def _on_puback(self, packet: Puback) -> None:
-        self.session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
-
-    def _on_pubrec(self, packet: Pubrec) -> None:
-        session = self.session
-        if packet.reason_code >= 0x80:  # v5: the client refused the message; it is done
-            session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
-            return
-        found = session.received(packet.packet_id)  # type: ignore[union-attr]
-        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubrel(packet.packet_id, reason), self.version))
-
-    def _on_pubcomp(self, packet: Pubcomp) -> None:
-        self.session.acknowledged(packet.packet_id)  # type: ignore[union-attr]
-
-    def _on_pubrel(self, packet: Pubrel) -> None:
-        session = self.session
-        found = packet.packet_id in session.received_qos2  # type: ignore[union-attr]
-        session.received_qos2.discard(packet.packet_id)  # type: ignore[union-attr]
-        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
 
     # ------------------------------------------------------------------ the rest
 

@@ -1,0 +1,196 @@
+"""PUBLISH from the client, and the client's acknowledgements of what it was sent (MQTT 5.0
+3.3-3.7, 4.3, 4.6; 3.1.1 the same sections).
+
+The PUBLISHes of one read that go to one topic, one after the other, are one run: the core
+routes it at once (``Broker.publish_batch``: each recipient gets the run in one write, rendered
+once per wire format) and stores it for durable subscribers in one store operation
+(``Broker.keep``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
+other packet, the end of the read, a reason to close) routes the run first, so the order of
+messages and of acknowledgements (4.6) is the order the client sent.  A QoS 1 or 2 PUBLISH is
+answered once the core stored it, if it had to.  A mixin of
+:class:`~.server.MQTTServerProtocol`, which has the connection's state.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from brokerd.errors import Forbidden
+from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.encoder import encode
+from brokerd.protocols.mqtt.packets import (
+    MQTT_5,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+)
+from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.wire import core_message
+from brokerd.store.base import is_outage
+
+
+class Publishing:
+    """The PUBLISH half of an MQTT connection (see the module docstring)."""
+
+    def _on_publish(self, packet: Publish) -> None:
+        session = self.session
+        factory = self.factory
+        settings = factory.settings
+        topic = packet.topic
+        alias = packet.properties.topic_alias
+        if alias is not None:
+            if not 1 <= alias <= settings.mqtt_topic_alias_maximum:
+                self._disconnect(reasons.TOPIC_ALIAS_INVALID, "topic alias out of range")
+                return
+            aliases = self._topic_aliases
+            if aliases is None:
+                aliases = self._topic_aliases = {}
+            if topic:
+                aliases[alias] = topic
+            else:
+                known = aliases.get(alias)
+                if known is None:
+                    self._disconnect(reasons.PROTOCOL_ERROR, "an unknown topic alias")
+                    return
+                topic = known
+        problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
+        if problem is not None:
+            self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
+            return
+        qos = packet.qos
+        packet_id = packet.packet_id
+        if qos == 2 and packet_id in session.received_qos2:
+            self._publish_run()
+            self._acknowledge([Pubrec(packet_id)], None)  # a resent one: answered, not published again
+            return
+        if qos and self._run_acks and self._unacknowledged + self._run_acks >= settings.mqtt_max_inflight:
+            self._publish_run()  # answered now, unless they wait for the store
+        if qos and self._unacknowledged >= settings.mqtt_max_inflight:
+            self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
+            return
+        target = topic.encode("utf-8")
+        if not factory.broker.may_publish(session.principal, target):
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)])
+            return
+        message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
+                               session.name, session.principal, factory.clock.seconds())
+        if packet.retain:
+            factory.sessions.retain(message)
+        run = self._run
+        if run and run[0][0].target != target:
+            self._publish_run()
+        if qos:
+            self._run_acks += 1
+            if qos == 2:
+                session.received_qos2.add(packet_id)
+        self._run.append((message, qos, packet_id))
+
+    def _publish_run(self) -> None:
+        """Route the run (one topic), store it for durable subscribers, and answer its QoS 1
+        and 2 PUBLISHes once it is stored."""
+        run, self._run = self._run, []
+        if not run:
+            return
+        self._run_acks = 0
+        broker = self.factory.broker
+        messages = [message for message, _qos, _packet_id in run]
+        try:
+            if len(messages) == 1:
+                broker.publish(messages[0])
+            else:
+                broker.publish_batch(messages)
+        except Forbidden:  # a policy reload since may_publish: refused as it would be now
+            self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run])
+            return
+        kept = broker.keep(messages)
+        acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
+        if acks:
+            self._acknowledge(acks, kept)
+        elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
+            kept.addErrback(self._not_kept)
+
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
+        """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
+        v5 (3.1.1 has no way to refuse: acknowledged and dropped, as Mosquitto does)."""
+        self.factory.forbidden += len(publishes)
+        reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+        acks = []
+        for qos, packet_id in publishes:
+            if qos == 1:
+                acks.append(Puback(packet_id, reason))
+            elif qos == 2:
+                if reason:
+                    self.session.received_qos2.discard(packet_id)  # the flow ends with the refusal
+                acks.append(Pubrec(packet_id, reason))
+        if acks:
+            self._acknowledge(acks, None)
+
+    def _not_kept(self, failure: Any) -> None:
+        if not is_outage(failure):  # the store logs its outage once
+            self._log.failure("Storing an MQTT message for durable subscribers", failure)
+
+    def _acknowledge(self, acks: list[Puback | Pubrec], kept: Any) -> None:
+        """Answer QoS 1 and 2 PUBLISHes in their turn: at once, or once ``kept`` (the core
+        storing them for durable subscribers) fired; messages that could not be stored are
+        answered 0x80 in v5, and close a 3.1.1 connection (which has no way to say so)."""
+        entries = [[kept is None, encode(ack, self.version)] for ack in acks]
+        self._acks.extend(entries)
+        self._unacknowledged += len(entries)
+        if kept is None:
+            self._write_acks()
+            return
+
+        def stored(_: object) -> None:
+            for entry in entries:
+                entry[0] = True
+            self._write_acks()
+
+        def failed(failure: Any) -> None:
+            self._not_kept(failure)
+            if self.version != MQTT_5:
+                self._acks.clear()
+                self._close()
+                return
+            for entry, ack in zip(entries, acks):
+                ack.reason_code = reasons.UNSPECIFIED_ERROR
+                entry[1] = encode(ack, MQTT_5)
+                if isinstance(ack, Pubrec) and self.session is not None:
+                    self.session.received_qos2.discard(ack.packet_id)
+            stored(None)
+
+        kept.addCallbacks(stored, failed)
+
+    def _write_acks(self) -> None:
+        acks = self._acks
+        ready = []
+        while acks and acks[0][0]:
+            ready.append(acks.popleft()[1])
+            self._unacknowledged -= 1
+        if ready and not self.closed:
+            self.transport.write(b"".join(ready))
+
+    # ------------------------------------------------------------------ acknowledgements from the client
+
+    def _on_puback(self, packet: Puback) -> None:
+        self.session.acknowledged(packet.packet_id)
+
+    def _on_pubrec(self, packet: Pubrec) -> None:
+        session = self.session
+        if packet.reason_code >= 0x80:  # v5: the client refused the message; it is done
+            session.acknowledged(packet.packet_id)
+            return
+        found = session.received(packet.packet_id)
+        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
+        self.transport.write(encode(Pubrel(packet.packet_id, reason), self.version))
+
+    def _on_pubcomp(self, packet: Pubcomp) -> None:
+        self.session.acknowledged(packet.packet_id)
+
+    def _on_pubrel(self, packet: Pubrel) -> None:
+        session = self.session
+        found = packet.packet_id in session.received_qos2
+        session.received_qos2.discard(packet.packet_id)
+        reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
+        self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
