@@ -187,8 +187,11 @@ class MQTTSession:
             else:
                 self.dropped += 1
             return
+        out: list[bytes] = []  # the run's packets for this client: one write
         for item in items:
-            self.deliver(item)
+            self.deliver(item, out=out)
+        if out and self.connection is not None:
+            self.connection.transport.writeSequence(out)
 
     @property
     def transport(self) -> Any:
@@ -219,10 +222,11 @@ class MQTTSession:
 
     # ------------------------------------------------------------------ delivery
 
-    def deliver(self, item: Rendered, retained: bool = False, kept: bool = False) -> None:
+    def deliver(self, item: Rendered, retained: bool = False, kept: bool = False, out: list[bytes] | None = None) -> None:
         """Send one message as this session's subscriptions ask (``retained``: sent because
         a subscription was made, with RETAIN set; ``kept``: not stored, though a :attr:`kept`
-        subscription matches, e.g. SMQP's Guarantee: NO)."""
+        subscription matches, e.g. SMQP's Guarantee: NO); its packet is written, or added to
+        ``out`` for the caller to write with the rest of a run."""
         message = item.message
         match = self._match(item.frame.topic)
         if match is None:
@@ -245,21 +249,28 @@ class MQTTSession:
         connection = self.connection
         if qos == 0:
             if connection is not None and not connection.congested:
-                connection.transport.write(frame.packet(0, retained))
+                if out is None:
+                    connection.transport.write(frame.packet(0, retained))
+                else:
+                    out.append(frame.packet(0, retained))
             else:
                 self.dropped += 1
             return
         if connection is not None and len(self.inflight) < self.window and not self.queued:
-            self._send_numbered(frame, qos, retained)
+            self._send_numbered(frame, qos, retained, None, out)
         elif len(self.queued) < self.max_queued:
             self.queued.append((Rendered(frame, message), qos, retained))
         else:
             self.dropped += 1
 
-    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None) -> None:
+    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None,
+                       out: list[bytes] | None = None) -> None:
         packet_id = self._packet_id()
         self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)
-        self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
+        if out is None:
+            self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
+        else:
+            out += (frame.head(qos, retain, packet_id), frame.tail)
 
     # ------------------------------------------------------------------ stored delivery
 
