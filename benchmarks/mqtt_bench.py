@@ -9,7 +9,11 @@ Workloads (MQTT 3.1.1, 64-byte payloads, loopback):
   both servers at an equal load, where the saturated pairs compare a brokerd whose publishers
   gave up their window (pbload's ``stalls``) with a mosquitto whose publishers poll it;
 * ``q1-ack``   QoS 1, one publisher waiting for each PUBACK, one subscriber at QoS 1;
-* ``q1-win``   QoS 1, the same with up to ``--window`` (64) PUBLISHes awaiting their PUBACK.
+* ``q1-win``   QoS 1, the same with up to ``--window`` (64) PUBLISHes awaiting their PUBACK;
+* ``q1-stored`` q1-win with a persistent subscriber (Clean Session 0): on brokerd its
+  subscription is the core's durable one, so every message is committed to the SQLite store
+  before its PUBACK and settled at the subscriber's (mosquitto keeps the session in memory:
+  ``persistence false``, and with persistence on it writes only every ``autosave_interval``).
 
 pbload (the shared load generator, ``../shared/bench/pbload.c``) speaks MQTT at QoS 0 only
 (window 1000, batch 16: its defaults).  The QoS 1 workloads use a client of this script: a
@@ -104,6 +108,8 @@ class Workload:
     """pbload's arguments (QoS 0); empty for the QoS 1 client."""
     window: int = 0
     """QoS 1: PUBLISHes awaiting their PUBACK at most."""
+    persistent: bool = False
+    """QoS 1: the subscriber's session outlives its connection (Clean Session 0)."""
 
 
 WORKLOADS = {
@@ -116,6 +122,8 @@ WORKLOADS = {
                  ("-P", "10", "-S", "10", "--own", "1", "--rate", "2000")),
         Workload("q1-ack", "QoS 1, 1 -> 1, each PUBACK awaited", 20_000, window=1),
         Workload("q1-win", "QoS 1, 1 -> 1, window of {window} PUBACKs", 80_000, window=64),
+        Workload("q1-stored", "QoS 1, 1 -> 1 persistent subscriber, window of {window}", 80_000, window=64,
+                 persistent=True),
     )
 }
 
@@ -150,11 +158,12 @@ def mosquitto_server(binary: str, work: Path, label: str) -> BrokerProcess:
 
 # ---------------------------------------------------------------------------- the QoS 1 client
 
-def _client_socket(port: int, client_id: str, timeout: float) -> tuple[socket.socket, MQTTClientDecoder]:
+def _client_socket(port: int, client_id: str, timeout: float,
+                   persistent: bool = False) -> tuple[socket.socket, MQTTClientDecoder]:
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     decoder = MQTTClientDecoder(MQTT_311)
-    sock.sendall(encode(Connect(client_id, clean_start=True), MQTT_311))
+    sock.sendall(encode(Connect(client_id, clean_start=not persistent), MQTT_311))
     connack = _expect(sock, decoder, Connack)
     if connack.reason_code != 0:
         raise SystemExit(f"mqtt_bench: CONNACK {connack.reason_code}")
@@ -180,9 +189,9 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def q1_subscriber(port: int, n: int, timeout: float, received: Any, pipe: Any) -> None:
+def q1_subscriber(port: int, n: int, timeout: float, received: Any, pipe: Any, persistent: bool = False) -> None:
     """Subscribe to Q1_TOPIC at QoS 1, then PUBACK every PUBLISH until n arrived."""
-    sock, decoder = _client_socket(port, f"q1s-{os.getpid()}", timeout)
+    sock, decoder = _client_socket(port, f"q1s-{os.getpid()}", timeout, persistent)
     sock.sendall(encode(Subscribe(1, (Subscription(Q1_TOPIC, qos=1),)), MQTT_311))
     suback = _expect(sock, decoder, Suback)
     if suback.reason_codes != (1,):
@@ -272,14 +281,14 @@ def q1_publisher(port: int, n: int, window: int, timeout: float, received: Any, 
     sock.close()
 
 
-def q1_run(port: int, n: int, window: int, timeout: float, pid: int) -> dict[str, Any]:
+def q1_run(port: int, n: int, window: int, timeout: float, pid: int, persistent: bool = False) -> dict[str, Any]:
     """One QoS 1 run: the subscriber and the publisher each in a forked process; the server's
     CPU from the publisher's go to the subscriber's last receipt."""
     context = multiprocessing.get_context("fork")
     received = context.Value("q", 0, lock=False)
     sub_end, sub_child = context.Pipe()
     pub_end, pub_child = context.Pipe()
-    sub = context.Process(target=q1_subscriber, args=(port, n, timeout, received, sub_child), daemon=True)
+    sub = context.Process(target=q1_subscriber, args=(port, n, timeout, received, sub_child, persistent), daemon=True)
     sub.start()
     pub = None
     try:
@@ -347,7 +356,7 @@ def pbload_run(binary: Path, server: BrokerProcess, workload: Workload, n: int, 
 def one_run(binary: Path, server: BrokerProcess, workload: Workload, n: int, timeout: float) -> dict[str, Any]:
     if workload.pbload:
         return pbload_run(binary, server, workload, n, timeout)
-    return q1_run(server.port, n, workload.window, timeout, server.pid)
+    return q1_run(server.port, n, workload.window, timeout, server.pid, workload.persistent)
 
 
 def title(workload: Workload) -> str:
