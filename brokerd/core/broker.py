@@ -23,7 +23,7 @@ from brokerd.core.durable import DurableService
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.filtered import FilterSubscriptions
-from brokerd.core.filters import filter_problem
+from brokerd.core.filters import filter_problem, has_wildcard
 from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
 from brokerd.core.keepout import KeptOut
 from brokerd.core.message import Message
@@ -292,7 +292,8 @@ class Broker(Service):
     def subscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Subscribe ``session`` to every topic ``topic_filter`` matches (brokerd.core.filters:
         ``+`` one level, ``#`` the rest), whoever publishes there; a filter without wildcard is
-        one topic's name.  With ``share`` (a group name), ``session`` joins the group's shared
+        one topic's name, which the session joins as :meth:`subscribe` does.  With ``share``
+        (a group name), ``session`` joins the group's shared
         subscription to the filter: each message goes to one member of the group
         (brokerd.core.filtered.SharedGroup).  Counted with the topics against
         ``max_subscriptions``.
@@ -305,6 +306,11 @@ class Broker(Service):
         problem = filter_problem(topic_filter)
         if problem is not None:
             raise ValueError(problem)
+        if share is None and not has_wildcard(topic_filter):
+            # One topic's name: the session joins the topic as a member, as every protocol's
+            # subscriber does (presence watchers see it, the cluster routes the topic's channel).
+            self.subscribe(session, topic_filter)
+            return
         if session not in self._sessions:
             raise BrokerError("a session must attach before it subscribes")
         filtered = self.filtered
@@ -332,6 +338,9 @@ class Broker(Service):
 
     def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
+        if share is None and not has_wildcard(topic_filter):
+            self.unsubscribe(session, topic_filter)
+            return
         filtered = self.filtered
         if share is None:
             if not filtered.has(session, topic_filter):

@@ -395,3 +395,26 @@ def test_each_protocols_publish_waits_in_the_store_for_a_persistent_session_away
     publisher.publish(f"{top}/b", "live")
     message = back.message()
     assert (message.topic, message.payload) == (f"{top}/b", b"live"), "nothing else came first"
+
+
+def test_an_mqtt_subscription_to_one_topic_is_a_member_that_ssmp_presence_sees(broker: RunningBroker,
+                                                                               closing: list) -> None:
+    """A filter without wildcards names one topic: the MQTT session joins it as a member, so an
+    SSMP presence watcher sees it come and go (under MQTT's own name), while a wildcard filter
+    is no member of any topic and is not shown."""
+    watcher = SSMPPeer(broker, "presencewatch")
+    closing.append(watcher)
+    assert watcher.client.request("SUBSCRIBE roomp PRESENCE") == b"200"
+    device = MQTTClient(broker.ports["mqtt"], MQTTv311, "presence-dev")
+    closing.append(device)
+    assert device.subscribe("+/nothing", 0) == 0  # a wildcard: no member of roomp
+    assert device.subscribe("roomp", 1) == 1
+    joined = watcher.client.line()
+    assert joined.startswith(b"000 ") and joined.endswith(b" SUBSCRIBE roomp"), joined
+    assert b"presence-dev" in joined and b"mqtt" in joined, joined
+    watcher.publish("roomp", "hello")
+    message = device.message()
+    assert (message.topic, message.payload) == ("roomp", b"hello")
+    device.unsubscribe("roomp")
+    left = watcher.client.line()  # the next thing the watcher hears
+    assert left == joined.replace(b" SUBSCRIBE ", b" UNSUBSCRIBE "), left
