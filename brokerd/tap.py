@@ -583,7 +583,8 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
     if store is not None:
         runtime.resources["store"] = store
         opened = store.open()
-        attach_durable(broker, store, opened, reactor, operations.operator_log, settings)
+        durable = attach_durable(broker, store, opened, reactor, operations.operator_log, settings)
+        durable.full = lambda: disk.low  # the core keeps nothing new below --disk-free-limit
         if settings.store is not None:
             opened.addErrback(_store_unusable, store, reactor)
         else:  # the SQLite file of a durable front end, which reports a failure to open it

@@ -50,7 +50,7 @@ from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
-from brokerd.store.base import is_outage
+from brokerd.store.base import StoreFull, is_outage
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled, TopicRecord
 
 __all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
@@ -188,6 +188,10 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         """Tell the other nodes of a cluster what this node committed (keywords ``tree``,
         ``subscribers``, ``pending``): the Broker sets it to its engine's ``durable_changed``
         when the engine is shared; None on one node (nothing to tell, nothing computed)."""
+        self.full: Callable[[], bool] | None = None
+        """Whether the data directory is below ``--disk-free-limit`` (brokerd.tap sets it to the
+        disk guard's reading): :meth:`keep` then stores nothing and fails with StoreFull, so a
+        publisher of any protocol gets its temporary failure, as SMQP's does."""
         self.on_tree_changed: Callable[[list[TopicRecord]], Any] | None = None
         """Called with the topic records when another node changed the tree (SMQP rebuilds
         its own tree from them)."""
@@ -424,6 +428,8 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         deliveries = [(name, ADD) for name in self.kept_recipients(key, now, filters_only)]
         if not deliveries and (filters_only or not self.topics.reachable(key)):
             return succeed(None)  # a filter's subscriber may not read it: nothing to keep
+        if self.full is not None and self.full():
+            return fail(StoreFull("the disk is nearly full; the message was not stored"))
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
         head = f"{self.suid}/"

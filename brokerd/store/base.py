@@ -16,6 +16,12 @@ class StoreUnavailable(Exception):
     nothing of the call was committed; try again later."""
 
 
+class StoreFull(StoreUnavailable):
+    """The data directory is below ``--disk-free-limit`` (brokerd.store.disk): nothing new is
+    stored until there is room again (acknowledgements still are).  An outage like the
+    store's: the disk guard logs the change of state once."""
+
+
 def is_outage(failure: Any) -> bool:
     """Whether a store call failed because the store is away (StoreUnavailable): the store
     logged that change of state once (unavailable, connected again), so whoever gets the

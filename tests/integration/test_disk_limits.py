@@ -8,9 +8,11 @@ from __future__ import annotations
 import signal
 
 import pytest
+from paho.mqtt.client import MQTTv5
 
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
-from tests.support.broker import start_broker
+from tests.integration.test_mqtt_paho import MQTTClient
+from tests.support.broker import LineClient, start_broker
 from tests.support.innocent import ALL_PROTOCOLS, assert_serves_every_protocol, connect
 
 pytestmark = pytest.mark.slow
@@ -99,3 +101,28 @@ def test_the_event_log_stays_under_its_cap_during_a_subscribe_flood(tmp_path):
     assert lines < 2 * pairs / 4  # most of what the flood wrote is gone
     assert kept <= cap + cap // 8 + 1024  # the cap, plus the file being written
     assert "Traceback" not in broker.log()
+
+
+def test_below_the_floor_the_core_keeps_nothing_new_for_any_protocol(tmp_path):
+    """The floor is the core's: an MQTT or SSMP publish that would be stored for a durable
+    subscriber (here a persistent MQTT session) is refused with the protocol's failure (v5
+    PUBACK 0x97 Quota exceeded, SSMP 500), while subscriptions still commit and publishes
+    that nobody keeps go through."""
+    full = start_broker(tmp_path, "--open-login", "--disk-free-limit", ABOVE_ANY_DISK,
+                        listeners={"mqtt": "tcp:{port}:interface=127.0.0.1", "ssmp": "tcp:{port}:interface=127.0.0.1"})
+    try:
+        device = MQTTClient(full.ports["mqtt"], MQTTv5, "floor-dev", clean=False, expiry=300)
+        assert device.subscribe("floor/#", 1) == 1  # a subscription is still committed
+        device.disconnect()
+        publisher = MQTTClient(full.ports["mqtt"], MQTTv5)
+        assert publisher.publish("floor/a", b"would be stored", 1) == 0x97
+        assert publisher.publish("elsewhere", b"kept by nobody", 1) == 0
+        publisher.disconnect()
+        ssmp = LineClient.connect(full.ports["ssmp"])
+        assert ssmp.request("LOGIN floorpub open") == b"200"
+        assert ssmp.request("MCAST floor/b would be stored") == b"500"
+        assert ssmp.request("MCAST elsewhere kept by nobody") == b"200"
+        ssmp.close()
+    finally:
+        full.stop()
+    assert "Traceback" not in full.log() and "Unhandled" not in full.log()

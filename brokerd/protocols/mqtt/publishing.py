@@ -27,7 +27,7 @@ from brokerd.protocols.mqtt.packets import (
 )
 from brokerd.protocols.mqtt.topics import topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
-from brokerd.store.base import is_outage
+from brokerd.store.base import StoreFull, is_outage
 
 
 class Publishing:
@@ -134,7 +134,8 @@ class Publishing:
     def _acknowledge(self, acks: list[Puback | Pubrec], kept: Any) -> None:
         """Answer QoS 1 and 2 PUBLISHes in their turn: at once, or once ``kept`` (the core
         storing them for durable subscribers) fired; messages that could not be stored are
-        answered 0x80 in v5, and close a 3.1.1 connection (which has no way to say so)."""
+        answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
+        has no way to say so)."""
         entries = [[kept is None, encode(ack, self.version)] for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)
@@ -153,8 +154,10 @@ class Publishing:
                 self._acks.clear()
                 self._close()
                 return
+            # below the disk floor: Quota exceeded, as a v5 client may try again later
+            reason = reasons.QUOTA_EXCEEDED if failure.check(StoreFull) else reasons.UNSPECIFIED_ERROR
             for entry, ack in zip(entries, acks):
-                ack.reason_code = reasons.UNSPECIFIED_ERROR
+                ack.reason_code = reason
                 entry[1] = encode(ack, MQTT_5)
                 if isinstance(ack, Pubrec) and self.session is not None:
                     self.session.received_qos2.discard(ack.packet_id)

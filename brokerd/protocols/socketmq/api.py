@@ -81,6 +81,7 @@ from brokerd.protocols.socketmq.pgp import (
 )
 from brokerd.protocols.socketmq.policy import ANYONE, Policy, Rule
 from brokerd.protocols.socketmq.server import SocketMQSite, build_site
+from brokerd.store.base import is_outage
 
 __all__ = [
     "CONTENT_TYPE",
@@ -240,8 +241,12 @@ class Server:
         delivered = self.broker.publish(message)
         kept = self.broker.keep([message])
         if kept is not None:
-            kept.addErrback(self._log.failure, "Storing a socket.mq event for durable subscribers")
+            kept.addErrback(self._not_kept)
         return delivered
+
+    def _not_kept(self, failure: Any) -> None:
+        if not is_outage(failure):  # the store's outage (or the disk floor) is logged where it happens
+            self._log.failure("Storing a socket.mq event for durable subscribers", failure)
 
     def close(self) -> Deferred:
         """Stop listening and close every WebSocket connection."""
