@@ -83,17 +83,17 @@ class MQTTSessions:
         if existing is not None:
             if existing.principal != principal:
                 return None, False
-            connection = existing.connection
-            if connection is not None:
-                connection.taken_over()
-                if existing.connection is connection:  # not unbound by the close yet
-                    existing.unbind(connection)
-                    if connection._will is not None and not connection._normal_end:
+            old = existing.connection
+            if old is not None:
+                old.taken_over()
+                if existing.connection is old:  # not unbound by the close yet
+                    existing.unbind(old)
+                    if old._will is not None and not old._normal_end:
                         # 3.1.4: published as for a lost connection; a v5 Will Delay Interval
                         # means none when the session goes on (bind cancels it), and the will
                         # at once when this CONNECT ends the session (_end).
-                        self.will_of_lost_connection(existing, connection._will)
-                    connection._will = None
+                        self.will_of_lost_connection(existing, old._will)
+                    old._will = None
             if clean_start or existing.version != version:
                 self._end(existing)
             else:
