@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from paho.mqtt.client import MQTTv5, MQTTv311, WebsocketConnectionError
 
+from tests.integration.test_mqtt_bad_input import V311, packet, string, subscribe_packet
 from tests.integration.test_mqtt_paho import (
     BOUND,
     VERSIONS,
@@ -189,33 +190,13 @@ class RawWebSocket:
         self.sock.close()
 
 
-def remaining_length(size: int) -> bytes:
-    encoded = bytearray()
-    while True:
-        size, digit = divmod(size, 128)
-        encoded.append(digit | (0x80 if size else 0))
-        if not size:
-            return bytes(encoded)
-
-
-def string(text: str) -> bytes:
-    data = text.encode()
-    return struct.pack("!H", len(data)) + data
-
-
 def connect_packet(client_id: str, will: tuple[str, bytes] | None = None) -> bytes:
     """A 3.1.1 CONNECT, clean session, keep-alive 60 s, with a QoS 0 will if given."""
     flags, payload = 0x02, string(client_id)
     if will is not None:
         flags |= 0x04
-        payload += string(will[0]) + struct.pack("!H", len(will[1])) + will[1]
-    body = b"\x00\x04MQTT\x04" + bytes((flags,)) + struct.pack("!H", 60) + payload
-    return b"\x10" + remaining_length(len(body)) + body
-
-
-def subscribe_packet(packet_id: int, topic_filter: str, qos: int) -> bytes:
-    body = struct.pack("!H", packet_id) + string(topic_filter) + bytes((qos,))
-    return b"\x82" + remaining_length(len(body)) + body
+        payload += string(will[0]) + string(will[1])
+    return packet(0x10, string(b"MQTT") + bytes((V311, flags)) + (60).to_bytes(2, "big") + payload)
 
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
@@ -301,7 +282,7 @@ def test_packets_may_span_and_share_websocket_messages_both_ways(broker: Running
     ws.send(connect[:5])
     ws.send(connect[5:])
     assert ws.packet() == CONNACK_ACCEPTED
-    ws.send(subscribe_packet(7, topic, 0) + PINGREQ)
+    ws.send(subscribe_packet(V311, topic, 0, 7) + PINGREQ)
     assert ws.packet() == b"\x90\x03\x00\x07\x00"
     assert ws.packet() == PINGRESP
 
@@ -452,7 +433,7 @@ def test_a_subscriber_that_does_not_read_loses_qos_0_and_gets_qos_1_once_it_read
     topic, flood = "flood", 20_000
     try:
         ws = mqtt_session(running.ports["socketmq"], "slow-reader")
-        ws.send(subscribe_packet(1, topic, 1))
+        ws.send(subscribe_packet(V311, topic, 1, 1))
         assert ws.packet() == b"\x90\x03\x00\x01\x01"
         publisher = MQTTClient(running.ports["mqtt"], MQTTv311, "flooder")
         for _ in range(flood):
