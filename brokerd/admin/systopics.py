@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from brokerd.admin.figures import Figures
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 
 PREFIX = "~sys/brokerd"
 PROTOCOL = "sys"
@@ -87,10 +87,6 @@ class StatisticsTopics(Service):
             broker.publish(message)
             kept = broker.keep([message])  # a stored MQTT session's subscription takes it from the store
             if kept is not None:
-                kept.addErrback(self._not_kept)
+                kept.addErrback(log_unless_outage, self._log, "Storing a statistics message")
             sent += 1
         return sent
-
-    def _not_kept(self, failure: Any) -> None:
-        if not is_outage(failure):
-            self._log.failure("Storing a statistics message", failure)

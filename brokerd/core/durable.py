@@ -50,7 +50,7 @@ from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
-from brokerd.store.base import StoreFull, is_outage
+from brokerd.store.base import StoreFull, is_outage, log_unless_outage
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled, TopicRecord
 
 __all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
@@ -305,8 +305,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         """An errback that logs a failure of ``what`` with its traceback, unless the store is
         away: that change of state is the store's one line (brokerd.store.base.is_outage)."""
         def report(failure: Any) -> None:
-            if not is_outage(failure):
-                self._log.failure(what, failure, **fields)
+            log_unless_outage(failure, self._log, what, **fields)
         return report
 
     def next_seq(self) -> int:
@@ -362,18 +361,19 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         principal = subscriber_principal(subscriber)
         return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
-    def recipients(self, key: str, change: str, received: float) -> list[str]:
-        """The durable subscribers of topic ``key`` that get a ``change`` received at
-        ``received``: this is the one place recipients of a stored message are chosen.  A
-        subscription whose UNTIL has passed ends here (it unsubscribes)."""
+    def recipients(self, key: str, change: str, received: float, kind: str = MESSAGE) -> list[str]:
+        """The durable subscribers of topic ``key`` (by their ``kind`` subscriptions: SMQP's
+        MESSAGE ones, or FILTER ones) that get a ``change`` received at ``received``: this is
+        the one place recipients of a stored message are chosen.  A subscription whose UNTIL
+        has passed ends here (it unsubscribes)."""
         found: dict[str, None] = {}
         readable = self.readable
-        for sub in self.index.matching(MESSAGE, key):
+        for sub in self.index.matching(kind, key):
             record = sub.record
             if readable is not None and not readable(record.subscriber, key):
                 continue
             if record.until is not None and record.until <= received:
-                self.end_subscription(record.subscriber, MESSAGE, record.topic)
+                self.end_subscription(record.subscriber, kind, record.topic)
                 continue
             if record.since is not None and received < record.since:
                 continue
@@ -387,28 +387,16 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         links, which take only messages published for forwarding."""
         return [name for name in self.recipients(key, ADD, received) if not is_link(name)]
 
-    def filter_recipients(self, key: str, received: float) -> list[str]:
-        """The FILTER subscribers whose filters match topic ``key`` and that may read it:
-        they get every core publish there, whoever published it (SMQP's too)."""
-        found: dict[str, None] = {}
-        readable = self.readable
-        for sub in self.index.matching(FILTER, key):
-            record = sub.record
-            if readable is not None and not readable(record.subscriber, key):
-                continue
-            if record.until is not None and record.until <= received:
-                continue
-            found[record.subscriber] = None
-        return list(found)
-
     def kept_recipients(self, key: str, received: float, filters_only: bool = False) -> list[str]:
         """Whom :meth:`keep` stores a core publish to ``key`` for: the SMQP subscribers where
-        the stored topic keeps the core's messages, and the FILTER subscribers (only those
-        with ``filters_only``: SMQP stores its own messages for its subscribers)."""
-        names = [] if filters_only or not self.topics.reachable(key) else self.core_recipients(key, received)
-        if self.index.has_filter_subscribers(key.encode("utf-8")):
-            names.extend(name for name in self.filter_recipients(key, received) if name not in names)
-        return names
+        the stored topic keeps the core's messages, and the FILTER subscribers, whoever
+        published (only those with ``filters_only``: SMQP stores its own messages for its
+        subscribers)."""
+        names: dict[str, None] = {}
+        if not filters_only and self.topics.reachable(key):
+            names.update(dict.fromkeys(self.core_recipients(key, received)))
+        names.update(dict.fromkeys(self.recipients(key, ADD, received, FILTER)))
+        return list(names)
 
     def end_subscription(self, subscriber: str, kind: str, topic: str) -> Deferred:
         self.index.remove(subscriber, kind, topic)
@@ -466,8 +454,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         names = dict.fromkeys(explicit)
         now = self.clock.seconds()
         names.update(dict.fromkeys(self.core_recipients(key, now)))
-        if self.index.has_filter_subscribers(message.target):  # type: ignore[arg-type]
-            names.update(dict.fromkeys(self.filter_recipients(key, now)))
+        names.update(dict.fromkeys(self.recipients(key, ADD, now, FILTER)))
         rendered: dict[Any, bytes | None] = {}
         reached = 0
         for name in names:

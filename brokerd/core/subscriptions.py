@@ -182,7 +182,7 @@ class SubscriptionIndex:
         """Every subscription of ``kind`` that covers topic ``key`` (for FILTER: that
         collects messages and matches it)."""
         if kind == FILTER:
-            return list(self._filters.match(key.encode("utf-8")))  # type: ignore[arg-type]
+            return list(self._filters.match(key.encode("utf-8"))) if len(self._filters) else []  # type: ignore[arg-type]
         found = list(self._exact.get((kind, key), {}).values())
         for sub in self._wild.get(kind, {}).values():
             if sub.covers(key):

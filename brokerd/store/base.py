@@ -29,6 +29,14 @@ def is_outage(failure: Any) -> bool:
     return failure.check(StoreUnavailable) is not None
 
 
+def log_unless_outage(failure: Any, log: Any, what: str, **fields: Any) -> None:
+    """Log a failure of ``what`` with its traceback on ``log`` (a twisted.logger Logger),
+    unless the store is away (:func:`is_outage`), which is logged once where it happens.  An
+    errback: ``d.addErrback(log_unless_outage, self._log, "Storing ...")``."""
+    if not is_outage(failure):
+        log.failure(what, failure, **fields)
+
+
 class IStore(Interface):
     def open():
         """Create or migrate the schema; fires when the store is usable."""

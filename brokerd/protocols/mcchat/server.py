@@ -84,7 +84,7 @@ from brokerd.protocols.mcchat.wire import (
     is_mcchat_topic,
 )
 from brokerd.protocols.nodelay import no_delay
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 
 
 INFO_PACKET = encode_info(VERSION)
@@ -459,13 +459,8 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
             broker.publish_batch(run)
         kept = broker.keep(run)
         if kept is not None:
-            kept.addErrback(self._not_kept)
-
-    def _not_kept(self, failure: Any) -> None:
-        """MCCHAT has no way to say a message was not stored; the store's outage (or the disk
-        floor) is logged once where it happens, anything else here."""
-        if not is_outage(failure):
-            self._log.failure("Storing MCCHAT messages for durable subscribers", failure)
+            # MCCHAT has no way to say a message was not stored
+            kept.addErrback(log_unless_outage, self._log, "Storing MCCHAT messages for durable subscribers")
 
     def _first_read(self) -> None:
         """What waits for the TLS handshake, which is over once application data flows.

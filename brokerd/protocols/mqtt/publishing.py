@@ -27,7 +27,9 @@ from brokerd.protocols.mqtt.packets import (
 )
 from brokerd.protocols.mqtt.topics import topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
-from brokerd.store.base import StoreFull, is_outage
+from brokerd.store.base import StoreFull, log_unless_outage
+
+NOT_KEPT = "Storing an MQTT message for durable subscribers"
 
 
 class Publishing:
@@ -109,7 +111,7 @@ class Publishing:
         if acks:
             self._acknowledge(acks, kept)
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
-            kept.addErrback(self._not_kept)
+            kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
     def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
         """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
@@ -126,10 +128,6 @@ class Publishing:
                 acks.append(Pubrec(packet_id, reason))
         if acks:
             self._acknowledge(acks, None)
-
-    def _not_kept(self, failure: Any) -> None:
-        if not is_outage(failure):  # the store logs its outage once
-            self._log.failure("Storing an MQTT message for durable subscribers", failure)
 
     def _acknowledge(self, acks: list[Puback | Pubrec], kept: Any) -> None:
         """Answer QoS 1 and 2 PUBLISHes in their turn: at once, or once ``kept`` (the core
@@ -149,7 +147,7 @@ class Publishing:
             self._write_acks()
 
         def failed(failure: Any) -> None:
-            self._not_kept(failure)
+            log_unless_outage(failure, self._log, NOT_KEPT)
             if self.version != MQTT_5:
                 self._acks.clear()
                 self._close()

@@ -35,7 +35,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_record,
 )
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 
 
 class MQTTSessions:
@@ -125,12 +125,9 @@ class MQTTSessions:
         for topic_filter, options in list(session.subscriptions.items()):
             if topic_filter.startswith("$share/"):
                 continue  # shared subscriptions are the node's (docs/mqtt.md)
-            self.store_subscription(session, topic_filter, options).addErrback(self._not_stored)
+            self.store_subscription(session, topic_filter, options).addErrback(
+                log_unless_outage, self._log, "Storing an MQTT subscription")
             session.subscribed(topic_filter, options, kept=options.qos > 0)
-
-    def _not_stored(self, failure: Any) -> None:
-        if not is_outage(failure):
-            self._log.failure("Storing an MQTT subscription", failure)
 
     def _take_up_stored(self, session: MQTTSession, clean_start: bool) -> bool:
         """Find the principal's stored session of ``session``'s client identifier: with a
@@ -180,11 +177,8 @@ class MQTTSessions:
     def _forget(self, name: str) -> None:
         durable = self.broker.durable
         if durable is not None:
-            durable.forget_subscriber(name).addErrback(self._not_forgotten, name)
-
-    def _not_forgotten(self, failure: Any, name: str) -> None:
-        if not is_outage(failure):
-            self._log.failure("Ending the stored MQTT session {name}", failure, name=name)
+            durable.forget_subscriber(name).addErrback(log_unless_outage, self._log,
+                                                       "Ending the stored MQTT session {name}", name=name)
 
     def listening(self, started: bool) -> None:
         """A listener of the front end started (``started``) or stopped.  While one listens
@@ -318,8 +312,7 @@ class MQTTSessions:
             return
         kept = self.broker.keep([message])
         if kept is not None:
-            kept.addErrback(lambda failure: None if is_outage(failure) else self._log.failure(
-                "Storing an MQTT will for durable subscribers", failure))
+            kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
 
     def retain(self, message: Message) -> None:
         """Keep ``message`` as its topic's retained message (the core's, in the store); a

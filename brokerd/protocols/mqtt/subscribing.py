@@ -33,7 +33,7 @@ from brokerd.protocols.mqtt.packets import (
 )
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.topics import shared_subscription, topic_filter_problem
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 
 
 class Subscribing:
@@ -119,8 +119,7 @@ class Subscribing:
         """Commit a stored session's subscription; a Deferred of its SUBACK code (0x80 when
         the store failed: the client is told it has no subscription)."""
         def failed(failure: Any) -> int:
-            if not is_outage(failure):
-                self._log.failure("Storing an MQTT subscription", failure)
+            log_unless_outage(failure, self._log, "Storing an MQTT subscription")
             session.unsubscribed(topic_filter)
             return reasons.UNSPECIFIED_ERROR
 
@@ -146,7 +145,8 @@ class Subscribing:
         codes = []
         for topic_filter in packet.topic_filters:
             if session.durable_name is not None and not topic_filter.startswith("$share/"):
-                self.factory.sessions.drop_subscription(session, topic_filter).addErrback(self._not_dropped)
+                self.factory.sessions.drop_subscription(session, topic_filter).addErrback(
+                    log_unless_outage, self._log, "Removing an MQTT subscription from the store")
                 if topic_filter in session.kept:
                     session.unsubscribed(topic_filter)
                     codes.append(0)
@@ -166,7 +166,3 @@ class Subscribing:
             codes.append(0)
         self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
                                     self.version))
-
-    def _not_dropped(self, failure: Any) -> None:
-        if not is_outage(failure):
-            self._log.failure("Removing an MQTT subscription from the store", failure)

@@ -81,7 +81,7 @@ from brokerd.protocols.socketmq.pgp import (
 )
 from brokerd.protocols.socketmq.policy import ANYONE, Policy, Rule
 from brokerd.protocols.socketmq.server import SocketMQSite, build_site
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 
 __all__ = [
     "CONTENT_TYPE",
@@ -241,12 +241,8 @@ class Server:
         delivered = self.broker.publish(message)
         kept = self.broker.keep([message])
         if kept is not None:
-            kept.addErrback(self._not_kept)
+            kept.addErrback(log_unless_outage, self._log, "Storing a socket.mq event for durable subscribers")
         return delivered
-
-    def _not_kept(self, failure: Any) -> None:
-        if not is_outage(failure):  # the store's outage (or the disk floor) is logged where it happens
-            self._log.failure("Storing a socket.mq event for durable subscribers", failure)
 
     def close(self) -> Deferred:
         """Stop listening and close every WebSocket connection."""
