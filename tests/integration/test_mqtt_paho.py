@@ -552,6 +552,26 @@ def test_unsubscribe_stops_delivery_of_that_filter_only(clients, version: int) -
 # ---------------------------------------------------------------------- persistent sessions
 
 
+def test_a_stored_session_reads_more_than_a_page_of_what_waits_in_order(clients) -> None:
+    """What waits for a stored session is read from the store a page (256) at a time as the
+    client acknowledges: 600 messages come, each once, in the order published."""
+    topic = unique("pages", MQTTv311)
+    client_id = unique("pages", MQTTv311)
+    first = clients(MQTTv311, client_id, clean=False)
+    assert first.subscribe(topic, 1) == 1
+    first.disconnect()
+    pub = clients(MQTTv311)
+    sent = [f"page {i}".encode() for i in range(600)]
+    for payload in sent:
+        assert pub.publish(topic, payload, 1) == 0
+    back = clients(MQTTv311, client_id, clean=False, connect=False)
+    back.start()
+    assert back.connack()[:2] == (True, 0)
+    assert [back.message().payload for _ in sent] == sent
+    pub.publish(topic, b"live", 1)
+    assert back.message().payload == b"live", "nothing came twice"
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_persistent_session_keeps_subscriptions_and_queues_qos_1_while_away(clients, version: int) -> None:
     topic = unique("persist", version)

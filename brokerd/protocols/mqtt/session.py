@@ -227,25 +227,10 @@ class MQTTSession:
         a subscription was made, with RETAIN set; ``kept``: not stored, though a :attr:`kept`
         subscription matches, e.g. SMQP's Guarantee: NO); its packet is written, or added to
         ``out`` for the caller to write with the rest of a run."""
-        message = item.message
-        match = self._match(item.frame.topic)
-        if match is None:
+        shaped = self._shape(item, item.qos, retained, live=not (retained or kept))
+        if shaped is None:
             return
-        granted, no_local, identifiers, as_published, stored = match
-        if stored and not (retained or kept):
-            return  # stored for this session: it comes from the store, once
-        if no_local and not retained and message.protocol == "mqtt" and message.sender_name == self.name:
-            return
-        # RETAIN: set on what a new subscription is sent; on a live message only for a
-        # Retain As Published subscription, as its publisher set it (3.3.1.3).
-        retained = retained or (as_published and message.details.retained)
-        frame = item.frame
-        if identifiers and self.version == MQTT_5:
-            frame = frame.with_subscription_identifiers(identifiers)
-        qos = min(item.qos, granted)
-        if self.max_packet_size is not None and frame.size(qos) > self.max_packet_size:
-            self.dropped += 1
-            return
+        frame, qos, retained = shaped
         connection = self.connection
         if qos == 0:
             if connection is not None and not connection.congested:
@@ -259,9 +244,35 @@ class MQTTSession:
         if connection is not None and len(self.inflight) < self.window and not self.queued:
             self._send_numbered(frame, qos, retained, None, out)
         elif len(self.queued) < self.max_queued:
-            self.queued.append((Rendered(frame, message), qos, retained))
+            self.queued.append((Rendered(frame, item.message), qos, retained))
         else:
             self.dropped += 1
+
+    def _shape(self, item: Rendered, offered: int, retained: bool, live: bool) -> tuple[PublishFrame, int, bool] | None:
+        """The frame, QoS and RETAIN flag ``item`` (offered at QoS ``offered``) goes to this
+        client with, as its subscriptions ask; None when it is not for it: no subscription
+        matches, no local, larger than the client takes (counted), or (``live``) a
+        :attr:`kept` subscription matches, which takes it from the store."""
+        message = item.message
+        match = self._match(item.frame.topic)
+        if match is None:
+            return None
+        granted, no_local, identifiers, as_published, stored = match
+        if stored and live:
+            return None  # stored for this session: it comes from the store, once
+        if no_local and not retained and message.protocol == "mqtt" and message.sender_name == self.name:
+            return None
+        # RETAIN: set on what a new subscription is sent; otherwise only for a Retain As
+        # Published subscription, as its publisher set it (3.3.1.3).
+        retained = retained or (as_published and message.details.retained)
+        frame = item.frame
+        if identifiers and self.version == MQTT_5:
+            frame = frame.with_subscription_identifiers(identifiers)
+        qos = min(offered, granted)
+        if self.max_packet_size is not None and frame.size(qos) > self.max_packet_size:
+            self.dropped += 1
+            return None
+        return frame, qos, retained
 
     def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None,
                        out: list[bytes] | None = None) -> None:
@@ -295,22 +306,12 @@ class MQTTSession:
         item = self.wire_format.rendered(message)
         if item is None:
             return False
-        match = self._match(item.frame.topic)
-        if match is None:
-            return False
-        granted, no_local, identifiers, as_published, _kept = match
-        if no_local and message.protocol == "mqtt" and message.sender_name == self.name:
-            return False
-        retained = as_published and message.details.retained
-        frame = item.frame
-        if identifiers and self.version == MQTT_5:
-            frame = frame.with_subscription_identifiers(identifiers)
         # Another protocol's message was stored for this session before its publisher was
         # answered: it goes at least once (QoS 1), as far as the subscription allows.
-        qos = min(item.qos if message.protocol == "mqtt" else 1, granted)
-        if self.max_packet_size is not None and frame.size(qos) > self.max_packet_size:
-            self.dropped += 1
+        shaped = self._shape(item, item.qos if message.protocol == "mqtt" else 1, False, live=False)
+        if shaped is None:
             return False
+        frame, qos, retained = shaped
         if qos == 0:
             self.connection.transport.write(frame.packet(0, retained))
             return False

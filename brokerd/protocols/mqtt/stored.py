@@ -23,7 +23,7 @@ from twisted.logger import Logger
 
 from brokerd.core import stored
 from brokerd.core.subscriptions import ADD, FILTER
-from brokerd.store.base import is_outage
+from brokerd.store.base import log_unless_outage
 from brokerd.store.records import Delivery, SubscriptionRecord
 
 PAGE = 256
@@ -151,8 +151,7 @@ class StoredDeliveries:
 
     def _not_read(self, failure: Any) -> None:
         self._reading = False
-        if not is_outage(failure):
-            self._log.failure("Reading the stored messages of MQTT session {name}", failure, name=self.name)
+        log_unless_outage(failure, self._log, "Reading the stored messages of MQTT session {name}", name=self.name)
 
     def pump(self) -> None:
         """Hand the waiting deliveries to the session while its window allows; read the
@@ -176,13 +175,8 @@ class StoredDeliveries:
             self.refresh()
 
     def settle(self, delivery: Delivery) -> None:
-        """The client has ``delivery`` (or it is not for it): the store lets it go."""
+        """The client has ``delivery`` (or it is not for it): the store lets it go.  The
+        next page is read by :meth:`pump`, which the session calls as its window frees."""
         self.known.discard(delivery.seq)
         d = self.durable.acknowledged(self, delivery)
-        d.addErrback(self._not_settled)
-        if self._behind and not self.waiting and not self._reading and not self.closed:
-            self.refresh()
-
-    def _not_settled(self, failure: Any) -> None:
-        if not is_outage(failure):
-            self._log.failure("Settling a stored message of MQTT session {name}", failure, name=self.name)
+        d.addErrback(log_unless_outage, self._log, "Settling a stored message of MQTT session {name}", name=self.name)
