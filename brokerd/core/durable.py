@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 from urllib.parse import quote, unquote
@@ -171,7 +172,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         """Connected durable subscribers by name."""
         self.claims: dict[int, IDurableSession] = {}
         self.waiters: dict[int, set[IDurableSession]] = {}
-        self.published: dict[int, Published] = {}
+        self.published: OrderedDict[int, Published] = OrderedDict()
         """seq -> recent stored message, at most PUBLISHED_MEMORY (brokerd.core.outcomes)."""
         self.suid = ""
         """The server's unique id: the head of every stored message's id (its Smuid)."""

@@ -9,6 +9,7 @@ service's report, not its decisions.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -43,16 +44,22 @@ class DurableOutcomes:
     stats: dict[str, int]
     online: dict[str, float]
     size_of: Any
-    published: dict[int, Published]
-    """seq -> recent stored message, at most PUBLISHED_MEMORY."""
+    published: OrderedDict[int, Published]
+    """seq -> recent stored message, at most PUBLISHED_MEMORY, oldest first."""
 
     if TYPE_CHECKING:
         def _report(self, what: str, **fields: Any) -> Callable[[Any], None]: ...
 
     def remember(self, seq: int, published: Published) -> None:
+        """Keep ``published`` for the events of message ``seq``, forgetting the oldest.
+
+        An OrderedDict, not a dict: deleting a dict's first entry leaves a hole that the
+        next ``next(iter(dict))`` walks over, so forgetting the oldest of a full dict cost
+        a walk over every entry forgotten since its last resize (8 µs a publish here at
+        16,384 entries); ``popitem(last=False)`` is constant time."""
         memory = self.published
         if len(memory) >= PUBLISHED_MEMORY:
-            del memory[next(iter(memory))]
+            memory.popitem(last=False)
         memory[seq] = published
 
     def delivered(self, session: Any, delivery: Delivery) -> None:

@@ -23,6 +23,7 @@ and in :meth:`Link.status` (the admin metrics).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,9 +111,10 @@ class Link:
         """The durable subscriber name of this link's outgoing point-to-point messages."""
         self.outbox: Any = None
         self._pushing: int | None = None
-        self.receipts: dict[str, tuple[str, str, str]] = {}
+        self.receipts: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         """The other server's Smuid -> (publisher, our Smuid, our topic) of a message sent
-        with a Receipt request."""
+        with a Receipt request (oldest first: the oldest goes past MAX_RECEIPTS, in
+        constant time, which ``next(iter(dict))`` after many deletions is not)."""
         self.counts["sent"] = 0
         self.counts["undeliverable"] = 0
 
@@ -368,7 +370,7 @@ class Link:
             if wants_receipt and len(reply.values) >= 2 and publisher:
                 self.receipts[reply.values[1]] = (publisher, local_smuid, delivery.topic)
                 if len(self.receipts) > MAX_RECEIPTS:
-                    self.receipts.pop(next(iter(self.receipts)))
+                    self.receipts.popitem(last=False)
             self.counts["sent"] += 1
             return self._settle(outbox, delivery.seq)
 
