@@ -4,6 +4,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+_FILLED_AT_ONCE = None
+"""MessageRecord and Delivery, made once per durable publish and per delivery, fill their
+fields into the instance's dict in one update: the ``__init__`` a frozen dataclass is given
+sets each field through ``object.__setattr__`` (2.9 µs for a MessageRecord, 1.7 µs for a
+Delivery here, against 1.0 µs for either).  They are frozen dataclasses otherwise (equality, hash,
+``dataclasses.replace``); tests/store/test_records.py holds each ``__init__`` to the fields."""
+
 @dataclass(frozen=True)
 class TopicRecord:
     """One SMQP topic.
@@ -27,7 +34,7 @@ class TopicRecord:
     timeout: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class MessageRecord:
     """A retained message.  ``data`` is the message as the front end encoded it (opaque to
     the store); ``seq`` orders messages: given by the front end to :meth:`IStore.publish`
@@ -51,13 +58,21 @@ class MessageRecord:
     receipt: str = "NONE"
     trashed: float | None = None
 
+    def __init__(self, smuid: str, topic: str, publisher: str, cmuid: str, received: float,
+                 expires: float | None, priority: int, data: bytes, seq: int = 0, mode: str = "ALL",
+                 receipt: str = "NONE", trashed: float | None = None) -> None:
+        # One per durable publish: see _FILLED_AT_ONCE.
+        self.__dict__.update(smuid=smuid, topic=topic, publisher=publisher, cmuid=cmuid, received=received,
+                             expires=expires, priority=priority, data=data, seq=seq, mode=mode,
+                             receipt=receipt, trashed=trashed)
+
 
 PENDING, ACKED, DEAD = 0, 2, 3
 """Delivery states: not yet acknowledged; acknowledged (never sent again); given up after
 the maximum number of attempts."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Delivery:
     """One message a subscriber still has to acknowledge, as :meth:`IStore.pending` returns
     it: enough to send it without another read."""
@@ -69,6 +84,12 @@ class Delivery:
     attempts: int
     mode: str
     data: bytes
+
+    def __init__(self, seq: int, topic: str, priority: int, change: str, attempts: int, mode: str,
+                 data: bytes) -> None:
+        # One or two per delivery: see _FILLED_AT_ONCE.
+        self.__dict__.update(seq=seq, topic=topic, priority=priority, change=change, attempts=attempts,
+                             mode=mode, data=data)
 
 
 def fitting(sizes: Iterable[int], max_bytes: int | None) -> int:
