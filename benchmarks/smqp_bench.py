@@ -21,7 +21,8 @@ next.  So the client side is never the bottleneck: every process does little but
 then drains the stored backlog alone: the acknowledged delivery rate of one subscriber
 (``drain_rate``, first NOTIFY to last ``310``) with no publisher sharing the store's commits.
 ``--notify-window N`` drains once with the draft's exchange (one NOTIFY outstanding) and once
-with ``SET NOTIFY WINDOW N`` (brokerd's extension, docs/smqp.md) in every run, side by side:
+with ``SET NOTIFY WINDOW N`` (brokerd's extension, docs/smqp.md) in every run, side by side
+(``--window-only``: with the window alone, which keeps a long publish phase quick to drain):
 the subscriber then answers every NOTIFY a read brought in one write and counts the server's
 ``310``s, the drain ending at the last one.
 
@@ -451,6 +452,8 @@ def main() -> None:
                         help="the subscriber drains the stored backlog after the publishers finished")
     parser.add_argument("--notify-window", type=int, metavar="N",
                         help="with --drain: also drain with SET NOTIFY WINDOW N, side by side with the default")
+    parser.add_argument("--window-only", action="store_true",
+                        help="with --notify-window: drain with the window only (not the draft's exchange too)")
     parser.add_argument("--minimal", action="store_true",
                         help="also measure minimal_smqp.py in the same run (SMQP publishers only)")
     parser.add_argument("--profile", metavar="DIR", type=Path,
@@ -468,6 +471,8 @@ def main() -> None:
     options = parser.parse_args()
     if options.notify_window is not None and (not options.drain or options.notify_window < 2):
         parser.error("--notify-window N needs --drain and N >= 2")
+    if options.window_only and options.notify_window is None:
+        parser.error("--window-only needs --notify-window N")
     if options.minimal and (options.ssmp or options.profile):
         parser.error("--minimal: SMQP publishers, no profile")
     trees = {rev: export(rev) for rev in options.commit} if options.commit else {"working tree": REPO}
@@ -492,6 +497,8 @@ def main() -> None:
 
 def _measure(options, trees: dict, stores: list[str], server) -> list[dict]:
     windows = [1, options.notify_window] if options.notify_window else [1]
+    if options.window_only:
+        windows = [options.notify_window]
     variants = {_variant(rev, store, len(stores), window): (tree, store, window, False)
                 for rev, tree in trees.items() for store in stores for window in windows}
     if options.minimal:
