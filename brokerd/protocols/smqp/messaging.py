@@ -27,6 +27,10 @@ from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import ACCOUNTS
 from brokerd.store.records import MessageRecord, trash_owner
 
+_ACK = encode_reply(310, "ACK")
+"""The server's ``310 ACK``, written once per acknowledged delivery: encoded once."""
+_OK = encode_reply(200, "OK")
+
 if TYPE_CHECKING:
     from brokerd.protocols.smqp.delivery import MessageService
 
@@ -81,13 +85,13 @@ class MessagingCommands(SessionBase):
             if event.code == 416:
                 d = outbox.refuse()
                 if windowed:
-                    return self._windowed_answer(outbox, d, encode_reply(200, "OK"))
+                    return self._windowed_answer(outbox, d, _OK)
                 return d.addCallback(lambda _: self._reply(200, "OK"))
             d = outbox.acknowledge(wait=event.code == 312)
         except NoNotification:
             raise Refused(503, "Bad sequence: no notification to acknowledge") from None
         if windowed:
-            return self._windowed_answer(outbox, d, encode_reply(310, "ACK"))
+            return self._windowed_answer(outbox, d, _ACK)
         return d.addCallback(lambda _: self._server_ack(outbox))
 
     def _windowed_answer(self, outbox: Outbox, d: Deferred, reply: bytes) -> Overlap:
@@ -98,7 +102,7 @@ class MessagingCommands(SessionBase):
         return Overlap(d.addCallback(lambda _: reply), after=outbox.replied)
 
     def _server_ack(self, outbox: Outbox) -> None:
-        self._reply(310, "ACK")
+        self._reply_raw(_ACK)
         self._after_reply(outbox.pump)
 
     # ------------------------------------------------------------------ PUBLISH
