@@ -162,7 +162,10 @@ def _read(data: bytes) -> tuple[dict, bytes, list[tuple[list, bytes]]]:
 
 def decode(data: bytes) -> Message:
     """The Message stored as ``data``; ValueError when ``data`` is not one."""
-    header, payload, read = _read(data)
+    return _message(*_read(data))
+
+
+def _message(header: dict, payload: bytes, read: list[tuple[list, bytes]]) -> Message:
     try:
         parts = [Part(content_type, tuple(map(tuple, attributes)), part_data)
                  for (content_type, _a, _n), (attributes, part_data) in zip(header["parts"], read)]
@@ -176,13 +179,30 @@ def decode(data: bytes) -> Message:
         raise ValueError(f"corrupt stored message: {exc}") from None
 
 
-def sections(data: bytes) -> tuple[tuple[tuple[str, str], ...], list[tuple[tuple[tuple[str, str], ...], bytes]]] | None:
+Sections = tuple[tuple[tuple[str, str], ...], list[tuple[tuple[tuple[str, str], ...], bytes]]]
+"""The header attributes and each part's ``(attributes, data)``."""
+
+
+def sections(data: bytes) -> Sections | None:
     """The header attributes and each part's ``(attributes, data)`` of stored ``data``,
     as :func:`decode` would give them (``Message.attributes``, ``Message.parts``), without
     building the Message: all a front end renders of a message that carries them, once per
     delivery.  None when the message has neither (its rendering needs the whole Message);
     ValueError when ``data`` is not a stored message."""
     header, _payload, read = _read(data)
+    return _sections(header, read)
+
+
+def sections_or_message(data: bytes) -> Sections | Message:
+    """What a front end renders of stored ``data``, its header read once: :func:`sections`
+    when the message carries attributes or parts, else the Message (:func:`decode`) that a
+    message without them is rendered from.  ValueError when ``data`` is not one."""
+    header, payload, read = _read(data)
+    found = _sections(header, read)
+    return _message(header, payload, read) if found is None else found
+
+
+def _sections(header: dict, read: list[tuple[list, bytes]]) -> Sections | None:
     try:
         attributes = tuple(map(tuple, header["a"]))
         if not attributes and not read:

@@ -51,3 +51,12 @@ def test_values_json_would_write_otherwise_take_the_generic_path():
     data = stored.encode_stamped(odd, "id", 1.0, None)
     header = json.loads(data[len(stored.TAG) + 4:-2])
     assert header["b"] == 1 and stored.decode(data).binary is True
+
+
+def test_sections_or_message_reads_the_header_once_for_either_kind():
+    plain = stored.encode_stamped(Message(MULTICAST, b"news", b"hi", "ssmp", b"sam", False), "id", 1.0, None)
+    found = stored.sections_or_message(plain)
+    assert isinstance(found, Message) and found.payload == b"hi" and stored.sections(plain) is None
+    rich = stored.encode(Message(MULTICAST, b"news", b"hi", "smqp", b"a:1", False,
+                                 details=Details(attributes=(("Subject", "s"),))))
+    assert stored.sections_or_message(rich) == stored.sections(rich) == ((("Subject", "s"),), [])

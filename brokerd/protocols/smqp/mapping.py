@@ -105,9 +105,9 @@ def stored_body(data: bytes, domain: str) -> Body:
     """The SMQP body of a stored row: a stored Message (:mod:`brokerd.core.stored`), or an
     SMQP body stored before the durable service existed.  ValueError when it is neither."""
     if stored.is_stored_message(data):
-        found = stored.sections(data)
-        if found is None:
-            return to_body(stored.decode(data), domain)
+        found = stored.sections_or_message(data)
+        if isinstance(found, Message):
+            return to_body(found, domain)
         attributes, parts = found  # what to_body renders of a message with attributes or parts
         return Body(attributes, tuple(Section(part_attributes, part_data) for part_attributes, part_data in parts))  # type: ignore[arg-type]
     return decode_body(data)
