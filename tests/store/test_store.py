@@ -150,6 +150,24 @@ class StoreContract:
         assert await store.count_messages(["news"]) == 2
 
     @pytest_twisted.ensureDeferred
+    async def test_publish_many_stores_a_long_run_whole_or_not_at_all(self, store):
+        """A run of 150 messages with two subscribers each is kept whole, in order; a run with
+        a duplicate as its last message keeps none of them."""
+        first = await store.next_seq()
+        count = 150
+        run = [(numbered(first + i, "news"), [("s:1", "ADD"), ("s:2", "ADD")]) for i in range(count)]
+        assert await store.publish_many(run) == [first + i for i in range(count)]
+        for subscriber in ("s:1", "s:2"):
+            pending = await store.pending(subscriber, 1000)
+            assert [d.seq for d in pending] == [first + i for i in range(count)]
+            assert [d.data for d in pending] == [record.data for record, _ in run]
+        again = [(numbered(first + count + i, "news"), [("s:3", "ADD")]) for i in range(count)]
+        with pytest.raises(ValueError):
+            await store.publish_many(again + [(numbered(first, "news"), [("s:3", "ADD")])])
+        assert await store.pending("s:3", 1000) == []
+        assert await store.count_messages(["news"]) == count
+
+    @pytest_twisted.ensureDeferred
     async def test_subscriptions(self, store):
         a = SubscriptionRecord("alice:c1", "MESSAGE", "news", ("ADD",), 5.0, 9.0)
         await store.put_subscription(a)
