@@ -439,9 +439,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         d = self.store.publish_many([(record, deliveries) for record, _size in kept])
 
         def committed(_seqs: list[int]) -> None:
-            for record, size in kept:
-                self.committed(record, deliveries, size, announce=False)
-            self._announce_pending(deliveries)  # once: the messages share their subscribers
+            self.committed(kept, deliveries)
 
         return d.addCallback(committed)
 
@@ -478,21 +476,25 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         d = self.store.publish(record, deliveries)
 
         def committed(seq: int) -> int:
-            self.committed(record, deliveries, size)
+            self.committed([(record, size)], deliveries)
             return seq
 
         return d.addCallback(committed)
 
-    def committed(self, record: MessageRecord, deliveries: list[tuple[str, str]], size: int,
-                  announce: bool = True) -> None:
-        """``record`` and its pending ``deliveries`` are committed: count and remember it,
-        offer it to the connected subscribers among them, and (``announce``) tell the other
-        nodes about the rest."""
-        self.stats["published"] += 1
-        self.remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
-        self.offer(record, deliveries)
-        if announce:
-            self._announce_pending(deliveries)
+    def committed(self, kept: list[tuple[MessageRecord, int]], deliveries: list[tuple[str, str]]) -> None:
+        """The records of ``kept`` (each with the size the event log reports) and their
+        pending ``deliveries`` (the same subscribers for all) are committed: count and
+        remember them, offer them to the connected subscribers among ``deliveries``, and tell
+        the other nodes about the rest, once for the run."""
+        self.stats["published"] += len(kept)
+        remember = self.remember
+        for record, size in kept:
+            remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
+        sessions = self.sessions
+        if any(name in sessions for name, _change in deliveries):
+            for record, _size in kept:
+                self.offer(record, deliveries)
+        self._announce_pending(deliveries)
 
     def _announce_pending(self, deliveries: list[tuple[str, str]]) -> None:
         """Tell the other nodes that the subscribers of ``deliveries`` not connected here
