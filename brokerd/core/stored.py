@@ -100,12 +100,25 @@ def _plain_header(message: Message, message_id: str | None, created: float | Non
     if stamp is None or until is None:
         return None
     e = encode_basestring_ascii
-    return (f'{{"k":{e(kind)},"t":{e(target.decode("latin-1"))},"p":{e(protocol)},'  # type: ignore[union-attr]
+    key = (kind, target, protocol, sender, display, binary)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.clear()
+        head = _HEADS[key] = (
+            f'{{"k":{e(kind)},"t":{e(target.decode("latin-1"))},"p":{e(protocol)},'  # type: ignore[union-attr]
             f'"s":{e(sender.decode("latin-1"))},'
             f'"d":{"null" if display is None else e(display.decode("latin-1"))},'
-            f'"b":{"true" if binary else "false"},"c":null,'
-            f'"i":{"null" if message_id is None else e(message_id)},"cr":{stamp},"pr":{DEFAULT_PRIORITY},'
+            f'"b":{"true" if binary else "false"},"c":null,"i":')
+    return (f'{head}{"null" if message_id is None else e(message_id)},"cr":{stamp},"pr":{DEFAULT_PRIORITY},'
             f'"x":{until},"a":[],"n":{len(message.payload)},"parts":[]}}').encode("ascii")
+
+
+_HEADS: dict[tuple, str] = {}
+"""The text up to the id of recent plain headers, by what it is made of: a read's messages
+share their kind, topic and sender (the types were checked before, so True is never taken
+for 1)."""
+_MAX_HEADS = 256
 
 
 _TIMES: dict[float, str] = {}
