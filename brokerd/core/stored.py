@@ -17,7 +17,14 @@ import struct
 from json.encoder import encode_basestring_ascii
 from math import isfinite
 
-from brokerd.core.message import DEFAULT_PRIORITY, MULTICAST, PLAIN, Details, Message, Part
+from brokerd.core.message import (
+    DEFAULT_PRIORITY,
+    MULTICAST,
+    PLAIN,
+    Details,
+    Message,
+    Part,
+)
 
 TAG = b"\x00brokerd-message/1\n"
 _LENGTH = struct.Struct(">I")
