@@ -326,6 +326,13 @@ def _apply(settings: Settings, known: dict[str, Any], key: str, value: Any) -> N
 _OPTIONAL_NUMBERS = {"sys_interval": float}
 """Numbers whose default is None (off)."""
 
+ZERO_MEANS = {"mqtt_max_keep_alive": "any", "mqtt_topic_alias_maximum": "none"}
+"""Numbers for which 0 is a documented value (``0: any``) rather than a mistake; every other
+number must be positive."""
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
 
 def _convert(key: str, attribute: str, value: Any) -> Any:
     default = getattr(Settings, attribute, None)
@@ -333,11 +340,9 @@ def _convert(key: str, attribute: str, value: Any) -> Any:
         default = _OPTIONAL_NUMBERS[attribute]()
     if attribute in _PATHS:
         return Path(value)
+    if isinstance(default, bool):
+        return _boolean(key, value)
     try:
-        if isinstance(default, bool):
-            if isinstance(value, str):
-                return value.lower() in ("1", "true", "yes", "on")
-            return bool(value)
         if isinstance(default, int):
             number = int(value)
         elif isinstance(default, float):
@@ -346,9 +351,23 @@ def _convert(key: str, attribute: str, value: Any) -> Any:
             return value
     except (TypeError, ValueError):
         raise ConfigurationError(f"{key}: {value!r} is not a number") from None
-    if number <= 0:
-        raise ConfigurationError(f"{key}: must be positive, not {value!r}")
+    if number < 0 or (number == 0 and attribute not in ZERO_MEANS):
+        least = "must be 0 or more" if attribute in ZERO_MEANS else "must be positive"
+        raise ConfigurationError(f"{key}: {least}, not {value!r}")
     return number
+
+
+def _boolean(key: str, value: Any) -> bool:
+    """A flag's value, strictly: a TOML boolean, or one of the words both ways; anything else
+    is a mistake named as such (``mqtt-anonymous = "flase"`` must not quietly mean false)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"{key}: {value!r} is not a boolean (true or false)")
 
 
 @dataclass
