@@ -64,3 +64,8 @@ def missing(expressions_: list[str], metrics_text: str) -> list[str]:
             elif labels - have[metric]:
                 problems.append(f"{metric}: no label {sorted(labels - have[metric])} ({expression})")
     return problems
+
+
+def cluster_only(expression: str) -> bool:
+    """An expression of the cluster's metrics only (they exist with --cluster only)."""
+    return all(metric.startswith("brokerd_cluster_") for metric in wanted(expression))

@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.admin.support import http
-from tests.deploy.dashboard import DASHBOARD, expressions, missing, wanted
+from tests.deploy.dashboard import DASHBOARD, cluster_only, expressions, missing, wanted
 from tests.support.broker import LineClient, start_broker
 
 pytestmark = pytest.mark.slow
-
-
-def cluster_only(expression: str) -> bool:
-    return all(metric.startswith("brokerd_cluster_") for metric in wanted(expression))
 
 
 def metrics_with_traffic(ports: dict[str, int]) -> str:
