@@ -21,7 +21,7 @@ from twisted.internet.defer import TimeoutError as DeferredTimeout
 from brokerd.protocols.mqtt.client import MQTTConnectError
 from brokerd.protocols.mqtt.client import connect as mqtt_connect
 from tests.admin.support import http
-from tests.deploy.compose import load
+from tests.deploy.compose import Unsupported, load, parse
 from tests.deploy.dashboard import cluster_only, expressions, missing
 from tests.deploy.support import DEPLOY, ETC, STATE, Installed, image_command, install, start
 from tests.support import processes
@@ -49,6 +49,14 @@ def exposed_ports() -> set[int]:
     return {int(port) for port in found.group(1).split()}
 
 
+def test_the_reader_reads_its_subset_and_refuses_the_rest() -> None:
+    text = 'a:\n  b: ["x y", 2, {k: v}]\n  # note\n  c:\n    d: redis:7\n  e:\nf: {g: [h]}\n'
+    assert parse(text) == {"a": {"b": ["x y", 2, {"k": "v"}], "c": {"d": "redis:7"}, "e": None}, "f": {"g": ["h"]}}
+    for outside in ("a: &anchor 1\n", "a:\n  - item\n", "a: 'single'\n", "a: 1\na: 2\n", "a: [1\n"):
+        with pytest.raises(Unsupported):
+            parse(outside)
+
+
 def test_the_compose_file_describes_a_cluster_of_three() -> None:
     document = compose()
     services = document["services"]
@@ -61,7 +69,7 @@ def test_the_compose_file_describes_a_cluster_of_three() -> None:
     for node in NODES:
         service = services[node]
         command = service["command"]
-        assert service["image"] == services["access-list"]["image"]
+        assert (service["image"], service["build"]) == (services["access-list"]["image"], build)  # built, not pulled
         assert command[:2] == ["--config", f"{ETC}/brokerd.toml"]
         options = dict(zip(command[2::2], command[3::2]))
         names.add(options["--node-name"])
