@@ -23,7 +23,7 @@ from twisted.python import usage
 from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
-from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings, warn_if_exposed
+from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.tls import ServerTLS, listen_endpoint
@@ -41,7 +41,7 @@ from brokerd.core.durable import attach_durable
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
-from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
+from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.flow import after_read
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
@@ -231,7 +231,7 @@ class Options(usage.Options):
         else:
             problems += startup_problems(self.settings, starting=not checking)
         if checking:
-            report_check(problems)
+            report_check(problems, [] if problems else exposure_warnings(self.settings, _listeners(self.settings)))
         if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
@@ -243,12 +243,15 @@ class Options(usage.Options):
             twistd["logger"] = choose_log_observer(self.settings, twistd)
 
 
-def report_check(problems: list[str]) -> None:
-    """``--check-config``: one line per problem on stderr and exit 1, or one line and exit 0."""
+def report_check(problems: list[str], warnings: list[str]) -> None:
+    """``--check-config``: one line per problem on stderr and exit 1, or one line and exit 0,
+    after the warnings the broker would log at start (one line each on stderr)."""
     for problem in problems:
         print(f"brokerd: {problem}", file=sys.stderr)
     if problems:
         sys.exit(1)
+    for warning in warnings:
+        print(f"brokerd: warning: {warning}", file=sys.stderr)
     print("brokerd: configuration OK")
     sys.exit(0)
 
@@ -694,7 +697,8 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
         _log.info("No listener option: every listener binds {interface} only (this host); to listen beyond it, "
                   "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
-    warn_if_exposed(settings, listeners)
+    for line in exposure_warnings(settings, listeners):
+        _log.warn("{line}", line=line)
     for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:
