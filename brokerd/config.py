@@ -130,6 +130,9 @@ class Settings:
     is told the lower value as Server Keep Alive."""
     mqtt_topic_alias_maximum: int = 16
     """MQTT v5: topic aliases a client may set on one connection (0: none)."""
+    mqtt_bridge: str | list[Any] = ""
+    """MQTT bridges to other brokers (docs/mqtt.md, Bridges): ``[[mqtt-bridge]]`` tables in the
+    TOML file, or one repeated ``--mqtt-bridge`` option of ``KEY=VALUE`` words per bridge."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20

@@ -171,6 +171,7 @@ class Options(usage.Options):
         super().__init__()
         self["listeners"] = {}
         self["smqp-links"] = []
+        self["mqtt-bridges"] = []
 
     def _listener(self, protocol: str, endpoint: str) -> None:
         self["listeners"].setdefault(protocol, []).append(endpoint)
@@ -199,6 +200,10 @@ class Options(usage.Options):
         """SMQP server link DOMAIN=ENDPOINT: log in there and forward its messages (repeatable)."""
         self["smqp-links"].append(link)
 
+    def opt_mqtt_bridge(self, bridge: str) -> None:
+        """MQTT bridge to another broker: 'name=N address=HOST:PORT topic="PATTERN out 1" ...' (repeatable; docs/mqtt.md)."""
+        self["mqtt-bridges"].append(bridge)
+
     def opt_version(self) -> None:
         print(f"brokerd {__version__}")
         sys.exit(0)
@@ -222,6 +227,8 @@ class Options(usage.Options):
         values.update(self["listeners"])
         if self["smqp-links"]:
             values["smqp-link"] = self["smqp-links"]
+        if self["mqtt-bridges"]:
+            values["mqtt-bridge"] = self["mqtt-bridges"]
         checking = bool(self["check-config"])
         problems: list[str] = []
         try:
@@ -421,6 +428,12 @@ def _check_front_ends(settings: Settings) -> None:
             raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
 
 
+def _check_bridges(settings: Settings) -> None:
+    check = front_end("mqtt", "bridge", "check_bridges") if settings.mqtt_bridge else None
+    if check is not None:
+        check(settings)
+
+
 def _check_cluster(settings: Settings) -> None:
     if settings.cluster is not None:
         check_cluster_settings(settings)
@@ -453,6 +466,7 @@ STARTUP_CHECKS = (
     check_operations_settings,
     _check_store,
     _check_front_ends,
+    _check_bridges,
     _check_cluster,
 )
 """The start-up checks of :func:`startup_problems`, in order: each raises ConfigurationError
@@ -603,12 +617,13 @@ DURABLE_FRONT_ENDS = ("smqp", "mqtt")
 
 def _node_store(settings: Settings, reactor) -> Any:
     """The node's store, not yet opened: the --store database, else the SQLite file in
-    DATA_DIR when a front end with durable subscribers listens, else None (nothing on this
+    DATA_DIR when a front end with durable subscribers listens or an MQTT bridge keeps
+    messages for another broker, else None (nothing on this
     node outlives a connection).  Whichever front ends run, the core's durable service is
     built over it (docs/architecture.md, "Durable delivery")."""
     if settings.store is not None:
         return store_for(settings.store, settings.store_password_file, reactor)
-    if any(protocol in DURABLE_FRONT_ENDS for protocol in _listeners(settings)):
+    if settings.mqtt_bridge or any(protocol in DURABLE_FRONT_ENDS for protocol in _listeners(settings)):
         return SQLiteStore(Path(settings.data_dir) / SQLITE_FILENAME, reactor)
     return None
 
@@ -716,6 +731,16 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
     if settings.admin is not None:
         endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin")
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
+    _start_bridges(runtime, top)
     for service in operations.services():
         service.setServiceParent(top)
     return top
+
+
+def _start_bridges(runtime: Runtime, top: MultiService) -> None:
+    """The MQTT bridges to other brokers, if any (brokerd.protocols.mqtt.bridge)."""
+    build_bridges = front_end("mqtt", "bridge", "build_bridges") if runtime.settings.mqtt_bridge else None
+    bridges = build_bridges(runtime) if build_bridges is not None else None
+    if bridges is not None:
+        runtime.resources["mqtt_bridges"] = bridges
+        bridges.setServiceParent(top)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = ROOT / "docs" / "operations.md"
 NOT_SETTINGS = {"config", "check-config"}
 """Options that act on the command line itself: they set nothing a broker runs with."""
-METHOD_OPTIONS = {"smqp-link": "opt_smqp_link"}
+METHOD_OPTIONS = {"smqp-link": "opt_smqp_link", "mqtt-bridge": "opt_mqtt_bridge"}
 """Settings given by a repeatable option (an ``opt_`` method of Options)."""
 
 

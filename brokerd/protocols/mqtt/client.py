@@ -16,7 +16,11 @@ connected; :meth:`~MQTTClientProtocol.when_connected` fires with the CONNACK, or
   Receive Maximum wait here for a free slot rather than being refused by the server;
 - incoming PUBLISH packets are answered per QoS (PUBACK; PUBREC, then PUBCOMP on PUBREL) and
   handed to :meth:`~MQTTClientProtocol.on_message` once each (a QoS 2 message the server sends
-  again before its PUBREL is acknowledged, not delivered twice);
+  again before its PUBREL is acknowledged, not delivered twice).  A handler that returns a
+  Deferred holds the message's PUBACK or PUBREC back until it fires, answers staying in the
+  order the messages came (4.6); when it fails the connection is dropped unanswered, so a
+  server that keeps the session sends the message again (a bridge answers only once it stored
+  what it received);
 - a ``LoopingCall`` on the injectable ``clock`` sends PINGREQ when nothing else went out for
   half the Keep Alive (the server's, in v5, when it set one), and drops the connection when a
   PINGREQ stays unanswered for a whole Keep Alive;
@@ -137,6 +141,17 @@ class MQTTReasonCodeError(MQTTError):
         super().__init__(text)
 
 
+def with_bridge_flag(connect: bytes) -> bytes:
+    """A 3.1.1 CONNECT with the top bit of its protocol level set (0x84): Mosquitto's bridge
+    flag (its ``try_private``), which asks a server that knows it not to send a bridge back
+    what the bridge published.  The level follows the fixed header and the protocol name."""
+    index = 1
+    while connect[index] & 0x80:  # the Remaining Length's continuation bytes
+        index += 1
+    index += 1 + 6  # its last byte, then the length-prefixed "MQTT"
+    return connect[:index] + bytes((connect[index] | 0x80,)) + connect[index + 1:]
+
+
 class _Flow:
     """One exchange this client started that waits for the server: the packet type it expects
     next (a class) and the Deferred to fire when the exchange is over."""
@@ -155,7 +170,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
 
     ``version`` is the protocol level, 4 (3.1.1) or 5.  ``clock`` provides the time for the
     keep-alive (a ``Clock`` in tests; the global reactor when None).  ``max_packet_size``
-    bounds what the decoder keeps of one incoming packet.
+    bounds what the decoder keeps of one incoming packet.  ``bridge`` (3.1.1 only) sends the
+    CONNECT with Mosquitto's bridge flag (:func:`with_bridge_flag`).
     """
 
     _log = Logger()
@@ -175,6 +191,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         on_message: MessageHandler | None = None,
         clock: IReactorTime | None = None,
         max_packet_size: int = MAX_PACKET_SIZE,
+        bridge: bool = False,
     ) -> None:
         if version not in VERSIONS:
             raise ValueError(f"MQTT protocol level 4 (3.1.1) or 5, not {version!r}")
@@ -189,6 +206,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         """As given, or the identifier a v5 server assigned (Assigned Client Identifier)."""
         self._connect = Connect(client_id, clean_start, keep_alive, will, username, password, properties)
         self._connect_bytes = encode(self._connect, version)  # ValueError now, not once connected
+        if bridge and version == MQTT_311:
+            self._connect_bytes = with_bridge_flag(self._connect_bytes)
         self.keep_alive = keep_alive
         """Seconds: as asked for, then the server's Server Keep Alive when a v5 server set one."""
         self._on_message = on_message
@@ -208,6 +227,9 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         self._server_maximum_packet_size: int | None = None
         self._incoming_qos2: set[int] = set()
         """Packet Identifiers of QoS 2 messages delivered whose PUBREL has not come yet."""
+        self._answers: deque[list[Any]] = deque()
+        """[ready, bytes] of PUBACKs and PUBRECs in the order their messages came: a handler's
+        Deferred holds its answer (and those after it) back until it fires."""
         self._aliases: dict[int, str] = {}
         self._pings: deque[tuple[float, Deferred]] = deque()
         self._keep_alive_call: LoopingCall | None = None
@@ -256,6 +278,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         waiting.extend(d for _packet, d in queued)
         pings, self._pings = self._pings, deque()
         waiting.extend(d for _sent, d in pings)
+        self._answers.clear()
         for d in waiting:
             if not d.called:
                 d.errback(failure)
@@ -412,14 +435,49 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         qos = packet.qos
         if qos == 2:
             packet_id: int = packet.packet_id  # type: ignore[assignment]
+            handled = None
             if packet_id not in self._incoming_qos2:
                 self._incoming_qos2.add(packet_id)
-                self._deliver(packet)
-            self._send(encode(Pubrec(packet_id), self.version))
+                handled = self._deliver(packet)
+            self._answer(Pubrec(packet_id), handled)
             return
-        self._deliver(packet)
+        handled = self._deliver(packet)
         if qos == 1:
-            self._send(encode(Puback(packet.packet_id), self.version))  # type: ignore[arg-type]
+            self._answer(Puback(packet.packet_id), handled)  # type: ignore[arg-type]
+        elif handled is not None:
+            handled.addErrback(self._not_handled, packet)
+
+    def _answer(self, answer: Puback | Pubrec, handled: Deferred | None) -> None:
+        """Send ``answer`` once ``handled`` fired (now when None), after those before it."""
+        entry = [handled is None, encode(answer, self.version)]
+        self._answers.append(entry)
+        if handled is None:
+            self._send_answers()
+            return
+
+        def done(_result: object) -> None:
+            entry[0] = True
+            self._send_answers()
+
+        def failed(failure: Failure) -> None:
+            self._log.failure("Handling MQTT message {id}; the connection is dropped unanswered", failure,
+                              id=answer.packet_id)
+            if self._usable:
+                self._error = MQTTError(f"the message handler failed: {failure.getErrorMessage()}")
+                self.abort()
+
+        handled.addCallbacks(done, failed)
+
+    def _send_answers(self) -> None:
+        answers = self._answers
+        ready = []
+        while answers and answers[0][0]:
+            ready.append(answers.popleft()[1])
+        if ready and self._usable:
+            self._send(b"".join(ready))
+
+    def _not_handled(self, failure: Failure, packet: Publish) -> None:
+        self._log.failure("Handling MQTT message {packet!r}", failure, packet=packet)
 
     def _pubrel_received(self, packet: Pubrel) -> None:
         """The server's QoS 2 message is released: forget its identifier, say PUBCOMP (v5:
@@ -431,20 +489,24 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
             code = reasons.PACKET_IDENTIFIER_NOT_FOUND if self.version == MQTT_5 else reasons.SUCCESS
         self._send(encode(Pubcomp(packet.packet_id, code), self.version))
 
-    def _deliver(self, packet: Publish) -> None:
+    def _deliver(self, packet: Publish) -> Deferred | None:
+        """Hand ``packet`` to :meth:`on_message`; the Deferred it returned, if any."""
         try:
-            self.on_message(packet)
+            handled = self.on_message(packet)
         except Exception:  # noqa: BLE001 - the application's bug must not cost the connection
             self._log.failure("Handling MQTT message {packet!r}", packet=packet)
+            return None
+        return handled if isinstance(handled, Deferred) else None
 
-    def on_message(self, packet: Publish) -> None:
-        """A message arrived (answered by the protocol itself).  Override it, or give the
-        protocol or its factory an ``on_message`` callable."""
+    def on_message(self, packet: Publish) -> object:
+        """A message arrived (answered by the protocol itself, once a Deferred returned here
+        fired).  Override it, or give the protocol or its factory an ``on_message`` callable."""
         handler = self._on_message
         if handler is None:
             handler = getattr(self.factory, "on_message", None)
         if handler is not None:
-            handler(packet)
+            return handler(packet)
+        return None
 
     def _answer_received(self, packet: Acknowledgement | Suback | Unsuback) -> None:
         flow = self._flows.get(packet.packet_id)

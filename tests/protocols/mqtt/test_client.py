@@ -172,6 +172,55 @@ def test_a_qos1_message_is_acknowledged_after_delivery() -> None:
     assert transport.value() == b"\x40\x02\x01\x02"
 
 
+def test_a_handlers_deferred_holds_the_answers_back_in_order() -> None:
+    """A bridge answers the server only once it stored a message: a handler's Deferred holds
+    its PUBACK or PUBREC, and the answers after it, until it fires (4.6: in order)."""
+    clock, holds = Clock(), []
+
+    def handler(packet: Publish) -> Deferred:
+        holds.append(Deferred())
+        return holds[-1]
+
+    protocol = MQTTClientProtocol("c", clock=clock, on_message=handler)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(b"\x20\x02\x00\x00")
+    transport.clear()
+    protocol.dataReceived(b"\x32\x06\x00\x01t\x00\x01m" + b"\x34\x06\x00\x01t\x00\x02m")  # QoS 1 id 1, QoS 2 id 2
+    assert len(holds) == 2 and transport.value() == b""
+    holds[1].callback(None)
+    assert transport.value() == b""  # the PUBREC of id 2 waits for the PUBACK of id 1
+    holds[0].callback(None)
+    assert transport.value() == b"\x40\x02\x00\x01" + b"\x50\x02\x00\x02"
+
+
+def test_a_failing_handler_drops_the_connection_unanswered() -> None:
+    """The message was not kept: no acknowledgement, so a server that keeps the session
+    sends it again on the next connection."""
+    held: list[Deferred] = []
+
+    def handler(packet: Publish) -> Deferred:
+        held.append(Deferred())
+        return held[-1]
+
+    protocol = MQTTClientProtocol("c", clock=Clock(), on_message=handler)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(b"\x20\x02\x00\x00")
+    transport.clear()
+    protocol.dataReceived(b"\x32\x06\x00\x01t\x00\x01m")
+    held[0].errback(OSError("disk full"))
+    assert transport.value() == b"" and not protocol.is_open
+
+
+def test_the_bridge_flag_sets_the_top_bit_of_the_protocol_level() -> None:
+    """Mosquitto's try_private: a 3.1.1 CONNECT of level 0x84 (a v5 one is unchanged)."""
+    protocol = MQTTClientProtocol("c", keep_alive=10, clock=Clock(), bridge=True)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    assert transport.value() == b"\x10\x0d\x00\x04MQTT\x84\x02\x00\x0a\x00\x01c"
+
+
 def test_a_broken_stream_closes_the_connection_and_fails_what_waits() -> None:
     protocol, transport, _clock, _ = connected_in_memory()
     seen = outcome(protocol.subscribe([("t", 0)]))

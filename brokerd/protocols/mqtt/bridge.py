@@ -1,0 +1,493 @@
+"""MQTT bridges: this broker connects to another MQTT broker as a client and carries the
+messages of its ``topic`` patterns across, each way (docs/mqtt.md, Bridges; the
+configuration is :mod:`.bridges`).
+
+A :class:`Bridge` is a session of the local core of its own (protocol ``bridge``, principal
+``sys/bridge/<name>`` of the broker's own SERVICE realm: the operator's configuration is
+what lets it publish and subscribe) and one connection to the other broker, made with the
+project's MQTT client (:mod:`.client`), remade after a loss with a doubling delay up to the
+bridge's ``restart-timeout``.
+
+- **out**: a QoS 0 pattern is a live filter subscription of the core; a QoS 1 or 2 one is a
+  durable FILTER subscription whose messages wait in the store (:mod:`.bridgequeue`,
+  bounded) until the other broker acknowledged them.  A message goes at the lower of its own
+  QoS and the pattern's, to the pattern's topic below the remote prefix.
+- **in**: the bridge subscribes there to the patterns below the remote prefix and publishes
+  what comes into the core below the local prefix (retained ones retained), and answers the
+  other broker (PUBACK, PUBREC) only once the core stored the message for its durable
+  subscribers (``Broker.keep``): a message it acknowledged is not lost.
+- **loops**: what the bridge brings in carries its marker (protocol ``mqtt``, sender
+  ``sys/bridge/<name>``, a name no login can take): it is never sent back out over the same
+  bridge, live or stored.  On the other broker, a v5 bridge subscribes with No Local, and a
+  3.1.1 bridge connects with Mosquitto's bridge flag (protocol level 0x84, ``try-private``),
+  tried once without it when that broker refuses the flag.
+
+The state of each bridge and its counts are :meth:`Bridge.status` (``brokerd-ctl status``,
+``/metrics``, the ``~sys`` topics).
+"""
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, fail, gatherResults
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from brokerd.config import Runtime, Settings
+from brokerd.core.access import system_topic
+from brokerd.core.durable import owned_subscriber
+from brokerd.core.filters import matches
+from brokerd.core.message import Message
+from brokerd.core.principal import SERVICE, Principal
+from brokerd.core.retained import RetainRefused
+from brokerd.core.subscriptions import ADD, FILTER
+from brokerd.errors import AlreadySubscribed, BrokerError, ConfigurationError
+from brokerd.interfaces import ISubscriber
+from brokerd.protocols.mqtt.bridgequeue import BridgeQueue, BridgeWireFormat
+from brokerd.protocols.mqtt.bridges import BridgeSpec, TopicRule, parse_bridges
+from brokerd.protocols.mqtt.client import (
+    MQTTClientFactory,
+    MQTTClientProtocol,
+    MQTTConnectError,
+    client_endpoint,
+)
+from brokerd.protocols.mqtt.packets import (
+    MQTT_5,
+    MQTT_311,
+    NO_PROPERTIES,
+    RETAIN_SEND_IF_NEW,
+    Properties,
+    Publish,
+    Subscription,
+)
+from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.wire import core_message
+from brokerd.store.base import log_unless_outage
+from brokerd.store.records import Delivery, SubscriptionRecord
+
+FIRST_DELAY = 0.5
+"""Seconds before the first reconnection attempt; doubled after each failure up to the
+bridge's ``restart-timeout``."""
+CONNACK_TIMEOUT = 30.0
+"""Seconds a connection may take to be accepted (CONNACK) before it is dropped and retried."""
+SENDER_PREFIX = "sys/bridge/"
+"""The head of a bridge's sender name (a reserved name: brokerd.core.principal.reserved_name)."""
+UNACCEPTABLE_PROTOCOL_VERSION = 1
+"""The 3.1.1 CONNACK return code of a broker that does not take the bridge flag."""
+
+
+def _topic_of(message: Message) -> str:
+    """The local topic of a multicast (the only kind a bridge is handed)."""
+    return message.target.decode("utf-8", "replace")  # type: ignore[union-attr]
+
+
+@implementer(ISubscriber)
+class Bridge:
+    """One bridge (see the module docstring): a core session and a connection."""
+
+    protocol = "bridge"
+    address = None
+    _log = Logger()
+
+    def __init__(self, spec: BridgeSpec, broker: Any, settings: Settings, reactor: Any) -> None:
+        self.spec = spec
+        self.broker = broker
+        self.settings = settings
+        self.reactor = reactor
+        self.name = (SENDER_PREFIX + spec.name).encode("utf-8")
+        self.principal = Principal(SENDER_PREFIX + spec.name, SERVICE)
+        self.wire_format = BridgeWireFormat()
+        self.client_id = spec.client_id or f"{socket.gethostname()}.{spec.name}"
+        self.outgoing = [rule for rule in spec.topics if rule.outgoing]
+        self.incoming = [rule for rule in spec.topics if rule.incoming]
+        self.durable_name: str | None = None
+        """The core's durable subscriber of the QoS 1 and 2 ``out`` patterns (None: none, or no store)."""
+        self.queue: BridgeQueue | None = None
+        self.client: MQTTClientProtocol | None = None
+        self.state = "stopped"
+        self.reason = ""
+        self.counts = {"connects": 0, "sent": 0, "received": 0, "dropped": 0, "refused": 0}
+        self.inflight: dict[int, Delivery] = {}
+        """Stored deliveries published to the other broker and not acknowledged yet, by seq."""
+        self._password = spec.password()
+        self._private = spec.try_private and spec.protocol == MQTT_311
+        self._delay = FIRST_DELAY
+        self._timer: Any = None
+        self._running = False
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> None:
+        self._running = True
+        self.broker.attach(self)
+        stored_rules = [rule for rule in self.outgoing if rule.qos > 0]
+        durable = self.broker.durable
+        for rule in self.outgoing:
+            if rule.qos == 0 or durable is None:
+                self._subscribe_live(rule)
+        if stored_rules and durable is None:
+            self._log.warn("MQTT bridge {name}: no store, so its QoS 1 and 2 out patterns are forwarded live only "
+                           "(nothing waits for the other broker)", name=self.spec.name)
+        elif stored_rules:
+            # The connection waits for the subscriptions: once up, nothing published is missed.
+            self.durable_name = owned_subscriber("bridge", self.principal, self.spec.name, "1")
+            d = durable.when_started().addCallbacks(lambda _: self._open_queue(stored_rules), self._no_store)
+            d.addBoth(lambda _: self._connect())
+            return
+        self._connect()
+
+    def stop(self) -> Deferred | None:
+        self._running = False
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        if self.queue is not None:
+            self.queue.close()
+            self.queue = None
+        self.broker.detach(self)
+        self._set_state("stopped")
+        client, self.client = self.client, None
+        if client is not None and client.is_open:
+            return client.disconnect()
+        return None
+
+    def _subscribe_live(self, rule: TopicRule) -> None:
+        try:
+            self.broker.subscribe_filter(self, rule.local_filter.encode("utf-8"))
+        except AlreadySubscribed:
+            pass  # two patterns, one filter
+        except (BrokerError, ValueError) as exc:
+            self._log.warn("MQTT bridge {name}: cannot subscribe to {filter} here: {error}", name=self.spec.name,
+                           filter=rule.local_filter, error=exc)
+
+    def _open_queue(self, rules: list[TopicRule]) -> Deferred | None:
+        """The store is read: make the durable subscriptions the configuration names (and
+        end those it no longer does), then attach the queue.  Fires once they are committed."""
+        durable = self.broker.durable
+        name = self.durable_name
+        if not self._running or durable is None or name is None:
+            return None
+        wanted: dict[str, int] = {}
+        for rule in rules:
+            wanted[rule.local_filter] = max(rule.qos, wanted.get(rule.local_filter, 0))
+        existing = {sub.record.topic: sub for sub in durable.index.of(name) if sub.record.kind == FILTER}
+        extra = [sub for topic, sub in existing.items() if topic not in wanted]
+        if extra:
+            durable.unsubscribe(name, extra, lambda _sub: ()).addErrback(
+                log_unless_outage, self._log, "Ending an old subscription of MQTT bridge {name}", name=self.spec.name)
+        commits = []
+        for topic_filter, qos in wanted.items():
+            changes = (ADD, f"q{qos}")
+            sub = existing.get(topic_filter)
+            if sub is None or tuple(sub.record.changes) != changes:
+                record = SubscriptionRecord(name, FILTER, topic_filter, changes)
+                commits.append(durable.subscribe(record, []).addErrback(
+                    log_unless_outage, self._log, "Storing a subscription of MQTT bridge {name}", name=self.spec.name))
+        self.queue = BridgeQueue(self, durable, self.settings.max_output_buffer, self.spec.max_queued,
+                                 self.spec.max_queued_bytes)
+        self.queue.open()
+        return gatherResults(commits) if commits else None
+
+    def _no_store(self, failure: Failure) -> None:
+        self._log.warn("MQTT bridge {name}: the store did not open ({error}); nothing is kept for the other broker",
+                       name=self.spec.name, error=failure.getErrorMessage())
+
+    def status(self) -> dict[str, Any]:
+        queue = self.queue
+        return {"name": self.spec.name, "address": self.spec.address, "state": self.state, "reason": self.reason,
+                **self.counts,
+                "queued": queue.queued if queue is not None else 0,
+                "queued_bytes": queue.counted_bytes if queue is not None else 0,
+                "queue_dropped": queue.dropped if queue is not None else 0}
+
+    def _set_state(self, state: str, reason: str = "") -> None:
+        self.reason = reason
+        if state != self.state:
+            self.state = state
+            self._log.info("MQTT bridge {name} ({address}) is {state}{reason}", name=self.spec.name,
+                           address=self.spec.address, state=state, reason=f": {reason}" if reason else "")
+
+    # ------------------------------------------------------------------ the connection
+
+    def _factory(self) -> MQTTClientFactory:
+        spec = self.spec
+        properties = NO_PROPERTIES
+        if spec.protocol == MQTT_5 and not spec.clean_session:
+            properties = Properties(session_expiry_interval=spec.session_expiry)
+        return MQTTClientFactory(
+            self.client_id, version=spec.protocol, clean_start=spec.clean_session, keep_alive=spec.keepalive,
+            username=spec.username, password=self._password, properties=properties, on_message=self._received,
+            clock=self.reactor, max_packet_size=self.settings.mqtt_max_packet_size, bridge=self._private)
+
+    def _connect(self) -> None:
+        self._timer = None
+        if not self._running:
+            return
+        self._set_state("connecting")
+        spec = self.spec
+        try:
+            endpoint = client_endpoint(self.reactor, spec.address, tls=spec.tls, hostname=spec.tls_hostname,
+                                       ca=spec.tls_ca, cert=spec.tls_cert, key=spec.tls_key)
+        except (ValueError, TypeError, ConfigurationError) as exc:
+            self._set_state("failed", f"bad address: {exc}")
+            return
+        d = endpoint.connect(self._factory())  # type: ignore[call-arg]
+        d.addCallback(self._accepted)
+        d.addCallbacks(self._connected, self._failed)
+
+    def _accepted(self, client: MQTTClientProtocol) -> Deferred:
+        """Wait for the CONNACK, at most :data:`CONNACK_TIMEOUT` seconds."""
+        timer = self.reactor.callLater(CONNACK_TIMEOUT, client.abort)
+
+        def answered(result: Any) -> Any:
+            if timer.active():
+                timer.cancel()
+            return result
+
+        return client.when_connected().addBoth(answered).addCallback(lambda _connack: client)
+
+    def _connected(self, client: MQTTClientProtocol) -> None:
+        if not self._running:
+            client.disconnect()
+            return
+        self.client = client
+        client.when_closed().addBoth(self._lost, client)
+        self.counts["connects"] += 1
+        self._delay = FIRST_DELAY
+        if self.queue is not None:
+            self.queue.refresh()
+        wanted: dict[str, int] = {}
+        for rule in self.incoming:
+            wanted[rule.remote_filter] = max(rule.qos, wanted.get(rule.remote_filter, 0))
+        if wanted:
+            if self.spec.protocol == MQTT_5:
+                filters: list[Any] = [Subscription(topic_filter, qos, no_local=True, retain_as_published=True,
+                                                   retain_handling=RETAIN_SEND_IF_NEW)
+                                      for topic_filter, qos in wanted.items()]
+            else:
+                filters = list(wanted.items())
+            d = client.subscribe(filters)
+            d.addCallbacks(self._subscribed, lambda _failure: None, callbackArgs=(client, list(wanted)))
+        else:
+            self._set_state("up")
+
+    def _subscribed(self, suback: Any, client: MQTTClientProtocol, filters: list[str]) -> None:
+        """The other broker answered the subscriptions of the ``in`` patterns: the bridge is up."""
+        if client is self.client:
+            self._set_state("up")
+        for topic_filter, code in zip(filters, suback.reason_codes):
+            if code >= 0x80:
+                self.counts["refused"] += 1
+                self._log.warn("MQTT bridge {name}: the other broker refused the subscription to {filter} ({code})",
+                               name=self.spec.name, filter=topic_filter, code=f"0x{code:02X}")
+
+    def _failed(self, failure: Failure) -> None:
+        if failure.check(MQTTConnectError):
+            code = failure.value.reason_code
+            if self._private and code == UNACCEPTABLE_PROTOCOL_VERSION:
+                self._private = False
+                self._log.info("MQTT bridge {name}: the other broker does not take the bridge flag; "
+                               "connecting without it", name=self.spec.name)
+                self._delay = 0.0
+            self._set_state("refused", failure.getErrorMessage())
+        else:
+            self._set_state("down", failure.getErrorMessage())
+        self._retry()
+
+    def _lost(self, result: Any, client: MQTTClientProtocol) -> None:
+        if client is not self.client:
+            return
+        self.client = None
+        if self.queue is not None:
+            self.queue.disconnected()
+        reason = result.getErrorMessage() if isinstance(result, Failure) else "connection closed"
+        self._set_state("down", reason)
+        self._retry()
+
+    def _retry(self) -> None:
+        if not self._running or self._timer is not None:
+            return
+        delay, self._delay = self._delay, min(max(self._delay * 2, FIRST_DELAY), self.spec.restart_timeout)
+        self._timer = self.reactor.callLater(delay, self._connect)
+
+    # ------------------------------------------------------------------ in: from the other broker
+
+    def _received(self, packet: Publish) -> Deferred | None:
+        """A message from the other broker: published here below the local prefix; the
+        Deferred of its storing holds the acknowledgement back (the client's)."""
+        local = None
+        for rule in self.incoming:
+            if matches(rule.remote_filter.encode("utf-8"), packet.topic.encode("utf-8")):
+                local = rule.to_local(packet.topic)
+                if local is not None:
+                    break
+        if local is None or topic_name_problem(local) is not None or system_topic(local.encode("utf-8")):
+            self.counts["dropped"] += 1
+            return None
+        message = core_message(local.encode("utf-8"), packet.payload, packet.qos, packet.retain, packet.properties,
+                               self.name, self.principal, self.reactor.seconds())
+        if packet.retain:
+            try:
+                self.broker.retained.retain(message)
+            except RetainRefused:
+                self.counts["dropped"] += 1
+        self.counts["received"] += 1
+        self.broker.publish(message, exclude=self)
+        return self.broker.keep([message])
+
+    # ------------------------------------------------------------------ out: to the other broker
+
+    def for_remote(self, message: Message) -> bool:
+        """Whether ``message`` may go to the other broker: not what this bridge brought in."""
+        return not (message.protocol == "mqtt" and message.sender_name == self.name)
+
+    def out_rule(self, topic: str) -> TopicRule | None:
+        """The first ``out`` pattern (in the configuration's order) that matches local ``topic``."""
+        target = topic.encode("utf-8")
+        for rule in self.outgoing:
+            if matches(rule.local_filter.encode("utf-8"), target):
+                return rule
+        return None
+
+    def send(self, data: bytes) -> None:
+        """ISubscriber: live messages of the QoS 0 patterns (and of every pattern without a store)."""
+        for message in getattr(data, "items", ()):
+            rule = self._live_rule(message)
+            if rule is not None:
+                self._send_now(message, rule, min(rule.qos, message.qos))
+
+    def deliver(self, message: Message, kept: bool = False) -> None:
+        """A message never stored (SMQP's ``Guarantee: NO``) for the stored patterns: sent as it is."""
+        rule = self.out_rule(_topic_of(message)) if self.for_remote(message) else None
+        if rule is not None:
+            self._send_now(message, rule, 0)
+
+    def _live_rule(self, message: Message) -> TopicRule | None:
+        if not self.for_remote(message):
+            return None
+        rule = self.out_rule(_topic_of(message))
+        if rule is None or (rule.qos > 0 and self.durable_name is not None):
+            return None  # a stored pattern's: it comes from the store
+        return rule
+
+    def _send_now(self, message: Message, rule: TopicRule, qos: int) -> None:
+        client = self.client
+        if client is None or not client.is_connected:
+            self.counts["dropped"] += 1  # as QoS 0 messages are while a client is away
+            return
+        self._publish(client, rule, message, qos).addErrback(lambda _failure: None)
+        self.counts["sent"] += 1
+
+    def _publish(self, client: MQTTClientProtocol, rule: TopicRule, message: Message, qos: int) -> Deferred:
+        topic = rule.to_remote(_topic_of(message))
+        properties = NO_PROPERTIES
+        if self.spec.protocol == MQTT_5 and (message.content_type is not None or message.expires is not None):
+            expiry = None if message.expires is None else max(0, int(message.expires - self.reactor.seconds()))
+            properties = Properties(content_type=message.content_type, message_expiry_interval=expiry)
+        try:
+            return client.publish(topic, message.payload, qos, message.retained, properties)
+        except (ValueError, TypeError) as exc:
+            return fail(exc)
+
+    # the stored ones: BridgeQueue asks these (IDurableSession's session side, as MQTTSession's)
+
+    def can_send_stored(self) -> bool:
+        client = self.client
+        return client is not None and client.is_connected and len(self.inflight) < self.settings.mqtt_max_inflight
+
+    def stored_in_flight(self) -> set[int]:
+        return set(self.inflight)
+
+    def send_stored(self, message: Message, delivery: Delivery) -> bool:
+        """Publish stored ``message`` there; True when it waits for the acknowledgement,
+        False when it is done already (sent at QoS 0, expired, no pattern, our own)."""
+        expires = message.expires
+        if expires is not None and expires <= self.reactor.seconds():
+            return False
+        rule = self.out_rule(_topic_of(message)) if self.for_remote(message) else None
+        client = self.client
+        if rule is None or client is None:
+            return False
+        # another protocol's message was stored before its publisher was answered: at least once
+        qos = min(rule.qos, message.qos if message.protocol == "mqtt" else 1)
+        d = self._publish(client, rule, message, qos)
+        if qos == 0:
+            d.addErrback(lambda _failure: None)
+            self.counts["sent"] += 1
+            return False
+        self.inflight[delivery.seq] = delivery
+        d.addCallbacks(self._acknowledged, self._not_acknowledged, callbackArgs=(delivery,),
+                       errbackArgs=(delivery, client))
+        return True
+
+    def _acknowledged(self, _answer: Any, delivery: Delivery) -> None:
+        self.inflight.pop(delivery.seq, None)
+        self.counts["sent"] += 1
+        queue = self.queue
+        if queue is not None:
+            queue.settle(delivery)
+            queue.pump()
+
+    def _not_acknowledged(self, failure: Failure, delivery: Delivery, client: MQTTClientProtocol) -> None:
+        """The connection went (sent again once it is back), or the other broker refused the
+        message (a v5 reason code, a QoS or size it does not take): dropped and counted."""
+        self.inflight.pop(delivery.seq, None)
+        queue = self.queue
+        if queue is None:
+            return
+        if client is self.client and client.is_connected:
+            self.counts["refused"] += 1
+            self._log.warn("MQTT bridge {name}: the other broker did not take a message to {topic}: {error}",
+                           name=self.spec.name, topic=delivery.topic, error=failure.getErrorMessage())
+            queue.settle(delivery)
+        else:
+            queue.forget(delivery)
+        queue.pump()
+
+    # ISubscriber's rest
+
+    def replaced(self) -> None:
+        """A bridge has no address: no other session can take it."""
+
+
+class Bridges(Service):
+    """Every bridge of the node, started and stopped with the broker."""
+
+    name = "mqtt-bridges"
+
+    def __init__(self, bridges: list[Bridge]) -> None:
+        self.bridges = bridges
+
+    def startService(self) -> None:
+        super().startService()
+        for bridge in self.bridges:
+            bridge.start()
+
+    def stopService(self) -> Deferred | None:
+        super().stopService()
+        waits = [d for d in (bridge.stop() for bridge in self.bridges) if d is not None]
+        return gatherResults(waits, consumeErrors=True).addErrback(lambda _failure: None) if waits else None
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Each bridge's state and counts, by name."""
+        return {bridge.spec.name: bridge.status() for bridge in self.bridges}
+
+
+def check_bridges(settings: Settings) -> None:
+    """The start-up check of ``--mqtt-bridge``: ConfigurationError for the first mistake."""
+    for spec in parse_bridges(settings.mqtt_bridge):
+        spec.password()
+        for option, path in (("tls-ca", spec.tls_ca), ("tls-cert", spec.tls_cert), ("tls-key", spec.tls_key)):
+            if path is not None and not path.is_file():
+                raise ConfigurationError(f"mqtt-bridge {spec.name}: {option} {path}: no such file")
+
+
+def build_bridges(runtime: Runtime) -> Bridges | None:
+    """The node's bridges (None when none is configured)."""
+    specs = parse_bridges(runtime.settings.mqtt_bridge)
+    if not specs:
+        return None
+    return Bridges([Bridge(spec, runtime.broker, runtime.settings, runtime.reactor) for spec in specs])

@@ -1,0 +1,153 @@
+"""MQTT bridges against Debian's mosquitto: a real ``twistd brokerd`` bridged to a real
+``mosquitto`` on loopback, paho-mqtt clients on both sides.
+
+Each test starts its own mosquitto (tests.support.mosquitto) and a brokerd whose bridge points
+at it, and waits for the bridge's "is up" log line (it is written once the bridge's
+subscriptions exist on both sides).  Messages go both ways through patterns with and without
+prefixes; a message published on either side arrives once on the other and is not echoed back
+(a sentinel sent after it bounds each wait for what must not come).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from paho.mqtt.client import MQTTv5, MQTTv311
+
+from tests.integration.test_mqtt_paho import MQTT_LISTENER, MQTTClient, assert_clean_log
+from tests.support import processes
+from tests.support.broker import RunningBroker, start_broker
+from tests.support.mosquitto import Mosquitto, mosquitto, mosquitto_binary, start_mosquitto  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+BOUND = 20.0
+"""Seconds the bridge may take to come up (or back)."""
+
+
+def bridge_config(path: Path, mosquitto: Mosquitto, protocol: str, *topics: str, extra: str = "") -> Path:
+    """A brokerd TOML file with one ``[[mqtt-bridge]]`` named ``cloud`` to ``mosquitto``."""
+    lines = ["[[mqtt-bridge]]", 'name = "cloud"', f'address = "127.0.0.1:{mosquitto.port}"',
+             f'protocol = "{protocol}"', 'client-id = "brokerd-test-bridge"', "restart-timeout = 1",
+             "topic = [" + ", ".join(f'"{topic}"' for topic in topics) + "]", extra]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_for_log(broker: RunningBroker, text: str, start: int = 0) -> None:
+    """Wait (bounded) until ``text`` appears in the broker's log after offset ``start``."""
+    deadline = time.monotonic() + BOUND
+    while text not in broker.log()[start:]:
+        assert broker.process.poll() is None, broker.log()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in the log: {broker.log()[-3000:]}"
+        time.sleep(0.05)
+
+
+UP = "MQTT bridge cloud (tcp:127.0.0.1:{port}) is up"
+
+
+def start_bridged(tmp_path: Path, mosquitto: Mosquitto, protocol: str, *topics: str, extra: str = "") -> RunningBroker:
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = bridge_config(home / "brokerd.toml", mosquitto, protocol, *topics, extra=extra)
+    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    wait_for_log(broker, UP.format(port=mosquitto.port))
+    return broker
+
+
+def until(client: MQTTClient, sentinel: bytes) -> list[tuple[str, bytes]]:
+    """(topic, payload) of every message up to and including ``sentinel``."""
+    return [(message.topic, message.payload) for message in client.messages_until(sentinel)]
+
+
+def collect(client: MQTTClient, expected: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """(topic, payload) of the messages that arrive until every one of ``expected`` did."""
+    got: list[tuple[str, bytes]] = []
+    while not all(item in got for item in expected):
+        message = client.message()
+        got.append((message.topic, message.payload))
+    return got
+
+
+@pytest.mark.parametrize("protocol", ["mqttv5", "mqttv311"])
+def test_messages_cross_both_ways_once_and_never_come_back(tmp_path: Path, mosquitto: Mosquitto,
+                                                          protocol: str) -> None:
+    broker = start_bridged(tmp_path, mosquitto, protocol, "out/# out 1", "cmd/# in 1 here/ there/",
+                           "both/# both 1", "plain/# out 0")
+    local = MQTTClient(broker.ports["mqtt"], MQTTv5, "local-watch")
+    remote = MQTTClient(mosquitto.port, MQTTv5, "remote-watch")
+    try:
+        assert local.subscribe("#", 1) == 1
+        assert remote.subscribe("#", 1) == 1
+
+        # out: published here, arrives there (QoS 1 from the store, QoS 0 live); both: each way
+        assert local.publish("out/a", b"to-remote", qos=1) == 0
+        local.publish("plain/b", b"live", qos=0)
+        assert local.publish("both/l", b"from-local", qos=1) == 0
+        # in: published there below the remote prefix, arrives here below the local prefix
+        remote.publish("there/cmd/x", b"to-local", qos=1)
+        remote.publish("both/r", b"from-remote", qos=1)
+        local_expected = [("out/a", b"to-remote"), ("plain/b", b"live"), ("both/l", b"from-local"),
+                          ("here/cmd/x", b"to-local"), ("both/r", b"from-remote")]
+        remote_expected = [("out/a", b"to-remote"), ("plain/b", b"live"), ("both/l", b"from-local"),
+                           ("there/cmd/x", b"to-local"), ("both/r", b"from-remote")]
+        # each once on each side ("there/cmd/x" is no out pattern's: it stays there)
+        assert sorted(collect(local, local_expected)) == sorted(local_expected)
+        assert sorted(collect(remote, remote_expected)) == sorted(remote_expected)
+
+        # No echo: both/r is stored here before end-l is published, so an echo of it would
+        # reach mosquitto before end-l; mosquitto sent both/l to the bridge before it saw
+        # end-r, so an echo of both/l would reach brokerd's subscriber before end-r.
+        local.publish("both/end-l", b"end-l", qos=1)
+        remote.publish("both/end-r", b"end-r", qos=1)
+        assert [item for item in until(remote, b"end-l") if item[1] != b"end-r"] == [("both/end-l", b"end-l")]
+        assert [item for item in until(local, b"end-r") if item[1] != b"end-l"] == [("both/end-r", b"end-r")]
+    finally:
+        local.disconnect()
+        remote.disconnect()
+        broker.stop()
+    assert_clean_log(broker)
+
+
+def restart(mosquitto: Mosquitto) -> Mosquitto:
+    """Stop ``mosquitto`` (it saves its persistence file) and start it again on its port."""
+    mosquitto.stop()
+    directory = mosquitto.log_path.parent
+    log_path = directory / "mosquitto-again.log"
+    process = processes.spawn([mosquitto_binary(), "-c", str(directory / "mosquitto.conf")], log_path, cwd=directory)
+    processes.wait_for_port(mosquitto.port, process, log_path, time.monotonic() + BOUND)
+    return Mosquitto(mosquitto.port, process, log_path)
+
+
+def test_what_was_published_while_mosquitto_restarted_arrives_after(tmp_path: Path) -> None:
+    directory = tmp_path / "mosquitto"
+    server = start_mosquitto(directory, "persistence true", f"persistence_location {directory}/")
+    broker = start_bridged(tmp_path, server, "mqttv5", "out/# out 1")
+    watcher = MQTTClient(server.port, MQTTv311, "watcher", clean=False)
+    local = MQTTClient(broker.ports["mqtt"], MQTTv5, "publisher")
+    try:
+        assert watcher.subscribe("out/#", 1) == 1
+        assert local.publish("out/before", b"before", qos=1) == 0
+        assert until(watcher, b"before") == [("out/before", b"before")]  # the bridge works
+        watcher.disconnect()  # its session (QoS 1, clean session 0) stays in mosquitto
+
+        mark = len(broker.log())
+        server.stop()
+        wait_for_log(broker, "MQTT bridge cloud", mark)  # it saw the loss
+        sent = [f"while-{n}".encode() for n in range(5)]
+        for payload in sent:
+            assert local.publish("out/while", payload, qos=1) == 0  # acknowledged here
+
+        mark = len(broker.log())
+        server = restart(server)
+        wait_for_log(broker, UP.format(port=server.port), mark)
+        watcher = MQTTClient(server.port, MQTTv311, "watcher", clean=False)
+        got = until(watcher, sent[-1])
+        assert got == [("out/while", payload) for payload in sent]
+    finally:
+        watcher.disconnect()
+        local.disconnect()
+        broker.stop()
+        server.stop()
+    assert_clean_log(broker)
