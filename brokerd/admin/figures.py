@@ -126,6 +126,7 @@ class Figures:
             "thread_pools": self._thread_pools(),
             "store": self._store(),
             "smqp_links": self._smqp_links(),
+            "mqtt_bridges": self._mqtt_bridges(),
             "cluster": self._cluster(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
@@ -143,6 +144,12 @@ class Figures:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
         links = self.runtime.resources.get("smqp_links")
         return links.status() if links is not None else []
+
+    def _mqtt_bridges(self) -> dict[str, dict[str, Any]]:
+        """Each MQTT bridge's state and counts by name (brokerd.protocols.mqtt.bridge): a
+        dictionary, so the ~sys topics name each bridge (``~sys/brokerd/mqtt_bridges/<name>/state``)."""
+        bridges = self.runtime.resources.get("mqtt_bridges")
+        return bridges.status() if bridges is not None else {}
 
     def _cluster(self) -> dict[str, Any] | None:
         """The cluster engine's figures; None for a single node."""

@@ -126,6 +126,8 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                        "Messages the other server refused to an SMQP link (dropped), by domain.",
                        by_domain(lambda link: link.get("undeliverable", 0)), "domain")
 
+    yield from _bridge_families(snapshot.get("mqtt_bridges") or {})
+
     store = snapshot.get("store")
     if store is not None:
         yield HistogramMetricFamily(
@@ -193,6 +195,39 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield GaugeMetricFamily("brokerd_process_open_fds", "Open file descriptors.", value=process["open_fds"])
     yield GaugeMetricFamily("brokerd_process_max_fds", "The file descriptor limit (ulimit -n).",
                             value=process["max_fds"])
+
+
+def _bridge_families(bridges: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The MQTT bridges' state and counts, by bridge name (brokerd.protocols.mqtt.bridge)."""
+    if not bridges:
+        return
+
+    def by_bridge(figure: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+        return {name: figure(status) for name, status in bridges.items()}
+
+    yield _gauge("brokerd_mqtt_bridge_up", "1 while an MQTT bridge is connected to the other broker, by bridge.",
+                 by_bridge(lambda status: int(status["state"] == "up")), "bridge")
+    yield _counter("brokerd_mqtt_bridge_connections_total",
+                   "Connections of an MQTT bridge accepted by the other broker (1 + reconnections), by bridge.",
+                   by_bridge(lambda status: status["connects"]), "bridge")
+    messages = CounterMetricFamily("brokerd_mqtt_bridge_messages_total",
+                                   "Messages an MQTT bridge sent to the other broker and received from it.",
+                                   labels=["bridge", "direction"])
+    for name, status in sorted(bridges.items()):
+        messages.add_metric([name, "sent"], status["sent"])
+        messages.add_metric([name, "received"], status["received"])
+    yield messages
+    yield _counter("brokerd_mqtt_bridge_dropped_total",
+                   "Messages an MQTT bridge dropped: QoS 0 while the other broker was away, past max-queued, "
+                   "by bridge.", by_bridge(lambda status: status["dropped"] + status["queue_dropped"]), "bridge")
+    yield _counter("brokerd_mqtt_bridge_refused_total",
+                   "Messages and subscriptions the other broker refused to an MQTT bridge, by bridge.",
+                   by_bridge(lambda status: status["refused"]), "bridge")
+    yield _gauge("brokerd_mqtt_bridge_queued_messages",
+                 "QoS 1 and 2 messages an MQTT bridge keeps for the other broker (stored, not acknowledged).",
+                 by_bridge(lambda status: status["queued"]), "bridge")
+    yield _gauge("brokerd_mqtt_bridge_queued_bytes", "Bytes of those messages.",
+                 by_bridge(lambda status: status["queued_bytes"]), "bridge")
 
 
 class SnapshotCollector:

@@ -25,8 +25,8 @@ def _uptime(seconds: float) -> str:
 
 
 def summary(before: dict[str, Any], after: dict[str, Any], seconds: float) -> str:
-    """The status summary: one line each for the broker, its connections, messages, queues
-    and cluster."""
+    """The status summary: one line each for the broker, its connections, messages, queues,
+    MQTT bridges (when it has some) and cluster."""
     connections = after["connections"]
     messages, earlier = after["messages"], before["messages"]
     lines = [
@@ -49,6 +49,11 @@ def summary(before: dict[str, Any], after: dict[str, Any], seconds: float) -> st
         trash = sum(queues.get("trash", {}).values())
         lines.append(f"SMQP queues: {queues['pending']} pending, {queues['unacknowledged']} unacknowledged, "
                      f"{trash} in trash")
+    bridges = after.get("mqtt_bridges") or {}
+    if bridges:
+        lines.append("MQTT bridges: " + "; ".join(
+            f"{name} {b['state']} (sent {b['sent']}, received {b['received']}, queued {b['queued']}, "
+            f"dropped {b['dropped'] + b['queue_dropped']})" for name, b in sorted(bridges.items())))
     cluster = after.get("cluster")
     if cluster is None:
         lines.append("cluster: single node")

@@ -9,15 +9,18 @@ prefixes; a message published on either side arrives once on the other and is no
 """
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from paho.mqtt.client import MQTTv5, MQTTv311
 
+from tests.integration.test_mqtt_admin import ctl
 from tests.integration.test_mqtt_paho import MQTT_LISTENER, MQTTClient, assert_clean_log
 from tests.support import processes
-from tests.support.broker import RunningBroker, start_broker
+from tests.support.broker import RunningBroker, free_port, start_broker
 from tests.support.mosquitto import Mosquitto, mosquitto, mosquitto_binary, start_mosquitto  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -150,4 +153,63 @@ def test_what_was_published_while_mosquitto_restarted_arrives_after(tmp_path: Pa
         local.disconnect()
         broker.stop()
         server.stop()
+    assert_clean_log(broker)
+
+
+def eventually(read: Callable[[], str], pattern: str) -> str:
+    """Read (a command's output) until ``pattern`` matches, within :data:`BOUND` seconds: the
+    counts change when the other broker's acknowledgement came, a moment after its subscriber
+    had the message."""
+    deadline = time.monotonic() + BOUND
+    while True:
+        text = read()
+        found = re.search(pattern, text, re.M)
+        if found is not None:
+            return found.group(0)
+        assert time.monotonic() < deadline, f"no {pattern!r} in {text}"
+        time.sleep(0.1)
+
+
+def test_status_metrics_and_sys_topics_show_the_bridge(tmp_path: Path, mosquitto: Mosquitto) -> None:
+    admin = free_port()
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = bridge_config(home / "brokerd.toml", mosquitto, "mqttv5", "out/# out 1")
+    broker = start_broker(home, "--config", str(config), "--admin", f"tcp:{admin}:interface=127.0.0.1",
+                          "--sys-interval", "0.2", listeners=MQTT_LISTENER, wait_for=(admin,))
+    local = remote = None
+    try:
+        wait_for_log(broker, UP.format(port=mosquitto.port))
+        local = MQTTClient(broker.ports["mqtt"], MQTTv5, "sys-watch")
+        remote = MQTTClient(mosquitto.port, MQTTv5, "remote-watch")
+        assert remote.subscribe("out/#", 1) == 1
+        assert local.subscribe("~sys/brokerd/mqtt_bridges/cloud/state", 0) == 0
+        assert local.message().payload == b"up"
+        assert local.publish("out/a", b"one", qos=1) == 0
+        assert until(remote, b"one") == [("out/a", b"one")]
+
+        def status() -> str:
+            done = ctl(admin, "status")
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        def metrics() -> str:
+            return ctl(admin, "metrics").stdout
+
+        eventually(status, r"^MQTT bridges: cloud up \(sent 1, received 0, queued 0, dropped 0\)$")
+        eventually(metrics, r'^brokerd_mqtt_bridge_messages_total\{bridge="cloud",direction="sent"\} 1\.0$')
+        assert 'brokerd_mqtt_bridge_up{bridge="cloud"} 1.0' in metrics()
+
+        mark = len(broker.log())
+        mosquitto.stop()
+        wait_for_log(broker, f"MQTT bridge cloud (tcp:127.0.0.1:{mosquitto.port}) is down", mark)
+        assert local.publish("out/b", b"kept", qos=1) == 0
+        eventually(status, r"^MQTT bridges: cloud (down|connecting) \(sent 1, received 0, queued 1, dropped 0\)$")
+        eventually(metrics, r'^brokerd_mqtt_bridge_queued_messages\{bridge="cloud"\} 1\.0$')
+        assert 'brokerd_mqtt_bridge_up{bridge="cloud"} 0.0' in metrics()
+    finally:
+        for client in (local, remote):
+            if client is not None:
+                client.disconnect()
+        broker.stop()
     assert_clean_log(broker)
