@@ -21,7 +21,14 @@ from tests.integration.test_mqtt_admin import ctl
 from tests.integration.test_mqtt_paho import MQTT_LISTENER, MQTTClient, assert_clean_log
 from tests.support import processes
 from tests.support.broker import RunningBroker, free_port, start_broker
-from tests.support.mosquitto import Mosquitto, mosquitto, mosquitto_binary, start_mosquitto  # noqa: F401
+from tests.support.certs import make_pki
+from tests.support.mosquitto import (  # noqa: F401
+    Mosquitto,
+    mosquitto,
+    mosquitto_binary,
+    password_file,
+    start_mosquitto,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -212,4 +219,88 @@ def test_status_metrics_and_sys_topics_show_the_bridge(tmp_path: Path, mosquitto
             if client is not None:
                 client.disconnect()
         broker.stop()
+    assert_clean_log(broker)
+
+
+def test_a_bridge_over_tls_with_a_client_certificate_and_a_password(tmp_path: Path) -> None:
+    """mosquitto asks for a client certificate from its CA and a password: the bridge that has
+    both carries messages; one with a wrong password is refused (and says so in the log)."""
+    pki = make_pki(tmp_path)
+    users = password_file(tmp_path / "passwords", {"site": "right", "watcher": "w"})
+    (tmp_path / "site.password").write_text("right\n")
+    (tmp_path / "wrong.password").write_text("wrong\n")
+    tls_port = free_port()
+    server = start_mosquitto(tmp_path / "mosquitto", f"password_file {users}", f"listener {tls_port} 127.0.0.1",
+                             f"cafile {pki.ca}", f"certfile {pki.server.cert}", f"keyfile {pki.server.key}",
+                             "require_certificate true", anonymous=False)
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    tls = (f'tls = true\ntls-ca = "{pki.ca}"\ntls-cert = "{pki.client.cert}"\ntls-key = "{pki.client.key}"\n'
+           'tls-hostname = "localhost"\nusername = "site"\n')
+    config = bridge_config(home / "brokerd.toml", server, "mqttv5", "out/# out 1",
+                           extra=f'{tls}password-file = "{tmp_path / "site.password"}"\n\n'
+                                 '[[mqtt-bridge]]\nname = "wrong"\ntopic = "out/# out 1"\n'
+                                 f'address = "127.0.0.1:{tls_port}"\n{tls}'
+                                 f'password-file = "{tmp_path / "wrong.password"}"\n')
+    config.write_text(config.read_text().replace(f"127.0.0.1:{server.port}", f"127.0.0.1:{tls_port}", 1))
+    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    watcher = local = None
+    try:
+        wait_for_log(broker, f"MQTT bridge cloud (tcp:127.0.0.1:{tls_port}) is up")
+        wait_for_log(broker, f"MQTT bridge wrong (tcp:127.0.0.1:{tls_port}) is refused: the server refused the "
+                             "connection: 0x87 Not authorized")
+        watcher = MQTTClient(server.port, MQTTv5, "watcher", username="watcher", password="w")
+        assert watcher.subscribe("out/#", 1) == 1
+        local = MQTTClient(broker.ports["mqtt"], MQTTv5, "publisher")
+        assert local.publish("out/secure", b"over tls", qos=1) == 0
+        # once, from the bridge that logged in (the refused one never connected)
+        assert until(watcher, b"over tls") == [("out/secure", b"over tls")]
+        local.publish("out/end", b"end", qos=1)
+        assert until(watcher, b"end") == [("out/end", b"end")]
+    finally:
+        for client in (watcher, local):
+            if client is not None:
+                client.disconnect()
+        broker.stop()
+        server.stop()
+    assert_clean_log(broker)
+
+
+def test_past_max_queued_new_messages_are_dropped_and_counted(tmp_path: Path) -> None:
+    directory = tmp_path / "mosquitto"
+    server = start_mosquitto(directory, "persistence true", f"persistence_location {directory}/")
+    admin = free_port()
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = bridge_config(home / "brokerd.toml", server, "mqttv5", "out/# out 1", extra="max-queued = 2")
+    broker = start_broker(home, "--config", str(config), "--admin", f"tcp:{admin}:interface=127.0.0.1",
+                          listeners=MQTT_LISTENER, wait_for=(admin,))
+    watcher = MQTTClient(server.port, MQTTv311, "watcher", clean=False)
+    local = MQTTClient(broker.ports["mqtt"], MQTTv5, "publisher")
+    try:
+        wait_for_log(broker, UP.format(port=server.port))
+        assert watcher.subscribe("out/#", 1) == 1
+        watcher.disconnect()
+        mark = len(broker.log())
+        server.stop()
+        wait_for_log(broker, f"MQTT bridge cloud (tcp:127.0.0.1:{server.port}) is down", mark)
+        for n in range(4):
+            assert local.publish("out/q", f"m{n}".encode(), qos=1) == 0
+        wait_for_log(broker, "MQTT bridge cloud: 2 messages (", mark)  # the one warning of the episode
+        line = ctl(admin, "status").stdout
+        assert re.search(r"^MQTT bridges: cloud \w+ \(sent 0, received 0, queued 2, dropped 2\)$", line, re.M), line
+
+        mark = len(broker.log())
+        server = restart(server)
+        wait_for_log(broker, UP.format(port=server.port), mark)
+        eventually(lambda: ctl(admin, "status").stdout,
+                   r"^MQTT bridges: cloud up \(sent 2, received 0, queued 0, dropped 2\)$")
+        assert local.publish("out/q", b"after", qos=1) == 0  # room again once the two went
+        watcher = MQTTClient(server.port, MQTTv311, "watcher", clean=False)
+        assert until(watcher, b"after") == [("out/q", b"m0"), ("out/q", b"m1"), ("out/q", b"after")]
+    finally:
+        watcher.disconnect()
+        local.disconnect()
+        broker.stop()
+        server.stop()
     assert_clean_log(broker)
