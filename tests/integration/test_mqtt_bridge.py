@@ -10,6 +10,7 @@ prefixes; a message published on either side arrives once on the other and is no
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -303,4 +304,35 @@ def test_past_max_queued_new_messages_are_dropped_and_counted(tmp_path: Path) ->
         local.disconnect()
         broker.stop()
         server.stop()
+    assert_clean_log(broker)
+
+
+def test_what_mosquitto_kept_for_the_bridge_while_brokerd_was_killed_arrives(tmp_path: Path,
+                                                                              mosquitto: Mosquitto) -> None:
+    """The bridge's session on mosquitto is persistent (clean-session false): QoS 1 messages
+    published there while brokerd is down wait in mosquitto, come when the bridge is back,
+    and reach a persistent session of brokerd's whose client is away."""
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = bridge_config(home / "brokerd.toml", mosquitto, "mqttv5", "in/# in 1")
+    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    wait_for_log(broker, UP.format(port=mosquitto.port))
+    keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
+    remote = MQTTClient(mosquitto.port, MQTTv5, "remote-publisher")
+    try:
+        assert keeper.subscribe("in/#", 1) == 1
+        keeper.disconnect()
+        broker.stop(signal.SIGKILL)
+        sent = [f"while-{n}".encode() for n in range(3)]
+        for payload in sent:
+            remote.publish("in/x", payload, qos=1)  # mosquitto keeps them for the bridge's session
+
+        broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+        wait_for_log(broker, UP.format(port=mosquitto.port))
+        keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
+        assert until(keeper, sent[-1]) == [("in/x", payload) for payload in sent]
+    finally:
+        keeper.disconnect()
+        remote.disconnect()
+        broker.stop()
     assert_clean_log(broker)
