@@ -67,6 +67,7 @@ from brokerd.protocols.mqtt.topics import topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import log_unless_outage
 from brokerd.store.records import Delivery, SubscriptionRecord
+from brokerd.twistedio import queued_bytes
 
 FIRST_DELAY = 0.5
 """Seconds before the first reconnection attempt; doubled after each failure up to the
@@ -128,16 +129,19 @@ class Bridge:
         for rule in self.outgoing:
             if rule.qos == 0 or durable is None:
                 self._subscribe_live(rule)
-        if stored_rules and durable is None:
-            self._log.warn("MQTT bridge {name}: no store, so its QoS 1 and 2 out patterns are forwarded live only "
-                           "(nothing waits for the other broker)", name=self.spec.name)
-        elif stored_rules:
-            # The connection waits for the subscriptions: once up, nothing published is missed.
-            self.durable_name = owned_subscriber("bridge", self.principal, self.spec.name, "1")
-            d = durable.when_started().addCallbacks(lambda _: self._open_queue(stored_rules), self._no_store)
-            d.addBoth(lambda _: self._connect())
+        if durable is None:
+            if stored_rules:
+                self._log.warn("MQTT bridge {name}: no store, so its QoS 1 and 2 out patterns are forwarded live "
+                               "only (nothing waits for the other broker)", name=self.spec.name)
+            self._connect()
             return
-        self._connect()
+        if stored_rules:
+            self.durable_name = owned_subscriber("bridge", self.principal, self.spec.name, "1")
+        # The connection waits for the store: what comes in is then stored for the durable
+        # subscribers (it is acknowledged as kept), and what goes out was subscribed to first.
+        d = durable.when_started().addCallbacks(
+            lambda _: self._open_queue(stored_rules) if stored_rules else None, self._no_store)
+        d.addBoth(lambda _: self._connect())
 
     def stop(self) -> Deferred | None:
         self._running = False
@@ -189,6 +193,7 @@ class Bridge:
         self.queue = BridgeQueue(self, durable, self.settings.max_output_buffer, self.spec.max_queued,
                                  self.spec.max_queued_bytes)
         self.queue.open()
+        durable.start_sweeps()  # expiry and Trash, which a node without MQTT or SMQP listener would not run
         return gatherResults(commits) if commits else None
 
     def _no_store(self, failure: Failure) -> None:
@@ -374,9 +379,15 @@ class Bridge:
         return rule
 
     def _send_now(self, message: Message, rule: TopicRule, qos: int) -> None:
+        """Publish a live message now, or drop and count it: as a QoS 0 message for a client
+        that is away, or whose connection holds more than --max-output-buffer bytes unsent."""
         client = self.client
         if client is None or not client.is_connected:
-            self.counts["dropped"] += 1  # as QoS 0 messages are while a client is away
+            self.counts["dropped"] += 1
+            return
+        queued = queued_bytes(client.transport)
+        if queued is not None and queued > self.settings.max_output_buffer:
+            self.counts["dropped"] += 1
             return
         self._publish(client, rule, message, qos).addErrback(lambda _failure: None)
         self.counts["sent"] += 1
@@ -468,6 +479,9 @@ class Bridges(Service):
 
     def stopService(self) -> Deferred | None:
         super().stopService()
+        durable = self.bridges[0].broker.durable if self.bridges else None
+        if durable is not None:
+            durable.stop_sweeps()  # the node is stopping: its front ends' listeners stop theirs too
         waits = [d for d in (bridge.stop() for bridge in self.bridges) if d is not None]
         return gatherResults(waits, consumeErrors=True).addErrback(lambda _failure: None) if waits else None
 
