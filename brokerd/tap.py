@@ -429,7 +429,7 @@ def _check_front_ends(settings: Settings) -> None:
 
 
 def _check_bridges(settings: Settings) -> None:
-    check = front_end("mqtt", "bridge", "check_bridges") if settings.mqtt_bridge else None
+    check = front_end("mqtt", "bridgeservice", "check_bridges") if settings.mqtt_bridge else None
     if check is not None:
         check(settings)
 
@@ -738,8 +738,8 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
 
 
 def _start_bridges(runtime: Runtime, top: MultiService) -> None:
-    """The MQTT bridges to other brokers, if any (brokerd.protocols.mqtt.bridge)."""
-    build_bridges = front_end("mqtt", "bridge", "build_bridges") if runtime.settings.mqtt_bridge else None
+    """The MQTT bridges to other brokers, if any (brokerd.protocols.mqtt.bridgeservice)."""
+    build_bridges = front_end("mqtt", "bridgeservice", "build_bridges") if runtime.settings.mqtt_bridge else None
     bridges = build_bridges(runtime) if build_bridges is not None else None
     if bridges is not None:
         runtime.resources["mqtt_bridges"] = bridges

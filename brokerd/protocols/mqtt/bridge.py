@@ -30,13 +30,12 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from twisted.application.service import Service
 from twisted.internet.defer import Deferred, fail, gatherResults
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.access import system_topic
 from brokerd.core.durable import owned_subscriber
 from brokerd.core.filters import matches
@@ -47,7 +46,7 @@ from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.errors import AlreadySubscribed, BrokerError, ConfigurationError
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.mqtt.bridgequeue import BridgeQueue, BridgeWireFormat
-from brokerd.protocols.mqtt.bridges import BridgeSpec, TopicRule, parse_bridges
+from brokerd.protocols.mqtt.bridges import BridgeSpec, TopicRule
 from brokerd.protocols.mqtt.client import (
     MQTTClientFactory,
     MQTTClientProtocol,
@@ -462,46 +461,3 @@ class Bridge:
 
     def replaced(self) -> None:
         """A bridge has no address: no other session can take it."""
-
-
-class Bridges(Service):
-    """Every bridge of the node, started and stopped with the broker."""
-
-    name = "mqtt-bridges"
-
-    def __init__(self, bridges: list[Bridge]) -> None:
-        self.bridges = bridges
-
-    def startService(self) -> None:
-        super().startService()
-        for bridge in self.bridges:
-            bridge.start()
-
-    def stopService(self) -> Deferred | None:
-        super().stopService()
-        durable = self.bridges[0].broker.durable if self.bridges else None
-        if durable is not None:
-            durable.stop_sweeps()  # the node is stopping: its front ends' listeners stop theirs too
-        waits = [d for d in (bridge.stop() for bridge in self.bridges) if d is not None]
-        return gatherResults(waits, consumeErrors=True).addErrback(lambda _failure: None) if waits else None
-
-    def status(self) -> dict[str, dict[str, Any]]:
-        """Each bridge's state and counts, by name."""
-        return {bridge.spec.name: bridge.status() for bridge in self.bridges}
-
-
-def check_bridges(settings: Settings) -> None:
-    """The start-up check of ``--mqtt-bridge``: ConfigurationError for the first mistake."""
-    for spec in parse_bridges(settings.mqtt_bridge):
-        spec.password()
-        for option, path in (("tls-ca", spec.tls_ca), ("tls-cert", spec.tls_cert), ("tls-key", spec.tls_key)):
-            if path is not None and not path.is_file():
-                raise ConfigurationError(f"mqtt-bridge {spec.name}: {option} {path}: no such file")
-
-
-def build_bridges(runtime: Runtime) -> Bridges | None:
-    """The node's bridges (None when none is configured)."""
-    specs = parse_bridges(runtime.settings.mqtt_bridge)
-    if not specs:
-        return None
-    return Bridges([Bridge(spec, runtime.broker, runtime.settings, runtime.reactor) for spec in specs])

@@ -1,0 +1,57 @@
+"""The node's MQTT bridges as one service, and the two hooks brokerd.tap calls by name:
+:func:`check_bridges` among the start-up checks and :func:`build_bridges` when it builds the
+services (the bridges themselves: :mod:`.bridge`; their configuration: :mod:`.bridges`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, gatherResults
+
+from brokerd.config import Runtime, Settings
+from brokerd.errors import ConfigurationError
+from brokerd.protocols.mqtt.bridge import Bridge
+from brokerd.protocols.mqtt.bridges import parse_bridges
+
+
+class Bridges(Service):
+    """Every bridge of the node, started and stopped with the broker."""
+
+    name = "mqtt-bridges"
+
+    def __init__(self, bridges: list[Bridge]) -> None:
+        self.bridges = bridges
+
+    def startService(self) -> None:
+        super().startService()
+        for bridge in self.bridges:
+            bridge.start()
+
+    def stopService(self) -> Deferred | None:
+        super().stopService()
+        durable = self.bridges[0].broker.durable if self.bridges else None
+        if durable is not None:
+            durable.stop_sweeps()  # the node is stopping: its front ends' listeners stop theirs too
+        waits = [d for d in (bridge.stop() for bridge in self.bridges) if d is not None]
+        return gatherResults(waits, consumeErrors=True).addErrback(lambda _failure: None) if waits else None
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Each bridge's state and counts, by name."""
+        return {bridge.spec.name: bridge.status() for bridge in self.bridges}
+
+
+def check_bridges(settings: Settings) -> None:
+    """The start-up check of ``--mqtt-bridge``: ConfigurationError for the first mistake."""
+    for spec in parse_bridges(settings.mqtt_bridge):
+        spec.password()
+        for option, path in (("tls-ca", spec.tls_ca), ("tls-cert", spec.tls_cert), ("tls-key", spec.tls_key)):
+            if path is not None and not path.is_file():
+                raise ConfigurationError(f"mqtt-bridge {spec.name}: {option} {path}: no such file")
+
+
+def build_bridges(runtime: Runtime) -> Bridges | None:
+    """The node's bridges (None when none is configured)."""
+    specs = parse_bridges(runtime.settings.mqtt_bridge)
+    if not specs:
+        return None
+    return Bridges([Bridge(spec, runtime.broker, runtime.settings, runtime.reactor) for spec in specs])
