@@ -131,6 +131,13 @@ def restart(mosquitto: Mosquitto) -> Mosquitto:
     return Mosquitto(mosquitto.port, process, log_path)
 
 
+def stop_all(broker: RunningBroker, server: Mosquitto, *clients: MQTTClient) -> None:
+    for client in clients:
+        client.disconnect()
+    broker.stop()
+    server.stop()
+
+
 def test_what_was_published_while_mosquitto_restarted_arrives_after(tmp_path: Path) -> None:
     directory = tmp_path / "mosquitto"
     server = start_mosquitto(directory, "persistence true", f"persistence_location {directory}/")
@@ -157,10 +164,7 @@ def test_what_was_published_while_mosquitto_restarted_arrives_after(tmp_path: Pa
         got = until(watcher, sent[-1])
         assert got == [("out/while", payload) for payload in sent]
     finally:
-        watcher.disconnect()
-        local.disconnect()
-        broker.stop()
-        server.stop()
+        stop_all(broker, server, watcher, local)
     assert_clean_log(broker)
 
 
@@ -300,10 +304,7 @@ def test_past_max_queued_new_messages_are_dropped_and_counted(tmp_path: Path) ->
         watcher = MQTTClient(server.port, MQTTv311, "watcher", clean=False)
         assert until(watcher, b"after") == [("out/q", b"m0"), ("out/q", b"m1"), ("out/q", b"after")]
     finally:
-        watcher.disconnect()
-        local.disconnect()
-        broker.stop()
-        server.stop()
+        stop_all(broker, server, watcher, local)
     assert_clean_log(broker)
 
 
