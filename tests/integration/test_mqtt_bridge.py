@@ -85,7 +85,7 @@ def collect(client: MQTTClient, expected: list[tuple[str, bytes]]) -> list[tuple
 def test_messages_cross_both_ways_once_and_never_come_back(tmp_path: Path, mosquitto: Mosquitto,
                                                           protocol: str) -> None:
     broker = start_bridged(tmp_path, mosquitto, protocol, "out/# out 1", "cmd/# in 1 here/ there/",
-                           "both/# both 1", "plain/# out 0")
+                           "both/# both 1", "plain/# out 0", "q2/# both 2")
     local = MQTTClient(broker.ports["mqtt"], MQTTv5, "local-watch")
     remote = MQTTClient(mosquitto.port, MQTTv5, "remote-watch")
     try:
@@ -99,10 +99,15 @@ def test_messages_cross_both_ways_once_and_never_come_back(tmp_path: Path, mosqu
         # in: published there below the remote prefix, arrives here below the local prefix
         remote.publish("there/cmd/x", b"to-local", qos=1)
         remote.publish("both/r", b"from-remote", qos=1)
+        # QoS 2 each way (PUBREC once stored here, PUBCOMP there settles the stored copy)
+        assert local.publish("q2/l", b"exactly-l", qos=2) == 0
+        remote.publish("q2/r", b"exactly-r", qos=2)
         local_expected = [("out/a", b"to-remote"), ("plain/b", b"live"), ("both/l", b"from-local"),
-                          ("here/cmd/x", b"to-local"), ("both/r", b"from-remote")]
+                          ("here/cmd/x", b"to-local"), ("both/r", b"from-remote"), ("q2/l", b"exactly-l"),
+                          ("q2/r", b"exactly-r")]
         remote_expected = [("out/a", b"to-remote"), ("plain/b", b"live"), ("both/l", b"from-local"),
-                           ("there/cmd/x", b"to-local"), ("both/r", b"from-remote")]
+                           ("there/cmd/x", b"to-local"), ("both/r", b"from-remote"), ("q2/l", b"exactly-l"),
+                           ("q2/r", b"exactly-r")]
         # each once on each side ("there/cmd/x" is no out pattern's: it stays there)
         assert sorted(collect(local, local_expected)) == sorted(local_expected)
         assert sorted(collect(remote, remote_expected)) == sorted(remote_expected)

@@ -17,8 +17,9 @@ bridge's ``restart-timeout``.
   other broker (PUBACK, PUBREC) only once the core stored the message for its durable
   subscribers (``Broker.keep``): a message it acknowledged is not lost.
 - **loops**: what the bridge brings in carries its marker (protocol ``mqtt``, sender
-  ``sys/bridge/<name>``, a name no login can take): it is never sent back out over the same
-  bridge, live or stored.  On the other broker, a v5 bridge subscribes with No Local, and a
+  ``sys/bridge/<name>``, a name no login can take; a client identifier that copies it only
+  keeps that client's own messages in): it is never sent back out over the same bridge, live
+  or stored.  On the other broker, a v5 bridge subscribes with No Local, and a
   3.1.1 bridge connects with Mosquitto's bridge flag (protocol level 0x84, ``try-private``),
   tried once without it when that broker refuses the flag.
 
