@@ -350,9 +350,14 @@ class Bridge:
         return not (message.protocol == "mqtt" and message.sender_name == self.name)
 
     def out_rule(self, topic: str) -> TopicRule | None:
-        """The first ``out`` pattern (in the configuration's order) that matches local ``topic``."""
+        """The first ``out`` pattern (in the configuration's order) that matches local ``topic``;
+        the broker's ``~sys`` statistics only for a pattern that names them (as Mosquitto's
+        bridges leave ``$SYS`` to a ``$SYS/#`` line)."""
         target = topic.encode("utf-8")
+        statistics = system_topic(target)
         for rule in self.outgoing:
+            if statistics and not system_topic(rule.local_filter.encode("utf-8")):
+                continue
             if matches(rule.local_filter.encode("utf-8"), target):
                 return rule
         return None
@@ -429,6 +434,9 @@ class Bridge:
             d.addErrback(lambda _failure: None)
             self.counts["sent"] += 1
             return False
+        if d.called:  # failed before anything was sent: a size, QoS or retain the other broker does not take
+            d.addErrback(self._refused, delivery)
+            return False  # settled by the queue
         self.inflight[delivery.seq] = delivery
         d.addCallbacks(self._acknowledged, self._not_acknowledged, callbackArgs=(delivery,),
                        errbackArgs=(delivery, client))
@@ -450,13 +458,16 @@ class Bridge:
         if queue is None:
             return
         if client is self.client and client.is_connected:
-            self.counts["refused"] += 1
-            self._log.warn("MQTT bridge {name}: the other broker did not take a message to {topic}: {error}",
-                           name=self.spec.name, topic=delivery.topic, error=failure.getErrorMessage())
+            self._refused(failure, delivery)
             queue.settle(delivery)
         else:
             queue.forget(delivery)
         queue.pump()
+
+    def _refused(self, failure: Failure, delivery: Delivery) -> None:
+        self.counts["refused"] += 1
+        self._log.warn("MQTT bridge {name}: the other broker does not take a message to {topic}: {error}; dropped",
+                       name=self.spec.name, topic=delivery.topic, error=failure.getErrorMessage())
 
     # ISubscriber's rest
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerd.config import settings_from
+from brokerd.config import Settings, settings_from
+from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import ConfigurationError
+from brokerd.protocols.mqtt.bridge import Bridge
 from brokerd.protocols.mqtt.bridges import TopicRule, endpoint_of, parse_bridges, parse_topic
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311
 from brokerd.tap import Options, StartupError
@@ -96,3 +98,31 @@ def test_the_broker_does_not_start_with_a_bad_bridge(tmp_path: Path) -> None:
     with pytest.raises(StartupError) as raised:
         options.parseOptions(["--data-dir", str(tmp_path / "d"), "--mqtt-bridge", "name=b address=h:1 'topic=x up'"])
     assert str(raised.value) == ("brokerd: mqtt-bridge b: topic 'x up': the direction is out, in or both, not 'up'")
+
+
+def bridge_of(*topics: str) -> Bridge:
+    (spec,) = parse_bridges([{"name": "b", "address": "h:1", "topic": list(topics)}])
+    return Bridge(spec, broker=None, settings=Settings(), reactor=None)
+
+
+def test_the_first_matching_out_pattern_maps_a_topic() -> None:
+    bridge = bridge_of("a/# in 1", "b/# out 2 a/ x/", "# out 0")
+    assert bridge.out_rule("a/b/c").to_remote("a/b/c") == "x/b/c"
+    assert bridge.out_rule("z").qos == 0
+    assert bridge_of("a/# in 1").out_rule("a/b") is None
+
+
+def test_the_statistics_go_out_only_over_a_pattern_that_names_them() -> None:
+    assert bridge_of("# out 0").out_rule("~sys/brokerd/uptime_seconds") is None
+    assert bridge_of("# out 0").out_rule("a") is not None  # the same pattern takes the rest
+    assert bridge_of("~sys/# out 0", "# out 1").out_rule("~sys/brokerd/uptime_seconds").pattern == "~sys/#"
+
+
+def test_what_a_bridge_brought_in_is_not_for_the_other_broker() -> None:
+    bridge = bridge_of("# both 1")
+    other = bridge_of("# both 1")
+    other.name = b"sys/bridge/other"
+    brought = Message(MULTICAST, b"t", b"p", "mqtt", b"sys/bridge/b")
+    assert not bridge.for_remote(brought)
+    assert other.for_remote(brought)  # another bridge forwards it, as Mosquitto's do
+    assert bridge.for_remote(Message(MULTICAST, b"t", b"p", "ssmp", b"sys/bridge/b"))
