@@ -342,3 +342,39 @@ def test_what_mosquitto_kept_for_the_bridge_while_brokerd_was_killed_arrives(tmp
         remote.disconnect()
         broker.stop()
     assert_clean_log(broker)
+
+
+def test_a_message_brokerd_could_not_store_is_not_acknowledged_and_comes_again(tmp_path: Path,
+                                                                               mosquitto: Mosquitto) -> None:
+    """Below --disk-free-limit brokerd stores nothing: the bridge does not acknowledge what
+    comes in for a stored session, so mosquitto keeps it and sends it again once brokerd can."""
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = bridge_config(home / "brokerd.toml", mosquitto, "mqttv5", "in/# in 1")
+    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    remote = MQTTClient(mosquitto.port, MQTTv5, "remote-publisher")
+    keeper = None
+    try:
+        wait_for_log(broker, UP.format(port=mosquitto.port))
+        keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
+        assert keeper.subscribe("in/#", 1) == 1
+        keeper.disconnect()
+        broker.stop()
+
+        broker = start_broker(home, "--config", str(config), "--disk-free-limit", str(1 << 62), listeners=MQTT_LISTENER)
+        wait_for_log(broker, UP.format(port=mosquitto.port))
+        remote.publish("in/x", b"held", qos=1)
+        wait_for_log(broker, "failed (the disk is nearly full; the message was not stored); the connection is "
+                             "dropped unanswered")
+        broker.stop()
+
+        broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+        wait_for_log(broker, UP.format(port=mosquitto.port))
+        keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
+        assert until(keeper, b"held") == [("in/x", b"held")]
+    finally:
+        for client in (keeper, remote):
+            if client is not None:
+                client.disconnect()
+        broker.stop()
+    assert_clean_log(broker)

@@ -341,7 +341,12 @@ class Bridge:
                 self.counts["dropped"] += 1
         self.counts["received"] += 1
         self.broker.publish(message, exclude=self)
-        return self.broker.keep([message])
+        kept = self.broker.keep([message])
+        if kept is not None and packet.qos == 0:  # no acknowledgement waits for it
+            kept.addErrback(log_unless_outage, self._log, "Storing a message of MQTT bridge {name}",
+                            name=self.spec.name)
+            return None
+        return kept
 
     # ------------------------------------------------------------------ out: to the other broker
 

@@ -460,8 +460,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
             self._send_answers()
 
         def failed(failure: Failure) -> None:
-            self._log.failure("Handling MQTT message {id}; the connection is dropped unanswered", failure,
-                              id=answer.packet_id)
+            self._log.warn("Handling MQTT message {id} failed ({error}); the connection is dropped unanswered",
+                           id=answer.packet_id, error=failure.getErrorMessage())
             if self._usable:
                 self._error = MQTTError(f"the message handler failed: {failure.getErrorMessage()}")
                 self.abort()
