@@ -80,6 +80,17 @@ UNACCEPTABLE_PROTOCOL_VERSION = 1
 """The 3.1.1 CONNACK return code of a broker that does not take the bridge flag."""
 
 
+def bridge_endpoint(reactor: Any, spec: BridgeSpec) -> Any:
+    """The client endpoint of ``spec``'s address, with its TLS: ConfigurationError (naming the
+    bridge) for an address that is no endpoint or an unusable certificate file, so that the
+    broker does not start rather than the bridge failing later."""
+    try:
+        return client_endpoint(reactor, spec.address, tls=spec.tls, hostname=spec.tls_hostname, ca=spec.tls_ca,
+                               cert=spec.tls_cert, key=spec.tls_key)
+    except (ValueError, TypeError, KeyError, ConfigurationError) as exc:
+        raise ConfigurationError(f"mqtt-bridge {spec.name}: {exc}") from None
+
+
 def _topic_of(message: Message) -> str:
     """The local topic of a multicast (the only kind a bridge is handed)."""
     return message.target.decode("utf-8", "replace")  # type: ignore[union-attr]
@@ -114,6 +125,7 @@ class Bridge:
         self.inflight: dict[int, Delivery] = {}
         """Stored deliveries published to the other broker and not acknowledged yet, by seq."""
         self._password = spec.password()
+        self._endpoint = bridge_endpoint(reactor, spec)
         self._private = spec.try_private and spec.protocol == MQTT_311
         self._delay = FIRST_DELAY
         self._timer: Any = None
@@ -232,14 +244,7 @@ class Bridge:
         if not self._running:
             return
         self._set_state("connecting")
-        spec = self.spec
-        try:
-            endpoint = client_endpoint(self.reactor, spec.address, tls=spec.tls, hostname=spec.tls_hostname,
-                                       ca=spec.tls_ca, cert=spec.tls_cert, key=spec.tls_key)
-        except (ValueError, TypeError, ConfigurationError) as exc:
-            self._set_state("failed", f"bad address: {exc}")
-            return
-        d = endpoint.connect(self._factory())  # type: ignore[call-arg]
+        d = self._endpoint.connect(self._factory())  # type: ignore[call-arg]
         d.addCallback(self._accepted)
         d.addCallbacks(self._connected, self._failed)
 

@@ -9,8 +9,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred, gatherResults
 
 from brokerd.config import Runtime, Settings
-from brokerd.errors import ConfigurationError
-from brokerd.protocols.mqtt.bridge import Bridge
+from brokerd.protocols.mqtt.bridge import Bridge, bridge_endpoint
 from brokerd.protocols.mqtt.bridges import parse_bridges
 
 
@@ -41,12 +40,12 @@ class Bridges(Service):
 
 
 def check_bridges(settings: Settings) -> None:
-    """The start-up check of ``--mqtt-bridge``: ConfigurationError for the first mistake."""
+    """The start-up check of ``--mqtt-bridge``: ConfigurationError for the first mistake.  It
+    runs while the options are parsed, before twistd chose its reactor: the endpoints are
+    built without one (parsing and certificate files only)."""
     for spec in parse_bridges(settings.mqtt_bridge):
         spec.password()
-        for option, path in (("tls-ca", spec.tls_ca), ("tls-cert", spec.tls_cert), ("tls-key", spec.tls_key)):
-            if path is not None and not path.is_file():
-                raise ConfigurationError(f"mqtt-bridge {spec.name}: {option} {path}: no such file")
+        bridge_endpoint(None, spec)
 
 
 def build_bridges(runtime: Runtime) -> Bridges | None:

@@ -10,6 +10,7 @@ from brokerd.config import Settings, settings_from
 from brokerd.core.message import MULTICAST, Message
 from brokerd.errors import ConfigurationError
 from brokerd.protocols.mqtt.bridge import Bridge
+from brokerd.protocols.mqtt.bridgeservice import check_bridges
 from brokerd.protocols.mqtt.bridges import TopicRule, endpoint_of, parse_bridges, parse_topic
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311
 from brokerd.tap import Options, StartupError
@@ -126,3 +127,18 @@ def test_what_a_bridge_brought_in_is_not_for_the_other_broker() -> None:
     assert not bridge.for_remote(brought)
     assert other.for_remote(brought)  # another bridge forwards it, as Mosquitto's do
     assert bridge.for_remote(Message(MULTICAST, b"t", b"p", "ssmp", b"sys/bridge/b"))
+
+
+@pytest.mark.parametrize("table, why", [
+    ({"address": "tcp:nohost"}, "mqtt-bridge b: not a client endpoint: 'tcp:nohost'"),
+    ({"address": "h:1", "password-file": "/nonexistent/password"},
+     "mqtt-bridge b: password-file /nonexistent/password: No such file or directory"),
+    ({"address": "h:1", "tls": True, "tls-cert": "JUNK"}, "mqtt-bridge b: client certificate"),
+])
+def test_an_unusable_address_or_file_stops_the_start(tmp_path: Path, table: dict, why: str) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    table = {"name": "b", "topic": "x", **{k: str(junk) if v == "JUNK" else v for k, v in table.items()}}
+    with pytest.raises(ConfigurationError) as raised:
+        check_bridges(Settings(mqtt_bridge=[table]))
+    assert str(raised.value).startswith(why)
