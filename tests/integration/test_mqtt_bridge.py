@@ -378,3 +378,34 @@ def test_a_message_brokerd_could_not_store_is_not_acknowledged_and_comes_again(t
                 client.disconnect()
         broker.stop()
     assert_clean_log(broker)
+
+
+def test_a_311_bridge_to_a_broker_that_refuses_the_bridge_flag_connects_without_it(tmp_path: Path) -> None:
+    """brokerd's own MQTT server answers protocol level 0x84 with return code 1: a 3.1.1
+    bridge to it tries once more without the flag, and carries messages."""
+    (tmp_path / "other").mkdir()
+    other = start_broker(tmp_path / "other", listeners=MQTT_LISTENER)
+    home = tmp_path / "brokerd"
+    home.mkdir()
+    config = home / "brokerd.toml"
+    port = other.ports["mqtt"]
+    config.write_text(f'[[mqtt-bridge]]\nname = "cloud"\naddress = "127.0.0.1:{port}"\nprotocol = "mqttv311"\n'
+                      'restart-timeout = 1\ntopic = ["news/# out 1"]\n')
+    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    watcher = local = None
+    try:
+        wait_for_log(broker, "MQTT bridge cloud: the other broker does not take the bridge flag; connecting without it")
+        wait_for_log(broker, f"MQTT bridge cloud (tcp:127.0.0.1:{port}) is up")
+        watcher = MQTTClient(port, MQTTv5, "watcher")
+        assert watcher.subscribe("news/#", 1) == 1
+        local = MQTTClient(broker.ports["mqtt"], MQTTv5, "publisher")
+        assert local.publish("news/today", b"bridged", qos=1) == 0
+        assert until(watcher, b"bridged") == [("news/today", b"bridged")]
+    finally:
+        for client in (watcher, local):
+            if client is not None:
+                client.disconnect()
+        broker.stop()
+        other.stop()
+    assert_clean_log(broker)
+    assert_clean_log(other)
