@@ -94,6 +94,7 @@ class RedisEngine:
         max_backlog: int = Settings.cluster_max_backlog,
         heartbeat: float = Settings.cluster_heartbeat,
         node_timeout: float = Settings.cluster_node_timeout,
+        clock_skew: float = Settings.cluster_clock_skew,
         max_control: int = Settings.cluster_max_control,
     ) -> None:
         self.address = address
@@ -111,7 +112,7 @@ class RedisEngine:
         self.max_control = max_control
         """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
-        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout, skew=clock_skew)
         """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
         self.sealer.log = self._rejections
         self.secret_file = secret_file
