@@ -211,6 +211,9 @@ class Settings:
     """Seconds between this node's heartbeats to the others."""
     cluster_node_timeout: float = 15.0
     """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
+    cluster_clock_skew: float = 1.0
+    """Seconds the nodes' clocks may disagree: a node opens on a channel frames sealed at most
+    this long before it subscribed to it (docs/cluster.md, "No replay")."""
     node_name: str | None = None
     """This node's name in the cluster; default host name and the first listener's port."""
     store: str | None = None

@@ -164,6 +164,7 @@ class Options(usage.Options):
         ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
+        ["cluster-clock-skew", None, None, "Seconds the nodes' clocks may disagree: frames sealed longer before a node subscribed are refused."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
     ])
 
@@ -517,7 +518,7 @@ def cluster_engine(settings: Settings, reactor):
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
-                       max_control=settings.cluster_max_control)
+                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control)
 
 
 def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:

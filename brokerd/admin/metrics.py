@@ -175,7 +175,8 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
         yield _counter("brokerd_cluster_rejected_total",
                        "Messages read on Redis and dropped before any decoding: not sealed by a node of this "
-                       "cluster, sealed for another channel, replayed or stale, by reason.",
+                       "cluster, sealed for another channel, replayed, stale, or sealed before this node "
+                       "subscribed, by reason.",
                        cluster["rejected"], "reason")
         yield GaugeMetricFamily("brokerd_cluster_shards",
                                 "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",

@@ -50,6 +50,7 @@ class MQTTSessions:
         self.clock = clock
         self.formats = wire_formats(clock.seconds)
         self.by_id: dict[str, MQTTSession] = {}
+        broker.owned_namespaces.add(MQTTSession.protocol)  # a client identifier is its principal's
         self._assigned = 0
         self._incarnations = 0
         self._listeners = 0
@@ -79,10 +80,10 @@ class MQTTSessions:
         outlive its connection (above 0: it is stored, on a node with a store);
         ``connection``: the connection that will bind to it (the core's login event names
         its source)."""
+        if not self.broker.may_take_address(MQTTSession.protocol, client_id.encode("utf-8"), principal):
+            return None, False  # a session of another principal has it, here or on another node
         existing = self.by_id.get(client_id)
         if existing is not None:
-            if existing.principal != principal:
-                return None, False
             old = existing.connection
             if old is not None:
                 old.taken_over()
