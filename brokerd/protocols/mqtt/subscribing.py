@@ -132,8 +132,13 @@ class Subscribing:
         session = self.session
         final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
         self.transport.write(encode(Suback(packet_id, final), self.version))
+        may_read = self.factory.broker.may_subscribe
         for topic_filter, _qos in retained:
             for message in self.factory.sessions.retained_matching(topic_filter.encode("utf-8")):
+                # The decision a live message to this topic takes (FilterSubscriptions.fanout):
+                # a filter the list allows never carries a topic the principal may not read.
+                if not may_read(session.principal, message.target):
+                    continue
                 item = session.wire_format.rendered(message)
                 if item is not None:
                     session.deliver(item, retained=True)

@@ -1,0 +1,149 @@
+"""Retained messages and the access list, over real sockets on a real ``twistd brokerd``.
+
+Every way a message reaches an MQTT client (live, retained, stored for a persistent session,
+shared, a will) takes the one access decision the core takes for a live delivery: the test
+walks each with a topic the access list keeps from the reader (``/secret``) beside an allowed
+one (``/open``), whose arrival bounds the wait for what must not arrive.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paho.mqtt.client import MQTTv5
+
+from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration.test_mqtt_paho import (
+    MQTT_LISTENER,
+    VERSIONS,
+    MQTTClient,
+    assert_clean_log,
+    close_clients,
+    texts,
+    unique,
+)
+from tests.support.broker import RunningBroker, start_broker
+
+pytestmark = pytest.mark.slow
+
+UAL = """\
+/secret      *          -
+/secret      alice      ps
+/open        *          ps
+"""
+
+
+def start_with_access(tmp_path: Path, *options: str) -> RunningBroker:
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    ual = tmp_path / "ual"
+    ual.write_text(UAL)
+    return start_broker(tmp_path, "--accounts", str(accounts), "--ual", str(ual), *options, listeners=MQTT_LISTENER)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
+    running = start_with_access(tmp_path_factory.mktemp("mqtt-retained"))
+    yield running
+    running.stop()
+    assert_clean_log(running)
+
+
+@pytest.fixture
+def login(broker: RunningBroker) -> Iterator[Callable[..., MQTTClient]]:
+    """``login(version, account=None, client_id="", **options)``: a connected MQTTClient of
+    that account (anonymous without one), closed after the test."""
+    made: list[MQTTClient] = []
+
+    def make(version: int, account: str | None = None, client_id: str = "", **options: Any) -> MQTTClient:
+        if account is not None:
+            options.update(username=account, password=ACCOUNTS[account])
+        client = MQTTClient(broker.ports["mqtt"], version, client_id, **options)
+        made.append(client)
+        return client
+
+    yield make
+    close_clients(made)
+
+
+# ---------------------------------------------------------------------- one access decision
+
+
+@pytest.mark.parametrize("reader", ["bob", None], ids=["account", "anonymous"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_retained_message_goes_only_to_who_may_read_its_topic(login, version: int, reader: str | None) -> None:
+    name = unique("retained", version)
+    alice = login(MQTTv5, "alice")
+    assert alice.publish(f"secret/{name}", b"secret plans", 1, retain=True) == 0
+    assert alice.publish(f"open/{name}", b"open plans", 1, retain=True) == 0
+    bob = login(version, reader)
+    refused = 0x87 if version == MQTTv5 else 0x80
+    assert bob.subscribe(f"secret/{name}", 1) == refused
+    assert bob.subscribe_many([("#", 1), (f"+/{name}", 1)]) == [1, 1]
+    alice.publish(f"open/{name}", b"sentinel", 1)
+    got = [(m.topic, m.payload) for m in bob.messages_until(b"sentinel") if name in m.topic]
+    assert got == [(f"open/{name}", b"open plans"), (f"open/{name}", b"open plans"),
+                   (f"open/{name}", b"sentinel")], got
+    # Positive control: the reader the list allows gets the secret retained message.
+    insider = login(version, "alice")
+    assert insider.subscribe(f"+/{name}", 1) == 1
+    assert sorted(texts([insider.message(), insider.message()])) == [
+        (f"open/{name}", b"open plans"), (f"secret/{name}", b"secret plans")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_delivery_path_asks_the_access_list_for_the_reader(login, version: int) -> None:
+    """Live, retained, stored (persistent session), shared (``$share``) and will: for each,
+    alice (who may write both) sends to a ``secret`` topic and then to an ``open`` one; bob
+    gets the open one only, in the order sent, so its arrival shows the secret one did not."""
+    name = unique("paths", version)
+    alice = login(MQTTv5, "alice")
+
+    # live, through a wildcard the list allows
+    live = login(version, "bob")
+    assert live.subscribe("+/live/#", 1) == 1
+    alice.publish(f"secret/live/{name}", b"live secret", 1)
+    alice.publish(f"open/live/{name}", b"live open", 1)
+    assert texts([live.message()]) == [(f"open/live/{name}", b"live open")]
+
+    # retained
+    alice.publish(f"secret/kept/{name}", b"retained secret", 1, retain=True)
+    alice.publish(f"open/kept/{name}", b"retained open", 1, retain=True)
+    late = login(version, "bob")
+    assert late.subscribe(f"+/kept/{name}", 1) == 1
+    alice.publish(f"open/kept/{name}", b"kept sentinel", 1)
+    assert texts(late.messages_until(b"kept sentinel")) == [(f"open/kept/{name}", b"retained open"),
+                                                            (f"open/kept/{name}", b"kept sentinel")]
+
+    # stored for a persistent session while its client is away
+    client_id = unique("paths-bob", version)
+    away = login(version, "bob", client_id, clean=False, expiry=300)
+    assert away.subscribe(f"+/stored/{name}", 1) == 1
+    away.disconnect()
+    alice.publish(f"secret/stored/{name}", b"stored secret", 1)
+    alice.publish(f"open/stored/{name}", b"stored open", 1)
+    back = login(version, "bob", client_id, clean=False, expiry=300)
+    assert texts([back.message()]) == [(f"open/stored/{name}", b"stored open")]
+
+    # shared subscription
+    shared = login(version, "bob")
+    assert shared.subscribe(f"$share/g{name}/+/shared/{name}", 1) == 1
+    alice.publish(f"secret/shared/{name}", b"shared secret", 1)
+    alice.publish(f"open/shared/{name}", b"shared open", 1)
+    assert texts([shared.message()]) == [(f"open/shared/{name}", b"shared open")]
+
+    # wills: a takeover publishes the first connection's (before the second's CONNACK), the
+    # second's goes when its connection breaks; bob reads the open will only
+    wills = login(version, "bob")
+    assert wills.subscribe(f"+/will/{name}", 1) == 1
+    willing = unique("paths-alice", version)
+    login(MQTTv5, "alice", willing, will=(f"secret/will/{name}", b"will secret", 1, False))
+    login(MQTTv5, "alice", willing, will=(f"open/will/{name}", b"will open", 1, False)).abort()
+    assert texts([wills.message()]) == [(f"open/will/{name}", b"will open")]
+
+    # Positive control: alice, whom the list lets read /secret, gets the secret retained one.
+    insider = login(version, "alice")
+    assert insider.subscribe(f"secret/kept/{name}", 1) == 1
+    assert texts([insider.message()]) == [(f"secret/kept/{name}", b"retained secret")]
