@@ -147,3 +147,30 @@ def test_every_delivery_path_asks_the_access_list_for_the_reader(login, version:
     insider = login(version, "alice")
     assert insider.subscribe(f"secret/kept/{name}", 1) == 1
     assert texts([insider.message()]) == [(f"secret/kept/{name}", b"retained secret")]
+
+
+# ---------------------------------------------------------------------- the server's topics
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_client_cannot_publish_retain_or_will_under_a_dollar_topic(login, version: int) -> None:
+    """4.7.2: ``$`` topics are the server's.  A client's PUBLISH there is refused (v5: PUBACK
+    0x90 Topic Name invalid; 3.1.1, which cannot refuse: acknowledged and dropped), retained
+    or not, and a will there is not published; the same client's publish elsewhere is."""
+    name = unique("dollar", version)
+    alice = login(version, "alice")
+    watcher = login(MQTTv5, "alice")
+    assert watcher.subscribe_many([("$SYS/#", 1), (f"open/{name}/#", 1)]) == [1, 1]
+    refused = 0x90 if version == MQTTv5 else 0
+    assert alice.publish(f"$SYS/broker/{name}", b"forged", 1, retain=True) == refused
+    assert alice.publish(f"$SYS/broker/{name}", b"forged live", 1) == refused
+    assert alice.publish(f"$SYS/broker/{name}", b"forged qos 0", 0, retain=True) == 0
+    client_id = unique("dollar-will", version)
+    login(version, "alice", client_id, will=(f"$SYS/broker/{name}", b"forged will", 1, True))
+    login(version, "alice", client_id)  # the takeover publishes the first connection's will, if any
+    assert alice.publish(f"open/{name}/status", b"sentinel", 1) == 0
+    assert texts(watcher.messages_until(b"sentinel")) == [(f"open/{name}/status", b"sentinel")]
+    late = login(version, "alice")
+    assert late.subscribe_many([(f"$SYS/broker/{name}", 1), (f"open/{name}/status", 1)]) == [1, 1]
+    assert alice.publish(f"open/{name}/status", b"second sentinel", 1) == 0
+    assert texts(late.messages_until(b"second sentinel")) == [(f"open/{name}/status", b"second sentinel")]

@@ -25,7 +25,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrec,
     Pubrel,
 )
-from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.topics import server_topic, topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
 
@@ -72,6 +72,10 @@ class Publishing:
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
+        if server_topic(topic):  # 4.7.2: a client may not speak for the server
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID)
+            return
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)])
@@ -113,11 +117,12 @@ class Publishing:
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
-        """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
-        v5 (3.1.1 has no way to refuse: acknowledged and dropped, as Mosquitto does)."""
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
+        """PUBLISHes the access list refuses (or a client's to a server topic, ``refusal``
+        0x90): counted, and a QoS 1 or 2 one answered ``refusal`` in v5 (3.1.1 has no way to
+        refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
         self.factory.forbidden += len(publishes)
-        reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+        reason = refusal if self.version == MQTT_5 else 0
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:

@@ -34,6 +34,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_options,
     subscription_record,
 )
+from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
@@ -298,9 +299,10 @@ class MQTTSessions:
         self.publish_will(session, will)
 
     def publish_will(self, session: MQTTSession, will: Will) -> None:
-        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        """Publish a connection's will for it (3.1.2.5), if its principal may (and not to a
+        server topic, which no client publishes to)."""
         target = will.topic.encode("utf-8")
-        if not self.broker.may_publish(session.principal, target):
+        if server_topic(will.topic) or not self.broker.may_publish(session.principal, target):
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
