@@ -7,12 +7,14 @@ one (``/open``), whose arrival bounds the wait for what must not arrive.
 """
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from paho.mqtt.client import MQTTv5
+from paho.mqtt.client import MQTTv5, MQTTv311
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.integration.test_mqtt_paho import (
@@ -24,7 +26,7 @@ from tests.integration.test_mqtt_paho import (
     texts,
     unique,
 )
-from tests.support.broker import RunningBroker, start_broker
+from tests.support.broker import RunningBroker, free_port, start_broker
 
 pytestmark = pytest.mark.slow
 
@@ -35,12 +37,13 @@ UAL = """\
 """
 
 
-def start_with_access(tmp_path: Path, *options: str) -> RunningBroker:
+def start_with_access(tmp_path: Path, *options: str, wait_for: tuple[int, ...] = ()) -> RunningBroker:
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
     ual = tmp_path / "ual"
     ual.write_text(UAL)
-    return start_broker(tmp_path, "--accounts", str(accounts), "--ual", str(ual), *options, listeners=MQTT_LISTENER)
+    return start_broker(tmp_path, "--accounts", str(accounts), "--ual", str(ual), *options,
+                        listeners=MQTT_LISTENER, wait_for=wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +177,76 @@ def test_a_client_cannot_publish_retain_or_will_under_a_dollar_topic(login, vers
     assert late.subscribe_many([(f"$SYS/broker/{name}", 1), (f"open/{name}/status", 1)]) == [1, 1]
     assert alice.publish(f"open/{name}/status", b"second sentinel", 1) == 0
     assert texts(late.messages_until(b"second sentinel")) == [(f"open/{name}/status", b"second sentinel")]
+
+
+# ---------------------------------------------------------------------- quotas
+
+
+QUOTA = 5
+
+
+def scrape(admin: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def start_with_quota(tmp_path: Path, admin: int) -> RunningBroker:
+    return start_with_access(tmp_path, "--mqtt-max-retained-per-principal", str(QUOTA),
+                             "--admin", f"tcp:{admin}:interface=127.0.0.1", wait_for=(admin,))
+
+
+def test_one_principal_at_its_retained_quota_stops_nobody_else(tmp_path: Path) -> None:
+    """Anonymous clients (one principal, whatever their client identifiers) fill their quota:
+    the next retain is refused with 0x97 (v5; a 3.1.1 one goes out live, not retained) and
+    counted, across a restart too, while alice still retains and subscribers get hers."""
+    admin = free_port()
+    broker = start_with_quota(tmp_path, admin)
+    made: list[MQTTClient] = []
+    try:
+        port = broker.ports["mqtt"]
+        first, second = MQTTClient(port, MQTTv5), MQTTClient(port, MQTTv5)
+        old = MQTTClient(port, MQTTv311)
+        alice = MQTTClient(port, MQTTv5, username="alice", password=ACCOUNTS["alice"])
+        made += [first, second, old, alice]
+        for number in range(QUOTA):
+            assert first.publish(f"open/flood/{number}", b"x", 1, retain=True) == 0
+        assert first.publish("open/flood/over", b"x", 1, retain=True) == 0x97
+        assert second.publish("open/flood/other-client", b"x", 1, retain=True) == 0x97
+        assert second.publish("open/flood/over", b"x", 0, retain=True) == 0  # QoS 0: live, not retained
+        assert old.publish("open/flood/old", b"live only", 1, retain=True) == 0  # 3.1.1: cannot refuse
+        assert alice.publish("open/alice", b"alice's", 1, retain=True) == 0
+        assert first.publish("open/flood/0", b"replaced", 1, retain=True) == 0  # not growing: allowed
+        values = scrape(admin)
+        assert values["brokerd_retained_refused_total", (("reason", "quota"),)] == 4
+        assert values["brokerd_retained_messages", ()] == QUOTA + 1
+        late = MQTTClient(port, MQTTv5)
+        made.append(late)
+        assert late.subscribe("open/#", 1) == 1
+        alice.publish("open/sentinel", b"sentinel", 1)
+        assert sorted(texts(late.messages_until(b"sentinel"))) == sorted(
+            [(f"open/flood/{n}", b"x") for n in range(1, QUOTA)]
+            + [("open/flood/0", b"replaced"), ("open/alice", b"alice's"), ("open/sentinel", b"sentinel")])
+        assert broker.log().count("Retained messages refused") == 1, "one line per interval"
+    finally:
+        close_clients(made)
+        made.clear()
+        broker.stop()
+    assert_clean_log(broker)
+
+    admin = free_port()
+    broker = start_with_quota(tmp_path, admin)  # the same data directory: the quota holds
+    try:
+        port = broker.ports["mqtt"]
+        anonymous = MQTTClient(port, MQTTv5)
+        bob = MQTTClient(port, MQTTv5, username="bob", password=ACCOUNTS["bob"])
+        made += [anonymous, bob]
+        assert anonymous.publish("open/flood/after-restart", b"x", 1, retain=True) == 0x97
+        assert bob.publish("open/bob", b"bob's", 1, retain=True) == 0
+        assert anonymous.publish("open/flood/1", b"", 1, retain=True) == 0  # a deletion frees one
+        assert anonymous.publish("open/flood/after-restart", b"x", 1, retain=True) == 0
+    finally:
+        close_clients(made)
+        broker.stop()
+    assert_clean_log(broker)

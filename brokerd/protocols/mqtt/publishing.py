@@ -82,8 +82,12 @@ class Publishing:
             return
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, factory.clock.seconds())
-        if packet.retain:
-            factory.sessions.retain(message)
+        if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
+            # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
+            # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED)
+            return
         run = self._run
         if run and run[0][0].target != target:
             self._publish_run()
@@ -118,10 +122,11 @@ class Publishing:
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
     def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
-        """PUBLISHes the access list refuses (or a client's to a server topic, ``refusal``
-        0x90): counted, and a QoS 1 or 2 one answered ``refusal`` in v5 (3.1.1 has no way to
-        refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
-        self.factory.forbidden += len(publishes)
+        """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
+        topic, 0x97 a retain over quota): counted, and a QoS 1 or 2 one answered ``refusal``
+        in v5 (3.1.1 has no way to refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
+        if refusal != reasons.QUOTA_EXCEEDED:  # a retain over quota is the core's count
+            self.factory.forbidden += len(publishes)
         reason = refusal if self.version == MQTT_5 else 0
         acks = []
         for qos, packet_id in publishes:

@@ -56,7 +56,6 @@ class MQTTSessions:
         self._listeners = 0
         self._sweeping = False
         self._timed = False
-        self.refused_retains = 0
 
     @property
     def durable(self) -> Any:
@@ -316,13 +315,15 @@ class MQTTSessions:
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
 
-    def retain(self, message: Message) -> None:
-        """Keep ``message`` as its topic's retained message (the core's, in the store); a
-        retain over the core's limits is dropped and counted."""
+    def retain(self, message: Message) -> bool:
+        """Keep ``message`` as its topic's retained message (the core's, in the store);
+        False when the core refused it (a bound or its publisher's quota: the core counted
+        and logged it), and the topic keeps what it had."""
         try:
             self.broker.retained.retain(message)
         except RetainRefused:
-            self.refused_retains += 1
+            return False
+        return True
 
     def retained_matching(self, topic_filter: bytes) -> list[Message]:
         return self.broker.retained.matching(topic_filter)
