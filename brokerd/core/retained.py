@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from itertools import takewhile
 from typing import Any
 
@@ -126,7 +126,21 @@ class RetainedMessages:
 
     def matching(self, topic_filter: builtins.bytes) -> list[Message]:
         """The retained message of every topic ``topic_filter`` matches, in topic order (what
-        a new subscription to ``topic_filter`` gets).  ValueError for an invalid filter.
+        a new subscription to ``topic_filter`` gets), at once: :meth:`page` with no bound.
+        ValueError for an invalid filter."""
+        everything = len(self._topics) + 1
+        return self.page(topic_filter, None, everything, everything)[0]
+
+    def page(self, topic_filter: builtins.bytes, after: builtins.bytes | None, limit: int,
+             scan: int) -> tuple[list[Message], builtins.bytes | None]:
+        """The retained messages ``topic_filter`` matches of the topics after ``after`` (None:
+        from the first), in topic order: at most ``limit`` of them, and at most ``scan``
+        topics examined; with the topic to go on after, None when the filter's topics are
+        all done.  A front end sends a subscription's retained messages a page at a time, so
+        that ``#`` over many topics neither holds the reactor nor its output buffer; each
+        page costs a bisection and ``scan`` tests, whatever the number held.  Topics retained
+        or cleared between pages are found or not as their place in the order says.
+        ValueError for an invalid filter.
 
         A filter without wildcards is its topic: one lookup.  Otherwise the candidates are
         the topics below the filter's levels before its first wildcard (all topics when it
@@ -134,23 +148,37 @@ class RetainedMessages:
         problem = filter_problem(topic_filter)
         if problem is not None:
             raise ValueError(f"{topic_filter!r}: {problem}")
+        messages = self._messages
         if not has_wildcard(topic_filter):
-            found = self._messages.get(topic_filter)
-            return [] if found is None else [found]
+            found = messages.get(topic_filter) if after is None else None
+            return ([] if found is None else [found]), None
+        topics = self._topics
+        start, end = 0, len(topics)
+        picked: list[Message] = []
+        resume = after  # where the next page starts when this one examines no topic
         fixed = list(takewhile(lambda level: level not in (ONE_LEVEL, ANY_LEVELS), topic_filter.split(SEPARATOR)))
         if fixed:
             # A matching topic has those levels: it is the prefix itself ('a/#' matches 'a')
             # or a name below it, and the names below it are one run of the sorted topics.
             prefix = SEPARATOR.join(fixed)
-            start = bisect_left(self._topics, prefix + SEPARATOR)
-            end = bisect_left(self._topics, prefix + _AFTER_SEPARATOR, start)
-            candidates = self._topics[start:end]
-            if prefix in self._messages:
-                candidates.insert(0, prefix)
-        else:
-            candidates = self._topics
-        messages = self._messages
-        return [messages[topic] for topic in candidates if matches(topic_filter, topic)]
+            start = bisect_left(topics, prefix + SEPARATOR)
+            end = bisect_left(topics, prefix + _AFTER_SEPARATOR, start)
+            if after is None:
+                resume = prefix  # sorts before every name below it
+                if prefix in messages and matches(topic_filter, prefix):
+                    picked.append(messages[prefix])
+        if after is not None:
+            start = max(start, bisect_right(topics, after))
+        index = start
+        stop = min(end, start + scan)
+        while index < stop and len(picked) < limit:
+            topic = topics[index]
+            if matches(topic_filter, topic):
+                picked.append(messages[topic])
+            index += 1
+        if index >= end:
+            return picked, None
+        return picked, (topics[index - 1] if index > start else resume)
 
     # ------------------------------------------------------------------ changes
 

@@ -355,3 +355,34 @@ def test_matching_is_testing_every_retained_topic(changes, filters):
     assert len(held) == len(expected) and held.bytes == sum(map(size, everything))
     for topic_filter in [f.encode() for f in filters] + list(expected):
         assert held.matching(topic_filter) == [m for m in everything if matches(topic_filter, m.target)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TOPICS, max_size=30), FILTERS, st.integers(1, 4), st.integers(1, 5))
+def test_paging_gives_what_matching_gives_in_order(names, topic_filter, limit, scan):
+    held = RetainedMessages()
+    for name in names:
+        held.retain(publish(name.encode(), b"p"))
+    wanted = held.matching(topic_filter.encode())
+    got: list[Message] = []
+    after = None
+    for _page in range(len(names) + len(wanted) + 2):  # every page examines or picks something
+        found, after = held.page(topic_filter.encode(), after, limit, scan)
+        assert len(found) <= limit
+        got += found
+        if after is None:
+            break
+    assert after is None and got == wanted
+
+
+def test_a_page_examines_at_most_scan_topics(monkeypatch):
+    held = RetainedMessages()
+    for number in range(1000):
+        held.retain(publish(b"t/%04d" % number, b"p"))
+    tested: list[bytes] = []
+    real = retained_module.matches
+    monkeypatch.setattr(retained_module, "matches", lambda f, t: tested.append(t) or real(f, t))
+    found, after = held.page(b"#", None, 10, 50)
+    assert [m.target for m in found] == [b"t/%04d" % n for n in range(10)] and after == b"t/0009"
+    found, after = held.page(b"+/+/never", after, 10, 50)  # sparse: bounded by scan, not by matches
+    assert found == [] and after == b"t/0059" and len(tested) == 10 + 50

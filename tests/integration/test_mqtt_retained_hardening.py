@@ -7,6 +7,7 @@ one (``/open``), whose arrival bounds the wait for what must not arrive.
 """
 from __future__ import annotations
 
+import socket
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,9 @@ from paho.mqtt.client import MQTTv5, MQTTv311
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
+from tests.integration.test_mqtt_bad_input import V5, RawMQTT, publish_packet, subscribe_packet
 from tests.integration.test_mqtt_paho import (
+    BOUND,
     MQTT_LISTENER,
     VERSIONS,
     MQTTClient,
@@ -250,3 +253,131 @@ def test_one_principal_at_its_retained_quota_stops_nobody_else(tmp_path: Path) -
         close_clients(made)
         broker.stop()
     assert_clean_log(broker)
+
+
+# ---------------------------------------------------------------------- paged delivery
+
+
+MANY = 10_000
+"""Retained topics of the paging test: 10 MB of payload, more than the kernel's socket buffers
+(4 MiB at most on the sending side) and ``--max-output-buffer`` can hold for a reader that
+reads nothing."""
+PAYLOAD = bytes(range(250)) * 4
+PAGING_OPTIONS = ("--max-output-buffer", "65536", "--mqtt-max-queued", "100",
+                  "--mqtt-max-retained-per-principal", "100000",
+                  "--mqtt-max-retained-bytes-per-principal", str(64 << 20))
+
+
+@pytest.fixture(scope="module")
+def paging_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
+    running = start_broker(tmp_path_factory.mktemp("mqtt-retained-pages"), *PAGING_OPTIONS, listeners=MQTT_LISTENER)
+    yield running
+    running.stop()
+    assert_clean_log(running)
+
+
+def retain_packet(topic: str, payload: bytes, qos: int = 0, packet_id: int = 1) -> bytes:
+    data = bytearray(publish_packet(V5, topic, payload, qos, packet_id))
+    data[0] |= 0x01  # RETAIN
+    return bytes(data)
+
+
+def read_until(raw: RawMQTT, kind: int) -> bytes:
+    """The body of the next packet of ``kind`` (its first byte's high nibble), skipping others."""
+    while True:
+        got = raw.read()
+        assert got is not None, "closed"
+        if got[0] >> 4 == kind:
+            return got[1]
+
+
+def retain_all(broker: RunningBroker, topics: list[str], payload: bytes, qos: int = 0) -> None:
+    """Retain ``payload`` in every topic (at ``qos``, one write), then wait for a QoS 1
+    PUBLISH's PUBACK: the broker handled them all before it."""
+    loader = RawMQTT(broker)
+    try:
+        loader.connect(V5)
+        loader.send(b"".join(retain_packet(topic, payload, qos, number % 60_000 + 1)
+                             for number, topic in enumerate(topics))
+                    + publish_packet(V5, "loaded", b"", 1, packet_id=60_001))
+        while read_until(loader, 4)[:2] != (60_001).to_bytes(2, "big"):
+            pass
+    finally:
+        loader.close()
+
+
+class SlowReader(RawMQTT):
+    """A raw client with a small receive buffer, which reads only when told to."""
+
+    def __init__(self, broker: RunningBroker) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(BOUND)
+        self.sock.connect(("127.0.0.1", broker.ports["mqtt"]))
+        self.buffer = b""
+
+
+def publish_of(first: int, body: bytes) -> tuple[str, bytes, bool]:
+    """(topic, payload, RETAIN) of a v5 PUBLISH."""
+    length = int.from_bytes(body[:2], "big")
+    topic = body[2:2 + length].decode()
+    at, size, shift = 2 + length + (2 if first & 0x06 else 0), 0, 0
+    while True:  # the properties' Variable Byte Integer length
+        byte = body[at]
+        at += 1
+        size |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    return topic, body[at + size:], bool(first & 0x01)
+
+
+def test_subscribe_to_many_retained_topics_gets_them_all_in_order_while_others_are_served(
+        paging_broker: RunningBroker) -> None:
+    """``r/#`` over 10,000 retained topics (retained at QoS 0), by a client that reads nothing
+    at first: the broker sends what its buffers take and stops, so a PUBLISH from another
+    client is handled meanwhile and its live message (QoS 1: written even to a congested
+    client) reaches the reader before the last retained one.  Then every retained message
+    arrives, once, in topic order (before, those past the output buffer were dropped, and the
+    live message could only come after every one written)."""
+    topics = [f"r/{number:05d}" for number in range(MANY)]
+    retain_all(paging_broker, topics, PAYLOAD)
+    reader = SlowReader(paging_broker)
+    publisher = RawMQTT(paging_broker)
+    try:
+        reader.connect(V5)
+        reader.send(subscribe_packet(V5, "r/#", 1, packet_id=3))
+        assert read_until(reader, 9) == b"\x00\x03\x00\x01"  # SUBACK: granted QoS 1
+        publisher.connect(V5)
+        publisher.send(publish_packet(V5, "r/live", b"live", 1, packet_id=9))
+        assert read_until(publisher, 4)[:2] == (9).to_bytes(2, "big")  # served: PUBACK
+        publisher.send(b"\xc0\x00")  # PINGREQ
+        assert read_until(publisher, 13) == b""  # PINGRESP
+        got: list[tuple[str, bytes, bool]] = []
+        while len(got) < MANY + 1:
+            packet = reader.read()
+            assert packet is not None and packet[0] >> 4 == 3, packet
+            got.append(publish_of(*packet))
+        retained = [(topic, payload) for topic, payload, flag in got if flag]
+        assert retained == [(topic, PAYLOAD) for topic in topics]
+        live = got.index(("r/live", b"live", False))
+        assert live < len(got) - 1, "the live message came after every retained one"
+    finally:
+        reader.close()
+        publisher.close()
+
+
+def test_qos_1_retained_messages_wait_for_the_window_and_none_is_dropped(paging_broker: RunningBroker,
+                                                                        ) -> None:
+    """500 retained topics to a QoS 1 subscription, with a window of 20 and at most 100 queued
+    (``--mqtt-max-queued``): every one arrives, in order (before, those past the queue were
+    dropped)."""
+    topics = [f"q/{number:04d}" for number in range(500)]
+    retain_all(paging_broker, topics, b"queued", qos=1)
+    client = MQTTClient(paging_broker.ports["mqtt"], MQTTv5)
+    try:
+        assert client.subscribe("q/#", 1) == 1
+        got = [client.message() for _topic in topics]
+        assert [(m.topic, m.payload, m.qos, m.retain) for m in got] == [(t, b"queued", 1, True) for t in topics]
+    finally:
+        client.disconnect()

@@ -325,7 +325,4 @@ class MQTTSessions:
             return False
         return True
 
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.broker.retained.matching(topic_filter)
-
 
