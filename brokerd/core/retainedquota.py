@@ -114,10 +114,9 @@ class RetainQuotas:
 
     def release(self, topic: bytes) -> None:
         """``topic`` has no retained message any more (or is about to get another)."""
-        previous = self._owners.pop(topic, None)
-        if previous is None or previous[0] is None:
+        owner, message_size = self._owners.pop(topic, (None, 0))
+        if owner is None:
             return
-        owner, message_size = previous
         held = self._usage[owner]
         held[0] -= 1
         held[1] -= message_size
