@@ -1,9 +1,15 @@
-"""Retained messages and the access list, over real sockets on a real ``twistd brokerd``.
+"""Retained messages hardened, over real sockets on a real ``twistd brokerd``.
 
-Every way a message reaches an MQTT client (live, retained, stored for a persistent session,
-shared, a will) takes the one access decision the core takes for a live delivery: the test
-walks each with a topic the access list keeps from the reader (``/secret``) beside an allowed
-one (``/open``), whose arrival bounds the wait for what must not arrive.
+- One access decision: every way a message reaches an MQTT client (live, retained, stored for
+  a persistent session, shared, a will) takes the decision the core takes for a live
+  delivery; the tests walk each with a topic the access list keeps from the reader
+  (``/secret``) beside an allowed one (``/open``), whose arrival bounds the wait for what must
+  not arrive.
+- ``$`` topics are the server's: no client publishes, retains or leaves a will there.
+- Quotas: one principal (every anonymous client together) at its retained quota is refused
+  (v5 0x97), counted in /metrics and logged once, across a restart, while others retain.
+- Paging: a subscription's retained messages arrive complete and in order however slowly its
+  client reads, and other clients are served meanwhile.
 """
 from __future__ import annotations
 
