@@ -130,6 +130,15 @@ class Settings:
     is told the lower value as Server Keep Alive."""
     mqtt_topic_alias_maximum: int = 16
     """MQTT v5: topic aliases a client may set on one connection (0: none)."""
+    mqtt_max_retained: int = 100_000
+    """MQTT: topics with a retained message, all publishers together (the node's memory)."""
+    mqtt_max_retained_bytes: int = 64 << 20
+    """MQTT: bytes of retained messages (topic names, payloads), all publishers together."""
+    mqtt_max_retained_per_principal: int = 1000
+    """MQTT: topics one principal may hold the retained message of (every anonymous client
+    together is one principal); more are refused (v5 0x97 Quota exceeded)."""
+    mqtt_max_retained_bytes_per_principal: int = 4 << 20
+    """MQTT: bytes of retained messages (topic names, payloads) one principal may hold."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20

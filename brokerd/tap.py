@@ -38,6 +38,8 @@ from brokerd.config import (
 )
 from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
+from brokerd.core.retained import RetainedMessages
+from brokerd.core.retainedquota import RetainQuotas
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
@@ -129,6 +131,10 @@ class Options(usage.Options):
         ["mqtt-max-session-expiry", None, None, "MQTT: seconds a persistent session outlives its connection at most."],
         ["mqtt-max-keep-alive", None, None, "MQTT: longest keep-alive a client may ask for, seconds (0: any)."],
         ["mqtt-topic-alias-maximum", None, None, "MQTT v5: topic aliases per connection (0: none)."],
+        ["mqtt-max-retained", None, None, "MQTT: topics with a retained message, all publishers together."],
+        ["mqtt-max-retained-bytes", None, None, "MQTT: bytes of retained messages (topics and payloads), all together."],
+        ["mqtt-max-retained-per-principal", None, None, "MQTT: topics one principal may hold the retained message of."],
+        ["mqtt-max-retained-bytes-per-principal", None, None, "MQTT: bytes of retained messages one principal may hold."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
@@ -554,6 +560,10 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_listener_connections=settings.max_listener_connections,
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
+    )
+    broker.retained = RetainedMessages(
+        settings.mqtt_max_retained, settings.mqtt_max_retained_bytes,
+        RetainQuotas(settings.mqtt_max_retained_per_principal, settings.mqtt_max_retained_bytes_per_principal),
     )
     portal = build_portal(
         open_login=settings.open_login,

@@ -90,6 +90,14 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
     yield GaugeMetricFamily("brokerd_topics", "Topics with at least one subscriber.", value=snapshot["topics"])
     yield GaugeMetricFamily("brokerd_subscriptions", "Subscriptions of all sessions.",
                             value=snapshot["subscriptions"])
+    retained = snapshot["retained"]
+    yield GaugeMetricFamily("brokerd_retained_messages", "Topics with a retained message.",
+                            value=retained["messages"])
+    yield GaugeMetricFamily("brokerd_retained_bytes", "Bytes of retained messages, topic names included.",
+                            value=retained["bytes"])
+    yield _counter("brokerd_retained_refused_total",
+                   "Retains refused, by reason: full (a broker-wide bound), quota (the publisher's), topic.",
+                   retained["refused"], "reason")
 
     if queues is not None:
         yield GaugeMetricFamily("brokerd_smqp_pending_messages",

@@ -34,6 +34,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_options,
     subscription_record,
 )
+from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
@@ -56,7 +57,6 @@ class MQTTSessions:
         self._listeners = 0
         self._sweeping = False
         self._timed = False
-        self.refused_retains = 0
 
     @property
     def durable(self) -> Any:
@@ -299,9 +299,10 @@ class MQTTSessions:
         self.publish_will(session, will)
 
     def publish_will(self, session: MQTTSession, will: Will) -> None:
-        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        """Publish a connection's will for it (3.1.2.5), if its principal may (and not to a
+        server topic, which no client publishes to)."""
         target = will.topic.encode("utf-8")
-        if not self.broker.may_publish(session.principal, target):
+        if server_topic(will.topic) or not self.broker.may_publish(session.principal, target):
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
@@ -315,15 +316,14 @@ class MQTTSessions:
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
 
-    def retain(self, message: Message) -> None:
-        """Keep ``message`` as its topic's retained message (the core's, in the store); a
-        retain over the core's limits is dropped and counted."""
+    def retain(self, message: Message) -> bool:
+        """Keep ``message`` as its topic's retained message (the core's, in the store);
+        False when the core refused it (a bound or its publisher's quota: the core counted
+        and logged it), and the topic keeps what it had."""
         try:
             self.broker.retained.retain(message)
         except RetainRefused:
-            self.refused_retains += 1
-
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.broker.retained.matching(topic_filter)
+            return False
+        return True
 
 
