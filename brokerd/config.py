@@ -114,6 +114,17 @@ class Settings:
     mqtt_max_queued: int = 1000
     """MQTT: QoS 1 and 2 messages one session keeps waiting (its client away, slow or at its
     Receive Maximum); more are dropped and counted."""
+    mqtt_max_sessions: int = 10_000
+    """MQTT: persistent sessions (stored, or in memory without a store) on the node, of all
+    principals together; a CONNECT asking for one more is refused (0x97, 3.1.1 return code 3)."""
+    mqtt_max_sessions_per_principal: int = 100
+    """MQTT: persistent sessions one logged-in principal (an account, a certificate) may have."""
+    mqtt_anonymous_sessions: int = 0
+    """MQTT: persistent sessions the anonymous principal may have, all its clients together
+    (0: none; a v5 client is given Session Expiry Interval 0, a 3.1.1 Clean Session 0
+    CONNECT is refused with return code 5)."""
+    mqtt_max_session_subscriptions: int = 100
+    """MQTT: subscriptions one persistent session may keep (SUBACK 0x97, 3.1.1 0x80, beyond)."""
     mqtt_max_topic_length: int = 1024
     """MQTT: bytes of a topic name or filter."""
     mqtt_max_topic_levels: int = 32

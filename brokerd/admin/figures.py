@@ -129,6 +129,7 @@ class Figures:
             "store": self._store(),
             "smqp_links": self._smqp_links(),
             "cluster": self._cluster(),
+            "mqtt": self._mqtt(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -156,6 +157,11 @@ class Figures:
         figures["nodes"] = 1 + len(engine.directory.nodes)
         figures["rejected"] = dict(engine.sealer.rejected)
         return figures
+
+    def _mqtt(self) -> dict[str, Any] | None:
+        """The MQTT front end's persistent sessions and quota refusals; None without it."""
+        sessions = self.runtime.resources.get("mqtt_sessions")
+        return sessions.quotas.figures() if sessions is not None else None
 
     def _store(self) -> dict[str, Any] | None:
         latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)

@@ -134,6 +134,16 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                        "Messages the other server refused to an SMQP link (dropped), by domain.",
                        by_domain(lambda link: link.get("undeliverable", 0)), "domain")
 
+    mqtt = snapshot.get("mqtt")
+    if mqtt is not None:
+        yield GaugeMetricFamily("brokerd_mqtt_persistent_sessions",
+                                "MQTT persistent sessions on the node (stored, or in memory without a store).",
+                                value=mqtt["persistent_sessions"])
+        yield _counter("brokerd_mqtt_quota_refusals_total",
+                       "MQTT CONNECTs and subscriptions refused (or a v5 anonymous session made to end with "
+                       "its connection) by a quota of persistent sessions, by quota.",
+                       mqtt["refused"], "quota")
+
     store = snapshot.get("store")
     if store is not None:
         yield HistogramMetricFamily(

@@ -232,7 +232,7 @@ async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_
     core's durable subscription: what SSMP publishes on node 2 while the client is away is
     stored for it there, and the client, coming back on node 2, gets it (Session Present)."""
     one, two = [await Node(tmp_path / f"node{i}", redis_server.url, f"node{i}", protocols=PROTOCOLS,
-                           store=postgres_url).start() for i in (1, 2)]
+                           store=postgres_url, mqtt_anonymous_sessions=10).start() for i in (1, 2)]
     try:
         device = await mqtt(one, "roaming-7", clean_start=False)
         suback = await device.subscribe([("fleet/+/cmd", 1)]).addTimeout(TIMEOUT, reactor())

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 BOUND = 10.0
 """Seconds any one wait may take before the test fails."""
 MQTT_LISTENER = {"mqtt": "tcp:{port}:interface=127.0.0.1"}
+ANONYMOUS_SESSIONS = ("--mqtt-anonymous-sessions", "1000")
+"""Persistent sessions for the anonymous clients of a test broker (none by default)."""
 VERSIONS = [pytest.param(MQTTv311, id="3.1.1"), pytest.param(MQTTv5, id="5.0")]
 _names = itertools.count(1)
 
@@ -216,7 +218,7 @@ class MQTTClient:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
-    running = start_broker(tmp_path_factory.mktemp("mqtt-paho"), listeners=MQTT_LISTENER)
+    running = start_broker(tmp_path_factory.mktemp("mqtt-paho"), *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
     yield running
     running.stop()
     assert_clean_log(running)

@@ -28,6 +28,7 @@ from brokerd.errors import BrokerError, Forbidden
 from brokerd.protocols.mqtt.packets import (
     Will,
 )
+from brokerd.protocols.mqtt.quotas import SessionQuotas, stored_owner
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.stored import (
     StoredDeliveries,
@@ -57,6 +58,8 @@ class MQTTSessions:
         self._listeners = 0
         self._sweeping = False
         self._timed = False
+        self.quotas = SessionQuotas(settings, clock)
+        """The persistent sessions by owner, within the operator's quotas (:mod:`.quotas`)."""
 
     @property
     def durable(self) -> Any:
@@ -98,6 +101,8 @@ class MQTTSessions:
             if clean_start or existing.version != version:
                 self._end(existing)
             else:
+                if expiry > 0:
+                    self.quotas.add((principal, client_id))
                 if existing.durable_name is None and expiry > 0:
                     self._store(existing)
                 return existing, True
@@ -108,6 +113,8 @@ class MQTTSessions:
         session.connection = connection
         self.broker.attach(session)
         present = self._take_up_stored(session, clean_start)
+        if expiry > 0:
+            self.quotas.add((principal, client_id))
         if session.durable_name is None and expiry > 0:
             self._store(session)
         return session, present
@@ -144,6 +151,7 @@ class MQTTSessions:
         if clean_start:
             for name in names:
                 self._forget(name)
+            self.quotas.remove((session.principal, session.client_id))
             return False
         for name in names[:-1]:  # older incarnations a crash left behind
             self._forget(name)
@@ -191,6 +199,7 @@ class MQTTSessions:
         if durable is None:
             return
         if self._listeners == 0:
+            self.quotas.stop()
             if self._sweeping:
                 self._sweeping = False
                 durable.stop_sweeps()
@@ -204,6 +213,7 @@ class MQTTSessions:
             self.broker.durable.start_sweeps()
             if not self._timed:
                 self._timed = True
+                self._admit_stored_sessions()
                 self.time_stored_sessions()
 
     def time_stored_sessions(self) -> None:
@@ -218,11 +228,25 @@ class MQTTSessions:
         if names:
             self.clock.callLater(self.settings.mqtt_max_session_expiry, self._end_unclaimed, names)
 
+    def _admit_stored_sessions(self) -> None:
+        """At the node's start: the stored sessions count against the quotas, the oldest
+        first, and those beyond them end now, so that a restart re-arms no more than the
+        quotas allow.  Not on a node of a cluster, which does not own the shared store's
+        sessions (each node counts those it serves)."""
+        durable = self.durable
+        if durable is None or self.settings.cluster is not None:
+            return
+        for name in self.quotas.admit_stored(durable.index.subscribers_named("mqtt/")):
+            self._forget(name)
+
     def _end_unclaimed(self, names: list[str]) -> None:
         claimed = {session.durable_name for session in self.by_id.values()}
         for name in names:
             if name not in claimed:
                 self._forget(name)
+                owner = stored_owner(name)
+                if owner is not None and owner[1] not in self.by_id:
+                    self.quotas.remove(owner)
 
     def connected(self, session: MQTTSession) -> None:
         """A connection was bound to ``session`` and answered: a durable one reads what the
@@ -265,6 +289,7 @@ class MQTTSessions:
     def _end(self, session: MQTTSession) -> None:
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
+        self.quotas.remove((session.principal, session.client_id))
         timer = session.will_timer
         if timer is not None and timer.active():  # the session ends before the will's delay
             timer.cancel()

@@ -64,6 +64,9 @@ class Subscribing:
             options = SubscriptionOptions(subscription.qos, subscription.no_local,
                                           subscription.retain_as_published, identifier, matched.encode("utf-8"))
             kept = shared is None and subscription.qos > 0 and session.durable_name is not None
+            if self.factory.sessions.quotas.subscriptions_exceeded(session, topic_filter):
+                codes.append(reasons.QUOTA_EXCEEDED if self.version == MQTT_5 else 0x80)
+                continue
             refusal = self._subscribe(session, topic_filter, shared, options, kept)
             if refusal is not None:
                 codes.append(refusal if self.version == MQTT_5 else 0x80)
