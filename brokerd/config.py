@@ -125,6 +125,9 @@ class Settings:
     CONNECT is refused with return code 5)."""
     mqtt_max_session_subscriptions: int = 100
     """MQTT: subscriptions one persistent session may keep (SUBACK 0x97, 3.1.1 0x80, beyond)."""
+    mqtt_max_stored_queued: int = 10_000
+    """MQTT: messages the store keeps waiting for one persistent session (its client away or
+    behind); a message beyond is not stored for it (dropped for that session and counted)."""
     mqtt_max_topic_length: int = 1024
     """MQTT: bytes of a topic name or filter."""
     mqtt_max_topic_levels: int = 32

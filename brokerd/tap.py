@@ -128,6 +128,7 @@ class Options(usage.Options):
         ["mqtt-max-sessions-per-principal", None, None, "MQTT: persistent sessions of one logged-in principal."],
         ["mqtt-anonymous-sessions", None, None, "MQTT: persistent sessions of the anonymous principal (0: none)."],
         ["mqtt-max-session-subscriptions", None, None, "MQTT: subscriptions one persistent session may keep."],
+        ["mqtt-max-stored-queued", None, None, "MQTT: messages the store keeps waiting for one persistent session."],
         ["mqtt-max-topic-length", None, None, "MQTT: bytes of a topic name or filter."],
         ["mqtt-max-topic-levels", None, None, "MQTT: levels of a topic name or filter."],
         ["mqtt-max-client-id", None, None, "MQTT: bytes of a client identifier."],

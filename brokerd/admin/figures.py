@@ -98,6 +98,9 @@ class Figures:
         dropped = dict(oplog.drops)
         dropped["slow_consumer"] = stats.slow_consumer_drops
         dropped["unrenderable"] = stats.unrenderable
+        quota = getattr(broker.durable, "pending_quota", None)
+        if quota is not None:
+            dropped["stored_queue_full"] = quota.dropped
         return {
             "version": __version__,
             "uptime_seconds": round(self._clock.time() - self.started, 3),

@@ -9,7 +9,8 @@ sessions by owner (:class:`SessionQuotas`): ``--mqtt-max-sessions`` in all,
 ``--mqtt-max-sessions-per-principal`` for a logged-in principal, ``--mqtt-anonymous-sessions``
 for the anonymous principal (none by default), and ``--mqtt-max-session-subscriptions`` per
 session.  A refusal is counted by quota (``brokerd_mqtt_quota_refusals_total``) and logged
-once per :data:`LOG_INTERVAL`, never once per event, so a flood of refusals cannot flood the log.
+once per minute at most (:class:`~brokerd.core.throttled.ThrottledWarning`), so a flood of
+refusals cannot flood the log.
 """
 from __future__ import annotations
 
@@ -22,15 +23,16 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.durable import subscriber_principal
 from brokerd.core.principal import ANONYMOUS, Principal
+from brokerd.core.throttled import ThrottledWarning
 
-LOG_INTERVAL = 60.0
-"""Seconds between two log lines about refusals: the first refusal of a quiet period is
-logged at once, those that follow it within the interval in one line at its end."""
 SESSIONS = "sessions"
 """The quota of a refusal for ``--mqtt-max-sessions``."""
 PER_PRINCIPAL = "sessions_per_principal"
+"""``--mqtt-max-sessions-per-principal``."""
 ANONYMOUS_SESSIONS = "anonymous_sessions"
+"""``--mqtt-anonymous-sessions``."""
 SUBSCRIPTIONS = "session_subscriptions"
+"""``--mqtt-max-session-subscriptions``."""
 QUOTAS = (SESSIONS, PER_PRINCIPAL, ANONYMOUS_SESSIONS, SUBSCRIPTIONS)
 
 Owner = tuple[Principal, str]
@@ -58,8 +60,8 @@ class SessionQuotas:
         self.per_principal: Counter[Principal] = Counter()
         self.refused: Counter[str] = Counter()
         """Refusals by quota since the start (what /metrics shows)."""
-        self._unlogged: Counter[str] = Counter()
-        self._logging: Any = None
+        self._warning = ThrottledWarning(self._log, clock, "MQTT quotas refused {count} time(s) "
+                                         "(one such line per {interval:.0f} s at most), the latest: {quota}")
 
     def principal_quota(self, principal: Principal) -> int:
         if principal.realm == ANONYMOUS:
@@ -121,30 +123,11 @@ class SessionQuotas:
     # ------------------------------------------------------------------ reporting
 
     def count(self, quota: str) -> None:
-        """One refusal of ``quota``: counted, and logged at once or with the interval's others."""
+        """One refusal of ``quota``: counted, and logged unless a line was logged recently."""
         self.refused[quota] += 1
-        if self._logging is None:
-            self._log.warn("MQTT quota reached ({quota}): refused", quota=quota)
-            self._logging = self.clock.callLater(LOG_INTERVAL, self._report)
-        else:
-            self._unlogged[quota] += 1
-
-    def _report(self) -> None:
-        unlogged, self._unlogged = self._unlogged, Counter()
-        if not unlogged:
-            self._logging = None
-            return
-        self._log.warn("MQTT quotas reached in the last {seconds:.0f} s: refused {counts}",
-                       seconds=LOG_INTERVAL, counts=", ".join(f"{quota} {n}" for quota, n in sorted(unlogged.items())))
-        self._logging = self.clock.callLater(LOG_INTERVAL, self._report)
+        self._warning.happened(quota=quota)
 
     def figures(self) -> dict[str, Any]:
         """What /metrics shows: the persistent sessions and the refusals by quota."""
         return {"persistent_sessions": len(self.owners),
                 "refused": {quota: self.refused[quota] for quota in QUOTAS}}
-
-    def stop(self) -> None:
-        """The front end stops: no report is left waiting on the clock."""
-        if self._logging is not None and self._logging.active():
-            self._logging.cancel()
-        self._logging = None

@@ -60,6 +60,8 @@ class MQTTSessions:
         self._timed = False
         self.quotas = SessionQuotas(settings, clock)
         """The persistent sessions by owner, within the operator's quotas (:mod:`.quotas`)."""
+        if broker.durable is not None:  # what the store keeps for each stored session, at most
+            broker.durable.bound_pending("mqtt/", settings.mqtt_max_stored_queued)
 
     @property
     def durable(self) -> Any:
@@ -199,7 +201,6 @@ class MQTTSessions:
         if durable is None:
             return
         if self._listeners == 0:
-            self.quotas.stop()
             if self._sweeping:
                 self._sweeping = False
                 durable.stop_sweeps()
