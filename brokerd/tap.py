@@ -32,7 +32,9 @@ from brokerd.config import (
     PROTOCOLS,
     Runtime,
     Settings,
+    check_secret_files,
     read_first_line,
+    secret_file_problems,
     settings_default,
     settings_from,
 )
@@ -372,7 +374,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
     parsed, before twistd daemonizes, so a problem is one line on the terminal.  Without
     ``starting`` (``--check-config``) the data directory is checked without being created and
     every listener's endpoint string is parsed too."""
-    problems = []
+    problems = secret_file_problems(settings)
     for check in STARTUP_CHECKS:
         try:
             check(settings)
@@ -386,7 +388,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
         listeners = _listeners(settings)
         problems += data_dir_problems(settings, listeners, create=False)
         problems += _endpoint_problems(settings, listeners)
-    return problems
+    return list(dict.fromkeys(problems))  # a file two checks read is one problem, said once
 
 
 def _check_tls_files(settings: Settings) -> None:
@@ -529,6 +531,7 @@ def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
+    check_secret_files(settings)  # also for embedders, who call makeService with Settings
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)

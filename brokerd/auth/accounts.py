@@ -13,8 +13,8 @@ case-insensitive and kept in lower case.
 
 The file is written by ``python -m brokerd.cli.accounts``, by SMQP's SET LOGIN PASSWORD and
 by the admin API (brokerd.admin.manage) through :func:`update_accounts`: under a lock
-(``FILE.lock``), to a temporary file that then replaces the old one with its permissions (a
-new file: 0600).  The broker notices a changed file at the next login.
+(``FILE.lock``), to a temporary file that then replaces the old one with its owner's
+permissions (group and others get none; a new file: 0600).  The broker notices a changed file at the next login.
 
 Password checks hash with scrypt, so :class:`AccountsChecker` runs them (and every read of the
 file) in a thread, never on the reactor.
@@ -198,10 +198,10 @@ def check_password(password: str) -> None:
 
 def write_accounts(path: Path, accounts: dict[str, PasswordHash]) -> None:
     """Replace the file atomically (a reader sees the old or the new file, never half), with
-    the permissions the old file had (an operator's 0640 for a group stays); a new file is
-    0600."""
+    the owner's permissions the old file had and none for group or others (the broker refuses
+    to start with password hashes others can read); a new file is 0600."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = stat.S_IMODE(os.stat(path).st_mode) & stat.S_IRWXU
     except FileNotFoundError:
         mode = 0o600
     replace_file(path, format_accounts(accounts), mode)

@@ -39,7 +39,6 @@ what a node remembers is bounded by what the nodes sent it within one window, an
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
+from brokerd.config import check_private_mode
 from brokerd.errors import ConfigurationError
 
 VERSION = 1
@@ -110,9 +110,7 @@ def read_secret_file(path: Path | str, option: str = "--cluster-secret-file") ->
             data = handle.read(1 << 16)
     except OSError as exc:
         raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigurationError(
-            f"{option} {path}: the file must not be accessible to group or others (chmod 600 {path})")
+    check_private_mode(mode, path, option)
     lines = [line.strip() for line in data.splitlines() if line.strip()]
     if not lines:
         raise ConfigurationError(f"{option} {path}: the file is empty")

@@ -16,6 +16,7 @@ from brokerd.tap import makeService
 from tests.admin.support import http
 from tests.support.broker import REPO, LineClient, free_port
 from tests.support.dockerignore import build_context, excluded, read_patterns
+from tests.support.secrets import write_private
 
 DEPLOY = REPO / "deploy"
 
@@ -149,7 +150,7 @@ def test_the_deployment_config_starts_a_broker(tmp_path: Path) -> None:
         text = text.replace(f'{name} = "tcp:{port}"', f'{name} = "tcp:{ports[name]}:interface=127.0.0.1"')
     etc = tmp_path / "etc"
     etc.mkdir()
-    (etc / "admin-token").write_text("deploy-token\n")
+    write_private(etc / "admin-token", "deploy-token\n")
     text = text.replace("/etc/brokerd", str(etc)).replace("/var/lib/brokerd", str(tmp_path / "data"))
     config = tmp_path / "brokerd.toml"
     config.write_text(text)
