@@ -239,10 +239,13 @@ class Options(usage.Options):
             # help text first.
             raise StartupError(f"brokerd: {problems[0]}")
         twistd = getattr(self, "parent", None)
-        if twistd is not None and wants_own_observer(self.settings):
-            if twistd.get("logger") is not None:
+        if twistd is None:
+            return
+        if twistd.get("logger") is not None or twistd.get("syslog"):
+            if wants_own_observer(self.settings):
                 raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
-            twistd["logger"] = choose_log_observer(self.settings, twistd)
+            return  # the operator's own observer
+        twistd["logger"] = choose_log_observer(self.settings, twistd)  # escapes what clients sent
 
 
 def report_check(problems: list[str]) -> None:
