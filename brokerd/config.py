@@ -188,6 +188,16 @@ class Settings:
     max_auth_queue: int = 64
     """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
     pool; more are refused at once with the protocol's temporary-failure reply."""
+    login_backoff_after: int = 5
+    """Failed password logins (wrong password or secret, unknown account) in a row from one
+    address, or for one account, before the next check of it waits (docs/operations.md)."""
+    login_backoff: float = 1.0
+    """Seconds the first backed-off check waits; each further failure doubles the wait."""
+    login_backoff_max: float = 30.0
+    """The longest wait of a login check; an attempt that would wait longer is refused at once."""
+    login_backoff_entries: int = 10_000
+    """Addresses (and as many accounts, and address-account pairs that logged in) the login
+    backoff remembers; the least recently used are forgotten first."""
     disk_free_limit: int = 64 << 20
     """Bytes that must stay free where DATA_DIR is: below, publishes that would be stored
     are refused (acknowledgements and deletions still commit) and the event log pauses."""

@@ -26,6 +26,7 @@ from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings, warn_if_exposed
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
+from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import (
     DEFAULT_PORTS,
@@ -153,6 +154,10 @@ class Options(usage.Options):
         ["max-connections-per-address", None, None, "Connections from one source IP address."],
         ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together."],
         ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running."],
+        ["login-backoff-after", None, None, "Failed password logins in a row from one address or for one account before the next check waits."],
+        ["login-backoff", None, None, "Seconds of the first such wait, doubled with each further failure."],
+        ["login-backoff-max", None, None, "Longest wait of a login check; an attempt that would wait longer is refused at once."],
+        ["login-backoff-entries", None, None, "Addresses, accounts and address-account logins the login backoff remembers."],
         ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
         ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
         ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused."],
@@ -557,12 +562,14 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
     )
+    throttle = LoginThrottle.from_settings(settings, reactor)
     portal = build_portal(
         open_login=settings.open_login,
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
         extra_checkers=account_checkers(settings, reactor),
         broker=broker,
+        throttle=throttle,
     )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
@@ -574,6 +581,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
                       "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
                       address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+    runtime.resources["login_throttle"] = throttle  # SMQP's portal shares it: one backoff per address
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log
     if event_log is not None:

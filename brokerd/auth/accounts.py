@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import functools
 import hashlib
 import hmac
 import os
@@ -129,6 +130,21 @@ class PasswordHash:
         if len(salt) < 8 or len(digest) < 16:
             raise ValueError("scrypt salt or digest too short")
         return cls(n, r, p, salt, digest)
+
+
+def dummy_hash(accounts: dict[str, PasswordHash]) -> PasswordHash:
+    """A hash no password matches, with the scrypt parameters of the file's accounts (the
+    defaults for an empty file): checking a password against it costs what checking one
+    against a listed account does, so an unknown name is refused no faster than a known one."""
+    sample = next(iter(accounts.values()), None)
+    if sample is None:
+        return _dummy(SCRYPT_N, SCRYPT_R, SCRYPT_P, _SALT_BYTES, _HASH_BYTES)
+    return _dummy(sample.n, sample.r, sample.p, len(sample.salt), len(sample.digest))
+
+
+@functools.lru_cache(maxsize=8)
+def _dummy(n: int, r: int, p: int, salt_bytes: int, digest_bytes: int) -> PasswordHash:
+    return PasswordHash(n, r, p, secrets.token_bytes(salt_bytes), secrets.token_bytes(digest_bytes))
 
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, size: int) -> bytes:
@@ -339,16 +355,16 @@ class AccountsChecker:
         return self._run(self._check, username, password)
 
     def _check(self, username: str, password: str) -> bytes:
-        if not is_account_name(username):
-            raise UnknownAccount(f"no account {username!r}")
+        accounts = self._current()
         name = username.lower()
-        stored = self._current().get(name)
+        stored = accounts.get(name) if is_account_name(username) else None
         if stored is None:
             if name == GUEST and self.guest:
                 if password == "":
                     return name.encode("utf-8")
                 raise UnauthorizedLogin("the guest password is blank")
-            raise UnknownAccount(f"no account {name!r}")
+            dummy_hash(accounts).verify(password)  # a known name's work: the time tells no names
+            raise UnknownAccount(f"no account {username!r}")
         if not stored.verify(password):
             raise UnauthorizedLogin("wrong password")
         return name.encode("utf-8")
