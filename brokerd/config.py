@@ -193,8 +193,9 @@ class Settings:
     address, or for one account, before the next check of it waits (docs/operations.md)."""
     login_backoff: float = 1.0
     """Seconds the first backed-off check waits; each further failure doubles the wait."""
-    login_backoff_max: float = 30.0
-    """The longest wait of a login check; an attempt that would wait longer is refused at once."""
+    login_backoff_max: float = 4.0
+    """The longest wait of a login check; an attempt that would wait longer is refused at once.
+    Below ``login_timeout``, which closes a connection still waiting to log in."""
     login_backoff_entries: int = 10_000
     """Addresses (and as many accounts, and address-account pairs that logged in) the login
     backoff remembers; the least recently used are forgotten first."""

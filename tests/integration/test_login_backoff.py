@@ -40,7 +40,8 @@ class Broker:
         self.settings = Settings(
             listeners={name: [f"tcp:{port}:interface=127.0.0.1"] for name, port in self.ports.items()},
             data_dir=tmp_path / "data", event_log=False, accounts_file=tmp_path / "accounts",
-            login_backoff_after=AFTER, login_backoff=2.0, login_backoff_max=30.0)
+            login_backoff_after=AFTER, login_backoff=2.0, login_backoff_max=30.0,
+            login_timeout=120.0, mqtt_connect_timeout=120.0)  # no real timeout while the test clock stands
         self.service: Any = None
         self.clients: list[Collector] = []
         self.clock = Clock()
