@@ -132,6 +132,15 @@ class Settings:
     is told the lower value as Server Keep Alive."""
     mqtt_topic_alias_maximum: int = 16
     """MQTT v5: topic aliases a client may set on one connection (0: none)."""
+    mqtt_max_retained: int = 100_000
+    """MQTT: topics with a retained message, all publishers together (the node's memory)."""
+    mqtt_max_retained_bytes: int = 64 << 20
+    """MQTT: bytes of retained messages (topic names, payloads), all publishers together."""
+    mqtt_max_retained_per_principal: int = 1000
+    """MQTT: topics one principal may hold the retained message of (every anonymous client
+    together is one principal); more are refused (v5 0x97 Quota exceeded)."""
+    mqtt_max_retained_bytes_per_principal: int = 4 << 20
+    """MQTT: bytes of retained messages (topic names, payloads) one principal may hold."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20
@@ -224,6 +233,9 @@ class Settings:
     """Seconds between this node's heartbeats to the others."""
     cluster_node_timeout: float = 15.0
     """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
+    cluster_clock_skew: float = 1.0
+    """Seconds the nodes' clocks may disagree: a node opens on a channel frames sealed at most
+    this long before it subscribed to it (docs/cluster.md, "No replay")."""
     node_name: str | None = None
     """This node's name in the cluster; default host name and the first listener's port."""
     store: str | None = None
@@ -389,6 +401,13 @@ def _apply(settings: Settings, known: dict[str, Any], key: str, value: Any) -> N
 _OPTIONAL_NUMBERS = {"sys_interval": float}
 """Numbers whose default is None (off)."""
 
+ZERO_MEANS = {"mqtt_max_keep_alive": "any", "mqtt_topic_alias_maximum": "none"}
+"""Numbers for which 0 is a documented value (``0: any``) rather than a mistake; every other
+number must be positive."""
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
 
 def _convert(key: str, attribute: str, value: Any) -> Any:
     default = getattr(Settings, attribute, None)
@@ -396,11 +415,9 @@ def _convert(key: str, attribute: str, value: Any) -> Any:
         default = _OPTIONAL_NUMBERS[attribute]()
     if attribute in _PATHS:
         return Path(value)
+    if isinstance(default, bool):
+        return _boolean(key, value)
     try:
-        if isinstance(default, bool):
-            if isinstance(value, str):
-                return value.lower() in ("1", "true", "yes", "on")
-            return bool(value)
         if isinstance(default, int):
             number = int(value)
         elif isinstance(default, float):
@@ -409,9 +426,23 @@ def _convert(key: str, attribute: str, value: Any) -> Any:
             return value
     except (TypeError, ValueError):
         raise ConfigurationError(f"{key}: {value!r} is not a number") from None
-    if number <= 0:
-        raise ConfigurationError(f"{key}: must be positive, not {value!r}")
+    if number < 0 or (number == 0 and attribute not in ZERO_MEANS):
+        least = "must be 0 or more" if attribute in ZERO_MEANS else "must be positive"
+        raise ConfigurationError(f"{key}: {least}, not {value!r}")
     return number
+
+
+def _boolean(key: str, value: Any) -> bool:
+    """A flag's value, strictly: a TOML boolean, or one of the words both ways; anything else
+    is a mistake named as such (``mqtt-anonymous = "flase"`` must not quietly mean false)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"{key}: {value!r} is not a boolean (true or false)")
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """What must hold before the broker reports itself started: a writable data directory (the
 SMQP store, the event log, the broker id, the socket.mq key), a lock that keeps a second broker
-out of it, and listening ports nobody else holds.
+out of it, and listening ports nobody else holds; and what deserves a warning: a listener
+beyond loopback where a client needs no credentials.
 
 These checks run in ``makeService``, which twistd calls before it daemonizes: a problem found
 here is one line on the operator's terminal and a non-zero exit, in daemon mode too (after the
@@ -16,10 +17,13 @@ from pathlib import Path
 
 from twisted.application.service import Service
 
+from brokerd.admin.exposure import binds_loopback
+from brokerd.auth.accounts import GUEST, read_accounts
 from brokerd.auth.tls import split_escaped
 from brokerd.config import Settings
 from brokerd.errors import ConfigurationError
 from brokerd.events.schema import EVENTS_DIR
+from brokerd.protocols.socketmq.policy import load_policy
 from brokerd.store.sqlite import FILENAME as SMQP_STORE_FILE
 
 LOCK_FILE = "brokerd.lock"
@@ -159,6 +163,79 @@ def _tcp_address(description: str) -> tuple[str, int] | None:
 def _show(address: tuple[str, int]) -> str:
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def exposure_warnings(settings: Settings, listeners: dict[str, list[str]]) -> list[str]:
+    """One line per listener the network reaches (not bound to loopback) on which a client
+    without credentials gets in: MCCHAT (no login at all), MQTT's anonymous login, socket.mq
+    with a policy that lets plain clients act or with open login, SSMP's open and anonymous
+    logins, SMQP's password-less guest.  The broker logs them at start and ``--check-config``
+    prints them, so an operator sees the same lines before and after a restart."""
+    lines = []
+    for protocol, descriptions in listeners.items():
+        reason = _unauthenticated_access(protocol, settings)
+        if reason is None:
+            continue
+        for description in descriptions:
+            if not binds_loopback(description):
+                lines.append(f"--{protocol} {description} is reachable from the network and {reason} "
+                             f"(bind it to loopback, tcp:PORT:interface=127.0.0.1, or require a login)")
+    return lines
+
+
+_GUEST_RIGHTS = (("s", "subscribe"), ("p", "publish"), ("c", "create topics"), ("a", "administer"), ("r", "reply"))
+"""The words for the letters of SMQP's guest permissions."""
+
+
+def _unauthenticated_access(protocol: str, settings: Settings) -> str | None:
+    """What a client without credentials may do on ``protocol``'s listeners, or None when
+    nothing: the end of a warning line."""
+    if protocol == "mcchat":
+        return "MCCHAT has no login: anyone may subscribe and publish as the access list's * entries allow"
+    if protocol == "mqtt" and settings.mqtt_anonymous:
+        return "allows anonymous login (a CONNECT without a username); --no-mqtt-anonymous refuses it"
+    if protocol == "ssmp":
+        schemes = [name for name, on in (("open", settings.open_login), ("anonymous", settings.anonymous)) if on]
+        if schemes:
+            return f"allows {' and '.join(schemes)} login: anyone can log in without credentials"
+    if protocol == "smqp" and _passwordless_guest(settings):
+        letters = settings.smqp_guest_permissions or "s"
+        words = [word for letter, word in _GUEST_RIGHTS if letter in letters] or ["log in"]
+        rights = " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+        return f"its guest (no password) may {rights}; --no-smqp-guest refuses it"
+    if protocol == "socketmq":
+        return _socketmq_access(settings)
+    return None
+
+
+def _passwordless_guest(settings: Settings) -> bool:
+    """SMQP's built-in guest logs in with a blank password: on, and no ``guest`` line of the
+    accounts file gives it a password of its own."""
+    if not settings.smqp_guest:
+        return False
+    if settings.accounts_file is None:
+        return True
+    try:
+        return GUEST not in read_accounts(settings.accounts_file)
+    except ConfigurationError:
+        return True  # an unreadable file is a problem of its own; the guest is built in
+
+
+def _socketmq_access(settings: Settings) -> str | None:
+    """Why a plain (unauthenticated) socket.mq client gets in, or None: open login, or a
+    policy rule for ``*`` or ``@anonymous`` (no --socketmq-policy allows everything)."""
+    if settings.open_login:
+        return "allows open login: anyone can log in without credentials"
+    try:
+        policy = load_policy(settings.socketmq_policy)
+    except ConfigurationError:
+        return None  # reported as a problem of its own
+    actions = sorted({action for rule in policy.rules if rule.matches_client(None)
+                      for action, patterns in rule.actions.items() if patterns})
+    if not actions:
+        return None
+    where = "without --socketmq-policy" if settings.socketmq_policy is None else f"by {settings.socketmq_policy}"
+    return f"lets clients without authentication {', '.join(actions)} ({where})"
 
 
 class DataDirLock(Service):

@@ -23,7 +23,7 @@ from twisted.python import usage
 from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
-from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings, warn_if_exposed
+from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
 from brokerd.auth.throttle import LoginThrottle
@@ -41,10 +41,12 @@ from brokerd.config import (
 )
 from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
+from brokerd.core.retained import RetainedMessages
+from brokerd.core.retainedquota import RetainQuotas
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
-from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
+from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.flow import after_read
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
@@ -132,6 +134,10 @@ class Options(usage.Options):
         ["mqtt-max-session-expiry", None, None, "MQTT: seconds a persistent session outlives its connection at most."],
         ["mqtt-max-keep-alive", None, None, "MQTT: longest keep-alive a client may ask for, seconds (0: any)."],
         ["mqtt-topic-alias-maximum", None, None, "MQTT v5: topic aliases per connection (0: none)."],
+        ["mqtt-max-retained", None, None, "MQTT: topics with a retained message, all publishers together."],
+        ["mqtt-max-retained-bytes", None, None, "MQTT: bytes of retained messages (topics and payloads), all together."],
+        ["mqtt-max-retained-per-principal", None, None, "MQTT: topics one principal may hold the retained message of."],
+        ["mqtt-max-retained-bytes-per-principal", None, None, "MQTT: bytes of retained messages one principal may hold."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
@@ -171,6 +177,7 @@ class Options(usage.Options):
         ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
+        ["cluster-clock-skew", None, None, "Seconds the nodes' clocks may disagree: frames sealed longer before a node subscribed are refused."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
     ])
 
@@ -238,7 +245,7 @@ class Options(usage.Options):
         else:
             problems += startup_problems(self.settings, starting=not checking)
         if checking:
-            report_check(problems)
+            report_check(problems, [] if problems else exposure_warnings(self.settings, _listeners(self.settings)))
         if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
@@ -253,12 +260,15 @@ class Options(usage.Options):
         twistd["logger"] = choose_log_observer(self.settings, twistd)  # escapes what clients sent
 
 
-def report_check(problems: list[str]) -> None:
-    """``--check-config``: one line per problem on stderr and exit 1, or one line and exit 0."""
+def report_check(problems: list[str], warnings: list[str]) -> None:
+    """``--check-config``: one line per problem on stderr and exit 1, or one line and exit 0,
+    after the warnings the broker would log at start (one line each on stderr)."""
     for problem in problems:
         print(f"brokerd: {problem}", file=sys.stderr)
     if problems:
         sys.exit(1)
+    for warning in warnings:
+        print(f"brokerd: warning: {warning}", file=sys.stderr)
     print("brokerd: configuration OK")
     sys.exit(0)
 
@@ -524,7 +534,7 @@ def cluster_engine(settings: Settings, reactor):
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
-                       max_control=settings.cluster_max_control)
+                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control)
 
 
 def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
@@ -561,6 +571,10 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_listener_connections=settings.max_listener_connections,
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
+    )
+    broker.retained = RetainedMessages(
+        settings.mqtt_max_retained, settings.mqtt_max_retained_bytes,
+        RetainQuotas(settings.mqtt_max_retained_per_principal, settings.mqtt_max_retained_bytes_per_principal),
     )
     throttle = LoginThrottle.from_settings(settings, reactor)
     portal = build_portal(
@@ -708,7 +722,8 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
         _log.info("No listener option: every listener binds {interface} only (this host); to listen beyond it, "
                   "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
-    warn_if_exposed(settings, listeners)
+    for line in exposure_warnings(settings, listeners):
+        _log.warn("{line}", line=line)
     for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:

@@ -102,3 +102,32 @@ def test_listener_option_of_each_protocol(protocol):
 def test_front_ends_are_found_by_name():
     assert front_end("ssmp") is not None
     assert front_end("nosuchprotocol") is None
+
+
+def test_zero_is_accepted_where_it_is_documented():
+    """docs/operations.md: ``--mqtt-max-keep-alive 0`` is "any", ``--mqtt-topic-alias-maximum 0``
+    is "none"; 0 stays a mistake for every other number."""
+    settings = parse("--mqtt-max-keep-alive", "0", "--mqtt-topic-alias-maximum", "0")
+    assert settings.mqtt_max_keep_alive == 0
+    assert settings.mqtt_topic_alias_maximum == 0
+    with pytest.raises(StartupError, match="mqtt-max-keep-alive: must be 0 or more"):
+        parse("--mqtt-max-keep-alive", "-1")
+    with pytest.raises(StartupError, match="mqtt-max-inflight: must be positive"):
+        parse("--mqtt-max-inflight", "0")
+
+
+@pytest.mark.parametrize("text, expected", [("true", True), ("On", True), ("1", True), ("yes", True),
+                                            ("false", False), ("off", False), ("0", False), ("No", False)])
+def test_boolean_words_both_ways(tmp_path, text, expected):
+    config = tmp_path / "c.toml"
+    config.write_text(f'mqtt-anonymous = "{text}"\nevent-log = {str(expected).lower()}\n')
+    settings = parse("--config", str(config))
+    assert settings.mqtt_anonymous is expected
+    assert settings.event_log is expected
+
+
+def test_a_boolean_that_is_no_boolean_is_an_error_naming_the_option(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('mqtt-anonymous = "flase"\n')
+    with pytest.raises(StartupError, match="mqtt-anonymous: 'flase' is not a boolean"):
+        parse("--config", str(config))

@@ -122,6 +122,8 @@ class Figures:
             "slow_consumer_episodes": oplog.slow_consumer_episodes,
             "topics": len(broker.topics),
             "subscriptions": subscriptions,
+            "retained": {"messages": len(broker.retained), "bytes": broker.retained.bytes,
+                         "refused": dict(broker.retained.quotas.refused)},
             "event_log": self._event_log(),
             "thread_pools": self._thread_pools(),
             "store": self._store(),

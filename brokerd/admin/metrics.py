@@ -90,6 +90,14 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
     yield GaugeMetricFamily("brokerd_topics", "Topics with at least one subscriber.", value=snapshot["topics"])
     yield GaugeMetricFamily("brokerd_subscriptions", "Subscriptions of all sessions.",
                             value=snapshot["subscriptions"])
+    retained = snapshot["retained"]
+    yield GaugeMetricFamily("brokerd_retained_messages", "Topics with a retained message.",
+                            value=retained["messages"])
+    yield GaugeMetricFamily("brokerd_retained_bytes", "Bytes of retained messages, topic names included.",
+                            value=retained["bytes"])
+    yield _counter("brokerd_retained_refused_total",
+                   "Retains refused, by reason: full (a broker-wide bound), quota (the publisher's), topic.",
+                   retained["refused"], "reason")
 
     if queues is not None:
         yield GaugeMetricFamily("brokerd_smqp_pending_messages",
@@ -175,7 +183,8 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
         yield _counter("brokerd_cluster_rejected_total",
                        "Messages read on Redis and dropped before any decoding: not sealed by a node of this "
-                       "cluster, sealed for another channel, replayed or stale, by reason.",
+                       "cluster, sealed for another channel, replayed, stale, or sealed before this node "
+                       "subscribed, by reason.",
                        cluster["rejected"], "reason")
         yield GaugeMetricFamily("brokerd_cluster_shards",
                                 "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",

@@ -92,29 +92,6 @@ def check_operations_settings(settings: Settings) -> None:
         raise ConfigurationError("--admin-token-file and --admin-cert-names need --admin")
 
 
-def warn_if_exposed(settings: Settings, listeners: dict[str, list[str]]) -> None:
-    """Log a warning for open or anonymous SSMP login, or an SMQP guest who may publish or
-    create topics, on a listener the network reaches."""
-    guest = settings.smqp_guest_permissions or ""
-    if "p" in guest or "c" in guest:
-        for description in listeners.get("smqp", ()):
-            if not binds_loopback(description):
-                _log.warn("--smqp {endpoint} is reachable from the network and its guest (no password) may "
-                          "{permissions}: --smqp-guest-permissions {letters}", endpoint=description,
-                          permissions=" and ".join(word for letter, word in (("p", "publish"), ("c", "create topics"))
-                                                   if letter in guest), letters=guest)
-    schemes = [name for name, on in (("open", settings.open_login), ("anonymous", settings.anonymous)) if on]
-    if not schemes:
-        return
-    for description in listeners.get("ssmp", ()):
-        if not binds_loopback(description):
-            _log.warn(
-                "--ssmp {endpoint} is reachable from the network and allows {schemes} login: anyone "
-                "can log in without credentials (bind it to loopback, tcp:PORT:interface=127.0.0.1, "
-                "for trying brokerd out)",
-                endpoint=description, schemes=" and ".join(schemes))
-
-
 class Operations:
     """The operations pieces of one broker, made before its listeners."""
 

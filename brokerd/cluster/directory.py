@@ -271,8 +271,9 @@ class Directory:
 
     ``on_presence(topic, member, joined, presence)`` is called for every remote member that
     joins or leaves a topic (so the Broker tells its presence watchers); ``on_address(ns,
-    address, at, origin)`` when another node's session took an address at time ``at`` (so a
-    local session with it that logged in earlier is replaced).
+    address, at, origin, principal)`` when another node's session of ``principal`` (None: not
+    announced) took an address at time ``at`` (so the Broker decides which of that login and
+    a local one with the address stays).
     """
 
     def __init__(self, on_presence: Any, on_address: Any, on_topics: Any = None) -> None:
@@ -338,7 +339,7 @@ class Directory:
             self.principals[key] = principal
         else:
             self.principals.pop(key, None)
-        self.on_address(namespace, address, at, node.origin)
+        self.on_address(namespace, address, at, node.origin, principal)
 
     def _join(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes, presence: bool) -> None:
         members = node.members.get(topic)

@@ -94,6 +94,7 @@ class RedisEngine:
         max_backlog: int = Settings.cluster_max_backlog,
         heartbeat: float = Settings.cluster_heartbeat,
         node_timeout: float = Settings.cluster_node_timeout,
+        clock_skew: float = Settings.cluster_clock_skew,
         max_control: int = Settings.cluster_max_control,
     ) -> None:
         self.address = address
@@ -111,7 +112,7 @@ class RedisEngine:
         self.max_control = max_control
         """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
-        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout, skew=clock_skew)
         """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
         self.sealer.log = self._rejections
         self.secret_file = secret_file
@@ -447,10 +448,19 @@ class RedisEngine:
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
-    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str) -> None:
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Any) -> None:
+        """Another node's login took an address a local session has: the Broker closes one of
+        the two, the same choice on both nodes (the later login of one principal, the earlier of
+        two).  The one that stays here is announced again, so that every node's directory
+        names this node, whatever order it heard the two logins in."""
         local = self._logins.get((namespace, address))
-        if local is not None and (at, origin) > (local, self.origin):
-            self.broker.replace_address(namespace, address)
+        if local is None:
+            return
+        if self.broker.replace_address(namespace, address, principal, (at, origin) > (local, self.origin)):
+            return
+        session = self.broker.session_for(namespace, address)
+        if session is not None:  # (a name a front end claimed is no session: the last claim is followed)
+            self._announce(control.ATTACH, **control.address_fields(namespace, address, local, session.principal))
 
     def _node_message(self, data: bytes) -> None:
         """A frame on this node's own channel: a unicast, a broadcast or a service's message."""

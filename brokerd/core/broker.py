@@ -127,6 +127,10 @@ class Broker(Service):
         self._sessions: set[ISubscriber] = set()
         self.access = AccessControl(policy)
         self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
+        self.owned_namespaces: set[str] = set()
+        """Namespaces whose addresses belong to the principal whose session has one (MQTT's
+        client identifiers, which a client chooses): a login of another principal takes none
+        over, on this node or another (:meth:`may_take_address`)."""
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
         """Durable subscriptions and pending messages (:meth:`use_durable`); None on a node
@@ -232,13 +236,31 @@ class Broker(Service):
         if self.observer is not None:
             self.observer.session_attached(session)
 
-    def replace_address(self, namespace: str, address: bytes) -> None:
-        """A session on another node logged in with ``address``: the local session that had it
-        is closed, as one node closes the older of two logins."""
+    def may_take_address(self, namespace: str, address: bytes, principal: Principal | None) -> bool:
+        """Whether a login of ``principal`` may take ``address`` over from the session that has
+        it, on this node or (the principal its login was announced with) on another: always,
+        but in an owned namespace only the same principal's.  A front end refuses the login
+        otherwise, and :meth:`replace_address` decides with it which of two logins stays."""
+        if namespace not in self.owned_namespaces:
+            return True
+        holder = self._addresses.get((namespace, address))
+        owner = holder.principal if holder is not None else self.engine.principal_of(namespace, address)
+        return owner is None or owner == principal
+
+    def replace_address(self, namespace: str, address: bytes, principal: Principal | None = None,
+                        later: bool = True) -> bool:
+        """A session on another node logged in with ``address`` as ``principal``, ``later`` (or
+        not) than the local session that has it: whether that one was closed.  The decision is
+        one node's (:meth:`may_take_address`): a login that may take the address over wins if
+        it is the later one, as one node closes the older of two logins; one that may not
+        (another principal's, in an owned namespace) wins only if it is the earlier one, the
+        local login having been accepted before this node heard of it."""
         previous = self._addresses.get((namespace, address))
-        if previous is not None:
-            self.detach(previous)
-            previous.replaced()
+        if previous is None or self.may_take_address(namespace, address, principal) != later:
+            return False
+        self.detach(previous)
+        previous.replaced()
+        return True
 
     def detach(self, session: ISubscriber) -> None:
         """Forget a session: leave every topic (presence watchers are told) and free its

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from brokerd import __version__
-from brokerd.pipeline.localfs import local_path
+from brokerd.pipeline.localfs import COMPACTED_DIR, local_path
 from brokerd.pipeline.timespec import parse_time
 
 DEFAULT_TOP = 100
@@ -98,8 +98,6 @@ def compact_parser(prog: str = "brokerd-report compact") -> argparse.ArgumentPar
 def missing_log(data_dir: str) -> str | None:
     """Why a local ``data_dir`` has nothing to report on (it does not exist, or holds no hour
     of event log, raw or compacted), or None.  Cluster storage is not looked at here."""
-    from brokerd.pipeline.read import COMPACTED_DIR
-
     local = local_path(data_dir)
     if local is None:
         return None

@@ -13,6 +13,11 @@ import re
 import shutil
 from urllib.parse import urlparse
 
+COMPACTED_DIR = "events-compacted"
+"""Where compaction writes a data dir's Parquet hours, beside ``events/``: named here, below
+every module that needs pyarrow, so that the CLI can tell an empty data dir without it."""
+
+
 def local_path(path: str) -> str | None:
     """``path`` on the local filesystem, or None for cluster storage (hdfs://, s3a://, ...)."""
     parsed = urlparse(path)

@@ -32,14 +32,13 @@ import pyarrow.compute as pc
 
 from brokerd.events import schema
 from brokerd.pipeline.arrowjson import parse_files, read_parquet, status_counts
-from brokerd.pipeline.localfs import LocalFS, local_path
+from brokerd.pipeline.localfs import COMPACTED_DIR, LocalFS, local_path
 from brokerd.pipeline.summaries import (
     NAMES, RECORD_COLUMNS, SUMMARY_DIR, SUMMARY_VERSION, merge, record_schema, schemas, summarize_table,
 )
 
 OK = "ok"
 STATUSES = (OK, schema.MALFORMED, schema.UNSUPPORTED_VERSION, schema.INVALID)
-COMPACTED_DIR = "events-compacted"
 MARKER = "_compacted.json"
 TMP_PREFIX = "_tmp-"
 

@@ -1,22 +1,18 @@
 """deploy/: the container's build context holds no key, virtualenv or data file (computed
 from .dockerignore by Docker's rules: no Docker engine here), ``systemd-analyze verify``
-accepts the unit, and the config both use starts a broker."""
+accepts the unit and ``systemd-analyze security`` finds it hardened (test_deployment.py
+runs the config both use)."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-import pytest_twisted
-from twisted.internet import reactor, threads
 
-from brokerd.config import settings_from
-from brokerd.tap import makeService
-from tests.admin.support import http
-from tests.support.broker import REPO, LineClient, free_port
+from tests.support.broker import REPO
 from tests.support.dockerignore import build_context, excluded, read_patterns
-from tests.support.secrets import write_private
 
 DEPLOY = REPO / "deploy"
 
@@ -61,7 +57,8 @@ def test_the_build_context_holds_no_key_venv_or_data_file(tmp_path: Path) -> Non
     # positive control: all pip needs (the package, the plugin, the metadata) and the config
     needed = {name for name in tracked_files() if name.startswith(("brokerd/", "twisted/plugins/"))}
     assert needed <= context, sorted(needed - context)
-    assert {"setup.cfg", "pyproject.toml", "README.md", "deploy/brokerd.toml"} <= context
+    assert {"setup.cfg", "pyproject.toml", "README.md", "deploy/brokerd.toml", "deploy/brokerd.ual",
+            "deploy/socketmq-policy.toml"} <= context
     assert all(is_secret_venv_or_data(path) for path in PLANTED)  # the judge knows them all
     assert not [path for path in context if path.startswith(("tests/", "docs/", "benchmarks/", ".git", "test-artifacts/"))]
     # the real checkout, as it is now (its .venv, test output...), gives no more than that
@@ -129,36 +126,37 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     assert "--config /etc/brokerd/brokerd.toml" in unit and "ReadWritePaths=/var/lib/brokerd" in unit
 
 
-def _talks(ports: dict[str, int], token: str) -> tuple[bytes, int]:
-    ssmp = LineClient.connect(ports["ssmp"])
-    try:
-        answer = ssmp.request("LOGIN x open")  # no open login in a deployment: refused
-    finally:
-        ssmp.close()
-    status = http(ports["admin"], "GET", "/api/status", token=token).status
-    return answer, status
+HARDENING = ("PrivateDevices=true", "ProtectKernelTunables=true", "ProtectKernelModules=true", "ProtectKernelLogs=true",
+             "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "CapabilityBoundingSet=\n",
+             "SystemCallFilter=@system-service", "MemoryMax=", "UMask=0077", "ProtectSystem=strict",
+             "ReadWritePaths=/var/lib/brokerd")
 
 
-@pytest_twisted.inlineCallbacks
-def test_the_deployment_config_starts_a_broker(tmp_path: Path) -> None:
-    text = (DEPLOY / "brokerd.toml").read_text()
-    assert 'CMD ["--config", "/etc/brokerd/brokerd.toml"]' in (DEPLOY / "Dockerfile").read_text()
-    ports = {name: free_port() for name in ("ssmp", "mcchat", "smqp", "socketmq", "admin")}
-    defaults = {"ssmp": 8787, "mcchat": 1502, "smqp": 7720, "socketmq": 8080, "admin": 8081}
-    for name, port in defaults.items():
-        assert f'{name} = "tcp:{port}"' in text
-        text = text.replace(f'{name} = "tcp:{port}"', f'{name} = "tcp:{ports[name]}:interface=127.0.0.1"')
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    write_private(etc / "admin-token", "deploy-token\n")
-    text = text.replace("/etc/brokerd", str(etc)).replace("/var/lib/brokerd", str(tmp_path / "data"))
-    config = tmp_path / "brokerd.toml"
-    config.write_text(text)
-    service = makeService(settings_from({}, str(config)), reactor)
-    service.startService()
-    try:
-        yield service.runtime.resources["factories"]["smqp"].started
-        answer, status = yield threads.deferToThread(_talks, ports, "deploy-token")
-    finally:
-        yield service.stopService()
-    assert answer.startswith(b"401") and status == 200
+def security(root: Path) -> subprocess.CompletedProcess:
+    """``systemd-analyze security`` of the installed unit, offline: fails when its exposure
+    score (0 hardened ... 10 exposed) is above 2."""
+    return subprocess.run(["systemd-analyze", "security", "--offline=true", f"--root={root}", "--threshold=20",
+                           "--no-pager", "brokerd.service"], capture_output=True, text=True, timeout=60)
+
+
+def exposure(checked: subprocess.CompletedProcess) -> float:
+    found = re.search(r"Overall exposure level for brokerd.service: (\d+\.\d)", checked.stdout)
+    assert found, checked.stdout[-500:]
+    return float(found.group(1))
+
+
+def test_the_unit_is_hardened(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+    unit = (DEPLOY / "brokerd.service").read_text()
+    assert [line for line in HARDENING if line not in unit] == []
+    root = _unit_root(tmp_path)
+    checked = security(root)
+    assert checked.returncode == 0 and exposure(checked) < 2.0, checked.stdout[-3000:] + checked.stderr
+    # positive control: the same unit without its sandboxing lines is found exposed
+    plain = [line for line in unit.splitlines(keepends=True)
+             if not line.startswith(("Protect", "Private", "Restrict", "SystemCall", "Capability", "UMask",
+                                     "LockPersonality", "RemoveIPC", "NoNewPrivileges"))]
+    (root / "etc/systemd/system/brokerd.service").write_text("".join(plain))
+    exposed = security(root)
+    assert exposed.returncode != 0 and exposure(exposed) > 8.0, exposed.stdout[-500:]

@@ -52,6 +52,8 @@ NOT_RUN: dict[tuple[str, int], str] = {
                       "broker from deploy/brokerd.toml)",
     ("deploy.md", 1): "docker build/run: no Docker engine in the test environment (tests/deploy checks the "
                       "build context deploy/Dockerfile gets from .dockerignore)",
+    ("deploy.md", 2): "docker compose: no Docker engine in the test environment (tests/deploy/test_compose.py "
+                      "runs the compose file's commands without it)",
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
@@ -236,7 +238,7 @@ def deploy_backup(shell: Shell, blocks: list[list[str]]) -> None:
                          " --smqp-guest-permissions psc")
     wait_for_ports(server, [shell.ports["smqp"]])
     shell.run("brokerd-smqp -p 7720 create /kept")
-    shell.run(blocks[2][0])
+    shell.run(blocks[3][0])
     copies = list((shell.cwd / "var" / "backups" / "brokerd").glob("smqp-*.sqlite3"))
     assert len(copies) == 1, copies
     with sqlite3.connect(copies[0]) as copy:
@@ -368,7 +370,7 @@ RUNNERS: dict[str, tuple[list[int], Callable[[Shell, list[list[str]]], None]]] =
     "admin.md": ([0, 1, 2], admin_commands),
     "mcchat.md": ([0], mcchat_commands),
     "mqtt.md": ([0], mqtt_commands),
-    "deploy.md": ([2], deploy_backup),
+    "deploy.md": ([3], deploy_backup),
     "operations.md": ([0], operations_check_and_daemon),
     "cluster.md": ([0], cluster_recipe),
 }

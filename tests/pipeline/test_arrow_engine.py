@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.pipeline.localfs import usable
 from brokerd.pipeline.arrowjson import NotConvertible
 from brokerd.pipeline.compact import COMPACTED_DIR, compact

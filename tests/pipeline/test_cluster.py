@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.events import schema
 from brokerd.pipeline.report import TABLES, run_report
 from tests.pipeline.brokers import twistd_broker

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.pipeline.compact import COMPACTED_DIR, MARKER, TMP_PREFIX, compact
 from brokerd.pipeline.generate import generate
 from brokerd.pipeline.report import TABLES, run_report

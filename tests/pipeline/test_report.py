@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.events import schema
 from brokerd.pipeline.report import run_report
 from brokerd.pipeline.timespec import parse_time

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.pipeline.compact import compact
 from brokerd.pipeline.report import run_report
 from tests.browser.cdp import Chromium, chromium_or_skip

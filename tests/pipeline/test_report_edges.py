@@ -3,6 +3,7 @@ compaction with nothing to do (which must not start a JVM), and plots that stay 
 (the legend beside the plot, never over a line; an all-zero series on a 0 to 1 axis)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -43,6 +44,7 @@ def test_a_missing_data_dir_or_one_without_a_log_is_one_line_and_non_zero(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="compaction needs pyarrow (the 'pipeline' extra)")
 def test_compact_with_nothing_to_do_starts_no_jvm(tmp_path: Path) -> None:
     data = tmp_path / "data"
     now = datetime.now(timezone.utc)
@@ -99,3 +101,21 @@ def test_the_legend_is_beside_the_plot_and_an_all_zero_series_has_an_axis(matplo
         FigureCanvasAgg(figure).draw()
         assert [label.get_text() for label in axes.get_yticklabels()] == ["0", "1"]
     assert rate_figure(busy, 10).axes[0].get_ylim()[1] >= 29  # positive control: data sets the top
+
+
+def test_without_the_pipeline_extra_the_report_says_what_to_install(tmp_path: Path) -> None:
+    """A data dir with a log, pyarrow hidden (as in a venv with only the ``test`` extra): one
+    line naming the extra, exit 2, no traceback; the missing-dir check still answers first."""
+    hidden = tmp_path / "hidden"
+    (hidden / "pyarrow").mkdir(parents=True)
+    (hidden / "pyarrow" / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    data = tmp_path / "data"
+    (hour_dir(data, datetime.now(timezone.utc) - timedelta(hours=3)) / "x.jsonl").write_text("")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hidden), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-c", ENTRY, "--data-dir", str(data), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "brokerd-report: pyarrow is not installed (pip install 'brokerd[pipeline]')\n"
+    missing = subprocess.run([sys.executable, "-c", ENTRY, "--data-dir", str(tmp_path / "nowhere"), "--out", "o"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and missing.stderr.endswith("no such data dir\n")

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
+
 from brokerd.pipeline import html as report_html
 from brokerd.pipeline.report import run_report
 from tests.pipeline.test_report import H0, S, rec

@@ -25,7 +25,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrec,
     Pubrel,
 )
-from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.topics import server_topic, topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
 
@@ -72,14 +72,22 @@ class Publishing:
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
+        if server_topic(topic):  # 4.7.2: a client may not speak for the server
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID)
+            return
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)])
             return
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, factory.clock.seconds())
-        if packet.retain:
-            factory.sessions.retain(message)
+        if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
+            # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
+            # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED)
+            return
         run = self._run
         if run and run[0][0].target != target:
             self._publish_run()
@@ -113,11 +121,13 @@ class Publishing:
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
-        """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
-        v5 (3.1.1 has no way to refuse: acknowledged and dropped, as Mosquitto does)."""
-        self.factory.forbidden += len(publishes)
-        reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
+        """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
+        topic, 0x97 a retain over quota): counted, and a QoS 1 or 2 one answered ``refusal``
+        in v5 (3.1.1 has no way to refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
+        if refusal != reasons.QUOTA_EXCEEDED:  # a retain over quota is the core's count
+            self.factory.forbidden += len(publishes)
+        reason = refusal if self.version == MQTT_5 else 0
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:

@@ -127,6 +127,9 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         factory = self.factory
         factory.live.pop(self, None)
         session = self.session
+        if session is not None and session.retained_out is not None and session.retained_out.connection is self:
+            session.retained_out.stop()
+            session.retained_out = None
         if session is not None and session.unbind(self):
             if not self._normal_end and self._will is not None:
                 factory.sessions.will_of_lost_connection(session, self._will)
@@ -178,7 +181,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         if not self.closed:
             self.transport.resumeProducing()
             if self.session is not None:
-                self.session.send_queued()
+                self.session.send_queued()  # also resumes the retained messages
 
     def stopProducing(self) -> None:
         self.congested = True

@@ -34,6 +34,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_options,
     subscription_record,
 )
+from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
@@ -50,12 +51,12 @@ class MQTTSessions:
         self.clock = clock
         self.formats = wire_formats(clock.seconds)
         self.by_id: dict[str, MQTTSession] = {}
+        broker.owned_namespaces.add(MQTTSession.protocol)  # a client identifier is its principal's
         self._assigned = 0
         self._incarnations = 0
         self._listeners = 0
         self._sweeping = False
         self._timed = False
-        self.refused_retains = 0
 
     @property
     def durable(self) -> Any:
@@ -79,10 +80,10 @@ class MQTTSessions:
         outlive its connection (above 0: it is stored, on a node with a store);
         ``connection``: the connection that will bind to it (the core's login event names
         its source)."""
+        if not self.broker.may_take_address(MQTTSession.protocol, client_id.encode("utf-8"), principal):
+            return None, False  # a session of another principal has it, here or on another node
         existing = self.by_id.get(client_id)
         if existing is not None:
-            if existing.principal != principal:
-                return None, False
             old = existing.connection
             if old is not None:
                 old.taken_over()
@@ -298,9 +299,10 @@ class MQTTSessions:
         self.publish_will(session, will)
 
     def publish_will(self, session: MQTTSession, will: Will) -> None:
-        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        """Publish a connection's will for it (3.1.2.5), if its principal may (and not to a
+        server topic, which no client publishes to)."""
         target = will.topic.encode("utf-8")
-        if not self.broker.may_publish(session.principal, target):
+        if server_topic(will.topic) or not self.broker.may_publish(session.principal, target):
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
@@ -314,15 +316,14 @@ class MQTTSessions:
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
 
-    def retain(self, message: Message) -> None:
-        """Keep ``message`` as its topic's retained message (the core's, in the store); a
-        retain over the core's limits is dropped and counted."""
+    def retain(self, message: Message) -> bool:
+        """Keep ``message`` as its topic's retained message (the core's, in the store);
+        False when the core refused it (a bound or its publisher's quota: the core counted
+        and logged it), and the topic keeps what it had."""
         try:
             self.broker.retained.retain(message)
         except RetainRefused:
-            self.refused_retains += 1
-
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.broker.retained.matching(topic_filter)
+            return False
+        return True
 
 
