@@ -5,6 +5,8 @@ one list.  The command line wins over the file.
 """
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -209,6 +211,17 @@ class Settings:
     max_auth_queue: int = 64
     """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
     pool; more are refused at once with the protocol's temporary-failure reply."""
+    login_backoff_after: int = 5
+    """Failed password logins (wrong password or secret, unknown account) in a row from one
+    address, or for one account, before the next check of it waits (docs/operations.md)."""
+    login_backoff: float = 1.0
+    """Seconds the first backed-off check waits; each further failure doubles the wait."""
+    login_backoff_max: float = 4.0
+    """The longest wait of a login check; an attempt that would wait longer is refused at once.
+    Below ``login_timeout``, which closes a connection still waiting to log in."""
+    login_backoff_entries: int = 10_000
+    """Addresses (and as many accounts, and address-account pairs that logged in) the login
+    backoff remembers; the least recently used are forgotten first."""
     disk_free_limit: int = 64 << 20
     """Bytes that must stay free where DATA_DIR is: below, publishes that would be stored
     are refused (acknowledgements and deletions still commit) and the event log pauses."""
@@ -248,6 +261,56 @@ class Settings:
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
         return None if self.secret_file is None else read_secret_file(self.secret_file)
+
+
+SECRET_FILES = {
+    "secret_file": "--secret-file",
+    "admin_token_file": "--admin-token-file",
+    "tls_key": "--tls-key",
+    "accounts_file": "--accounts",
+    "cluster_secret_file": "--cluster-secret-file",
+    "cluster_password_file": "--cluster-password-file",
+    "store_password_file": "--store-password-file",
+    "smqp_link_password_file": "--smqp-link-password-file",
+    "socketmq_key": "--socketmq-key",
+}
+"""Settings naming files that hold a secret (a password, a key, a token, password hashes):
+the broker refuses to start when one of them is open to group or others."""
+
+
+def check_private_mode(mode: int, path: Path | str, option: str) -> None:
+    """ConfigurationError (one line naming ``option``) when ``mode`` (a file's ``st_mode``)
+    gives group or others any access: a secret another local user can read is no secret, and
+    one they can write lets them choose it.  The one check every secret file goes through."""
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigurationError(
+            f"{option} {path}: the file must not be accessible to group or others (chmod 600 {path})")
+
+
+def secret_file_problems(settings: Settings) -> list[str]:
+    """One line per secret file the settings name (:data:`SECRET_FILES`) that group or others
+    may access.  A file that cannot be stat'ed is left to the code that reads it, which names
+    the problem."""
+    problems = []
+    values = vars(settings)
+    for attribute, option in SECRET_FILES.items():
+        path = values[attribute]
+        if path is None:
+            continue
+        try:
+            check_private_mode(os.stat(path).st_mode, path, option)
+        except OSError:
+            continue
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def check_secret_files(settings: Settings) -> None:
+    """ConfigurationError for the first of :func:`secret_file_problems`."""
+    problems = secret_file_problems(settings)
+    if problems:
+        raise ConfigurationError(problems[0])
 
 
 def read_secret_file(path: Path) -> bytes:

@@ -26,13 +26,16 @@ from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
+from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import (
     DEFAULT_PORTS,
     PROTOCOLS,
     Runtime,
     Settings,
+    check_secret_files,
     read_first_line,
+    secret_file_problems,
     settings_default,
     settings_from,
 )
@@ -162,6 +165,10 @@ class Options(usage.Options):
         ["max-connections-per-address", None, None, "Connections from one source IP address."],
         ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together."],
         ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running."],
+        ["login-backoff-after", None, None, "Failed password logins in a row from one address or for one account before the next check waits."],
+        ["login-backoff", None, None, "Seconds of the first such wait, doubled with each further failure."],
+        ["login-backoff-max", None, None, "Longest wait of a login check; an attempt that would wait longer is refused at once."],
+        ["login-backoff-entries", None, None, "Addresses, accounts and address-account logins the login backoff remembers."],
         ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
         ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
         ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused."],
@@ -249,10 +256,13 @@ class Options(usage.Options):
             # help text first.
             raise StartupError(f"brokerd: {problems[0]}")
         twistd = getattr(self, "parent", None)
-        if twistd is not None and wants_own_observer(self.settings):
-            if twistd.get("logger") is not None:
+        if twistd is None:
+            return
+        if twistd.get("logger") is not None or twistd.get("syslog"):
+            if wants_own_observer(self.settings):
                 raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
-            twistd["logger"] = choose_log_observer(self.settings, twistd)
+            return  # the operator's own observer
+        twistd["logger"] = choose_log_observer(self.settings, twistd)  # escapes what clients sent
 
 
 def report_check(problems: list[str], warnings: list[str]) -> None:
@@ -387,7 +397,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
     parsed, before twistd daemonizes, so a problem is one line on the terminal.  Without
     ``starting`` (``--check-config``) the data directory is checked without being created and
     every listener's endpoint string is parsed too."""
-    problems = []
+    problems = secret_file_problems(settings)
     for check in STARTUP_CHECKS:
         try:
             check(settings)
@@ -401,7 +411,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
         listeners = _listeners(settings)
         problems += data_dir_problems(settings, listeners, create=False)
         problems += _endpoint_problems(settings, listeners)
-    return problems
+    return list(dict.fromkeys(problems))  # a file two checks read is one problem, said once
 
 
 def _check_tls_files(settings: Settings) -> None:
@@ -544,6 +554,7 @@ def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
+    check_secret_files(settings)  # also for embedders, who call makeService with Settings
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
@@ -570,12 +581,14 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         settings.mqtt_max_retained, settings.mqtt_max_retained_bytes,
         RetainQuotas(settings.mqtt_max_retained_per_principal, settings.mqtt_max_retained_bytes_per_principal),
     )
+    throttle = LoginThrottle.from_settings(settings, reactor)
     portal = build_portal(
         open_login=settings.open_login,
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
         extra_checkers=account_checkers(settings, reactor),
         broker=broker,
+        throttle=throttle,
     )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
@@ -587,6 +600,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
                       "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
                       address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+    runtime.resources["login_throttle"] = throttle  # SMQP's portal shares it: one backoff per address
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log
     if event_log is not None:

@@ -49,7 +49,6 @@ subscription, once, and only until the sender's next frame on the channel is ope
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -60,7 +59,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
-from brokerd.config import Settings
+from brokerd.config import Settings, check_private_mode
 from brokerd.errors import ConfigurationError
 
 VERSION = 1
@@ -122,9 +121,7 @@ def read_secret_file(path: Path | str, option: str = "--cluster-secret-file") ->
             data = handle.read(1 << 16)
     except OSError as exc:
         raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigurationError(
-            f"{option} {path}: the file must not be accessible to group or others (chmod 600 {path})")
+    check_private_mode(mode, path, option)
     lines = [line.strip() for line in data.splitlines() if line.strip()]
     if not lines:
         raise ConfigurationError(f"{option} {path}: the file is empty")
