@@ -17,12 +17,13 @@ owned it.  Refusals are counted by reason and logged at most once per ``log_inte
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import Any
 
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.principal import ANONYMOUS, NOBODY, OPEN, SECRET, SERVICE, Principal
+from brokerd.core.throttled import ThrottledWarning
 
 DEFAULT_MAX_MESSAGES_PER_OWNER = Settings.mqtt_max_retained_per_principal
 """Topics one owner may have a retained message in."""
@@ -60,11 +61,9 @@ class RetainQuotas:
 
     def __init__(self, max_messages: int = DEFAULT_MAX_MESSAGES_PER_OWNER,
                  max_bytes: int = DEFAULT_MAX_BYTES_PER_OWNER, log_interval: float = LOG_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Any = time.monotonic) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
-        self.log_interval = log_interval
-        self._clock = clock
         self._owners: dict[bytes, tuple[Principal | None, int]] = {}
         """topic -> (owner, the bytes its message counts); None: an owner nobody recorded
         (a row stored before owners were), which counts against the broker-wide bounds only."""
@@ -72,8 +71,10 @@ class RetainQuotas:
         """owner -> [topics, bytes]."""
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         """Retains refused since the start, by reason (the metrics show them)."""
-        self._unlogged: dict[str, int] = {}
-        self._logged_at: float | None = None
+        self._warning = ThrottledWarning(
+            self._log, clock, "{count} retain(s) refused (one such line per {interval:.0f} s at most; reasons: full ="
+            " broker-wide bound, quota = the publisher's own, topic = no store can key it), the latest for {reason}:"
+            " {why}", log_interval)
 
     def usage(self, owner: Principal) -> tuple[int, int]:
         """(topics, bytes) ``owner`` holds."""
@@ -127,14 +128,4 @@ class RetainQuotas:
         """One retain refused for ``reason``: counted, and logged unless a line was written
         less than ``log_interval`` ago (that line's successor says how many came between)."""
         self.refused[reason] += 1
-        self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
-        now = self._clock()
-        if self._logged_at is not None and now - self._logged_at < self.log_interval:
-            return
-        self._logged_at = now
-        counts = ", ".join(f"{count} {name}" for name, count in sorted(self._unlogged.items()))
-        self._unlogged = {}
-        self._log.warn("Retained messages refused ({counts}; reasons: full = broker-wide bound,"
-                       " quota = the publisher's own, topic = no store can key it), the last: {why};"
-                       " at most one such line per {interval} s", counts=counts, why=why,
-                       interval=self.log_interval)
+        self._warning.happened(reason=reason, why=why)

@@ -7,6 +7,7 @@ which says how many happened since the last line.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.logger import Logger
@@ -20,8 +21,9 @@ class ThrottledWarning:
     (events since the last line), ``{interval}`` and the fields given to :meth:`happened`."""
 
     def __init__(self, log: Logger, clock: Any, text: str, interval: float = INTERVAL) -> None:
+        """``clock``: an IReactorTime (its ``seconds``), or a function that returns the time."""
         self.log = log
-        self.clock = clock
+        self.now: Callable[[], float] = getattr(clock, "seconds", clock)
         self.text = text
         self.interval = interval
         self.unreported = 0
@@ -30,7 +32,7 @@ class ThrottledWarning:
     def happened(self, count: int = 1, **fields: Any) -> None:
         """``count`` more events; ``fields`` describe the latest."""
         self.unreported += count
-        now = self.clock.seconds()
+        now = self.now()
         if now < self.next_line:
             return
         self.log.warn(self.text, count=self.unreported, interval=self.interval, **fields)

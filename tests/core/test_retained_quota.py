@@ -133,4 +133,4 @@ def test_refusals_are_counted_each_and_logged_once_per_interval(logged):
     now[0] += 61
     with pytest.raises(RetainRefused):
         held.retain(publish(b"a/99", b"x", ALICE))
-    assert len(logged) == 2 and "49 quota" in logged[1]["counts"]
+    assert len(logged) == 2 and logged[1]["count"] == 49 and logged[1]["reason"] == "quota"

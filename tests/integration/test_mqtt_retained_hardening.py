@@ -237,7 +237,7 @@ def test_one_principal_at_its_retained_quota_stops_nobody_else(tmp_path: Path) -
         assert sorted(texts(late.messages_until(b"sentinel"))) == sorted(
             [(f"open/flood/{n}", b"x") for n in range(1, QUOTA)]
             + [("open/flood/0", b"replaced"), ("open/alice", b"alice's"), ("open/sentinel", b"sentinel")])
-        assert broker.log().count("Retained messages refused") == 1, "one line per interval"
+        assert broker.log().count("retain(s) refused") == 1, "one line per interval"
     finally:
         close_clients(made)
         made.clear()
