@@ -86,7 +86,8 @@ def read_share(data: bytes, start: int) -> tuple[int, SharedKey, str, list[Messa
         messages = envelope.decode(body)
     except (struct.error, envelope.EnvelopeError) as exc:
         raise ShareFrameError(f"a damaged share frame: {exc}") from None
-    if not messages or any(m.kind != MULTICAST or m.target != messages[0].target for m in messages):
+    if not messages or not messages[0].target or any(
+            m.kind != MULTICAST or m.target != messages[0].target for m in messages):
         raise ShareFrameError("a share frame whose run is not multicasts to one topic")
     return sequence, (parts[0], parts[1]), origin, messages
 
