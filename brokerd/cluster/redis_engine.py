@@ -368,6 +368,7 @@ class RedisEngine:
             self.broker.durable_resync()
             self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         self._announce(control.BEAT)
+        self.sharing.unanswered(now - self.node_timeout)
         self.sealer.expire()
         self._check_secret()
 

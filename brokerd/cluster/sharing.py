@@ -21,10 +21,13 @@ The choosing node keeps each run it sent until the chosen node answers (at most
 chosen node answers that it has no member to take the run (its last one left meanwhile), or
 is declared dead (its ``bye``, or ``--cluster-node-timeout`` of silence, whereupon its groups
 leave the directory too), the run is placed again among the other nodes, this one included:
-a run the chosen node never took is not lost while some member is left in the cluster.  What
-is still lost: a run a node handed to its member before the node died, if the member's client
-had not received it (MQTT's in-flight messages of a live session die with it); and the runs
-this node kept for others if this node dies (as everything it had not yet written to Redis).
+a run the chosen node never took is not lost while some member is left in the cluster.  A run
+not answered within the node timeout although its node lives (Redis lost it, or the answer,
+during a short outage) is placed again too, possibly on the same node: then a member may get
+it twice.  A run is sent at most MAX_SENDS times.  What is still lost: a run a node handed to
+its member before the node died, if the member's client had not received it (MQTT's in-flight
+messages of a live session die with it); and the runs this node kept for others if this node
+dies (as everything it had not yet written to Redis).
 
 Frames on a node's channel (brokerd.cluster.frames' layout: a length byte and the name):
 
@@ -110,16 +113,25 @@ def read_done(data: bytes, start: int) -> tuple[str, list[tuple[int, bool]]]:
     return origin.hex(), [(seq, flag == 1) for seq, flag in _DONE.iter_unpack(data[body:])]
 
 
+MAX_SENDS = 4
+"""Times one run is sent at most (placed again after a refusal, a death, or no answer within
+the node timeout); then it is lost and counted."""
+
+
 class _Sent:
     """A run sent to another node for a group, kept until that node answers."""
 
-    __slots__ = ("key", "messages", "origin", "tried")
+    __slots__ = ("at", "key", "messages", "origin", "refused", "sends")
 
-    def __init__(self, key: SharedKey, messages: list[Message], origin: str) -> None:
+    def __init__(self, key: SharedKey, messages: list[Message], origin: str, at: float) -> None:
         self.key = key
         self.messages = messages
         self.origin = origin
-        self.tried = {origin}
+        self.at = at
+        """When it was last sent (the reactor's clock)."""
+        self.refused: set[str] = set()
+        """Nodes that had no member to take it, or died: not chosen again for it."""
+        self.sends = 1
 
 
 class SharedPlacement:
@@ -188,12 +200,14 @@ class SharedPlacement:
 
     def _send(self, origin: str, key: SharedKey, messages: list[Message], kept: _Sent | None = None) -> None:
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+        now = self.engine.reactor.seconds()
         if kept is not None:
             kept.origin = origin
-            kept.tried.add(origin)
+            kept.at = now
+            kept.sends += 1
             self._sent[self._sequence] = kept
         elif self._kept + len(messages) <= self.max_pending:
-            self._sent[self._sequence] = _Sent(key, messages, origin)
+            self._sent[self._sequence] = _Sent(key, messages, origin, now)
             self._kept += len(messages)
         else:
             self.stats["unkept"] += len(messages)
@@ -201,12 +215,15 @@ class SharedPlacement:
         self.engine.queue_frame(origin, share_frame(self.engine.instance, self._sequence, key, messages))
 
     def _place_again(self, sent: _Sent) -> None:
-        """The node a kept run went to did not take it: choose among the nodes not tried
-        yet (this one included); lost (counted) when no member is left."""
+        """The node a kept run went to did not take it: choose among the nodes that did not
+        refuse it (this one included); lost (counted) when no member is left, or the run was
+        sent MAX_SENDS times."""
         count = len(sent.messages)
         self._kept -= count
         try:
-            origin = self._choose(sent.key, sent.tried)
+            if sent.sends >= MAX_SENDS:
+                raise LookupError(sent.key)
+            origin = self._choose(sent.key, sent.refused)
         except LookupError:
             self.stats["lost"] += count
             return
@@ -228,11 +245,22 @@ class SharedPlacement:
             if taken:
                 self._kept -= len(sent.messages)
             else:
+                sent.refused.add(origin)
                 self._place_again(sent)
 
     def node_gone(self, origin: str) -> None:
         """Node ``origin`` left the cluster: every run kept for it goes to another member."""
         for sequence in [seq for seq, sent in self._sent.items() if sent.origin == origin]:
+            sent = self._sent.pop(sequence)
+            sent.refused.add(origin)
+            self._place_again(sent)
+
+    def unanswered(self, before: float) -> None:
+        """Place again every run sent before ``before`` (the reactor's clock) and not answered:
+        it or its answer was lost on the way (Redis was away for a moment, shorter than the
+        node timeout).  The same node may be chosen again; if it had taken the run, its member
+        gets it twice (at least once, for a run Redis lost once)."""
+        for sequence in [seq for seq, sent in self._sent.items() if sent.at < before]:
             self._place_again(self._sent.pop(sequence))
 
     # ------------------------------------------------------------------ serving

@@ -174,6 +174,25 @@ def test_a_run_kept_for_a_dead_node_goes_to_a_member_here_and_answers_forget_it(
     assert node.engine.sharing.pending == 0 and node.engine.sharing.stats["lost"] == 0
 
 
+def test_a_run_left_unanswered_past_the_node_timeout_is_sent_again_a_bounded_number_of_times() -> None:
+    node = Node()
+    node.announce(TWO, 1)
+    clock = node.engine.reactor
+    node.broker.publish(job(b"lost-by-redis"))
+    [(origin, first, _payloads)] = node.sent()
+    node.engine.sharing.unanswered(clock.seconds())  # sent at this instant: not before it
+    assert node.sent() == []
+    for attempt in range(sharing.MAX_SENDS - 1):
+        clock.advance(1)
+        node.engine.sharing.unanswered(clock.seconds())
+        [(again, sequence, payloads)] = node.sent()
+        assert again == TWO and payloads == [b"lost-by-redis"] and sequence != first
+    assert node.engine.sharing.stats["placed_again"] == sharing.MAX_SENDS - 1
+    clock.advance(1)
+    node.engine.sharing.unanswered(clock.seconds())
+    assert node.sent() == [] and node.engine.sharing.stats["lost"] == 1 and node.engine.sharing.pending == 0
+
+
 def test_past_the_pending_bound_runs_are_sent_unkept_and_counted() -> None:
     node = Node(max_pending=3)
     node.announce(TWO, 1)
