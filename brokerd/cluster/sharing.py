@@ -53,6 +53,9 @@ _U16 = struct.Struct(">H")
 _DONE = struct.Struct(">IB")
 MAX_DONE = 0xFFFF
 """Answers one done frame carries at most (more leave in the next frame)."""
+MAX_TURNS = 4096
+"""Groups whose turn is remembered at most; past it the turns start again from the first
+node (groups come and go: their count stays bounded)."""
 
 
 class ShareFrameError(ValueError):
@@ -190,8 +193,11 @@ class SharedPlacement:
         total = sum(count for _origin, count in nodes)
         if not total:
             raise LookupError(key)
-        turn = self._turns.get(key, 0) % total
-        self._turns[key] = turn + 1
+        turns = self._turns
+        turn = turns.get(key, 0) % total
+        if len(turns) >= MAX_TURNS and key not in turns:
+            turns.clear()
+        turns[key] = turn + 1
         for origin, count in nodes:
             if turn < count:
                 return origin
