@@ -481,7 +481,8 @@ class RedisEngine:
             self._announce(control.ATTACH, **control.address_fields(namespace, address, local, session.principal))
 
     def _node_message(self, data: bytes) -> None:
-        """A frame on this node's own channel: a unicast, a broadcast or a service's message."""
+        """A frame on this node's own channel: a unicast, a broadcast, a service's message, or a
+        shared group's run or answers (brokerd.cluster.sharing)."""
         try:
             name, start = frames.kind(data)
             if name in sharing.NAMES:
