@@ -520,8 +520,7 @@ class RedisEngine:
         sent (brokerd.cluster.sharing); a damaged one is dropped and counted."""
         try:
             if name == sharing.SHARE:
-                self.sharing.received(data, start)
-                self.stats.messages_received += 1
+                self.stats.messages_received += self.sharing.received(data, start)
                 self._schedule()
             else:
                 self.sharing.answered(data, start)

@@ -271,13 +271,15 @@ class SharedPlacement:
 
     # ------------------------------------------------------------------ serving
 
-    def received(self, data: bytes, start: int) -> None:
-        """A share frame: hand the run to one local member of the group, answer at the flush."""
+    def received(self, data: bytes, start: int) -> int:
+        """A share frame: hand the run to one local member of the group, answer at the flush;
+        returns the run's messages."""
         sequence, key, origin, messages = read_share(data, start)
         taken = self.engine.broker.deliver_shared(key, messages)
         if taken:
             self.stats["served"] += len(messages)
         self._answers.setdefault(origin, []).append((sequence, taken))
+        return len(messages)
 
     def answers(self) -> list[tuple[str, bytes]]:
         """This turn's done frames, (node, frame), for the flush."""

@@ -35,10 +35,10 @@ from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscri
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 _SYSTEM = SYSTEM_TOPICS[:1]
+"""A topic starting with this may be a system topic: checked even without a policy."""
 _NO_GROUPS: frozenset[tuple[bytes, bytes]] = frozenset()
 """What a node of a cluster serves of the shared groups for a run another node accepted: none
 (the publishing node sends each group's share to the node it chose, :meth:`Broker.deliver_shared`)."""
-"""A topic starting with this may be a system topic: checked even without a policy."""
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
