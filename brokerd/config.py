@@ -243,6 +243,10 @@ class Settings:
     cluster_max_control: int = 16 << 20
     """Bytes one control message from another node may have (a node's whole state, sent when
     a node says hello, is the largest); a longer one is refused unread and counted."""
+    cluster_max_shared_pending: int = 100_000
+    """Messages this node sent to another node's member of a shared group and keeps until
+    that node answers it took them (to give them to another member if it dies); beyond,
+    they are sent without being kept, and counted."""
     cluster_heartbeat: float = 5.0
     """Seconds between this node's heartbeats to the others."""
     cluster_node_timeout: float = 15.0

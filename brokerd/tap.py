@@ -180,6 +180,7 @@ class Options(usage.Options):
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped."],
         ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
+        ["cluster-max-shared-pending", None, None, "Messages sent to another node's shared-group member and kept until it answers; beyond, sent unkept."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
         ["cluster-clock-skew", None, None, "Seconds the nodes' clocks may disagree: frames sealed longer before a node subscribed are refused."],
@@ -539,7 +540,8 @@ def cluster_engine(settings: Settings, reactor):
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
-                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control)
+                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control,
+                       max_shared_pending=settings.cluster_max_shared_pending)
 
 
 def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:

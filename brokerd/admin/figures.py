@@ -159,6 +159,7 @@ class Figures:
         figures["node"] = engine.node_name
         figures["nodes"] = 1 + len(engine.directory.nodes)
         figures["rejected"] = dict(engine.sealer.rejected)
+        figures["shared"] = dict(engine.sharing.stats, pending=engine.sharing.pending)
         return figures
 
     def _mqtt(self) -> dict[str, Any] | None:

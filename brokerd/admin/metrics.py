@@ -202,6 +202,15 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield CounterMetricFamily("brokerd_cluster_redirects_total",
                                   "Redis Cluster redirections followed (MOVED, ASK, a slot's subscriptions moved).",
                                   value=cluster["redirects"])
+        shared = dict(cluster["shared"])
+        yield GaugeMetricFamily("brokerd_cluster_shared_pending",
+                                "Messages sent to shared groups' members on other nodes, kept until those nodes answer.",
+                                value=shared.pop("pending"))
+        yield _counter("brokerd_cluster_shared_messages_total",
+                       "Messages of shared groups between nodes: sent to another node's member, served here for "
+                       "another node, placed again after a node died or had no member left, lost (no member left "
+                       "anywhere), sent unkept (past --cluster-max-shared-pending).",
+                       shared, "outcome")
 
     yield _gauge("brokerd_thread_pool_queue", "Work waiting for a thread, by pool.",
                  snapshot["thread_pools"], "pool")

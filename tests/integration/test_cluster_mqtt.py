@@ -48,12 +48,14 @@ async def mqtt(node: Node, client_id: str, messages: Waiter | None = None, tag: 
     return client
 
 
-def until_filter_known(publisher: Node, topic: bytes) -> Deferred:
-    """Fires once ``publisher`` knows another node has a filter matching ``topic``."""
+def until_filter_known(publisher: Node, topic: bytes, shared: bool = False) -> Deferred:
+    """Fires once ``publisher`` knows another node has a filter (``shared``: a shared group's
+    member) matching ``topic``."""
     done: Waiter = Waiter()
+    directory = publisher.engine.directory
 
     def poll() -> None:
-        if publisher.engine.directory.filter_nodes(topic):
+        if (directory.shared_groups if shared else directory.filter_nodes)(topic):
             done(True)
         else:
             reactor().callLater(0.02, poll)
@@ -76,7 +78,7 @@ async def test_a_filter_on_one_node_gets_every_protocol_s_publishes_on_the_other
             worker = await mqtt(one, f"worker{index}", jobs, tag=index)
             await worker.subscribe([("$share/pool/jobs/#", 0)]).addTimeout(TIMEOUT, reactor())
         await until_filter_known(two, b"sensors/kitchen/temp").addTimeout(TIMEOUT, reactor())
-        await until_filter_known(two, b"jobs/a").addTimeout(TIMEOUT, reactor())
+        await until_filter_known(two, b"jobs/a", shared=True).addTimeout(TIMEOUT, reactor())
 
         publisher = await mqtt(two, "pub")
         await publisher.publish("sensors/kitchen/temp", b"21", qos=1).addTimeout(TIMEOUT, reactor())
