@@ -56,6 +56,8 @@ def wait_for_log(broker: RunningBroker, text: str, start: int = 0) -> None:
 
 
 UP = "MQTT bridge cloud (tcp:127.0.0.1:{port}) is up"
+ANONYMOUS_SESSIONS = ("--mqtt-anonymous-sessions", "4")
+"""brokerd keeps no persistent session for an anonymous client unless told to (the tests' keepers)."""
 
 
 def start_bridged(tmp_path: Path, mosquitto: Mosquitto, protocol: str, *topics: str, extra: str = "") -> RunningBroker:
@@ -321,7 +323,7 @@ def test_what_mosquitto_kept_for_the_bridge_while_brokerd_was_killed_arrives(tmp
     home = tmp_path / "brokerd"
     home.mkdir()
     config = bridge_config(home / "brokerd.toml", mosquitto, "mqttv5", "in/# in 1")
-    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    broker = start_broker(home, "--config", str(config), *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
     wait_for_log(broker, UP.format(port=mosquitto.port))
     keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
     remote = MQTTClient(mosquitto.port, MQTTv5, "remote-publisher")
@@ -333,7 +335,7 @@ def test_what_mosquitto_kept_for_the_bridge_while_brokerd_was_killed_arrives(tmp
         for payload in sent:
             remote.publish("in/x", payload, qos=1)  # mosquitto keeps them for the bridge's session
 
-        broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+        broker = start_broker(home, "--config", str(config), *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
         wait_for_log(broker, UP.format(port=mosquitto.port))
         keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
         assert until(keeper, sent[-1]) == [("in/x", payload) for payload in sent]
@@ -351,7 +353,7 @@ def test_a_message_brokerd_could_not_store_is_not_acknowledged_and_comes_again(t
     home = tmp_path / "brokerd"
     home.mkdir()
     config = bridge_config(home / "brokerd.toml", mosquitto, "mqttv5", "in/# in 1")
-    broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+    broker = start_broker(home, "--config", str(config), *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
     remote = MQTTClient(mosquitto.port, MQTTv5, "remote-publisher")
     keeper = None
     try:
@@ -361,14 +363,15 @@ def test_a_message_brokerd_could_not_store_is_not_acknowledged_and_comes_again(t
         keeper.disconnect()
         broker.stop()
 
-        broker = start_broker(home, "--config", str(config), "--disk-free-limit", str(1 << 62), listeners=MQTT_LISTENER)
+        broker = start_broker(home, "--config", str(config), "--disk-free-limit", str(1 << 62), *ANONYMOUS_SESSIONS,
+                              listeners=MQTT_LISTENER)
         wait_for_log(broker, UP.format(port=mosquitto.port))
         remote.publish("in/x", b"held", qos=1)
         wait_for_log(broker, "failed (the disk is nearly full; the message was not stored); the connection is "
                              "dropped unanswered")
         broker.stop()
 
-        broker = start_broker(home, "--config", str(config), listeners=MQTT_LISTENER)
+        broker = start_broker(home, "--config", str(config), *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
         wait_for_log(broker, UP.format(port=mosquitto.port))
         keeper = MQTTClient(broker.ports["mqtt"], MQTTv311, "keeper", clean=False)
         assert until(keeper, b"held") == [("in/x", b"held")]
@@ -384,7 +387,8 @@ def test_a_311_bridge_to_a_broker_that_refuses_the_bridge_flag_connects_without_
     """brokerd's own MQTT server answers protocol level 0x84 with return code 1: a 3.1.1
     bridge to it tries once more without the flag, and carries messages."""
     (tmp_path / "other").mkdir()
-    other = start_broker(tmp_path / "other", listeners=MQTT_LISTENER)
+    # the bridge logs in there anonymously with a persistent session
+    other = start_broker(tmp_path / "other", *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
     home = tmp_path / "brokerd"
     home.mkdir()
     config = home / "brokerd.toml"

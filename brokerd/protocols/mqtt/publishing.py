@@ -25,7 +25,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrec,
     Pubrel,
 )
-from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.topics import server_topic, topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
 
@@ -66,20 +66,28 @@ class Publishing:
             self._publish_run()
             self._acknowledge([Pubrec(packet_id)], None)  # a resent one: answered, not published again
             return
-        if qos and self._run_acks and self._unacknowledged + self._run_acks >= settings.mqtt_max_inflight:
+        if qos and self._run_acks and self._receiving() >= settings.mqtt_max_inflight:
             self._publish_run()  # answered now, unless they wait for the store
-        if qos and self._unacknowledged >= settings.mqtt_max_inflight:
+        if qos and self._receiving() >= settings.mqtt_max_inflight:
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
+        if server_topic(topic):  # 4.7.2: a client may not speak for the server
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID)
+            return
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)])
             return
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, factory.clock.seconds())
-        if packet.retain:
-            factory.sessions.retain(message)
+        if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
+            # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
+            # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED)
+            return
         run = self._run
         if run and run[0][0].target != target:
             self._publish_run()
@@ -88,6 +96,13 @@ class Publishing:
             if qos == 2:
                 session.received_qos2.add(packet_id)
         self._run.append((message, qos, packet_id))
+
+    def _receiving(self) -> int:
+        """QoS 1 and 2 PUBLISHes of this connection whose flow is not over (4.9): not yet
+        answered (routed or not), or answered PUBREC and waiting for their PUBREL.  The
+        Receive Maximum this server announces bounds it (3.3.4: DISCONNECT 0x93 past it); a
+        3.1.1 client, which is told no limit, is closed past the same one."""
+        return self._unacknowledged + self._run_acks + len(self._releasing)
 
     def _publish_run(self) -> None:
         """Route the run (one topic), store it for durable subscribers, and answer its QoS 1
@@ -113,11 +128,13 @@ class Publishing:
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
-        """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
-        v5 (3.1.1 has no way to refuse: acknowledged and dropped, as Mosquitto does)."""
-        self.factory.forbidden += len(publishes)
-        reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
+        """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
+        topic, 0x97 a retain over quota): counted, and a QoS 1 or 2 one answered ``refusal``
+        in v5 (3.1.1 has no way to refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
+        if refusal != reasons.QUOTA_EXCEEDED:  # a retain over quota is the core's count
+            self.factory.forbidden += len(publishes)
+        reason = refusal if self.version == MQTT_5 else 0
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:
@@ -134,7 +151,7 @@ class Publishing:
         storing them for durable subscribers) fired; messages that could not be stored are
         answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
         has no way to say so)."""
-        entries = [[kept is None, encode(ack, self.version)] for ack in acks]
+        entries = [[kept is None, encode(ack, self.version), _released_by_pubrel(ack)] for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)
         if kept is None:
@@ -157,6 +174,7 @@ class Publishing:
             for entry, ack in zip(entries, acks):
                 ack.reason_code = reason
                 entry[1] = encode(ack, MQTT_5)
+                entry[2] = None
                 if isinstance(ack, Pubrec) and self.session is not None:
                     self.session.received_qos2.discard(ack.packet_id)
             stored(None)
@@ -167,8 +185,11 @@ class Publishing:
         acks = self._acks
         ready = []
         while acks and acks[0][0]:
-            ready.append(acks.popleft()[1])
+            _ready, data, released_by = acks.popleft()
+            ready.append(data)
             self._unacknowledged -= 1
+            if released_by is not None:
+                self._releasing.add(released_by)
         if ready and not self.closed:
             self.transport.write(b"".join(ready))
 
@@ -193,5 +214,14 @@ class Publishing:
         session = self.session
         found = packet.packet_id in session.received_qos2
         session.received_qos2.discard(packet.packet_id)
+        self._releasing.discard(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
         self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
+
+
+def _released_by_pubrel(ack: Puback | Pubrec) -> int | None:
+    """The Packet Identifier whose flow goes on after ``ack`` is written until the client's
+    PUBREL: a PUBREC that accepted the message; None for one that ends the flow."""
+    if isinstance(ack, Pubrec) and ack.reason_code < 0x80:
+        return ack.packet_id
+    return None

@@ -111,6 +111,9 @@ class MQTTSession:
         durable session): their messages come through :attr:`stored`, never live."""
         self.stored: Any = None
         """The StoredDeliveries while a connection is bound to a durable session."""
+        self.retained_out: Any = None
+        """The RetainedDelivery (:mod:`.retaining`) of the bound connection's subscriptions,
+        told when the window frees."""
         self._plain = True
 
     # ------------------------------------------------------------------ subscriptions
@@ -358,6 +361,8 @@ class MQTTSession:
             self._send_numbered(item.frame, qos, retain)
         if self.stored is not None:
             self.stored.pump()
+        if self.retained_out is not None:
+            self.retained_out.resume()
 
     def resend_inflight(self) -> list[bytes]:
         """On a resumed session: the unacknowledged PUBLISHes again (DUP set) and the
