@@ -43,6 +43,8 @@ from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
 from brokerd.protocols.flow import after_read
+from brokerd.protocols.onion.control import TorControl, check_tor_settings
+from brokerd.protocols.onion.listener import onion_listen_endpoint
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
@@ -106,6 +108,10 @@ class Options(usage.Options):
         ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again."],
         ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash."],
         ["smqp-trash-retention", None, None, "SMQP: seconds a message stays in a Trash."],
+        ["tor-control", None, None, "Control port of a running tor for onion: listeners (unix:PATH, tcp:127.0.0.1:9051) [launch a tor]."],
+        ["tor-config", None, None, "torrc of the tor brokerd launches for onion: listeners [Tor's defaults]."],
+        ["tor-timeout", None, None, "Seconds to reach or launch tor and publish an onion service."],
+        ["onion-client-auth", None, None, "Directory of NAME.auth client keys: only they reach onion: listeners [anyone]."],
         ["socketmq-policy", None, None, "socket.mq policy file (TOML): OpenPGP security, key ring, allow rules."],
         ["socketmq-key", None, None, "socket.mq server OpenPGP key [DATA_DIR/socketmq/server-key.asc]."],
         ["config", None, None, "Read settings from this TOML file (the command line wins)."],
@@ -345,7 +351,10 @@ def _address_text(address: Any) -> str:
     return str(address)
 
 
-def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str):
+def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str, tor: TorControl | None = None):
+    """The server endpoint of one listener; ``tor`` publishes ``onion:`` ones (docs/tor.md)."""
+    if description.startswith("onion:") and tor is not None:
+        return onion_listen_endpoint(reactor, description, option, tor, tls)
     if description.startswith("tls:"):
         if tls is None:
             raise ConfigurationError(f"--{option} {description}: a tls: listener needs --tls-cert and --tls-key")
@@ -436,9 +445,10 @@ def _endpoint_problems(settings: Settings, listeners: dict[str, list[str]]) -> l
     if settings.admin is not None:
         named.append(("admin", settings.admin))
     problems = []
+    tor = TorControl(settings, reactor)  # never started: the onion endpoints are only parsed
     for option, description in named:
         try:
-            _listen_endpoint(reactor, description, tls, option)
+            _listen_endpoint(reactor, description, tls, option, tor)
         except ConfigurationError as exc:
             problems.append(str(exc))
     return problems
@@ -451,6 +461,7 @@ STARTUP_CHECKS = (
     _check_store,
     _check_front_ends,
     _check_cluster,
+    check_tor_settings,
 )
 """The start-up checks of :func:`startup_problems`, in order: each raises ConfigurationError
 with one line."""
@@ -695,6 +706,10 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
                   "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
     warn_if_exposed(settings, listeners)
+    tor = None
+    if any(d.startswith("onion:") for descriptions in listeners.values() for d in descriptions):
+        tor = runtime.resources["tor"] = TorControl(settings, reactor)
+        tor.setServiceParent(top)  # before the listeners: it stops after their services are removed
     for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:
@@ -705,7 +720,7 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
         if mount is not None:
             mount(runtime, factory)
         for description in descriptions:
-            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
+            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol, tor)
             counted = operations.counted(protocol, factory)
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)

@@ -127,6 +127,7 @@ class Figures:
             "store": self._store(),
             "smqp_links": self._smqp_links(),
             "cluster": self._cluster(),
+            "onion_services": self._onion_services(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -143,6 +144,11 @@ class Figures:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
         links = self.runtime.resources.get("smqp_links")
         return links.status() if links is not None else []
+
+    def _onion_services(self) -> list[dict[str, Any]]:
+        """The onion listeners' addresses (brokerd.protocols.onion), as Tor published them."""
+        tor = self.runtime.resources.get("tor")
+        return tor.status() if tor is not None else []
 
     def _cluster(self) -> dict[str, Any] | None:
         """The cluster engine's figures; None for a single node."""

@@ -345,3 +345,78 @@ def tor_network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorNetwork
         yield network
     finally:
         network.stop()
+
+
+def socks_connect(socks_port: int, host: str, port: int, timeout: float = 60.0) -> socket.socket:
+    """A TCP connection to ``host:port`` through a tor's SOCKS port (SOCKS5, the name given to
+    tor to resolve: an onion address never leaves tor).  ConnectionRefusedError carrying
+    SOCKS5's reply code when tor cannot connect (0xF5: no such service, 0xF6: a client
+    authorization is missing)."""
+    sock = socket.create_connection(("127.0.0.1", socks_port), timeout=timeout)
+    try:
+        sock.sendall(b"\x05\x01\x00")
+        assert _read_exactly(sock, 2) == b"\x05\x00", "the SOCKS port refused no-authentication"
+        name = host.encode("ascii")
+        sock.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
+        reply = _read_exactly(sock, 4)
+        if reply[1] != 0:
+            raise ConnectionRefusedError(reply[1], f"SOCKS5 reply {reply[1]:#x} for {host}:{port}")
+        address_length = {1: 4, 4: 16}.get(reply[3]) or _read_exactly(sock, 1)[0]
+        _read_exactly(sock, address_length + 2)  # the bound address and port: unused
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("the SOCKS port closed the connection")
+        data += chunk
+    return data
+
+
+@dataclass
+class OnionBroker:
+    """A ``twistd brokerd`` whose listeners are onion services: ``addresses`` maps each
+    protocol to the (onion address, port) its start-up log names."""
+
+    process: subprocess.Popen
+    data_dir: Path
+    log_path: Path
+    addresses: dict[str, tuple[str, int]]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        return processes.stop(self.process)
+
+
+_LISTENING = re.compile(r"(\S+) listening on ([a-z2-7]{56}\.onion):(\d+) \(--([a-z]+) ")
+
+
+def start_onion_broker(directory: Path, *options: str, listeners: dict[str, str],
+                       timeout: float = BOOTSTRAP_TIMEOUT) -> OnionBroker:
+    """Start ``twistd brokerd`` with ``listeners`` (protocol -> endpoint string) and return
+    once every one of them logged its onion address (its descriptor is then published)."""
+    from tests.support.broker import twistd
+
+    directory.mkdir(parents=True, exist_ok=True)
+    args = [*twistd(), "--data-dir", str(directory / "data"), *options]
+    for protocol, description in listeners.items():
+        args += [f"--{protocol}", description]
+    log_path = directory / "broker.log"
+    process = processes.spawn(args, log_path)
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {match[3]: (match[1], int(match[2])) for match in _LISTENING.findall(log_path.read_text(errors="replace"))}
+        if set(found) >= set(listeners):
+            return OnionBroker(process, directory / "data", log_path, found)
+        if process.poll() is not None or time.monotonic() > deadline:
+            processes.stop(process)
+            raise AssertionError(f"brokerd did not publish {sorted(listeners)}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.1)  # polling the log file, bounded by the deadline
