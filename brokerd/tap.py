@@ -298,13 +298,22 @@ class ListenerService(StreamServerEndpointService):
     def privilegedStartService(self) -> None:
         self.running_port = None
         failures: list = []
+        starting = [True]
+
+        def failed(failure) -> None:
+            # At once (a port in use): one line and exit status 1.  Later (an onion
+            # service Tor could not publish): a critical line, and the broker stops.
+            if starting[0]:
+                failures.append(failure)
+            else:
+                self._failed_later(failure)
+
         d: Deferred = self.endpoint.listen(self.listening_factory)
-        d.addCallbacks(self._listening, failures.append)
+        d.addCallbacks(self._listening, failed)
+        starting[0] = False
         self._waitingForPort = d
         if failures:
             raise ListenFailed(self._failure_line(failures[0]))
-        if self._waitingForPort is d and not d.called:
-            d.addErrback(self._failed_later)
 
     def startService(self) -> None:
         self.running = True

@@ -33,10 +33,10 @@ def client_endpoint(
     unknown; :class:`~brokerd.errors.ConfigurationError` for unreadable certificate files.
     brokerd.auth.tls (and with it OpenSSL) is imported only for TLS.
     """
-    from twisted.internet.endpoints import clientFromString, wrapClientTLS
+    from twisted.internet.endpoints import wrapClientTLS
 
     try:
-        endpoint = clientFromString(reactor, description)
+        endpoint = client_from_string(reactor, description)
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
     if not tls:
@@ -50,14 +50,48 @@ def client_endpoint(
     return wrapClientTLS(client_context(hostname, ca, cert, key), endpoint)
 
 
+TOR_USAGE = "tor:HOST:PORT[:socksPort=N][:socksHostname=ADDRESS]"
+
+
+def client_from_string(reactor: Any, description: str) -> IStreamClientEndpoint:
+    """Twisted's ``clientFromString``, except for ``tor:HOST:PORT[:socksPort=N]`` (a
+    connection through Tor's SOCKS port, an onion address included): txtorcon's own parser
+    needs ``socksHostname`` beside ``socksPort``; here it defaults to 127.0.0.1, and without
+    ``socksPort`` txtorcon tries 9050 then 9150 (a system tor, then Tor Browser's)."""
+    from twisted.internet.endpoints import clientFromString
+
+    if description.split(":", 1)[0].lower() != "tor":
+        return clientFromString(reactor, description)
+    from brokerd.auth.tls import split_escaped
+
+    positional, named = [], {}
+    for field in split_escaped(description)[1:]:
+        name, equals, value = field.partition("=")
+        if equals:
+            named[name] = value
+        else:
+            positional.append(field)
+    host = named.pop("host", positional[0] if positional else "")
+    port = named.pop("port", positional[1] if len(positional) > 1 else "")
+    socks_port = named.pop("socksPort", None)
+    socks_host = named.pop("socksHostname", "127.0.0.1")
+    if not host or not port.isdigit() or named or len(positional) > 2 or (socks_port and not socks_port.isdigit()):
+        raise ValueError(f"expected {TOR_USAGE}")
+    from twisted.internet.endpoints import TCP4ClientEndpoint
+    from txtorcon import TorClientEndpoint
+
+    socks = TCP4ClientEndpoint(reactor, socks_host, int(socks_port)) if socks_port else None
+    return TorClientEndpoint(host, int(port), socks_endpoint=socks)
+
+
 def endpoint_host(description: str) -> str | None:
-    """The host named by a ``tcp:`` client endpoint string (positional or ``host=``), else
+    """The host named by a ``tcp:`` (or ``tor:``) client endpoint string (positional or ``host=``), else
     None: the name TLS should verify when nobody gave one."""
     # Imported here: splitting a string should not load OpenSSL for a plain-TCP client.
     from brokerd.auth.tls import split_escaped
 
     fields = split_escaped(description)
-    if fields[0] not in ("tcp", "tcp6") or len(fields) < 2:
+    if fields[0] not in ("tcp", "tcp6", "tor") or len(fields) < 2:
         return None
     positional = []
     for field in fields[1:]:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, inlineCallbacks, succeed
+from twisted.internet.error import ConnectError
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from brokerd.config import Settings
@@ -96,6 +98,9 @@ class TorControl(Service):
         data_directory = Path(self.settings.data_dir) / "tor"
         config = txtorcon.TorConfig()
         options = torrc_options(self.settings.tor_config) if self.settings.tor_config is not None else {}
+        # txtorcon learns that tor is ready from its stdout: tor logs there too, whatever else.
+        log = next((name for name in options if name.lower() == "log"), "Log")
+        options[log] = [*options.get(log, []), "notice stdout"]
         for name, values in options.items():
             setattr(config, name, values if len(values) > 1 else values[0])
         # No SOCKS port unless the torrc asks for one: this tor publishes services.
@@ -103,8 +108,30 @@ class TorControl(Service):
         _log.info("Tor: launching tor (data directory {directory}, options from {torrc})",
                   directory=str(data_directory), torrc=str(self.settings.tor_config or "Tor's defaults"))
         self._launched = True
-        return txtorcon.launch(self.reactor, data_directory=str(data_directory), socks_port=socks, timeout=timeout,
-                               kill_on_stderr=False, _tor_config=config)
+        socket_path = data_directory.resolve() / "control.socket"
+        d = txtorcon.launch(self.reactor, data_directory=str(data_directory), socks_port=socks, timeout=timeout,
+                            kill_on_stderr=False, _tor_config=config, control_port=f"unix:{socket_path}",
+                            connection_creator=lambda: self._connect_when_ready(socket_path, timeout))
+        return d.addTimeout(timeout, self.reactor)
+
+    @inlineCallbacks
+    def _connect_when_ready(self, socket_path: Path, timeout: float) -> Any:
+        """The control connection to the launched tor.  txtorcon tries once, when tor says
+        it opens the control socket, which may be an instant before it exists: tried again
+        every 0.1 s, within ``timeout``."""
+        from twisted.internet.endpoints import UNIXClientEndpoint
+        from txtorcon import TorProtocolFactory
+
+        deadline = self.reactor.seconds() + timeout
+        while True:
+            try:
+                protocol = yield UNIXClientEndpoint(self.reactor, str(socket_path)).connect(TorProtocolFactory())
+            except ConnectError:
+                if self.reactor.seconds() > deadline:
+                    raise
+                yield deferLater(self.reactor, 0.1, lambda: None)
+            else:
+                return protocol
 
     def _reached(self, tor: Any) -> None:
         self._tor = tor
