@@ -288,7 +288,7 @@ def start_network(root: Path, timeout: float = BOOTSTRAP_TIMEOUT) -> TorNetwork:
         write_private_torrc(node.torrc, _relay_lines(network, node, authority=False))
     for node in (network.client, network.service):
         node.directory.mkdir(mode=0o700)
-        socks = f"SocksPort 127.0.0.1:{node.socks_port}" if node.socks_port else "SocksPort 0"
+        socks = f"SocksPort 127.0.0.1:{node.socks_port} ExtendedErrors" if node.socks_port else "SocksPort 0"
         write_private_torrc(node.torrc, [
             *_base_lines(node), *network.dir_authority_lines(), socks,
             f"ControlPort 127.0.0.1:{node.control_port}", "CookieAuthentication 1",
@@ -350,8 +350,8 @@ def tor_network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorNetwork
 def socks_connect(socks_port: int, host: str, port: int, timeout: float = 60.0) -> socket.socket:
     """A TCP connection to ``host:port`` through a tor's SOCKS port (SOCKS5, the name given to
     tor to resolve: an onion address never leaves tor).  ConnectionRefusedError carrying
-    SOCKS5's reply code when tor cannot connect (0xF5: no such service, 0xF6: a client
-    authorization is missing)."""
+    SOCKS5's reply code when tor cannot connect (with the client tor's ExtendedErrors:
+    0xF0 no descriptor found, 0xF4 a client authorization is missing)."""
     sock = socket.create_connection(("127.0.0.1", socks_port), timeout=timeout)
     try:
         sock.sendall(b"\x05\x01\x00")

@@ -112,7 +112,8 @@ def publish(protocol: Any, virtual_port: int, local_port: int, key: str | None, 
             uploaded.callback(None)
 
     command = f"ADD_ONION {key or 'NEW:ED25519-V3'} Port={virtual_port},127.0.0.1:{local_port}"
-    command += "".join(f" ClientAuthV3={public}" for public in clients.values())
+    if clients:
+        command += " Flags=V3Auth" + "".join(f" ClientAuthV3={public}" for public in clients.values())
 
     @inlineCallbacks
     def run() -> Any:
