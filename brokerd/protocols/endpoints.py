@@ -51,13 +51,14 @@ def client_endpoint(
 
 
 TOR_USAGE = "tor:HOST:PORT[:socksPort=N][:socksHostname=ADDRESS]"
+DEFAULT_SOCKS_PORT = 9050
+"""A system tor's SOCKS port: where ``tor:`` connects without ``socksPort``."""
 
 
 def client_from_string(reactor: Any, description: str) -> IStreamClientEndpoint:
-    """Twisted's ``clientFromString``, except for ``tor:HOST:PORT[:socksPort=N]`` (a
-    connection through Tor's SOCKS port, an onion address included): txtorcon's own parser
-    needs ``socksHostname`` beside ``socksPort``; here it defaults to 127.0.0.1, and without
-    ``socksPort`` txtorcon tries 9050 then 9150 (a system tor, then Tor Browser's)."""
+    """Twisted's ``clientFromString``, except for ``tor:HOST:PORT[:socksPort=N]`` (txtorcon's
+    syntax): a connection through Tor's SOCKS port (socksHostname 127.0.0.1, socksPort 9050
+    unless given) with brokerd's own SOCKS5 client (brokerd.protocols.socks says why)."""
     from twisted.internet.endpoints import clientFromString
 
     if description.split(":", 1)[0].lower() != "tor":
@@ -73,15 +74,15 @@ def client_from_string(reactor: Any, description: str) -> IStreamClientEndpoint:
             positional.append(field)
     host = named.pop("host", positional[0] if positional else "")
     port = named.pop("port", positional[1] if len(positional) > 1 else "")
-    socks_port = named.pop("socksPort", None)
+    socks_port = named.pop("socksPort", str(DEFAULT_SOCKS_PORT))
     socks_host = named.pop("socksHostname", "127.0.0.1")
-    if not host or not port.isdigit() or named or len(positional) > 2 or (socks_port and not socks_port.isdigit()):
+    if not host or not port.isdigit() or named or len(positional) > 2 or not socks_port.isdigit():
         raise ValueError(f"expected {TOR_USAGE}")
-    from twisted.internet.endpoints import TCP4ClientEndpoint
-    from txtorcon import TorClientEndpoint
+    from twisted.internet.endpoints import HostnameEndpoint
 
-    socks = TCP4ClientEndpoint(reactor, socks_host, int(socks_port)) if socks_port else None
-    return TorClientEndpoint(host, int(port), socks_endpoint=socks)
+    from brokerd.protocols.socks import SOCKS5ClientEndpoint
+
+    return SOCKS5ClientEndpoint(HostnameEndpoint(reactor, socks_host, int(socks_port)), host, int(port))
 
 
 def endpoint_host(description: str) -> str | None:
