@@ -362,7 +362,9 @@ def _address_text(address: Any) -> str:
 
 def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str, tor: TorControl | None = None):
     """The server endpoint of one listener; ``tor`` publishes ``onion:`` ones (docs/tor.md)."""
-    if description.startswith("onion:") and tor is not None:
+    if description.startswith("onion:"):  # never Twisted's own onion: parser, which launches a default tor
+        if tor is None:
+            raise ConfigurationError(f"--{option} {description}: onion listeners are published by the broker's tor")
         return onion_listen_endpoint(reactor, description, option, tor, tls)
     if description.startswith("tls:"):
         if tls is None:
@@ -716,7 +718,8 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
     warn_if_exposed(settings, listeners)
     tor = None
-    if any(d.startswith("onion:") for descriptions in listeners.values() for d in descriptions):
+    described = [d for descriptions in listeners.values() for d in descriptions] + [settings.admin or ""]
+    if any(d.startswith("onion:") for d in described):
         tor = runtime.resources["tor"] = TorControl(settings, reactor)
         tor.setServiceParent(top)  # before the listeners: it stops after their services are removed
     for protocol, descriptions in listeners.items():
@@ -734,7 +737,7 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
-        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin")
+        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin", tor)
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
     for service in operations.services():
         service.setServiceParent(top)

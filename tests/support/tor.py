@@ -178,10 +178,14 @@ class TorNetwork:
         return [node.torrc for node in self.nodes]
 
     def stop(self) -> None:
+        """SIGTERM to every tor at once, then wait for each (SIGKILL after a bound)."""
+        running = [node.process for node in self.nodes if node.process is not None and node.process.poll() is None]
+        for process in running:
+            process.terminate()
+        for process in running:
+            processes.stop(process, timeout=5.0)
         for node in self.nodes:
-            if node.process is not None:
-                processes.stop(node.process)
-                node.process = None
+            node.process = None
 
 
 def write_private_torrc(path: Path, lines: list[str]) -> Path:
@@ -367,6 +371,25 @@ def socks_connect(socks_port: int, host: str, port: int, timeout: float = 60.0) 
         sock.close()
         raise
     return sock
+
+
+RETRIED_REPLIES = frozenset({0x01, 0xF0, 0xF2, 0xF3, 0xF7})
+"""SOCKS5 replies a client tor gives while it still holds a stale descriptor of a service that
+was republished (a restarted broker's new introduction points): it fetches the new one and a
+later attempt succeeds."""
+
+
+def socks_connect_retrying(socks_port: int, host: str, port: int, timeout: float = 60.0) -> socket.socket:
+    """:func:`socks_connect`, tried again after a reply of :data:`RETRIED_REPLIES` until
+    ``timeout`` seconds have passed (what a client does after a service restarted)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socks_connect(socks_port, host, port)
+        except ConnectionRefusedError as exc:
+            if exc.args[0] not in RETRIED_REPLIES or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)  # between attempts of a client, bounded by the deadline
 
 
 def _read_exactly(sock: socket.socket, count: int) -> bytes:

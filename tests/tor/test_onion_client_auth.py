@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import REPO, LineClient
-from tests.support.tor import (  # noqa: F401
+from tests.support.tor import (
     TorNetwork,
     control_command,
     socks_connect,
     start_onion_broker,
-    tor_network,
 )
 
 pytestmark = pytest.mark.slow

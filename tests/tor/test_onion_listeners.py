@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import REPO, LineClient, free_port
-from tests.support.tor import (  # noqa: F401
+from tests.support.tor import (
     TorNetwork,
     private_torrc_problems,
-    socks_connect,
+    socks_connect_retrying,
     start_onion_broker,
-    tor_network,
 )
 
 pytestmark = pytest.mark.slow
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def ssmp_client(network: TorNetwork, address: tuple[str, int]) -> LineClient:
     assert network.client is not None
-    return LineClient(socks_connect(network.client.socks_port, *address), timeout=60.0)
+    return LineClient(socks_connect_retrying(network.client.socks_port, *address), timeout=60.0)
 
 
 def ssmp_round_trip(network: TorNetwork, address: tuple[str, int], text: bytes) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support import processes
 from tests.support.broker import REPO, LineClient
-from tests.support.tor import OnionBroker, TorNetwork, socks_connect, start_onion_broker, tor_network  # noqa: F401
+from tests.support.tor import OnionBroker, TorNetwork, socks_connect, start_onion_broker
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.support.broker import REPO
-from tests.support.tor import TorNetwork, start_onion_broker, tor_network  # noqa: F401
+from tests.support.tor import TorNetwork, start_onion_broker
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tor import TorNetwork, control_command, private_torrc_problems, tor_network  # noqa: F401
+from tests.support.tor import TorNetwork, control_command, private_torrc_problems
 
 pytestmark = pytest.mark.slow
 
