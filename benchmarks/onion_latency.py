@@ -25,13 +25,13 @@ from tests.support.broker import LineClient, free_port  # noqa: E402
 from tests.support.tor import socks_connect, start_network, start_onion_broker  # noqa: E402
 
 
-def trips(client: LineClient, count: int) -> list[float]:
-    """Seconds of each UCAST round trip (event and reply) on one logged-in connection."""
+def trips(client: LineClient, name: str, count: int) -> list[float]:
+    """Seconds of each UCAST round trip (event and reply) on one connection logged in as ``name``."""
     seconds = []
     for number in range(count):
         started = time.perf_counter()
-        client.send(f"UCAST me t{number}\n")
-        assert client.line().startswith(b"000 me UCAST"), "no event"
+        client.send(f"UCAST {name} t{number}\n")
+        assert client.line().startswith(f"000 {name} UCAST".encode()), "no event"
         assert client.line() == b"200", "no reply"
         seconds.append(time.perf_counter() - started)
     return seconds
@@ -63,11 +63,11 @@ def main() -> None:
                 over_tor = LineClient(socks_connect(network.client.socks_port, *broker.addresses["ssmp"]), timeout=60)
                 print(f"first connection through Tor: {(time.perf_counter() - started) * 1000:.0f} ms")
                 loopback = LineClient(socket.create_connection(("127.0.0.1", port), timeout=10), timeout=10)
-                for client in (over_tor, loopback):
-                    assert client.request("LOGIN me open") == b"200"
-                    trips(client, 10)  # warm-up
-                print(summary("loopback", trips(loopback, args.trips)))
-                print(summary("onion", trips(over_tor, args.trips)))
+                for client, name in ((over_tor, "onion"), (loopback, "loopback")):
+                    assert client.request(f"LOGIN {name} open") == b"200"
+                    trips(client, name, 10)  # warm-up
+                print(summary("loopback", trips(loopback, "loopback", args.trips)))
+                print(summary("onion", trips(over_tor, "onion", args.trips)))
             finally:
                 broker.stop()
         finally:

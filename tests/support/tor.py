@@ -11,7 +11,7 @@ and the tests check every torrc the suite writes).
 
 ``TestingTorNetwork`` with short voting intervals (a first consensus within ~10 s) and the
 Testing* flags that make every relay a guard and an HSDir without waiting for uptime let the
-network come up in about 20-30 seconds (measured on a 2-core machine): :data:`BOOTSTRAP_TIMEOUT`
+network come up in 19-49 seconds (measured on a busy 2-core machine): :data:`BOOTSTRAP_TIMEOUT`
 bounds it.  Without ``tor`` the tests skip (fail when ``CI`` is set: .ci/run installs it).
 
 The session-scoped fixture ``tor_network`` builds it once per test session.
