@@ -359,14 +359,14 @@ def socks_connect(socks_port: int, host: str, port: int, timeout: float = 60.0) 
     sock = socket.create_connection(("127.0.0.1", socks_port), timeout=timeout)
     try:
         sock.sendall(b"\x05\x01\x00")
-        assert _read_exactly(sock, 2) == b"\x05\x00", "the SOCKS port refused no-authentication"
+        assert read_exactly(sock, 2) == b"\x05\x00", "the SOCKS port refused no-authentication"
         name = host.encode("ascii")
         sock.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
-        reply = _read_exactly(sock, 4)
+        reply = read_exactly(sock, 4)
         if reply[1] != 0:
             raise ConnectionRefusedError(reply[1], f"SOCKS5 reply {reply[1]:#x} for {host}:{port}")
-        address_length = {1: 4, 4: 16}.get(reply[3]) or _read_exactly(sock, 1)[0]
-        _read_exactly(sock, address_length + 2)  # the bound address and port: unused
+        address_length = {1: 4, 4: 16}.get(reply[3]) or read_exactly(sock, 1)[0]
+        read_exactly(sock, address_length + 2)  # the bound address and port: unused
     except BaseException:
         sock.close()
         raise
@@ -392,12 +392,13 @@ def socks_connect_retrying(socks_port: int, host: str, port: int, timeout: float
         time.sleep(1.0)  # between attempts of a client, bounded by the deadline
 
 
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
+def read_exactly(sock: socket.socket, count: int) -> bytes:
+    """``count`` bytes from a blocking socket (ConnectionError if it closes first)."""
     data = b""
     while len(data) < count:
         chunk = sock.recv(count - len(data))
         if not chunk:
-            raise ConnectionError("the SOCKS port closed the connection")
+            raise ConnectionError(f"the connection closed after {len(data)} of {count} bytes")
         data += chunk
     return data
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support import processes
 from tests.support.broker import REPO, LineClient
-from tests.support.tor import OnionBroker, TorNetwork, socks_connect, start_onion_broker
+from tests.support.tor import OnionBroker, TorNetwork, read_exactly, socks_connect, start_onion_broker
 
 pytestmark = pytest.mark.slow
 
@@ -92,26 +92,16 @@ def _ws_send(sock, text: str) -> None:
     sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
 
-def _read(sock, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise EOFError(data)
-        data += chunk
-    return data
-
-
 def _ws_receive(sock) -> dict:
     """The next text frame's JSON (the server's frames are unmasked)."""
-    first, length = _read(sock, 2)
+    first, length = read_exactly(sock, 2)
     length &= 0x7F
     if length == 126:
-        length = struct.unpack("!H", _read(sock, 2))[0]
+        length = struct.unpack("!H", read_exactly(sock, 2))[0]
     elif length == 127:
-        length = struct.unpack("!Q", _read(sock, 8))[0]
+        length = struct.unpack("!Q", read_exactly(sock, 8))[0]
     assert first == 0x81, f"not a text frame: {first:#x}"
-    return json.loads(_read(sock, length))
+    return json.loads(read_exactly(sock, length))
 
 
 def test_a_socketmq_websocket_over_tor(tor_network: TorNetwork, onion_broker: OnionBroker) -> None:
@@ -124,7 +114,7 @@ def test_a_socketmq_websocket_over_tor(tor_network: TorNetwork, onion_broker: On
                  f"Sec-WebSocket-Protocol: socketmq.v1\r\n\r\n".encode())
     response = b""
     while b"\r\n\r\n" not in response:
-        response += _read(sock, 1)
+        response += read_exactly(sock, 1)
     assert response.startswith(b"HTTP/1.1 101 "), response
     assert _ws_receive(sock)["type"] == "hello"
     _ws_send(sock, json.dumps({"type": "auth", "id": 1, "method": "open", "identity": "web"}))
