@@ -11,6 +11,8 @@ import pytest
 from tests.support import processes
 from tests.support.broker import REPO, free_port, repo_env, twistd
 
+pytestmark = pytest.mark.slow  # brokerd started seven times: 15-30 s on a busy machine
+
 
 def check(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "brokerd.cli.server", "--data-dir", str(tmp_path / "data"),
