@@ -15,7 +15,7 @@ from tests.support.broker import REPO, LineClient
 from tests.support.tor import (
     TorNetwork,
     control_command,
-    socks_connect,
+    socks_connect_retrying,
     start_onion_broker,
 )
 
@@ -53,13 +53,13 @@ def test_only_a_client_holding_an_authorized_key_reaches_the_service(tor_network
     try:
         assert broker.addresses["ssmp"] == address
         assert "1 authorized clients" in broker.log()
-        with pytest.raises(ConnectionRefusedError) as refused:
-            socks_connect(tor_network.client.socks_port, *address)
+        with pytest.raises(ConnectionRefusedError) as refused:  # retried while no descriptor is found yet
+            socks_connect_retrying(tor_network.client.socks_port, *address)
         assert refused.value.args[0] == MISSING_CLIENT_AUTHORIZATION
         # The client's tor gets alice's file in its ClientOnionAuthDir, and reloads.
         shutil.copy(tmp_path / "alice.auth_private", tor_network.client.directory / "onion_auth")
         assert "250 OK" in control_command(tor_network.client, "SIGNAL RELOAD")
-        client = LineClient(socks_connect(tor_network.client.socks_port, *address), timeout=60)
+        client = LineClient(socks_connect_retrying(tor_network.client.socks_port, *address), timeout=60)
         assert client.request("LOGIN alice open") == b"200"
         assert client.request("SUBSCRIBE inner") == b"200"
         assert client.request("PING") == b"000 . PONG"

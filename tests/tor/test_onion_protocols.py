@@ -16,7 +16,14 @@ import pytest
 
 from tests.support import processes
 from tests.support.broker import REPO, LineClient
-from tests.support.tor import OnionBroker, TorNetwork, read_exactly, socks_connect, start_onion_broker
+from tests.support.tor import (
+    OnionBroker,
+    TorNetwork,
+    read_exactly,
+    socks_connect,
+    socks_connect_retrying,
+    start_onion_broker,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +39,9 @@ def onion_broker(tor_network: TorNetwork, tmp_path_factory: pytest.TempPathFacto
         "--tor-control", tor_network.service.control_endpoint,
         listeners={"ssmp": "onion:8787", "mqtt": "onion:1883", "socketmq": "onion:80", "mcchat": "onion:1502"})
     try:
+        assert tor_network.client is not None
+        for address in broker.addresses.values():  # the client tor has every descriptor: the CLIs do not retry
+            socks_connect_retrying(tor_network.client.socks_port, *address).close()
         yield broker
     finally:
         broker.stop()

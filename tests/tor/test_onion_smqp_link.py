@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.support.broker import REPO
-from tests.support.tor import TorNetwork, start_onion_broker
+from tests.support.tor import TorNetwork, socks_connect_retrying, start_onion_broker
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +22,7 @@ CLIENT_TIMEOUT = 90
 def smqp(network: TorNetwork, address: tuple[str, int], user: str, password_file: Path,
          *args: str) -> subprocess.CompletedProcess:
     assert network.client is not None
+    socks_connect_retrying(network.client.socks_port, *address).close()  # the CLI does not retry
     env = dict(os.environ, PYTHONPATH=str(REPO))
     command = [sys.executable, "-m", "brokerd.cli.smqp", "--connect",
                f"tor:{address[0]}:{address[1]}:socksPort={network.client.socks_port}", "-u", user,

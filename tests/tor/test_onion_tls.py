@@ -11,7 +11,7 @@ import pytest
 from tests.support.broker import LineClient
 from tests.support.certs import CertFiles, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
-from tests.support.tor import TorNetwork, socks_connect, start_onion_broker
+from tests.support.tor import TorNetwork, socks_connect_retrying, start_onion_broker
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def tls_over_tor(network: TorNetwork, address: tuple[str, int], pki: TestPKI, ce
     assert network.client is not None
     context = ssl.create_default_context(cafile=str(pki.ca))
     context.load_cert_chain(str(cert.cert), str(cert.key))
-    raw = socks_connect(network.client.socks_port, *address)
+    raw = socks_connect_retrying(network.client.socks_port, *address)
     raw.settimeout(60)
     return LineClient(context.wrap_socket(raw, server_hostname="localhost"), timeout=60)
 
