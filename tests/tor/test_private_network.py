@@ -2,7 +2,6 @@
 suite writes could reach beyond loopback or the private network."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
