@@ -2,7 +2,6 @@
 suite writes could reach beyond loopback or the private network."""
 from __future__ import annotations
 
-
 import pytest
 
 from tests.support.tor import TorNetwork, control_command, private_torrc_problems
