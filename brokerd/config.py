@@ -72,6 +72,15 @@ class Settings:
     goes to the topic's Trash once no subscriber has it pending)."""
     smqp_trash_retention: float = 3600.0
     """SMQP: seconds a message stays in a topic's Trash before it is deleted for good."""
+    tor_control: str | None = None
+    """Control port of a running tor that publishes the ``onion:`` listeners (``unix:PATH``,
+    ``tcp:127.0.0.1:9051``); None: brokerd launches a tor of its own (docs/tor.md)."""
+    tor_config: Path | None = None
+    """A torrc whose options the tor brokerd launches runs with (none: Tor's defaults)."""
+    tor_timeout: float = 120.0
+    """Seconds to reach or launch (bootstrap) tor and to publish an onion service's descriptor."""
+    onion_client_auth: Path | None = None
+    """Directory of ``NAME.auth`` files: only those clients can reach the onion listeners."""
     socketmq_policy: Path | None = None
     """socket.mq policy (TOML): security mode, client key ring, allow rules (docs/socketmq.md)."""
     socketmq_key: Path | None = None

@@ -48,6 +48,8 @@ from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.flow import after_read
+from brokerd.protocols.onion.control import TorControl, check_tor_settings
+from brokerd.protocols.onion.listener import onion_listen_endpoint
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
@@ -111,6 +113,10 @@ class Options(usage.Options):
         ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again."],
         ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash."],
         ["smqp-trash-retention", None, None, "SMQP: seconds a message stays in a Trash."],
+        ["tor-control", None, None, "Control port of a running tor for onion: listeners (unix:PATH, tcp:127.0.0.1:9051) [launch a tor]."],
+        ["tor-config", None, None, "torrc of the tor brokerd launches for onion: listeners [Tor's defaults]."],
+        ["tor-timeout", None, None, "Seconds to reach or launch tor and publish an onion service."],
+        ["onion-client-auth", None, None, "Directory of NAME.auth client keys: only they reach onion: listeners [anyone]."],
         ["socketmq-policy", None, None, "socket.mq policy file (TOML): OpenPGP security, key ring, allow rules."],
         ["socketmq-key", None, None, "socket.mq server OpenPGP key [DATA_DIR/socketmq/server-key.asc]."],
         ["config", None, None, "Read settings from this TOML file (the command line wins)."],
@@ -325,13 +331,22 @@ class ListenerService(StreamServerEndpointService):
     def privilegedStartService(self) -> None:
         self.running_port = None
         failures: list = []
+        starting = [True]
+
+        def failed(failure) -> None:
+            # At once (a port in use): one line and exit status 1.  Later (an onion
+            # service Tor could not publish): a critical line, and the broker stops.
+            if starting[0]:
+                failures.append(failure)
+            else:
+                self._failed_later(failure)
+
         d: Deferred = self.endpoint.listen(self.listening_factory)
-        d.addCallbacks(self._listening, failures.append)
+        d.addCallbacks(self._listening, failed)
+        starting[0] = False
         self._waitingForPort = d
         if failures:
             raise ListenFailed(self._failure_line(failures[0]))
-        if self._waitingForPort is d and not d.called:
-            d.addErrback(self._failed_later)
 
     def startService(self) -> None:
         self.running = True
@@ -378,7 +393,12 @@ def _address_text(address: Any) -> str:
     return str(address)
 
 
-def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str):
+def _listen_endpoint(reactor, description: str, tls: ServerTLS | None, option: str, tor: TorControl | None = None):
+    """The server endpoint of one listener; ``tor`` publishes ``onion:`` ones (docs/tor.md)."""
+    if description.startswith("onion:"):  # never Twisted's own onion: parser, which launches a default tor
+        if tor is None:
+            raise ConfigurationError(f"--{option} {description}: onion listeners are published by the broker's tor")
+        return onion_listen_endpoint(reactor, description, option, tor, tls)
     if description.startswith("tls:"):
         if tls is None:
             raise ConfigurationError(f"--{option} {description}: a tls: listener needs --tls-cert and --tls-key")
@@ -475,9 +495,10 @@ def _endpoint_problems(settings: Settings, listeners: dict[str, list[str]]) -> l
     if settings.admin is not None:
         named.append(("admin", settings.admin))
     problems = []
+    tor = TorControl(settings, reactor)  # never started: the onion endpoints are only parsed
     for option, description in named:
         try:
-            _listen_endpoint(reactor, description, tls, option)
+            _listen_endpoint(reactor, description, tls, option, tor)
         except ConfigurationError as exc:
             problems.append(str(exc))
     return problems
@@ -491,6 +512,7 @@ STARTUP_CHECKS = (
     _check_front_ends,
     _check_bridges,
     _check_cluster,
+    check_tor_settings,
 )
 """The start-up checks of :func:`startup_problems`, in order: each raises ConfigurationError
 with one line."""
@@ -746,6 +768,11 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
     for line in exposure_warnings(settings, listeners):
         _log.warn("{line}", line=line)
+    tor = None
+    described = [d for descriptions in listeners.values() for d in descriptions] + [settings.admin or ""]
+    if any(d.startswith("onion:") for d in described):
+        tor = runtime.resources["tor"] = TorControl(settings, reactor)
+        tor.setServiceParent(top)  # before the listeners: it stops after their services are removed
     for protocol, descriptions in listeners.items():
         build_factory = front_end(protocol)
         if build_factory is None:
@@ -756,12 +783,12 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
         if mount is not None:
             mount(runtime, factory)
         for description in descriptions:
-            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol)
+            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol, tor)
             counted = operations.counted(protocol, factory)
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
-        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin")
+        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin", tor)
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
     _start_bridges(runtime, top)
     for service in operations.services():

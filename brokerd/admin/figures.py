@@ -134,6 +134,7 @@ class Figures:
             "mqtt_bridges": self._mqtt_bridges(),
             "cluster": self._cluster(),
             "mqtt": self._mqtt(),
+            "onion_services": self._onion_services(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -156,6 +157,11 @@ class Figures:
         dictionary, so the ~sys topics name each bridge (``~sys/brokerd/mqtt_bridges/<name>/state``)."""
         bridges = self.runtime.resources.get("mqtt_bridges")
         return bridges.status() if bridges is not None else {}
+
+    def _onion_services(self) -> list[dict[str, Any]]:
+        """The onion listeners' addresses (brokerd.protocols.onion), as Tor published them."""
+        tor = self.runtime.resources.get("tor")
+        return tor.status() if tor is not None else []
 
     def _cluster(self) -> dict[str, Any] | None:
         """The cluster engine's figures; None for a single node."""

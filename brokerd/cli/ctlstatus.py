@@ -59,4 +59,8 @@ def summary(before: dict[str, Any], after: dict[str, Any], seconds: float) -> st
         lines.append("cluster: single node")
     else:
         lines.append(f"cluster: node {cluster['node']}, {cluster['nodes']} nodes alive")
+    onions = after.get("onion_services") or []
+    if onions:
+        lines.append("onion services: " + ", ".join(
+            f"{onion['address']}:{onion['port']}" + (" (TLS)" if onion["tls"] else "") for onion in onions))
     return "\n".join(lines) + "\n"

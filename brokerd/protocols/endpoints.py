@@ -33,10 +33,10 @@ def client_endpoint(
     unknown; :class:`~brokerd.errors.ConfigurationError` for unreadable certificate files.
     brokerd.auth.tls (and with it OpenSSL) is imported only for TLS.
     """
-    from twisted.internet.endpoints import clientFromString, wrapClientTLS
+    from twisted.internet.endpoints import wrapClientTLS
 
     try:
-        endpoint = clientFromString(reactor, description)
+        endpoint = client_from_string(reactor, description)
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a client endpoint: {description!r} ({exc})") from None
     if not tls:
@@ -50,14 +50,49 @@ def client_endpoint(
     return wrapClientTLS(client_context(hostname, ca, cert, key), endpoint)
 
 
+TOR_USAGE = "tor:HOST:PORT[:socksPort=N][:socksHostname=ADDRESS]"
+DEFAULT_SOCKS_PORT = 9050
+"""A system tor's SOCKS port: where ``tor:`` connects without ``socksPort``."""
+
+
+def client_from_string(reactor: Any, description: str) -> IStreamClientEndpoint:
+    """Twisted's ``clientFromString``, except for ``tor:HOST:PORT[:socksPort=N]`` (txtorcon's
+    syntax): a connection through Tor's SOCKS port (socksHostname 127.0.0.1, socksPort 9050
+    unless given) with brokerd's own SOCKS5 client (brokerd.protocols.socks says why)."""
+    from twisted.internet.endpoints import clientFromString
+
+    if description.split(":", 1)[0].lower() != "tor":
+        return clientFromString(reactor, description)
+    from brokerd.auth.tls import split_escaped
+
+    positional, named = [], {}
+    for field in split_escaped(description)[1:]:
+        name, equals, value = field.partition("=")
+        if equals:
+            named[name] = value
+        else:
+            positional.append(field)
+    host = named.pop("host", positional[0] if positional else "")
+    port = named.pop("port", positional[1] if len(positional) > 1 else "")
+    socks_port = named.pop("socksPort", str(DEFAULT_SOCKS_PORT))
+    socks_host = named.pop("socksHostname", "127.0.0.1")
+    if not host or not port.isdigit() or named or len(positional) > 2 or not socks_port.isdigit():
+        raise ValueError(f"expected {TOR_USAGE}")
+    from twisted.internet.endpoints import HostnameEndpoint
+
+    from brokerd.protocols.socks import SOCKS5ClientEndpoint
+
+    return SOCKS5ClientEndpoint(HostnameEndpoint(reactor, socks_host, int(socks_port)), host, int(port))
+
+
 def endpoint_host(description: str) -> str | None:
-    """The host named by a ``tcp:`` client endpoint string (positional or ``host=``), else
+    """The host named by a ``tcp:`` (or ``tor:``) client endpoint string (positional or ``host=``), else
     None: the name TLS should verify when nobody gave one."""
     # Imported here: splitting a string should not load OpenSSL for a plain-TCP client.
     from brokerd.auth.tls import split_escaped
 
     fields = split_escaped(description)
-    if fields[0] not in ("tcp", "tcp6") or len(fields) < 2:
+    if fields[0] not in ("tcp", "tcp6", "tor") or len(fields) < 2:
         return None
     positional = []
     for field in fields[1:]:

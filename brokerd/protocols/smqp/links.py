@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.endpoints import clientFromString
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.core.subscriptions import MESSAGE
 from brokerd.errors import ConfigurationError
+from brokerd.protocols.endpoints import client_from_string
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, connect
 from brokerd.protocols.smqp.codec import encode_notify, encode_publish, format_datetime
 from brokerd.protocols.smqp.delivery import login_key
@@ -150,7 +150,7 @@ class Link:
         self._set_state("connecting")
         reactor = self.factory.clock
         try:
-            endpoint = clientFromString(reactor, self.spec.endpoint)
+            endpoint = client_from_string(reactor, self.spec.endpoint)
         except (ValueError, TypeError) as exc:
             self._set_state("failed", f"bad endpoint: {exc}")
             return
@@ -446,7 +446,7 @@ class Links:
             raise ConfigurationError(f"smqp-link: {own} is this server's own domain")
         for spec in specs:  # a bad endpoint (or certificate file) stops the start, not the link later
             try:
-                clientFromString(factory.clock, spec.endpoint)
+                client_from_string(factory.clock, spec.endpoint)
             except Exception as exc:
                 raise ConfigurationError(f"smqp-link {spec.domain}={spec.endpoint}: {exc}") from None
         self.links = [Link(factory, spec, account or "", password) for spec in specs]
