@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
 from tests.support.broker import REPO
+from tests.support.secrets import write_private
 from tests.support.tor import TorNetwork, socks_connect_retrying, start_onion_broker
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def test_an_smqp_link_over_onion_addresses_carries_a_stored_message(tor_network:
     passwords = {}
     for name, password in (("alice", "alicepw"), ("bob", "bobpw"), ("peer", "peerpw")):
         passwords[name] = tmp_path / f"{name}.pw"
-        passwords[name].write_text(password + "\n")
+        write_private(passwords[name], password + "\n")
     control = ("--tor-control", tor_network.service.control_endpoint, "--accounts", str(accounts))
     alpha = start_onion_broker(tmp_path / "alpha", *control, "--smqp-domain", "alpha.test",
                                listeners={"smqp": "onion:7720"})
