@@ -49,7 +49,7 @@ from brokerd.twistedio import limit_output_buffer
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command
-from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.refusal import Refused
 
 MAX_GREETING_LINE = 1024
 """Bytes of one line of the client's greeting or reply (the connection fails beyond)."""

@@ -1,14 +1,19 @@
-"""The SMQP front end's shared state: one SMQPServerFactory per broker (the topic tree, the
-UAL, the accounts checker, the store and the message service, shared by every SMQP connection
-and listener), and :func:`build_factory`, brokerd.tap's entry point (re-exported by
-:mod:`brokerd.protocols.smqp.server`).
+"""The SMQP front end's shared state: one SMQPFrontEnd per broker (the topic tree, the UAL,
+the accounts checker, the store and the message service, shared by every SMQP connection and
+listener).
+
+The connection's modules (the session's contract, its command mixins, the protocol) name this
+class as their factory's type, so it names none of them: the Twisted factory that builds
+connections, :class:`~brokerd.protocols.smqp.server.SMQPServerFactory`, is this class with its
+protocol, in :mod:`~brokerd.protocols.smqp.server` with ``build_factory``, brokerd.tap's entry
+point.  Of a session it reads only :class:`SessionState`.
 """
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.cred.portal import Portal
 from twisted.internet.defer import Deferred
@@ -16,14 +21,13 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline, thread_runner
+from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline
 from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.realm import BrokerRealm
 from brokerd.auth.throttle import LoginThrottle, ThrottledPortal
-from brokerd.auth.workers import shared_work_queue
-from brokerd.auth.policy import AccessListFile, access_list_for, ual_account
+from brokerd.auth.policy import AccessListFile, ual_account
 from brokerd.auth.ual import AccessList, Perm
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.durable import DurableService, attach_durable, server_domain
 from brokerd.core.principal import Principal
 from brokerd.errors import ConfigurationError
@@ -34,8 +38,6 @@ from brokerd.protocols.smqp.delivery import MessageService
 from brokerd.protocols.smqp.federation import Forwarded
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.outbox import NOTIFY_WINDOW_LIMIT
-from brokerd.protocols.smqp.server import SMQPServerProtocol
-from brokerd.protocols.smqp.session import SMQPSession
 from brokerd.protocols.smqp.topictree import TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import TopicRecord, trash_owner
@@ -45,12 +47,22 @@ MAX_REDIRECTING = 256
 refused with ``SMQP/1.0 Not Available.`` as without redirect targets)."""
 
 
-class SMQPServerFactory(Factory):
+class SessionState(Protocol):
+    """What the front end reads of one of its sessions: whose login it is, and whether it
+    is still there to be told SERVER BYE (the whole session is
+    :class:`~brokerd.protocols.smqp.session.SMQPSession`, which names this module)."""
+
+    account: str | None
+    closed: bool
+    server_bye: bool
+    transport: Any
+
+
+class SMQPFrontEnd(Factory):
     """The SMQP front end: the topic tree, the UAL, the accounts checker and the store,
     shared by every SMQP connection (and every SMQP listener).  Every limit and timeout
     comes from ``settings`` (brokerd.config.Settings, the ``smqp_*`` fields)."""
 
-    protocol = SMQPServerProtocol
     _log = Logger()
     disk: Any = None
     """brokerd.store.disk.DiskSpace: below ``--disk-free-limit`` stored publishes are refused."""
@@ -120,7 +132,7 @@ class SMQPServerFactory(Factory):
         self.domains = {self.domain.lower(), "localhost"}
         """Domains that name this server in ``user@domain`` (the SUID's domain joins them)."""
         self.volatile_numbers = itertools.count(1)
-        self.sessions: dict[str, set[SMQPSession]] = {}
+        self.sessions: dict[str, set[SessionState]] = {}
         self.start_error: Failure | None = None
         self.started: Deferred = Deferred()
         self._factory_started = False
@@ -179,11 +191,11 @@ class SMQPServerFactory(Factory):
 
     # ------------------------------------------------------------------ sessions
 
-    def logged_in(self, session: SMQPSession) -> None:
+    def logged_in(self, session: SessionState) -> None:
         if session.account is not None:
             self.sessions.setdefault(session.account, set()).add(session)
 
-    def logged_out(self, session: SMQPSession) -> None:
+    def logged_out(self, session: SessionState) -> None:
         if session.account is None:
             return
         sessions = self.sessions.get(session.account)
@@ -214,7 +226,7 @@ class SMQPServerFactory(Factory):
         to match."""
         self.links.changed()
 
-    def may_redirect(self, session: SMQPServerProtocol) -> bool:
+    def may_redirect(self, session: SessionState) -> bool:
         """A connection over a connection limit: keep it open to answer its LOGIN with
         ``311`` when redirect targets are configured and fewer than
         :data:`MAX_REDIRECTING` such connections are open (each also has the login timeout)."""
@@ -307,34 +319,3 @@ def parse_redirects(value: str | list[str] | None) -> tuple[str, ...]:
                 or any(c.isspace() or ord(c) < 32 for c in host):
             raise ConfigurationError(f"smqp-redirect: {item!r} is not host:port")
     return tuple(items)
-
-
-def build_factory(runtime: Runtime) -> SMQPServerFactory:
-    """The SMQP front end's entry point for brokerd.tap.
-
-    Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
-    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
-    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
-    unreadable or malformed raise ConfigurationError now, not at the first login.  The
-    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
-    """
-    settings = runtime.settings
-    reactor = runtime.reactor
-    run = thread_runner(reactor)
-    checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest,
-                              run=shared_work_queue(runtime).run)
-    checker.load()
-    store = runtime.resources.get("store")
-    if store is None or runtime.broker.durable is None:
-        raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
-    factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-        throttle=runtime.resources.get("login_throttle"),
-    )
-    factory.disk = runtime.resources.get("disk")
-    runtime.resources["smqp_links"] = factory.links
-    factory.start()
-    return factory
-
-
-

@@ -23,7 +23,7 @@ from brokerd.events.log import transport_source
 from brokerd.protocols.smqp.codec import format_datetime, format_timeout
 from brokerd.protocols.smqp.connectto import NotificationConnection, connect_notifications
 from brokerd.protocols.smqp.events import Command
-from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
 from brokerd.store.records import Contact
 

@@ -1,6 +1,6 @@
 """The SMQP publishing commands of a session (mixed into SMQPServerProtocol): PUBLISH MESSAGE
 (NEW, REPLY, REPLACE, RECALL; to a topic or to an address) and the client's 310/312/416, plus
-what every command mixin shares (:class:`Refused`, :class:`Overlap`).
+the reply that comes later without holding the commands behind it (:class:`Overlap`).
 
 A guaranteed PUBLISH is stored through the core's durable service as a neutral Message
 (:mod:`~brokerd.protocols.smqp.mapping`) and answered once it is committed; publishes do not wait for each
@@ -23,6 +23,7 @@ from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgo
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification, Outbox
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import ACCOUNTS
 from brokerd.store.records import MessageRecord, trash_owner
@@ -43,13 +44,6 @@ class Overlap:
     d: Deferred
     after: Callable[[], None] | None = None
     """Called once the reply has been written (whether it succeeded or failed)."""
-
-
-class Refused(Exception):
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
 
 
 class MessagingCommands(SessionBase):

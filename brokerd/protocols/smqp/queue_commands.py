@@ -11,7 +11,7 @@ from brokerd.auth.ual import Perm
 from brokerd.protocols.smqp.codec import encode_reply
 from brokerd.protocols.smqp.events import Command, TopicRef
 from brokerd.protocols.smqp.messages import smuid_number
-from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
 from brokerd.store.records import MessageRecord, trash_owner
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
@@ -41,27 +41,30 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd import __version__
+from brokerd.auth.accounts import AccountsChecker, thread_runner
+from brokerd.auth.policy import access_list_for
+from brokerd.auth.workers import shared_work_queue
 from brokerd.config import Runtime
 from brokerd.core.principal import NOBODY, Principal
-from brokerd.errors import Busy
+from brokerd.errors import Busy, ConfigurationError
+from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
 from brokerd.twistedio import limit_output_buffer
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_greeting, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected
+from brokerd.protocols.smqp.factory import SMQPFrontEnd
 from brokerd.protocols.smqp.login import LoginCommands
-from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap, Refused
+from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap
 from brokerd.protocols.smqp.queue_commands import QueueCommands
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.streaming import ReplyStream
 from brokerd.protocols.smqp.subscribing import SubscriptionCommands
 from brokerd.protocols.smqp.topic_commands import TopicCommands
 from brokerd.protocols.smqp.topictree import TopicError
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.base import is_outage
-
-if TYPE_CHECKING:
-    from brokerd.protocols.smqp.factory import SMQPServerFactory
 
 SERVER_IDENT = f"brokerd SMQP Server/{__version__}"
 MAX_PIPELINE = 64
@@ -93,7 +96,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
     name = b""
     address: bytes | None = None
     principal: Principal = NOBODY
-    factory: SMQPServerFactory
+    factory: SMQPFrontEnd
 
     def __init__(self) -> None:
         self._parser = SMQPParser()
@@ -469,9 +472,38 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         return not self._paused_output and bool(self._slots) and self._slots[0].stream is stream
 
 
-def build_factory(runtime: Runtime) -> Any:
-    """brokerd.tap's entry point: :func:`brokerd.protocols.smqp.factory.build_factory` (the
-    factory module imports this one, so it is looked up when called)."""
-    from brokerd.protocols.smqp import factory
+class SMQPServerFactory(SMQPFrontEnd):
+    """The front end's shared state (:class:`~brokerd.protocols.smqp.factory.SMQPFrontEnd`)
+    as the Twisted factory of its connections: one per broker, shared by every SMQP listener.
+    (Twisted types ``protocol`` as a maker of protocols whose ``factory`` is exactly a
+    ``Factory[Self]``; the connection's is the typed front end.)"""
 
-    return factory.build_factory(runtime)
+    protocol = SMQPServerProtocol  # type: ignore[assignment]
+
+
+def build_factory(runtime: Runtime) -> SMQPServerFactory:
+    """The SMQP front end's entry point for brokerd.tap.
+
+    Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
+    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
+    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
+    unreadable or malformed raise ConfigurationError now, not at the first login.  The
+    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
+    """
+    settings = runtime.settings
+    reactor = runtime.reactor
+    run = thread_runner(reactor)
+    checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest,
+                              run=shared_work_queue(runtime).run)
+    checker.load()
+    store = runtime.resources.get("store")
+    if store is None or runtime.broker.durable is None:
+        raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
+    factory = SMQPServerFactory(
+        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+        throttle=runtime.resources.get("login_throttle"),
+    )
+    factory.disk = runtime.resources.get("disk")
+    runtime.resources["smqp_links"] = factory.links
+    factory.start()
+    return factory

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from brokerd.core.principal import Principal
     from brokerd.protocols.smqp.delivery import MessageService
     from brokerd.protocols.smqp.events import TopicRef
-    from brokerd.protocols.smqp.factory import SMQPServerFactory
+    from brokerd.protocols.smqp.factory import SMQPFrontEnd
     from brokerd.protocols.smqp.connectto import NotificationConnection
     from brokerd.protocols.smqp.outbox import Outbox
     from brokerd.protocols.smqp.topictree import Found, Node
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class SMQPSession(Protocol):
     """One SMQP connection as its command mixins see it."""
 
-    factory: SMQPServerFactory
+    factory: SMQPFrontEnd
     transport: Any
     # The state the mixins set have their initial values here: an attribute a subclass of a
     # Protocol assigns would otherwise take the type of that assignment (mypy).

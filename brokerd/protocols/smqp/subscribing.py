@@ -21,7 +21,7 @@ from brokerd.core.subscriptions import (
     wildcard_covers,
 )
 from brokerd.protocols.smqp.events import Command, TopicRef
-from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import TopicError
 from brokerd.store.records import SubscriptionRecord

@@ -19,7 +19,7 @@ from brokerd.auth.ual import Perm, format_permissions
 from brokerd.core.subscriptions import Subscription
 from brokerd.protocols.smqp.codec import format_keywords, format_timeout, parse_topic
 from brokerd.protocols.smqp.events import Command, TopicRef
-from brokerd.protocols.smqp.messaging import Refused
+from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
 from brokerd.protocols.smqp.topictree import ACCOUNTS, Found, Node, TopicError
 

@@ -67,7 +67,8 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
-from brokerd.protocols.socketmq.hub import Hub, IncomingRequest, LocalApplication
+from brokerd.protocols.socketmq.hub import Hub, LocalApplication
+from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     CONTENT_TYPE,
     SECURITY_METHOD,

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from brokerd.cluster.damaged import DamagedLog
-from brokerd.protocols.socketmq.hub import IncomingRequest
+from brokerd.protocols.socketmq.incoming import IncomingRequest
 
 NAMESPACE = "socketmq-app"
 """Where registered application names live in the cluster's directory."""

@@ -27,7 +27,8 @@ from brokerd.auth.tls import peer_names
 from brokerd.errors import Busy
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import is_application_name
-from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub, IncomingRequest
+from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub
+from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.origin import answer_preflight, check_request_origin
 from brokerd.protocols.socketmq.pgp import CONTENT_TYPE, SECURITY_METHOD, Identity, PGPError
 from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory

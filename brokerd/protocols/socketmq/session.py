@@ -79,7 +79,8 @@ from brokerd.protocols.socketmq.events import (
     Unsubscribe,
 )
 from brokerd.protocols.socketmq.fragments import FragmentBudget
-from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub, IncomingRequest
+from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
+from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     PGPError,
     check_client_proof,

@@ -19,7 +19,7 @@ from brokerd.core.broker import Broker
 from brokerd.protocols.smqp.client import LoginInfo, SMQPClientFactory, SMQPError
 from brokerd.protocols.smqp.codec import SMQPProtocolError, encode_notify, encode_reply
 from brokerd.protocols.smqp.events import Body, Notify, Section
-from brokerd.protocols.smqp.factory import SMQPServerFactory
+from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 
 

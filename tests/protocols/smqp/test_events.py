@@ -17,7 +17,7 @@ from brokerd.auth.ual import AccessList
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp import outbox as outbox_module
-from brokerd.protocols.smqp.factory import SMQPServerFactory
+from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
 

@@ -18,8 +18,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat
 from brokerd.protocols.smqp.codec import SMQPClientParser, parse_topic
-from brokerd.protocols.smqp.factory import SMQPServerFactory
-from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT
+from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT, SMQPServerFactory
 from brokerd.protocols.smqp.wire import SMQPWireFormat, core_topic, smqp_topic
 from brokerd.store.memory import MemoryStore
 

@@ -17,7 +17,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp.codec import SMQPClientParser
 from brokerd.protocols.smqp.events import Reply
-from brokerd.protocols.smqp.factory import SMQPServerFactory
+from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
 

@@ -10,7 +10,8 @@ from typing import Any
 from twisted.internet.task import Clock
 
 from brokerd.protocols.socketmq import remote
-from brokerd.protocols.socketmq.hub import Hub, IncomingRequest
+from brokerd.protocols.socketmq.hub import Hub
+from brokerd.protocols.socketmq.incoming import IncomingRequest
 
 NODE3 = "33" * 8
 NODE2 = "22" * 8
