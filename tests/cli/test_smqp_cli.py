@@ -10,10 +10,11 @@ from twisted.internet import reactor
 
 from brokerd.cli import smqp as cli
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
+from tests.support.broker import free_port
 
 
 async def run(server, *argv: str, stdin: str = "") -> tuple[int, str]:
-    port = server.port_number if server is not None else 1
+    port = server.port_number if server is not None else free_port()  # None: nothing listens there
     args = cli.build_parser().parse_args(["-H", "127.0.0.1", "-p", str(port), *argv])
     out = io.StringIO()
     try:

@@ -5,6 +5,7 @@ and ``acked`` records whose ``queued_us`` is the time it was away; the SMQP stor
 goes to ``gauge`` records as it changes."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from brokerd.events import schema
 from brokerd.protocols.smqp.client import connect
 from brokerd.protocols.socketmq.api import Client
 from tests.integration.smqp_fixtures import ACCOUNTS, write_test_accounts
-from tests.support.collect import eventually
+from tests.support.collect import called
 from tests.support.live import LOOPBACK, TIMEOUT, Inbox, LiveBroker, SMQPInbox, reactor, synced
 
 
@@ -30,6 +31,19 @@ def _records(data_dir: Path) -> list[dict[str, Any]]:
             except schema.SchemaError:
                 pass
     return sorted(records, key=lambda record: record["ts"])
+
+
+def logged(live: LiveBroker, data_dir: Path, condition: Callable[[list[dict[str, Any]]], bool]) -> Deferred:
+    """Fires once the event log took a record (bounded) after which ``condition`` holds of
+    what is written: the log's buffer is handed to its writer thread and written first."""
+    log = live.runtime.resources["event_log_service"]
+
+    def written() -> bool:
+        log.flush()
+        log.writer.drain()
+        return condition(_records(data_dir))
+
+    return called(log, "_append", written)
 
 
 @pytest_twisted.ensureDeferred
@@ -69,8 +83,8 @@ async def test_latency_samples_queued_time_and_queue_gauges(tmp_path: Path) -> N
         assert event.data in (b"hello", "hello")
 
         # the message waits in the store: the gauge says so
-        await eventually(lambda: any(r["kind"] == schema.GAUGE and r.get("pending", 0) >= 1 for r in _records(data)),
-                         "a gauge record with the pending delivery")
+        await logged(live, data, lambda records: any(r["kind"] == schema.GAUGE and r.get("pending", 0) >= 1
+                                                      for r in records))
 
         back = await connect(TCP4ClientEndpoint(reactor(), "127.0.0.1", live.port("smqp")))
         inbox = SMQPInbox(back)
@@ -78,10 +92,9 @@ async def test_latency_samples_queued_time_and_queue_gauges(tmp_path: Path) -> N
         notify = await inbox.next()
         assert notify.body.sections[0].data == b"hello"
         await back.acknowledge()
-        await eventually(lambda: any(r["kind"] == schema.ACKED for r in _records(data)), "the acked record")
-        await eventually(lambda: [r for r in _records(data) if r["kind"] == schema.GAUGE][-1].get("pending") == 0
-                         and [r for r in _records(data) if r["kind"] == schema.GAUGE][-1].get("unacknowledged") == 0,
-                         "a gauge record with the queue empty")
+        await logged(live, data, lambda records: any(r["kind"] == schema.ACKED for r in records))
+        await logged(live, data, lambda records: [(r.get("pending"), r.get("unacknowledged"))
+                                                  for r in records if r["kind"] == schema.GAUGE][-1] == (0, 0))
         await back.quit()
     finally:
         await web.close()

@@ -8,6 +8,7 @@ import weakref
 from pathlib import Path
 
 import pytest_twisted
+from twisted.internet.defer import gatherResults
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from brokerd.config import Settings
@@ -16,7 +17,7 @@ from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, en
 from brokerd.protocols.mcchat.listing import CHUNK
 from brokerd.protocols.mcchat.server import MCChatServerFactory
 from tests.support.live import TIMEOUT, Inbox, LiveBroker, mcchat_session, reactor, synced
-from tests.support.collect import Collector, eventually
+from tests.support.collect import Collector, called
 
 INFO = b"\x00\x01"
 LIMIT = 64 * 1024
@@ -47,7 +48,8 @@ async def test_lists_asked_for_and_never_read_stay_within_the_output_limit(tmp_p
         for asker in askers[2:]:  # ten discovery snapshots, ~7.8 MB
             asker.transport.write((encode_sub(b"") + encode_unsub(b"")) * 9 + encode_sub(b""))
         sessions = [mcchat_session(live, asker) for asker in askers]
-        await eventually(lambda: all(s.transport.producerPaused for s in sessions), "every asker paused")
+        await gatherResults([called(s, "pauseProducing", lambda s=s: s.transport.producerPaused)
+                             for s in sessions])  # every asker paused
         for session in sessions:
             assert queued(session) <= LIMIT + CHUNK + 1024
             assert session._lists.busy
@@ -107,11 +109,13 @@ async def test_the_discovery_goes_with_its_broker() -> None:
     watcher = await connectProtocol(endpoint, Collector())
     watcher.transport.write(encode_sub(b"") + encode_sub(b"t") + b"\x04")
     await watcher.until(len(INFO + encode_msg(b"", b"", b"t") + encode_tl([b"t"])))
+    [served] = factory.live
+    ended = called(served, "connectionLost", lambda: not factory.live and broker.stats.connections == 0)
     watcher.transport.loseConnection()
-    await eventually(lambda: not factory.live and broker.stats.connections == 0, "the connection to end")
+    await ended
     await port.stopListening()
     discovery, kept = weakref.ref(factory.discovery), weakref.ref(broker)
-    del broker, factory, port, watcher
+    del broker, factory, port, watcher, served, ended
     gc.collect()
     assert discovery() is None
     assert kept() is None

@@ -17,7 +17,8 @@ from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.codec import encode_body, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
-from tests.support.collect import Collector, eventually
+from tests.support.collect import Collector, called, eventually
+from tests.support.live import Waiter
 
 
 async def refused(d, code: int) -> SMQPError:
@@ -177,7 +178,7 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
     greedy = await raw_login(server, "guest", "g1", read=False)
     greedy.transport.write(b"GET MESSAGE /big *\r\n" * 3 + b"NOOP\r\n")
     session = next(iter(server.factory.sessions["guest"]))
-    await eventually(lambda: session._paused_output, "the reply to pause")
+    await called(session, "pauseProducing", lambda: session._paused_output)  # the reply paused
     transport = session.transport
     queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
     assert queued <= limit + size + 64 * 1024  # the output limit and one message
@@ -194,8 +195,8 @@ async def test_get_message_is_written_as_the_client_reads(smqp_server):
     # the greedy client leaves: its reply is dropped, nothing of it is kept
     kept = weakref.ref(session)
     greedy.transport.abortConnection()
-    await eventually(lambda: "guest" not in server.factory.sessions or session not in
-                     server.factory.sessions["guest"], "the session to end")
+    await called(session, "connectionLost", lambda: "guest" not in server.factory.sessions
+                 or session not in server.factory.sessions["guest"])  # the session ended
     assert session._stream is None or session._stream._finished
     del session, transport
 
@@ -222,7 +223,7 @@ async def test_notification_queues_are_bounded_in_bytes_and_respect_the_output_l
     bob.transport.write(b"".join(volatile_publish("/news", f"v{i}", b"%02d" % i + b"v" * size)
                                  for i in range(40)))
     assert (await bob.noop()).code == 200
-    await eventually(lambda: session._paused_output, "the slow session to pause")
+    await called(session, "pauseProducing", lambda: session._paused_output)  # the slow session paused
     transport = session.transport
     queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
     assert queued <= limit + 64 * 1024 + size  # the output limit, one batch, one notification
@@ -257,8 +258,10 @@ async def test_the_window_refill_reads_at_most_the_queued_bytes_limit(smqp_serve
     alice = await server.login()
     await alice.create_topic("/news")
     away = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n")
+    ended = called(server.factory.service.outboxes["alice:slow"].session, "connectionLost",
+                   lambda: "alice:slow" not in server.factory.service.outboxes)
     away.transport.abortConnection()
-    await eventually(lambda: "alice:slow" not in server.factory.service.outboxes, "the session to end")
+    await ended
     for i in range(12):  # ~10.8 MB pending for alice:slow
         await alice.publish("/news", f"m{i}", [("application/octet-stream", b"%02d" % i + b"x" * size)])
 
@@ -273,7 +276,7 @@ async def test_the_window_refill_reads_at_most_the_queued_bytes_limit(smqp_serve
     store.pending = measured
     slow = await raw_login(server, "alice", "slow", read=False)
     outbox = server.factory.service.outboxes["alice:slow"]
-    await eventually(lambda: reads and outbox.inflight is not None, "the window to be read")
+    await called(outbox, "_send", lambda: reads and outbox.inflight is not None)  # the window was read
     assert max(reads) <= queued_limit + message  # the limit and one message, never 256 of them
     assert outbox.window_bytes <= queued_limit + message
 
@@ -307,11 +310,11 @@ async def test_a_retry_waits_for_the_output_limit_like_any_notification(smqp_ser
     slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n", read=False)
     session = server.factory.service.outboxes["alice:slow"].session
     store = server.factory.service.durable.store
-    counted: list[int] = []
+    counted = Waiter()
     attempt = store.attempt
 
     def counting(*args):
-        return attempt(*args).addCallback(lambda n: counted.append(n) or n)
+        return attempt(*args).addCallback(lambda n: counted(n) or n)
 
     store.attempt = counting
     written: list[int] = []  # what the session hands its transport (the kernel takes much of it)
@@ -325,7 +328,7 @@ async def test_a_retry_waits_for_the_output_limit_like_any_notification(smqp_ser
     # a small kernel send buffer: what the client does not read stays in the broker's output
     session.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
     await alice.publish("/news", "big", [("application/octet-stream", b"x" * size)])
-    await eventually(lambda: len(counted) >= 1, "a retry to be counted")
+    await counted.count(1)  # a retry was counted
     assert session._paused_output
     assert len(written) == 1 and sum(written) <= message  # the first send only: no re-send past the limit
     assert server.factory.service.durable.stats["redelivered"] == 0
@@ -336,8 +339,9 @@ async def test_a_retry_waits_for_the_output_limit_like_any_notification(smqp_ser
     slow.transport.resumeProducing()
     await slow.until(lambda got: got.count(b"NOTIFY MESSAGE /news ADD\r\n") >= 2 and got.endswith(b"\r\n.\r\n"))
     assert len(written) >= 2 and server.factory.service.durable.stats["redelivered"] >= 1
+    outbox = server.factory.service.outboxes["alice:slow"]
+    settled = called(outbox, "acknowledge", lambda: outbox.inflight is None and not outbox.settling)
     slow.transport.write(b"310 ACK\r\n")
     await slow.until(lambda got: got.endswith(b"310 ACK\r\n"))
     assert await alice.count("MESSAGE", "/news") == 1
-    outbox = server.factory.service.outboxes["alice:slow"]
-    await eventually(lambda: outbox.inflight is None and not outbox.settling, "the delivery to settle")
+    await settled

@@ -218,8 +218,12 @@ async def test_guest_permissions_setting(smqp_server):
     assert await guest.list_topics("/") == ["/guests"]
 
 
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_topic_timeout_expires_messages_into_the_trash_and_survives_restart(smqp_server):
+    """Over real sockets with a second of real time, so not in the quick loop: the expiry rules
+    themselves are tests/protocols/smqp/test_topic_extras.py's, on a Clock; this one adds the
+    timeouts surviving a restart."""
     server = await smqp_server()
     alice = await server.login()
     for path in ("/short", "/short/child", "/long"):

@@ -12,7 +12,7 @@ from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
 
 from brokerd.protocols.socketmq.api import Client, Server, SocketMQError, Subscription
-from tests.support.collect import eventually
+from tests.support.collect import called
 from tests.support.live import TIMEOUT, Waiter, reactor
 from tests.support.socketmq import LiveBrokerd
 
@@ -218,6 +218,7 @@ async def test_oversized_websocket_message_closes_with_1009(brokerd: LiveBrokerd
 async def test_connections_are_counted_and_released(brokerd: LiveBrokerd) -> None:
     client = await ws_client(brokerd)
     assert brokerd.broker.stats.connections == 1
+    released = called(brokerd.broker.admissions, "_release", lambda: brokerd.broker.stats.connections == 0)
     await client.close()
     brokerd.clients.remove(client)
-    await eventually(lambda: brokerd.broker.stats.connections == 0, "the connection to be released")
+    await released

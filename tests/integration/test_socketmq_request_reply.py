@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory
 
 from brokerd.protocols.socketmq.api import Client, IncomingRequest, Server, SocketMQError, listen
-from tests.support.collect import eventually
+from tests.support.collect import called
 from tests.support.live import TIMEOUT, LineProtocol, Waiter, reactor
 from tests.support.socketmq import LiveBrokerd
 
@@ -150,9 +150,10 @@ async def test_application_going_away_is_502(brokerd: LiveBrokerd) -> None:
 @pytest_twisted.ensureDeferred
 async def test_application_leaves_on_close_and_name_is_free_again(brokerd: LiveBrokerd) -> None:
     app = await application(brokerd, "echo", echo)
+    left = called(brokerd.hub, "unregister", lambda: "echo" not in brokerd.hub.applications)
     await app.close()
     brokerd.clients.remove(app)
-    await eventually(lambda: "echo" not in brokerd.hub.applications, "the application to leave")
+    await left
     await application(brokerd, "echo", echo, "again")
 
 

@@ -286,7 +286,7 @@ subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 log = open(sys.argv[1], "wb")
 broker = subprocess.Popen(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT)
 deadline = time.monotonic() + 60
-for port in (8787, 1502, 720, 8080):
+for port in (8787, 1502, 720, 8080, 1883):
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -34,6 +34,8 @@ _EPHEMERAL = _ephemeral_range()
 #: port 0, any client connection) can take a port between this answer and the test's bind.
 _CHOSEN_FROM = range(10000, _EPHEMERAL[0]) if _EPHEMERAL[0] > 12000 else range(_EPHEMERAL[1] + 1, 65536)
 _handed_out: set[int] = set()
+LISTENER_OPTIONS = frozenset(("--ssmp", "--mcchat", "--smqp", "--socketmq", "--mqtt", "--config"))
+"""Options that name what a started broker listens on."""
 _pick = random.Random()
 
 
@@ -111,6 +113,11 @@ def start_broker(
     for protocol, template in listeners.items():
         ports[protocol] = free_port()
         args += [f"--{protocol}", template.format(port=ports[protocol])]
+    if not any(option in LISTENER_OPTIONS for option in (*args, *options)):
+        # brokerd with no listener option binds the default ports (8787, 1502, 720, 8080,
+        # 1883): the machine's, which a test never takes (test_startup checks them in a
+        # network namespace of its own).
+        raise ValueError("start_broker needs a listener option or a --config naming its listeners")
     data_dir = tmp_path / "data"
     args += ["--data-dir", str(data_dir), *options]
     log_path = tmp_path / "broker.log"

@@ -1,5 +1,6 @@
-"""A raw Twisted client protocol for real-socket tests of misbehaving clients, and a bounded
-wait on server state.
+"""A raw Twisted client protocol for real-socket tests of misbehaving clients, and bounded
+waits on server state: :func:`called` waits for the server's own method call (an event), and
+:func:`eventually` polls, for slow tests on state no call reports.
 
 ``Collector`` writes what the test says and keeps every byte it receives; it may start with
 its reading paused (a client that asks and never reads), with a receive buffer that absorbs
@@ -57,6 +58,43 @@ class Collector(Protocol):
     def until_one_of(self, candidates: list[bytes]) -> Deferred:
         """Fires once what came is exactly one of ``candidates``."""
         return self.until(lambda received: any(received == c for c in candidates))
+
+
+def called(target: Any, name: str, condition: Callable[[], Any] = lambda: True) -> Deferred:
+    """Fires once a call of ``target.<name>`` (and the Deferred it returns, if any) left
+    ``condition()`` true, or at once if it holds already; fails after TIMEOUT.  The wait on an
+    event of the server's own objects (a producer paused, a connection lost, a store read
+    answered) that the quick tests use instead of polling the reactor.  The method is
+    wrapped on the instance for the wait and put back when it ends."""
+    d: Deferred = Deferred()
+    if condition():
+        d.callback(None)
+        return d
+    own = vars(target)
+    had, saved = name in own, own.get(name)
+    original = getattr(target, name)
+
+    def check(result: Any = None) -> Any:
+        if not d.called and condition():
+            d.callback(None)
+        return result
+
+    def watching(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if isinstance(result, Deferred):
+            return result.addBoth(check)
+        return check(result)
+
+    def restore(result: Any) -> Any:
+        if vars(target).get(name) is watching:
+            if had:
+                setattr(target, name, saved)
+            else:
+                delattr(target, name)
+        return result
+
+    setattr(target, name, watching)
+    return d.addTimeout(TIMEOUT, _reactor()).addBoth(restore)
 
 
 async def eventually(condition: Callable[[], Any], what: str) -> None:

@@ -161,13 +161,25 @@ def test_a_message_without_timeout_takes_its_topics_then_the_servers(factory):
 
 
 def test_a_message_expires_into_the_trash_after_its_topics_timeout(factory):
+    """A topic's timeout, inherited by its children; a message's own INFINITE Timeout and a
+    topic with the server's default keep theirs (the same as the real-socket test of
+    test_smqp_topics, without its second of real time)."""
     alice = Client(factory)
-    ok(alice.send("CREATE TOPIC /short", "SET TOPIC TIMEOUT /short 1"))
+    ok(alice.send("CREATE TOPIC /short", "CREATE TOPIC /short/child", "CREATE TOPIC /long",
+                  "SET TOPIC TIMEOUT /short 1"))
     ok(alice.publish("/short", "S1"))
-    assert alice.one("COUNT MESSAGE /short").values == ("1",)
-    factory.clock.advance(1.0)
-    assert alice.one("COUNT MESSAGE /short").values == ("0",)
+    ok(alice.publish("/short/child", "S2"))
+    ok(alice.publish("/short", "S3", ("Timeout", "INFINITE")))
+    ok(alice.publish("/long", "L1"))
+    assert alice.one("COUNT MESSAGE /short").values == ("2",)
+    factory.clock.advance(0.9)
+    assert alice.one("COUNT MESSAGE /short/child").values == ("1",)
+    factory.clock.advance(0.1)
+    assert alice.one("COUNT MESSAGE /short").values == ("1",)  # the INFINITE one stays
     assert alice.one("COUNT MESSAGE /short/Trash").values == ("1",)
+    assert alice.one("COUNT MESSAGE /short/child").values == ("0",)
+    assert alice.one("COUNT MESSAGE /short/child/Trash").values == ("1",)
+    assert alice.one("COUNT MESSAGE /long").values == ("1",)
 
 
 def test_receipts_take_the_login_topics_timeout(factory):

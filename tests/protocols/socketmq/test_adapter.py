@@ -183,6 +183,39 @@ def test_idle_time_between_keep_alive_requests_is_not_a_slow_request(server: Ser
     assert http.value().startswith(b"HTTP/1.1 408 Request Timeout\r\n") and http.disconnecting
 
 
+TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nSocket-MQ-Version: 1\r\n"
+             b"Content-Length: 35\r\nConnection: close\r\n\r\nthe request did not arrive in time\n")
+
+
+def test_a_websocket_handshake_gets_the_handshake_timeout_from_its_first_byte(server: Server) -> None:
+    assert server.hub.handshake_timeout < server.hub.read_timeout  # the defaults, 10 s and 30 s
+    head, last = UPGRADE[:-2], UPGRADE[-2:]
+    slow, prompt = server.connect(), server.connect()
+    slow.protocol.dataReceived(head)
+    prompt.protocol.dataReceived(head)
+    server.clock.advance(server.hub.handshake_timeout - 0.001)
+    assert slow.value() == b"" and not slow.disconnecting
+    prompt.protocol.dataReceived(last)  # complete in time: upgraded, no deadline any more
+    assert prompt.value().startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+    server.clock.advance(0.001)
+    assert slow.value() == TIMED_OUT and slow.disconnecting
+    server.clock.advance(server.hub.read_timeout)
+    assert not prompt.disconnecting
+
+
+def test_a_request_line_gets_the_shorter_of_both_timeouts_and_a_post_then_the_read_timeout(server: Server) -> None:
+    line_only, post = server.connect(), server.connect()
+    line_only.protocol.dataReceived(b"POST /socket.mq/app/r1 HTTP/1.1")  # no end of line yet
+    post.protocol.dataReceived(b"POST /socket.mq/app/r2 HTTP/1.1\r\nHost: broker\r\n")
+    server.clock.advance(server.hub.handshake_timeout)
+    assert line_only.value() == TIMED_OUT and line_only.disconnecting
+    assert post.value() == b"" and not post.disconnecting  # a request's headers: the read timeout
+    server.clock.advance(server.hub.read_timeout - server.hub.handshake_timeout - 0.001)
+    assert not post.disconnecting
+    server.clock.advance(0.001)
+    assert post.value() == TIMED_OUT and post.disconnecting
+
+
 def test_an_announced_body_over_the_limit_is_413_and_closed(server: Server) -> None:
     http = server.connect()
     too_big = limits.MAX_BODY + 1
