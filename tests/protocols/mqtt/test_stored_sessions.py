@@ -95,11 +95,12 @@ def test_a_stored_message_is_sent_at_its_qos_unless_it_expired():
         message = Message(MULTICAST, b"a/b", payload, protocol, b"pub", details=Details(**details))
         return message, Delivery(seq, "a/b", 1, "ADD", 0, "ALL", b"")
 
-    assert not session.send_stored(*stored(1, b"stale", "mqtt", qos=1, expires=1000.0))
-    assert transport.value() == b""
-    assert session.send_stored(*stored(2, b"fresh", "mqtt", qos=1, expires=1010.0))
-    assert session.send_stored(*stored(3, b"from ssmp", "ssmp"))
-    sent = transport.value()
+    out: list[bytes] = []
+    assert session.send_stored(*stored(1, b"stale", "mqtt", qos=1, expires=1000.0), out) is None
+    assert out == []
+    assert session.send_stored(*stored(2, b"fresh", "mqtt", qos=1, expires=1010.0), out) == 1
+    assert session.send_stored(*stored(3, b"from ssmp", "ssmp"), out) == 2
+    sent = b"".join(out)
     assert b"fresh" in sent and b"from ssmp" in sent and b"stale" not in sent
     assert session.stored_in_flight() == {2, 3}
     assert [outgoing.qos for outgoing in session.inflight.values()] == [1, 1]
