@@ -479,8 +479,18 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         return d.addCallbacks(committed, not_stored)
 
     def put_flows(self, flows: list[PacketFlow] | None) -> Deferred:
-        """Store ``flows`` (fires once committed); at once when there are none."""
+        """Store ``flows`` (MQTT's QoS 2 exchanges under way, kept with a durable
+        subscriber: brokerd.protocols.mqtt.stored); fires once committed, at once when there
+        are none.  They end with the subscriber (:meth:`forget_subscriber`)."""
         return self.store.put_flows(flows) if flows else succeed(None)
+
+    def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
+        """One exchange of :meth:`put_flows` is over; fires once committed."""
+        return self.store.remove_flow(subscriber, inbound, packet_id)
+
+    def flows_of(self, subscriber: str) -> Deferred:
+        """The exchanges under way of ``subscriber`` (IStore.flows_of)."""
+        return self.store.flows_of(subscriber)
 
     def _unreserve(self, runs: list[list[tuple[str, str]]]) -> None:
         """Deliveries :class:`PendingQuota` reserved that were not stored after all."""

@@ -71,7 +71,10 @@ class Publishing:
             return
         if qos and self._run_acks and self._receiving() >= settings.mqtt_max_inflight:
             self._publish_run()  # answered now, unless they wait for the store
-        if qos and self._receiving() >= settings.mqtt_max_inflight:
+        if qos and self._receiving() >= settings.mqtt_max_inflight or (
+                qos == 2 and len(session.received_qos2) >= settings.mqtt_max_inflight):
+            # The second: awaiting PUBREL since an earlier connection of the session (kept
+            # with a stored session), which the client resends before new PUBLISHes (4.4).
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
@@ -234,7 +237,7 @@ class Publishing:
         if found and session.durable_name is not None and durable is not None:
             # Not before the store forgot the identifier: after a restart a new PUBLISH
             # with it would be taken for this one again (:mod:`.stored`).
-            d = durable.store.remove_flow(session.durable_name, True, packet_id)
+            d = durable.remove_flow(session.durable_name, True, packet_id)
             d.addErrback(log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}",
                          name=session.durable_name)
             self._answer(answer, d)

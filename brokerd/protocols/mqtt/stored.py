@@ -5,7 +5,7 @@ Session 0, v5 a Session Expiry Interval above 0) keeps its subscriptions as the 
 FILTER subscriptions, named by :func:`brokerd.core.durable.owned_subscriber` (protocol, owner,
 client identifier).  A QoS 1 or 2 subscription collects messages: every protocol's publish to
 a topic it matches is committed with a pending delivery for the session before its publisher is
-answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBREC at
+answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBCOMP at
 QoS 2).  So what was acknowledged to a publisher survives the broker's kill -9, and a client
 that comes back, to this node or another one on the shared store, reads what waits for it.  A
 QoS 0 subscription is remembered with the others and delivered live, as MQTT allows.
@@ -111,7 +111,7 @@ class StoredDeliveries:
         if resumed is None:
             self.refresh()
             return
-        d = self.durable.store.flows_of(self.name)
+        d = self.durable.flows_of(self.name)
         d.addCallbacks(self._resume, self._not_resumed)
         d.addBoth(lambda _: resumed())
 
@@ -232,7 +232,7 @@ class StoredDeliveries:
                 flows.append(PacketFlow(self.name, False, packet_id, delivery.seq))
         if flows:
             self._held = True
-            d = self.durable.store.put_flows(flows)
+            d = self.durable.put_flows(flows)
             d.addErrback(log_unless_outage, self._log, "Storing the QoS 2 exchanges of MQTT session {name}", name=self.name)
             d.addCallback(lambda _: self._write_held(out))
             return
@@ -254,7 +254,7 @@ class StoredDeliveries:
     def released(self, packet_id: int, delivery: Delivery) -> Any:
         """PUBREC came for stored ``delivery`` sent with ``packet_id``: a Deferred that fires
         once the store has it released (the caller's PUBREL waits for it)."""
-        d = self.durable.store.put_flows([PacketFlow(self.name, False, packet_id, delivery.seq, True)])
+        d = self.durable.put_flows([PacketFlow(self.name, False, packet_id, delivery.seq, True)])
         return d.addErrback(log_unless_outage, self._log, "Storing the QoS 2 exchanges of MQTT session {name}", name=self.name)
 
     def settle(self, delivery: Delivery, packet_id: int | None = None) -> None:
@@ -265,5 +265,5 @@ class StoredDeliveries:
         d = self.durable.acknowledged(self, delivery)
         d.addErrback(log_unless_outage, self._log, "Settling a stored message of MQTT session {name}", name=self.name)
         if packet_id is not None:
-            self.durable.store.remove_flow(self.name, False, packet_id).addErrback(
+            self.durable.remove_flow(self.name, False, packet_id).addErrback(
                 log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}", name=self.name)
