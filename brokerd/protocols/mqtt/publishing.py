@@ -101,6 +101,8 @@ class Publishing:
             self._run_acks += 1
             if qos == 2:
                 session.received_qos2.add(packet_id)
+                if session.durable_name is not None:  # committed with the message (:mod:`.stored`)
+                    self._run_flows.append(PacketFlow(session.durable_name, True, packet_id))
         self._run.append((message, qos, packet_id))
 
     def _receiving(self) -> int:
@@ -117,6 +119,9 @@ class Publishing:
         if not run:
             return
         self._run_acks = 0
+        flows = self._run_flows
+        if flows:
+            self._run_flows = []
         broker = self.factory.broker
         messages = [message for message, _qos, _packet_id in run]
         try:
@@ -127,21 +132,12 @@ class Publishing:
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
             self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run])
             return
-        flows = self._received_flows(run)
         kept = broker.keep(messages, flows) if flows else broker.keep(messages)
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
         if acks:
             self._acknowledge(acks, kept)
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
-
-    def _received_flows(self, run: list[tuple[Any, int, int | None]]) -> list[PacketFlow] | None:
-        """The QoS 2 PUBLISHes of ``run`` as the store keeps them for a persistent session
-        (committed with the messages, before PUBREC: :mod:`.stored`); None for another."""
-        name = self.session.durable_name
-        if name is None:
-            return None
-        return [PacketFlow(name, True, packet_id) for _message, qos, packet_id in run if qos == 2] or None
 
     def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
         """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
