@@ -196,7 +196,20 @@ class StoredDeliveries:
                 self.waiting.append(delivery)
         if deliveries:
             self._behind = True  # a page (or the byte budget) full: more may wait
+        elif self.resumed:
+            self._forget_resumed()
         self.pump()
+
+    def _forget_resumed(self) -> None:
+        """Every pending delivery was read: the messages sent before a restart and not met
+        are no longer pending (expired or removed meanwhile); their exchanges end."""
+        for seq, packet_id in list(self.resumed.items()):
+            if seq in self.known:
+                continue
+            del self.resumed[seq]
+            self.session.reserved.discard(packet_id)
+            self.durable.remove_flow(self.name, False, packet_id).addErrback(
+                log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}", name=self.name)
 
     def _not_read(self, failure: Any) -> None:
         self._reading = False

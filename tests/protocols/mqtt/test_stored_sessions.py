@@ -110,7 +110,8 @@ def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_pa
     """After a restart: PUBREL again for a message the client had released (never its
     PUBLISH), the PUBLISH again with DUP and its Packet Identifier for one it had not, the
     Packet Identifier of a PUBLISH received still awaiting PUBREL; the connection reads on
-    once they are read.  PUBCOMP settles the delivery and ends the exchange in the store; the
+    once they are read.  One sent for a message no longer pending (expired meanwhile) ends
+    once every pending delivery was read.  PUBCOMP settles the delivery and ends the exchange in the store; the
     session's end drops what is left."""
     sessions, durable, _clock, [name] = _node((ALICE, "dev"))
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "q/#", ("ADD", "q2")), []))
@@ -118,7 +119,7 @@ def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_pa
         _result(durable.keep([Message(MULTICAST, b"q/x", payload, "mqtt", b"pub", details=Details(qos=2))]))
     first, second = [delivery.seq for delivery in _result(durable.store.pending(name, 10))]
     _result(durable.store.put_flows([PacketFlow(name, True, 7), PacketFlow(name, False, 3, first, released=True),
-                                     PacketFlow(name, False, 4, second)]))
+                                     PacketFlow(name, False, 4, second), PacketFlow(name, False, 5, second + 1)]))
 
     session, present = sessions.open("dev", ALICE, MQTT_5, clean_start=False, expiry=300)
     assert present
@@ -129,6 +130,7 @@ def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_pa
     sessions.connected(session)
     assert read_on == [True]
     assert session.received_qos2 == {7}
+    assert session.reserved == set() and session.stored.resumed == {}
     sent = transport.value()
     assert sent.startswith(b"\x62\x02\x00\x03")  # PUBREL 3
     publish = sent[4:]
