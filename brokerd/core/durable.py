@@ -584,7 +584,11 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                 self.claims.pop(delivery.seq, None)
             if settled is not None:
                 self._settled_pending(session.name)
-                self.acked(session, delivery)
+                reported = delivery
+                if not delivery.topic:  # one known by its seq only (an MQTT exchange resumed)
+                    reported = Delivery(delivery.seq, settled.topic, delivery.priority, delivery.change,
+                                        delivery.attempts, delivery.mode, delivery.data)
+                self.acked(session, reported)
                 self.settle(settled)
             if delivery.mode == "ONE":
                 for waiter in self.waiters.pop(delivery.seq, ()):

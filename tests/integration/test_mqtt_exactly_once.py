@@ -18,6 +18,7 @@ paho-mqtt, and what its application sees is the proof:
 """
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 from contextlib import closing
@@ -148,6 +149,11 @@ def test_to_a_subscriber_a_released_message_is_not_sent_again_after_kill_9(tmp_p
     sub.send(packet(0xC0, b""))  # PINGREQ: the PINGRESP comes once the PUBCOMP before it was read
     assert sub.read() == (0xD0, b"")
     _stop_with_no_flow_left(broker)
+    # The event log has each message acknowledged once, the one resumed released with its topic.
+    acked = [event for path in sorted((tmp_path / "data" / "events").rglob("*.jsonl"))
+             for event in map(json.loads, path.read_text().splitlines())
+             if event.get("session") == "eo-sub" and event["kind"] == "acked"]
+    assert [event["topic"] for event in acked] == ["eo/out"] * 3, acked
 
 
 @pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
