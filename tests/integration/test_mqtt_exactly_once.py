@@ -110,8 +110,10 @@ def _publish(raw: RawMQTT, version: int) -> tuple[int, int, bytes]:
     return first >> 3 & 1, packet_id, rest
 
 
-@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
-def test_to_a_subscriber_a_released_message_is_not_sent_again_after_kill_9(tmp_path: Path, made, version: int) -> None:
+def _killed_in_the_middle(tmp_path: Path, made: Callable[..., Any], version: int) -> tuple[RunningBroker, int, int]:
+    """``eo-sub`` was sent two stored messages, PUBRECed the first (and got its PUBREL), not
+    the second, and the broker was killed: the broker started again, and the two Packet
+    Identifiers."""
     broker = _start(tmp_path)
     sub, _present = _raw_session(broker, version, "eo-sub", made)
     sub.send(subscribe_packet(version, "eo/out", 2, packet_id=1))
@@ -126,9 +128,14 @@ def test_to_a_subscriber_a_released_message_is_not_sent_again_after_kill_9(tmp_p
     assert (dup, payload) == (0, b"received")
     sub.send(_ack(0x50, released_id))  # PUBREC for the first only
     _expect(sub, 0x62, released_id)  # PUBREL: the store has it released
-
     broker = _kill_and_restart(broker, tmp_path)  # no PUBCOMP, no PUBREC for the second
     sub.close()
+    return broker, released_id, received_id
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_to_a_subscriber_a_released_message_is_not_sent_again_after_kill_9(tmp_path: Path, made, version: int) -> None:
+    broker, released_id, received_id = _killed_in_the_middle(tmp_path, made, version)
     sub, present = _raw_session(broker, version, "eo-sub", made)
     assert present == 1, "the session did not survive kill -9"
     _expect(sub, 0x62, released_id)  # its PUBREL again, not its PUBLISH
@@ -195,4 +202,20 @@ def test_from_a_publisher_a_received_message_is_published_once_after_kill_9(tmp_
     assert marker.publish("eo/in", b"marker", 2) == 0
     assert watcher.message().payload == b"marker", "a message came again before the marker"
     watcher.disconnect()  # after its PUBCOMPs
+    _stop_with_no_flow_left(broker)
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_a_paho_subscriber_back_after_kill_9_sees_each_message_once(tmp_path: Path, made, version: int) -> None:
+    """The same crash, and paho resumes the session: its application gets the message it had
+    not received (PUBREC) and never the released one again, then the marker."""
+    broker, _released_id, _received_id = _killed_in_the_middle(tmp_path, made, version)
+    paho = PAHO[version]
+    sub = made(MQTTClient(broker.ports["mqtt"], paho, "eo-sub", clean=False, connect=False,
+                          expiry=EXPIRY if version == 5 else None))
+    assert sub.connect(), "the session did not survive kill -9"
+    publisher = made(MQTTClient(broker.ports["mqtt"], paho))
+    assert publisher.publish("eo/out", b"marker", 2) == 0
+    assert [(m.payload, m.qos) for m in (sub.message(), sub.message())] == [(b"received", 2), (b"marker", 2)]
+    sub.disconnect()  # after its PUBCOMPs
     _stop_with_no_flow_left(broker)
