@@ -762,17 +762,20 @@ class Broker(Service):
             return 0
         return self.durable.offer_unstored(message, explicit)
 
-    def keep(self, messages: list[Message]) -> Deferred | None:
+    def keep(self, messages: list[Message], flows: list[Any] | None = None) -> Deferred | None:
         """Store multicast ``messages`` (consecutive, one topic, as :meth:`publish_batch`
         takes them; already routed to the live subscribers) for the durable subscribers of
         their topic.  None when the topic has none: nothing is stored, and the publisher may
         be answered at once.  Otherwise a Deferred that fires once every one is committed:
         the publisher's acknowledgement waits for it.  A topic without durable subscribers
-        costs one dict lookup here."""
+        costs one dict lookup here.  ``flows`` (store PacketFlows: an MQTT persistent
+        session's QoS 2 PUBLISHes received) are committed with the messages, or alone."""
         durable = self.durable
-        if durable is None or not durable.covers(messages[0].target):  # type: ignore[arg-type]
+        if durable is None:
             return None
-        return durable.keep(messages)
+        if not durable.covers(messages[0].target):  # type: ignore[arg-type]
+            return durable.put_flows(flows) if flows else None
+        return durable.keep(messages, flows=flows)
 
     def keep_for_filters(self, messages: list[Message]) -> Deferred | None:
         """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a

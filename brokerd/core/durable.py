@@ -53,7 +53,7 @@ from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
 from brokerd.store.base import StoreFull, is_outage, log_unless_outage
-from brokerd.store.records import Delivery, MessageRecord, ReceiptDue, Settled, TopicRecord
+from brokerd.store.records import Delivery, MessageRecord, PacketFlow, ReceiptDue, Settled, TopicRecord
 
 __all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
            "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "owned_prefix", "owned_subscriber", "publisher_of",
@@ -425,24 +425,26 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
     # ------------------------------------------------------------------ storing
 
-    def keep(self, messages: list[Message], filters_only: bool = False) -> Deferred:
+    def keep(self, messages: list[Message], filters_only: bool = False, flows: list[PacketFlow] | None = None) -> Deferred:
         """Store multicast ``messages`` (one topic, in order) for the durable subscribers
         of their topic (:meth:`kept_recipients`); fires (with None) once all are committed.
         Each gets an id (``message_id``) and, unless it names them, the topic's expiry and
         mode.  They go to the store in one operation (IStore.publish_many): a read of
-        pipelined publishes costs one store call, not one per message."""
+        pipelined publishes costs one store call, not one per message.  ``flows`` (an MQTT
+        publisher's QoS 2 PUBLISHes received) are stored in the same transaction, or alone
+        when nothing is kept."""
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
         deliveries = [(name, ADD) for name in self.kept_recipients(key, now, filters_only)]
         kept_bare = not filters_only and self.topics.reachable(key)  # a stored topic keeps it unread too
         if not deliveries and not kept_bare:
-            return succeed(None)  # a filter's subscriber may not read it: nothing to keep
+            return self.put_flows(flows)  # a filter's subscriber may not read it: nothing to keep
         quota = self.pending_quota
         wanted = [deliveries] * len(messages) if quota is None else quota.reserve(deliveries, len(messages))
         # A message every recipient of which is full is not stored at all (nor refused).
         runs = [(message, each) for message, each in zip(messages, wanted) if each or kept_bare]
         if not runs:
-            return succeed(None)
+            return self.put_flows(flows)
         if self.full is not None and self.full():
             self._unreserve(wanted)
             return fail(StoreFull("the disk is nearly full; the message was not stored"))
@@ -464,7 +466,8 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                                    data, seq, mode)
             kept.append((record, len(message.payload)))
         self.stats["kept"] += len(kept)
-        d = self.store.publish_many([(record, run_deliveries) for (record, _size), run_deliveries in zip(kept, each)])
+        items = [(record, run_deliveries) for (record, _size), run_deliveries in zip(kept, each)]
+        d = self.store.publish_many(items, flows) if flows else self.store.publish_many(items)
 
         def committed(_seqs: list[int]) -> None:
             self.committed(kept, deliveries, each)
@@ -474,6 +477,20 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             return failure
 
         return d.addCallbacks(committed, not_stored)
+
+    def put_flows(self, flows: list[PacketFlow] | None) -> Deferred:
+        """Store ``flows`` (MQTT's QoS 2 exchanges under way, kept with a durable
+        subscriber: brokerd.protocols.mqtt.stored); fires once committed, at once when there
+        are none.  They end with the subscriber (:meth:`forget_subscriber`)."""
+        return self.store.put_flows(flows) if flows else succeed(None)
+
+    def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
+        """One exchange of :meth:`put_flows` is over; fires once committed."""
+        return self.store.remove_flow(subscriber, inbound, packet_id)
+
+    def flows_of(self, subscriber: str) -> Deferred:
+        """The exchanges under way of ``subscriber`` (IStore.flows_of)."""
+        return self.store.flows_of(subscriber)
 
     def _unreserve(self, runs: list[list[tuple[str, str]]]) -> None:
         """Deliveries :class:`PendingQuota` reserved that were not stored after all."""
@@ -567,7 +584,11 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                 self.claims.pop(delivery.seq, None)
             if settled is not None:
                 self._settled_pending(session.name)
-                self.acked(session, delivery)
+                reported = delivery
+                if not delivery.topic:  # one known by its seq only (an MQTT exchange resumed)
+                    reported = Delivery(delivery.seq, settled.topic, delivery.priority, delivery.change,
+                                        delivery.attempts, delivery.mode, delivery.data)
+                self.acked(session, reported)
                 self.settle(settled)
             if delivery.mode == "ONE":
                 for waiter in self.waiters.pop(delivery.seq, ()):

@@ -84,6 +84,7 @@ class DurableQueues:
             self.pending_quota.forget(subscriber)
         removals = [self.store.remove_subscription(subscriber, sub.record.kind, sub.record.topic)
                     for sub in subscriptions]
+        removals.append(self.store.drop_flows(subscriber))  # its QoS 2 exchanges end with it
         settled = [0]
 
         def settle_page(_result: Any = None) -> Deferred:

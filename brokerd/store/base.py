@@ -87,12 +87,14 @@ class IStore(Interface):
         onwards) and, in the same transaction, one pending delivery per ``(subscriber,
         change)`` in ``deliveries``.  ValueError for a duplicate seq or smuid."""
 
-    def publish_many(items):
+    def publish_many(items, flows=()):
         """Deferred[list[int]]: :meth:`publish` each ``(record, deliveries)`` of ``items``
         (every record with its ``seq``), all in one operation of one transaction: all are
         stored or, on a failure (ValueError for a duplicate seq or smuid), none.  What a
         front end that publishes several messages at once (one read of an SSMP client) asks,
-        at the cost of one store operation instead of one per message."""
+        at the cost of one store operation instead of one per message.  ``flows``
+        (PacketFlow) are put (:meth:`put_flows`) in the same transaction: an MQTT QoS 2
+        PUBLISH is stored together with the note that it was received."""
 
     def find_message(seq):
         """Deferred[MessageRecord | None], live or in a Trash."""
@@ -183,6 +185,22 @@ class IStore(Interface):
     def subscriptions_of(subscriber):
         """Deferred[list[SubscriptionRecord]] of one ``account:channel``, ordered by kind and
         topic."""
+
+    # -- QoS 2 exchanges under way (MQTT's persistent sessions: brokerd.protocols.mqtt.stored)
+    def put_flows(flows):
+        """Deferred[None]: insert or replace each PacketFlow of ``flows`` (one per subscriber,
+        direction and Packet Identifier), in one transaction."""
+
+    def remove_flow(subscriber, inbound, packet_id):
+        """Deferred[bool]: the exchange is over; whether it was there."""
+
+    def flows_of(subscriber):
+        """Deferred[list[PacketFlow]] of ``subscriber``: the inbound ones by Packet
+        Identifier, then the outbound ones in ``seq`` order (the order they were sent)."""
+
+    def drop_flows(subscriber):
+        """Deferred[int]: remove every PacketFlow of ``subscriber`` (its session ended); how
+        many there were."""
 
     # -- retained messages (MQTT's: the last retained message of each topic)
     def put_retained(topic, data):

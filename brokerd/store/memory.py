@@ -19,6 +19,7 @@ from brokerd.store.records import (
     Contact,
     Delivery,
     MessageRecord,
+    PacketFlow,
     ReceiptDue,
     Settled,
     SubscriptionRecord,
@@ -47,6 +48,7 @@ class MemoryStore:
         self._seq = 0
         self._subscriptions: dict[tuple[str, str, str], SubscriptionRecord] = {}
         self._retained: dict[str, bytes] = {}
+        self._flows: dict[tuple[str, bool, int], PacketFlow] = {}
         self._closed = False
 
     def _ok(self, value: object = None) -> Deferred:
@@ -146,7 +148,8 @@ class MemoryStore:
             rows.setdefault(subscriber, [PENDING, 0, change])
         return self._ok(seq)
 
-    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]],
+                     flows: Iterable[PacketFlow] = ()) -> Deferred:
         items = list(items)
         if self._closed:
             return self._ok()
@@ -157,6 +160,7 @@ class MemoryStore:
             return fail(ValueError("duplicate message among " + ", ".join(repr(r.smuid) for r, _d in items)))
         gathered = gatherResults([self.publish(record, deliveries) for record, deliveries in items],
                                  consumeErrors=True)
+        self.put_flows(flows)
         return gathered.addErrback(lambda failure: failure.value.subFailure if failure.check(FirstError) else failure)
 
     def _live(self, seq: int) -> MessageRecord | None:
@@ -361,6 +365,32 @@ class MemoryStore:
     def subscriptions_of(self, subscriber: str) -> Deferred:
         found = [r for key, r in sorted(self._subscriptions.items()) if key[0] == subscriber]
         return self._ok(found)
+
+    # ------------------------------------------------------------------ QoS 2 exchanges
+
+    def put_flows(self, flows: Iterable[PacketFlow]) -> Deferred:
+        if not self._closed:
+            for flow in flows:
+                self._flows[(flow.subscriber, flow.inbound, flow.packet_id)] = flow
+        return self._ok()
+
+    def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
+        found = False
+        if not self._closed:
+            found = self._flows.pop((subscriber, inbound, packet_id), None) is not None
+        return self._ok(found)
+
+    def flows_of(self, subscriber: str) -> Deferred:
+        found = [flow for flow in self._flows.values() if flow.subscriber == subscriber]
+        found.sort(key=lambda flow: (not flow.inbound, flow.seq, flow.packet_id))
+        return self._ok(found)
+
+    def drop_flows(self, subscriber: str) -> Deferred:
+        keys = [key for key in self._flows if key[0] == subscriber]
+        if not self._closed:
+            for key in keys:
+                del self._flows[key]
+        return self._ok(len(keys))
 
     # ------------------------------------------------------------------ retained messages
 

@@ -28,8 +28,9 @@ from brokerd.store.records import (
 
 SEQ_BLOCK = 1 << 36
 """Message numbers a store takes at a time (68 billion: one node run never uses them up)."""
-SCHEMA_VERSION = 2
-"""1: topics, contacts, messages, deliveries, subscriptions; 2: retained messages."""
+SCHEMA_VERSION = 3
+"""1: topics, contacts, messages, deliveries, subscriptions; 2: retained messages; 3: the QoS 2
+exchanges under way of MQTT's persistent sessions (records.PacketFlow)."""
 SCHEMA_LOCK = 0x62726F6B  # pg_advisory_xact_lock key: nodes starting together migrate once
 
 SCHEMA = f"""
@@ -58,8 +59,14 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     subscriber TEXT NOT NULL, kind TEXT NOT NULL, topic TEXT NOT NULL, changes TEXT NOT NULL,
     since DOUBLE PRECISION, until DOUBLE PRECISION, PRIMARY KEY (subscriber, kind, topic));
 CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions (topic, kind);
-CREATE TABLE IF NOT EXISTS retained (topic TEXT PRIMARY KEY, data BYTEA NOT NULL)
+CREATE TABLE IF NOT EXISTS retained (topic TEXT PRIMARY KEY, data BYTEA NOT NULL);
+CREATE TABLE IF NOT EXISTS flows (
+    subscriber TEXT NOT NULL, inbound BOOLEAN NOT NULL, packet_id INTEGER NOT NULL, seq BIGINT NOT NULL,
+    released BOOLEAN NOT NULL, PRIMARY KEY (subscriber, inbound, packet_id))
 """
+PUT_FLOW = ("INSERT INTO flows (subscriber, inbound, packet_id, seq, released) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (subscriber, inbound, packet_id) DO UPDATE SET seq = EXCLUDED.seq,"
+            " released = EXCLUDED.released")
 
 TOPIC_COLUMNS = "key, name, keywords, delivery, link, owner, created, system, timeout"
 PUT_TOPIC = (f"INSERT INTO topics ({TOPIC_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"

@@ -35,6 +35,7 @@ from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_schema import (
     INSERT_DELIVERY,
     MESSAGE_COLUMNS,
+    PUT_FLOW,
     PUT_TOPIC,
     SCHEMA_VERSION,
     SEQ_BLOCK,
@@ -58,6 +59,7 @@ from brokerd.store.records import (
     Contact,
     Delivery,
     MessageRecord,
+    PacketFlow,
     Settled,
     SubscriptionRecord,
     TopicRecord,
@@ -319,15 +321,20 @@ class PostgreSQLStore:
         publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
 
-    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]],
+                     flows: Iterable[PacketFlow] = ()) -> Deferred:
+        flow_rows = [_flow_row(flow) for flow in flows]
         rows = []
         for record, deliveries in items:
             pairs = list(deliveries)
             rows.append((record, [subscriber for subscriber, _change in pairs], [change for _s, change in pairs]))
 
         def publish(c: Any) -> list[int]:
-            return [self._insert_message(c, record, record.seq, subscribers, changes)
+            seqs = [self._insert_message(c, record, record.seq, subscribers, changes)
                     for record, subscribers, changes in rows]
+            for row in flow_rows:
+                c.execute(PUT_FLOW, row)
+            return seqs
 
         publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
@@ -560,6 +567,31 @@ class PostgreSQLStore:
             f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE subscriber = %s"
             ' ORDER BY kind COLLATE "C", topic COLLATE "C"', (subscriber,))])
 
+    # ------------------------------------------------------------------ QoS 2 exchanges
+
+    def put_flows(self, flows: Iterable[PacketFlow]) -> Deferred:
+        rows = [_flow_row(flow) for flow in flows]
+
+        def put(c: Any) -> None:
+            for row in rows:
+                c.execute(PUT_FLOW, row)
+
+        put.pipelined = True  # type: ignore[attr-defined]
+        return self._submit(put)
+
+    def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "DELETE FROM flows WHERE subscriber = %s AND inbound = %s AND packet_id = %s",
+            (subscriber, inbound, packet_id)).rowcount > 0)
+
+    def flows_of(self, subscriber: str) -> Deferred:
+        return self._submit(lambda c: [PacketFlow(*row) for row in c.execute(
+            "SELECT subscriber, inbound, packet_id, seq, released FROM flows WHERE subscriber = %s"
+            " ORDER BY inbound DESC, seq, packet_id", (subscriber,))])
+
+    def drop_flows(self, subscriber: str) -> Deferred:
+        return self._submit(lambda c: c.execute("DELETE FROM flows WHERE subscriber = %s", (subscriber,)).rowcount)
+
     # ------------------------------------------------------------------ retained messages
 
     def put_retained(self, topic: str, data: bytes | None) -> Deferred:
@@ -577,3 +609,7 @@ class PostgreSQLStore:
     def load_retained(self) -> Deferred:
         return self._submit(lambda c: [(topic, bytes(data)) for topic, data in c.execute(
             'SELECT topic, data FROM retained ORDER BY topic COLLATE "C"')])
+
+
+def _flow_row(flow: PacketFlow) -> tuple:
+    return (flow.subscriber, flow.inbound, flow.packet_id, flow.seq, flow.released)

@@ -107,6 +107,22 @@ def fitting(sizes: Iterable[int], max_bytes: int | None) -> int:
 
 
 @dataclass(frozen=True)
+class PacketFlow:
+    """A QoS 2 exchange of a durable subscriber's session under way (MQTT 4.3.3), kept with
+    the session so that a restart neither loses nor repeats its message.  ``inbound``: a
+    PUBLISH the client sent with ``packet_id`` was committed and answered PUBREC, and waits
+    for its PUBREL (``seq`` 0).  Outbound: pending message ``seq`` was sent with
+    ``packet_id``, ``released`` once the client's PUBREC came (PUBREL was sent, PUBCOMP ends
+    it).  One per (subscriber, direction, Packet Identifier): at most 65,535 each way."""
+
+    subscriber: str
+    inbound: bool
+    packet_id: int
+    seq: int = 0
+    released: bool = False
+
+
+@dataclass(frozen=True)
 class ReceiptDue:
     """A publisher asked for a receipt and it is due now: ``acked`` of ``total`` subscribers
     acknowledged message ``seq`` (the store marks the receipt as given, so it is due once)."""

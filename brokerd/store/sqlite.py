@@ -37,6 +37,7 @@ from brokerd.store.records import (
     Contact,
     Delivery,
     MessageRecord,
+    PacketFlow,
     ReceiptDue,
     Settled,
     SubscriptionRecord,
@@ -98,7 +99,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE retained (topic TEXT PRIMARY KEY, data BLOB NOT NULL);
     """,
+    # 5: the QoS 2 exchanges under way of MQTT's persistent sessions (records.PacketFlow)
+    """
+    CREATE TABLE flows (
+        subscriber TEXT NOT NULL, inbound INTEGER NOT NULL, packet_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL, released INTEGER NOT NULL,
+        PRIMARY KEY (subscriber, inbound, packet_id)) WITHOUT ROWID;
+    """,
 )
+PUT_FLOW = "INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?, ?)"
 
 Operation = Callable[..., Any]
 
@@ -134,6 +143,10 @@ def _message_record(row: tuple) -> MessageRecord:
 _MESSAGE_COLUMNS = ("seq, smuid, topic, publisher, cmuid, received, expires, priority, data, mode,"
                     " receipt, trashed")
 _LIVE = "trashed IS NULL"
+
+
+def _flow_row(flow: PacketFlow) -> tuple:
+    return (flow.subscriber, int(flow.inbound), flow.packet_id, flow.seq, int(flow.released))
 
 
 def _marks(keys: list) -> str:
@@ -512,8 +525,10 @@ class SQLiteStore:
 
         return self._submit(publish)
 
-    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]]) -> Deferred:
+    def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]],
+                     flows: Iterable[PacketFlow] = ()) -> Deferred:
         items = list(items)
+        flow_rows = [_flow_row(flow) for flow in flows]
         messages = [(record.seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
                      record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
                     for record, _deliveries in items]
@@ -528,6 +543,8 @@ class SQLiteStore:
             except sqlite3.IntegrityError:
                 raise ValueError("duplicate message among " + ", ".join(repr(row[1]) for row in messages)) from None
             c.executemany("INSERT OR IGNORE INTO deliveries VALUES (?, ?, ?, ?, ?)", deliveries)
+            if flow_rows:
+                c.executemany(PUT_FLOW, flow_rows)
             return [row[0] for row in messages]
 
         return self._submit(publish)
@@ -794,6 +811,28 @@ class SQLiteStore:
                     for s, k, t, ch, si, un in rows]
 
         return self._submit(get)
+
+    # ------------------------------------------------------------------ QoS 2 exchanges
+
+    def put_flows(self, flows: Iterable[PacketFlow]) -> Deferred:
+        rows = [_flow_row(flow) for flow in flows]
+        return self._submit(lambda c: c.executemany(PUT_FLOW, rows) and None)
+
+    def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
+        return self._submit(lambda c: c.execute(
+            "DELETE FROM flows WHERE subscriber = ? AND inbound = ? AND packet_id = ?",
+            (subscriber, int(inbound), packet_id)).rowcount > 0)
+
+    def flows_of(self, subscriber: str) -> Deferred:
+        def get(c: sqlite3.Connection) -> list[PacketFlow]:
+            rows = c.execute("SELECT subscriber, inbound, packet_id, seq, released FROM flows WHERE subscriber = ?"
+                             " ORDER BY inbound DESC, seq, packet_id", (subscriber,))
+            return [PacketFlow(s, bool(i), p, q, bool(r)) for s, i, p, q, r in rows]
+
+        return self._submit(get)
+
+    def drop_flows(self, subscriber: str) -> Deferred:
+        return self._submit(lambda c: c.execute("DELETE FROM flows WHERE subscriber = ?", (subscriber,)).rowcount)
 
     # ------------------------------------------------------------------ retained messages
 

@@ -21,7 +21,7 @@ from tests.integration.test_mqtt_bad_input import (
     packet,
     publish_packet,
 )
-from tests.integration.test_mqtt_paho import MQTT_LISTENER, MQTTClient, assert_clean_log
+from tests.integration.test_mqtt_paho import ANONYMOUS_SESSIONS, MQTT_LISTENER, MQTTClient, assert_clean_log
 from tests.support.broker import RunningBroker, start_broker
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,8 @@ RECEIVE_MAXIMUM = 5
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     running = start_broker(tmp_path_factory.mktemp("mqtt-receive-maximum"),
-                           "--mqtt-max-inflight", str(RECEIVE_MAXIMUM), listeners=MQTT_LISTENER)
+                           "--mqtt-max-inflight", str(RECEIVE_MAXIMUM), *ANONYMOUS_SESSIONS,
+                           listeners=MQTT_LISTENER)
     yield running
     running.stop()
     assert_clean_log(running)
@@ -59,9 +60,9 @@ def pubcomp(packet_id: int) -> tuple[int, bytes]:
     return 0x70, packet_id.to_bytes(2, "big")
 
 
-def _connected(broker: RunningBroker, version: int, client_id: str) -> RawMQTT:
+def _connected(broker: RunningBroker, version: int, client_id: str, **options) -> RawMQTT:
     client = RawMQTT(broker)
-    client.send(connect_packet(version, client_id))
+    client.send(connect_packet(version, client_id, **options))
     first, body = client.read()
     assert first == 0x20 and body[1] == 0, body
     if version == V5:
@@ -120,3 +121,35 @@ def test_a_released_slot_is_free_again_and_qos1_counts_with_qos2(broker: Running
     assert marker.publish("rm/marker", b"after", 1) == 0
     assert watcher.message().payload == b"after", "the one over the Receive Maximum was not published"
     marker.disconnect()
+
+
+@pytest.mark.parametrize("version", [pytest.param(V311, id="3.1.1"), pytest.param(V5, id="5.0")])
+def test_messages_awaiting_pubrel_of_an_earlier_connection_count_against_the_receive_maximum(
+        broker: RunningBroker, watcher: MQTTClient, version: int) -> None:
+    """A persistent session keeps its QoS 2 PUBLISHes awaiting PUBREL across connections (and
+    stores them): a client cannot heap more of them up by reconnecting."""
+    persistent = {"clean": False, "session_expiry": 60 if version == V5 else None}
+    client_id = f"rm-across-{version}"
+    first = _connected(broker, version, client_id, **persistent)
+    for packet_id in range(1, RECEIVE_MAXIMUM + 1):
+        first.send(publish_packet(version, "rm/across", b"a%d" % packet_id, 2, packet_id))
+        assert first.read() == pubrec(packet_id)
+    first.close()
+    again = _connected(broker, version, client_id, **persistent)
+    again.send(publish_packet(version, "rm/across", b"one too many", 2, RECEIVE_MAXIMUM + 1))
+    if version == V5:
+        assert again.disconnect_reason() == 0x93
+    else:
+        again.closed()
+    # Released as 4.4 has it, before anything new: the slot is free.
+    last = _connected(broker, version, client_id, **persistent)
+    last.send(pubrel_packet(1))
+    assert last.read() == pubcomp(1)
+    last.send(publish_packet(version, "rm/across", b"in the freed slot", 2, 1))
+    assert last.read() == pubrec(1)
+    got = [watcher.message().payload for _ in range(RECEIVE_MAXIMUM + 1)]
+    assert got == [b"a%d" % n for n in range(1, RECEIVE_MAXIMUM + 1)] + [b"in the freed slot"]
+    for packet_id in range(1, RECEIVE_MAXIMUM + 1):  # the session ends with nothing awaiting PUBREL
+        last.send(pubrel_packet(packet_id))
+        assert last.read() == pubcomp(packet_id)
+    last.close()

@@ -23,6 +23,7 @@ from brokerd.store.postgresql import PostgreSQLStore
 from brokerd.store.records import (
     Contact,
     MessageRecord,
+    PacketFlow,
     SubscriptionRecord,
     TopicRecord,
 )
@@ -166,6 +167,32 @@ class StoreContract:
             await store.publish_many(again + [(numbered(first, "news"), [("s:3", "ADD")])])
         assert await store.pending("s:3", 1000) == []
         assert await store.count_messages(["news"]) == count
+
+    @pytest_twisted.ensureDeferred
+    async def test_flows_are_kept_per_subscriber_direction_and_packet_id(self, store):
+        """QoS 2 exchanges under way: put (replacing the same subscriber, direction and
+        Packet Identifier), listed inbound first then in seq order, removed one by one or all
+        of a subscriber at once; another subscriber's stay."""
+        await store.put_flows([PacketFlow("m/1", False, 9, 20), PacketFlow("m/1", False, 3, 10),
+                               PacketFlow("m/1", True, 9), PacketFlow("m/2", True, 9)])
+        await store.put_flows([PacketFlow("m/1", False, 9, 20, released=True)])
+        assert await store.flows_of("m/1") == [PacketFlow("m/1", True, 9), PacketFlow("m/1", False, 3, 10),
+                                               PacketFlow("m/1", False, 9, 20, released=True)]
+        assert await store.remove_flow("m/1", False, 3) is True
+        assert await store.remove_flow("m/1", False, 3) is False
+        assert await store.drop_flows("m/1") == 2
+        assert await store.flows_of("m/1") == []
+        assert await store.flows_of("m/2") == [PacketFlow("m/2", True, 9)]
+
+    @pytest_twisted.ensureDeferred
+    async def test_publish_many_puts_its_flows_in_the_same_transaction(self, store):
+        """A QoS 2 PUBLISH received is stored with the note that it was: both or neither."""
+        first = await store.next_seq()
+        await store.publish_many([(numbered(first, "news"), [("s:1", "ADD")])], [PacketFlow("m/1", True, 7)])
+        assert await store.flows_of("m/1") == [PacketFlow("m/1", True, 7)]
+        with pytest.raises(ValueError):  # a duplicate message: the flow is not kept either
+            await store.publish_many([(numbered(first, "news"), [("s:1", "ADD")])], [PacketFlow("m/1", True, 8)])
+        assert await store.flows_of("m/1") == [PacketFlow("m/1", True, 7)]
 
     @pytest_twisted.ensureDeferred
     async def test_subscriptions(self, store):
@@ -429,7 +456,7 @@ class TestPostgreSQLStore(StoreContract, DurableContract):
 
         with psycopg.connect(postgres_url) as connection:
             for statement in SCHEMA.split(";"):
-                if "retained" not in statement:
+                if "retained" not in statement and "flows" not in statement:
                     connection.execute(statement)
             connection.execute("INSERT INTO brokerd_schema (version) VALUES (1)")
             connection.execute("INSERT INTO topics VALUES ('news', 'News', '[]', 'ALL', NULL, 'alice', 5.0, FALSE, NULL)")
@@ -440,10 +467,12 @@ class TestPostgreSQLStore(StoreContract, DurableContract):
             assert await store.load_retained() == []
             await store.put_retained("news", b"kept")
             assert await store.load_retained() == [("news", b"kept")]
+            await store.put_flows([PacketFlow("m/1", True, 1)])
+            assert await store.flows_of("m/1") == [PacketFlow("m/1", True, 1)]
         finally:
             await store.close()
         with psycopg.connect(postgres_url) as connection:
-            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(2,)]
+            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(3,)]
 
 
 class TestSQLiteStore(StoreContract, DurableContract):
@@ -611,7 +640,7 @@ class TestSQLiteStore(StoreContract, DurableContract):
             assert await store.load_retained() == [("news", b"kept")]
         finally:
             await store.close()
-        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4 == len(MIGRATIONS)
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5 == len(MIGRATIONS)
 
     @pytest_twisted.ensureDeferred
     async def test_newer_schema_is_refused(self, tmp_path):

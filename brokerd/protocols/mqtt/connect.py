@@ -8,6 +8,7 @@ grants.  A mixin of :class:`~.server.MQTTServerProtocol`, which has the connecti
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.cred.credentials import UsernamePassword
@@ -230,6 +231,20 @@ class Login:
             return None
         self._refuse_connect(reasons.QUOTA_EXCEEDED, "no more persistent sessions are allowed", quiet=True)
         return None
+
+    def hold_reading(self) -> Callable[[], None]:
+        """Handle none of the client's packets until the returned callable is called (the
+        session reads what the store kept for it first), as while its login is checked."""
+        self._logging_in = True
+        self.transport.pauseProducing()
+
+        def read_on() -> None:
+            if self._logging_in:
+                self._end_login()
+                if not self.closed:
+                    self._continue()
+
+        return read_on
 
     def _store_ready(self, principal: Principal) -> None:
         self._end_login()

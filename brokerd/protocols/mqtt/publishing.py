@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.defer import Deferred
+
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.encoder import encode
@@ -28,6 +30,7 @@ from brokerd.protocols.mqtt.packets import (
 from brokerd.protocols.mqtt.topics import server_topic, topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
+from brokerd.store.records import PacketFlow
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
 
@@ -68,7 +71,10 @@ class Publishing:
             return
         if qos and self._run_acks and self._receiving() >= settings.mqtt_max_inflight:
             self._publish_run()  # answered now, unless they wait for the store
-        if qos and self._receiving() >= settings.mqtt_max_inflight:
+        if qos and self._receiving() >= settings.mqtt_max_inflight or (
+                qos == 2 and len(session.received_qos2) >= settings.mqtt_max_inflight):
+            # The second: awaiting PUBREL since an earlier connection of the session (kept
+            # with a stored session), which the client resends before new PUBLISHes (4.4).
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
@@ -95,6 +101,8 @@ class Publishing:
             self._run_acks += 1
             if qos == 2:
                 session.received_qos2.add(packet_id)
+                if session.durable_name is not None:  # committed with the message (:mod:`.stored`)
+                    self._run_flows.append(PacketFlow(session.durable_name, True, packet_id))
         self._run.append((message, qos, packet_id))
 
     def _receiving(self) -> int:
@@ -111,6 +119,9 @@ class Publishing:
         if not run:
             return
         self._run_acks = 0
+        flows = self._run_flows
+        if flows:
+            self._run_flows = []
         broker = self.factory.broker
         messages = [message for message, _qos, _packet_id in run]
         try:
@@ -121,7 +132,7 @@ class Publishing:
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
             self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run])
             return
-        kept = broker.keep(messages)
+        kept = broker.keep(messages, flows) if flows else broker.keep(messages)
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
         if acks:
             self._acknowledge(acks, kept)
@@ -205,18 +216,37 @@ class Publishing:
             return
         found = session.received(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubrel(packet.packet_id, reason), self.version))
+        self._answer(encode(Pubrel(packet.packet_id, reason), self.version), found)
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
         self.session.acknowledged(packet.packet_id)
 
     def _on_pubrel(self, packet: Pubrel) -> None:
         session = self.session
-        found = packet.packet_id in session.received_qos2
-        session.received_qos2.discard(packet.packet_id)
-        self._releasing.discard(packet.packet_id)
+        packet_id = packet.packet_id
+        found = packet_id in session.received_qos2
+        session.received_qos2.discard(packet_id)
+        self._releasing.discard(packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
+        answer = encode(Pubcomp(packet_id, reason), self.version)
+        durable = self.factory.broker.durable
+        if found and session.durable_name is not None and durable is not None:
+            # Not before the store forgot the identifier: after a restart a new PUBLISH
+            # with it would be taken for this one again (:mod:`.stored`).
+            d = durable.remove_flow(session.durable_name, True, packet_id)
+            d.addErrback(log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}",
+                         name=session.durable_name)
+            self._answer(answer, d)
+        else:
+            self.transport.write(answer)
+
+    def _answer(self, data: bytes, after: Any) -> None:
+        """Write ``data`` now, or once ``after`` (a Deferred: the store has what it says)
+        fired, unless the connection ended by then."""
+        if not isinstance(after, Deferred):
+            self.transport.write(data)
+            return
+        after.addCallback(lambda _: None if self.closed else self.transport.write(data))
 
 
 def _released_by_pubrel(ack: Puback | Pubrec) -> int | None:

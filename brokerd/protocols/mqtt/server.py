@@ -100,6 +100,8 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         self._run: list[tuple[Any, int, int | None]] = []
         """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id)."""
         self._run_acks = 0
+        self._run_flows: list[Any] = []
+        """The run's QoS 2 PUBLISHes as a persistent session stores them (store PacketFlows)."""
         self._releasing: set[int] = set()
         """Packet Identifiers of QoS 2 PUBLISHes of this connection answered PUBREC and
         waiting for their PUBREL: they count against the Receive Maximum until it comes."""

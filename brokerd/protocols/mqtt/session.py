@@ -33,6 +33,11 @@ from brokerd.protocols.mqtt.publish import PublishFrame
 from brokerd.protocols.mqtt.wire import MQTTPublishes, MQTTWireFormat, Rendered
 
 MAX_PACKET_ID = 0xFFFF
+
+
+def pubrel(packet_id: int) -> bytes:
+    """PUBREL for ``packet_id`` (3.1.1 and v5 alike: v5's reason code 0 may be left out)."""
+    return bytes((0x62, 2)) + packet_id.to_bytes(2, "big")
 _MATCH_CACHE = 1024
 """Topics whose matching subscriptions a session remembers (forgotten when they change)."""
 
@@ -51,7 +56,9 @@ class SubscriptionOptions:
 
 class Outgoing:
     """A QoS 1 or 2 message sent to the client and not yet acknowledged (PUBACK, or PUBREC
-    then PUBCOMP): resent with DUP when the session resumes on a new connection."""
+    then PUBCOMP): resent with DUP when the session resumes on a new connection.  A stored
+    one sent at QoS 2 (``delivery`` set, ``qos`` 2) has its exchange in the store too
+    (:mod:`.stored`): it is settled at PUBCOMP."""
 
     __slots__ = ("delivery", "frame", "qos", "released", "retain")
 
@@ -60,7 +67,8 @@ class Outgoing:
         self.qos = qos
         self.retain = retain
         self.released = False
-        """QoS 2: PUBREC came and PUBREL was sent; PUBCOMP ends it."""
+        """QoS 2: PUBREC came and PUBREL was sent; PUBCOMP ends it (``frame`` is None for
+        one a stored session resumed released: only its PUBREL is left)."""
         self.delivery = delivery
         """The stored Delivery it is (a persistent session's), until the client has it."""
 
@@ -92,6 +100,11 @@ class MQTTSession:
         self.queued: deque[tuple[Rendered, int, bool]] = deque()
         self.received_qos2: set[int] = set()
         """Packet Identifiers of QoS 2 PUBLISHes received and not yet released (PUBREL)."""
+        self.reserved: set[int] = set()
+        """Packet Identifiers of stored messages sent before a restart and not yet sent again
+        (:mod:`.stored`): no other message takes them meanwhile."""
+        self.from_store = False
+        """Taken up from the store at this CONNECT: its QoS 2 exchanges are read back."""
         self.expiry: float = 0.0
         """Seconds the session outlives its connection (0: it ends with it)."""
         self.expiry_timer: Any = None
@@ -278,13 +291,20 @@ class MQTTSession:
         return frame, qos, retained
 
     def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None,
-                       out: list[bytes] | None = None) -> None:
-        packet_id = self._packet_id()
+                       out: list[bytes] | None = None, resumed: int | None = None) -> int:
+        """Send a QoS 1 or 2 PUBLISH with a new Packet Identifier, or (``resumed``) again
+        with the one it had before a restart, DUP set; the identifier."""
+        if resumed is None or resumed in self.inflight:
+            packet_id, dup = self._packet_id(), False
+        else:
+            packet_id, dup = resumed, True
+        self.reserved.discard(packet_id)
         self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)
         if out is None:
-            self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
+            self.connection.transport.writeSequence((frame.head(qos, retain, packet_id, dup), frame.tail))
         else:
-            out += (frame.head(qos, retain, packet_id), frame.tail)
+            out += (frame.head(qos, retain, packet_id, dup), frame.tail)
+        return packet_id
 
     # ------------------------------------------------------------------ stored delivery
 
@@ -298,37 +318,38 @@ class MQTTSession:
         """Seqs of the stored messages sent and not acknowledged yet (on any connection)."""
         return {outgoing.delivery.seq for outgoing in self.inflight.values() if outgoing.delivery is not None}
 
-    def send_stored(self, message: Any, delivery: Any) -> bool:
-        """Send stored ``message`` (call when :meth:`can_send_stored`) as the subscriptions
-        ask; True when it went at QoS 1 or 2 and waits for the client's acknowledgement, False
-        when it is done already (sent at QoS 0, or not for this session: expired, no
-        subscription matches any more, no local, larger than the client takes)."""
+    def send_stored(self, message: Any, delivery: Any, out: list[bytes], resumed: int | None = None) -> int | None:
+        """Add stored ``message`` (call when :meth:`can_send_stored`) to ``out`` as the
+        subscriptions ask (``resumed``: the Packet Identifier it was sent with before a
+        restart, which it is sent again with); the Packet Identifier when it went at QoS 1
+        or 2 and waits for the client's acknowledgement, None when it is done already (sent
+        at QoS 0, or not for this session: expired, no subscription matches any more, no
+        local, larger than the client takes)."""
         expires = message.details.expires
         if expires is not None and expires <= self.wire_format.clock():
-            return False  # v5 3.3.2.3.3: an expired message is not sent, its copy goes
+            return None  # v5 3.3.2.3.3: an expired message is not sent, its copy goes
         item = self.wire_format.rendered(message)
         if item is None:
-            return False
+            return None
         # Another protocol's message was stored for this session before its publisher was
         # answered: it goes at least once (QoS 1), as far as the subscription allows.
         shaped = self._shape(item, item.qos if message.protocol == "mqtt" else 1, False, live=False)
         if shaped is None:
-            return False
+            return None
         frame, qos, retained = shaped
         if qos == 0:
-            self.connection.transport.write(frame.packet(0, retained))
-            return False
-        self._send_numbered(frame, qos, retained, delivery)
-        return True
+            out.append(frame.packet(0, retained))
+            return None
+        return self._send_numbered(frame, qos, retained, delivery, out, resumed)
 
-    def _settle(self, outgoing: Outgoing) -> None:
+    def _settle(self, outgoing: Outgoing, packet_id: int) -> None:
         delivery, outgoing.delivery = outgoing.delivery, None
         if delivery is not None and self.stored is not None:
-            self.stored.settle(delivery)
+            self.stored.settle(delivery, packet_id if outgoing.qos == 2 else None)
 
     def _packet_id(self) -> int:
         packet_id = self._next_id
-        while packet_id in self.inflight:
+        while packet_id in self.inflight or packet_id in self.reserved:
             packet_id = packet_id % MAX_PACKET_ID + 1
         self._next_id = packet_id % MAX_PACKET_ID + 1
         return packet_id
@@ -339,17 +360,21 @@ class MQTTSession:
         outgoing = self.inflight.pop(packet_id, None)
         if outgoing is None:
             return False
-        self._settle(outgoing)
+        self._settle(outgoing, packet_id)
         self.send_queued()
         return True
 
-    def received(self, packet_id: int) -> bool:
-        """PUBREC for ``packet_id``: the client has it; the caller sends PUBREL."""
+    def received(self, packet_id: int) -> Any:
+        """PUBREC for ``packet_id``: the client has it; the caller sends PUBREL.  False when
+        no such QoS 2 message is in flight; for a stored one, a Deferred that fires once the
+        store has it released, before which no PUBREL may go (after a restart the message
+        would be sent again, and the client, released, would take it as new); else True."""
         outgoing = self.inflight.get(packet_id)
         if outgoing is None or outgoing.qos != 2:
             return False
         outgoing.released = True
-        self._settle(outgoing)  # stored: the client has it; only the release is left
+        if outgoing.delivery is not None and self.stored is not None:
+            return self.stored.released(packet_id, outgoing.delivery)
         return True
 
     def send_queued(self) -> None:
@@ -370,7 +395,7 @@ class MQTTSession:
         packets = []
         for packet_id, outgoing in self.inflight.items():
             if outgoing.released:
-                packets.append(bytes((0x62, 2)) + packet_id.to_bytes(2, "big"))
+                packets.append(pubrel(packet_id))
             else:
                 packets.append(outgoing.frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
         return packets

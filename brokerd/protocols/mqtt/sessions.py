@@ -159,6 +159,7 @@ class MQTTSessions:
             self._forget(name)
         name = names[-1]
         session.durable_name = name
+        session.from_store = True
         for sub in durable.index.of(name):
             topic_filter = sub.record.topic
             qos, no_local, as_published, identifier = subscription_options(sub.record)
@@ -256,7 +257,11 @@ class MQTTSessions:
         durable = self.durable
         if session.durable_name is not None and durable is not None:
             session.stored = StoredDeliveries(session, durable, self.settings.max_output_buffer)
-            session.stored.open()
+            if session.from_store:  # its QoS 2 exchanges are read before the client's packets
+                session.from_store = False
+                session.stored.open(session.connection.hold_reading())
+            else:
+                session.stored.open()
 
     def _disconnected(self, session: MQTTSession) -> None:
         stored = session.stored

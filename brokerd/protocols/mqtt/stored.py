@@ -5,7 +5,7 @@ Session 0, v5 a Session Expiry Interval above 0) keeps its subscriptions as the 
 FILTER subscriptions, named by :func:`brokerd.core.durable.owned_subscriber` (protocol, owner,
 client identifier).  A QoS 1 or 2 subscription collects messages: every protocol's publish to
 a topic it matches is committed with a pending delivery for the session before its publisher is
-answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBREC at
+answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBCOMP at
 QoS 2).  So what was acknowledged to a publisher survives the broker's kill -9, and a client
 that comes back, to this node or another one on the shared store, reads what waits for it.  A
 QoS 0 subscription is remembered with the others and delivered live, as MQTT allows.
@@ -13,6 +13,17 @@ QoS 0 subscription is remembered with the others and delivered live, as MQTT all
 :class:`StoredDeliveries` is the session, as durable delivery sees it (IDurableSession), while
 a connection is bound: it reads the pending deliveries a page at a time and hands them to the
 session within its window.
+
+Exactly once, across a crash too (MQTT 4.3.3, 4.4): the QoS 2 exchanges of a persistent
+session under way are stored with it (store PacketFlows).  A stored message sent at QoS 2 is
+written to the client only once the store has its Packet Identifier; at the client's PUBREC
+the store notes it released before PUBREL goes; the delivery is settled at PUBCOMP.  A
+session taken up from the store (a restart, another node) reads them back first: a released
+one is answered with its PUBREL again, never its PUBLISH; one not released is sent again with
+its Packet Identifier and DUP, so that a client that had it knows it.  A QoS 2 PUBLISH the
+client sends is committed together with its Packet Identifier (``Broker.keep``), before
+PUBREC; PUBCOMP goes once its PUBREL took the identifier out: after a restart a PUBLISH sent
+again is answered PUBREC without being published twice, and a PUBREL is answered PUBCOMP.
 """
 from __future__ import annotations
 
@@ -23,8 +34,9 @@ from twisted.logger import Logger
 
 from brokerd.core import stored
 from brokerd.core.subscriptions import ADD, FILTER
+from brokerd.protocols.mqtt.session import Outgoing, pubrel
 from brokerd.store.base import log_unless_outage
-from brokerd.store.records import Delivery, SubscriptionRecord
+from brokerd.store.records import Delivery, PacketFlow, SubscriptionRecord
 
 PAGE = 256
 """Pending deliveries read from the store at a time, at most (and the session's window)."""
@@ -82,13 +94,50 @@ class StoredDeliveries:
         """Seqs waiting here or handed to the session and not settled."""
         self._reading = False
         self._behind = False
+        self._held = False
+        """A QoS 2 message waits for the store to have its Packet Identifier: nothing more
+        is sent meanwhile, so the order stays the store's."""
+        self.resumed: dict[int, int] = {}
+        """seq -> Packet Identifier of the messages sent before a restart and not released."""
 
     @property
     def wire_format(self) -> Any:
         return self.session.wire_format
 
-    def open(self) -> None:
+    def open(self, resumed: Any = None) -> None:
+        """Start delivering; a session taken up from the store first reads its QoS 2
+        exchanges back, then calls ``resumed`` (the connection reads on)."""
         self.durable.attach(self)
+        if resumed is None:
+            self.refresh()
+            return
+        d = self.durable.flows_of(self.name)
+        d.addCallbacks(self._resume, self._not_resumed)
+        d.addBoth(lambda _: resumed())
+
+    def _resume(self, flows: list[PacketFlow]) -> None:
+        """Take up the QoS 2 exchanges the store kept (see the module docstring)."""
+        session = self.session
+        packets = []
+        for flow in flows:
+            if flow.inbound:
+                session.received_qos2.add(flow.packet_id)
+            elif flow.packet_id in session.inflight:
+                continue
+            elif flow.released:
+                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, "ALL", b""))  # type: ignore[arg-type]
+                outgoing.released = True
+                session.inflight[flow.packet_id] = outgoing
+                packets.append(pubrel(flow.packet_id))
+            else:
+                self.resumed[flow.seq] = flow.packet_id
+                session.reserved.add(flow.packet_id)
+        if packets and session.connection is not None and not self.closed:
+            session.connection.transport.writeSequence(packets)
+        self.refresh()
+
+    def _not_resumed(self, failure: Any) -> None:
+        log_unless_outage(failure, self._log, "Reading the QoS 2 exchanges of MQTT session {name}", name=self.name)
         self.refresh()
 
     def close(self) -> None:
@@ -147,7 +196,20 @@ class StoredDeliveries:
                 self.waiting.append(delivery)
         if deliveries:
             self._behind = True  # a page (or the byte budget) full: more may wait
+        elif self.resumed:
+            self._forget_resumed()
         self.pump()
+
+    def _forget_resumed(self) -> None:
+        """Every pending delivery was read: the messages sent before a restart and not met
+        are no longer pending (expired or removed meanwhile); their exchanges end."""
+        for seq, packet_id in list(self.resumed.items()):
+            if seq in self.known:
+                continue
+            del self.resumed[seq]
+            self.session.reserved.discard(packet_id)
+            self.durable.remove_flow(self.name, False, packet_id).addErrback(
+                log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}", name=self.name)
 
     def _not_read(self, failure: Any) -> None:
         self._reading = False
@@ -155,9 +217,14 @@ class StoredDeliveries:
 
     def pump(self) -> None:
         """Hand the waiting deliveries to the session while its window allows; read the
-        next page when none waits and more may be in the store."""
+        next page when none waits and more may be in the store.  What goes at QoS 2 is
+        written once the store has its Packet Identifier (with what followed it)."""
+        if self._held:
+            return
         session = self.session
         waiting = self.waiting
+        out: list[bytes] = []
+        flows: list[PacketFlow] = []
         while waiting and session.can_send_stored():
             delivery = waiting.popleft()
             message = None
@@ -167,16 +234,49 @@ class StoredDeliveries:
                 except ValueError:
                     self._log.warn("Stored message {seq} of {name} cannot be read; settled",
                                    seq=delivery.seq, name=self.name)
-            if message is None or not session.send_stored(message, delivery):
+            packet_id = None
+            if message is not None:
+                packet_id = session.send_stored(message, delivery, out, self.resumed.pop(delivery.seq, None))
+            if packet_id is None:
                 self.settle(delivery)
-            else:
-                self.durable.delivered(self, delivery)  # the event log's outcome, as SMQP's
+                continue
+            self.durable.delivered(self, delivery)  # the event log's outcome, as SMQP's
+            if session.inflight[packet_id].qos == 2:
+                flows.append(PacketFlow(self.name, False, packet_id, delivery.seq))
+        if flows:
+            self._held = True
+            d = self.durable.put_flows(flows)
+            d.addErrback(log_unless_outage, self._log, "Storing the QoS 2 exchanges of MQTT session {name}", name=self.name)
+            d.addCallback(lambda _: self._write_held(out))
+            return
+        if out:
+            session.connection.transport.writeSequence(out)
         if not waiting and self._behind and not self._reading:
             self.refresh()
 
-    def settle(self, delivery: Delivery) -> None:
-        """The client has ``delivery`` (or it is not for it): the store lets it go.  The
-        next page is read by :meth:`pump`, which the session calls as its window frees."""
+    def _write_held(self, out: list[bytes]) -> None:
+        """The store has the Packet Identifiers of ``out``'s QoS 2 messages: write them (on
+        a store outage too, as at least once), and go on."""
+        self._held = False
+        connection = self.session.connection
+        if self.closed or connection is None:
+            return  # the session sends them again (DUP) on its next connection
+        connection.transport.writeSequence(out)
+        self.pump()
+
+    def released(self, packet_id: int, delivery: Delivery) -> Any:
+        """PUBREC came for stored ``delivery`` sent with ``packet_id``: a Deferred that fires
+        once the store has it released (the caller's PUBREL waits for it)."""
+        d = self.durable.put_flows([PacketFlow(self.name, False, packet_id, delivery.seq, True)])
+        return d.addErrback(log_unless_outage, self._log, "Storing the QoS 2 exchanges of MQTT session {name}", name=self.name)
+
+    def settle(self, delivery: Delivery, packet_id: int | None = None) -> None:
+        """The client has ``delivery`` (or it is not for it): the store lets it go, and the
+        QoS 2 exchange it was sent with (``packet_id``) after it.  The next page is read by
+        :meth:`pump`, which the session calls as its window frees."""
         self.known.discard(delivery.seq)
         d = self.durable.acknowledged(self, delivery)
         d.addErrback(log_unless_outage, self._log, "Settling a stored message of MQTT session {name}", name=self.name)
+        if packet_id is not None:
+            self.durable.remove_flow(self.name, False, packet_id).addErrback(
+                log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}", name=self.name)

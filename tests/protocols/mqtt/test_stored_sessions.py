@@ -20,7 +20,7 @@ from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.wire import wire_formats
 from brokerd.store.memory import MemoryStore
-from brokerd.store.records import Delivery, SubscriptionRecord
+from brokerd.store.records import Delivery, PacketFlow, SubscriptionRecord
 from tests.core.test_durable import _result
 
 ALICE = Principal("alice", ACCOUNT)
@@ -95,11 +95,50 @@ def test_a_stored_message_is_sent_at_its_qos_unless_it_expired():
         message = Message(MULTICAST, b"a/b", payload, protocol, b"pub", details=Details(**details))
         return message, Delivery(seq, "a/b", 1, "ADD", 0, "ALL", b"")
 
-    assert not session.send_stored(*stored(1, b"stale", "mqtt", qos=1, expires=1000.0))
-    assert transport.value() == b""
-    assert session.send_stored(*stored(2, b"fresh", "mqtt", qos=1, expires=1010.0))
-    assert session.send_stored(*stored(3, b"from ssmp", "ssmp"))
-    sent = transport.value()
+    out: list[bytes] = []
+    assert session.send_stored(*stored(1, b"stale", "mqtt", qos=1, expires=1000.0), out) is None
+    assert out == []
+    assert session.send_stored(*stored(2, b"fresh", "mqtt", qos=1, expires=1010.0), out) == 1
+    assert session.send_stored(*stored(3, b"from ssmp", "ssmp"), out) == 2
+    sent = b"".join(out)
     assert b"fresh" in sent and b"from ssmp" in sent and b"stale" not in sent
     assert session.stored_in_flight() == {2, 3}
     assert [outgoing.qos for outgoing in session.inflight.values()] == [1, 1]
+
+
+def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_packets():
+    """After a restart: PUBREL again for a message the client had released (never its
+    PUBLISH), the PUBLISH again with DUP and its Packet Identifier for one it had not, the
+    Packet Identifier of a PUBLISH received still awaiting PUBREL; the connection reads on
+    once they are read.  One sent for a message no longer pending (expired meanwhile) ends
+    once every pending delivery was read.  PUBCOMP settles the delivery and ends the exchange in the store; the
+    session's end drops what is left."""
+    sessions, durable, _clock, [name] = _node((ALICE, "dev"))
+    _result(durable.subscribe(SubscriptionRecord(name, FILTER, "q/#", ("ADD", "q2")), []))
+    for payload in (b"released", b"not released"):
+        _result(durable.keep([Message(MULTICAST, b"q/x", payload, "mqtt", b"pub", details=Details(qos=2))]))
+    first, second = [delivery.seq for delivery in _result(durable.store.pending(name, 10))]
+    _result(durable.store.put_flows([PacketFlow(name, True, 7), PacketFlow(name, False, 3, first, released=True),
+                                     PacketFlow(name, False, 4, second), PacketFlow(name, False, 5, second + 1)]))
+
+    session, present = sessions.open("dev", ALICE, MQTT_5, clean_start=False, expiry=300)
+    assert present
+    transport = StringTransport()
+    read_on: list[bool] = []
+    session.bind(SimpleNamespace(transport=transport, congested=False,
+                                 hold_reading=lambda: lambda: read_on.append(True)), 10, None)
+    sessions.connected(session)
+    assert read_on == [True]
+    assert session.received_qos2 == {7}
+    assert session.reserved == set() and session.stored.resumed == {}
+    sent = transport.value()
+    assert sent.startswith(b"\x62\x02\x00\x03")  # PUBREL 3
+    publish = sent[4:]
+    assert publish[0] == 0x3C and b"\x00\x03q/x\x00\x04" in publish  # DUP, QoS 2, Packet Identifier 4
+    assert publish.endswith(b"not released") and b"released" not in sent[:4] + publish[:-len(b"not released")]
+
+    assert session.acknowledged(3)  # PUBCOMP
+    assert [delivery.seq for delivery in _result(durable.store.pending(name, 10))] == [second]
+    assert _result(durable.store.flows_of(name)) == [PacketFlow(name, True, 7), PacketFlow(name, False, 4, second)]
+    sessions._end(session)
+    assert _result(durable.store.flows_of(name)) == []
