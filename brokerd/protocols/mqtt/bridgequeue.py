@@ -123,6 +123,23 @@ class BridgeQueue(StoredDeliveries):
             return
         super().offer(delivery)
 
+    def pump(self) -> None:
+        """Hand the waiting deliveries to the bridge while its connection allows.  Unlike a
+        client's session, the bridge's own MQTT client numbers its packets and answers the
+        other broker's QoS 2 exchange itself, so nothing of that exchange is stored here: a
+        delivery is settled once the other broker acknowledged it (PUBACK, PUBCOMP)."""
+        session = self.session
+        waiting = self.waiting
+        while waiting and session.can_send_stored():
+            delivery = waiting.popleft()
+            message = self.message_of(delivery)
+            if message is None or not session.send_stored(message, delivery):
+                self.settle(delivery)
+            else:
+                self.durable.delivered(self, delivery)  # the event log's outcome
+        if not waiting and self._behind and not self._reading:
+            self.refresh()
+
     def _drop(self, delivery: Delivery) -> None:
         self.dropped += 1
         if not self._full:
@@ -139,7 +156,7 @@ class BridgeQueue(StoredDeliveries):
             self._count(delivery)
         super()._read(deliveries)
 
-    def settle(self, delivery: Delivery) -> None:
+    def settle(self, delivery: Delivery, packet_id: int | None = None) -> None:
         size = self.counted.pop(delivery.seq, None)
         if size is not None:
             self.counted_bytes -= size

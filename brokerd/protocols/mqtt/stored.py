@@ -227,13 +227,7 @@ class StoredDeliveries:
         flows: list[PacketFlow] = []
         while waiting and session.can_send_stored():
             delivery = waiting.popleft()
-            message = None
-            if stored.is_stored_message(delivery.data):  # else another front end's own row
-                try:
-                    message = stored.decode(delivery.data)
-                except ValueError:
-                    self._log.warn("Stored message {seq} of {name} cannot be read; settled",
-                                   seq=delivery.seq, name=self.name)
+            message = self.message_of(delivery)
             packet_id = None
             if message is not None:
                 packet_id = session.send_stored(message, delivery, out, self.resumed.pop(delivery.seq, None))
@@ -253,6 +247,17 @@ class StoredDeliveries:
             session.connection.transport.writeSequence(out)
         if not waiting and self._behind and not self._reading:
             self.refresh()
+
+    def message_of(self, delivery: Delivery) -> Any:
+        """The core Message ``delivery`` stores, or None: another front end's own row, or
+        one that cannot be read (logged; the caller settles it)."""
+        if not stored.is_stored_message(delivery.data):
+            return None
+        try:
+            return stored.decode(delivery.data)
+        except ValueError:
+            self._log.warn("Stored message {seq} of {name} cannot be read; settled", seq=delivery.seq, name=self.name)
+            return None
 
     def _write_held(self, out: list[bytes]) -> None:
         """The store has the Packet Identifiers of ``out``'s QoS 2 messages: write them (on
