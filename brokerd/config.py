@@ -87,6 +87,12 @@ class Settings:
     """Topics one session may be subscribed to."""
     max_output_buffer: int = 1 << 20
     """Bytes queued for one slow recipient before its messages are dropped and counted."""
+    max_user_properties: int = 32
+    """User properties (name/value pairs) one message may carry, whatever its protocol; a
+    message with more is refused (MQTT v5: 0x97 Quota exceeded)."""
+    max_property_bytes: int = 16_384
+    """Bytes of one message's properties together (content type, response topic, correlation
+    data, user property names and values); a message with more is refused as above."""
     event_log: bool = True
     """Keep the event log under DATA_DIR/events/ (docs/events.md)."""
     event_log_payloads: bool = False

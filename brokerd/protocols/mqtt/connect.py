@@ -16,6 +16,7 @@ from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.core.message import property_problem
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.events.log import transport_source
 from brokerd.protocols.mqtt import reasons
@@ -31,6 +32,7 @@ from brokerd.protocols.mqtt.packets import (
 from brokerd.protocols.mqtt.topics import (
     topic_name_problem,
 )
+from brokerd.protocols.mqtt.wire import message_details
 
 NEVER_EXPIRES = 0xFFFFFFFF
 """A v5 Session Expiry Interval that never ends (3.1.2.11.2)."""
@@ -73,6 +75,12 @@ class Login:
                                                    settings.mqtt_max_topic_levels) is not None:
             self._refuse_connect(reasons.TOPIC_NAME_INVALID, "the will topic is not a valid topic name")
             return
+        if will is not None and will.properties is not NO_PROPERTIES:
+            problem = property_problem(message_details(will.qos, will.retain, will.properties, 0.0),
+                                       settings.max_user_properties, settings.max_property_bytes)
+            if problem is not None:
+                self._refuse_connect(reasons.QUOTA_EXCEEDED, f"the will's {problem}")
+                return
         credentials = self._credentials(packet)
         if credentials is None:
             if not settings.mqtt_anonymous:

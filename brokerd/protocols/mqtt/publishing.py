@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from brokerd.core.message import property_problem
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
+    NO_PROPERTIES,
+    Properties,
     Puback,
     Pubcomp,
     Publish,
@@ -26,7 +29,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrel,
 )
 from brokerd.protocols.mqtt.topics import topic_name_problem
-from brokerd.protocols.mqtt.wire import core_message
+from brokerd.protocols.mqtt.wire import core_message, message_details
 from brokerd.store.base import StoreFull, log_unless_outage
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
@@ -76,8 +79,14 @@ class Publishing:
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)])
             return
-        message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
-                               session.name, session.principal, factory.clock.seconds())
+        details = message_details(qos, packet.retain, packet.properties, factory.clock.seconds())
+        if packet.properties is not NO_PROPERTIES:
+            problem = property_problem(details, settings.max_user_properties, settings.max_property_bytes)
+            if problem is not None:
+                self._publish_run()
+                self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, problem)
+                return
+        message = core_message(target, packet.payload, details, packet.properties, session.name, session.principal)
         if packet.retain:
             factory.sessions.retain(message)
         run = self._run
@@ -113,19 +122,26 @@ class Publishing:
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]]) -> None:
-        """PUBLISHes the access list refuses: counted, and a QoS 1 or 2 one answered 0x87 in
-        v5 (3.1.1 has no way to refuse: acknowledged and dropped, as Mosquitto does)."""
-        self.factory.forbidden += len(publishes)
-        reason = reasons.NOT_AUTHORIZED if self.version == MQTT_5 else 0
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED,
+                          why: str | None = None) -> None:
+        """PUBLISHes refused: counted, and a QoS 1 or 2 one answered in v5 with ``refusal``
+        (0x87 the access list's, 0x97 properties over the limits) and ``why`` as its Reason
+        String unless the client asked for none (3.1.1 has no way to refuse: acknowledged and
+        dropped, as Mosquitto does; a 3.1.1 client sends no properties)."""
+        if refusal == reasons.NOT_AUTHORIZED:
+            self.factory.forbidden += len(publishes)
+        else:
+            self.factory.refused_properties += len(publishes)
+        reason = refusal if self.version == MQTT_5 else 0
+        properties = Properties(reason_string=why) if why and reason and self._problem_information else NO_PROPERTIES
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:
-                acks.append(Puback(packet_id, reason))
+                acks.append(Puback(packet_id, reason, properties))
             elif qos == 2:
                 if reason:
                     self.session.received_qos2.discard(packet_id)  # the flow ends with the refusal
-                acks.append(Pubrec(packet_id, reason))
+                acks.append(Pubrec(packet_id, reason, properties))
         if acks:
             self._acknowledge(acks, None)
 

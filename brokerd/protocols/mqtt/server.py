@@ -291,6 +291,9 @@ class MQTTServerFactory(Factory):
         self.sessions = sessions
         self.live: dict[MQTTServerProtocol, None] = {}
         self.forbidden = 0
+        self.refused_properties = 0
+        """PUBLISHes refused for message properties over --max-user-properties or
+        --max-property-bytes."""
         self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:

@@ -355,9 +355,31 @@ class MQTTSession:
         queued = self.queued
         while queued and connection is not None and len(self.inflight) < self.window and not connection.congested:
             item, qos, retain = queued.popleft()
-            self._send_numbered(item.frame, qos, retain)
+            frame = self._still_current(item)
+            if frame is None:
+                self.dropped += 1
+                continue
+            self._send_numbered(frame, qos, retain)
         if self.stored is not None:
             self.stored.pump()
+
+    def _still_current(self, item: Rendered) -> PublishFrame | None:
+        """The frame of a message that waited in the queue: None once its Message Expiry
+        Interval has passed (v5 3.3.2.3.3: its copy is deleted, not sent), else, for a v5
+        client, made again so that the interval it carries is what is left of it."""
+        expires = item.message.details.expires
+        if expires is None:
+            return item.frame
+        if expires <= self.wire_format.clock():
+            return None
+        if self.version != MQTT_5:
+            return item.frame
+        fresh = self.wire_format.rendered(item.message)
+        if fresh is None:
+            return item.frame
+        match = self._match(fresh.frame.topic)
+        identifiers = () if match is None else match[2]
+        return fresh.frame.with_subscription_identifiers(identifiers) if identifiers else fresh.frame
 
     def resend_inflight(self) -> list[bytes]:
         """On a resumed session: the unacknowledged PUBLISHes again (DUP set) and the

@@ -34,7 +34,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_options,
     subscription_record,
 )
-from brokerd.protocols.mqtt.wire import core_message, wire_formats
+from brokerd.protocols.mqtt.wire import core_message, message_details, wire_formats
 from brokerd.store.base import log_unless_outage
 
 
@@ -302,8 +302,8 @@ class MQTTSessions:
         target = will.topic.encode("utf-8")
         if not self.broker.may_publish(session.principal, target):
             return
-        message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
-                               session.principal, self.clock.seconds())
+        details = message_details(will.qos, will.retain, will.properties, self.clock.seconds())
+        message = core_message(target, will.payload, details, will.properties, session.name, session.principal)
         if will.retain:
             self.retain(message)
         try:
@@ -323,6 +323,10 @@ class MQTTSessions:
             self.refused_retains += 1
 
     def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        return self.broker.retained.matching(topic_filter)
+        """The retained messages ``topic_filter`` matches, but those whose Message Expiry
+        Interval has passed (v5 3.3.2.3.3: not sent once expired)."""
+        now = self.clock.seconds()
+        return [message for message in self.broker.retained.matching(topic_filter)
+                if message.details.expires is None or message.details.expires > now]
 
 
