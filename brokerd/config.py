@@ -135,7 +135,9 @@ class Settings:
     """MQTT: the longest keep-alive a client may ask for, in seconds (0: any); a v5 client
     is told the lower value as Server Keep Alive."""
     mqtt_topic_alias_maximum: int = 16
-    """MQTT v5: topic aliases a client may set on one connection (0: none)."""
+    """MQTT v5: topic aliases per connection in each direction: a client may set that many,
+    and the server sets at most that many on what it sends (the client's lower Topic Alias
+    Maximum wins) (0: none)."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20

@@ -21,7 +21,6 @@ from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
     NO_PROPERTIES,
-    Properties,
     Puback,
     Pubcomp,
     Publish,
@@ -33,6 +32,7 @@ from brokerd.protocols.mqtt.wire import core_message, message_details
 from brokerd.store.base import StoreFull, log_unless_outage
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
+_NOT_FOUND = "no message with this Packet Identifier is in flight"
 
 
 class Publishing:
@@ -77,7 +77,7 @@ class Publishing:
         target = topic.encode("utf-8")
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
-            self._refuse_publishes([(qos, packet_id)])
+            self._refuse_publishes([(qos, packet_id)], why=f"not authorized to publish to {topic}")
             return
         details = message_details(qos, packet.retain, packet.properties, factory.clock.seconds())
         if packet.properties is not NO_PROPERTIES:
@@ -113,7 +113,8 @@ class Publishing:
             else:
                 broker.publish_batch(messages)
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
-            self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run])
+            self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run],
+                                   why="not authorized to publish to this topic")
             return
         kept = broker.keep(messages)
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
@@ -133,7 +134,7 @@ class Publishing:
         else:
             self.factory.refused_properties += len(publishes)
         reason = refusal if self.version == MQTT_5 else 0
-        properties = Properties(reason_string=why) if why and reason and self._problem_information else NO_PROPERTIES
+        properties = self._problem(why if reason else None)
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:
@@ -170,8 +171,11 @@ class Publishing:
                 return
             # below the disk floor: Quota exceeded, as a v5 client may try again later
             reason = reasons.QUOTA_EXCEEDED if failure.check(StoreFull) else reasons.UNSPECIFIED_ERROR
+            why = self._problem("the store is nearly full" if reason == reasons.QUOTA_EXCEEDED
+                                else "the message could not be stored")
             for entry, ack in zip(entries, acks):
                 ack.reason_code = reason
+                ack.properties = why
                 entry[1] = encode(ack, MQTT_5)
                 if isinstance(ack, Pubrec) and self.session is not None:
                     self.session.received_qos2.discard(ack.packet_id)
@@ -200,7 +204,8 @@ class Publishing:
             return
         found = session.received(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubrel(packet.packet_id, reason), self.version))
+        self.transport.write(encode(Pubrel(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
+                                    self.version))
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
         self.session.acknowledged(packet.packet_id)
@@ -210,4 +215,5 @@ class Publishing:
         found = packet.packet_id in session.received_qos2
         session.received_qos2.discard(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self.transport.write(encode(Pubcomp(packet.packet_id, reason), self.version))
+        self.transport.write(encode(Pubcomp(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
+                                    self.version))

@@ -88,6 +88,12 @@ class MQTTSession:
         self.max_queued = max_queued
         self.max_packet_size: int | None = None
         """The client's Maximum Packet Size (v5): larger messages are not sent to it."""
+        self.topic_aliases: dict[str, int] | None = None
+        """The Topic Aliases the server set on the bound connection, by topic (v5, 3.3.2.3.4:
+        they last as long as the connection); None while the client takes none."""
+        self.topic_alias_maximum = 0
+        """How many the bound connection takes: its Topic Alias Maximum, at most
+        ``--mqtt-topic-alias-maximum``."""
         self.inflight: dict[int, Outgoing] = {}
         self.queued: deque[tuple[Rendered, int, bool]] = deque()
         self.received_qos2: set[int] = set()
@@ -142,7 +148,7 @@ class MQTTSession:
 
     def _changed(self) -> None:
         self._matching.clear()
-        self._plain = self.max_packet_size is None and all(
+        self._plain = self.max_packet_size is None and self.topic_aliases is None and all(
             options.qos == 0 and not options.no_local and options.identifier is None
             and not options.retain_as_published for options in self.subscriptions.values())
 
@@ -235,9 +241,9 @@ class MQTTSession:
         if qos == 0:
             if connection is not None and not connection.congested:
                 if out is None:
-                    connection.transport.write(frame.packet(0, retained))
+                    connection.transport.write(self._aliased(frame, 0).packet(0, retained))
                 else:
-                    out.append(frame.packet(0, retained))
+                    out.append(self._aliased(frame, 0).packet(0, retained))
             else:
                 self.dropped += 1
             return
@@ -277,11 +283,32 @@ class MQTTSession:
     def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None,
                        out: list[bytes] | None = None) -> None:
         packet_id = self._packet_id()
-        self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)
+        self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)  # resent whole on a new connection
+        frame = self._aliased(frame, qos)
         if out is None:
             self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
         else:
             out += (frame.head(qos, retain, packet_id), frame.tail)
+
+    def _aliased(self, frame: PublishFrame, qos: int) -> PublishFrame:
+        """``frame`` as the bound connection gets it: with the Topic Alias it has for the
+        topic (and an empty topic name), or, while it takes more, with the topic name and the
+        next alias, which stands for the topic from then on; as it is otherwise (the aliases
+        set are kept for the connection's life: the first topics sent get them)."""
+        aliases = self.topic_aliases
+        if aliases is None:
+            return frame
+        alias = aliases.get(frame.topic)
+        if alias is not None:
+            return frame.with_topic_alias(alias, send_topic=False)
+        if len(aliases) >= self.topic_alias_maximum:
+            return frame
+        alias = len(aliases) + 1
+        aliased = frame.with_topic_alias(alias, send_topic=True)
+        if self.max_packet_size is not None and aliased.size(qos) > self.max_packet_size:
+            return frame
+        aliases[frame.topic] = alias
+        return aliased
 
     # ------------------------------------------------------------------ stored delivery
 
@@ -313,7 +340,7 @@ class MQTTSession:
             return False
         frame, qos, retained = shaped
         if qos == 0:
-            self.connection.transport.write(frame.packet(0, retained))
+            self.connection.transport.write(self._aliased(frame, 0).packet(0, retained))
             return False
         self._send_numbered(frame, qos, retained, delivery)
         return True
@@ -392,10 +419,12 @@ class MQTTSession:
                 packets.append(outgoing.frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
         return packets
 
-    def bind(self, connection: Any, window: int, max_packet_size: int | None) -> None:
+    def bind(self, connection: Any, window: int, max_packet_size: int | None, topic_alias_maximum: int = 0) -> None:
         self.connection = connection
         self.window = window
         self.max_packet_size = max_packet_size
+        self.topic_alias_maximum = topic_alias_maximum
+        self.topic_aliases = {} if topic_alias_maximum and self.version == MQTT_5 else None
         self._changed()
         if self.expiry_timer is not None and self.expiry_timer.active():
             self.expiry_timer.cancel()
