@@ -6,18 +6,16 @@ persistent session away, and a message over the property limits refused with 0x9
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from paho.mqtt.client import MQTTv5, MQTTv311
 from paho.mqtt.packettypes import PacketTypes
 
-from tests.integration.test_mqtt_paho import (
+from tests.integration.test_mqtt_paho import (  # noqa: F401  (clients: the fixture, on this module's broker)
     MQTT_LISTENER,
-    MQTTClient,
     assert_clean_log,
-    close_clients,
+    clients,
     properties,
     unique,
 )
@@ -42,19 +40,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     yield running
     running.stop()
     assert_clean_log(running)
-
-
-@pytest.fixture
-def clients(broker: RunningBroker) -> Iterator[Callable[..., MQTTClient]]:
-    made: list[MQTTClient] = []
-
-    def make(version: int, client_id: str = "", **options: Any) -> MQTTClient:
-        client = MQTTClient(broker.ports["mqtt"], version, client_id, **options)
-        made.append(client)
-        return client
-
-    yield make
-    close_clients(made)
 
 
 def assert_request_properties(got: Any, response_topic: str) -> None:

@@ -15,7 +15,12 @@ import pytest
 from paho.mqtt.client import MQTTv5
 
 from tests.integration.smqp_fixtures import write_test_accounts
-from tests.integration.test_mqtt_crossproto import LISTENERS, SMQPPeer, WebSocketPeer
+from tests.integration.test_mqtt_crossproto import (  # noqa: F401  (closing: the fixture)
+    LISTENERS,
+    SMQPPeer,
+    WebSocketPeer,
+    closing,
+)
 from tests.integration.test_mqtt_paho import MQTTClient, assert_clean_log
 from tests.integration.test_socketmq_hardening import client_frame
 from tests.support.broker import RunningBroker, start_broker
@@ -35,17 +40,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     yield running
     running.stop()
     assert_clean_log(running)
-
-
-@pytest.fixture
-def closing() -> Iterator[list]:
-    clients: list = []
-    yield clients
-    for client in clients:
-        if isinstance(client, MQTTClient):
-            client.disconnect()
-        else:
-            client.close()
 
 
 def test_an_mqtt_request_reaches_smqp_and_socketmq_with_its_properties(broker: RunningBroker, closing: list) -> None:
