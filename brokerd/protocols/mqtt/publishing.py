@@ -28,7 +28,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrel,
 )
 from brokerd.protocols.mqtt.topics import topic_name_problem
-from brokerd.protocols.mqtt.wire import core_message, message_details
+from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
@@ -79,14 +79,14 @@ class Publishing:
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)], why=f"not authorized to publish to {topic}")
             return
-        details = message_details(qos, packet.retain, packet.properties, factory.clock.seconds())
+        message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
+                               session.name, session.principal, factory.clock.seconds())
         if packet.properties is not NO_PROPERTIES:
-            problem = property_problem(details, settings.max_user_properties, settings.max_property_bytes)
+            problem = property_problem(message.details, settings.max_user_properties, settings.max_property_bytes)
             if problem is not None:
                 self._publish_run()
                 self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, problem)
                 return
-        message = core_message(target, packet.payload, details, packet.properties, session.name, session.principal)
         if packet.retain:
             factory.sessions.retain(message)
         run = self._run

@@ -240,10 +240,12 @@ class MQTTSession:
         connection = self.connection
         if qos == 0:
             if connection is not None and not connection.congested:
+                if self.topic_aliases is not None:
+                    frame = self._aliased(frame, 0)
                 if out is None:
-                    connection.transport.write(self._aliased(frame, 0).packet(0, retained))
+                    connection.transport.write(frame.packet(0, retained))
                 else:
-                    out.append(self._aliased(frame, 0).packet(0, retained))
+                    out.append(frame.packet(0, retained))
             else:
                 self.dropped += 1
             return
@@ -284,7 +286,8 @@ class MQTTSession:
                        out: list[bytes] | None = None) -> None:
         packet_id = self._packet_id()
         self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)  # resent whole on a new connection
-        frame = self._aliased(frame, qos)
+        if self.topic_aliases is not None:
+            frame = self._aliased(frame, qos)
         if out is None:
             self.connection.transport.writeSequence((frame.head(qos, retain, packet_id), frame.tail))
         else:

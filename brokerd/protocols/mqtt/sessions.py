@@ -34,7 +34,7 @@ from brokerd.protocols.mqtt.stored import (
     subscription_options,
     subscription_record,
 )
-from brokerd.protocols.mqtt.wire import core_message, message_details, wire_formats
+from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
 
@@ -302,8 +302,8 @@ class MQTTSessions:
         target = will.topic.encode("utf-8")
         if not self.broker.may_publish(session.principal, target):
             return
-        details = message_details(will.qos, will.retain, will.properties, self.clock.seconds())
-        message = core_message(target, will.payload, details, will.properties, session.name, session.principal)
+        message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
+                               session.principal, self.clock.seconds())
         if will.retain:
             self.retain(message)
         try:

@@ -67,10 +67,12 @@ def message_details(qos: int, retain: bool, properties: Properties, now: float) 
                    user_properties=properties.user_properties)
 
 
-def core_message(target: bytes, payload: bytes, details: Details, properties: Properties,
-                 sender: bytes, principal: Principal) -> Message:
-    """The core's message for an MQTT publish to topic ``target`` with ``details``
-    (:func:`message_details`)."""
+def core_message(target: bytes, payload: bytes, qos: int, retain: bool, properties: Properties,
+                 sender: bytes, principal: Principal, now: float) -> Message:
+    """The core's message for an MQTT publish (a PUBLISH or a will) to topic ``target``: its
+    QoS, retain flag and message properties in the Details (:func:`message_details`)."""
+    details = _PLAIN_DETAILS[(qos, retain)] if properties is NO_PROPERTIES else message_details(
+        qos, retain, properties, now)
     return Message(MULTICAST, target, payload, "mqtt", sender, is_binary(payload, properties),
                    details=details, principal=principal)
 
