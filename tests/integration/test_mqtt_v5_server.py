@@ -199,3 +199,34 @@ def test_topic_aliases_go_to_a_client_that_takes_them(raw, publisher: MQTTClient
     assert (topic, hasattr(props, "TopicAlias"), payload) == ("al/a", False, b"again")
     [(topic, _id, props, payload)] = [received_publish(one) for one in until_pingresp(client)]
     assert (topic, props.TopicAlias, payload) == ("", 1, b"again")
+
+
+def test_a_payload_that_is_not_the_utf8_its_payload_format_indicator_says_is_refused(raw) -> None:
+    """3.3.2.3.2: PUBACK 0x99 with a Reason String, and not published; the same bytes without
+    the indicator, and UTF-8 with it, are published (the positive controls)."""
+    client = raw()
+    connect(client, "format")
+    client.send(subscribe_packet(5, "pf/t", 0, 1))
+    assert client.read()[0] == 0x90
+    client.send(publish_packet(5, "pf/t", b"\xff\xfe", 1, 1, b"\x01\x01") + publish_packet(5, "pf/t", b"\xff\xfe", 1, 2)
+                + publish_packet(5, "pf/t", "\u00e9t\u00e9".encode(), 1, 3, b"\x01\x01"))
+    got = until_pingresp(client)
+    acks = [(body[:2], body[2:3]) for first, body in got if first == 0x40]
+    assert acks == [(b"\x00\x01", b"\x99"), (b"\x00\x02", b""), (b"\x00\x03", b"")]
+    refusal = next(body for first, body in got if first == 0x40 and body[:2] == b"\x00\x01")
+    assert "not UTF-8" in read_properties(refusal[3:], PacketTypes.PUBACK)[0].ReasonString
+    published = [received_publish(one) for one in got if one[0] & 0xF0 == 0x30]
+    assert [(payload, getattr(props, "PayloadFormatIndicator", None)) for _t, _id, props, payload in published] == [
+        (b"\xff\xfe", None), ("\u00e9t\u00e9".encode(), 1)]
+
+
+def test_unsubscribing_what_was_not_subscribed_says_so(raw) -> None:
+    client = raw()
+    connect(client, "unsub")
+    client.send(subscribe_packet(5, "u/a", 0, 1))
+    assert client.read()[0] == 0x90
+    client.send(packet(0xA2, b"\x00\x02\x00" + string("u/a") + string("u/never")))
+    first, body = client.read()
+    assert first == 0xB0 and body[:2] == b"\x00\x02"
+    properties, codes = read_properties(body[2:], PacketTypes.UNSUBACK)
+    assert codes == b"\x00\x11" and properties.ReasonString == "no subscription existed for 2"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from brokerd.core.message import property_problem
+from brokerd.core.message import Details, property_problem
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.encoder import encode
@@ -82,10 +82,10 @@ class Publishing:
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, factory.clock.seconds())
         if packet.properties is not NO_PROPERTIES:
-            problem = property_problem(message.details, settings.max_user_properties, settings.max_property_bytes)
-            if problem is not None:
+            refusal = self._properties_refusal(message.details, packet.payload)
+            if refusal is not None:
                 self._publish_run()
-                self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, problem)
+                self._refuse_publishes([(qos, packet_id)], *refusal)
                 return
         if packet.retain:
             factory.sessions.retain(message)
@@ -97,6 +97,22 @@ class Publishing:
             if qos == 2:
                 session.received_qos2.add(packet_id)
         self._run.append((message, qos, packet_id))
+
+    def _properties_refusal(self, details: Details, payload: bytes) -> tuple[int, str] | None:
+        """Why a v5 PUBLISH with properties is refused, as (reason code, Reason String): its
+        properties over the limits (0x97 Quota exceeded: the server's quota; 0x95 Packet too
+        large is no PUBACK code), or a Payload Format Indicator of UTF-8 on a payload that is
+        not (0x99, 3.3.2.3.2: other protocols take such a payload for text); None to publish."""
+        settings = self.factory.settings
+        problem = property_problem(details, settings.max_user_properties, settings.max_property_bytes)
+        if problem is not None:
+            return reasons.QUOTA_EXCEEDED, problem
+        if details.payload_format == 1:
+            try:
+                payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return reasons.PAYLOAD_FORMAT_INVALID, "the payload is not UTF-8, as its Payload Format Indicator says"
+        return None
 
     def _publish_run(self) -> None:
         """Route the run (one topic), store it for durable subscribers, and answer its QoS 1
@@ -126,7 +142,8 @@ class Publishing:
     def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED,
                           why: str | None = None) -> None:
         """PUBLISHes refused: counted, and a QoS 1 or 2 one answered in v5 with ``refusal``
-        (0x87 the access list's, 0x97 properties over the limits) and ``why`` as its Reason
+        (0x87 the access list's, 0x97 properties over the limits, 0x99 a payload that is not
+        the format its properties say) and ``why`` as its Reason
         String unless the client asked for none (3.1.1 has no way to refuse: acknowledged and
         dropped, as Mosquitto does; a 3.1.1 client sends no properties)."""
         if refusal == reasons.NOT_AUTHORIZED:

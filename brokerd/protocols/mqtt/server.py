@@ -300,8 +300,8 @@ class MQTTServerFactory(Factory):
         self.live: dict[MQTTServerProtocol, None] = {}
         self.forbidden = 0
         self.refused_properties = 0
-        """PUBLISHes refused for message properties over --max-user-properties or
-        --max-property-bytes."""
+        """PUBLISHes refused for their message properties: over --max-user-properties or
+        --max-property-bytes, or a payload that is not what its Payload Format Indicator says."""
         self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:

@@ -180,5 +180,7 @@ class Subscribing:
                 continue
             session.unsubscribed(topic_filter)
             codes.append(0)
-        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
+        missing = [str(number) for number, code in enumerate(codes, 1) if code == reasons.NO_SUBSCRIPTION_EXISTED]
+        why = self._problem(f"no subscription existed for {', '.join(missing)}" if missing else None)
+        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else (), why),
                                     self.version))
