@@ -5,6 +5,8 @@ one list.  The command line wins over the file.
 """
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -120,6 +122,20 @@ class Settings:
     mqtt_max_queued: int = 1000
     """MQTT: QoS 1 and 2 messages one session keeps waiting (its client away, slow or at its
     Receive Maximum); more are dropped and counted."""
+    mqtt_max_sessions: int = 10_000
+    """MQTT: persistent sessions (stored, or in memory without a store) on the node, of all
+    principals together; a CONNECT asking for one more is refused (0x97, 3.1.1 return code 3)."""
+    mqtt_max_sessions_per_principal: int = 100
+    """MQTT: persistent sessions one logged-in principal (an account, a certificate) may have."""
+    mqtt_anonymous_sessions: int = 0
+    """MQTT: persistent sessions the anonymous principal may have, all its clients together
+    (0: none; a v5 client is given Session Expiry Interval 0, a 3.1.1 Clean Session 0
+    CONNECT is refused with return code 5)."""
+    mqtt_max_session_subscriptions: int = 100
+    """MQTT: subscriptions one persistent session may keep (SUBACK 0x97, 3.1.1 0x80, beyond)."""
+    mqtt_max_stored_queued: int = 10_000
+    """MQTT: messages the store keeps waiting for one persistent session (its client away or
+    behind); a message beyond is not stored for it (dropped for that session and counted)."""
     mqtt_max_topic_length: int = 1024
     """MQTT: bytes of a topic name or filter."""
     mqtt_max_topic_levels: int = 32
@@ -138,6 +154,15 @@ class Settings:
     """MQTT v5: topic aliases per connection in each direction: a client may set that many,
     and the server sets at most that many on what it sends (the client's lower Topic Alias
     Maximum wins) (0: none)."""
+    mqtt_max_retained: int = 100_000
+    """MQTT: topics with a retained message, all publishers together (the node's memory)."""
+    mqtt_max_retained_bytes: int = 64 << 20
+    """MQTT: bytes of retained messages (topic names, payloads), all publishers together."""
+    mqtt_max_retained_per_principal: int = 1000
+    """MQTT: topics one principal may hold the retained message of (every anonymous client
+    together is one principal); more are refused (v5 0x97 Quota exceeded)."""
+    mqtt_max_retained_bytes_per_principal: int = 4 << 20
+    """MQTT: bytes of retained messages (topic names, payloads) one principal may hold."""
     smqp_max_topics_per_account: int = 10_000
     """SMQP: topics one account may have created (and not removed); 414 beyond."""
     smqp_max_message_size: int = 2 << 20
@@ -194,6 +219,17 @@ class Settings:
     max_auth_queue: int = 64
     """Password checks (scrypt) and OpenPGP operations waiting for or running in the thread
     pool; more are refused at once with the protocol's temporary-failure reply."""
+    login_backoff_after: int = 5
+    """Failed password logins (wrong password or secret, unknown account) in a row from one
+    address, or for one account, before the next check of it waits (docs/operations.md)."""
+    login_backoff: float = 1.0
+    """Seconds the first backed-off check waits; each further failure doubles the wait."""
+    login_backoff_max: float = 4.0
+    """The longest wait of a login check; an attempt that would wait longer is refused at once.
+    Below ``login_timeout``, which closes a connection still waiting to log in."""
+    login_backoff_entries: int = 10_000
+    """Addresses (and as many accounts, and address-account pairs that logged in) the login
+    backoff remembers; the least recently used are forgotten first."""
     disk_free_limit: int = 64 << 20
     """Bytes that must stay free where DATA_DIR is: below, publishes that would be stored
     are refused (acknowledgements and deletions still commit) and the event log pauses."""
@@ -215,10 +251,17 @@ class Settings:
     cluster_max_control: int = 16 << 20
     """Bytes one control message from another node may have (a node's whole state, sent when
     a node says hello, is the largest); a longer one is refused unread and counted."""
+    cluster_max_shared_pending: int = 100_000
+    """Messages this node sent to another node's member of a shared group and keeps until
+    that node answers it took them (to give them to another member if it dies); beyond,
+    they are sent without being kept, and counted."""
     cluster_heartbeat: float = 5.0
     """Seconds between this node's heartbeats to the others."""
     cluster_node_timeout: float = 15.0
     """Seconds without a node's heartbeat before its sessions leave presence and lose their addresses."""
+    cluster_clock_skew: float = 1.0
+    """Seconds the nodes' clocks may disagree: a node opens on a channel frames sealed at most
+    this long before it subscribed to it (docs/cluster.md, "No replay")."""
     node_name: str | None = None
     """This node's name in the cluster; default host name and the first listener's port."""
     store: str | None = None
@@ -230,6 +273,56 @@ class Settings:
     def secret(self) -> bytes | None:
         """The SSMP shared secret (the file's first line), or None when not configured."""
         return None if self.secret_file is None else read_secret_file(self.secret_file)
+
+
+SECRET_FILES = {
+    "secret_file": "--secret-file",
+    "admin_token_file": "--admin-token-file",
+    "tls_key": "--tls-key",
+    "accounts_file": "--accounts",
+    "cluster_secret_file": "--cluster-secret-file",
+    "cluster_password_file": "--cluster-password-file",
+    "store_password_file": "--store-password-file",
+    "smqp_link_password_file": "--smqp-link-password-file",
+    "socketmq_key": "--socketmq-key",
+}
+"""Settings naming files that hold a secret (a password, a key, a token, password hashes):
+the broker refuses to start when one of them is open to group or others."""
+
+
+def check_private_mode(mode: int, path: Path | str, option: str) -> None:
+    """ConfigurationError (one line naming ``option``) when ``mode`` (a file's ``st_mode``)
+    gives group or others any access: a secret another local user can read is no secret, and
+    one they can write lets them choose it.  The one check every secret file goes through."""
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigurationError(
+            f"{option} {path}: the file must not be accessible to group or others (chmod 600 {path})")
+
+
+def secret_file_problems(settings: Settings) -> list[str]:
+    """One line per secret file the settings name (:data:`SECRET_FILES`) that group or others
+    may access.  A file that cannot be stat'ed is left to the code that reads it, which names
+    the problem."""
+    problems = []
+    values = vars(settings)
+    for attribute, option in SECRET_FILES.items():
+        path = values[attribute]
+        if path is None:
+            continue
+        try:
+            check_private_mode(os.stat(path).st_mode, path, option)
+        except OSError:
+            continue
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def check_secret_files(settings: Settings) -> None:
+    """ConfigurationError for the first of :func:`secret_file_problems`."""
+    problems = secret_file_problems(settings)
+    if problems:
+        raise ConfigurationError(problems[0])
 
 
 def read_secret_file(path: Path) -> bytes:

@@ -210,9 +210,21 @@ class IEngine(Interface):
         """A local session joined (``joined`` True, with its ``presence`` flag) or left ``topic``."""
 
     def filter_changed(topic_filter, active):
-        """A topic filter got its first local subscriber (``active`` True; a plain or a shared
-        subscription) or lost its last: the other nodes send this node the messages of the
-        topics it matches.  Must not raise or block."""
+        """A topic filter got its first local plain subscriber (``active`` True) or lost its
+        last: the other nodes send this node the messages of the topics it matches (a shared
+        group's members are told with :meth:`shared_changed`).  Must not raise or block."""
+
+    def shared_changed(key, members):
+        """This node's members of the shared group ``key`` ((group name, filter) bytes) are
+        now ``members`` (an int; 0: none): tell the other nodes, which then choose among the
+        nodes with members.  Must not raise or block."""
+
+    def place_shared(messages):
+        """A run of multicast ``messages`` (one topic) was accepted here and is about to be
+        routed: choose the node that serves each shared group its topic matches, send the run
+        to the chosen other nodes (which hand it to :meth:`Broker.deliver_shared`), and return
+        the frozenset of group keys this node serves; None: every group matching is this
+        node's own (as on a single node).  Must not raise or block."""
 
     def members(topic):
         """The other nodes' members of ``topic``: (member, presence) pairs, the member an

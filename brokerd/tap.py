@@ -26,18 +26,23 @@ from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
 from brokerd.auth.realm import build_portal
+from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import (
     DEFAULT_PORTS,
     PROTOCOLS,
     Runtime,
     Settings,
+    check_secret_files,
     read_first_line,
+    secret_file_problems,
     settings_default,
     settings_from,
 )
 from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
+from brokerd.core.retained import RetainedMessages
+from brokerd.core.retainedquota import RetainQuotas
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
@@ -124,6 +129,11 @@ class Options(usage.Options):
         ["mqtt-max-packet-size", None, None, "MQTT: bytes of one packet a client may send."],
         ["mqtt-max-inflight", None, None, "MQTT: unacknowledged QoS 1 and 2 messages per direction per connection."],
         ["mqtt-max-queued", None, None, "MQTT: QoS 1 and 2 messages one session keeps waiting for its client."],
+        ["mqtt-max-sessions", None, None, "MQTT: persistent sessions on the node, all principals together."],
+        ["mqtt-max-sessions-per-principal", None, None, "MQTT: persistent sessions of one logged-in principal."],
+        ["mqtt-anonymous-sessions", None, None, "MQTT: persistent sessions of the anonymous principal (0: none)."],
+        ["mqtt-max-session-subscriptions", None, None, "MQTT: subscriptions one persistent session may keep."],
+        ["mqtt-max-stored-queued", None, None, "MQTT: messages the store keeps waiting for one persistent session."],
         ["mqtt-max-topic-length", None, None, "MQTT: bytes of a topic name or filter."],
         ["mqtt-max-topic-levels", None, None, "MQTT: levels of a topic name or filter."],
         ["mqtt-max-client-id", None, None, "MQTT: bytes of a client identifier."],
@@ -131,6 +141,10 @@ class Options(usage.Options):
         ["mqtt-max-session-expiry", None, None, "MQTT: seconds a persistent session outlives its connection at most."],
         ["mqtt-max-keep-alive", None, None, "MQTT: longest keep-alive a client may ask for, seconds (0: any)."],
         ["mqtt-topic-alias-maximum", None, None, "MQTT v5: topic aliases per connection (0: none)."],
+        ["mqtt-max-retained", None, None, "MQTT: topics with a retained message, all publishers together."],
+        ["mqtt-max-retained-bytes", None, None, "MQTT: bytes of retained messages (topics and payloads), all together."],
+        ["mqtt-max-retained-per-principal", None, None, "MQTT: topics one principal may hold the retained message of."],
+        ["mqtt-max-retained-bytes-per-principal", None, None, "MQTT: bytes of retained messages one principal may hold."],
         ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
         ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
         ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
@@ -153,6 +167,10 @@ class Options(usage.Options):
         ["max-connections-per-address", None, None, "Connections from one source IP address."],
         ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together."],
         ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running."],
+        ["login-backoff-after", None, None, "Failed password logins in a row from one address or for one account before the next check waits."],
+        ["login-backoff", None, None, "Seconds of the first such wait, doubled with each further failure."],
+        ["login-backoff-max", None, None, "Longest wait of a login check; an attempt that would wait longer is refused at once."],
+        ["login-backoff-entries", None, None, "Addresses, accounts and address-account logins the login backoff remembers."],
         ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
         ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
         ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused."],
@@ -164,8 +182,10 @@ class Options(usage.Options):
         ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
         ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped."],
         ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
+        ["cluster-max-shared-pending", None, None, "Messages sent to another node's shared-group member and kept until it answers; beyond, sent unkept."],
         ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
         ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
+        ["cluster-clock-skew", None, None, "Seconds the nodes' clocks may disagree: frames sealed longer before a node subscribed are refused."],
         ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
     ])
 
@@ -239,10 +259,13 @@ class Options(usage.Options):
             # help text first.
             raise StartupError(f"brokerd: {problems[0]}")
         twistd = getattr(self, "parent", None)
-        if twistd is not None and wants_own_observer(self.settings):
-            if twistd.get("logger") is not None:
+        if twistd is None:
+            return
+        if twistd.get("logger") is not None or twistd.get("syslog"):
+            if wants_own_observer(self.settings):
                 raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
-            twistd["logger"] = choose_log_observer(self.settings, twistd)
+            return  # the operator's own observer
+        twistd["logger"] = choose_log_observer(self.settings, twistd)  # escapes what clients sent
 
 
 def report_check(problems: list[str], warnings: list[str]) -> None:
@@ -377,7 +400,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
     parsed, before twistd daemonizes, so a problem is one line on the terminal.  Without
     ``starting`` (``--check-config``) the data directory is checked without being created and
     every listener's endpoint string is parsed too."""
-    problems = []
+    problems = secret_file_problems(settings)
     for check in STARTUP_CHECKS:
         try:
             check(settings)
@@ -391,7 +414,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
         listeners = _listeners(settings)
         problems += data_dir_problems(settings, listeners, create=False)
         problems += _endpoint_problems(settings, listeners)
-    return problems
+    return list(dict.fromkeys(problems))  # a file two checks read is one problem, said once
 
 
 def _check_tls_files(settings: Settings) -> None:
@@ -519,7 +542,8 @@ def cluster_engine(settings: Settings, reactor):
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
-                       max_control=settings.cluster_max_control)
+                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control,
+                       max_shared_pending=settings.cluster_max_shared_pending)
 
 
 def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
@@ -534,6 +558,7 @@ def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
 
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
+    check_secret_files(settings)  # also for embedders, who call makeService with Settings
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
@@ -556,12 +581,18 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
         max_connections_per_address=settings.max_connections_per_address,
         max_unauthenticated=settings.max_unauthenticated,
     )
+    broker.retained = RetainedMessages(
+        settings.mqtt_max_retained, settings.mqtt_max_retained_bytes,
+        RetainQuotas(settings.mqtt_max_retained_per_principal, settings.mqtt_max_retained_bytes_per_principal),
+    )
+    throttle = LoginThrottle.from_settings(settings, reactor)
     portal = build_portal(
         open_login=settings.open_login,
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
         extra_checkers=account_checkers(settings, reactor),
         broker=broker,
+        throttle=throttle,
     )
     if settings.cluster is not None:
         check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
@@ -573,6 +604,7 @@ def build_runtime(settings: Settings, reactor) -> Runtime:
                       "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
                       address=str(runtime_engine.address))
     runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
+    runtime.resources["login_throttle"] = throttle  # SMQP's portal shares it: one backoff per address
     operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
     broker.observer = runtime.resources["event_log"] = operations.operator_log
     if event_log is not None:

@@ -8,6 +8,7 @@ import pytest
 from brokerd.config import Settings, settings_from
 from brokerd.errors import ConfigurationError
 from brokerd.tap import Options, StartupError, front_end
+from tests.support.secrets import write_private
 
 
 def parse(*args: str) -> Settings:
@@ -18,7 +19,7 @@ def parse(*args: str) -> Settings:
 
 def test_every_design_option_parses(tmp_path):
     secret = tmp_path / "secret"
-    secret.write_text("x\n")
+    write_private(secret, "x\n")
     settings = parse(
         "--ssmp", "tcp:1", "--ssmp", "unix:/tmp/s", "--data-dir", str(tmp_path), "--open-login",
         "--anonymous", "--secret-file", str(secret), "--accounts", str(tmp_path / "acc"),
@@ -82,7 +83,7 @@ def test_tls_options_go_together():
 
 def test_empty_secret_file_is_refused(tmp_path):
     empty = tmp_path / "empty"
-    empty.write_text("\n")
+    write_private(empty, "\n")
     with pytest.raises(StartupError, match="the file is empty"):
         parse("--secret-file", str(empty))
 

@@ -98,6 +98,9 @@ class Figures:
         dropped = dict(oplog.drops)
         dropped["slow_consumer"] = stats.slow_consumer_drops
         dropped["unrenderable"] = stats.unrenderable
+        quota = getattr(broker.durable, "pending_quota", None)
+        if quota is not None:
+            dropped["stored_queue_full"] = quota.dropped
         return {
             "version": __version__,
             "uptime_seconds": round(self._clock.time() - self.started, 3),
@@ -122,11 +125,14 @@ class Figures:
             "slow_consumer_episodes": oplog.slow_consumer_episodes,
             "topics": len(broker.topics),
             "subscriptions": subscriptions,
+            "retained": {"messages": len(broker.retained), "bytes": broker.retained.bytes,
+                         "refused": dict(broker.retained.quotas.refused)},
             "event_log": self._event_log(),
             "thread_pools": self._thread_pools(),
             "store": self._store(),
             "smqp_links": self._smqp_links(),
             "cluster": self._cluster(),
+            "mqtt": self._mqtt(),
             "process": {"resident_memory_bytes": resident_memory(), "open_fds": open_files(),
                         "max_fds": fd_limit()},
         }
@@ -153,7 +159,13 @@ class Figures:
         figures["node"] = engine.node_name
         figures["nodes"] = 1 + len(engine.directory.nodes)
         figures["rejected"] = dict(engine.sealer.rejected)
+        figures["shared"] = dict(engine.sharing.stats, pending=engine.sharing.pending)
         return figures
+
+    def _mqtt(self) -> dict[str, Any] | None:
+        """The MQTT front end's persistent sessions and quota refusals; None without it."""
+        sessions = self.runtime.resources.get("mqtt_sessions")
+        return sessions.quotas.figures() if sessions is not None else None
 
     def _store(self) -> dict[str, Any] | None:
         latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)

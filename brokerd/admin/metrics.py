@@ -90,6 +90,14 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
     yield GaugeMetricFamily("brokerd_topics", "Topics with at least one subscriber.", value=snapshot["topics"])
     yield GaugeMetricFamily("brokerd_subscriptions", "Subscriptions of all sessions.",
                             value=snapshot["subscriptions"])
+    retained = snapshot["retained"]
+    yield GaugeMetricFamily("brokerd_retained_messages", "Topics with a retained message.",
+                            value=retained["messages"])
+    yield GaugeMetricFamily("brokerd_retained_bytes", "Bytes of retained messages, topic names included.",
+                            value=retained["bytes"])
+    yield _counter("brokerd_retained_refused_total",
+                   "Retains refused, by reason: full (a broker-wide bound), quota (the publisher's), topic.",
+                   retained["refused"], "reason")
 
     if queues is not None:
         yield GaugeMetricFamily("brokerd_smqp_pending_messages",
@@ -125,6 +133,16 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield _counter("brokerd_smqp_link_undeliverable_total",
                        "Messages the other server refused to an SMQP link (dropped), by domain.",
                        by_domain(lambda link: link.get("undeliverable", 0)), "domain")
+
+    mqtt = snapshot.get("mqtt")
+    if mqtt is not None:
+        yield GaugeMetricFamily("brokerd_mqtt_persistent_sessions",
+                                "MQTT persistent sessions on the node (stored, or in memory without a store).",
+                                value=mqtt["persistent_sessions"])
+        yield _counter("brokerd_mqtt_quota_refusals_total",
+                       "MQTT CONNECTs and subscriptions refused (or a v5 anonymous session made to end with "
+                       "its connection) by a quota of persistent sessions, by quota.",
+                       mqtt["refused"], "quota")
 
     store = snapshot.get("store")
     if store is not None:
@@ -175,7 +193,8 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
                                   "Damaged messages from the cluster dropped.", value=cluster["bad_envelopes"])
         yield _counter("brokerd_cluster_rejected_total",
                        "Messages read on Redis and dropped before any decoding: not sealed by a node of this "
-                       "cluster, sealed for another channel, replayed or stale, by reason.",
+                       "cluster, sealed for another channel, replayed, stale, or sealed before this node "
+                       "subscribed, by reason.",
                        cluster["rejected"], "reason")
         yield GaugeMetricFamily("brokerd_cluster_shards",
                                 "Redis servers this node routes through (a Redis Cluster's masters; 1 otherwise).",
@@ -183,6 +202,15 @@ def families(snapshot: dict[str, Any], queues: dict[str, Any] | None) -> Iterato
         yield CounterMetricFamily("brokerd_cluster_redirects_total",
                                   "Redis Cluster redirections followed (MOVED, ASK, a slot's subscriptions moved).",
                                   value=cluster["redirects"])
+        shared = dict(cluster["shared"])
+        yield GaugeMetricFamily("brokerd_cluster_shared_pending",
+                                "Messages sent to shared groups' members on other nodes, kept until those nodes answer.",
+                                value=shared.pop("pending"))
+        yield _counter("brokerd_cluster_shared_messages_total",
+                       "Messages of shared groups between nodes: sent to another node's member, served here for "
+                       "another node, placed again after a node died or had no member left, lost (no member left "
+                       "anywhere), sent unkept (past --cluster-max-shared-pending).",
+                       shared, "outcome")
 
     yield _gauge("brokerd_thread_pool_queue", "Work waiting for a thread, by pool.",
                  snapshot["thread_pools"], "pool")

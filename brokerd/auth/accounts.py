@@ -13,8 +13,8 @@ case-insensitive and kept in lower case.
 
 The file is written by ``python -m brokerd.cli.accounts``, by SMQP's SET LOGIN PASSWORD and
 by the admin API (brokerd.admin.manage) through :func:`update_accounts`: under a lock
-(``FILE.lock``), to a temporary file that then replaces the old one with its permissions (a
-new file: 0600).  The broker notices a changed file at the next login.
+(``FILE.lock``), to a temporary file that then replaces the old one with its owner's
+permissions (group and others get none; a new file: 0600).  The broker notices a changed file at the next login.
 
 Password checks hash with scrypt, so :class:`AccountsChecker` runs them (and every read of the
 file) in a thread, never on the reactor.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import functools
 import hashlib
 import hmac
 import os
@@ -131,6 +132,21 @@ class PasswordHash:
         return cls(n, r, p, salt, digest)
 
 
+def dummy_hash(accounts: dict[str, PasswordHash]) -> PasswordHash:
+    """A hash no password matches, with the scrypt parameters of the file's accounts (the
+    defaults for an empty file): checking a password against it costs what checking one
+    against a listed account does, so an unknown name is refused no faster than a known one."""
+    sample = next(iter(accounts.values()), None)
+    if sample is None:
+        return _dummy(SCRYPT_N, SCRYPT_R, SCRYPT_P, _SALT_BYTES, _HASH_BYTES)
+    return _dummy(sample.n, sample.r, sample.p, len(sample.salt), len(sample.digest))
+
+
+@functools.lru_cache(maxsize=8)
+def _dummy(n: int, r: int, p: int, salt_bytes: int, digest_bytes: int) -> PasswordHash:
+    return PasswordHash(n, r, p, secrets.token_bytes(salt_bytes), secrets.token_bytes(digest_bytes))
+
+
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, size: int) -> bytes:
     return hashlib.scrypt(
         password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=size,
@@ -198,10 +214,10 @@ def check_password(password: str) -> None:
 
 def write_accounts(path: Path, accounts: dict[str, PasswordHash]) -> None:
     """Replace the file atomically (a reader sees the old or the new file, never half), with
-    the permissions the old file had (an operator's 0640 for a group stays); a new file is
-    0600."""
+    the owner's permissions the old file had and none for group or others (the broker refuses
+    to start with password hashes others can read); a new file is 0600."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = stat.S_IMODE(os.stat(path).st_mode) & stat.S_IRWXU
     except FileNotFoundError:
         mode = 0o600
     replace_file(path, format_accounts(accounts), mode)
@@ -339,16 +355,16 @@ class AccountsChecker:
         return self._run(self._check, username, password)
 
     def _check(self, username: str, password: str) -> bytes:
-        if not is_account_name(username):
-            raise UnknownAccount(f"no account {username!r}")
+        accounts = self._current()
         name = username.lower()
-        stored = self._current().get(name)
+        stored = accounts.get(name) if is_account_name(username) else None
         if stored is None:
             if name == GUEST and self.guest:
                 if password == "":
                     return name.encode("utf-8")
                 raise UnauthorizedLogin("the guest password is blank")
-            raise UnknownAccount(f"no account {name!r}")
+            dummy_hash(accounts).verify(password)  # a known name's work: the time tells no names
+            raise UnknownAccount(f"no account {username!r}")
         if not stored.verify(password):
             raise UnauthorizedLogin("wrong password")
         return name.encode("utf-8")

@@ -28,6 +28,7 @@ from brokerd.auth.checkers import (
 )
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
 from brokerd.auth.identity import IIdentity, Identity
+from brokerd.auth.throttle import LoginThrottle, ThrottledPortal
 from brokerd.core.principal import ACCOUNT, GUEST, Principal, reserved_name
 
 __all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_schemes"]
@@ -72,8 +73,10 @@ def build_portal(
     client_certificates: bool = False,
     extra_checkers: tuple[ICredentialsChecker, ...] = (),
     broker: Any = None,
+    throttle: LoginThrottle | None = None,
 ) -> Portal:
-    """One Portal for every front end, with a checker for each enabled scheme."""
+    """One Portal for every front end, with a checker for each enabled scheme; password and
+    secret logins back off after failures when a ``throttle`` is given."""
     checkers: list[ICredentialsChecker] = []
     if open_login:
         checkers.append(OpenLoginChecker())
@@ -82,7 +85,7 @@ def build_portal(
     if client_certificates:
         checkers.append(ClientCertificateChecker())
     checkers.extend(extra_checkers)
-    return Portal(BrokerRealm(broker), checkers)
+    return ThrottledPortal(BrokerRealm(broker), checkers, throttle)
 
 
 def enabled_schemes(portal: Portal) -> list[str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from brokerd.core.throttled import ThrottledWarning
+
 _log = Logger()
 
 INTERVAL = 10.0
@@ -22,19 +24,10 @@ class DamagedLog:
     """One warning line per ``interval`` seconds about the damaged messages dropped."""
 
     def __init__(self, clock: Any, interval: float = INTERVAL) -> None:
-        self.clock = clock
-        self.interval = interval
-        self.unreported = 0
-        self.next_line = 0.0
+        self._warning = ThrottledWarning(
+            _log, clock, "Cluster: dropped {count} damaged message(s) (one such line per {interval:.0f} s at most); "
+            "the latest, on {where}: {error}", interval)
 
     def dropped(self, where: str, error: str) -> None:
         """A damaged message was dropped (``where``: its channel, ``error``: why)."""
-        self.unreported += 1
-        now = self.clock.seconds()
-        if now < self.next_line:
-            return
-        _log.warn("Cluster: dropped {count} damaged message(s) (one such line per {interval:.0f} s at most); "
-                  "the latest, on {where}: {error}",
-                  count=self.unreported, interval=self.interval, where=where, error=error[:200])
-        self.unreported = 0
-        self.next_line = now + self.interval
+        self._warning.happened(where=where, error=error[:200])

@@ -39,6 +39,10 @@ FILTER = "filter"
 """A topic filter got its first subscriber on the node (``on`` true) or lost its last: ``f``
 the filter.  The other nodes send that node the runs of every topic one of its filters
 matches (on the filter channel; brokerd.cluster.redis_engine)."""
+SHARE = "share"
+"""The members this node has of a shared group (MQTT's ``$share/{group}/{filter}``) changed:
+``g`` the group, ``f`` its filter, ``c`` how many (0: none left).  A publishing node chooses
+one node per group among those that announced members (brokerd.cluster.sharing)."""
 MAX_FILTERS = 100_000
 """Filters one node's STATE may name."""
 """Durable state this node committed to the shared store: ``tr`` (the SMQP topic tree
@@ -150,6 +154,19 @@ def _check_state(message: dict[str, Any]) -> None:
     filters = message.get("filters", [])
     _require(isinstance(filters, list) and len(filters) <= MAX_FILTERS and all(_is_filter(f) for f in filters),
              "a damaged state filter")
+    shares = message.get("shares", [])
+    _require(isinstance(shares, list) and len(shares) <= MAX_FILTERS
+             and all(isinstance(entry, list) and len(entry) == 3 and _is_share(*entry) for entry in shares),
+             "a damaged state shared group")
+
+
+def _is_share(group: Any, topic_filter: Any, members: Any) -> bool:
+    return (_is_bytes(group) and bool(group) and _is_filter(topic_filter) and type(members) is int
+            and 0 <= members <= MAX_GROUP_MEMBERS)
+
+
+def _check_share(message: dict[str, Any]) -> None:
+    _require(_is_share(message.get("g"), message.get("f"), message.get("c")), "a damaged shared group")
 
 
 def _is_filter(value: Any) -> bool:
@@ -220,8 +237,15 @@ def read_durable(message: dict[str, Any]) -> tuple[bool, list[str], list[str]]:
 _CHECKS = {
     HELLO: _check_nothing, BEAT: _check_nothing, BYE: _check_nothing, STATE: _check_state,
     ATTACH: _check_address, DETACH: _check_detach, JOIN: _check_member, LEAVE: _check_member,
-    DURABLE: _check_durable, KEEP_OUT: _check_keep_out, FILTER: _check_filter,
+    DURABLE: _check_durable, KEEP_OUT: _check_keep_out, FILTER: _check_filter, SHARE: _check_share,
 }
+
+MAX_GROUP_MEMBERS = 1 << 31
+"""Members one node may announce of one shared group (a count beyond is damaged)."""
+
+
+def share_fields(key: tuple[bytes, bytes], members: int) -> dict[str, Any]:
+    return {"g": _s(key[0]), "f": _s(key[1]), "c": members}
 
 
 def filter_fields(topic_filter: bytes, active: bool) -> dict[str, Any]:
@@ -264,6 +288,8 @@ class RemoteNode:
     addresses: set[tuple[str, bytes]] = field(default_factory=set)
     members: dict[bytes, dict[tuple[str, bytes], tuple[RemoteMember, bool]]] = field(default_factory=dict)
     filters: set[bytes] = field(default_factory=set)
+    shares: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    """Its members of each shared group (group name, filter)."""
 
 
 class Directory:
@@ -271,8 +297,9 @@ class Directory:
 
     ``on_presence(topic, member, joined, presence)`` is called for every remote member that
     joins or leaves a topic (so the Broker tells its presence watchers); ``on_address(ns,
-    address, at, origin)`` when another node's session took an address at time ``at`` (so a
-    local session with it that logged in earlier is replaced).
+    address, at, origin, principal)`` when another node's session of ``principal`` (None: not
+    announced) took an address at time ``at`` (so the Broker decides which of that login and
+    a local one with the address stays).
     """
 
     def __init__(self, on_presence: Any, on_address: Any, on_topics: Any = None) -> None:
@@ -287,6 +314,10 @@ class Directory:
         self.on_address = on_address
         self.filters = FilterIndex()
         """The other nodes' topic filters; their members are the nodes' origins."""
+        self.shares: dict[tuple[bytes, bytes], dict[str, int]] = {}
+        """Each shared group with members on other nodes: origin -> its members' count."""
+        self.share_index = FilterIndex()
+        """Those groups by filter (the members are the groups' keys)."""
 
     def node(self, origin: str, name: str, now: float) -> RemoteNode:
         found = self.nodes.get(origin)
@@ -317,6 +348,8 @@ class Directory:
             self._leave(node, _b(message["t"]), message["p"], _b(message["m"]))
         elif kind == FILTER:
             self._filter(node, _b(message["f"]), message["on"])
+        elif kind == SHARE:
+            self._share(node, (_b(message["g"]), _b(message["f"])), message["c"])
         elif kind == STATE:
             self._replace_state(node, message)
 
@@ -338,7 +371,7 @@ class Directory:
             self.principals[key] = principal
         else:
             self.principals.pop(key, None)
-        self.on_address(namespace, address, at, node.origin)
+        self.on_address(namespace, address, at, node.origin, principal)
 
     def _join(self, node: RemoteNode, topic: bytes, protocol: str, name: bytes, presence: bool) -> None:
         members = node.members.get(topic)
@@ -369,6 +402,24 @@ class Directory:
             node.filters.discard(topic_filter)
             self.filters.discard(topic_filter, node.origin)
 
+    def _share(self, node: RemoteNode, key: tuple[bytes, bytes], members: int) -> None:
+        nodes = self.shares.get(key)
+        if members:
+            node.shares[key] = members
+            if nodes is None:
+                nodes = self.shares[key] = {}
+                self.share_index.add(key[1], key)
+            nodes[node.origin] = members
+            return
+        node.shares.pop(key, None)
+        if nodes is not None and nodes.pop(node.origin, None) is not None and not nodes:
+            del self.shares[key]
+            self.share_index.discard(key[1], key)
+
+    def shared_groups(self, topic: bytes) -> tuple[tuple[bytes, bytes], ...]:
+        """The keys of the shared groups with members on other nodes whose filter matches ``topic``."""
+        return self.share_index.match(topic)  # type: ignore[return-value]
+
     def filter_nodes(self, topic: bytes) -> tuple[str, ...]:
         """The origins of the other nodes with a filter matching ``topic``."""
         return self.filters.match(topic)  # type: ignore[return-value]
@@ -397,6 +448,11 @@ class Directory:
             self._filter(node, topic_filter, False)
         for topic_filter in filters - node.filters:
             self._filter(node, topic_filter, True)
+        shares = {(_b(group), _b(topic_filter)): members for group, topic_filter, members in message.get("shares", ())}
+        for key in node.shares.keys() - shares.keys():
+            self._share(node, key, 0)
+        for key, members in shares.items():
+            self._share(node, key, members)
 
     def forget(self, origin: str) -> RemoteNode | None:
         """A node left or died: its members leave, its addresses are free."""
@@ -411,6 +467,8 @@ class Directory:
             self._topics_changed()
         for topic_filter in list(node.filters):
             self._filter(node, topic_filter, False)
+        for key in list(node.shares):
+            self._share(node, key, 0)
         for key in node.addresses:
             self._drop(key, origin)
         return node
@@ -446,4 +504,5 @@ def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[st
         for member, presence in topic.members.items():
             members.append([_s(name), member.protocol, _s(member.name), presence])
     filters = [_s(topic_filter) for topic_filter in broker.filtered.counts]
-    return {"addresses": addresses, "members": members, "filters": filters}
+    shares = [[_s(group), _s(topic_filter), count] for (group, topic_filter), count in broker.filtered.groups()]
+    return {"addresses": addresses, "members": members, "filters": filters, "shares": shares}

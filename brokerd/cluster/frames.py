@@ -9,6 +9,9 @@ Three kinds, told apart by a short name at the front (one length byte, then the 
 * ``@s:<service>``: a front end's own message (a socket.mq request or its answer), then the
   sending node's id (16 hex digits) and the service's bytes.
 
+Shared groups add two more, ``@g`` (a run for one member of a group) and ``@d`` (the answers),
+whose layout and codec are brokerd.cluster.sharing's.
+
 Sans-IO: the envelope codec and struct only.  Anything that does not parse raises
 :class:`FrameError`; the engine drops and counts it.
 """

@@ -36,7 +36,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope, frames, seal
+from brokerd.cluster import envelope, frames, seal, sharing
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
@@ -94,7 +94,9 @@ class RedisEngine:
         max_backlog: int = Settings.cluster_max_backlog,
         heartbeat: float = Settings.cluster_heartbeat,
         node_timeout: float = Settings.cluster_node_timeout,
+        clock_skew: float = Settings.cluster_clock_skew,
         max_control: int = Settings.cluster_max_control,
+        max_shared_pending: int = Settings.cluster_max_shared_pending,
     ) -> None:
         self.address = address
         self.reactor = reactor
@@ -111,7 +113,7 @@ class RedisEngine:
         self.max_control = max_control
         """Bytes of one control message at most, sent or received (a longer one is refused)."""
         self.node_timeout = node_timeout
-        self.sealer = seal.Sealer(secrets, self.instance, node_timeout)
+        self.sealer = seal.Sealer(secrets, self.instance, node_timeout, skew=clock_skew)
         """Seals what this node writes to Redis and opens what it reads (brokerd.cluster.seal)."""
         self.sealer.log = self._rejections
         self.secret_file = secret_file
@@ -151,6 +153,8 @@ class RedisEngine:
         self._services: dict[str, Any] = {}
         """Front ends' handlers of node messages (:meth:`serve`), by service name."""
         self.node_listeners: list[Any] = []
+        self.sharing = sharing.SharedPlacement(self, max_shared_pending)
+        """Shared groups across the nodes: the node of each run's group member (brokerd.cluster.sharing)."""
 
     # ------------------------------------------------------------------ IEngine
 
@@ -269,7 +273,21 @@ class RedisEngine:
         self._schedule()
         return True
 
+    def place_shared(self, messages: list[Message]) -> frozenset[tuple[bytes, bytes]] | None:
+        """Choose the node of each shared group the run matches; the groups this one serves."""
+        return self.sharing.place(messages)
+
+    def shared_changed(self, key: tuple[bytes, bytes], members: int) -> None:
+        """Tell the other nodes how many members this node has of the shared group ``key``."""
+        self._announce(control.SHARE, **control.share_fields(key, members))
+
+    def queue_frame(self, origin: str, data: bytes) -> None:
+        """Queue a frame for node ``origin``'s channel (this turn's flush sends it)."""
+        self._raw.append((NODE_PREFIX + origin.encode(), data))
+        self._schedule()
+
     def _node_gone(self, origin: str) -> None:
+        self.sharing.node_gone(origin)
         for listener in tuple(self.node_listeners):
             listener(origin)
 
@@ -350,6 +368,7 @@ class RedisEngine:
             self.broker.durable_resync()
             self._announce(control.STATE, **control.state_fields(self.broker, self._logins))
         self._announce(control.BEAT)
+        self.sharing.unanswered(now - self.node_timeout)
         self.sealer.expire()
         self._check_secret()
 
@@ -447,15 +466,28 @@ class RedisEngine:
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
-    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str) -> None:
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Any) -> None:
+        """Another node's login took an address a local session has: the Broker closes one of
+        the two, the same choice on both nodes (the later login of one principal, the earlier of
+        two).  The one that stays here is announced again, so that every node's directory
+        names this node, whatever order it heard the two logins in."""
         local = self._logins.get((namespace, address))
-        if local is not None and (at, origin) > (local, self.origin):
-            self.broker.replace_address(namespace, address)
+        if local is None:
+            return
+        if self.broker.replace_address(namespace, address, principal, (at, origin) > (local, self.origin)):
+            return
+        session = self.broker.session_for(namespace, address)
+        if session is not None:  # (a name a front end claimed is no session: the last claim is followed)
+            self._announce(control.ATTACH, **control.address_fields(namespace, address, local, session.principal))
 
     def _node_message(self, data: bytes) -> None:
-        """A frame on this node's own channel: a unicast, a broadcast or a service's message."""
+        """A frame on this node's own channel: a unicast, a broadcast, a service's message, or a
+        shared group's run or answers (brokerd.cluster.sharing)."""
         try:
             name, start = frames.kind(data)
+            if name in sharing.NAMES:
+                self._shared_frame(name, data, start)
+                return
             if name.startswith(frames.SERVICE):
                 handler = self._services.get(name[len(frames.SERVICE):])
                 if handler is None:
@@ -482,6 +514,18 @@ class RedisEngine:
             return
         self.stats.messages_received += 1
         self.broker.deliver_unicast(message, name)
+
+    def _shared_frame(self, name: str, data: bytes, start: int) -> None:
+        """A run this node was chosen to serve a shared group with, or answers to the runs it
+        sent (brokerd.cluster.sharing); a damaged one is dropped and counted."""
+        try:
+            if name == sharing.SHARE:
+                self.stats.messages_received += self.sharing.received(data, start)
+                self._schedule()
+            else:
+                self.sharing.answered(data, start)
+        except sharing.ShareFrameError as exc:
+            self.drop_damaged("this node's channel", str(exc))
 
     # ------------------------------------------------------------------ state
 
@@ -553,6 +597,8 @@ class RedisEngine:
                 **control.durable_fields(self._durable_tree, self._durable_subscribers, self._durable_pending))))
             self._durable_tree = False
             self._durable_subscribers, self._durable_pending = set(), set()
+        for origin, data in self.sharing.answers():
+            self._raw.append((NODE_PREFIX + origin.encode(), data))
         raw, self._raw = self._raw, []
         shards = self.shards
         stats = self.stats

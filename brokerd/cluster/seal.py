@@ -35,11 +35,20 @@ from the receiver's clock is stale, whatever its sequence: a receiver that has j
 knows nothing of a sender cannot be fed traffic older than that.  An entry whose ``sent_at``
 is older than the window is forgotten (a replay of anything it covered is stale anyway), so
 what a node remembers is bounded by what the nodes sent it within one window, and capped.
+
+The sequences only cover what a node opened.  A frame sealed for a channel before the node
+subscribed to it (before the node started, or while it did not follow the channel, or before it
+subscribed again after losing its Redis connection) was never meant for it, yet no sequence of
+its sender is on record there: a Redis client that captured one could play it to the node while
+it is still fresh.  So a receiver also keeps, per channel it follows, the time it last asked
+Redis for it (its start for a channel it no longer follows), and refuses a frame whose
+``sent_at`` is older than that less ``skew`` (``--cluster-clock-skew``: how far the nodes'
+clocks may disagree).  What remains playable is a frame sealed within ``skew`` before the
+subscription, once, and only until the sender's next frame on the channel is opened.
 """
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +59,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
+from brokerd.config import Settings, check_private_mode
 from brokerd.errors import ConfigurationError
 
 VERSION = 1
@@ -60,11 +70,12 @@ HEADER_SIZE = HEADER.size
 TAG_SIZE = 16
 OVERHEAD = HEADER_SIZE + TAG_SIZE
 """Bytes sealing adds to a message."""
-REASONS = ("malformed", "unknown_key", "bad_tag", "replay", "stale", "overflow")
+REASONS = ("malformed", "unknown_key", "bad_tag", "replay", "stale", "early", "overflow")
 """Why a frame is rejected (the ``reason`` label of brokerd_cluster_rejected_total):
 too short or another version; a key id no line of the secret file has; a tag that does not
 verify (forged, damaged, or moved to another channel); a sequence already seen on the channel;
-a ``sent_at`` outside the freshness window; more senders or channels than a node tracks."""
+a ``sent_at`` outside the freshness window; a ``sent_at`` before this node last subscribed to
+the channel, less the clock skew allowance; more senders or channels than a node tracks."""
 MIN_SECRET = 16
 """Bytes a secret line must have at least (e.g. ``head -c 32 /dev/urandom | base64``)."""
 MAX_LINES = 2
@@ -110,9 +121,7 @@ def read_secret_file(path: Path | str, option: str = "--cluster-secret-file") ->
             data = handle.read(1 << 16)
     except OSError as exc:
         raise ConfigurationError(f"{option} {path}: {exc.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigurationError(
-            f"{option} {path}: the file must not be accessible to group or others (chmod 600 {path})")
+    check_private_mode(mode, path, option)
     lines = [line.strip() for line in data.splitlines() if line.strip()]
     if not lines:
         raise ConfigurationError(f"{option} {path}: the file is empty")
@@ -127,15 +136,22 @@ class Sealer:
     """One node's sealing and opening (see the module's docstring for the scheme).
 
     ``incarnation`` is this process's sender id; ``window`` the freshness window in seconds;
-    ``clock`` the wall clock (seconds)."""
+    ``clock`` the wall clock (seconds); ``skew`` how far (seconds) the senders' clocks may be
+    behind this one's when it subscribes to a channel."""
 
     def __init__(self, secrets: Sequence[bytes], incarnation: bytes, window: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, skew: float = Settings.cluster_clock_skew) -> None:
         if len(incarnation) != 8:
             raise ValueError("an incarnation is 8 bytes")
         self.incarnation = incarnation
         self.window_ms = int(window * 1000)
         self.clock = clock
+        self.skew_ms = int(skew * 1000)
+        self._started = int(clock() * 1000) - self.skew_ms
+        """The oldest ``sent_at`` opened on a channel not in ``_since``: this node's start."""
+        self._since: dict[bytes, int] = {}
+        """channel -> the oldest ``sent_at`` opened on it: when this node last asked Redis for
+        it, less the skew (one entry per channel the node follows)."""
         self._sequence = 0
         self._last_sent = 0
         self._seen: dict[bytes, dict[bytes, list[int]]] = {}
@@ -215,6 +231,8 @@ class Sealer:
         entry = channels.get(channel) if channels is not None else None
         if entry is not None and sequence <= entry[0]:
             return self._reject("replay")
+        if sent_at < self._since.get(channel, self._started):
+            return self._reject("early")
         aead = self._opening.get((key_id, sender))
         cached = aead is not None
         if aead is None:
@@ -232,6 +250,16 @@ class Sealer:
         if not cached and len(self._opening) < 2 * MAX_SENDERS:
             self._opening[(key_id, sender)] = aead
         return data
+
+    def subscribing(self, channel: bytes) -> None:
+        """This node asks Redis for ``channel`` (at its start, when a topic gets its first
+        member, again after a lost connection or a slot's move): a frame sealed for it before
+        now, less the skew, was sent while this node did not receive the channel."""
+        self._since[channel] = int(self.clock() * 1000) - self.skew_ms
+
+    def unsubscribed(self, channel: bytes) -> None:
+        """This node no longer wants ``channel`` (what it follows bounds ``_since``)."""
+        self._since.pop(channel, None)
 
     def _track(self, sender: bytes, channels: dict[bytes, list[int]] | None, channel: bytes,
                sequence: int, sent_at: int, now: int) -> bool:

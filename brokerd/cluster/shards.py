@@ -168,6 +168,7 @@ class Shard:
             return
         if active:
             self.requested.add(name)
+            self.engine.sealer.subscribing(name)
         else:
             self.requested.discard(name)
             self.following.discard(name)
@@ -377,6 +378,7 @@ class Shards:
                 shard.follow(name, True)
         else:
             self.wanted.discard(name)
+            self.engine.sealer.unsubscribed(name)
             for shard in self.shards.values():
                 if name in shard.requested or name in shard.following:
                     shard.follow(name, False)

@@ -36,6 +36,9 @@ from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscri
 
 _SYSTEM = SYSTEM_TOPICS[:1]
 """A topic starting with this may be a system topic: checked even without a policy."""
+_NO_GROUPS: frozenset[tuple[bytes, bytes]] = frozenset()
+"""What a node of a cluster serves of the shared groups for a run another node accepted: none
+(the publishing node sends each group's share to the node it chose, :meth:`Broker.deliver_shared`)."""
 
 
 def _counts() -> defaultdict[IWireFormat, int]:
@@ -127,6 +130,10 @@ class Broker(Service):
         self._sessions: set[ISubscriber] = set()
         self.access = AccessControl(policy)
         self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
+        self.owned_namespaces: set[str] = set()
+        """Namespaces whose addresses belong to the principal whose session has one (MQTT's
+        client identifiers, which a client chooses): a login of another principal takes none
+        over, on this node or another (:meth:`may_take_address`)."""
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
         """Durable subscriptions and pending messages (:meth:`use_durable`); None on a node
@@ -232,13 +239,31 @@ class Broker(Service):
         if self.observer is not None:
             self.observer.session_attached(session)
 
-    def replace_address(self, namespace: str, address: bytes) -> None:
-        """A session on another node logged in with ``address``: the local session that had it
-        is closed, as one node closes the older of two logins."""
+    def may_take_address(self, namespace: str, address: bytes, principal: Principal | None) -> bool:
+        """Whether a login of ``principal`` may take ``address`` over from the session that has
+        it, on this node or (the principal its login was announced with) on another: always,
+        but in an owned namespace only the same principal's.  A front end refuses the login
+        otherwise, and :meth:`replace_address` decides with it which of two logins stays."""
+        if namespace not in self.owned_namespaces:
+            return True
+        holder = self._addresses.get((namespace, address))
+        owner = holder.principal if holder is not None else self.engine.principal_of(namespace, address)
+        return owner is None or owner == principal
+
+    def replace_address(self, namespace: str, address: bytes, principal: Principal | None = None,
+                        later: bool = True) -> bool:
+        """A session on another node logged in with ``address`` as ``principal``, ``later`` (or
+        not) than the local session that has it: whether that one was closed.  The decision is
+        one node's (:meth:`may_take_address`): a login that may take the address over wins if
+        it is the later one, as one node closes the older of two logins; one that may not
+        (another principal's, in an owned namespace) wins only if it is the earlier one, the
+        local login having been accepted before this node heard of it."""
         previous = self._addresses.get((namespace, address))
-        if previous is not None:
-            self.detach(previous)
-            previous.replaced()
+        if previous is None or self.may_take_address(namespace, address, principal) != later:
+            return False
+        self.detach(previous)
+        previous.replaced()
+        return True
 
     def detach(self, session: ISubscriber) -> None:
         """Forget a session: leave every topic (presence watchers are told) and free its
@@ -332,9 +357,12 @@ class Broker(Service):
 
     def _tell_filter_changes(self) -> None:
         changes = self.filtered.changes()
-        if changes and self._forward is not None:
+        shares = self.filtered.share_changes()
+        if self._forward is not None:
             for topic_filter, active in changes:
                 self.engine.filter_changed(topic_filter, active)
+            for key, members in shares:
+                self.engine.shared_changed(key, members)
 
     def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
         """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
@@ -534,16 +562,11 @@ class Broker(Service):
         stats = self.stats
         stats.published += 1
         stats.accepted_by[message.protocol] += 1
-        if self.sampling:
-            if self._forward is not None:
-                self._forward([message], None)
-            return self.sampler.route([message], exclude)  # type: ignore[union-attr]
         if self._forward is None:
+            if self.sampling:
+                return self.sampler.route([message], exclude)  # type: ignore[union-attr]
             return self._route([message], exclude, None, None, None)
-        rendered: dict[str, bytes] = {}
-        delivered = self._route([message], exclude, None, rendered, None)
-        self._forward([message], rendered)
-        return delivered
+        return self._route_here_and_forward([message], exclude)
 
     def publish_batch(self, messages: list[Message], exclude: ISubscriber | None = None) -> int:
         """Deliver consecutive multicast ``messages`` that all go to one topic, in order.
@@ -559,17 +582,25 @@ class Broker(Service):
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[first.protocol] += len(messages)
-        if self.sampling:
-            if self._forward is not None:
-                self._forward(messages, None)
-            return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
         if self._forward is None:
+            if self.sampling:
+                return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
             return self._route(messages, exclude)
-        # The other nodes get the run with the bytes rendered here for the portable wire
-        # formats, so a node whose members all take those never decodes it (docs/cluster.md).
+        return self._route_here_and_forward(messages, exclude)
+
+    def _route_here_and_forward(self, messages: list[Message], exclude: ISubscriber | None) -> int:
+        """A node of a cluster: the engine first chooses which node serves each shared group
+        the run matches (it sends the run to the chosen other nodes itself); this node routes
+        to its members, one member of each group it serves, and forwards the run to the
+        other nodes' plain members, with the bytes rendered here for the portable wire
+        formats, so a node whose members all take those never decodes it (docs/cluster.md)."""
+        groups = self.engine.place_shared(messages)
+        if self.sampling and groups is None:
+            self._forward(messages, None)  # type: ignore[misc]
+            return self.sampler.route(messages, exclude)  # type: ignore[union-attr]
         rendered: dict[str, bytes] = {}
-        delivered = self._route(messages, exclude, None, rendered)
-        self._forward(messages, rendered)
+        delivered = self._route(messages, exclude, None, rendered, None, groups)
+        self._forward(messages, rendered)  # type: ignore[misc]
         return delivered
 
     def route_timed(self, messages: list[Message], exclude: ISubscriber | None,
@@ -582,8 +613,10 @@ class Broker(Service):
     def deliver_remote(self, messages: list[Message]) -> int:
         """Deliver a run of multicast ``messages`` (one topic, in order) that another node
         accepted, to this node's members of the topic.  The publishing node checked the access
-        policy and counted the messages as published; here they only count as delivered."""
-        return self._route(messages, None)
+        policy and counted the messages as published; here they only count as delivered.
+        Shared groups are not served from it: the publishing node chose the one node that
+        serves each (:meth:`deliver_shared`)."""
+        return self._route(messages, None, None, None, None, _NO_GROUPS)
 
     def deliver_rendered(self, run: Any) -> int:
         """Deliver a run another node accepted, as :meth:`deliver_remote`, from an opened
@@ -599,11 +632,11 @@ class Broker(Service):
         observer = self.observer
         if topic is None or not sections or self._filtering or (
                 observer is not None and not getattr(observer, "summarizes_runs", False)):
-            return self._route(run.messages(), None)
+            return self.deliver_remote(run.messages())
         fanout = topic.fanout()
         for fmt, _members in fanout:
             if not (fmt.portable and fmt.protocol in sections):
-                return self._route(run.messages(), None)
+                return self.deliver_remote(run.messages())
         count = run.count
         routed = self.stats.routed_by[first.protocol]
         reached = 0
@@ -619,9 +652,27 @@ class Broker(Service):
                                         run.total, reached, 0)
         return reached * count
 
+    def deliver_shared(self, key: tuple[bytes, bytes], messages: list[Message]) -> bool:
+        """Hand a run another node accepted to one member here of the shared group ``key``
+        (group name, filter): that node chose this one to serve the group for it.  False when
+        no member here may take it (none left, or the access list lets none read the topic):
+        the engine tells the publishing node, which chooses again.  A member that is also a
+        plain subscriber of the topic got the run from the topic's channel and is not sent it
+        twice (as on one node)."""
+        group = self.filtered.group(key)
+        name: bytes = messages[0].target  # type: ignore[assignment]
+        member = None if group is None else group.pick(name, self.access)
+        if member is None:
+            return False
+        _plain, reached = self.filtered.fanout(name, self.topics.get(name), self.access, _NO_GROUPS)
+        if member not in reached:
+            self._route(messages, None, None, None, ((member.wire_format, (member,)),))
+        return True
+
     def _route(self, messages: list[Message], exclude: ISubscriber | None,
                stamps: list[tuple[IWireFormat, int, int]] | None = None,
-               rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None) -> int:
+               rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None,
+               groups: frozenset[tuple[bytes, bytes]] | None = None) -> int:
         """The fan-out, for one message or a run: render ``messages`` (one, or a run of one
         sender's to one topic) once per wire format and hand each session of the format but
         ``exclude`` the bytes with one ``send``; count it and tell the observer (one message as
@@ -633,11 +684,11 @@ class Broker(Service):
         route, brokerd.core.sampling), append (wire format, recipients, time in ns) once each
         format's sessions were handed their bytes; with ``rendered``, keep there the bytes of
         each portable wire format that carried every message (by name, for the other nodes of
-        a cluster)."""
+        a cluster).  ``groups``: the shared groups this node serves for the run (None: all)."""
         if fanout is None:
             topic = self.topics.get(messages[0].target)  # type: ignore[arg-type]
             if self._filtering:
-                fanout, reached_by = self.filtered.fanout(messages[0].target, topic, self.access)  # type: ignore[arg-type]
+                fanout, reached_by = self.filtered.fanout(messages[0].target, topic, self.access, groups)  # type: ignore[arg-type]
                 if exclude is not None and exclude not in reached_by:
                     exclude = None
             elif topic is None:

@@ -43,6 +43,7 @@ from brokerd.core import stored
 from brokerd.core.access import Perm
 from brokerd.core.message import Message
 from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
+from brokerd.core.pending import PendingQuota
 from brokerd.core.principal import Principal, account_principal
 from brokerd.core.queues import DurableQueues
 from brokerd.core.sync import DurableSync
@@ -196,6 +197,9 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.on_tree_changed: Callable[[list[TopicRecord]], Any] | None = None
         """Called with the topic records when another node changed the tree (SMQP rebuilds
         its own tree from them)."""
+        self.pending_quota: PendingQuota | None = None
+        """The bound on what waits for each subscriber of a front end that set one
+        (:meth:`bound_pending`); None: unbounded (SMQP's, bounded by its accounts)."""
         self.retry_timeout: float = settings.smqp_retry_timeout
         """Seconds to wait for a delivery's acknowledgement before sending it again."""
         self.max_attempts: int = settings.smqp_max_attempts
@@ -239,6 +243,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                 d.addCallback(self._suid_read)
                 d.addCallback(lambda _: self.store.load_subscriptions())
                 d.addCallback(self.index.load)
+                d.addCallback(lambda _: self._count_pending())
                 d.addCallback(lambda _: self.store.next_seq())
                 d.addCallback(self._numbered)
                 d.addBoth(self._finished)
@@ -280,6 +285,20 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             return self.store.set_meta(SUID_KEY, self.suid)
         self.suid = suid
         return None
+
+    def bound_pending(self, prefix: str, limit: int) -> None:
+        """At most ``limit`` messages wait in the store for each subscriber whose name starts
+        with ``prefix`` (a front end's owned subscribers, :func:`owned_subscriber`): see
+        brokerd.core.pending.  A front end calls it when it is built, before the start."""
+        self.pending_quota = PendingQuota(prefix, limit, self.clock)
+        if self.started and self._start_failure is None:
+            self._count_pending().addErrback(self._report("Counting the pending deliveries"))
+
+    def _count_pending(self) -> Deferred:
+        quota = self.pending_quota
+        if quota is None:
+            return succeed(None)
+        return self.store.pending_counts(quota.prefix).addCallback(quota.loaded)
 
     def _numbered(self, seq: int) -> None:
         self._seq = seq
@@ -415,16 +434,25 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         now = self.clock.seconds()
         key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
         deliveries = [(name, ADD) for name in self.kept_recipients(key, now, filters_only)]
-        if not deliveries and (filters_only or not self.topics.reachable(key)):
+        kept_bare = not filters_only and self.topics.reachable(key)  # a stored topic keeps it unread too
+        if not deliveries and not kept_bare:
             return succeed(None)  # a filter's subscriber may not read it: nothing to keep
+        quota = self.pending_quota
+        wanted = [deliveries] * len(messages) if quota is None else quota.reserve(deliveries, len(messages))
+        # A message every recipient of which is full is not stored at all (nor refused).
+        runs = [(message, each) for message, each in zip(messages, wanted) if each or kept_bare]
+        if not runs:
+            return succeed(None)
         if self.full is not None and self.full():
+            self._unreserve(wanted)
             return fail(StoreFull("the disk is nearly full; the message was not stored"))
+        each = [run_deliveries for _message, run_deliveries in runs]
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
         head = f"{self.suid}/"
         tail = f"({format_datetime(now)})"  # message_id's, once for the read
         kept: list[tuple[MessageRecord, int]] = []
-        for message in messages:
+        for message, _run_deliveries in runs:
             seq = self.next_seq()
             message_id = f"{head}{seq}{tail}"
             expires = message.expires
@@ -436,12 +464,22 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                                    data, seq, mode)
             kept.append((record, len(message.payload)))
         self.stats["kept"] += len(kept)
-        d = self.store.publish_many([(record, deliveries) for record, _size in kept])
+        d = self.store.publish_many([(record, run_deliveries) for (record, _size), run_deliveries in zip(kept, each)])
 
         def committed(_seqs: list[int]) -> None:
-            self.committed(kept, deliveries)
+            self.committed(kept, deliveries, each)
 
-        return d.addCallback(committed)
+        def not_stored(failure: Failure) -> Failure:
+            self._unreserve(each)
+            return failure
+
+        return d.addCallbacks(committed, not_stored)
+
+    def _unreserve(self, runs: list[list[tuple[str, str]]]) -> None:
+        """Deliveries :class:`PendingQuota` reserved that were not stored after all."""
+        if self.pending_quota is not None:
+            for run_deliveries in runs:
+                self.pending_quota.release(run_deliveries)
 
     def offer_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
         """Hand a multicast its publisher asked not to store (SMQP's ``Guarantee: NO``) to
@@ -481,19 +519,20 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
         return d.addCallback(committed)
 
-    def committed(self, kept: list[tuple[MessageRecord, int]], deliveries: list[tuple[str, str]]) -> None:
+    def committed(self, kept: list[tuple[MessageRecord, int]], deliveries: list[tuple[str, str]],
+                  each: list[list[tuple[str, str]]] | None = None) -> None:
         """The records of ``kept`` (each with the size the event log reports) and their
-        pending ``deliveries`` (the same subscribers for all) are committed: count and
-        remember them, offer them to the connected subscribers among ``deliveries``, and tell
-        the other nodes about the rest, once for the run."""
+        pending ``deliveries`` (the same subscribers for all, or ``each`` record's own) are
+        committed: count and remember them, offer them to the connected subscribers among
+        their deliveries, and tell the other nodes about the rest, once for the run."""
         self.stats["published"] += len(kept)
         remember = self.remember
         for record, size in kept:
             remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
         sessions = self.sessions
         if any(name in sessions for name, _change in deliveries):
-            for record, _size in kept:
-                self.offer(record, deliveries)
+            for index, (record, _size) in enumerate(kept):
+                self.offer(record, deliveries if each is None else each[index])
         self._announce_pending(deliveries)
 
     def _announce_pending(self, deliveries: list[tuple[str, str]]) -> None:
@@ -527,6 +566,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             if delivery.mode == "ONE":
                 self.claims.pop(delivery.seq, None)
             if settled is not None:
+                self._settled_pending(session.name)
                 self.acked(session, delivery)
                 self.settle(settled)
             if delivery.mode == "ONE":
@@ -540,10 +580,15 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
         def done(settled: Settled | None) -> None:
             if settled is not None:
+                self._settled_pending(session.name)
                 self.given_up(session, delivery)
                 self.settle(settled, "undeliverable")
 
         return d.addCallback(done)
+
+    def _settled_pending(self, subscriber: str) -> None:
+        if self.pending_quota is not None:
+            self.pending_quota.settled(subscriber)
 
     def claim(self, seq: int, session: IDurableSession) -> bool:
         """A ONE message goes to one session at a time."""
@@ -574,6 +619,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         ``receipts``.  ``reason`` says why a message went to the Trash (expired,
         undeliverable, removed, recalled, replaced)."""
         for subscriber in settled.released:
+            self._settled_pending(subscriber)
             session = self.sessions.get(subscriber)
             if session is not None:
                 session.discard(settled.seq)

@@ -74,6 +74,13 @@ class InMemoryEngine:
     def filter_changed(self, topic_filter: bytes, active: bool) -> None:
         """Nobody else to tell."""
 
+    def shared_changed(self, key: tuple[bytes, bytes], members: int) -> None:
+        """Nobody else to tell."""
+
+    def place_shared(self, messages: Sequence[Message]) -> None:
+        """Every shared group is this node's own."""
+        return None
+
     def durable_changed(self, tree: bool = False, subscribers: Any = (), pending: Any = ()) -> None:
         """No other node reads the store."""
 

@@ -16,7 +16,10 @@ Shared subscriptions (MQTT's ``$share/{group}/{filter}``): the sessions that sub
 filter under one group name form a :class:`SharedGroup`, and a message to a topic the filter
 matches reaches one of them, in turn (a run of messages, one publisher's read, goes to one
 member whole), skipping a member the access policy does not let read the topic.  A member that
-also has its own subscription matching the topic gets the message once.
+also has its own subscription matching the topic gets the message once.  In a cluster a group
+spans the nodes: :meth:`FilterSubscriptions.fanout` is told which groups this node serves for a
+message (``groups``), the cluster's engine having chosen one node per group
+(brokerd.cluster.sharing).
 """
 from __future__ import annotations
 
@@ -70,9 +73,12 @@ class FilterSubscriptions:
         self._groups: dict[SharedKey, SharedGroup] = {}
         self._shared_of: dict[ISubscriber, dict[SharedKey, None]] = {}
         self.counts: dict[bytes, int] = {}
-        """Subscriptions (plain and shared) per filter: what a cluster's other nodes are told
-        (a filter that appears or goes, see :meth:`changes`)."""
+        """Plain subscriptions per filter: what a cluster's other nodes are told (a filter that
+        appears or goes, see :meth:`changes`), so that they send this node the runs of the
+        topics it matches.  Shared groups are told apart (:meth:`share_changes`): a run reaches
+        a group's node only when that node was chosen for it."""
         self._changed: list[tuple[bytes, bool]] = []
+        self._shares_changed: dict[SharedKey, None] = {}
 
     def _count(self, topic_filter: bytes, step: int) -> None:
         count = self.counts.get(topic_filter, 0) + step
@@ -89,6 +95,23 @@ class FilterSubscriptions:
         since the previous call."""
         changed, self._changed = self._changed, []
         return changed
+
+    def share_changes(self) -> list[tuple[SharedKey, int]]:
+        """(group key, members here) for each shared group whose members changed since the
+        previous call (0: the group has none left here)."""
+        changed, self._shares_changed = self._shares_changed, {}
+        return [(key, self.group_size(key)) for key in changed]
+
+    def group_size(self, key: SharedKey) -> int:
+        group = self._groups.get(key)
+        return 0 if group is None else len(group.members)
+
+    def group(self, key: SharedKey) -> SharedGroup | None:
+        return self._groups.get(key)
+
+    def groups(self) -> list[tuple[SharedKey, int]]:
+        """(group key, members here) of every shared group with members on this node."""
+        return [(key, len(group.members)) for key, group in self._groups.items()]
 
     def __len__(self) -> int:
         """Filters and shared groups with at least one member."""
@@ -112,7 +135,7 @@ class FilterSubscriptions:
             self.shared.add(key[1], group)
         group.members.append(session)
         self._shared_of.setdefault(session, {})[key] = None
-        self._count(key[1], 1)
+        self._shares_changed[key] = None
 
     def remove_shared(self, session: ISubscriber, key: SharedKey) -> None:
         keys = self._shared_of.get(session)
@@ -123,7 +146,7 @@ class FilterSubscriptions:
         group = self._groups.get(key)
         if group is not None and session in group.members:
             group.members.remove(session)
-            self._count(key[1], -1)
+            self._shares_changed[key] = None
             if not group.members:
                 del self._groups[key]
                 self.shared.discard(key[1], group)
@@ -170,18 +193,22 @@ class FilterSubscriptions:
         """The access policy changed: no combined fan-out is reused."""
         self._fanouts.clear()
 
-    def fanout(self, name: bytes, topic: Topic | None, access: AccessControl) -> tuple[FanOut, frozenset[ISubscriber]]:
+    def fanout(self, name: bytes, topic: Topic | None, access: AccessControl,
+               groups: frozenset[SharedKey] | None = None) -> tuple[FanOut, frozenset[ISubscriber]]:
         """The sessions a message to topic ``name`` reaches, grouped by wire format (the
         topic's members first, then each filter member not among them that the access policy
-        lets subscribe to ``name``), and the same sessions as a set."""
+        lets subscribe to ``name``, then one member of each shared group), and the same
+        sessions as a set.  ``groups``: the shared groups this node serves for this message
+        (a cluster's choice; None: every one, as on a single node)."""
         grouped = None if topic is None else topic.fanout()
         remembered = self._fanouts.get(name)
         if remembered is None or remembered[0] is not grouped:
             remembered = self._combine(name, topic, grouped, access)
-        if not self._groups:
+        if not self._groups or (groups is not None and not groups):
             return remembered[1], remembered[2]
         reached = remembered[2]
-        picked = [member for member in (group.pick(name, access) for group in self.shared.match(name))  # type: ignore[attr-defined]
+        picked = [member for member in (group.pick(name, access) for group in self.shared.match(name)  # type: ignore[attr-defined]
+                                        if groups is None or group.key in groups)
                   if member is not None and member not in reached]
         if not picked:
             return remembered[1], reached

@@ -24,6 +24,7 @@ class DurableQueues:
     store: Any
     clock: Any
     index: SubscriptionIndex
+    pending_quota: Any
 
     if TYPE_CHECKING:
         def changed(self, tree: bool = False, subscribers: Iterable[str] = ()) -> None: ...
@@ -79,6 +80,8 @@ class DurableQueues:
         subscriptions = index.of(subscriber)
         for sub in subscriptions:
             index.remove(subscriber, sub.record.kind, sub.record.topic)
+        if self.pending_quota is not None:
+            self.pending_quota.forget(subscriber)
         removals = [self.store.remove_subscription(subscriber, sub.record.kind, sub.record.topic)
                     for sub in subscriptions]
         settled = [0]

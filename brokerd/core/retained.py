@@ -15,14 +15,18 @@ every change is written through from then on, in the stored form of
 :mod:`brokerd.core.stored`, keyed by the topic decoded as UTF-8.
 
 The messages are held in memory (a dict by topic, beside the topics in order), bounded in
-number and in bytes: a retain past a bound is refused with :class:`RetainRefused`.  The store
-is written, not read, after the start; when a write fails the value held here stays (it is
-served until the next restart), and the failure is logged once until a write succeeds again.
+number and in bytes (a topic's name counts with its message), broker-wide and per owner
+(:mod:`brokerd.core.retainedquota`: one client cannot take the bounds from everyone else): a
+retain past a bound is refused with :class:`RetainRefused`.  The store is written, not read,
+after the start; when a write fails the value held here stays (it is served until the next
+restart), and the failure is logged once until a write succeeds again.  A stored row names the
+message's owner before the message (:data:`OWNED`), so the quotas hold across a restart.
 """
 from __future__ import annotations
 
 import builtins
-from bisect import bisect_left, insort
+import json
+from bisect import bisect_left, bisect_right, insort
 from itertools import takewhile
 from typing import Any
 
@@ -30,6 +34,7 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.config import Settings
 from brokerd.core import stored
 from brokerd.core.filters import (
     ANY_LEVELS,
@@ -40,13 +45,18 @@ from brokerd.core.filters import (
     matches,
 )
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.principal import Principal
+from brokerd.core.retainedquota import FULL, QUOTA, UNKEYABLE, RetainQuotas, quota_owner
 from brokerd.errors import BrokerError
 from brokerd.store.base import is_outage
 
-DEFAULT_MAX_MESSAGES = 100_000
+DEFAULT_MAX_MESSAGES = Settings.mqtt_max_retained
 """Topics with a retained message at most."""
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BYTES = Settings.mqtt_max_retained_bytes
 """Bytes of retained data (:func:`size`) at most."""
+OWNED = b"\x00brokerd-retained-owner/1\n"
+"""A stored row that starts with this names its owner, ``[realm, name]`` as a JSON line, then
+holds the message in :mod:`brokerd.core.stored`'s form (a row without it: owner unknown)."""
 
 _AFTER_SEPARATOR = bytes([SEPARATOR[0] + 1])
 """The byte after ``/``: the names below ``a`` sort from ``a/`` up to (without) ``a0``."""
@@ -54,16 +64,25 @@ _AFTER_SEPARATOR = bytes([SEPARATOR[0] + 1])
 
 class RetainRefused(BrokerError):
     """The retained messages cannot take this one: a bound is reached (``max_messages``
-    topics, ``max_bytes`` bytes), or its topic is not UTF-8 without NUL (the stores key
-    retained messages by text).  Nothing changed: the topic keeps the retained message it
-    had.  The caller answers its client as its protocol says (MQTT 5.0: Quota exceeded)."""
+    topics, ``max_bytes`` bytes, broker-wide or the publisher's quota), or its topic is not
+    UTF-8 without NUL (the stores key retained messages by text); ``reason`` says which
+    (brokerd.core.retainedquota: FULL, QUOTA, UNKEYABLE).  Nothing changed: the topic keeps
+    the retained message it had.  The caller answers its client as its protocol says (MQTT
+    5.0: Quota exceeded)."""
+
+    def __init__(self, why: str, reason: str = FULL) -> None:
+        super().__init__(why)
+        self.reason = reason
 
 
 def size(message: Message) -> int:
-    """The bytes ``message`` counts against ``max_bytes``: its payload and the data of its
-    other parts (a multi-part message's)."""
+    """The bytes ``message`` counts against the byte bounds: its topic's name (a long name
+    costs memory as a payload does), its payload and the data of its other parts (a
+    multi-part message's)."""
     payload = message.payload
-    return len(payload) + sum(len(part.data) for part in message.parts if part.data is not payload)
+    topic = message.target
+    return (0 if topic is None else len(topic)) + len(payload) + sum(
+        len(part.data) for part in message.parts if part.data is not payload)
 
 
 class RetainedMessages:
@@ -71,14 +90,16 @@ class RetainedMessages:
     through to a store; see the module's docstring.
 
     ``max_messages`` and ``max_bytes`` bound how many topics have a retained message and the
-    bytes they hold together (:func:`size`).
+    bytes they hold together (:func:`size`); ``quotas`` what each owner holds.
     """
 
     _log = Logger()
 
-    def __init__(self, max_messages: int = DEFAULT_MAX_MESSAGES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, max_messages: int = DEFAULT_MAX_MESSAGES, max_bytes: int = DEFAULT_MAX_BYTES,
+                 quotas: RetainQuotas | None = None) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.quotas = RetainQuotas() if quotas is None else quotas
         self._messages: dict[builtins.bytes, Message] = {}
         self._topics: list[builtins.bytes] = []
         """The keys of ``_messages`` in order (bytes order, which is the store's order)."""
@@ -105,7 +126,21 @@ class RetainedMessages:
 
     def matching(self, topic_filter: builtins.bytes) -> list[Message]:
         """The retained message of every topic ``topic_filter`` matches, in topic order (what
-        a new subscription to ``topic_filter`` gets).  ValueError for an invalid filter.
+        a new subscription to ``topic_filter`` gets), at once: :meth:`page` with no bound.
+        ValueError for an invalid filter."""
+        everything = len(self._topics) + 1
+        return self.page(topic_filter, None, everything, everything)[0]
+
+    def page(self, topic_filter: builtins.bytes, after: builtins.bytes | None, limit: int,
+             scan: int) -> tuple[list[Message], builtins.bytes | None]:
+        """The retained messages ``topic_filter`` matches of the topics after ``after`` (None:
+        from the first), in topic order: at most ``limit`` of them, and at most ``scan``
+        topics examined; with the topic to go on after, None when the filter's topics are
+        all done.  A front end sends a subscription's retained messages a page at a time, so
+        that ``#`` over many topics neither holds the reactor nor its output buffer; each
+        page costs a bisection and ``scan`` tests, whatever the number held.  Topics retained
+        or cleared between pages are found or not as their place in the order says.
+        ValueError for an invalid filter.
 
         A filter without wildcards is its topic: one lookup.  Otherwise the candidates are
         the topics below the filter's levels before its first wildcard (all topics when it
@@ -113,23 +148,37 @@ class RetainedMessages:
         problem = filter_problem(topic_filter)
         if problem is not None:
             raise ValueError(f"{topic_filter!r}: {problem}")
+        messages = self._messages
         if not has_wildcard(topic_filter):
-            found = self._messages.get(topic_filter)
-            return [] if found is None else [found]
+            found = messages.get(topic_filter) if after is None else None
+            return ([] if found is None else [found]), None
+        topics = self._topics
+        start, end = 0, len(topics)
+        picked: list[Message] = []
+        resume = after  # where the next page starts when this one examines no topic
         fixed = list(takewhile(lambda level: level not in (ONE_LEVEL, ANY_LEVELS), topic_filter.split(SEPARATOR)))
         if fixed:
             # A matching topic has those levels: it is the prefix itself ('a/#' matches 'a')
             # or a name below it, and the names below it are one run of the sorted topics.
             prefix = SEPARATOR.join(fixed)
-            start = bisect_left(self._topics, prefix + SEPARATOR)
-            end = bisect_left(self._topics, prefix + _AFTER_SEPARATOR, start)
-            candidates = self._topics[start:end]
-            if prefix in self._messages:
-                candidates.insert(0, prefix)
-        else:
-            candidates = self._topics
-        messages = self._messages
-        return [messages[topic] for topic in candidates if matches(topic_filter, topic)]
+            start = bisect_left(topics, prefix + SEPARATOR)
+            end = bisect_left(topics, prefix + _AFTER_SEPARATOR, start)
+            if after is None:
+                resume = prefix  # sorts before every name below it
+                if prefix in messages and matches(topic_filter, prefix):
+                    picked.append(messages[prefix])
+        if after is not None:
+            start = max(start, bisect_right(topics, after))
+        index = start
+        stop = min(end, start + scan)
+        while index < stop and len(picked) < limit:
+            topic = topics[index]
+            if matches(topic_filter, topic):
+                picked.append(messages[topic])
+            index += 1
+        if index >= end:
+            return picked, None
+        return picked, (topics[index - 1] if index > start else resume)
 
     # ------------------------------------------------------------------ changes
 
@@ -146,20 +195,30 @@ class RetainedMessages:
         topic = message.target
         if message.kind != MULTICAST or topic is None:
             raise ValueError(f"{message!r} is not sent to a topic: only a publish is retained")
-        key = _key(topic)
+        try:
+            key = _key(topic)
+        except RetainRefused as refused:
+            self.quotas.count_refusal(UNKEYABLE, str(refused))
+            raise
         old = self._messages.get(topic)
         data: builtins.bytes | None = None
         if not message.payload:
             if old is not None:
                 self._remove(topic, old)
         else:
-            grown = size(message) - (size(old) if old is not None else 0)
+            owner = quota_owner(message.principal)
+            new_size = size(message)
+            grown = new_size - (size(old) if old is not None else 0)
             if old is None and len(self._messages) >= self.max_messages:
-                raise RetainRefused(f"{self.max_messages} topics have a retained message already")
+                self._refuse(FULL, f"{self.max_messages} topics have a retained message already")
             if grown > 0 and self._size + grown > self.max_bytes:
-                raise RetainRefused(f"retained messages would hold more than {self.max_bytes} bytes")
-            data = stored.encode(message)
+                self._refuse(FULL, f"retained messages would hold more than {self.max_bytes} bytes")
+            over = self.quotas.exceeds(owner, topic, new_size)
+            if over is not None:
+                self._refuse(QUOTA, over)
+            data = _owned(owner, message)
             self._put(topic, message, grown, old is None)
+            self.quotas.take(topic, owner, new_size)
         if self._loading is not None:
             self._loading.add(topic)
         if self._store is None:
@@ -183,10 +242,14 @@ class RetainedMessages:
         changed = self._loading = set(self._messages)
         loading = maybeDeferred(store.load_retained)
         for topic, message in self._messages.items():
-            self._write(_key(topic), stored.encode(message))
+            self._write(_key(topic), _owned(self.quotas.owner(topic), message))
         return loading.addBoth(self._loaded, changed)
 
     # ------------------------------------------------------------------ inside
+
+    def _refuse(self, reason: str, why: str) -> None:
+        self.quotas.count_refusal(reason, why)
+        raise RetainRefused(why, reason)
 
     def _put(self, topic: builtins.bytes, message: Message, grown: int, new: bool) -> None:
         self._messages[topic] = message
@@ -196,6 +259,7 @@ class RetainedMessages:
 
     def _remove(self, topic: builtins.bytes, old: Message) -> None:
         del self._messages[topic]
+        self.quotas.release(topic)
         self._size -= size(old)
         index = bisect_left(self._topics, topic)
         del self._topics[index]
@@ -212,14 +276,16 @@ class RetainedMessages:
             if topic in changed:
                 continue
             try:
-                message = stored.decode(data)
+                owner, message = _unowned(data)
             except ValueError:
-                message = None
+                owner, message = None, None
             if message is None or message.target != topic or not message.payload or message.kind != MULTICAST:
                 skipped.append(key)
                 continue
             self._messages[topic] = message  # not held yet: whatever was is in ``changed``
-            self._size += size(message)
+            message_size = size(message)
+            self._size += message_size
+            self.quotas.take(topic, owner, message_size)
             count += 1
         self._topics = sorted(self._messages)
         if skipped:
@@ -254,6 +320,30 @@ class RetainedMessages:
                 self._log.failure("Writing the retained message of {topic!r} to the store failed; it is"
                                   " kept in memory, logged once until a write succeeds", failure, topic=key)
         return False
+
+
+def _owned(owner: Principal | None, message: Message) -> builtins.bytes:
+    """The stored row of ``message`` retained by ``owner`` (None: unknown, no owner line)."""
+    data = stored.encode(message)
+    if owner is None:
+        return data
+    return OWNED + json.dumps([owner.realm, owner.name]).encode("utf-8") + b"\n" + data
+
+
+def _unowned(data: builtins.bytes) -> tuple[Principal | None, Message]:
+    """(owner, message) of a stored row (:func:`_owned`); ValueError when it is none."""
+    if not data.startswith(OWNED):
+        return None, stored.decode(data)
+    end = data.find(b"\n", len(OWNED))
+    if end < 0:
+        raise ValueError("an owner line without its end")
+    try:
+        realm, name = json.loads(data[len(OWNED):end])
+    except (TypeError, ValueError) as exc:  # json's errors are ValueErrors; a bad shape, TypeError
+        raise ValueError(f"bad owner line: {exc}") from None
+    if not isinstance(realm, str) or not isinstance(name, str):
+        raise ValueError("bad owner line")
+    return Principal(name, realm), stored.decode(data[end + 1:])
 
 
 def _key(topic: builtins.bytes) -> str:

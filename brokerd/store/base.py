@@ -132,6 +132,11 @@ class IStore(Interface):
         pending): a subscriber's window of large messages is read a few at a time, and the
         bodies past the budget are never read."""
 
+    def pending_counts(prefix):
+        """Deferred[dict[str, int]]: the live messages each subscriber whose name starts with
+        ``prefix`` has not acknowledged (what :meth:`pending` would list in all), for the
+        subscribers that have any.  Read once, at the start (brokerd.core.pending)."""
+
     def acknowledge(subscriber, seq):
         """Deferred[Settled | None]: the subscriber acknowledged the message; it is never
         delivered to it again.  For a ``ONE`` message every other pending delivery is

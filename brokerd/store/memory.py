@@ -264,6 +264,17 @@ class MemoryStore:
         found = found[:limit]
         return self._ok(found[:fitting((len(d.data) for d in found), max_bytes)])
 
+    def pending_counts(self, prefix: str) -> Deferred:
+        counts: dict[str, int] = {}
+        for seq, rows in self._deliveries.items():
+            record = self._messages.get(seq)
+            if record is None or record.trashed is not None or seq in self._done:
+                continue
+            for subscriber, row in rows.items():
+                if row[0] == PENDING and subscriber.startswith(prefix):
+                    counts[subscriber] = counts.get(subscriber, 0) + 1
+        return self._ok(counts)
+
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
         row = self._deliveries.get(seq, {}).get(subscriber)
         if row is None or row[0] != PENDING or self._closed:

@@ -455,6 +455,15 @@ class PostgreSQLStore:
 
         return self._submit(get)
 
+    def pending_counts(self, prefix: str) -> Deferred:
+        def count(c: Any) -> dict[str, int]:
+            return dict(c.execute(
+                "SELECT d.subscriber, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                f" WHERE left(d.subscriber, %s) = %s AND d.state = {PENDING} AND m.trashed IS NULL"
+                " AND NOT m.done GROUP BY d.subscriber", (len(prefix), prefix)).fetchall())
+
+        return self._submit(count)
+
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
         def ack(c: Any) -> Settled | None:
             # One round trip in the common case: lock the message's row (the claim: a racing

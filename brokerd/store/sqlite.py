@@ -676,6 +676,15 @@ class SQLiteStore:
 
         return self._submit(get)
 
+    def pending_counts(self, prefix: str) -> Deferred:
+        def count(c: sqlite3.Connection) -> dict[str, int]:
+            return dict(c.execute(
+                "SELECT d.subscriber, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
+                f" WHERE substr(d.subscriber, 1, ?) = ? AND d.state = {PENDING} AND m.trashed IS NULL"
+                " AND m.done = 0 GROUP BY d.subscriber", (len(prefix), prefix)).fetchall())
+
+        return self._submit(count)
+
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
         def ack(c: sqlite3.Connection) -> Settled | None:
             if c.execute(f"UPDATE deliveries SET state = {ACKED} WHERE subscriber = ? AND seq = ?"

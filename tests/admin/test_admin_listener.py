@@ -18,6 +18,7 @@ from brokerd.config import Settings
 from brokerd.tap import StartupError, makeService
 from tests.admin.support import http, post_json
 from tests.support.broker import LineClient, free_port
+from tests.support.secrets import write_private
 
 TOKEN = "s3cret-token"
 
@@ -33,7 +34,7 @@ def _samples(text: str) -> dict[tuple[str, tuple], float]:
 def _start(tmp_path: Path, **overrides: Any) -> tuple[Any, int, int]:
     ssmp, admin = free_port(), free_port()
     token = tmp_path / "admin-token"
-    token.write_text(TOKEN + "\n")
+    write_private(token, TOKEN + "\n")
     values: dict[str, Any] = dict(
         listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True, data_dir=tmp_path / "data",
         admin=f"tcp:{admin}:interface=127.0.0.1", admin_token_file=token, event_log=False,
@@ -190,7 +191,7 @@ def test_admin_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match="--admin tcp:0: reachable from the network without a token"):
         makeService(settings, reactor)
     empty = tmp_path / "empty"
-    empty.write_text("\n")
+    write_private(empty, "\n")
     settings.admin_token_file = empty
     with pytest.raises(StartupError, match="--admin-token-file .*: the file is empty"):
         makeService(settings, reactor)

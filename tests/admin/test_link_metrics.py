@@ -14,7 +14,7 @@ def test_metrics_render_link_state_and_counts() -> None:
         "messages": {"accepted": 0, "delivered": 0, "accepted_by_protocol": {}, "delivered_by_protocol": {},
                      "routed": {}},
         "dropped": {"slow_consumer": 0}, "slow_consumers": 0, "slow_consumer_episodes": 0, "topics": 0,
-        "subscriptions": 0, "event_log": None, "thread_pools": {}, "store": None,
+        "subscriptions": 0, "retained": {"messages": 0, "bytes": 0, "refused": {}}, "event_log": None, "thread_pools": {}, "store": None,
         "process": {"resident_memory_bytes": 1, "open_fds": 1, "max_fds": 2},
         "smqp_links": [
             {"domain": "alpha.test", "state": "up", "subscriptions": 2, "connects": 3, "received": 7, "refused": 1,

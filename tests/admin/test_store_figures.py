@@ -58,7 +58,7 @@ def test_metrics_render_queues_and_the_commit_histogram() -> None:
         "messages": {"accepted": 0, "delivered": 0, "accepted_by_protocol": {}, "delivered_by_protocol": {},
                      "routed": {}},
         "dropped": {"slow_consumer": 0}, "slow_consumers": 0, "slow_consumer_episodes": 0, "topics": 0,
-        "subscriptions": 0, "event_log": None, "thread_pools": {"store": 2},
+        "subscriptions": 0, "retained": {"messages": 0, "bytes": 0, "refused": {}}, "event_log": None, "thread_pools": {"store": 2},
         "store": {"commits": 3, "commit_seconds_sum": 0.5,
                   "commit_seconds_buckets": [[0.01, 1], [0.1, 2], [float("inf"), 3]]},
         "process": {"resident_memory_bytes": 1, "open_fds": 1, "max_fds": 2},

@@ -91,9 +91,9 @@ def test_writes_are_atomic_and_private(tmp_path: Path):
         update_accounts(path, lambda accounts: (accounts.clear(), (_ for _ in ()).throw(RuntimeError("x"))))
     assert sorted(read_accounts(path)) == ["alice", "bob"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-    os.chmod(path, 0o640)  # the operator's choice (a group that reads it) survives a change
+    os.chmod(path, 0o440)  # the owner's bits survive a change; group and others lose theirs
     update_accounts(path, lambda accounts: accounts.pop("bob"))
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640 and sorted(read_accounts(path)) == ["alice"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o400 and sorted(read_accounts(path)) == ["alice"]
 
 
 def test_checker(tmp_path: Path):

@@ -20,6 +20,7 @@ from tests.admin.support import http
 from tests.browser.cdp import Chromium, chromium_or_skip
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
 from tests.support.broker import LineClient, free_port
+from tests.support.secrets import write_private
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -88,7 +89,7 @@ async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
     binary = chromium_or_skip()
     ssmp, smqp, admin = free_port(), free_port(), free_port()
     token = tmp_path / "token"
-    token.write_text(TOKEN)
+    write_private(token, TOKEN)
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
     settings = Settings(listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"],

@@ -14,6 +14,7 @@ from brokerd.cli.smqp import DEFAULT_PORT as SMQP_DEFAULT_PORT
 from brokerd.config import settings_from
 from brokerd.tap import makeService
 from tests.support.broker import REPO, free_port
+from tests.support.secrets import write_private
 
 
 def command(module: str, *args: str) -> subprocess.CompletedProcess:
@@ -41,7 +42,7 @@ def _commands(config: Path) -> dict[str, subprocess.CompletedProcess]:
 def test_every_client_reads_the_brokers_config_file(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("ssmp", "mcchat", "smqp", "admin")}
     token = tmp_path / "admin-token"
-    token.write_text("config-token\n")
+    write_private(token, "config-token\n")
     config = tmp_path / "broker.toml"
     config.write_text("".join(f'{name} = "tcp:{port}:interface=127.0.0.1"\n' for name, port in ports.items())
                       + f'open-login = true\nsmqp-guest-permissions = "psc"\ndata-dir = "{tmp_path / "data"}"\n'

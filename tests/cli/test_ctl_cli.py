@@ -17,6 +17,7 @@ from brokerd.store.records import MessageRecord
 from brokerd.store.sqlite import MIGRATIONS
 from brokerd.tap import makeService
 from tests.support.broker import REPO, LineClient, free_port
+from tests.support.secrets import write_private
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess:
@@ -47,7 +48,7 @@ def _session(ssmp: int, admin: str, token: Path, out: Path) -> dict[str, Any]:
 def test_ctl_commands(tmp_path: Path) -> None:
     ssmp, admin = free_port(), free_port()
     token = tmp_path / "token"
-    token.write_text("t0ken\n")
+    write_private(token, "t0ken\n")
     settings = Settings(listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True,
                         data_dir=tmp_path / "data", event_log=False,
                         admin=f"tcp:{admin}:interface=127.0.0.1", admin_token_file=token)

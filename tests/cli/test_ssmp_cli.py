@@ -20,6 +20,7 @@ from tests.support import processes
 from tests.support.broker import free_port, twistd
 from tests.support.certs import CLIENT_NAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.secrets import write_private
 
 pytestmark = pytest.mark.slow  # real twistd brokers and a subprocess per command
 
@@ -68,7 +69,7 @@ def open_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 def secret_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """A broker without open login: only the shared secret."""
     directory = tmp_path_factory.mktemp("secret")
-    (directory / "secret").write_text(SECRET + "\n")
+    write_private(directory / "secret", SECRET + "\n")
     broker = start_broker(directory, "--secret-file", str(directory / "secret"))
     yield broker
     broker.stop()

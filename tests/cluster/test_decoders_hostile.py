@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from brokerd.cluster import directory as control
-from brokerd.cluster import envelope, frames
+from brokerd.cluster import envelope, frames, sharing
 from brokerd.cluster.address import parse
 from brokerd.config import Settings
 from brokerd.cluster.connection import MAX_DEPTH, ProtocolError, RespReader, channel
@@ -169,6 +169,7 @@ def control_messages() -> st.SearchStrategy[bytes]:
              members=[["room", "ssmp", "alice", True]]),
         make(control.DURABLE, **control.durable_fields(True, {"a:b"}, {"c:d"})),
         make(control.KEEP_OUT, **control.keep_out_fields(Principal("alice", ACCOUNT), 30.0)),
+        make(control.SHARE, **control.share_fields((b"pool", b"room/#"), 2)),
         make(control.HELLO, re=1), make(control.BEAT), make(control.BYE),
     ])
 
@@ -313,6 +314,8 @@ def node_channel_message(engine: RedisEngine) -> st.SearchStrategy[bytes]:
     return st.sampled_from([
         frames.unicast(OTHER_NODE, "ssmp", Message(UNICAST, b"s0", b"hi", "ssmp", b"bob")),
         frames.broadcast(OTHER_NODE, Message(BROADCAST, None, b"all", "ssmp", b"bob"), [TOPIC]),
+        sharing.share_frame(OTHER_NODE, 1, (b"pool", b"room"), [Message(MULTICAST, TOPIC, b"hi", "ssmp", b"b")]),
+        sharing.done_frame(OTHER_NODE, [(1, True)]),
     ])
 
 

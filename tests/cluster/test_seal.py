@@ -101,6 +101,36 @@ def test_stale_and_future_frames_are_rejected_and_a_restarted_sender_is_accepted
     assert receiver.open(ROOM, restarted.seal(ROOM, b"again")) == b"again"
 
 
+def test_a_frame_sealed_before_the_receiver_subscribed_to_its_channel_is_refused_beyond_the_skew() -> None:
+    clock = Clock()
+    sender = Sealer([OLD], b"A" * 8, 15.0, clock)
+    captured = sender.seal(ROOM, b"sealed 2 s before the receiver started")
+    clock.now += 1.5
+    within_skew = sender.seal(ROOM, b"sealed 0.5 s before")
+    clock.now += 0.5
+    receiver = Sealer([OLD], b"B" * 8, 15.0, clock, skew=1.0)  # a node (re)started: no sequence on record
+    receiver.subscribing(ROOM)
+    assert receiver.open(ROOM, captured) is None and receiver.rejected["early"] == 1
+    assert receiver.open(ROOM, within_skew) == b"sealed 0.5 s before"  # the allowance: once
+    assert receiver.open(ROOM, within_skew) is None and receiver.rejected["replay"] == 1
+    assert receiver.open(ROOM, sender.seal(ROOM, b"fresh")) == b"fresh"
+
+    other = b"brokerd:t:other"  # a channel the running receiver follows only later
+    unfollowed = sender.seal(other, b"sealed while the receiver did not follow the channel")
+    clock.now += 3
+    receiver.subscribing(other)
+    assert receiver.open(other, unfollowed) is None and receiver.rejected["early"] == 2
+    assert receiver.open(other, sender.seal(other, b"after")) == b"after"
+
+    missed = sender.seal(ROOM, b"sealed while the receiver's connection was down")
+    clock.now += 3
+    receiver.subscribing(ROOM)  # subscribed again once Redis was back
+    assert receiver.open(ROOM, missed) is None and receiver.rejected["early"] == 3
+    receiver.unsubscribed(other)  # no longer followed: frames still in flight are checked against its start
+    assert receiver.open(other, sender.seal(other, b"in flight")) == b"in flight"
+    assert receiver.open(ROOM, sender.seal(ROOM, b"fresh again")) == b"fresh again"
+
+
 def test_a_sender_clock_going_back_does_not_make_its_frames_look_old() -> None:
     clock = Clock()
     sender, receiver = pair(clock)

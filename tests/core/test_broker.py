@@ -576,3 +576,35 @@ def test_a_unicast_run_to_another_node_asks_the_policy_as_a_single_unicast_does(
     assert broker.unicast_run(to_b, "f") and broker.unicast(to_b[0], "f")
     assert engine.unicasts == [b"1", b"2", b"1"] and broker.stats.published == 3
     assert not broker.unicast_run([Message(UNICAST, b"z", b"x", "f", b"a", principal=a.principal)], "f")
+
+
+def test_an_address_is_taken_over_by_the_decision_one_node_makes_whichever_node_has_it():
+    """In an owned namespace only the holder's principal takes an address over, whether the
+    holder is local or another node's; of two logins on two nodes the later one of one
+    principal stays, and the earlier one of two principals (in any other namespace: the later)."""
+    broker = Broker()
+    alice, bob = Principal("alice", ACCOUNT), Principal("bob", ACCOUNT)
+    broker.use_engine(UnicastEngine({("owned", b"remote"): alice}))
+    broker.owned_namespaces.add("owned")
+    local = attached(broker, Session("alice", Format("owned")))[0]
+    for address in (b"alice", b"remote"):  # held here, and held by another node
+        assert broker.may_take_address("owned", address, alice)
+        assert not broker.may_take_address("owned", address, bob)
+        assert not broker.may_take_address("owned", address, NOBODY)
+    assert broker.may_take_address("owned", b"free", bob)
+    assert broker.may_take_address("open", b"remote", bob)  # not an owned namespace
+
+    assert not broker.replace_address("owned", b"alice", bob, later=True)  # another's later login
+    assert not broker.replace_address("owned", b"alice", alice, later=False)  # her own earlier one
+    assert not local.was_replaced and broker.session_for("owned", b"alice") is local
+    assert broker.replace_address("owned", b"alice", alice, later=True)  # her own later login
+    assert local.was_replaced and broker.session_for("owned", b"alice") is None
+
+    intruder = attached(broker, Session("alice", Format("owned")))[0]
+    intruder.principal = NOBODY  # let in on a node that had not heard of alice's login yet
+    assert broker.replace_address("owned", b"alice", alice, later=False)  # hers was the earlier
+    assert intruder.was_replaced
+
+    ssmp = attached(broker, Session("carol", Format("open")))[0]
+    assert not broker.replace_address("open", b"carol", bob, later=False)
+    assert broker.replace_address("open", b"carol", bob, later=True) and ssmp.was_replaced

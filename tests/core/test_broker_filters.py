@@ -177,16 +177,22 @@ def test_a_node_of_a_cluster_tells_the_other_nodes_of_each_filter_s_first_and_la
         def filter_changed(self, topic_filter, active):
             told.append((topic_filter, active))
 
+        def shared_changed(self, key, members):
+            told.append((key, members))
+
+        def place_shared(self, messages):
+            return None
+
     broker.use_engine(Engine())
     a, b = attached(broker, Session("a", Format("f")), Session("b", Format("f")))
     broker.subscribe_filter(a, b"a/#")
     broker.subscribe_filter(b, b"a/#")  # not the first: nothing to tell
     broker.subscribe_filter(b, b"jobs/+", share=b"g")
-    assert told == [(b"a/#", True), (b"jobs/+", True)]
+    assert told == [(b"a/#", True), ((b"g", b"jobs/+"), 1)]  # a group's members are told apart
     broker.unsubscribe_filter(a, b"a/#")
     assert told[2:] == []
     broker.detach(b)
-    assert sorted(told[2:]) == [(b"a/#", False), (b"jobs/+", False)]
+    assert told[2:] == [(b"a/#", False), ((b"g", b"jobs/+"), 0)]
 
 
 def test_a_shared_group_gives_each_message_to_one_member_in_turn(broker):

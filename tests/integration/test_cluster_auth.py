@@ -10,6 +10,7 @@ import pytest_twisted
 from tests.integration.cluster_nodes import TIMEOUT, Node, reactor, ssmp_subscribed
 from tests.integration.test_cluster_routing import stop_all
 from tests.support.redis import RedisServer
+from tests.support.secrets import write_private
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,7 @@ def locked_redis(tmp_path: Path):
 @pytest_twisted.ensureDeferred
 async def test_password_file_and_url_password(tmp_path: Path, locked_redis: RedisServer) -> None:
     secret = tmp_path / "redis-password"
-    secret.write_text("s3cret\n")
+    write_private(secret, "s3cret\n")
     url = f"redis://127.0.0.1:{locked_redis.port}"
     nodes = [
         await Node(tmp_path / "n1", url, "n1", cluster_password_file=secret).start(),

@@ -1,7 +1,8 @@
 """MQTT on a cluster of two nodes sharing one real redis-server: a wildcard or shared
 subscription on one node gets what any protocol publishes on the other (the filter channel,
 brokerd.cluster.redis_engine), and a client identifier connecting on the other node takes the
-session over (the first connection is told 0x8E and closed); with the shared PostgreSQL store,
+session over (the first connection is told 0x8E and closed) if it is the same principal's and is
+refused (0x87) otherwise, even when two nodes let both logins in; with the shared PostgreSQL store,
 a persistent session is taken up on another node with what was stored for it meanwhile."""
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred
 
+from brokerd.cluster.redis_engine import CONTROL_CHANNEL
+from brokerd.core.principal import ACCOUNT, Principal
+from brokerd.protocols.mqtt.client import MQTTConnectError
 from brokerd.protocols.mqtt.client import connect as mqtt_connect
 from brokerd.protocols.mqtt.packets import MQTT_5, Properties
 from tests.integration.cluster_nodes import TIMEOUT, Node, Waiter, reactor
+from tests.integration.smqp_fixtures import write_test_accounts
 from tests.integration.test_cluster_routing import poll_until
+from tests.integration.test_cluster_sealing import control_frames
+from tests.support.collect import eventually
 from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 - the fixtures
 from tests.support.redis import RedisServer, redis_server  # noqa: F401 - the fixture
+from tests.support.redis_tap import Tap
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +48,14 @@ async def mqtt(node: Node, client_id: str, messages: Waiter | None = None, tag: 
     return client
 
 
-def until_filter_known(publisher: Node, topic: bytes) -> Deferred:
-    """Fires once ``publisher`` knows another node has a filter matching ``topic``."""
+def until_filter_known(publisher: Node, topic: bytes, shared: bool = False) -> Deferred:
+    """Fires once ``publisher`` knows another node has a filter (``shared``: a shared group's
+    member) matching ``topic``."""
     done: Waiter = Waiter()
+    directory = publisher.engine.directory
 
     def poll() -> None:
-        if publisher.engine.directory.filter_nodes(topic):
+        if (directory.shared_groups if shared else directory.filter_nodes)(topic):
             done(True)
         else:
             reactor().callLater(0.02, poll)
@@ -68,7 +78,7 @@ async def test_a_filter_on_one_node_gets_every_protocol_s_publishes_on_the_other
             worker = await mqtt(one, f"worker{index}", jobs, tag=index)
             await worker.subscribe([("$share/pool/jobs/#", 0)]).addTimeout(TIMEOUT, reactor())
         await until_filter_known(two, b"sensors/kitchen/temp").addTimeout(TIMEOUT, reactor())
-        await until_filter_known(two, b"jobs/a").addTimeout(TIMEOUT, reactor())
+        await until_filter_known(two, b"jobs/a", shared=True).addTimeout(TIMEOUT, reactor())
 
         publisher = await mqtt(two, "pub")
         await publisher.publish("sensors/kitchen/temp", b"21", qos=1).addTimeout(TIMEOUT, reactor())
@@ -121,6 +131,102 @@ async def test_a_client_identifier_connecting_on_another_node_takes_the_session_
             await node.stop()
 
 
+ALICE = {"version": MQTT_5, "username": "alice", "password": "alicepw"}
+"""alice's CONNECT (an account of tests/integration/smqp_fixtures.py's accounts file)."""
+
+
+async def nodes_with_accounts(tmp_path: Path, redis: RedisServer, count: int) -> list[Node]:
+    write_test_accounts(tmp_path / "accounts")
+    return [await Node(tmp_path / f"node{i}", redis.url, f"node{i}", protocols=PROTOCOLS,
+                       accounts_file=tmp_path / "accounts").start() for i in range(1, count + 1)]
+
+
+async def refused_to_others(node: Node, client_id: str, **credentials: str) -> None:
+    """A CONNECT with ``client_id`` on ``node`` is refused 0x87, once ``node`` gives the
+    identifier to alice's login."""
+    await eventually(lambda: node.engine.principal_of("mqtt", client_id.encode()) == Principal("alice", ACCOUNT),
+                     f"{node.name} giving {client_id} to alice's login")
+    with pytest.raises(MQTTConnectError) as refused:
+        await mqtt(node, client_id, version=MQTT_5, **credentials)
+    assert refused.value.reason_code == 0x87, credentials
+
+
+async def status_listener(node: Node) -> Waiter:
+    """What a client of ``node`` subscribed to ``status`` receives, from any node."""
+    got = Waiter()
+    listener = await mqtt(node, "listener", got)
+    await listener.subscribe([("status", 0)]).addTimeout(TIMEOUT, reactor())
+    await node.engine.when_following(b"status").addTimeout(TIMEOUT, reactor())
+    return got
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_identifier_is_taken_over_on_another_node_only_by_its_own_principal(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """As on one node (tests/integration/test_mqtt_access.py), another principal's CONNECT
+    with alice's client identifier is refused (0x87) and her session goes on; her own CONNECT
+    on the other node takes it over."""
+    one, two = await nodes_with_accounts(tmp_path, redis_server, 2)
+    try:
+        alice = await mqtt(one, "alice-phone", **ALICE)
+        closed = alice.when_closed()
+        await refused_to_others(two, "alice-phone")  # anonymous
+        await refused_to_others(two, "alice-phone", username="bob", password="bobpw")
+        got = await status_listener(two)
+        await alice.publish("status", b"still alice's", qos=1).addTimeout(TIMEOUT, reactor())
+        await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+        assert got.items == [("status", b"still alice's")] and not closed.called
+        # Positive control: alice's own CONNECT on node 2 takes her session over.
+        again = await mqtt(two, "alice-phone", **ALICE)
+        await closed.addTimeout(TIMEOUT, reactor())
+        assert "taken over" in str(alice._error).lower()
+        await again.publish("status", b"alice on node 2", qos=1).addTimeout(TIMEOUT, reactor())
+        await got.until(lambda items: len(items) == 2).addTimeout(TIMEOUT, reactor())
+        assert got.items[1] == ("status", b"alice on node 2")
+    finally:
+        for node in (one, two):
+            await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_of_two_principals_connecting_on_two_nodes_at_once_the_first_keeps_the_client_identifier(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """Node 2 does not read Redis while alice connects on node 1, so it lets an anonymous
+    CONNECT with her client identifier in: once each node hears of the other's login, both
+    keep the earlier one (alice's), as one node refuses the later one, the anonymous
+    connection is told 0x8E, and node 3, which heard both logins, gives the identifier to
+    alice's (node 1 announces it again)."""
+    one, two, three = await nodes_with_accounts(tmp_path, redis_server, 3)
+    tap = await Tap(redis_server.port).listen(CONTROL_CHANNEL)
+    try:
+        reading = [shard.subscriber.protocol.transport for shard in two.engine.shards.shards.values()]
+        for transport in reading:
+            transport.pauseProducing()
+        alice = await mqtt(one, "alice-phone", **ALICE)
+        await tap.seen.until(lambda _: bool(control_frames(tap, one, "attach"))).addTimeout(TIMEOUT, reactor())
+        intruder = await mqtt(two, "alice-phone", version=MQTT_5)  # node 2 has not heard of alice yet
+        ended = Waiter()
+        alice.when_closed().addBoth(lambda _: ended("alice"))
+        intruder.when_closed().addBoth(lambda _: ended("intruder"))
+        for transport in reading:
+            transport.resumeProducing()
+        await ended.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+        assert ended.items == ["intruder"] and "taken over" in str(intruder._error).lower()
+        await two.ssmp(b"marker")  # announced after node 2's detach of the intruder's login
+        await eventually(lambda: three.engine.owner("ssmp", b"marker") == two.engine.origin, "node 3 up to date")
+        for node in (two, three):
+            await refused_to_others(node, "alice-phone")
+        # Positive control: alice's connection on node 1 was never closed and still publishes.
+        got = await status_listener(two)
+        await alice.publish("status", b"still alice's", qos=1).addTimeout(TIMEOUT, reactor())
+        await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+        assert got.items == [("status", b"still alice's")] and ended.items == ["intruder"]
+    finally:
+        tap.close()
+        for node in (one, two, three):
+            await node.stop()
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_store(
         tmp_path: Path, redis_server: RedisServer, postgres_url: str) -> None:
@@ -128,7 +234,7 @@ async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_
     core's durable subscription: what SSMP publishes on node 2 while the client is away is
     stored for it there, and the client, coming back on node 2, gets it (Session Present)."""
     one, two = [await Node(tmp_path / f"node{i}", redis_server.url, f"node{i}", protocols=PROTOCOLS,
-                           store=postgres_url).start() for i in (1, 2)]
+                           store=postgres_url, mqtt_anonymous_sessions=10).start() for i in (1, 2)]
     try:
         device = await mqtt(one, "roaming-7", clean_start=False)
         suback = await device.subscribe([("fleet/+/cmd", 1)]).addTimeout(TIMEOUT, reactor())

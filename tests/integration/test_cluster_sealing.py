@@ -19,6 +19,7 @@ from brokerd.cluster import envelope
 from brokerd.cluster.connection import channel
 from brokerd.cluster.redis_engine import CONTROL_CHANNEL
 from brokerd.cluster.seal import HEADER, HEADER_SIZE, Sealer
+from brokerd.config import Settings
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import Principal
 from tests.integration.cluster_nodes import TIMEOUT, LineProtocol, Node, Waiter, reactor, ssmp_subscribed
@@ -51,6 +52,15 @@ def rejections(node: Node) -> Waiter:
     return waiter
 
 
+async def subscriber(node: Node, name: bytes, topic: bytes) -> LineProtocol:
+    """``name`` logged in on ``node`` and subscribed to ``topic``, once Redis confirmed that
+    ``node`` receives the topic's channel."""
+    client = await node.ssmp(name)
+    await ssmp_subscribed(client, topic)
+    await node.engine.when_following(topic).addTimeout(TIMEOUT, reactor())
+    return client
+
+
 def ssmp_lines(client: LineProtocol, after: int) -> list[bytes]:
     return client.lines.items[after:]
 
@@ -67,9 +77,7 @@ async def test_a_forged_envelope_to_a_topic_nobody_may_publish_to_is_dropped(
     nodes = await nodes_with_ual(tmp_path, redis_server, 2)
     tap = await Tap(redis_server.port).listen(channel(b"readonly"))
     try:
-        alice = await nodes[1].ssmp(b"alice")
-        await ssmp_subscribed(alice, b"readonly")
-        await nodes[1].engine.when_following(b"readonly").addTimeout(TIMEOUT, reactor())
+        alice = await subscriber(nodes[1], b"alice", b"readonly")
         mallory = await nodes[0].ssmp(b"mallory")
         mallory.send(b"MCAST readonly through-a-node")
         await mallory.lines.count(2)
@@ -91,7 +99,7 @@ async def test_a_forged_envelope_to_a_topic_nobody_may_publish_to_is_dropped(
         await alice.lines.count(seen + 1)
         assert ssmp_lines(alice, seen) == [b"000 root MCAST readonly forged"]
         assert nodes[1].engine.sealer.rejected == {"malformed": 1, "unknown_key": 1, "bad_tag": 1, "replay": 0,
-                                                   "stale": 0, "overflow": 0}
+                                                   "stale": 0, "early": 0, "overflow": 0}
     finally:
         tap.close()
         await stop_all(nodes)
@@ -102,9 +110,7 @@ async def test_a_forged_rendered_section_never_reaches_a_socket(tmp_path: Path, 
     nodes = await nodes_with_ual(tmp_path, redis_server, 2)
     tap = await Tap(redis_server.port).listen(channel(b"open"))
     try:
-        alice = await nodes[1].ssmp(b"alice")
-        await ssmp_subscribed(alice, b"open")
-        await nodes[1].engine.when_following(b"open").addTimeout(TIMEOUT, reactor())
+        alice = await subscriber(nodes[1], b"alice", b"open")
         seen = len(alice.lines.items)
         reasons = rejections(nodes[1])
         # Raw SSMP bytes as the section: a fake "200" reply and a message from a fake sender.
@@ -128,21 +134,26 @@ async def test_a_forged_rendered_section_never_reaches_a_socket(tmp_path: Path, 
         await stop_all(nodes)
 
 
+async def a_payment_seen_on_redis(nodes: list[Node], tap: Tap) -> tuple[LineProtocol, LineProtocol, bytes]:
+    """alice on node 2 subscribed to ``open`` gets bob's ``pay-10-euros`` from node 1: the two
+    clients, and the frame that carried it as the tap (listening to ``open``) saw it."""
+    alice = await subscriber(nodes[1], b"alice", b"open")
+    bob = await nodes[0].ssmp(b"bob")
+    bob.send(b"MCAST open pay-10-euros")
+    await alice.next_line(lambda line: line == b"000 bob MCAST open pay-10-euros")
+    await tap.until_frame(channel(b"open"))
+    (recorded,) = tap.frames(channel(b"open"))
+    return alice, bob, recorded
+
+
 @pytest_twisted.ensureDeferred
 async def test_an_envelope_seen_on_redis_and_sent_again_is_delivered_once(
         tmp_path: Path, redis_server: RedisServer) -> None:
     nodes = await nodes_with_ual(tmp_path, redis_server, 2)
     tap = await Tap(redis_server.port).listen(channel(b"open"))
     try:
-        alice = await nodes[1].ssmp(b"alice")
-        await ssmp_subscribed(alice, b"open")
-        await nodes[1].engine.when_following(b"open").addTimeout(TIMEOUT, reactor())
-        seen = len(alice.lines.items)
-        bob = await nodes[0].ssmp(b"bob")
-        bob.send(b"MCAST open pay-10-euros")
-        await alice.lines.count(seen + 1)
-        await tap.until_frame(channel(b"open"))
-        (recorded,) = tap.frames(channel(b"open"))
+        alice, bob, recorded = await a_payment_seen_on_redis(nodes, tap)
+        seen = alice.lines.items.index(b"000 bob MCAST open pay-10-euros")
         assert b"pay-10-euros" not in recorded  # and nobody without the secret reads it
         reasons = rejections(nodes[1])
         assert tap.publish(channel(b"open"), recorded) == 2
@@ -151,6 +162,34 @@ async def test_an_envelope_seen_on_redis_and_sent_again_is_delivered_once(
         bob.send(b"MCAST open next")  # positive control: the sender's next message arrives
         await alice.lines.count(seen + 2)
         assert ssmp_lines(alice, seen) == [b"000 bob MCAST open pay-10-euros", b"000 bob MCAST open next"]
+    finally:
+        tap.close()
+        await stop_all(nodes)
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_envelope_captured_before_a_node_restarted_is_not_delivered_by_it_again(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    nodes = await nodes_with_ual(tmp_path, redis_server, 2)
+    tap = await Tap(redis_server.port).listen(channel(b"open"))
+    try:
+        _, bob, recorded = await a_payment_seen_on_redis(nodes, tap)
+        await nodes[1].stop()
+        # The frame must be older than the clock skew allowance when node 2 is back: what a
+        # node may still open from before it subscribed (docs/cluster.md, "No replay").
+        sealed_at = HEADER.unpack_from(recorded)[4] / 1000
+        await eventually(lambda: time.time() > sealed_at + Settings.cluster_clock_skew, "the skew allowance past")
+        nodes[1] = await Node(tmp_path / "node2", redis_server.url, "node2", ual_file=tmp_path / "smqp.ual").start()
+        alice = await subscriber(nodes[1], b"alice", b"open")
+        seen = len(alice.lines.items)
+        reasons = rejections(nodes[1])
+        assert tap.publish(channel(b"open"), recorded) == 2  # the tap and the restarted node 2
+        # Positive control: traffic after the restart arrives, behind the replay on node 2's
+        # connection to Redis (the tap's publish was answered before bob's was sent).
+        bob.send(b"MCAST open fresh")
+        await alice.lines.count(seen + 1)
+        assert ssmp_lines(alice, seen) == [b"000 bob MCAST open fresh"]
+        await reasons.until(lambda items: items == ["early"])
     finally:
         tap.close()
         await stop_all(nodes)

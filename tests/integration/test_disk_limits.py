@@ -11,7 +11,7 @@ import pytest
 from paho.mqtt.client import MQTTv5
 
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
-from tests.integration.test_mqtt_paho import MQTTClient
+from tests.integration.test_mqtt_paho import ANONYMOUS_SESSIONS, MQTTClient
 from tests.support.broker import LineClient, start_broker
 from tests.support.innocent import ALL_PROTOCOLS, assert_serves_every_protocol, connect
 
@@ -108,7 +108,7 @@ def test_below_the_floor_the_core_keeps_nothing_new_for_any_protocol(tmp_path):
     subscriber (here a persistent MQTT session) is refused with the protocol's failure (v5
     PUBACK 0x97 Quota exceeded, SSMP 500), while subscriptions still commit and publishes
     that nobody keeps go through."""
-    full = start_broker(tmp_path, "--open-login", "--disk-free-limit", ABOVE_ANY_DISK,
+    full = start_broker(tmp_path, "--open-login", "--disk-free-limit", ABOVE_ANY_DISK, *ANONYMOUS_SESSIONS,
                         listeners={"mqtt": "tcp:{port}:interface=127.0.0.1", "ssmp": "tcp:{port}:interface=127.0.0.1"})
     try:
         device = MQTTClient(full.ports["mqtt"], MQTTv5, "floor-dev", clean=False, expiry=300)

@@ -16,6 +16,7 @@ import pytest
 
 from brokerd.events import schema
 from tests.support.broker import LineClient, repo_env, start_broker, twistd
+from tests.support.secrets import write_private
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +106,7 @@ def test_every_protocol_writes_its_events(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "brokerd.cli.accounts", "add", str(accounts), "alice", "alicepw"],
                    check=True, capture_output=True, timeout=60)
     secret = tmp_path / "secret"
-    secret.write_text("s3cret\n")
+    write_private(secret, "s3cret\n")
     listeners = {name: "tcp:{port}:interface=127.0.0.1" for name in ("ssmp", "mcchat", "smqp")}
     broker = start_broker(tmp_path, "--open-login", "--secret-file", str(secret), "--accounts", str(accounts),
                           "--event-log-flush", "0.2", listeners=listeners)

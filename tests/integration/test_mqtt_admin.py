@@ -10,7 +10,7 @@ from pathlib import Path
 
 from paho.mqtt.client import MQTTv5
 
-from tests.integration.test_mqtt_paho import MQTTClient, assert_clean_log
+from tests.integration.test_mqtt_paho import ANONYMOUS_SESSIONS, MQTTClient, assert_clean_log
 from tests.support.broker import REPO, free_port, start_broker
 
 LOOPBACK = "tcp:{port}:interface=127.0.0.1"
@@ -57,7 +57,7 @@ def test_statistics_topics_reach_mqtt_subscribers_live_and_stored(tmp_path: Path
     which takes them from the store; brokerd-ctl lists the stored subscription."""
     admin = free_port()
     broker = start_broker(tmp_path, "--sys-interval", "0.2", "--admin", f"tcp:{admin}:interface=127.0.0.1",
-                          listeners={"mqtt": LOOPBACK}, wait_for=(admin,))
+                          *ANONYMOUS_SESSIONS, listeners={"mqtt": LOOPBACK}, wait_for=(admin,))
     try:
         live = MQTTClient(broker.ports["mqtt"], MQTTv5, "watcher")
         assert live.subscribe("~sys/brokerd/sessions/+", 0) == 0

@@ -30,6 +30,7 @@ from paho.mqtt.client import MQTTMessage, MQTTv5, MQTTv311
 
 from tests.integration.test_mqtt_crossproto import SSMPPeer
 from tests.integration.test_mqtt_paho import (
+    ANONYMOUS_SESSIONS,
     MQTTClient,
     assert_clean_log,
     close_clients,
@@ -43,8 +44,9 @@ LISTENERS = {protocol: "tcp:{port}:interface=127.0.0.1" for protocol in ("mqtt",
 
 
 def _start(tmp_path: Path) -> RunningBroker:
-    """A broker on ``tmp_path``'s data directory; ``--open-login`` for the SSMP publisher."""
-    return start_broker(tmp_path, "--open-login", listeners=LISTENERS)
+    """A broker on ``tmp_path``'s data directory; ``--open-login`` for the SSMP publisher,
+    persistent sessions for the anonymous MQTT clients."""
+    return start_broker(tmp_path, "--open-login", *ANONYMOUS_SESSIONS, listeners=LISTENERS)
 
 
 def _kill_and_restart(broker: RunningBroker, tmp_path: Path) -> RunningBroker:

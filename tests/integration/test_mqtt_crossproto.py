@@ -26,7 +26,7 @@ from brokerd.protocols.mcchat.codec import (
 )
 from brokerd.protocols.mcchat.events import Msg, TopicList
 from tests.integration.smqp_fixtures import BlockingSMQP, write_test_accounts
-from tests.integration.test_mqtt_paho import BOUND, MQTTClient, assert_clean_log
+from tests.integration.test_mqtt_paho import ANONYMOUS_SESSIONS, BOUND, MQTTClient, assert_clean_log
 from tests.integration.test_socketmq_hardening import UPGRADE, client_frame
 from tests.support.broker import LineClient, RunningBroker, start_broker
 
@@ -40,7 +40,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     tmp_path = tmp_path_factory.mktemp("mqtt-crossproto")
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
-    running = start_broker(tmp_path, "--open-login", "--accounts", str(accounts), listeners=LISTENERS)
+    running = start_broker(tmp_path, "--open-login", "--accounts", str(accounts), *ANONYMOUS_SESSIONS,
+                           listeners=LISTENERS)
     yield running
     running.stop()
     assert_clean_log(running)

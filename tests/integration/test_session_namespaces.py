@@ -29,6 +29,7 @@ from tests.integration.test_permissions_crossproto import (
     _stop,
 )
 from tests.support.live import LOOPBACK, TIMEOUT, LineProtocol, LiveBroker, reactor
+from tests.support.secrets import write_private
 
 POLICY = """\
 [[allow]]
@@ -46,7 +47,7 @@ def start_live(tmp_path: Path) -> LiveBroker:
     accounts = tmp_path / "accounts"
     write_test_accounts(accounts)
     secret = tmp_path / "secret"
-    secret.write_text("s3cret\n")
+    write_private(secret, "s3cret\n")
     policy = tmp_path / "socketmq.toml"
     policy.write_text(POLICY)
     return LiveBroker.start(tmp_path / "data", accounts_file=accounts, secret_file=secret,

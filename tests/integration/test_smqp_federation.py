@@ -18,6 +18,7 @@ from tests.integration.smqp_fixtures import smqp_server  # noqa: F401
 from tests.support.innocent import served_in_process
 from tests.support.live import LOOPBACK, LiveBroker, SMQPInbox
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.secrets import write_private
 
 PEER_PASSWORD = "peerpw"
 
@@ -30,7 +31,7 @@ async def domain(smqp_server, tmp_path: Path, name: str, links: dict[str, Any] |
     home.mkdir()
     accounts = home / "accounts"
     write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
-    (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+    write_private(home / "peer.pw", PEER_PASSWORD + "\n")
     if ual is not None:
         (home / "smqp.ual").write_text(ual)
         settings["ual_file"] = home / "smqp.ual"
@@ -131,7 +132,7 @@ async def test_link_account_refused_by_the_other_sides_access_list(smqp_server, 
     link = link_of(beta, "alpha.test")
     assert link.refused == {"/secret": 404}  # no permission at all: alpha does not even show it
     wrong = tmp_path / "wrong.pw"
-    wrong.write_text("not the password\n")
+    write_private(wrong, "not the password\n")
     intruder = await smqp_server(data_dir=tmp_path / "delta-data", smqp_domain="delta.test",
                                  smqp_link=[f"alpha.test=tcp:127.0.0.1:{alpha.port_number}"],
                                  smqp_link_account="peer", smqp_link_password_file=wrong)
@@ -240,7 +241,7 @@ def _twistd_domain(home: Path, name: str, port: int, *links: str) -> Any:
     accounts = home / "accounts"
     if not accounts.exists():
         write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
-        (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+        write_private(home / "peer.pw", PEER_PASSWORD + "\n")
     options = ["--accounts", str(accounts), "--smqp-domain", name, "--smqp-retry-timeout", "2",
                "--smqp", f"tcp:{port}:interface=127.0.0.1"]
     for link in links:
@@ -508,7 +509,7 @@ async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_pat
     home.mkdir()
     accounts = home / "accounts"
     write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
-    (home / "peer.pw").write_text(PEER_PASSWORD + "\n")
+    write_private(home / "peer.pw", PEER_PASSWORD + "\n")
     beta = LiveBroker.start(
         home / "data", listeners={p: [LOOPBACK] for p in ("ssmp", "mcchat", "smqp", "socketmq")},
         accounts_file=accounts, smqp_domain="beta.test", event_log=False,

@@ -7,6 +7,7 @@ import pytest
 
 from tests.support import processes
 from tests.support.broker import REPO, LineClient, free_port, start_broker, twistd
+from tests.support.secrets import write_private
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def test_ssmp_conversation_through_the_plugin(tmp_path):
 
 def test_secret_file_login(tmp_path):
     secret = tmp_path / "secret"
-    secret.write_text("correct horse\n")
+    write_private(secret, "correct horse\n")
     broker = start_broker(tmp_path, "--secret-file", str(secret))
     try:
         port = broker.ports["ssmp"]

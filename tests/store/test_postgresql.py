@@ -14,6 +14,7 @@ from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_writer import StoreUnavailable, connection_info, redacted
 from brokerd.store.postgresql import SCHEMA_VERSION, SEQ_BLOCK, PostgreSQLStore
 from brokerd.store.records import MessageRecord, TopicRecord
+from tests.support.secrets import write_private
 
 MESSAGES = 150
 
@@ -191,7 +192,7 @@ async def test_an_outage_fails_calls_then_the_store_reconnects(own_postgres):
 
 def test_connection_info_reads_the_password_file_and_keeps_urls_out_of_logs(tmp_path):
     secret = tmp_path / "pw"
-    secret.write_text("s3cr'et\n")
+    write_private(secret, "s3cr'et\n")
     info = connection_info("postgresql://alice@db.example:6543/brokerd", secret)
     assert "password='s3cr\\'et'" in info and "port='6543'" in info and "dbname='brokerd'" in info
     assert "password='inline'" in connection_info("postgres://alice:inline@h/d", secret)

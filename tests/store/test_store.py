@@ -206,6 +206,21 @@ class StoreContract:
             await store.publish(numbered(first, "news"), [])
 
     @pytest_twisted.ensureDeferred
+    async def test_pending_counts_of_the_subscribers_under_a_prefix(self, store):
+        first = await store.next_seq()
+        for offset in range(3):
+            await store.publish(numbered(first + offset, "news"), [("mqtt/a/x/1/i", "ADD"), ("bob:c1", "ADD")])
+        await store.publish(numbered(first + 3, "jobs", mode="ONE"), [("mqtt/a/x/2/i", "ADD"), ("bob:c1", "ADD")])
+        await store.publish(numbered(first + 4, "old"), [("mqtt/a/x/2/i", "ADD")])
+        assert await store.pending_counts("mqtt/") == {"mqtt/a/x/1/i": 3, "mqtt/a/x/2/i": 2}
+        await store.acknowledge("mqtt/a/x/1/i", first)  # acknowledged
+        await store.acknowledge("bob:c1", first + 3)  # a ONE message another took
+        await store.trash_message(first + 4, 10.0)  # in the Trash
+        assert await store.pending_counts("mqtt/") == {"mqtt/a/x/1/i": 2}
+        assert await store.pending_counts("bob:") == {"bob:c1": 3}
+        assert await store.pending_counts("nobody/") == {}
+
+    @pytest_twisted.ensureDeferred
     async def test_one_delivery_receipts_and_give_up(self, store):
         seq = await store.next_seq()
         await store.publish(numbered(seq, "jobs", mode="ONE", receipt="ONE"), [("a:1", "ADD"), ("b:1", "ADD")])

@@ -69,6 +69,7 @@ def make_pki(directory: Path) -> TestPKI:
         files = CertFiles(directory / f"{name}.pem", directory / f"{name}.key")
         leaf.cert_chain_pems[0].write_to_path(str(files.cert))
         leaf.private_key_pem.write_to_path(str(files.key))
+        files.key.chmod(0o600)  # brokerd refuses a --tls-key that group or others can read
         return files
 
     ca.cert_pem.write_to_path(str(directory / "ca.pem"))

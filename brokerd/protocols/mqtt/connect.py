@@ -29,6 +29,7 @@ from brokerd.protocols.mqtt.packets import (
     Connect,
     Properties,
 )
+from brokerd.protocols.mqtt.quotas import ANONYMOUS_SESSIONS
 from brokerd.protocols.mqtt.topics import (
     topic_name_problem,
 )
@@ -58,6 +59,7 @@ _V3_CONNACK = {
     reasons.SERVER_BUSY: 3,
     reasons.BAD_USER_NAME_OR_PASSWORD: 4,
     reasons.NOT_AUTHORIZED: 5,
+    reasons.QUOTA_EXCEEDED: 3,
 }
 
 
@@ -147,8 +149,11 @@ class Login:
         pending, self._pending = self._pending, []
         self._handle(pending, None)
 
-    def _refuse_connect(self, reason_code: int, reason: str, event: str | None = None) -> None:
-        if event is not None or reason_code in (reasons.BAD_USER_NAME_OR_PASSWORD, reasons.NOT_AUTHORIZED):
+    def _refuse_connect(self, reason_code: int, reason: str, event: str | None = None, quiet: bool = False) -> None:
+        """Answer the CONNECT with a refusal and close; a login refused is an auth failure
+        event, unless ``quiet`` (a quota's refusal, counted and logged by the quotas)."""
+        if not quiet and (event is not None or reason_code in (reasons.BAD_USER_NAME_OR_PASSWORD,
+                                                                reasons.NOT_AUTHORIZED)):
             connect = self._connect
             self.factory.events.auth_failure("mqtt", connect.username if connect else None,
                                              source=transport_source(self.transport),
@@ -186,6 +191,10 @@ class Login:
             self.transport.pauseProducing()
             durable.when_started().addBoth(lambda _: self._store_ready(principal))
             return
+        granted = self._within_quotas(principal, expiry)
+        if granted is None:
+            return
+        expiry = granted
         session, present = factory.sessions.open(self._client_id, principal, self.version, packet.clean_start,
                                                  expiry, self)
         if session is None:
@@ -224,6 +233,28 @@ class Login:
                 self.transport.write(data)
             session.send_queued()
         factory.sessions.connected(session)
+
+    def _within_quotas(self, principal: Principal, expiry: int) -> int | None:
+        """The Session Expiry the quotas of persistent sessions (:mod:`.quotas`) grant this
+        CONNECT, or None when it was refused.  A v5 anonymous client, when the anonymous
+        principal may have none, gets a session that ends with its connection (the CONNACK
+        says Session Expiry Interval 0, 3.2.2.3.2); a 3.1.1 one cannot be told, so its Clean
+        Session 0 is refused (return code 5).  Past a quota: 0x97 (3.1.1 return code 3)."""
+        if expiry <= 0:
+            return expiry
+        quotas = self.factory.sessions.quotas
+        quota = quotas.refusal((principal, self._client_id))
+        if quota is None:
+            return expiry
+        quotas.count(quota)
+        if quota == ANONYMOUS_SESSIONS and not self.factory.settings.mqtt_anonymous_sessions:
+            if self.version == MQTT_5:
+                return 0
+            self._refuse_connect(reasons.NOT_AUTHORIZED, "persistent sessions are not offered to anonymous clients",
+                                 quiet=True)
+            return None
+        self._refuse_connect(reasons.QUOTA_EXCEEDED, "no more persistent sessions are allowed", quiet=True)
+        return None
 
     def _store_ready(self, principal: Principal) -> None:
         self._end_login()

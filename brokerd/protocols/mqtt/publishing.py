@@ -27,7 +27,7 @@ from brokerd.protocols.mqtt.packets import (
     Pubrec,
     Pubrel,
 )
-from brokerd.protocols.mqtt.topics import topic_name_problem
+from brokerd.protocols.mqtt.topics import server_topic, topic_name_problem
 from brokerd.protocols.mqtt.wire import core_message
 from brokerd.store.base import StoreFull, log_unless_outage
 
@@ -69,12 +69,16 @@ class Publishing:
             self._publish_run()
             self._acknowledge([Pubrec(packet_id)], None)  # a resent one: answered, not published again
             return
-        if qos and self._run_acks and self._unacknowledged + self._run_acks >= settings.mqtt_max_inflight:
+        if qos and self._run_acks and self._receiving() >= settings.mqtt_max_inflight:
             self._publish_run()  # answered now, unless they wait for the store
-        if qos and self._unacknowledged >= settings.mqtt_max_inflight:
+        if qos and self._receiving() >= settings.mqtt_max_inflight:
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
         target = topic.encode("utf-8")
+        if server_topic(topic):  # 4.7.2: a client may not speak for the server
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID, "$ topics are the server's")
+            return
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)], why=f"not authorized to publish to {topic}")
@@ -84,11 +88,16 @@ class Publishing:
         if packet.properties is not NO_PROPERTIES:
             refusal = self._properties_refusal(message.details, packet.payload)
             if refusal is not None:
+                self.factory.refused_properties += 1
                 self._publish_run()
                 self._refuse_publishes([(qos, packet_id)], *refusal)
                 return
-        if packet.retain:
-            factory.sessions.retain(message)
+        if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
+            # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
+            # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
+            self._publish_run()
+            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, "over the retained message quota")
+            return
         run = self._run
         if run and run[0][0].target != target:
             self._publish_run()
@@ -113,6 +122,13 @@ class Publishing:
             except UnicodeDecodeError:
                 return reasons.PAYLOAD_FORMAT_INVALID, "the payload is not UTF-8, as its Payload Format Indicator says"
         return None
+
+    def _receiving(self) -> int:
+        """QoS 1 and 2 PUBLISHes of this connection whose flow is not over (4.9): not yet
+        answered (routed or not), or answered PUBREC and waiting for their PUBREL.  The
+        Receive Maximum this server announces bounds it (3.3.4: DISCONNECT 0x93 past it); a
+        3.1.1 client, which is told no limit, is closed past the same one."""
+        return self._unacknowledged + self._run_acks + len(self._releasing)
 
     def _publish_run(self) -> None:
         """Route the run (one topic), store it for durable subscribers, and answer its QoS 1
@@ -141,15 +157,15 @@ class Publishing:
 
     def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED,
                           why: str | None = None) -> None:
-        """PUBLISHes refused: counted, and a QoS 1 or 2 one answered in v5 with ``refusal``
-        (0x87 the access list's, 0x97 properties over the limits, 0x99 a payload that is not
-        the format its properties say) and ``why`` as its Reason
-        String unless the client asked for none (3.1.1 has no way to refuse: acknowledged and
-        dropped, as Mosquitto does; a 3.1.1 client sends no properties)."""
-        if refusal == reasons.NOT_AUTHORIZED:
+        """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
+        topic, 0x97 a retain over quota or properties over the limits, 0x99 a payload that is
+        not the format its properties say): a QoS 1 or 2 one answered ``refusal`` in v5, with
+        ``why`` as its Reason String unless the client asked for none (3.1.1 has no way to
+        refuse, 3.3.5: acknowledged and dropped, as Mosquitto does; a 3.1.1 client sends no
+        properties).  The access list's refusals are counted here, the others where they are
+        decided (the core's retained quotas, :attr:`refused_properties`)."""
+        if refusal in (reasons.NOT_AUTHORIZED, reasons.TOPIC_NAME_INVALID):
             self.factory.forbidden += len(publishes)
-        else:
-            self.factory.refused_properties += len(publishes)
         reason = refusal if self.version == MQTT_5 else 0
         properties = self._problem(why if reason else None)
         acks = []
@@ -168,7 +184,7 @@ class Publishing:
         storing them for durable subscribers) fired; messages that could not be stored are
         answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
         has no way to say so)."""
-        entries = [[kept is None, encode(ack, self.version)] for ack in acks]
+        entries = [[kept is None, encode(ack, self.version), _released_by_pubrel(ack)] for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)
         if kept is None:
@@ -194,6 +210,7 @@ class Publishing:
                 ack.reason_code = reason
                 ack.properties = why
                 entry[1] = encode(ack, MQTT_5)
+                entry[2] = None
                 if isinstance(ack, Pubrec) and self.session is not None:
                     self.session.received_qos2.discard(ack.packet_id)
             stored(None)
@@ -204,8 +221,11 @@ class Publishing:
         acks = self._acks
         ready = []
         while acks and acks[0][0]:
-            ready.append(acks.popleft()[1])
+            _ready, data, released_by = acks.popleft()
+            ready.append(data)
             self._unacknowledged -= 1
+            if released_by is not None:
+                self._releasing.add(released_by)
         if ready and not self.closed:
             self.transport.write(b"".join(ready))
 
@@ -231,6 +251,15 @@ class Publishing:
         session = self.session
         found = packet.packet_id in session.received_qos2
         session.received_qos2.discard(packet.packet_id)
+        self._releasing.discard(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
         self.transport.write(encode(Pubcomp(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
                                     self.version))
+
+
+def _released_by_pubrel(ack: Puback | Pubrec) -> int | None:
+    """The Packet Identifier whose flow goes on after ``ack`` is written until the client's
+    PUBREL: a PUBREC that accepted the message; None for one that ends the flow."""
+    if isinstance(ack, Pubrec) and ack.reason_code < 0x80:
+        return ack.packet_id
+    return None

@@ -94,11 +94,15 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         self._logging_in = False
         self._acks: deque[list] = deque()
         """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6):
-        ``[ready, bytes]`` each; one waiting for a commit holds back those after it."""
+        ``[ready, bytes, packet id a PUBREL releases or None]`` each; one waiting for a
+        commit holds back those after it."""
         self._unacknowledged = 0
         self._run: list[tuple[Any, int, int | None]] = []
         """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id)."""
         self._run_acks = 0
+        self._releasing: set[int] = set()
+        """Packet Identifiers of QoS 2 PUBLISHes of this connection answered PUBREC and
+        waiting for their PUBREL: they count against the Receive Maximum until it comes."""
 
     # ------------------------------------------------------------------ connection
 
@@ -127,6 +131,9 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         factory = self.factory
         factory.live.pop(self, None)
         session = self.session
+        if session is not None and session.retained_out is not None and session.retained_out.connection is self:
+            session.retained_out.stop()
+            session.retained_out = None
         if session is not None and session.unbind(self):
             if not self._normal_end and self._will is not None:
                 factory.sessions.will_of_lost_connection(session, self._will)
@@ -186,7 +193,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         if not self.closed:
             self.transport.resumeProducing()
             if self.session is not None:
-                self.session.send_queued()
+                self.session.send_queued()  # also resumes the retained messages
 
     def stopProducing(self) -> None:
         self.congested = True

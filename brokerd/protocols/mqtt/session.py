@@ -117,6 +117,9 @@ class MQTTSession:
         durable session): their messages come through :attr:`stored`, never live."""
         self.stored: Any = None
         """The StoredDeliveries while a connection is bound to a durable session."""
+        self.retained_out: Any = None
+        """The RetainedDelivery (:mod:`.retaining`) of the bound connection's subscriptions,
+        told when the window frees."""
         self._plain = True
 
     # ------------------------------------------------------------------ subscriptions
@@ -392,6 +395,8 @@ class MQTTSession:
             self._send_numbered(frame, qos, retain)
         if self.stored is not None:
             self.stored.pump()
+        if self.retained_out is not None:
+            self.retained_out.resume()
 
     def _still_current(self, item: Rendered) -> PublishFrame | None:
         """The frame of a message that waited in the queue: None once its Message Expiry

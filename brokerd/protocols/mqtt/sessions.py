@@ -28,12 +28,14 @@ from brokerd.errors import BrokerError, Forbidden
 from brokerd.protocols.mqtt.packets import (
     Will,
 )
+from brokerd.protocols.mqtt.quotas import SessionQuotas, stored_owner
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.stored import (
     StoredDeliveries,
     subscription_options,
     subscription_record,
 )
+from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
@@ -50,12 +52,16 @@ class MQTTSessions:
         self.clock = clock
         self.formats = wire_formats(clock.seconds)
         self.by_id: dict[str, MQTTSession] = {}
+        broker.owned_namespaces.add(MQTTSession.protocol)  # a client identifier is its principal's
         self._assigned = 0
         self._incarnations = 0
         self._listeners = 0
         self._sweeping = False
         self._timed = False
-        self.refused_retains = 0
+        self.quotas = SessionQuotas(settings, clock)
+        """The persistent sessions by owner, within the operator's quotas (:mod:`.quotas`)."""
+        if broker.durable is not None:  # what the store keeps for each stored session, at most
+            broker.durable.bound_pending("mqtt/", settings.mqtt_max_stored_queued)
 
     @property
     def durable(self) -> Any:
@@ -79,10 +85,10 @@ class MQTTSessions:
         outlive its connection (above 0: it is stored, on a node with a store);
         ``connection``: the connection that will bind to it (the core's login event names
         its source)."""
+        if not self.broker.may_take_address(MQTTSession.protocol, client_id.encode("utf-8"), principal):
+            return None, False  # a session of another principal has it, here or on another node
         existing = self.by_id.get(client_id)
         if existing is not None:
-            if existing.principal != principal:
-                return None, False
             old = existing.connection
             if old is not None:
                 old.taken_over()
@@ -97,6 +103,8 @@ class MQTTSessions:
             if clean_start or existing.version != version:
                 self._end(existing)
             else:
+                if expiry > 0:
+                    self.quotas.add((principal, client_id))
                 if existing.durable_name is None and expiry > 0:
                     self._store(existing)
                 return existing, True
@@ -107,6 +115,8 @@ class MQTTSessions:
         session.connection = connection
         self.broker.attach(session)
         present = self._take_up_stored(session, clean_start)
+        if expiry > 0:
+            self.quotas.add((principal, client_id))
         if session.durable_name is None and expiry > 0:
             self._store(session)
         return session, present
@@ -143,6 +153,7 @@ class MQTTSessions:
         if clean_start:
             for name in names:
                 self._forget(name)
+            self.quotas.remove((session.principal, session.client_id))
             return False
         for name in names[:-1]:  # older incarnations a crash left behind
             self._forget(name)
@@ -203,6 +214,7 @@ class MQTTSessions:
             self.broker.durable.start_sweeps()
             if not self._timed:
                 self._timed = True
+                self._admit_stored_sessions()
                 self.time_stored_sessions()
 
     def time_stored_sessions(self) -> None:
@@ -217,11 +229,25 @@ class MQTTSessions:
         if names:
             self.clock.callLater(self.settings.mqtt_max_session_expiry, self._end_unclaimed, names)
 
+    def _admit_stored_sessions(self) -> None:
+        """At the node's start: the stored sessions count against the quotas, the oldest
+        first, and those beyond them end now, so that a restart re-arms no more than the
+        quotas allow.  Not on a node of a cluster, which does not own the shared store's
+        sessions (each node counts those it serves)."""
+        durable = self.durable
+        if durable is None or self.settings.cluster is not None:
+            return
+        for name in self.quotas.admit_stored(durable.index.subscribers_named("mqtt/")):
+            self._forget(name)
+
     def _end_unclaimed(self, names: list[str]) -> None:
         claimed = {session.durable_name for session in self.by_id.values()}
         for name in names:
             if name not in claimed:
                 self._forget(name)
+                owner = stored_owner(name)
+                if owner is not None and owner[1] not in self.by_id:
+                    self.quotas.remove(owner)
 
     def connected(self, session: MQTTSession) -> None:
         """A connection was bound to ``session`` and answered: a durable one reads what the
@@ -264,6 +290,7 @@ class MQTTSessions:
     def _end(self, session: MQTTSession) -> None:
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
+        self.quotas.remove((session.principal, session.client_id))
         timer = session.will_timer
         if timer is not None and timer.active():  # the session ends before the will's delay
             timer.cancel()
@@ -298,9 +325,10 @@ class MQTTSessions:
         self.publish_will(session, will)
 
     def publish_will(self, session: MQTTSession, will: Will) -> None:
-        """Publish a connection's will for it (3.1.2.5), if its principal may."""
+        """Publish a connection's will for it (3.1.2.5), if its principal may (and not to a
+        server topic, which no client publishes to)."""
         target = will.topic.encode("utf-8")
-        if not self.broker.may_publish(session.principal, target):
+        if server_topic(will.topic) or not self.broker.may_publish(session.principal, target):
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
@@ -314,19 +342,14 @@ class MQTTSessions:
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
 
-    def retain(self, message: Message) -> None:
-        """Keep ``message`` as its topic's retained message (the core's, in the store); a
-        retain over the core's limits is dropped and counted."""
+    def retain(self, message: Message) -> bool:
+        """Keep ``message`` as its topic's retained message (the core's, in the store);
+        False when the core refused it (a bound or its publisher's quota: the core counted
+        and logged it), and the topic keeps what it had."""
         try:
             self.broker.retained.retain(message)
         except RetainRefused:
-            self.refused_retains += 1
-
-    def retained_matching(self, topic_filter: bytes) -> list[Message]:
-        """The retained messages ``topic_filter`` matches, but those whose Message Expiry
-        Interval has passed (v5 3.3.2.3.3: not sent once expired)."""
-        now = self.clock.seconds()
-        return [message for message in self.broker.retained.matching(topic_filter)
-                if message.details.expires is None or message.details.expires > now]
+            return False
+        return True
 
 

@@ -4,7 +4,8 @@ A subscription is the core's: a live topic filter or shared group (``Broker.subs
 or, for a stored session's QoS 1 or 2 subscription (:mod:`.stored`), a durable FILTER
 subscription in the store, whose SUBACK waits for its commit.  The access list and the
 subscription limit decide either way, with the v5 reason codes (3.1.1: 0x80).  Retained
-messages the filter matches follow the SUBACK (Retain Handling).  A mixin of
+messages the filter matches follow the SUBACK (Retain Handling), a page at a time
+(:mod:`.retaining`).  A mixin of
 :class:`~.server.MQTTServerProtocol`, which has the connection's state.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from brokerd.protocols.mqtt.packets import (
     Unsuback,
     Unsubscribe,
 )
+from brokerd.protocols.mqtt.retaining import RetainedDelivery
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.topics import shared_subscription, topic_filter_problem
 from brokerd.store.base import log_unless_outage
@@ -78,6 +80,9 @@ class Subscribing:
             options = SubscriptionOptions(subscription.qos, subscription.no_local,
                                           subscription.retain_as_published, identifier, matched.encode("utf-8"))
             kept = shared is None and subscription.qos > 0 and session.durable_name is not None
+            if self.factory.sessions.quotas.subscriptions_exceeded(session, topic_filter):
+                codes.append(reasons.QUOTA_EXCEEDED if self.version == MQTT_5 else 0x80)
+                continue
             refusal = self._subscribe(session, topic_filter, shared, options, kept)
             if refusal is not None:
                 codes.append(refusal if self.version == MQTT_5 else 0x80)
@@ -148,11 +153,14 @@ class Subscribing:
         session = self.session
         final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
         self.transport.write(encode(Suback(packet_id, final, self._problem(refusals(final))), self.version))
-        for topic_filter, _qos in retained:
-            for message in self.factory.sessions.retained_matching(topic_filter.encode("utf-8")):
-                item = session.wire_format.rendered(message)
-                if item is not None:
-                    session.deliver(item, retained=True)
+        if retained:
+            # A page at a time, each message only if the access list lets the subscriber read
+            # its topic (brokerd/protocols/mqtt/retaining.py).
+            delivery = session.retained_out
+            if delivery is None or delivery.connection is not self:
+                delivery = session.retained_out = RetainedDelivery(self, session, self.factory.clock)
+            for topic_filter, _qos in retained:
+                delivery.add(topic_filter)
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
         session = self.session

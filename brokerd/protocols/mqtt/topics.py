@@ -20,6 +20,15 @@ from dataclasses import dataclass
 MAX_TOPIC_LENGTH = 65_535
 """The longest topic a UTF-8 Encoded String holds, in bytes."""
 SHARE_PREFIX = "$share/"
+SERVER_MARK = "$"
+"""The first character of the topics that are the server's (4.7.2: ``$SYS/...``)."""
+
+
+def server_topic(name: str) -> bool:
+    """Whether topic name ``name`` is the server's (starts with ``$``, 4.7.2): MQTT tools take
+    what arrives there for the broker's own word, so no client publishes, retains or leaves
+    a will there."""
+    return name[:1] == SERVER_MARK
 
 
 def topic_name_problem(

@@ -19,6 +19,7 @@ from twisted.python.failure import Failure
 from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline, thread_runner
 from brokerd.auth.checkers import ClientCertificateChecker
 from brokerd.auth.realm import BrokerRealm
+from brokerd.auth.throttle import LoginThrottle, ThrottledPortal
 from brokerd.auth.workers import shared_work_queue
 from brokerd.auth.policy import AccessListFile, access_list_for, ual_account
 from brokerd.auth.ual import AccessList, Perm
@@ -63,6 +64,7 @@ class SMQPServerFactory(Factory):
         checker: AccountsChecker,
         *,
         portal: Portal | None = None,
+        throttle: LoginThrottle | None = None,
         ual: AccessList | None = None,
         ual_file: Path | None = None,
         access_list: AccessListFile | None = None,
@@ -76,7 +78,7 @@ class SMQPServerFactory(Factory):
         self.clock = clock
         self.store = store
         self.checker = checker
-        self.portal = portal or Portal(BrokerRealm(broker), [checker, ClientCertificateChecker()])
+        self.portal = portal or ThrottledPortal(BrokerRealm(broker), [checker, ClientCertificateChecker()], throttle)
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
@@ -327,6 +329,7 @@ def build_factory(runtime: Runtime) -> SMQPServerFactory:
         raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
     factory = SMQPServerFactory(
         runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
+        throttle=runtime.resources.get("login_throttle"),
     )
     factory.disk = runtime.resources.get("disk")
     runtime.resources["smqp_links"] = factory.links
