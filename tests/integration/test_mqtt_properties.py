@@ -13,6 +13,7 @@ from paho.mqtt.client import MQTTv5, MQTTv311
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.integration.test_mqtt_paho import (  # noqa: F401  (clients: the fixture, on this module's broker)
+    ANONYMOUS_SESSIONS,
     MQTT_LISTENER,
     assert_clean_log,
     clients,
@@ -36,7 +37,7 @@ REQUEST_PROPERTIES = {
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     running = start_broker(tmp_path_factory.mktemp("mqtt-properties"), "--max-user-properties", "4",
-                           "--max-property-bytes", "200", listeners=MQTT_LISTENER)
+                           "--max-property-bytes", "200", *ANONYMOUS_SESSIONS, listeners=MQTT_LISTENER)
     yield running
     running.stop()
     assert_clean_log(running)
