@@ -29,10 +29,10 @@ from collections.abc import Callable
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
-from brokerd.protocols.mqtt.properties import check_properties
 from brokerd.core.principal import Principal
 from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, NO_PROPERTIES, PUBLISH, Properties
+from brokerd.protocols.mqtt.properties import check_properties
 from brokerd.protocols.mqtt.publish import PublishFrame
 
 _PLAIN_DETAILS = {(qos, retained): Details(qos=qos, retained=retained) for qos in (0, 1, 2) for retained in (False, True)}
