@@ -98,6 +98,12 @@ class Settings:
     """Topics one session may be subscribed to."""
     max_output_buffer: int = 1 << 20
     """Bytes queued for one slow recipient before its messages are dropped and counted."""
+    max_user_properties: int = 32
+    """User properties (name/value pairs) one message may carry, whatever its protocol; a
+    message with more is refused (MQTT v5: 0x97 Quota exceeded)."""
+    max_property_bytes: int = 16_384
+    """Bytes of one message's properties together (content type, response topic, correlation
+    data, user property names and values); a message with more is refused as above."""
     event_log: bool = True
     """Keep the event log under DATA_DIR/events/ (docs/events.md)."""
     event_log_payloads: bool = False
@@ -154,7 +160,9 @@ class Settings:
     """MQTT: the longest keep-alive a client may ask for, in seconds (0: any); a v5 client
     is told the lower value as Server Keep Alive."""
     mqtt_topic_alias_maximum: int = 16
-    """MQTT v5: topic aliases a client may set on one connection (0: none)."""
+    """MQTT v5: topic aliases per connection in each direction: a client may set that many,
+    and the server sets at most that many on what it sends (the client's lower Topic Alias
+    Maximum wins) (0: none)."""
     mqtt_max_retained: int = 100_000
     """MQTT: topics with a retained message, all publishers together (the node's memory)."""
     mqtt_max_retained_bytes: int = 64 << 20

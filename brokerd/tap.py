@@ -126,6 +126,8 @@ class Options(usage.Options):
         ["max-connections", None, None, "Connections of all protocols together."],
         ["max-subscriptions", None, None, "Topics one session may subscribe to."],
         ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped."],
+        ["max-user-properties", None, None, "User properties one message may carry (any protocol)."],
+        ["max-property-bytes", None, None, "Bytes of one message's properties together."],
         ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose)."],
         ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log."],
         ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log."],

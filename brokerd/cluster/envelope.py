@@ -29,7 +29,13 @@ so a node whose members all take pre-rendered formats never decodes the other me
 leaves out one that exceeds it, the decoder refuses the envelope.
 
     details  := content_type:optstr message_id:optstr created:optf64 priority:i64
-                expires:optf64 attributes parts qos:u8 retained:u8
+                expires:optf64 attributes parts qos:u8 flags:u8 [properties]
+    properties := response_topic:optstr correlation:optbytes payload_format:u8 user_properties:attributes
+
+In the details' ``flags`` bit 0 is ``retained`` and bit 1 says the request/response properties
+follow (``payload_format`` 255: none given); a message without them is encoded as before they
+existed, and a node that does not know them refuses an envelope with them (a flag out of range)
+instead of misreading it.
 
 Anything that does not parse raises :class:`EnvelopeError`; the engine drops and counts it.
 So does an envelope on a topic's channel whose messages are not multicasts to that topic
@@ -58,6 +64,10 @@ _SAME_SIZE = struct.Struct(">BI")
 MAX_SECTIONS = 16
 """Most rendered sections in one envelope (there are four wire protocols)."""
 _F64 = struct.Struct(">d")
+_WITH_PROPERTIES = 2
+"""In the details' flags byte: the request/response properties follow."""
+_NO_FORMAT = 255
+"""The payload format byte of a message whose sender declared none."""
 _I64 = struct.Struct(">q")
 _NONE = 0xFFFFFFFF
 OTHER = "other"
@@ -361,7 +371,19 @@ def _put_details(out: list[bytes], details: Details) -> None:
         _put_attributes(out, part.attributes)
         out.append(_U32.pack(len(part.data)))
         out.append(part.data)
-    out.append(bytes((details.qos, 1 if details.retained else 0)))
+    if details.has_properties():
+        out.append(bytes((details.qos, _WITH_PROPERTIES | (1 if details.retained else 0))))
+        _put_str(out, details.response_topic)
+        correlation = details.correlation
+        if correlation is None:
+            out.append(_U32.pack(_NONE))
+        else:
+            out.append(_U32.pack(len(correlation)))
+            out.append(correlation)
+        out.append(bytes((_NO_FORMAT if details.payload_format is None else details.payload_format,)))
+        _put_attributes(out, details.user_properties)
+    else:
+        out.append(bytes((details.qos, 1 if details.retained else 0)))
 
 
 class _Reader:
@@ -419,11 +441,23 @@ class _Reader:
             Part(self.optstr(), self.attributes(), self.blob())  # type: ignore[arg-type]
             for _ in range(self.u32())
         )
-        qos, retained = self._take(2)
-        if qos > 2 or retained > 1:
+        qos, flags = self._take(2)
+        if qos > 2 or flags > (_WITH_PROPERTIES | 1):
             raise IndexError("a QoS or retained flag out of range")
-        return Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
-                       expires=expires, attributes=attributes, parts=parts, qos=qos, retained=bool(retained))
+        details = Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
+                          expires=expires, attributes=attributes, parts=parts, qos=qos, retained=bool(flags & 1))
+        if flags & _WITH_PROPERTIES:
+            response_topic = self.optstr()
+            size = self.u32()
+            correlation = None if size == _NONE else self._take(size)
+            payload_format = self._take(1)[0]
+            if payload_format > 1 and payload_format != _NO_FORMAT:
+                raise IndexError("a payload format out of range")
+            details.response_topic = response_topic
+            details.correlation = correlation
+            details.payload_format = None if payload_format == _NO_FORMAT else payload_format
+            details.user_properties = self.attributes()
+        return details
 
     def message(self, previous: Message | None) -> Message:
         flags = self._take(1)[0]

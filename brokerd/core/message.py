@@ -62,10 +62,18 @@ class Details:
     exactly once): a subscriber that asked for more gets it at this level, never above;
     ``retained`` that its publisher asked the broker to keep it as the topic's retained message
     (brokerd.core.retained), which MQTT's Retain As Published shows its subscribers.
+
+    The message properties a request/response exchange needs (MQTT 5's, which other protocols
+    map onto where they have a place; docs/architecture.md): ``response_topic`` the topic a
+    reply is wanted on, ``correlation`` the bytes the reply carries back to tell which request
+    it answers, ``payload_format`` 1 when the sender declared the payload UTF-8 text, 0 when it
+    declared it unspecified bytes (None: said nothing), and ``user_properties`` the sender's
+    own name/value pairs, in order, a name possibly repeated.  :func:`property_problem` bounds
+    them.
     """
 
     __slots__ = ("content_type", "message_id", "created", "priority", "expires", "attributes", "parts", "qos",
-                 "retained")
+                 "retained", "response_topic", "correlation", "payload_format", "user_properties")
 
     def __init__(
         self,
@@ -79,6 +87,10 @@ class Details:
         parts: tuple[Part, ...] = (),
         qos: int = 0,
         retained: bool = False,
+        response_topic: str | None = None,
+        correlation: bytes | None = None,
+        payload_format: int | None = None,
+        user_properties: Attributes = (),
     ) -> None:
         self.content_type = content_type
         self.message_id = message_id
@@ -89,6 +101,16 @@ class Details:
         self.parts = parts
         self.qos = qos
         self.retained = retained
+        self.response_topic = response_topic
+        self.correlation = correlation
+        self.payload_format = payload_format
+        self.user_properties = user_properties
+
+    def has_properties(self) -> bool:
+        """Whether it carries any of the request/response properties (a renderer that shows
+        them skips the work for the many messages that carry none)."""
+        return (self.response_topic is not None or self.correlation is not None
+                or self.payload_format is not None or bool(self.user_properties))
 
     def replace(self, **changes: object) -> Details:
         """A copy with ``changes`` (Details are shared, so never changed in place)."""
@@ -106,6 +128,33 @@ class Details:
 
 PLAIN = Details()
 """The Details of a message that has none (shared; never changed)."""
+
+
+def property_bytes(details: Details) -> int:
+    """The bytes of a message's properties as a limit counts them: its content type, response
+    topic, correlation data and every user property's name and value (UTF-8)."""
+    total = len(details.correlation or b"")
+    for text in (details.content_type, details.response_topic):
+        if text is not None:
+            total += len(text.encode("utf-8"))
+    for name, value in details.user_properties:
+        total += len(name.encode("utf-8")) + len(value.encode("utf-8"))
+    return total
+
+
+def property_problem(details: Details, max_user_properties: int, max_property_bytes: int) -> str | None:
+    """Why a message's properties are over the limits (``--max-user-properties``,
+    ``--max-property-bytes``), or None: every front end that accepts properties checks them
+    before the core takes the message, and refuses it in its own protocol's way."""
+    if details is PLAIN:
+        return None
+    count = len(details.user_properties)
+    if count > max_user_properties:
+        return f"{count} user properties, more than the {max_user_properties} allowed"
+    size = property_bytes(details)
+    if size > max_property_bytes:
+        return f"{size} bytes of message properties, more than the {max_property_bytes} allowed"
+    return None
 
 
 def _detail(name: str) -> property:
@@ -165,6 +214,10 @@ class Message:
     parts = _detail("parts")
     qos = _detail("qos")
     retained = _detail("retained")
+    response_topic = _detail("response_topic")
+    correlation = _detail("correlation")
+    payload_format = _detail("payload_format")
+    user_properties = _detail("user_properties")
 
     def __repr__(self) -> str:
         return (

@@ -80,8 +80,23 @@ def encode_stamped(message: Message, message_id: str | None, created: float | No
         header["q"] = message.details.qos
     if message.details.retained:
         header["r"] = True
+    if message.details.has_properties():
+        _put_properties(header, message.details)
     head = _dumps(header).encode("ascii")
     return b"".join((TAG, _LENGTH.pack(len(head)), head, *blobs))
+
+
+def _put_properties(header: dict, details: Details) -> None:
+    """The request/response properties, each under its key only when present, so a row
+    without them reads as before they existed (and one written before reads as none)."""
+    if details.response_topic is not None:
+        header["rt"] = details.response_topic
+    if details.correlation is not None:
+        header["cd"] = _text(details.correlation)
+    if details.payload_format is not None:
+        header["pf"] = details.payload_format
+    if details.user_properties:
+        header["u"] = details.user_properties
 
 
 def _plain_header(message: Message, message_id: str | None, created: float | None,
@@ -192,7 +207,10 @@ def _message(header: dict, payload: bytes, read: list[tuple[list, bytes]]) -> Me
         details = Details(content_type=header["c"], message_id=header["i"], created=header["cr"],
                           priority=header["pr"], expires=header["x"],
                           attributes=tuple(map(tuple, header["a"])), parts=tuple(parts),
-                          qos=header.get("q", 0), retained=bool(header.get("r", False)))
+                          qos=header.get("q", 0), retained=bool(header.get("r", False)),
+                          response_topic=header.get("rt"), correlation=_bytes(header.get("cd")),
+                          payload_format=header.get("pf"),
+                          user_properties=tuple(map(tuple, header.get("u", ()))))
         return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
     except (KeyError, TypeError, struct.error, UnicodeError) as exc:

@@ -36,6 +36,26 @@ def test_every_field_round_trips() -> None:
     assert fields(back) == fields(message)
 
 
+def test_message_properties_round_trip_and_a_message_without_them_is_encoded_as_before() -> None:
+    """Request/response properties travel between nodes whole (user properties in order,
+    a name repeated, correlation bytes that are not UTF-8, an empty response topic); a
+    message without them has the bytes a node that does not know them reads."""
+    with_properties = Details(qos=1, response_topic="replies/\u00e9", correlation=b"\x00\xff", payload_format=0,
+                              user_properties=(("k", "1"), ("a", "2"), ("k", "3")))
+    message = Message(MULTICAST, b"req", b"x", "mqtt", b"c1", details=with_properties)
+    (back,) = decode(encode(ORIGIN, [message]))
+    assert fields(back) == fields(message)
+    assert back.details.user_properties == (("k", "1"), ("a", "2"), ("k", "3"))
+    only_correlation = Details(correlation=b"")
+    (back,) = decode(encode(ORIGIN, [Message(MULTICAST, b"req", b"x", "mqtt", b"c1", details=only_correlation)]))
+    assert back.details == only_correlation and back.payload_format is None and back.response_topic is None
+    plain = encode(ORIGIN, [Message(MULTICAST, b"req", b"x", "mqtt", b"c1", details=Details(qos=1, retained=True))])
+    assert plain.endswith(b"\x01\x01")  # QoS 1, retained: no properties follow
+    damaged = encode(ORIGIN, [message]).replace(b"\x01\x02", b"\x01\x04", 1)
+    with pytest.raises(EnvelopeError):
+        decode(damaged)
+
+
 @given(st.binary(max_size=200))
 def test_damaged_bytes_are_refused_cleanly(data: bytes) -> None:
     try:

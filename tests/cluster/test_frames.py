@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from brokerd.cluster import frames
-from brokerd.core.message import BROADCAST, UNICAST, Message
+from brokerd.core.message import BROADCAST, UNICAST, Details, Message
 from brokerd.core.principal import ACCOUNT, Principal
 
 ORIGIN = b"\x01" * 8
@@ -18,6 +18,14 @@ def test_a_unicast_reads_back() -> None:
     name, start = frames.kind(data)
     got = frames.one_message(data, start)
     assert name == "ssmp" and (got.target, got.payload, got.sender_name) == (b"alice", b"hi", b"bob")
+
+
+def test_a_unicast_keeps_its_message_properties() -> None:
+    details = Details(response_topic="replies/bob", correlation=b"\x07", payload_format=1,
+                      user_properties=(("trace", "a"), ("trace", "b")))
+    data = frames.unicast(ORIGIN, "ssmp", Message(UNICAST, b"alice", b"hi", "ssmp", b"bob", details=details))
+    name, start = frames.kind(data)
+    assert frames.one_message(data, start).details == details
 
 
 def test_a_broadcast_reads_back_with_its_topics() -> None:

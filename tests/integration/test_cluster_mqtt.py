@@ -16,7 +16,7 @@ from brokerd.cluster.redis_engine import CONTROL_CHANNEL
 from brokerd.core.principal import ACCOUNT, Principal
 from brokerd.protocols.mqtt.client import MQTTConnectError
 from brokerd.protocols.mqtt.client import connect as mqtt_connect
-from brokerd.protocols.mqtt.packets import MQTT_5
+from brokerd.protocols.mqtt.packets import MQTT_5, Properties
 from tests.integration.cluster_nodes import TIMEOUT, Node, Waiter, reactor
 from tests.integration.smqp_fixtures import write_test_accounts
 from tests.integration.test_cluster_routing import poll_until
@@ -260,6 +260,35 @@ async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_
         await publisher.publish("fleet/7/cmd", b"second", qos=1).addTimeout(TIMEOUT, reactor())
         await got.until(lambda items: len(items) >= 2).addTimeout(TIMEOUT, reactor())
         assert got.items == [("fleet/7/cmd", b"reboot"), ("fleet/7/cmd", b"second")]
+    finally:
+        for node in (one, two):
+            await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_message_properties_cross_to_a_v5_subscriber_on_the_other_node(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """An MQTT 5 request published on node 2 reaches a v5 filter subscriber on node 1 with its
+    Response Topic, Correlation Data, Content Type and User Properties (in order): the
+    envelope carries them between the nodes."""
+    one, two = await two_nodes(tmp_path, redis_server)
+    try:
+        got = Waiter()
+        subscriber = await mqtt_connect(reactor(), f"tcp:127.0.0.1:{one.port('mqtt')}", client_id="responder",
+                                        version=MQTT_5, on_message=lambda publish: got(publish.properties)
+                                        ).addTimeout(TIMEOUT, reactor())
+        one.clients.append(subscriber)
+        await subscriber.subscribe([("rpc/+", 1)]).addTimeout(TIMEOUT, reactor())
+        await until_filter_known(two, b"rpc/time").addTimeout(TIMEOUT, reactor())
+        publisher = await mqtt(two, "requester", version=MQTT_5)
+        request = Properties(response_topic="reply/requester", correlation_data=b"\x00\x01", content_type="text/plain",
+                             user_properties=(("trace", "a"), ("lang", "fr"), ("trace", "b")))
+        await publisher.publish("rpc/time", b"now?", qos=1, properties=request).addTimeout(TIMEOUT, reactor())
+        await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
+        [properties] = got.items
+        assert (properties.response_topic, properties.correlation_data, properties.content_type,
+                properties.user_properties) == (request.response_topic, request.correlation_data,
+                                                request.content_type, request.user_properties)
     finally:
         for node in (one, two):
             await node.stop()

@@ -377,6 +377,26 @@ class StoreContract:
         assert name == "sensors/t" and (back.target, back.payload, back.qos) == (b"sensors/t", b"\x00 21.5", 1)
 
     @pytest_twisted.ensureDeferred
+    async def test_message_properties_survive_the_store_pending_and_retained(self, store):
+        """A request's properties (MQTT 5's; docs/architecture.md) come back whole from a
+        pending delivery and from the retained messages: user properties in their order, a
+        repeated name twice, correlation bytes that are not UTF-8."""
+        details = Details(qos=1, content_type="application/json", expires=4000.5, response_topic="replies/c1",
+                          correlation=b"\x00\xffid-7", payload_format=1,
+                          user_properties=(("b", "2"), ("a", "1"), ("b", "\u00e9t\u00e9")))
+        kept = Message(MULTICAST, b"requests", b'{"n": 1}', "mqtt", b"c1", False, details=details)
+        seq = await store.next_seq()
+        await store.publish(MessageRecord("h/9", "requests", "mqtt:c1", "", 5.0, None, 1, stored.encode(kept), seq),
+                            [("bob:1", "ADD")])
+        await store.put_retained("requests", stored.encode(kept))
+        [delivery] = await store.pending("bob:1", 10)
+        [(_name, retained)] = await store.load_retained()
+        for data in (delivery.data, retained):
+            back = stored.decode(data)
+            assert back.details == details and back.user_properties == details.user_properties
+            assert (back.payload, back.sender_name) == (b'{"n": 1}', b"c1")
+
+    @pytest_twisted.ensureDeferred
     async def test_closed_store_refuses_calls(self, store):
         await store.close()
         await store.close()

@@ -17,6 +17,7 @@ from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from brokerd.auth.credentials import ClientCertificate
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.core.message import property_problem
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.events.log import transport_source
 from brokerd.protocols.mqtt import reasons
@@ -33,6 +34,21 @@ from brokerd.protocols.mqtt.quotas import ANONYMOUS_SESSIONS
 from brokerd.protocols.mqtt.topics import (
     topic_name_problem,
 )
+from brokerd.protocols.mqtt.wire import message_details
+
+RESPONSE_PREFIX = "reply/"
+"""What a v5 client that asks for Response Information (3.1.2.11.7) is told to build its
+response topics from: ``reply/<client identifier>``, a topic of its own by convention (the
+access list decides, as for any topic, who may subscribe and publish there)."""
+
+
+def response_information(client_id: str) -> str | None:
+    """The Response Information for ``client_id``; None when its identifier holds a wildcard
+    or is empty, which a topic cannot (the server then sends none, as 3.2.2.3.15 allows)."""
+    if not client_id or "+" in client_id or "#" in client_id:
+        return None
+    return RESPONSE_PREFIX + client_id
+
 
 NEVER_EXPIRES = 0xFFFFFFFF
 """A v5 Session Expiry Interval that never ends (3.1.2.11.2)."""
@@ -76,6 +92,12 @@ class Login:
                                                    settings.mqtt_max_topic_levels) is not None:
             self._refuse_connect(reasons.TOPIC_NAME_INVALID, "the will topic is not a valid topic name")
             return
+        if will is not None and will.properties is not NO_PROPERTIES:
+            problem = property_problem(message_details(will.qos, will.retain, will.properties, 0.0),
+                                       settings.max_user_properties, settings.max_property_bytes)
+            if problem is not None:
+                self._refuse_connect(reasons.QUOTA_EXCEEDED, f"the will's {problem}")
+                return
         credentials = self._credentials(packet)
         if credentials is None:
             if not settings.mqtt_anonymous:
@@ -185,7 +207,8 @@ class Login:
         self._connect_timer = None
         self.session = session
         session.expiry = expiry
-        session.bind(self, window, properties.maximum_packet_size)
+        session.bind(self, window, properties.maximum_packet_size,
+                     min(properties.topic_alias_maximum or 0, settings.mqtt_topic_alias_maximum))
         self._will = packet.will
         self.keep_alive = packet.keep_alive
         if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
@@ -202,6 +225,8 @@ class Login:
                 topic_alias_maximum=settings.mqtt_topic_alias_maximum or None,
                 server_keep_alive=self.keep_alive if self.keep_alive != packet.keep_alive else None,
                 session_expiry_interval=expiry if expiry != (properties.session_expiry_interval or 0) else None,
+                response_information=(response_information(self._client_id)
+                                      if properties.request_response_information == 1 else None),
             )
         self._write_connack(present, 0, connack_properties, self.version)
         if present:

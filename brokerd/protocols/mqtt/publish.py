@@ -99,16 +99,29 @@ class PublishFrame:
             return cached
         return self.head(qos, retain, packet_id, dup) + self.tail
 
+    def with_topic_alias(self, alias: int, send_topic: bool) -> PublishFrame:
+        """The same message for one v5 connection with a Topic Alias (3.3.2.3.4): the topic
+        name and the alias that stands for it from now on (``send_topic``), or the alias
+        alone, with an empty topic name, for a topic the connection has the alias of."""
+        if self.version != MQTT_5:
+            raise ValueError("Topic Aliases are MQTT 5.0 only")
+        return self._derived(encode_property_list(Properties(topic_alias=alias), PUBLISH),
+                             self._topic_field if send_topic else b"\x00\x00")
+
     def with_subscription_identifiers(self, identifiers: tuple[int, ...]) -> PublishFrame:
         """The same message for a v5 subscriber whose matching subscriptions had these
         Subscription Identifiers (3.3.4: the server sends them with the message)."""
         if self.version != MQTT_5:
             raise ValueError("Subscription Identifiers are MQTT 5.0 only")
         extra = encode_property_list(Properties(subscription_identifiers=tuple(identifiers)), PUBLISH)
+        return self._derived(extra, self._topic_field)
+
+    def _derived(self, extra: bytes, topic_field: bytes) -> PublishFrame:
+        """This frame with ``extra`` properties and ``topic_field`` (its own, or empty)."""
         frame = PublishFrame.__new__(PublishFrame)
         frame.version = self.version
         frame.topic = self.topic
-        frame._topic_field = self._topic_field
+        frame._topic_field = topic_field
         frame._payload = self._payload
         frame._property_list = self._property_list + extra
         frame.tail = b"".join((encode_vbi(len(frame._property_list)), frame._property_list, self._payload))

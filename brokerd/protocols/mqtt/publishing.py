@@ -16,11 +16,13 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from brokerd.core.message import Details, property_problem
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
+    NO_PROPERTIES,
     Puback,
     Pubcomp,
     Publish,
@@ -33,6 +35,7 @@ from brokerd.store.base import StoreFull, log_unless_outage
 from brokerd.store.records import PacketFlow
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
+_NOT_FOUND = "no message with this Packet Identifier is in flight"
 
 
 class Publishing:
@@ -80,19 +83,26 @@ class Publishing:
         target = topic.encode("utf-8")
         if server_topic(topic):  # 4.7.2: a client may not speak for the server
             self._publish_run()
-            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID)
+            self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID, "$ topics are the server's")
             return
         if not factory.broker.may_publish(session.principal, target):
             self._publish_run()
-            self._refuse_publishes([(qos, packet_id)])
+            self._refuse_publishes([(qos, packet_id)], why=f"not authorized to publish to {topic}")
             return
         message = core_message(target, packet.payload, qos, packet.retain, packet.properties,
                                session.name, session.principal, factory.clock.seconds())
+        if packet.properties is not NO_PROPERTIES:
+            refusal = self._properties_refusal(message.details, packet.payload)
+            if refusal is not None:
+                self.factory.refused_properties += 1
+                self._publish_run()
+                self._refuse_publishes([(qos, packet_id)], *refusal)
+                return
         if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
             # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
             # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
             self._publish_run()
-            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED)
+            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, "over the retained message quota")
             return
         run = self._run
         if run and run[0][0].target != target:
@@ -104,6 +114,22 @@ class Publishing:
                 if session.durable_name is not None:  # committed with the message (:mod:`.stored`)
                     self._run_flows.append(PacketFlow(session.durable_name, True, packet_id))
         self._run.append((message, qos, packet_id))
+
+    def _properties_refusal(self, details: Details, payload: bytes) -> tuple[int, str] | None:
+        """Why a v5 PUBLISH with properties is refused, as (reason code, Reason String): its
+        properties over the limits (0x97 Quota exceeded: the server's quota; 0x95 Packet too
+        large is no PUBACK code), or a Payload Format Indicator of UTF-8 on a payload that is
+        not (0x99, 3.3.2.3.2: other protocols take such a payload for text); None to publish."""
+        settings = self.factory.settings
+        problem = property_problem(details, settings.max_user_properties, settings.max_property_bytes)
+        if problem is not None:
+            return reasons.QUOTA_EXCEEDED, problem
+        if details.payload_format == 1:
+            try:
+                payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return reasons.PAYLOAD_FORMAT_INVALID, "the payload is not UTF-8, as its Payload Format Indicator says"
+        return None
 
     def _receiving(self) -> int:
         """QoS 1 and 2 PUBLISHes of this connection whose flow is not over (4.9): not yet
@@ -130,7 +156,8 @@ class Publishing:
             else:
                 broker.publish_batch(messages)
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
-            self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run])
+            self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run],
+                                   why="not authorized to publish to this topic")
             return
         kept = broker.keep(messages, flows) if flows else broker.keep(messages)
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
@@ -139,21 +166,27 @@ class Publishing:
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED) -> None:
+    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED,
+                          why: str | None = None) -> None:
         """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
-        topic, 0x97 a retain over quota): counted, and a QoS 1 or 2 one answered ``refusal``
-        in v5 (3.1.1 has no way to refuse, 3.3.5: acknowledged and dropped, as Mosquitto does)."""
-        if refusal != reasons.QUOTA_EXCEEDED:  # a retain over quota is the core's count
+        topic, 0x97 a retain over quota or properties over the limits, 0x99 a payload that is
+        not the format its properties say): a QoS 1 or 2 one answered ``refusal`` in v5, with
+        ``why`` as its Reason String unless the client asked for none (3.1.1 has no way to
+        refuse, 3.3.5: acknowledged and dropped, as Mosquitto does; a 3.1.1 client sends no
+        properties).  The access list's refusals are counted here, the others where they are
+        decided (the core's retained quotas, :attr:`refused_properties`)."""
+        if refusal in (reasons.NOT_AUTHORIZED, reasons.TOPIC_NAME_INVALID):
             self.factory.forbidden += len(publishes)
         reason = refusal if self.version == MQTT_5 else 0
+        properties = self._problem(why if reason else None)
         acks = []
         for qos, packet_id in publishes:
             if qos == 1:
-                acks.append(Puback(packet_id, reason))
+                acks.append(Puback(packet_id, reason, properties))
             elif qos == 2:
                 if reason:
                     self.session.received_qos2.discard(packet_id)  # the flow ends with the refusal
-                acks.append(Pubrec(packet_id, reason))
+                acks.append(Pubrec(packet_id, reason, properties))
         if acks:
             self._acknowledge(acks, None)
 
@@ -182,8 +215,11 @@ class Publishing:
                 return
             # below the disk floor: Quota exceeded, as a v5 client may try again later
             reason = reasons.QUOTA_EXCEEDED if failure.check(StoreFull) else reasons.UNSPECIFIED_ERROR
+            why = self._problem("the store is nearly full" if reason == reasons.QUOTA_EXCEEDED
+                                else "the message could not be stored")
             for entry, ack in zip(entries, acks):
                 ack.reason_code = reason
+                ack.properties = why
                 entry[1] = encode(ack, MQTT_5)
                 entry[2] = None
                 if isinstance(ack, Pubrec) and self.session is not None:
@@ -216,7 +252,8 @@ class Publishing:
             return
         found = session.received(packet.packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        self._answer(encode(Pubrel(packet.packet_id, reason), self.version), found)
+        self._answer(encode(Pubrel(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
+                            self.version), found)
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
         self.session.acknowledged(packet.packet_id)
@@ -228,7 +265,7 @@ class Publishing:
         session.received_qos2.discard(packet_id)
         self._releasing.discard(packet_id)
         reason = 0 if found or self.version != MQTT_5 else reasons.PACKET_IDENTIFIER_NOT_FOUND
-        answer = encode(Pubcomp(packet_id, reason), self.version)
+        answer = encode(Pubcomp(packet_id, reason, self._problem(_NOT_FOUND if reason else None)), self.version)
         durable = self.factory.broker.durable
         if found and session.durable_name is not None and durable is not None:
             # Not before the store forgot the identifier: after a restart a new PUBLISH

@@ -13,7 +13,8 @@ which the connection and the session call).  So a subscription gets every retain
 it matches, in topic order, however slowly its client reads.
 
 Each message is sent only if the access list lets the subscriber read its topic, the decision
-a live message takes (``Broker.may_subscribe``).  Live messages are sent as they come,
+a live message takes (``Broker.may_subscribe``), and only while its Message Expiry Interval
+has not passed (v5 3.3.2.3.3; it goes with what is left of it).  Live messages are sent as they come,
 between pages: a topic published to while its retained message waits in a later page gets the
 live message first.
 """
@@ -86,8 +87,10 @@ class RetainedDelivery:
             factory = connection.factory
             found, after = factory.broker.retained.page(topic_filter.encode("utf-8"), after, PAGE, SCAN)
         may_read = connection.factory.broker.may_subscribe
+        now = self.clock.seconds()
         for message in found:
-            if may_read(session.principal, message.target):
+            expires = message.details.expires
+            if (expires is None or expires > now) and may_read(session.principal, message.target):
                 item = session.wire_format.rendered(message)
                 if item is not None:
                     session.deliver(item, retained=True)

@@ -164,6 +164,14 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
             self.transport.write(encode(Disconnect(reason_code, properties), MQTT_5))
         self._close()
 
+    def _problem(self, reason: str | None) -> Properties:
+        """The v5 properties of an acknowledgement that refuses: ``reason`` as its Reason
+        String, unless the client set Request Problem Information to 0 (3.1.2.11.7: then
+        only CONNACK, PUBLISH and DISCONNECT may carry one) or there is none."""
+        if reason and self.version == MQTT_5 and self._problem_information:
+            return Properties(reason_string=reason)
+        return NO_PROPERTIES
+
     @property
     def _problem_information(self) -> bool:
         connect = self._connect
@@ -300,6 +308,9 @@ class MQTTServerFactory(Factory):
         self.sessions = sessions
         self.live: dict[MQTTServerProtocol, None] = {}
         self.forbidden = 0
+        self.refused_properties = 0
+        """PUBLISHes refused for their message properties: over --max-user-properties or
+        --max-property-bytes, or a payload that is not what its Payload Format Indicator says."""
         self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:

@@ -96,6 +96,12 @@ class MQTTSession:
         self.max_queued = max_queued
         self.max_packet_size: int | None = None
         """The client's Maximum Packet Size (v5): larger messages are not sent to it."""
+        self.topic_aliases: dict[str, int] | None = None
+        """The Topic Aliases the server set on the bound connection, by topic (v5, 3.3.2.3.4:
+        they last as long as the connection); None while the client takes none."""
+        self.topic_alias_maximum = 0
+        """How many the bound connection takes: its Topic Alias Maximum, at most
+        ``--mqtt-topic-alias-maximum``."""
         self.inflight: dict[int, Outgoing] = {}
         self.queued: deque[tuple[Rendered, int, bool]] = deque()
         self.received_qos2: set[int] = set()
@@ -158,7 +164,7 @@ class MQTTSession:
 
     def _changed(self) -> None:
         self._matching.clear()
-        self._plain = self.max_packet_size is None and all(
+        self._plain = self.max_packet_size is None and self.topic_aliases is None and all(
             options.qos == 0 and not options.no_local and options.identifier is None
             and not options.retain_as_published for options in self.subscriptions.values())
 
@@ -250,6 +256,8 @@ class MQTTSession:
         connection = self.connection
         if qos == 0:
             if connection is not None and not connection.congested:
+                if self.topic_aliases is not None:
+                    frame = self._aliased(frame, 0)
                 if out is None:
                     connection.transport.write(frame.packet(0, retained))
                 else:
@@ -299,12 +307,34 @@ class MQTTSession:
         else:
             packet_id, dup = resumed, True
         self.reserved.discard(packet_id)
-        self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)
+        self.inflight[packet_id] = Outgoing(frame, qos, retain, delivery)  # resent whole on a new connection
+        if self.topic_aliases is not None:
+            frame = self._aliased(frame, qos)
         if out is None:
             self.connection.transport.writeSequence((frame.head(qos, retain, packet_id, dup), frame.tail))
         else:
             out += (frame.head(qos, retain, packet_id, dup), frame.tail)
         return packet_id
+
+    def _aliased(self, frame: PublishFrame, qos: int) -> PublishFrame:
+        """``frame`` as the bound connection gets it: with the Topic Alias it has for the
+        topic (and an empty topic name), or, while it takes more, with the topic name and the
+        next alias, which stands for the topic from then on; as it is otherwise (the aliases
+        set are kept for the connection's life: the first topics sent get them)."""
+        aliases = self.topic_aliases
+        if aliases is None:
+            return frame
+        alias = aliases.get(frame.topic)
+        if alias is not None:
+            return frame.with_topic_alias(alias, send_topic=False)
+        if len(aliases) >= self.topic_alias_maximum:
+            return frame
+        alias = len(aliases) + 1
+        aliased = frame.with_topic_alias(alias, send_topic=True)
+        if self.max_packet_size is not None and aliased.size(qos) > self.max_packet_size:
+            return frame
+        aliases[frame.topic] = alias
+        return aliased
 
     # ------------------------------------------------------------------ stored delivery
 
@@ -338,7 +368,7 @@ class MQTTSession:
             return None
         frame, qos, retained = shaped
         if qos == 0:
-            out.append(frame.packet(0, retained))
+            out.append(self._aliased(frame, 0).packet(0, retained))
             return None
         return self._send_numbered(frame, qos, retained, delivery, out, resumed)
 
@@ -383,11 +413,33 @@ class MQTTSession:
         queued = self.queued
         while queued and connection is not None and len(self.inflight) < self.window and not connection.congested:
             item, qos, retain = queued.popleft()
-            self._send_numbered(item.frame, qos, retain)
+            frame = self._still_current(item)
+            if frame is None:
+                self.dropped += 1
+                continue
+            self._send_numbered(frame, qos, retain)
         if self.stored is not None:
             self.stored.pump()
         if self.retained_out is not None:
             self.retained_out.resume()
+
+    def _still_current(self, item: Rendered) -> PublishFrame | None:
+        """The frame of a message that waited in the queue: None once its Message Expiry
+        Interval has passed (v5 3.3.2.3.3: its copy is deleted, not sent), else, for a v5
+        client, made again so that the interval it carries is what is left of it."""
+        expires = item.message.details.expires
+        if expires is None:
+            return item.frame
+        if expires <= self.wire_format.clock():
+            return None
+        if self.version != MQTT_5:
+            return item.frame
+        fresh = self.wire_format.rendered(item.message)
+        if fresh is None:
+            return item.frame
+        match = self._match(fresh.frame.topic)
+        identifiers = () if match is None else match[2]
+        return fresh.frame.with_subscription_identifiers(identifiers) if identifiers else fresh.frame
 
     def resend_inflight(self) -> list[bytes]:
         """On a resumed session: the unacknowledged PUBLISHes again (DUP set) and the
@@ -400,10 +452,12 @@ class MQTTSession:
                 packets.append(outgoing.frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
         return packets
 
-    def bind(self, connection: Any, window: int, max_packet_size: int | None) -> None:
+    def bind(self, connection: Any, window: int, max_packet_size: int | None, topic_alias_maximum: int = 0) -> None:
         self.connection = connection
         self.window = window
         self.max_packet_size = max_packet_size
+        self.topic_alias_maximum = topic_alias_maximum
+        self.topic_aliases = {} if topic_alias_maximum and self.version == MQTT_5 else None
         self._changed()
         if self.expiry_timer is not None and self.expiry_timer.active():
             self.expiry_timer.cancel()

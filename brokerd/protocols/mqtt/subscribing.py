@@ -38,6 +38,22 @@ from brokerd.protocols.mqtt.topics import shared_subscription, topic_filter_prob
 from brokerd.store.base import log_unless_outage
 
 
+_REFUSALS = {
+    reasons.NOT_AUTHORIZED: "not authorized",
+    reasons.QUOTA_EXCEEDED: "over the subscription limit",
+    reasons.TOPIC_FILTER_INVALID: "not a valid topic filter",
+    reasons.IMPLEMENTATION_SPECIFIC_ERROR: "refused by the broker",
+    reasons.UNSPECIFIED_ERROR: "could not be stored",
+}
+
+
+def refusals(codes: tuple[int, ...]) -> str | None:
+    """A v5 SUBACK's Reason String: which subscriptions (1 the first) were refused and why."""
+    refused = [f"{number}: {_REFUSALS.get(code, f'0x{code:02X}')}"
+               for number, code in enumerate(codes, 1) if code >= 0x80]
+    return "refused " + "; ".join(refused) if refused else None
+
+
 class Subscribing:
     """The SUBSCRIBE and UNSUBSCRIBE half of an MQTT connection (see the module docstring)."""
 
@@ -136,7 +152,7 @@ class Subscribing:
             return
         session = self.session
         final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
-        self.transport.write(encode(Suback(packet_id, final), self.version))
+        self.transport.write(encode(Suback(packet_id, final, self._problem(refusals(final))), self.version))
         if retained:
             # A page at a time, each message only if the access list lets the subscriber read
             # its topic (brokerd/protocols/mqtt/retaining.py).
@@ -172,5 +188,7 @@ class Subscribing:
                 continue
             session.unsubscribed(topic_filter)
             codes.append(0)
-        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else ()),
+        missing = [str(number) for number, code in enumerate(codes, 1) if code == reasons.NO_SUBSCRIPTION_EXISTED]
+        why = self._problem(f"no subscription existed for {', '.join(missing)}" if missing else None)
+        self.transport.write(encode(Unsuback(packet.packet_id, tuple(codes) if self.version == MQTT_5 else (), why),
                                     self.version))

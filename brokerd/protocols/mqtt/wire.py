@@ -12,8 +12,14 @@ bytes that differ (the fixed header and the Packet Identifier) and shares the re
 Mapping (docs/mqtt.md): a core topic ``a/b`` is the MQTT topic ``a/b``; a core topic that is
 not valid UTF-8 or holds ``+``, ``#`` or NUL has no MQTT name and is not rendered (the core
 counts the message as unrenderable).  Only messages to topics reach MQTT sessions (MQTT has no
-unicast address and no presence).  The v5 Content Type is the message's ``content_type`` and
-the Message Expiry Interval what is left of its ``expires``; the QoS of a message is its
+unicast address and no presence).  The v5 message properties are the message's (docs/architecture.md):
+Content Type its ``content_type``, Response Topic, Correlation Data, Payload Format Indicator and
+User Properties (in order) its ``response_topic``, ``correlation``, ``payload_format`` and
+``user_properties``, and the Message Expiry Interval what is left of its ``expires`` when the
+frame is made (so a message that waited is sent with the time it has left, 3.3.2.3.3); 3.1.1
+has no properties and its subscribers get the message without them.  A property value MQTT
+cannot carry (another protocol's text with a NUL, a response topic with a wildcard, more than
+65,535 bytes) is left out, the rest of the message is sent.  The QoS of a message is its
 ``details.qos`` (other protocols' messages are QoS 0).
 """
 from __future__ import annotations
@@ -25,7 +31,8 @@ from zope.interface import implementer
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
 from brokerd.core.principal import Principal
 from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
-from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, NO_PROPERTIES, Properties
+from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, NO_PROPERTIES, PUBLISH, Properties
+from brokerd.protocols.mqtt.properties import check_properties
 from brokerd.protocols.mqtt.publish import PublishFrame
 
 _PLAIN_DETAILS = {(qos, retained): Details(qos=qos, retained=retained) for qos in (0, 1, 2) for retained in (False, True)}
@@ -44,18 +51,65 @@ def is_binary(payload: bytes, properties: Properties) -> bool:
     return False
 
 
+def message_details(qos: int, retain: bool, properties: Properties, now: float) -> Details:
+    """The Details of an MQTT publish (a PUBLISH or a will): its QoS and retain flag and its
+    message properties; a shared one when it has no message properties (the common case)."""
+    if properties is NO_PROPERTIES:
+        return _PLAIN_DETAILS[(qos, retain)]
+    expiry = properties.message_expiry_interval
+    if (properties.content_type is None and expiry is None and properties.response_topic is None
+            and properties.correlation_data is None and properties.payload_format_indicator is None
+            and not properties.user_properties):
+        return _PLAIN_DETAILS[(qos, retain)]
+    return Details(qos=qos, retained=retain, content_type=properties.content_type,
+                   expires=None if expiry is None else now + expiry, response_topic=properties.response_topic,
+                   correlation=properties.correlation_data, payload_format=properties.payload_format_indicator,
+                   user_properties=properties.user_properties)
+
+
 def core_message(target: bytes, payload: bytes, qos: int, retain: bool, properties: Properties,
                  sender: bytes, principal: Principal, now: float) -> Message:
     """The core's message for an MQTT publish (a PUBLISH or a will) to topic ``target``: its
-    QoS and retain flag, Content Type and Message Expiry Interval in the Details."""
-    expiry = properties.message_expiry_interval
-    if properties.content_type is None and expiry is None:
-        details = _PLAIN_DETAILS[(qos, retain)]
-    else:
-        details = Details(qos=qos, retained=retain, content_type=properties.content_type,
-                          expires=None if expiry is None else now + expiry)
+    QoS, retain flag and message properties in the Details (:func:`message_details`)."""
+    details = _PLAIN_DETAILS[(qos, retain)] if properties is NO_PROPERTIES else message_details(
+        qos, retain, properties, now)
     return Message(MULTICAST, target, payload, "mqtt", sender, is_binary(payload, properties),
                    details=details, principal=principal)
+
+
+def publish_properties(details: Details, now: float) -> Properties:
+    """The v5 PUBLISH properties of a message with ``details`` at time ``now`` (see the
+    module docstring); a value MQTT cannot carry is left out."""
+    if details is PLAIN or (details.content_type is None and details.expires is None
+                            and not details.has_properties()):
+        return NO_PROPERTIES
+    expires = details.expires
+    return Properties(
+        content_type=details.content_type,
+        message_expiry_interval=None if expires is None else min(max(0, int(expires - now)), 0xFFFFFFFF),
+        response_topic=details.response_topic, correlation_data=details.correlation,
+        payload_format_indicator=details.payload_format, user_properties=details.user_properties)
+
+
+def carried(properties: Properties) -> Properties:
+    """``properties`` without the values a PUBLISH cannot carry (another protocol's)."""
+    kept: dict[str, object] = {}
+    for name in ("content_type", "message_expiry_interval", "response_topic", "correlation_data",
+                 "payload_format_indicator"):
+        value = getattr(properties, name)
+        if value is not None and _fits(Properties(**{name: value})):
+            kept[name] = value
+    kept["user_properties"] = tuple(pair for pair in properties.user_properties
+                                    if _fits(Properties(user_properties=(pair,))))
+    return Properties(**kept)  # type: ignore[arg-type]
+
+
+def _fits(properties: Properties) -> bool:
+    try:
+        check_properties(properties, PUBLISH)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 class Rendered:
@@ -111,14 +165,15 @@ class MQTTWireFormat(WireFormat):
         properties = NO_PROPERTIES
         if self.version == MQTT_5:
             details = message.details
-            content_type = details.content_type
-            expires = details.expires
-            if content_type is not None or expires is not None:
-                expiry = None
-                if expires is not None:
-                    expiry = max(0, int(expires - self.clock()))
-                properties = Properties(content_type=content_type, message_expiry_interval=expiry)
-        return Rendered(PublishFrame(name, message.payload, self.version, properties), message)
+            if details is not PLAIN:
+                properties = publish_properties(details, self.clock())
+        try:
+            frame = PublishFrame(name, message.payload, self.version, properties)
+        except (ValueError, TypeError):
+            if properties is NO_PROPERTIES:
+                raise
+            frame = PublishFrame(name, message.payload, self.version, carried(properties))
+        return Rendered(frame, message)
 
     def render_message(self, message: Message) -> MQTTPublishes | None:
         rendered = self.rendered(message)

@@ -9,14 +9,20 @@ SMQP -> Message (what :func:`to_message` does with a stored body):
 * every data section becomes a :class:`~brokerd.core.message.Part` (its attributes and data);
 * the *main part*, the one the other protocols carry as ``payload``, is the first ``text/*``
   section, else the first section; ``content_type`` is its type and ``binary`` is set when it
-  is not text.
+  is not text;
+* the extension attributes (the draft's ``X-`` ones, "not a part of the SMQP specifications")
+  are also the message's ``user_properties``, ``X-name: value`` as ``(name, value)``, in order:
+  what MQTT 5 shows as User Properties.  SMQP has no place for a response topic or correlation
+  data (its replies go to the publisher's own topic, ``PUBLISH MESSAGE REPLY``).
 
 Message -> SMQP (what :func:`to_body` does, for delivery to an SMQP subscriber): a message
 that carries ``attributes`` or ``parts`` (one an SMQP client published) becomes that header and
 those sections again, byte for byte.  Any other message (SSMP, MCCHAT, socket.mq) gets the
 REQUIRED attributes from its fields: ``Created``, its ``Smuid`` (the stored message's id, or a
-number of the server's own for a message that was never stored, then with ``Guarantee: NO``)
-and a ``Cmuid`` naming its sender ``<protocol>:<name>@<domain>``; its payload is one section
+number of the server's own for a message that was never stored, then with ``Guarantee: NO``),
+a ``Cmuid`` naming its sender ``<protocol>:<name>@<domain>`` and an ``X-name: value`` line for
+each of its user properties that an attribute line can hold (a name of letters, digits, ``_``
+and ``-``, a printable value without surrounding space; the others are left out); its payload is one section
 of its ``content_type``, else ``application/octet-stream`` for binary content or content that
 is not UTF-8, else ``text/plain; charset=utf-8``.
 
@@ -28,7 +34,7 @@ from __future__ import annotations
 from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Details, Message, Part
 from brokerd.core.principal import Principal
-from brokerd.protocols.smqp.codec import decode_body, format_datetime
+from brokerd.protocols.smqp.codec import decode_body, encode_attribute, format_datetime
 from brokerd.protocols.smqp.events import Body, Section
 
 _NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -37,6 +43,29 @@ _NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 def _safe(name: bytes) -> str:
     text = name.decode("utf-8", "replace")
     return "".join(c if c in _NAME_SAFE else "_" for c in text)[:64] or "_"
+
+
+EXTENSION = "X-"
+"""The prefix of the attributes that are user properties (the draft's extended attributes)."""
+
+
+def user_properties_of(attributes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The user properties of an SMQP header: its ``X-`` attributes without the prefix."""
+    return tuple((name[2:], value) for name, value in attributes
+                 if len(name) > 2 and name[1] == "-" and name[0] in "Xx")
+
+
+def extension_attributes(user_properties: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The ``X-`` attribute lines of user properties, those an attribute line can hold."""
+    lines = []
+    for name, value in user_properties:
+        attribute = EXTENSION + name
+        try:
+            encode_attribute(attribute, value)
+        except ValueError:
+            continue
+        lines.append((attribute, value))
+    return tuple(lines)
 
 
 def main_section(body: Body) -> int | None:
@@ -62,7 +91,8 @@ def to_message(body: Body, key: str, publisher: str, *, message_id: str | None, 
         payload, content_type = main.data, main.content_type
         binary = not content_type.strip().lower().startswith("text/")
     details = Details(content_type=content_type, message_id=message_id, created=created, priority=priority,
-                      expires=expires, attributes=body.attributes, parts=parts)
+                      expires=expires, attributes=body.attributes, parts=parts,
+                      user_properties=user_properties_of(body.attributes))
     return Message(MULTICAST, key.encode("utf-8"), payload, "smqp", publisher.encode("utf-8"), binary,
                    details=details, principal=principal)
 
@@ -85,6 +115,8 @@ def to_body(message: Message, domain: str, now: float = 0.0, volatile_id: str | 
     )
     if volatile_id is not None:
         attributes += (("Guarantee", "NO"),)
+    if message.user_properties:
+        attributes += extension_attributes(message.user_properties)
     return Body(attributes, (Section((("Content-Type", content_type_of(message)),), message.payload),))
 
 

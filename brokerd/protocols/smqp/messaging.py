@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred, succeed
 
 from brokerd.auth.ual import Perm
+from brokerd.core.message import Details, property_problem
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgoing_key, recipients_for
-from brokerd.protocols.smqp.mapping import published_over_smqp, to_message
+from brokerd.protocols.smqp.mapping import published_over_smqp, to_message, user_properties_of
 from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification, Outbox
 from brokerd.protocols.smqp.refusal import Refused
@@ -162,6 +163,7 @@ class MessagingCommands(SessionBase):
 
     def _publish_to(self, key: str, explicit: list[str], body: Body, publication: Publication,
                     command: Command, node_mode: str, mode: str) -> Overlap | None:
+        self._check_properties(body)
         if publication.timeout is None:
             self._may_keep_forever(key)
         if not publication.guarantee:
@@ -174,6 +176,17 @@ class MessagingCommands(SessionBase):
             return Overlap(self._replace(key, body, publication, command, node_mode))
         return Overlap(self._publish(key, body, publication, command, explicit, node_mode, "ADD",
                                      history=mode == "REPLY"))
+
+    def _check_properties(self, body: Body) -> None:
+        """The ``X-`` attributes are the message's user properties for the other protocols,
+        bounded for every protocol alike (``--max-user-properties``, ``--max-property-bytes``)."""
+        user_properties = user_properties_of(body.attributes)
+        if user_properties:
+            settings = self.factory.settings
+            problem = property_problem(Details(user_properties=user_properties), settings.max_user_properties,
+                                       settings.max_property_bytes)
+            if problem is not None:
+                raise Refused(413, f"Resource too large: {problem}")
 
     def _may_keep_forever(self, key: str) -> None:
         """``Timeout: INFINITE`` (a state message, kept until removed) needs administer

@@ -19,6 +19,8 @@ instead (wire.py).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import struct
@@ -232,6 +234,52 @@ class _Fields:
             raise _BadField("data is not valid Unicode") from None
 
 
+    def pairs(self, name: str) -> tuple[tuple[str, str], ...]:
+        """A list of ``[name, value]`` string pairs (absent: none)."""
+        value = self.obj.get(name)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(
+                isinstance(pair, list) and len(pair) == 2 and all(isinstance(text, str) for text in pair)
+                for pair in value):
+            raise _BadField(f"{name} must be a list of [name, value] string pairs")
+        if not all(is_unicode(text) for pair in value for text in pair):
+            raise _BadField(f"{name} is not valid Unicode (a lone surrogate)")
+        return tuple((pair[0], pair[1]) for pair in value)
+
+    def base64(self, name: str) -> bytes | None:
+        """Bytes given as standard base64 text (absent: None)."""
+        text = self.text(name, required=False)
+        if text is None:
+            return None
+        try:
+            return base64.b64decode(text.encode("ascii"), validate=True)
+        except (UnicodeEncodeError, binascii.Error):
+            raise _BadField(f"{name} must be base64") from None
+
+    def properties(self) -> dict[str, Any]:
+        """The optional message properties of a publish or an event (docs/socketmq.md)."""
+        response_topic = self.obj.get("response_topic")
+        if response_topic is not None and not is_event_name(response_topic):
+            raise _BadField("response_topic must be an event name")
+        return {"content_type": self.text("content_type", required=False, limit=255),
+                "response_topic": response_topic, "correlation": self.base64("correlation"),
+                "user_properties": self.pairs("user_properties")}
+
+
+def _properties(obj: dict[str, Any], m: Publish | Event) -> dict[str, Any]:
+    """``obj`` with the message properties ``m`` has (none: unchanged)."""
+    if m.content_type is not None:
+        obj["content_type"] = m.content_type
+    if m.response_topic is not None:
+        obj["response_topic"] = m.response_topic
+    if m.correlation is not None:
+        obj["correlation"] = base64.b64encode(m.correlation).decode("ascii")
+    if m.user_properties:
+        obj["user_properties"] = [list(pair) for pair in m.user_properties]
+    return obj
+
+
 def _auth(f: _Fields) -> Auth:
     method = f.text("method", limit=32)
     if method == "OpenPGP":
@@ -245,7 +293,7 @@ def _auth(f: _Fields) -> Auth:
 
 def _publish(f: _Fields) -> Publish:
     data, binary = f.payload()
-    return Publish(f.id, f.event(), data, binary)
+    return Publish(f.id, f.event(), data, binary, **f.properties())
 
 
 def _respond(f: _Fields) -> Respond:
@@ -273,7 +321,7 @@ _CLIENT: dict[str, Callable[[_Fields], Any]] = {
 
 def _event(f: _Fields) -> Event:
     data, binary = f.payload()
-    return Event(f.event(), data, binary, f.text("from", False), f.text("protocol", False))
+    return Event(f.event(), data, binary, f.text("from", False), f.text("protocol", False), **f.properties())
 
 
 def _request(f: _Fields) -> Request:
@@ -340,7 +388,7 @@ def encode(message: ClientMessage | ServerMessage) -> tuple[bytes, bool]:
     if kind is Event:
         m = message
         obj = _compact({"type": "event", "event": m.event, "from": m.sender, "protocol": m.protocol})
-        return _with_payload(obj, m.data, m.binary)
+        return _with_payload(_properties(obj, m), m.data, m.binary)
     if kind is Request:
         m = message
         obj = _compact(
@@ -370,7 +418,7 @@ def encode(message: ClientMessage | ServerMessage) -> tuple[bytes, bool]:
     if kind is Publish:
         m = message
         obj = _compact({"type": "publish", "id": m.id, "event": m.event})
-        return _with_payload(obj, m.data, m.binary)
+        return _with_payload(_properties(obj, m), m.data, m.binary)
     obj = _compact(_SIMPLE[kind](message))
     return _dumps(obj), False
 

@@ -40,12 +40,23 @@ class Unsubscribe:
     event: str
 
 
+Pairs = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Publish:
+    """An event to publish, with the message properties a publisher may give (each optional:
+    ``content_type``, ``response_topic`` the event a reply is wanted on, ``correlation`` the
+    bytes a reply carries back, ``user_properties`` name/value pairs in order)."""
+
     id: MessageId
     event: str
     data: bytes
     binary: bool = False
+    content_type: str | None = None
+    response_topic: str | None = None
+    correlation: bytes | None = None
+    user_properties: Pairs = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +117,17 @@ class Result:
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """An event delivered to a subscriber, with its message's properties (as in Publish)."""
+
     event: str
     data: bytes
     binary: bool = False
     sender: str | None = None
     protocol: str | None = None
+    content_type: str | None = None
+    response_topic: str | None = None
+    correlation: bytes | None = None
+    user_properties: Pairs = ()
 
 
 @dataclass(frozen=True, slots=True)

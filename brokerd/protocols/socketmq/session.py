@@ -49,7 +49,7 @@ from zope.interface import implementer
 from brokerd.auth.credentials import OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
-from brokerd.core.message import MULTICAST, Message
+from brokerd.core.message import MULTICAST, PLAIN, Details, Message, property_problem
 from brokerd.core.principal import NOBODY, OPENPGP as OPENPGP_REALM, Principal, certificate_principal
 from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
@@ -516,8 +516,18 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         if not hub.broker.may_publish(self.principal, topic):
             self._deny(message.id, f"publish to {message.event}")
             return
+        details = PLAIN
+        if (message.content_type is not None or message.response_topic is not None
+                or message.correlation is not None or message.user_properties):
+            details = Details(content_type=message.content_type, response_topic=message.response_topic,
+                              correlation=message.correlation, user_properties=message.user_properties)
+            settings = hub.settings
+            problem = property_problem(details, settings.max_user_properties, settings.max_property_bytes)
+            if problem is not None:
+                self._reply(_result(message.id, 413, problem))
+                return
         published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
-                            principal=self.principal)
+                            details=details, principal=self.principal)
         hub.broker.publish(published, self)
         kept = hub.broker.keep([published])
         if kept is None:

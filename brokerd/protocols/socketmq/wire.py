@@ -12,12 +12,13 @@ text frame, anything else intact in a binary frame.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 from autobahn.twisted.websocket import WebSocketServerFactory
 from zope.interface import implementer
 
-from brokerd.core.message import MULTICAST, Message
+from brokerd.core.message import MULTICAST, PLAIN, Details, Message
 from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.socketmq.codec import encode, is_event_name
 from brokerd.protocols.socketmq.events import Event
@@ -42,6 +43,16 @@ class PreparedFrames(bytes):
         frames = cls(b"".join([message.payloadHybi for message in prepared]))
         frames.prepared = tuple(prepared)
         return frames
+
+
+def _with_properties(event: Event, details: Details) -> Event:
+    """``event`` with the message properties socket.mq has a place for (docs/socketmq.md):
+    a response topic that is no event name is left out."""
+    response_topic = details.response_topic
+    if response_topic is not None and not is_event_name(response_topic):
+        response_topic = None
+    return replace(event, content_type=details.content_type, response_topic=response_topic,
+                   correlation=details.correlation, user_properties=details.user_properties)
 
 
 @implementer(IWireFormat)
@@ -73,7 +84,11 @@ class SocketMQWireFormat(WireFormat):
             self.unrepresentable += 1
             return None
         sender = message.sender_name.decode("utf-8", "replace")
-        event = Event(name, message.payload, message.binary, sender, message.protocol)
+        details = message.details
+        if details is PLAIN or (details.content_type is None and not details.has_properties()):
+            event = Event(name, message.payload, message.binary, sender, message.protocol)
+        else:
+            event = _with_properties(Event(name, message.payload, message.binary, sender, message.protocol), details)
         prepared = _prepare(*encode(event))
         frames = PreparedFrames(prepared.payloadHybi)
         frames.prepared = (prepared,)

@@ -43,6 +43,11 @@ payloads = st.binary(max_size=300)
 texts = st.text(max_size=50)
 statuses = st.integers(100, 599)
 
+pairs = st.lists(st.tuples(texts, texts), max_size=4).map(tuple)
+optional_bytes = st.one_of(st.none(), st.binary(max_size=40))
+optional_content_type = st.one_of(st.none(), st.text(max_size=40))
+optional_event = st.one_of(st.none(), events)
+
 client_messages = st.one_of(
     st.builds(Auth, ids, st.just("OpenPGP"), proof=texts),
     st.builds(Auth, ids, st.just("secret"), identity=st.text(max_size=64), secret=texts),
@@ -50,6 +55,8 @@ client_messages = st.one_of(
     st.builds(Subscribe, ids, events),
     st.builds(Unsubscribe, ids, events),
     st.builds(Publish, ids, events, payloads, st.booleans()),
+    st.builds(Publish, ids, events, payloads, st.booleans(), optional_content_type, optional_event, optional_bytes,
+              pairs),
     st.builds(Register, ids, applications),
     st.builds(Unregister, ids, applications),
     st.builds(Respond, ids, st.text(min_size=1, max_size=20), statuses, payloads, st.booleans(), st.one_of(st.none(), texts)),
@@ -58,6 +65,8 @@ server_messages = st.one_of(
     st.builds(Hello, st.integers(1, 9), st.sampled_from(["disabled", "enabled", "required"]), texts, st.one_of(st.none(), texts)),
     st.builds(Result, ids, statuses, texts, st.one_of(st.none(), texts), st.one_of(st.none(), texts)),
     st.builds(Event, events, payloads, st.booleans(), st.one_of(st.none(), texts), st.one_of(st.none(), texts)),
+    st.builds(Event, events, payloads, st.booleans(), st.one_of(st.none(), texts), st.one_of(st.none(), texts),
+              optional_content_type, optional_event, optional_bytes, pairs),
     st.builds(Request, st.text(min_size=1, max_size=20), applications, st.text(max_size=40), payloads, st.one_of(st.none(), texts), st.one_of(st.none(), texts), st.one_of(st.none(), texts)),
     st.builds(Dropped, st.integers(0, 10**9)),
 )
@@ -167,6 +176,11 @@ def test_frame_errors(payload: bytes, binary: bool) -> None:
         ({"type": "respond", "id": 9, "request": "1", "status": True}, 400, 9),
         ({"type": "publish", "id": 10, "event": "a", "data": 5}, 400, 10),
         ({"type": "auth", "id": 11, "method": "kerberos"}, 400, 11),
+        ({"type": "publish", "id": 12, "event": "a", "data": "", "user_properties": [["a"]]}, 400, 12),
+        ({"type": "publish", "id": 13, "event": "a", "data": "", "user_properties": {"a": "b"}}, 400, 13),
+        ({"type": "publish", "id": 14, "event": "a", "data": "", "correlation": "not base64!"}, 400, 14),
+        ({"type": "publish", "id": 15, "event": "a", "data": "", "response_topic": "a\x00b"}, 400, 15),
+        ({"type": "publish", "id": 16, "event": "a", "data": "", "content_type": 7}, 400, 16),
         ({"type": "subscribe", "id": True, "event": "a"}, 400, None),
         ({"type": "subscribe", "id": 2**60, "event": "a"}, 400, None),
         ({"type": "subscribe", "id": "x" * 65, "event": "a"}, 400, None),
