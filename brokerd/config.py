@@ -1,7 +1,8 @@
 """brokerd's settings: one dataclass built from the command line and/or a TOML file.
 
-Every limit the broker enforces lives here with its default, so docs/ and the code agree on
-one list.  The command line wins over the file.
+Every limit the broker enforces lives here with its default, its help, its meaning and its
+range, so that the command line, the TOML file's keys and docs/operations.md's option table
+(all made from Settings) agree on one list.  The command line wins over the file.
 """
 from __future__ import annotations
 
@@ -41,7 +42,13 @@ def default_listener(protocol: str) -> str:
 
 @dataclass
 class Settings:
-    """Everything that shapes a running broker."""
+    """Everything that shapes a running broker.
+
+    A field is one setting: ``setting(default, metavar, help=..., meaning=..., ...)``
+    (brokerd.settingspec.Option says what each part is for).  A new field is a new option
+    and TOML key; ``python -m brokerd.optiontable --write docs/operations.md`` puts its row in
+    the docs (tests/test_settings_contract.py fails until then).
+    """
 
     listeners: dict[str, list[str]] = field(default_factory=dict)
     """protocol -> endpoint strings; empty means every available protocol on its default port

@@ -138,15 +138,15 @@ def boolean(key: str, value: Any) -> bool:
 def number(key: str, spec: Field, value: Any) -> int | float:
     """A number within the setting's range.  A whole-number setting takes no fraction (2.5
     connections would quietly be 2), no setting takes a boolean, NaN or infinity."""
-    whole = NUMBERS[spec.type] is int
-    if isinstance(value, bool) or (whole and isinstance(value, float) and not value.is_integer()):
-        raise ConfigurationError(f"{key}: {value!r} is not a {'whole ' if whole else ''}number")
-    try:
-        found: int | float = int(value) if whole else float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{key}: {value!r} is not a {'whole ' if whole else ''}number") from None
-    if not math.isfinite(found):
+    found = _parse_number(value)
+    if found is None:
         raise ConfigurationError(f"{key}: {value!r} is not a number")
+    if NUMBERS[spec.type] is int:
+        if found != int(found):
+            raise ConfigurationError(f"{key}: {value!r} is not a whole number")
+        found = int(found)
+    else:
+        found = float(found)
     option = option_of(spec)
     if found < 0 or (found == 0 and not option.zero):
         least = "must be 0 or more" if option.zero else "must be positive"
@@ -154,3 +154,20 @@ def number(key: str, spec: Field, value: Any) -> int | float:
     if option.maximum is not None and found > option.maximum:
         raise ConfigurationError(f"{key}: at most {option.maximum}, not {value!r}")
     return found
+
+
+def _parse_number(value: Any) -> int | float | None:
+    """A finite number from a TOML number or a command-line string (a whole one kept exact),
+    else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return value if math.isfinite(value) else None

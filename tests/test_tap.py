@@ -182,7 +182,8 @@ def test_a_number_beyond_its_range_is_refused_from_the_command_line_and_the_file
     ("smqp-connectto-allow = [1, 2]", r"smqp-connectto-allow: \[1, 2\] is not a string or a list of strings"),
     ("ssmp = 5", "ssmp: endpoints must be strings"),
     ("max-connections = 2.5", "max-connections: 2.5 is not a whole number"),
-    ("max-connections = true", "max-connections: True is not a whole number"),
+    ("max-connections = true", "max-connections: True is not a number"),
+    ("max-connections = 'lots'", "max-connections: 'lots' is not a number"),
     ("login-timeout = nan", "login-timeout: nan is not a number"),
 ])
 def test_a_value_of_the_wrong_type_in_the_file_is_one_line_naming_the_key(tmp_path, line, error):
