@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from brokerd.config import LISTENER_OPTIONS, PROTOCOLS, default_listener, setting_fields, settings_default
-from brokerd.settingspec import Option, kind, metavar, option_of, range_text
+from brokerd.settingspec import Option, kind, metavar, option_name, option_of, range_text
 
 COMMAND_OPTIONS = {
     "config": Option(
@@ -89,7 +89,7 @@ def default_cell(spec: Field) -> str:
         return option.shown
     if kind(spec) == "flag":
         return "off"
-    value = settings_default(option.name or spec.name.replace("_", "-"))
+    value = settings_default(option_name(spec))
     if value is None:
         return "—"
     return value if kind(spec) == "number" else f"`{value}`"

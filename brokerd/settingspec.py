@@ -55,8 +55,9 @@ def option_name(spec: Field) -> str:
     return option_of(spec).name or spec.name.replace("_", "-")
 
 
-NUMBERS = {"int": int, "float": float, "float | None": float}
-"""Field types read as numbers (a float that may be None is off until given)."""
+NUMBERS = ("int", "float", "float | None")
+"""Field types read as numbers: whole ones, and seconds (a float that may be None is off
+until given)."""
 PATHS = ("Path", "Path | None")
 LISTS = ("str | list[str]", "str | list[Any]")
 """Fields that take several values: a string of them (commas or blanks) or a TOML list."""
@@ -141,7 +142,7 @@ def number(key: str, spec: Field, value: Any) -> int | float:
     found = _parse_number(value)
     if found is None:
         raise ConfigurationError(f"{key}: {value!r} is not a number")
-    if NUMBERS[spec.type] is int:
+    if spec.type == "int":
         if found != int(found):
             raise ConfigurationError(f"{key}: {value!r} is not a whole number")
         found = int(found)

@@ -50,9 +50,9 @@ from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.optiontable import flags, negative_flags, parameters, repeatable_help
-from brokerd.settingspec import kind
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.flow import after_read
+from brokerd.settingspec import kind
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
@@ -87,6 +87,7 @@ class Options(usage.Options):
     def _listener(self, protocol: str, endpoint: str) -> None:
         self["listeners"].setdefault(protocol, []).append(endpoint)
 
+    # The opt_ methods' --help lines come from Settings too (_help_from_settings, below).
     def opt_ssmp(self, endpoint: str) -> None:
         self._listener("ssmp", endpoint)
 
