@@ -29,15 +29,18 @@ from brokerd.auth.realm import build_portal
 from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.config import (
+    DEFAULT_INTERFACE,
     DEFAULT_PORTS,
     PROTOCOLS,
     Runtime,
     Settings,
     check_secret_files,
+    default_listener,
     read_first_line,
     secret_file_problems,
-    settings_default,
+    setting_fields,
     settings_from,
+    value_problems,
 )
 from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
@@ -46,10 +49,12 @@ from brokerd.core.retainedquota import RetainQuotas
 from brokerd.errors import ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.optiontable import flags, negative_flags, parameters, repeatable_help
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.flow import after_read
 from brokerd.protocols.onion.control import TorControl, check_tor_settings
 from brokerd.protocols.onion.listener import onion_listen_endpoint
+from brokerd.settingspec import kind
 from brokerd.store.choice import check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
@@ -58,21 +63,8 @@ from brokerd.store.disk import DiskSpace
 _log = Logger()
 
 
-NEGATIVE_FLAGS = {"no-event-log": "event-log", "no-smqp-guest": "smqp-guest", "no-mqtt-anonymous": "mqtt-anonymous"}
+NEGATIVE_FLAGS = negative_flags()
 """Flags that turn off a setting that is on by default: flag -> the setting's option name."""
-
-
-def with_defaults(parameters: list[list[Any]]) -> list[list[Any]]:
-    """The option table with each setting's default from Settings appended to its help text
-    (``[30]``), so that --help and the code cannot disagree; a help text that ends with its
-    own ``[...]`` (a default that depends on other settings, or none) is left as written."""
-    shown = []
-    for key, short, default, help_text in parameters:
-        value = settings_default(key)
-        if value is not None and not help_text.rstrip(".").endswith("]"):
-            help_text = f"{help_text.rstrip('.')} [{value}]."
-        shown.append([key, short, default, help_text])
-    return shown
 
 
 class Options(usage.Options):
@@ -84,116 +76,9 @@ class Options(usage.Options):
         "option every available protocol listens on its default port on 127.0.0.1 (this host "
         "only); with any, only those given."
     )
-    optFlags = [
-        ["open-login", None, "Allow SSMP 'open' login (debugging only)."],
-        ["anonymous", None, "Allow SSMP anonymous '.' login (publish only)."],
-        ["no-event-log", None, "Do not keep the event log."],
-        ["no-smqp-guest", None, "SMQP: refuse the guest account's logins [guest may log in]."],
-        ["no-mqtt-anonymous", None, "MQTT: refuse a CONNECT without a username or client certificate [anonymous allowed]."],
-        ["event-log-payloads", None, "Include message contents (base64) in the event log."],
-        ["mcchat-bind-username", None, "MCCHAT: show a verified client certificate's name as the username."],
-        ["socketmq-deflate", None, "socket.mq: accept permessage-deflate (compressed WebSocket messages) [off]."],
-        ["check-config", None, "Check --config and the options given without starting: exit 0, or 1 with one line per problem."],
-    ]
-    optParameters = with_defaults([
-        ["data-dir", None, None, "Directory of the store and the event log [default: ./brokerd-data]."],
-        ["secret-file", None, None, "Enable SSMP 'secret' login with the shared secret in FILE."],
-        ["accounts", None, None, "SMQP (and socket.mq HTTP basic) accounts file."],
-        ["tls-cert", None, None, "Server certificate (PEM) for tls: listeners."],
-        ["tls-key", None, None, "Private key (PEM) of --tls-cert."],
-        ["tls-ca", None, None, "CA bundle (PEM): TLS listeners then ask for and verify client certificates."],
-        ["ual", None, None, "User Access Lists file: topic permissions for every protocol [DATA_DIR/smqp.ual if present]."],
-        ["smqp-guest-permissions", None, None, "SMQP guest permissions, as in the UAL file [s]."],
-        ["smqp-domain", None, None, "SMQP server domain for user@domain addresses [host name]."],
-        ["smqp-connectto-allow", None, None, "SMQP CONNECTTO: addresses besides the client's own public one it may name (loopback, link-local and private ones included): IPs, CIDRs, host names, each optionally :port (commas) [none]."],
-        ["smqp-link-account", None, None, "SMQP: the account server links log in with on other servers."],
-        ["smqp-link-password-file", None, None, "SMQP: file whose first line is the links' password [none: TLS client certificate]."],
-        ["smqp-redirect", None, None, "SMQP: host:port targets (commas) a LOGIN over a connection limit or during shutdown is redirected to with 311; NAME=host:port: cluster node NAME, used while it is live [none]."],
-        ["smqp-message-timeout", None, None, "SMQP default message timeout in seconds."],
-        ["smqp-retry-timeout", None, None, "SMQP: seconds before an unacknowledged NOTIFY is sent again."],
-        ["smqp-max-attempts", None, None, "SMQP: sends of a NOTIFY before it goes to the Trash."],
-        ["smqp-trash-retention", None, None, "SMQP: seconds a message stays in a Trash."],
-        ["tor-control", None, None, "Control port of a running tor for onion: listeners (unix:PATH, tcp:127.0.0.1:9051) [launch a tor]."],
-        ["tor-config", None, None, "torrc of the tor brokerd launches for onion: listeners [Tor's defaults]."],
-        ["tor-timeout", None, None, "Seconds to reach or launch tor and publish an onion service."],
-        ["onion-client-auth", None, None, "Directory of NAME.auth client keys: only they reach onion: listeners [anyone]."],
-        ["socketmq-policy", None, None, "socket.mq policy file (TOML): OpenPGP security, key ring, allow rules."],
-        ["socketmq-key", None, None, "socket.mq server OpenPGP key [DATA_DIR/socketmq/server-key.asc]."],
-        ["config", None, None, "Read settings from this TOML file (the command line wins)."],
-        ["login-timeout", None, None, "Seconds a connection may take to log in."],
-        ["ping-interval", None, None, "Seconds of client silence before a server PING."],
-        ["pong-timeout", None, None, "Seconds to wait for a client after a PING before closing."],
-        ["max-connections", None, None, "Connections of all protocols together."],
-        ["max-subscriptions", None, None, "Topics one session may subscribe to."],
-        ["max-output-buffer", None, None, "Bytes queued for a slow recipient before its messages are dropped."],
-        ["max-user-properties", None, None, "User properties one message may carry (any protocol)."],
-        ["max-property-bytes", None, None, "Bytes of one message's properties together."],
-        ["event-log-flush", None, None, "Seconds between event-log writes (what a crash may lose)."],
-        ["event-log-sample", None, None, "Seconds between two delivery-latency samples in the event log."],
-        ["event-log-gauge", None, None, "Seconds between two SMQP queue-depth readings in the event log."],
-        ["mcchat-idle-timeout", None, None, "Seconds an MCCHAT connection with no subscription may stay silent."],
-        ["mqtt-max-packet-size", None, None, "MQTT: bytes of one packet a client may send."],
-        ["mqtt-max-inflight", None, None, "MQTT: unacknowledged QoS 1 and 2 messages per direction per connection."],
-        ["mqtt-max-queued", None, None, "MQTT: QoS 1 and 2 messages one session keeps waiting for its client."],
-        ["mqtt-max-sessions", None, None, "MQTT: persistent sessions on the node, all principals together."],
-        ["mqtt-max-sessions-per-principal", None, None, "MQTT: persistent sessions of one logged-in principal."],
-        ["mqtt-anonymous-sessions", None, None, "MQTT: persistent sessions of the anonymous principal (0: none)."],
-        ["mqtt-max-session-subscriptions", None, None, "MQTT: subscriptions one persistent session may keep."],
-        ["mqtt-max-stored-queued", None, None, "MQTT: messages the store keeps waiting for one persistent session."],
-        ["mqtt-max-topic-length", None, None, "MQTT: bytes of a topic name or filter."],
-        ["mqtt-max-topic-levels", None, None, "MQTT: levels of a topic name or filter."],
-        ["mqtt-max-client-id", None, None, "MQTT: bytes of a client identifier."],
-        ["mqtt-connect-timeout", None, None, "MQTT: seconds a connection may take to send an accepted CONNECT."],
-        ["mqtt-max-session-expiry", None, None, "MQTT: seconds a persistent session outlives its connection at most."],
-        ["mqtt-max-keep-alive", None, None, "MQTT: longest keep-alive a client may ask for, seconds (0: any)."],
-        ["mqtt-topic-alias-maximum", None, None, "MQTT v5: topic aliases per connection (0: none)."],
-        ["mqtt-max-retained", None, None, "MQTT: topics with a retained message, all publishers together."],
-        ["mqtt-max-retained-bytes", None, None, "MQTT: bytes of retained messages (topics and payloads), all together."],
-        ["mqtt-max-retained-per-principal", None, None, "MQTT: topics one principal may hold the retained message of."],
-        ["mqtt-max-retained-bytes-per-principal", None, None, "MQTT: bytes of retained messages one principal may hold."],
-        ["smqp-max-topics-per-account", None, None, "SMQP: topics one account may create."],
-        ["smqp-max-message-size", None, None, "SMQP: bytes of one message, attributes and data."],
-        ["smqp-max-queued-bytes", None, None, "SMQP: bytes of notifications one session holds in memory."],
-        ["smqp-max-notify-window", None, None, "SMQP: largest SET NOTIFY WINDOW a session may ask for, 1-1024."],
-        ["smqp-max-one-held", None, None, "SMQP: messages of ONE topics one session holds unanswered at most; the rest go to other subscribers."],
-        ["socketmq-max-frames", None, None, "socket.mq: frames one incoming WebSocket message may have."],
-        ["socketmq-request-timeout", None, None, "socket.mq: seconds a registered application has to answer a forwarded request before 504."],
-        ["socketmq-request-read-timeout", None, None, "socket.mq: seconds an HTTP request's headers and body may take to arrive."],
-        ["socketmq-handshake-timeout", None, None, "socket.mq: seconds a WebSocket opening handshake may take."],
-        ["socketmq-origins", None, None, "socket.mq: browser origins allowed to use the WebSocket and POST, e.g. 'self https://app.example.com'."],
-        ["server-names", None, None, "DNS names this broker is reached by (admin Host check, socket.mq 'self'); localhost and IP addresses always are."],
-        ["admin", None, None, "Admin listener endpoint: /metrics, JSON API (docs/admin.md) [off]."],
-        ["admin-token-file", None, None, "Bearer token of the admin listener (the file's first line)."],
-        ["admin-cert-names", None, None, "Client-certificate names allowed on a tls: admin listener (comma-separated)."],
-        ["metrics-top-queues", None, None, "SMQP Trash queues /metrics, the JSON API and ~sys show one by one (the fullest; the rest summed as queue=\"(others)\")."],
-        ["sys-interval", None, None, "Seconds between statistics on the ~sys/brokerd/ topics [off]."],
-        ["log-level", None, None, "Lowest level logged: debug, info, warn, error, critical."],
-        ["log-format", None, None, "Log lines as text or json."],
-        ["max-listener-connections", None, None, "Connections of one listener."],
-        ["max-connections-per-address", None, None, "Connections from one source IP address."],
-        ["max-unauthenticated", None, None, "Connections not yet logged in, all listeners together."],
-        ["max-auth-queue", None, None, "Password checks and OpenPGP operations queued or running."],
-        ["login-backoff-after", None, None, "Failed password logins in a row from one address or for one account before the next check waits."],
-        ["login-backoff", None, None, "Seconds of the first such wait, doubled with each further failure."],
-        ["login-backoff-max", None, None, "Longest wait of a login check; an attempt that would wait longer is refused at once."],
-        ["login-backoff-entries", None, None, "Addresses, accounts and address-account logins the login backoff remembers."],
-        ["store", None, None, "Durable store: postgresql://USER@HOST:PORT/DB, shared by cluster nodes [the SQLite file in DATA_DIR]."],
-        ["store-password-file", None, None, "PostgreSQL password of --store (the file's first line) when the URL has none."],
-        ["disk-free-limit", None, None, "Bytes to keep free where DATA_DIR is: below, stored publishes are refused."],
-        ["event-log-max-bytes", None, None, "Bytes of event-log files kept, oldest hours deleted first."],
-        ["event-log-max-age", None, None, "Seconds an hour of the event log is kept."],
-        ["cluster", None, None, "Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off]."],
-        ["cluster-password-file", None, None, "Redis password (the file's first line); one in the --cluster URL wins."],
-        ["cluster-secret-file", None, None, "Secret shared by the cluster's nodes, sealing what they send through Redis: one line (two while rotating: the first seals, both open), mode 600 [required with --cluster]."],
-        ["cluster-tls-ca", None, None, "CA bundle (PEM) verifying a rediss:// server [system trust store]."],
-        ["cluster-max-backlog", None, None, "Bytes published to Redis and not yet acknowledged, beyond which messages for other nodes are dropped."],
-        ["cluster-max-control", None, None, "Bytes of one control message from another node (its state is the largest); longer ones are refused."],
-        ["cluster-max-shared-pending", None, None, "Messages sent to another node's shared-group member and kept until it answers; beyond, sent unkept."],
-        ["cluster-heartbeat", None, None, "Seconds between this node's heartbeats to the other nodes."],
-        ["cluster-node-timeout", None, None, "Seconds without a node's heartbeat before its sessions leave presence."],
-        ["cluster-clock-skew", None, None, "Seconds the nodes' clocks may disagree: frames sealed longer before a node subscribed are refused."],
-        ["node-name", None, None, "This node's name in the cluster [host name:first listener port]."],
-    ])
+    optFlags = flags()
+    optParameters = parameters()
+    """Both made from Settings (brokerd.optiontable): a setting is added there, in one place."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,32 +89,26 @@ class Options(usage.Options):
     def _listener(self, protocol: str, endpoint: str) -> None:
         self["listeners"].setdefault(protocol, []).append(endpoint)
 
+    # The opt_ methods' --help lines come from Settings too (_help_from_settings, below).
     def opt_ssmp(self, endpoint: str) -> None:
-        """Listen for SSMP on ENDPOINT (repeatable) [tcp:8787:interface=127.0.0.1]."""
         self._listener("ssmp", endpoint)
 
     def opt_mcchat(self, endpoint: str) -> None:
-        """Listen for MCCHAT on ENDPOINT (repeatable) [tcp:1502:interface=127.0.0.1]."""
         self._listener("mcchat", endpoint)
 
     def opt_smqp(self, endpoint: str) -> None:
-        """Listen for SMQP on ENDPOINT (repeatable) [tcp:720:interface=127.0.0.1]."""
         self._listener("smqp", endpoint)
 
     def opt_socketmq(self, endpoint: str) -> None:
-        """Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable) [tcp:8080:interface=127.0.0.1]."""
         self._listener("socketmq", endpoint)
 
     def opt_mqtt(self, endpoint: str) -> None:
-        """Listen for MQTT 3.1.1 and 5.0 on ENDPOINT (repeatable) [tcp:1883:interface=127.0.0.1]."""
         self._listener("mqtt", endpoint)
 
     def opt_smqp_link(self, link: str) -> None:
-        """SMQP server link DOMAIN=ENDPOINT: log in there and forward its messages (repeatable)."""
         self["smqp-links"].append(link)
 
     def opt_mqtt_bridge(self, bridge: str) -> None:
-        """MQTT bridge to another broker: 'name=N address=HOST:PORT topic="PATTERN out 1" ...' (repeatable; docs/mqtt.md)."""
         self["mqtt-bridges"].append(bridge)
 
     def opt_version(self) -> None:
@@ -279,6 +158,16 @@ class Options(usage.Options):
                 raise StartupError("brokerd: --log-level/--log-format replace twistd's --logger; give one or the other")
             return  # the operator's own observer
         twistd["logger"] = choose_log_observer(self.settings, twistd)  # escapes what clients sent
+
+
+def _help_from_settings(options: type[usage.Options]) -> None:
+    """The --help lines of the options that are ``opt_`` methods (the listeners, repeatable
+    settings), from Settings as the others are."""
+    for name in (*PROTOCOLS, *(name for name, spec in setting_fields().items() if kind(spec) == "repeatable")):
+        getattr(options, f"opt_{name.replace('-', '_')}").__doc__ = repeatable_help(name)
+
+
+_help_from_settings(Options)
 
 
 def report_check(problems: list[str], warnings: list[str]) -> None:
@@ -595,6 +484,8 @@ def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
 def build_runtime(settings: Settings, reactor) -> Runtime:
     """The shared pieces: Broker, Portal, TLS settings, the access list."""
     check_secret_files(settings)  # also for embedders, who call makeService with Settings
+    for problem in value_problems(settings):  # embedders' values; the options' were checked as read
+        raise ConfigurationError(problem)
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
@@ -694,15 +585,11 @@ def _store_unusable(failure, store, reactor) -> None:
         reactor.stop()
 
 
-DEFAULT_INTERFACE = "127.0.0.1"
-"""Where the default listeners (no listener option given) bind: this host only."""
-
-
 def _listeners(settings: Settings) -> dict[str, list[str]]:
     if settings.listeners:
         return settings.listeners
     return {
-        protocol: [f"tcp:{DEFAULT_PORTS[protocol]}:interface={DEFAULT_INTERFACE}"]
+        protocol: [default_listener(protocol)]
         for protocol in PROTOCOLS
         if front_end(protocol) is not None
     }

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerd.config import Settings, settings_from
+from brokerd.config import Settings, setting_fields, settings_from, value_problems
 from brokerd.errors import ConfigurationError
-from brokerd.tap import Options, StartupError, front_end
+from brokerd.settingspec import kind, option_of
+from brokerd.tap import Options, StartupError, front_end, makeService
 from tests.support.secrets import write_private
 
 
@@ -112,6 +113,8 @@ def test_zero_is_accepted_where_it_is_documented():
     assert settings.mqtt_topic_alias_maximum == 0
     with pytest.raises(StartupError, match="mqtt-max-keep-alive: must be 0 or more"):
         parse("--mqtt-max-keep-alive", "-1")
+    with pytest.raises(StartupError, match="mqtt-max-keep-alive: at most 65535"):
+        parse("--mqtt-max-keep-alive", "65536")
     with pytest.raises(StartupError, match="mqtt-max-inflight: must be positive"):
         parse("--mqtt-max-inflight", "0")
 
@@ -131,3 +134,71 @@ def test_a_boolean_that_is_no_boolean_is_an_error_naming_the_option(tmp_path):
     config.write_text('mqtt-anonymous = "flase"\n')
     with pytest.raises(StartupError, match="mqtt-anonymous: 'flase' is not a boolean"):
         parse("--config", str(config))
+
+
+NUMBERS = sorted(name for name, spec in setting_fields().items() if kind(spec) == "number")
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+def test_every_number_takes_its_documented_range_and_nothing_beyond(name):
+    """Each number's range comes from its definition in Settings (what docs/operations.md
+    shows): the lowest and the highest documented values are taken, a value beyond either end,
+    a fraction of a whole number, NaN, infinity or a boolean is one line naming the option."""
+    spec = setting_fields()[name]
+    option = option_of(spec)
+    whole = spec.type == "int"
+    lowest = 0 if option.zero else (1 if whole else 0.5)
+    assert getattr(settings_from({name: str(lowest)}), spec.name) == lowest
+    refused = ["-1", True, "lots"] + (["2.5"] if whole else ["nan", "inf"])
+    if not option.zero:
+        refused.append("0")
+    if option.maximum is not None:
+        assert getattr(settings_from({name: str(option.maximum)}), spec.name) == option.maximum
+        refused.append(str(option.maximum + 1))
+    for value in refused:
+        with pytest.raises(ConfigurationError, match=f"^{name}: "):
+            settings_from({name: value})
+
+
+def test_the_documented_zero_of_anonymous_sessions_is_taken():
+    """``--mqtt-anonymous-sessions 0`` (none), the documented default, given explicitly."""
+    assert parse("--mqtt-anonymous-sessions", "0").mqtt_anonymous_sessions == 0
+    assert parse("--mqtt-anonymous-sessions", "3").mqtt_anonymous_sessions == 3
+
+
+def test_a_number_beyond_its_range_is_refused_from_the_command_line_and_the_file(tmp_path):
+    assert parse("--smqp-max-notify-window", "1024").smqp_max_notify_window == 1024
+    with pytest.raises(StartupError, match="^brokerd: smqp-max-notify-window: at most 1024, not '1025'$"):
+        parse("--smqp-max-notify-window", "1025")
+    config = tmp_path / "c.toml"
+    config.write_text("mqtt-max-inflight = 65536\n")
+    with pytest.raises(StartupError, match="^brokerd: mqtt-max-inflight: at most 65535, not 65536$"):
+        parse("--config", str(config))
+
+
+@pytest.mark.parametrize("line, error", [
+    ("secret-file = 5", "secret-file: 5 is not a file name"),
+    ("node-name = 5", "node-name: 5 is not a string"),
+    ("smqp-connectto-allow = [1, 2]", r"smqp-connectto-allow: \[1, 2\] is not a string or a list of strings"),
+    ("ssmp = 5", "ssmp: endpoints must be strings"),
+    ("max-connections = 2.5", "max-connections: 2.5 is not a whole number"),
+    ("max-connections = true", "max-connections: True is not a number"),
+    ("max-connections = 'lots'", "max-connections: 'lots' is not a number"),
+    ("login-timeout = nan", "login-timeout: nan is not a number"),
+])
+def test_a_value_of_the_wrong_type_in_the_file_is_one_line_naming_the_key(tmp_path, line, error):
+    config = tmp_path / "c.toml"
+    config.write_text(line + "\n")
+    with pytest.raises(StartupError, match=f"^brokerd: {error}$"):
+        parse("--config", str(config))
+    config.write_text("max-connections = 7\n")  # the same file with a good value is taken
+    assert parse("--config", str(config)).max_connections == 7
+
+
+def test_an_embedders_settings_are_held_to_the_same_ranges(tmp_path):
+    """makeService with Settings built in code refuses what the options would refuse."""
+    assert value_problems(Settings(smqp_max_notify_window=1024)) == []
+    settings = Settings(data_dir=tmp_path, listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]},
+                        smqp_max_notify_window=2000)
+    with pytest.raises(StartupError, match="^brokerd: smqp-max-notify-window: at most 1024, not 2000$"):
+        makeService(settings)

@@ -108,6 +108,7 @@ def test_daemon_with_a_unix_socket_in_a_missing_directory_exits_with_one_line(tm
 
 @pytest.mark.parametrize("options, line", [
     (["--max-connections", "lots"], "brokerd: max-connections: 'lots' is not a number"),
+    (["--smqp-max-notify-window", "2000"], "brokerd: smqp-max-notify-window: at most 1024, not '2000'"),
     (["--no-such-option"], "brokerd: option --no-such-option not recognized (--help lists the options)"),
     (["--ssmp"], "brokerd: option --ssmp requires argument (--help lists the options)"),
 ])
@@ -244,6 +245,8 @@ def test_check_config_prints_one_line_per_problem(tmp_path):
     config.write_text(textwrap.dedent("""\
         ssmp = "nonsense:1"
         max-connections = "lots"
+        mqtt-max-keep-alive = 70000
+        mqtt-anonymous = "flase"
         colour = "blue"
         accounts = "/nonexistent/accounts.txt"
         """))
@@ -252,6 +255,8 @@ def test_check_config_prints_one_line_per_problem(tmp_path):
     assert result.stdout == ""
     assert sorted(result.stderr.splitlines()) == sorted([
         "brokerd: max-connections: 'lots' is not a number",
+        "brokerd: mqtt-max-keep-alive: at most 65535, not 70000",
+        "brokerd: mqtt-anonymous: 'flase' is not a boolean (true or false)",
         "brokerd: unknown setting 'colour'",
         "brokerd: --log-level loud: expected one of debug, info, warn, error, critical",
         "brokerd: --accounts /nonexistent/accounts.txt: No such file or directory",

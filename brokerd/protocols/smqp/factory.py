@@ -37,7 +37,6 @@ from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import MessageService
 from brokerd.protocols.smqp.federation import Forwarded
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
-from brokerd.protocols.smqp.outbox import NOTIFY_WINDOW_LIMIT
 from brokerd.protocols.smqp.topictree import TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import TopicRecord, trash_owner
@@ -94,7 +93,6 @@ class SMQPFrontEnd(Factory):
         self._owns_access_list = access_list is None
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
-        check_limits(settings)
         self.domain = server_domain(settings)
         self.message_timeout: float | None = settings.smqp_message_timeout
         """The server's default message timeout (the login reply's Timeout attribute)."""
@@ -291,15 +289,6 @@ class SMQPFrontEnd(Factory):
         with ConfigurationError, keeping the old ones, when a file is bad."""
         d = self._run_in_thread(self.checker.load)
         return d.addCallback(lambda _: self.access_list.reload_now())
-
-
-def check_limits(settings: Settings) -> None:
-    """SMQP's limits that have a valid range; ConfigurationError names the option."""
-    if settings.smqp_max_one_held < 1:
-        raise ConfigurationError(f"smqp-max-one-held: at least 1, not {settings.smqp_max_one_held}")
-    if not 1 <= settings.smqp_max_notify_window <= NOTIFY_WINDOW_LIMIT:
-        raise ConfigurationError(
-            f"smqp-max-notify-window: 1 to {NOTIFY_WINDOW_LIMIT}, not {settings.smqp_max_notify_window}")
 
 
 def parse_redirects(value: str | list[str] | None) -> tuple[str, ...]:

@@ -69,8 +69,6 @@ MAX_VOLATILE = 4096
 session before new ones are dropped."""
 BATCH = 64 * 1024
 """Bytes of the FIFO written at once before the session's output limit is checked again."""
-NOTIFY_WINDOW_LIMIT = 1024
-"""The highest ``--smqp-max-notify-window`` accepted."""
 
 
 class Session(Protocol):
