@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--qos", type=int, choices=(0, 1, 2), default=0, help="maximum QoS to receive at [0]"
     )
     sub.add_argument("-C", "--count", type=int, metavar="N", help="exit after N messages")
+    common.add_retry_option(sub)
     _add_connection_options(sub, suppress=True)
     return parser
 
@@ -204,13 +205,13 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
     try:
         return await d
     except MQTTConnectError as exc:
-        raise CommandError(EXIT_FAILED, f"{where}: {exc}") from None
+        raise CommandError(EXIT_FAILED, f"{where}: {exc}", retryable=True) from None
     except defer.TimeoutError:
-        raise CommandError(EXIT_FAILED, f"{where}: no CONNACK within {args.timeout:g} s") from None
+        raise CommandError(EXIT_FAILED, f"{where}: no CONNACK within {args.timeout:g} s", retryable=True) from None
     except MQTTError as exc:
-        raise CommandError(EXIT_FAILED, f"{where}: {exc}") from None
+        raise CommandError(EXIT_FAILED, f"{where}: {exc}", retryable=True) from None
     except Exception as exc:  # noqa: BLE001 - whatever stopped the connection is one error line
-        raise CommandError(EXIT_FAILED, f"cannot connect to {where}: {error_text(exc)}") from None
+        raise CommandError(EXIT_FAILED, f"cannot connect to {where}: {error_text(exc)}", retryable=True) from None
 
 
 async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
@@ -305,30 +306,47 @@ async def run_pub(reactor: Any, args: argparse.Namespace) -> None:
         await protocol.disconnect()
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     printer = Printer(out, args.count)
-    protocol = await connected(reactor, args, printer.message)
-    # Ctrl-C or SIGTERM: say DISCONNECT first, so the server ends the session cleanly.
-    reactor.addSystemEventTrigger("before", "shutdown", protocol.disconnect)
-    try:
-        suback = await _answer(
-            reactor, args, protocol.subscribe([(topic_filter, args.qos) for topic_filter in args.filters]),
-            "SUBSCRIBE",
-        )
-        for topic_filter, code in zip(args.filters, suback.reason_codes, strict=False):
-            if code >= 0x80:
-                raise CommandError(EXIT_FAILED, f"subscription to {topic_filter} refused: {describe_reason(code)}")
-        _log.info("Subscribed to {filters}", filters=" ".join(args.filters))
-        end_of_input: Deferred = Deferred()
-        watch_end_of_input(end_of_input)
-        closed = protocol.when_closed()
-        finished = await defer.DeferredList(
-            [printer.done, end_of_input, closed], fireOnOneCallback=True, consumeErrors=True
-        )
-        if finished[1] == 2:
-            raise CommandError(EXIT_FAILED, f"the server closed the connection ({error_text(finished[0])})")
-    finally:
-        await protocol.disconnect()
+    if args.client_id is None:  # chosen once: a retry connects as the same client
+        args.client_id = f"{PROG}-{secrets.token_hex(4)}"
+    end_of_input: Deferred = Deferred()
+    watch_end_of_input(end_of_input)
+
+    async def subscription() -> None:
+        protocol = await connected(reactor, args, printer.message)
+        # Ctrl-C or SIGTERM: say DISCONNECT first, so the server ends the session cleanly.
+        trigger = reactor.addSystemEventTrigger("before", "shutdown", protocol.disconnect)
+        try:
+            await _subscribe(reactor, args, protocol)
+            closed = protocol.when_closed()
+            finished = await defer.DeferredList(
+                [printer.done, end_of_input, closed], fireOnOneCallback=True, consumeErrors=True
+            )
+            if finished[1] == 2:  # v5 says why (Administrative action, Session taken over); 3.1.1 cannot
+                raise CommandError(
+                    EXIT_FAILED,
+                    f"{endpoint_description(args)}: the broker closed the connection "
+                    f"({common.closed_reason(finished[0])})",
+                    retryable=True,
+                )
+        finally:
+            reactor.removeSystemEventTrigger(trigger)
+            await protocol.disconnect()
+
+    await common.with_retries(reactor, args, PROG, interruption, subscription)
+
+
+async def _subscribe(reactor: Any, args: argparse.Namespace, protocol: MQTTClientProtocol) -> None:
+    """SUBSCRIBE to every filter; CommandError for a refused one."""
+    suback = await _answer(
+        reactor, args, protocol.subscribe([(topic_filter, args.qos) for topic_filter in args.filters]),
+        "SUBSCRIBE",
+    )
+    for topic_filter, code in zip(args.filters, suback.reason_codes, strict=False):
+        if code >= 0x80:
+            raise CommandError(EXIT_FAILED, f"subscription to {topic_filter} refused: {describe_reason(code)}")
+    _log.info("Subscribed to {filters}", filters=" ".join(args.filters))
 
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
@@ -337,7 +355,7 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     interruption = Interruption(reactor)
     try:
         if args.command == "sub":
-            await run_sub(reactor, args, sys.stdout.buffer)
+            await run_sub(reactor, args, sys.stdout.buffer, interruption)
         else:
             await run_pub(reactor, args)
     except CommandError as exc:

@@ -7,7 +7,8 @@ mosquitto_pub and mosquitto_sub.
     brokerd-ssmp --tls --ca ca.pem --cert alice.pem --key alice.key --id alice pub news hi
 
 Exit codes: 0 everything was accepted; 1 the server refused a request (the line says which
-and its code); 2 a usage, configuration or connection problem.
+and its code); 2 a usage, configuration or connection problem, or a subscription the broker
+closed (``--retry`` connects again instead).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from twisted.logger import Logger
 
 from brokerd import __version__
 from brokerd.cli import common
-from brokerd.cli.common import EXIT_ERROR, CommandError, error_text, start_debug_log
+from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, start_debug_log
 from brokerd.config import read_secret_file
 from brokerd.errors import ConfigurationError
 from brokerd.protocols.ssmp.client import (
@@ -156,6 +157,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
 
 def _add_sub(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("topics", nargs="+", metavar="TOPIC")
+    common.add_retry_option(sub)
     sub.add_argument(
         "--presence", action="store_true",
         help="also print who joins and leaves the topics (TOPIC SUBSCRIBE|UNSUBSCRIBE ID)",
@@ -203,6 +205,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         _check_sub(parser, args)
     else:
         _check_send(parser, args)
+    if args.identifier is None:  # chosen once: a retry logs in as the same identity
+        args.identifier = f"brokerd-ssmp-{secrets.token_hex(2)}"
 
 
 def _is_identifier(text: str) -> bool:
@@ -282,7 +286,7 @@ def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMP
     endpoint = common.build_endpoint(
         client_endpoint, reactor, endpoint_description(args), args, args.tls_hostname or args.host
     )
-    identifier = args.identifier or f"brokerd-ssmp-{secrets.token_hex(2)}"
+    identifier = args.identifier
     credential = read_secret(args.secret_file) if args.secret_file is not None else None
     return SSMPClient(
         endpoint,
@@ -305,17 +309,20 @@ async def connected(
     try:
         return await d  # type: ignore[no-any-return]
     except SSMPError as exc:
-        raise CommandError(EXIT_REFUSED, _login_refused(exc, client)) from None
+        raise CommandError(EXIT_REFUSED, f"{where}: {_login_refused(exc, client)}", retryable=True) from None
     except (ConnectionDone, ConnectionLost):
         raise CommandError(
-            EXIT_ERROR, f"{where}: the broker closed the connection without answering the login"
+            EXIT_ERROR, f"{where}: the broker closed the connection without answering the login",
+            retryable=True,
         ) from None
     except defer.TimeoutError:
         raise CommandError(
-            EXIT_ERROR, f"{where}: no login answer within {args.timeout:g} s"
+            EXIT_ERROR, f"{where}: no login answer within {args.timeout:g} s", retryable=True
         ) from None
     except Exception as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}") from None
+        raise CommandError(
+            EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}", retryable=True
+        ) from None
 
 
 def _login_refused(error: SSMPError, client: SSMPClient) -> str:
@@ -325,6 +332,8 @@ def _login_refused(error: SSMPError, client: SSMPClient) -> str:
     if error.code == b"401":
         accepted = (error.content or b"").decode("utf-8", "replace")
         line += f" (the broker accepts: {accepted or 'no scheme'})"
+        if how in accepted.split():
+            line += f"; the operator may keep {who} out for a while"
     return line
 
 
@@ -392,26 +401,44 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     template = args.format or (_VERBOSE_FORMAT if args.verbose else _DEFAULT_FORMAT)
     printer = Printer(out, template, args.count, args.binary_hex)
     handlers: dict[str, Callable[..., object]] = {"on_message": printer.message}
     if args.presence:
         handlers["on_presence"] = printer.presence
-    client = make_client(reactor, args, **handlers)
-    client.startService()
-    try:
-        await connected(reactor, client, args)
-        await _settle(
-            [
-                (f"SUBSCRIBE {topic}", client.subscribe(os.fsencode(topic), args.presence))
-                for topic in args.topics
-            ]
+
+    async def subscription() -> None:
+        client = make_client(reactor, args, **handlers)
+        client.startService()
+        try:
+            protocol = await connected(reactor, client, args)
+            await _settle(
+                [
+                    (f"SUBSCRIBE {topic}", client.subscribe(os.fsencode(topic), args.presence))
+                    for topic in args.topics
+                ]
+            )
+            _log.info("Subscribed to {topics}", topics=" ".join(args.topics))
+            await _until_done_or_closed(printer, protocol, args)
+        finally:
+            await client.stopService()
+
+    await common.with_retries(reactor, args, PROG, interruption, subscription)
+
+
+async def _until_done_or_closed(printer: Printer, protocol: SSMPClientProtocol, args: argparse.Namespace) -> None:
+    """Wait for the count of messages; a connection the broker ends first is a CommandError.
+    SSMP says no reason when it closes: an operator's ``brokerd-ctl close``, or a newer login
+    as the same identifier, the two causes the line names."""
+    finished = await defer.DeferredList([printer.done, protocol.when_closed()], fireOnOneCallback=True)
+    if finished[1] == 1:
+        raise CommandError(
+            EXIT_ERROR,
+            f"{endpoint_description(args)}: the broker closed the connection ({common.closed_reason(finished[0])}: "
+            f"closed by the operator, or {args.identifier} logged in elsewhere)",
+            retryable=True,
         )
-        _log.info("Subscribed to {topics}", topics=" ".join(args.topics))
-        await printer.done
-    finally:
-        await client.stopService()
 
 
 async def run_send(
@@ -466,12 +493,15 @@ async def _settle(requests: list[tuple[str, Deferred]]) -> None:
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code."""
+    interruption = Interruption(reactor)
     try:
         if args.command == "sub":
-            await run_sub(reactor, args, sys.stdout.buffer)
+            await run_sub(reactor, args, sys.stdout.buffer, interruption)
         else:
             await run_send(reactor, args, sys.stdin.buffer)
     except CommandError as exc:
+        if interruption.stopping:
+            return  # Ctrl-C or SIGTERM closed the connection: a subscriber stopped by its user
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
 

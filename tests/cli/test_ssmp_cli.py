@@ -234,8 +234,8 @@ def test_pub_without_open_login_exits_1_with_a_clear_message(secret_broker: Runn
     result = ssmp(*_connect(secret_broker), "-i", "eve", "pub", "news", "hello")
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
-        b"brokerd-ssmp: login as eve with scheme open refused: 401 unauthorized "
-        b"(the broker accepts: secret)\n"
+        f"brokerd-ssmp: tcp:127.0.0.1:{secret_broker.port}: login as eve with scheme open refused: "
+        "401 unauthorized (the broker accepts: secret)\n".encode()
     )
 
 
