@@ -288,6 +288,8 @@ class ListenerService(StreamServerEndpointService):
         self._reactor = reactor
         self.listening_factory = listening_factory or factory
         """What the endpoint listens with: ``factory`` (the front end's), or a wrapper around it."""
+        for quiet in {factory, self.listening_factory}:  # no "Starting factory <... at 0x...>" lines:
+            quiet.noisy = False  # the listening line below says what an operator needs
 
     def privilegedStartService(self) -> None:
         self.running_port = None

@@ -115,6 +115,15 @@ def warn_if_exposed(settings: Settings, listeners: dict[str, list[str]]) -> None
                 endpoint=description, schemes=" and ".join(schemes))
 
 
+class AdminSite(Site):
+    """The admin listener's site: no HTTP access line per request.  The requests that change
+    something write their own operator line (``admin: closed ...``), and the dashboard and
+    ``brokerd-ctl status --interval`` poll the API often enough to bury the log otherwise."""
+
+    def log(self, request: Any) -> None:
+        """No access log."""
+
+
 class Operations:
     """The operations pieces of one broker, made before its listeners."""
 
@@ -133,7 +142,7 @@ class Operations:
         settings = self.runtime.settings
         root = AdminRoot(self.figures, admin_access(settings), self.runtime.reactor)
         self._streams = DashboardStreams(root.events)
-        site = Site(HostCheck(root, OwnNames.of([settings.admin or ""], settings.server_names)))
+        site = AdminSite(HostCheck(root, OwnNames.of([settings.admin or ""], settings.server_names)))
         site.displayTracebacks = False
         site.noisy = False
         return site

@@ -35,6 +35,10 @@ from brokerd.admin.sessions import (
 )
 from brokerd.auth.tls import peer_names
 from brokerd.events.log import peer_text
+from brokerd.events.schema import text
+
+_log = Logger(namespace="brokerd.admin")
+"""Module-level, as brokerd.admin.oplog's is (why: there)."""
 
 JSON = b"application/json"
 
@@ -85,7 +89,7 @@ def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> 
         request.finish()
 
     def failed(failure: Any) -> None:
-        AdminResource._log.failure("admin request {uri}", failure, uri=request.uri)
+        _log.failure("admin request {uri}", failure, uri=request.uri)
         if not gone:
             request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
             request.finish()
@@ -95,7 +99,6 @@ def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> 
 
 
 class AdminResource(Resource):
-    _log = Logger(namespace="brokerd.admin")
 
     def __init__(self, figures: Figures) -> None:
         super().__init__()
@@ -185,12 +188,12 @@ class Sessions(AdminResource):
         if seconds:
             self.figures.broker.keep_out(principal, seconds)
             answer["kept_out"] = {"principal": str(principal), "seconds": seconds}
-            self._log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
-                           "{seconds} s", protocol=session.protocol, name=session.name, id=wanted,
+            _log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
+                           "{seconds} s", protocol=session.protocol, name=text(session.name), id=wanted,
                            principal=str(principal), seconds=seconds)
         else:
-            self._log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
-                           name=session.name, id=wanted)
+            _log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
+                           name=text(session.name), id=wanted)
         return _json(request, 200, answer)
 
 
