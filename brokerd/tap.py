@@ -43,7 +43,7 @@ from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
 from brokerd.protocols.flow import after_read
-from brokerd.store.choice import check_store_url, store_for
+from brokerd.store.choice import check_database, check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
 from brokerd.store.disk import DiskSpace
@@ -411,7 +411,7 @@ def _check_readable_files(settings: Settings) -> None:
 
 def _check_store(settings: Settings) -> None:
     if settings.store is not None:
-        check_store_url(settings.store, settings.store_password_file)
+        check_database(settings.store, check_store_url(settings.store, settings.store_password_file))
 
 
 def _check_front_ends(settings: Settings) -> None:
