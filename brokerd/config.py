@@ -13,7 +13,10 @@ from typing import Any
 from brokerd.errors import ConfigurationError
 
 PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq", "mqtt")
-DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 720, "socketmq": 8080, "mqtt": 1883}
+# Every default is a port above 1024, so a broker started without options by a user who is not
+# root listens on all of them, where the clients look first (SMQP's draft names 720, which
+# needs root or CAP_NET_BIND_SERVICE: --smqp tcp:720).
+DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 7720, "socketmq": 8080, "mqtt": 1883}
 
 
 @dataclass

@@ -38,7 +38,7 @@ from brokerd.config import (
 )
 from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
-from brokerd.errors import ConfigurationError
+from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.preflight import DataDirLock, data_dir_problems, listen_problems
@@ -184,7 +184,7 @@ class Options(usage.Options):
         self._listener("mcchat", endpoint)
 
     def opt_smqp(self, endpoint: str) -> None:
-        """Listen for SMQP on ENDPOINT (repeatable) [tcp:720:interface=127.0.0.1]."""
+        """Listen for SMQP on ENDPOINT (repeatable) [tcp:7720:interface=127.0.0.1]."""
         self._listener("smqp", endpoint)
 
     def opt_socketmq(self, endpoint: str) -> None:
@@ -475,7 +475,7 @@ def check_cluster_settings(settings: Settings) -> None:
     try:
         import txredisapi  # noqa: F401
     except ModuleNotFoundError:
-        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+        raise ConfigurationError(f"--cluster needs txredisapi: {INSTALL_CLUSTER}") from None
 
 
 def node_name(settings: Settings) -> str:

@@ -47,7 +47,7 @@ from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7720
-"""The try-it broker's SMQP port (docs/examples/try-it.toml); the draft's 720 needs root."""
+"""The broker's default SMQP port (and the try-it broker's); the draft's 720 needs root."""
 EXIT_REFUSED = 1
 PASSWORD_ENV = "BROKERD_SMQP_PASSWORD"
 

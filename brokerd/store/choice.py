@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from brokerd.errors import ConfigurationError
+from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
 from brokerd.store.pg_writer import connection_info, is_postgres_url, redacted
 
 
@@ -26,7 +26,7 @@ def check_store_url(url: str, password_file: Path | None) -> str:
     except ValueError as exc:
         raise ConfigurationError(f"--store {redacted(url)}: {exc}") from None
     if importlib.util.find_spec("psycopg") is None:
-        raise ConfigurationError("--store postgresql:// needs psycopg: pip install 'brokerd[cluster]'")
+        raise ConfigurationError(f"--store postgresql:// needs psycopg: {INSTALL_CLUSTER}")
     return info
 
 
