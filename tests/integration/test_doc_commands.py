@@ -55,7 +55,7 @@ NOT_RUN: dict[tuple[str, int], str] = {
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
-    "performance.md": "benchmarks: minutes of full load each, often against other commits or a "
+    "performance-history.md": "benchmarks: minutes of full load each, often against other commits or a "
                       "broker given by PORT/PID placeholders (benchmarks/README.md)",
 }
 """Pages none of whose blocks runs here, with the reason."""
