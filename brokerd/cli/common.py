@@ -11,11 +11,12 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
-
-from twisted.internet.interfaces import IStreamClientEndpoint
+from typing import TYPE_CHECKING, Any
 
 from brokerd.errors import ConfigurationError
+
+if TYPE_CHECKING:  # Twisted is imported by what connects, not by every command's start
+    from twisted.internet.interfaces import IStreamClientEndpoint
 
 EXIT_ERROR = 2
 """The exit status of a usage, configuration or connection problem."""

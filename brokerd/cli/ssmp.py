@@ -20,26 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from twisted.internet import defer, task
-from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.logger import Logger
-
 from brokerd import __version__
-from brokerd.cli import common
+from brokerd.cli import common, oneshot
 from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, start_debug_log
-from brokerd.config import read_secret_file
-from brokerd.errors import ConfigurationError
-from brokerd.protocols.ssmp.client import (
-    SSMPClient,
-    SSMPClientProtocol,
-    SSMPError,
-    client_endpoint,
-    is_id,
-    wire_payload,
-)
+from brokerd.protocols.ssmp.codec import is_id, wire_payload
 
-_log = Logger()
+# Twisted and the Twisted client are imported where they are used, not here: 'pub' over plain
+# TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
 
 ID_RULE = "1 to 64 letters, digits or .:@/_-+=~"
 """What an SSMP identifier, topic or recipient may be (the usage errors say it)."""
@@ -206,7 +193,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     else:
         _check_send(parser, args)
     if args.identifier is None:  # chosen once: a retry logs in as the same identity
-        args.identifier = f"brokerd-ssmp-{secrets.token_hex(2)}"
+        args.identifier = f"brokerd-ssmp-{os.urandom(2).hex()}"
 
 
 def _is_identifier(text: str) -> bool:
@@ -253,6 +240,9 @@ def endpoint_description(args: argparse.Namespace) -> str:
 
 def read_secret(path: Path) -> bytes:
     """The secret file's first line, read exactly as the broker reads its own --secret-file."""
+    from brokerd.config import read_secret_file
+    from brokerd.errors import ConfigurationError
+
     try:
         return read_secret_file(path)
     except ConfigurationError as exc:
@@ -283,6 +273,8 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 
 def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMPClient:
     """An SSMPClient for the connection options; CommandError for unusable ones."""
+    from brokerd.protocols.ssmp.client import SSMPClient, client_endpoint
+
     endpoint = common.build_endpoint(
         client_endpoint, reactor, endpoint_description(args), args, args.tls_hostname or args.host
     )
@@ -303,6 +295,11 @@ async def connected(
 ) -> SSMPClientProtocol:
     """The logged-in connection, or CommandError: 1 for a refused login, 2 for the rest.  One
     attempt only: a command line tool should say what is wrong, not retry quietly."""
+    from twisted.internet import defer
+    from twisted.internet.error import ConnectionDone, ConnectionLost
+
+    from brokerd.protocols.ssmp.client import SSMPError
+
     where = endpoint_description(args)
     d = client.whenConnected(failAfterFailures=1)
     d.addTimeout(args.timeout, reactor)
@@ -326,20 +323,24 @@ async def connected(
 
 
 def _login_refused(error: SSMPError, client: SSMPClient) -> str:
-    who = client.identifier.decode("utf-8", "replace")
-    how = client.scheme.decode("ascii", "replace")
-    line = f"login as {who} with scheme {how} refused: {_describe(error)}"
-    if error.code == b"401":
-        accepted = (error.content or b"").decode("utf-8", "replace")
+    return _login_refused_line(error.code, error.content, client.identifier, client.scheme)
+
+
+def _login_refused_line(code: bytes, content: bytes | None, identifier: bytes, scheme: bytes) -> str:
+    who = identifier.decode("utf-8", "replace")
+    how = scheme.decode("ascii", "replace")
+    line = f"login as {who} with scheme {how} refused: {_describe(code)}"
+    if code == b"401":
+        accepted = (content or b"").decode("utf-8", "replace")
         line += f" (the broker accepts: {accepted or 'no scheme'})"
         if how in accepted.split():
             line += f"; the operator may keep {who} out for a while"
     return line
 
 
-def _describe(error: SSMPError) -> str:
-    meaning = _CODE_MEANINGS.get(error.code, "refused")
-    return f"{error.code.decode('ascii', 'replace')} {meaning}"
+def _describe(code: bytes) -> str:
+    meaning = _CODE_MEANINGS.get(code, "refused")
+    return f"{code.decode('ascii', 'replace')} {meaning}"
 
 
 # ---------------------------------------------------------------------------- commands
@@ -352,6 +353,8 @@ class Printer:
         self.template = template
         self.left = count
         self.binary_hex = binary_hex
+        from twisted.internet.defer import Deferred
+
         self.done: Deferred = Deferred()
         """Fires once ``count`` messages were printed (never without a count)."""
 
@@ -419,7 +422,9 @@ async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interru
                     for topic in args.topics
                 ]
             )
-            _log.info("Subscribed to {topics}", topics=" ".join(args.topics))
+            from twisted.logger import Logger
+
+            Logger().info("Subscribed to {topics}", topics=" ".join(args.topics))
             await _until_done_or_closed(printer, protocol, args)
         finally:
             await client.stopService()
@@ -431,6 +436,8 @@ async def _until_done_or_closed(printer: Printer, protocol: SSMPClientProtocol, 
     """Wait for the count of messages; a connection the broker ends first is a CommandError.
     SSMP says no reason when it closes: an operator's ``brokerd-ctl close``, or a newer login
     as the same identifier, the two causes the line names."""
+    from twisted.internet import defer
+
     finished = await defer.DeferredList([printer.done, protocol.when_closed()], fireOnOneCallback=True)
     if finished[1] == 1:
         raise CommandError(
@@ -476,13 +483,15 @@ def _send(
 async def _settle(requests: list[tuple[str, Deferred]]) -> None:
     """Wait for every answer; then raise CommandError for the first refusal (exit 1) or, when
     none was refused, for a lost connection (exit 2)."""
+    from brokerd.protocols.ssmp.client import SSMPError
+
     refused: str | None = None
     lost: str | None = None
     for what, d in requests:
         try:
             await d
         except SSMPError as exc:
-            refused = refused or f"{what} refused: {_describe(exc)}"
+            refused = refused or f"{what} refused: {_describe(exc.code)}"
         except Exception as exc:
             lost = lost or f"{what}: connection lost before the answer ({error_text(exc)})"
     if refused is not None:
@@ -506,11 +515,50 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         raise SystemExit(exc.code) from None
 
 
+def send_at_once(args: argparse.Namespace, stdin: BinaryIO) -> bool:
+    """pub, ucast and bcast over plain TCP without Twisted (brokerd.cli.oneshot): the same
+    requests, lines and exit statuses as :func:`run_send`.  False when the options need the
+    Twisted client (TLS, another endpoint, --debug)."""
+    address = oneshot.plain_address(endpoint_description(args), args)
+    if address is None:
+        return False
+    messages = read_messages(args, stdin)
+    identifier, how = os.fsencode(args.identifier), os.fsencode(scheme(args))
+    login = [identifier, how]
+    if args.secret_file is not None:
+        login.append(wire_payload(read_secret(args.secret_file)))
+
+    def refused(what: str, answer: Any) -> CommandError:
+        if what == "LOGIN":
+            line = _login_refused_line(answer.code, _content(answer.payload), identifier, how)
+            return CommandError(EXIT_REFUSED, f"{endpoint_description(args)}: {line}", retryable=True)
+        return CommandError(EXIT_REFUSED, f"{what} refused: {_describe(answer.code)}")
+
+    requests = [oneshot.cast_line(args.command, args, message) for message in messages]
+    oneshot.ssmp_send(address, endpoint_description(args), login, requests, args.timeout, refused)
+    return True
+
+
+def _content(payload: bytes | None) -> bytes | None:
+    from brokerd.protocols.ssmp.codec import payload_content
+
+    return None if payload is None else payload_content(payload)[0]
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """The ``brokerd-ssmp`` entry point."""
     args = parse_arguments(argv)
+    if args.command != "sub":
+        try:
+            if send_at_once(args, sys.stdin.buffer):
+                raise SystemExit(0)
+        except CommandError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            raise SystemExit(exc.code) from None
     if args.debug:
         start_debug_log()
+    from twisted.internet import defer, task
+
     task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
     raise SystemExit(0)  # react never returns; this keeps the NoReturn promise for type checkers
 

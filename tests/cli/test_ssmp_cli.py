@@ -313,3 +313,33 @@ def test_tls_identifier_outside_the_certificate_is_refused(
     result = ssmp(*_tls(tls_broker, pki), "-i", "mallory", "pub", "secure", "x")
     assert result.returncode == 1
     assert b"login as mallory with scheme cert refused: 401" in result.stderr
+
+
+# ---------------------------------------------------------------------------- start-up
+
+STARTUP_PROBE = """
+import sys
+from brokerd.cli import ssmp
+try:
+    ssmp.main(sys.argv[1:])
+except SystemExit as done:
+    heavy = sorted({name.split(".")[0] for name in sys.modules} & {HEAVY})
+    print(done.code, " ".join(heavy))
+"""
+
+
+def test_pub_over_plain_tcp_imports_no_twisted(open_broker: Running, subscribe: Subscribe) -> None:
+    """What one publish needs is a socket and the codec (brokerd.cli.oneshot): importing
+    Twisted's reactor, TLS and the like took longer than the publish.  The message arrives
+    (positive control), and 'sub' (Twisted's client) still has them all."""
+    subscriber = subscribe("quick", "-C", "1", *_connect(open_broker))
+    subscriber.wait_until_subscribed()
+    heavy = {"twisted", "autobahn", "cryptography", "OpenSSL", "prometheus_client", "zope"}
+    probe = STARTUP_PROBE.replace("HEAVY", repr(sorted(heavy))[1:-1])
+    done = subprocess.run([sys.executable, "-c", probe, *_connect(open_broker), "pub", "quick", "fast"],
+                          cwd=ROOT, env=ENV, capture_output=True, timeout=COMMAND_TIMEOUT)
+    assert (done.stdout, done.stderr) == (b"0 \n", b"")  # exit 0, none of them imported
+    assert subscriber.finish() == (0, b"quick fast\n")
+    refused = subprocess.run([sys.executable, "-c", probe, *_connect(open_broker), "ucast", "nobody", "x"],
+                             cwd=ROOT, env=ENV, capture_output=True, timeout=COMMAND_TIMEOUT)
+    assert refused.stdout == b"1 \n" and refused.stderr == b"brokerd-ssmp: UCAST to nobody refused: 404 not found\n"
