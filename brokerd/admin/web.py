@@ -128,6 +128,19 @@ class Metrics(AdminResource):
         return _finish_later(request, figures.queues(), render)
 
 
+class History(Resource):
+    """``GET /api/history``: the last hour of per-second message rates (brokerd.admin.history)."""
+
+    isLeaf = True
+
+    def __init__(self, history: Any) -> None:
+        super().__init__()
+        self.history = history
+
+    def render_GET(self, request: Any) -> bytes:
+        return _json(request, 200, self.history.view())
+
+
 class Status(AdminResource):
     isLeaf = True
 
@@ -243,6 +256,7 @@ class Index(AdminResource):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
             "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
+            "GET /api/history",
             "POST /api/sessions/ID/close", "POST /api/reload", "GET /api/accounts",
             "POST /api/accounts/add|passwd|remove", "GET /api/ual", "POST /api/ual/set|remove"]})
 
@@ -259,7 +273,7 @@ class Api(Resource):
 class AdminRoot(Resource):
     """Checks every request but those for the dashboard's static files, then dispatches it."""
 
-    def __init__(self, figures: Figures, access: Access, clock: Any) -> None:
+    def __init__(self, figures: Figures, access: Access, clock: Any, history: Any) -> None:
         super().__init__()
         self.figures = figures
         self.access = access
@@ -268,6 +282,7 @@ class AdminRoot(Resource):
         api = Api(Index(figures))
         api.putChild(b"events", self.events)
         api.putChild(b"status", Status(figures))
+        api.putChild(b"history", History(history))
         api.putChild(b"sessions", Sessions(figures))
         api.putChild(b"topics", Topics(figures))
         api.putChild(b"reload", Reload(figures))
