@@ -20,6 +20,7 @@ from tests.support import processes
 from tests.support.broker import free_port, twistd
 from tests.support.certs import CLIENT_NAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.imports import run_and_list_heavy
 
 pytestmark = pytest.mark.slow  # real twistd brokers and a subprocess per command
 
@@ -317,15 +318,6 @@ def test_tls_identifier_outside_the_certificate_is_refused(
 
 # ---------------------------------------------------------------------------- start-up
 
-STARTUP_PROBE = """
-import sys
-from brokerd.cli import ssmp
-try:
-    ssmp.main(sys.argv[1:])
-except SystemExit as done:
-    heavy = sorted({name.split(".")[0] for name in sys.modules} & {HEAVY})
-    print(done.code, " ".join(heavy))
-"""
 
 
 def test_pub_over_plain_tcp_imports_no_twisted(open_broker: Running, subscribe: Subscribe) -> None:
@@ -334,12 +326,10 @@ def test_pub_over_plain_tcp_imports_no_twisted(open_broker: Running, subscribe: 
     (positive control), and 'sub' (Twisted's client) still has them all."""
     subscriber = subscribe("quick", "-C", "1", *_connect(open_broker))
     subscriber.wait_until_subscribed()
-    heavy = {"twisted", "autobahn", "cryptography", "OpenSSL", "prometheus_client", "zope"}
-    probe = STARTUP_PROBE.replace("HEAVY", repr(sorted(heavy))[1:-1])
-    done = subprocess.run([sys.executable, "-c", probe, *_connect(open_broker), "pub", "quick", "fast"],
-                          cwd=ROOT, env=ENV, capture_output=True, timeout=COMMAND_TIMEOUT)
+    done = run_and_list_heavy("brokerd.cli.ssmp", [*_connect(open_broker), "pub", "quick", "fast"], ROOT, ENV,
+                              COMMAND_TIMEOUT)
     assert (done.stdout, done.stderr) == (b"0 \n", b"")  # exit 0, none of them imported
     assert subscriber.finish() == (0, b"quick fast\n")
-    refused = subprocess.run([sys.executable, "-c", probe, *_connect(open_broker), "ucast", "nobody", "x"],
-                             cwd=ROOT, env=ENV, capture_output=True, timeout=COMMAND_TIMEOUT)
+    refused = run_and_list_heavy("brokerd.cli.ssmp", [*_connect(open_broker), "ucast", "nobody", "x"], ROOT, ENV,
+                                 COMMAND_TIMEOUT)
     assert refused.stdout == b"1 \n" and refused.stderr == b"brokerd-ssmp: UCAST to nobody refused: 404 not found\n"
