@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from brokerd import __version__
 from brokerd.cli import common, oneshot
@@ -39,6 +39,8 @@ from brokerd.protocols.mqtt.topics import topic_filter_problem, topic_name_probl
 
 # Twisted and the Twisted client are imported where they are used: 'pub' at QoS 0 over plain
 # TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
+if TYPE_CHECKING:
+    from brokerd.protocols.mqtt.client import MQTTClientProtocol
 
 PROG = "brokerd-mqtt"
 DEFAULT_HOST = "127.0.0.1"

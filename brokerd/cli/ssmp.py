@@ -18,7 +18,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from brokerd import __version__
 from brokerd.cli import common, oneshot
@@ -27,6 +27,10 @@ from brokerd.protocols.ssmp.codec import is_id, wire_payload
 
 # Twisted and the Twisted client are imported where they are used, not here: 'pub' over plain
 # TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from brokerd.protocols.ssmp.client import SSMPClient, SSMPClientProtocol, SSMPError
 
 ID_RULE = "1 to 64 letters, digits or .:@/_-+=~"
 """What an SSMP identifier, topic or recipient may be (the usage errors say it)."""
