@@ -13,7 +13,7 @@ the CPU used by everything else ("other": the machine's busy time minus the brok
 generator), which is how a run disturbed by other work on the machine is recognised and
 repeated.
 
-Stdlib only.  See benchmarks/README.md for the options and docs/performance.md for results.
+Stdlib only.  See benchmarks/README.md for the options and docs/performance-history.md for results.
 """
 from __future__ import annotations
 

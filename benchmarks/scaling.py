@@ -19,7 +19,7 @@ available, the server's send/receive/epoll syscalls per delivery (tracepoint cou
 the server next to nothing), which is the evidence for where a curve bends.
 
 Reuses run_ssmp.py's machinery (pbload build, broker start with raised limits, the /proc
-sampler).  Stdlib only; see benchmarks/README.md and docs/performance.md ("Scaling shape").
+sampler).  Stdlib only; see benchmarks/README.md and docs/performance-history.md ("Scaling shape").
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ guarantee.  A replacement that no longer matches the source stops the script, so
 variants cannot silently measure nothing after the code moved.  The difference between a
 variant and the revision is what the feature costs per message; ``all`` takes every one of
 them out at once, and what is left beside the minimal server is the structure itself
-(framing, parse, one request loop, run rendering, replies).  Results: docs/performance.md.
+(framing, parse, one request loop, run rendering, replies).  Results: docs/performance-history.md.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ subscriber's two-phase round trip.
     python benchmarks/store_roundtrip.py --messages 5000 --runs 5
 
 Why: an acknowledged SMQP delivery to one subscriber waits for the commit that records the
-acknowledgement before the next notification may go (docs/performance.md).  This measures
+acknowledgement before the next notification may go (docs/performance-history.md).  This measures
 that wait alone, without sockets or a client: a real reactor, a fresh SQLite store
 (synchronous=FULL) in a temporary directory, ``--messages`` messages published with one
 pending delivery each, then acknowledged one after the other, each waiting for the

@@ -17,7 +17,10 @@ from brokerd.errors import ConfigurationError
 from brokerd.settingspec import Option, convert, option_name, setting
 
 PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq", "mqtt")
-DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 720, "socketmq": 8080, "mqtt": 1883}
+# Every default is a port above 1024, so a broker started without options by a user who is not
+# root listens on all of them, where the clients look first (SMQP's draft names 720, which
+# needs root or CAP_NET_BIND_SERVICE: --smqp tcp:720).
+DEFAULT_PORTS = {"ssmp": 8787, "mcchat": 1502, "smqp": 7720, "socketmq": 8080, "mqtt": 1883}
 DEFAULT_INTERFACE = "127.0.0.1"
 """Where the default listeners (no listener option given) bind: this host only."""
 
@@ -25,7 +28,7 @@ LISTENER_OPTIONS = {
     "ssmp": Option(help="Listen for SSMP on ENDPOINT (repeatable).", meaning="SSMP listener; repeatable"),
     "mcchat": Option(help="Listen for MCCHAT on ENDPOINT (repeatable).", meaning="MCCHAT listener; repeatable"),
     "smqp": Option(help="Listen for SMQP on ENDPOINT (repeatable).",
-                   meaning="SMQP listener; repeatable (ports below 1024 need root)"),
+                   meaning="SMQP listener; repeatable (the draft's port 720 needs root or `CAP_NET_BIND_SERVICE`: `--smqp tcp:720`)"),
     "socketmq": Option(help="Listen for socket.mq (HTTP + WebSocket) on ENDPOINT (repeatable).",
                        meaning="socket.mq HTTP + WebSocket listener; repeatable"),
     "mqtt": Option(help="Listen for MQTT 3.1.1 and 5.0 on ENDPOINT (repeatable).",
@@ -564,7 +567,7 @@ class Settings:
         help="Join the cluster sharing this Redis: redis://HOST:PORT[/DB], rediss://..., unix://PATH [off].",
         meaning="join the cluster that shares this Redis (docs/cluster.md): "
                 "`redis://[user:password@]HOST:PORT[/DB]`, `rediss://...` (TLS), `unix://PATH[?db=N]`; needs "
-                "the `cluster` extra (`pip install 'brokerd[cluster]'`). The URL may name any master of a "
+                "the `cluster` extra (`pip install '.[cluster]'` in the checkout). The URL may name any master of a "
                 "Redis Cluster (Redis 7 or later): the node finds the others with `CLUSTER SLOTS` and routes "
                 "each topic to the master owning its slot. With an SMQP listener it also needs `--store "
                 "postgresql://...`, else brokerd refuses to start")
@@ -648,8 +651,8 @@ class Settings:
              "DATA_DIR].",
         meaning="the durable store: `postgresql://USER@HOST:PORT/DB` (or `postgres://`) keeps the SMQP topic "
                 "tree, durable subscriptions, stored messages and acknowledgements in PostgreSQL, shared by "
-                "the nodes of a cluster (below, and docs/cluster.md); needs `pip install 'brokerd[cluster]'` "
-                "(psycopg 3)")
+                "the nodes of a cluster (below, and docs/cluster.md); needs the `cluster` extra, "
+                "`pip install '.[cluster]'` in the checkout (psycopg 3)")
     store_password_file: Path | None = setting(
         None,
         help="PostgreSQL password of --store (the file's first line) when the URL has none.",

@@ -33,6 +33,11 @@ class SubscriptionLimit(BrokerError):
     """The session has reached the configured number of subscriptions."""
 
 
+INSTALL_CLUSTER = "pip install '.[cluster]' in brokerd's checkout"
+"""How to install the ``cluster`` extra, as README.md installs brokerd (``pip install .``); the
+one hint every "needs the cluster extra" error gives."""
+
+
 class ConfigurationError(BrokerError):
     """The broker's settings are unusable (bad file, bad value, unreadable certificate...)."""
 

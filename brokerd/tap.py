@@ -46,7 +46,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.durable import attach_durable
 from brokerd.core.retained import RetainedMessages
 from brokerd.core.retainedquota import RetainQuotas
-from brokerd.errors import ConfigurationError
+from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
 from brokerd.core.sampling import DeliverySampler
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.optiontable import flags, negative_flags, parameters, repeatable_help
@@ -55,7 +55,7 @@ from brokerd.protocols.flow import after_read
 from brokerd.protocols.onion.control import TorControl, check_tor_settings
 from brokerd.protocols.onion.listener import onion_listen_endpoint
 from brokerd.settingspec import kind
-from brokerd.store.choice import check_store_url, store_for
+from brokerd.store.choice import check_database, check_store_url, store_for
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
 from brokerd.store.sqlite import SQLiteStore
 from brokerd.store.disk import DiskSpace
@@ -218,6 +218,8 @@ class ListenerService(StreamServerEndpointService):
         self._reactor = reactor
         self.listening_factory = listening_factory or factory
         """What the endpoint listens with: ``factory`` (the front end's), or a wrapper around it."""
+        for quiet in {factory, self.listening_factory}:  # no "Starting factory <... at 0x...>" lines:
+            quiet.noisy = False  # the listening line below says what an operator needs
 
     def privilegedStartService(self) -> None:
         self.running_port = None
@@ -353,7 +355,7 @@ def _check_readable_files(settings: Settings) -> None:
 
 def _check_store(settings: Settings) -> None:
     if settings.store is not None:
-        check_store_url(settings.store, settings.store_password_file)
+        check_database(settings.store, check_store_url(settings.store, settings.store_password_file))
 
 
 def _check_front_ends(settings: Settings) -> None:
@@ -426,7 +428,7 @@ def check_cluster_settings(settings: Settings) -> None:
     try:
         import txredisapi  # noqa: F401
     except ModuleNotFoundError:
-        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+        raise ConfigurationError(f"--cluster needs txredisapi: {INSTALL_CLUSTER}") from None
 
 
 def node_name(settings: Settings) -> str:

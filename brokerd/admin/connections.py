@@ -16,6 +16,9 @@ from twisted.logger import Logger
 
 from brokerd.events.log import peer_text
 
+_log = Logger(namespace="brokerd")
+"""Module-level, as brokerd.admin.oplog's is (why: there)."""
+
 
 class ConnectionCounts:
     """Open connections and connections made so far, by protocol (shared by every listener)."""
@@ -28,7 +31,6 @@ class ConnectionCounts:
 class ConnectionLog(Factory):
     """A factory in front of ``factory`` (a front end's) that logs and counts connections."""
 
-    _log = Logger(namespace="brokerd")
 
     def __init__(self, protocol: str, factory: Any, counts: ConnectionCounts) -> None:
         self.protocol_name = protocol
@@ -53,13 +55,13 @@ class ConnectionLog(Factory):
         source = peer_text(addr) or "-"
         self.counts.open[name] += 1
         self.counts.made[name] += 1
-        self._log.info("{protocol}: connection from {source}", protocol=name, source=source)
+        _log.info("{protocol}: connection from {source}", protocol=name, source=source)
         lost = built.connectionLost
 
         def connection_lost(reason: Any = None) -> None:
             self.counts.open[name] -= 1
             why = reason.getErrorMessage() if reason is not None and hasattr(reason, "getErrorMessage") else "closed"
-            self._log.info("{protocol}: connection from {source} closed: {why}", protocol=name, source=source, why=why)
+            _log.info("{protocol}: connection from {source} closed: {why}", protocol=name, source=source, why=why)
             vars(lost.__self__).pop("connectionLost", None)  # no cycle left behind
             lost(reason)
 

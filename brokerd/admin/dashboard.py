@@ -27,6 +27,9 @@ from brokerd.admin.figures import Figures
 from brokerd.admin.sessions import describe_session, list_topics
 from brokerd.twistedio import queued_bytes
 
+_log = Logger(namespace="brokerd.admin")
+"""Module-level, as brokerd.admin.oplog's is (why: there)."""
+
 TICK = 1.0
 """Seconds between two updates of the watching pages."""
 MAX_WATCHERS = 16
@@ -86,7 +89,6 @@ class Events(Resource):
     """``GET /api/events``: ``text/event-stream``, one ``data:`` line of JSON per tick."""
 
     isLeaf = True
-    _log = Logger(namespace="brokerd.admin")
 
     def __init__(self, figures: Figures, clock: Any) -> None:
         super().__init__()
@@ -108,7 +110,7 @@ class Events(Resource):
             self._loop = LoopingCall(self.tick)
             self._loop.clock = self.clock
             self._loop.start(TICK, now=True).addErrback(
-                lambda failure: self._log.failure("dashboard updates stopped", failure))
+                lambda failure: _log.failure("dashboard updates stopped", failure))
         else:
             self.tick()
         return NOT_DONE_YET

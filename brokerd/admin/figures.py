@@ -59,6 +59,10 @@ class Figures:
         self._clock = clock
         self.started = clock.time()
 
+    def uptime(self) -> float:
+        """Seconds since the broker started, as ``snapshot()["uptime_seconds"]`` gives them."""
+        return round(self._clock.time() - self.started, 3)
+
     @property
     def broker(self) -> Any:
         return self.runtime.broker
@@ -103,7 +107,7 @@ class Figures:
             dropped["stored_queue_full"] = quota.dropped
         return {
             "version": __version__,
-            "uptime_seconds": round(self._clock.time() - self.started, 3),
+            "uptime_seconds": self.uptime(),
             "connections": {
                 "open": stats.connections,
                 "refused": stats.refused_connections,

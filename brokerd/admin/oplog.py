@@ -21,6 +21,10 @@ from brokerd.events.log import IEventRecorder, peer_text, transport_source
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER, text
 from brokerd.interfaces import IBrokerObserver
 
+_log = Logger(namespace="brokerd")
+"""Module-level, not a class attribute: a Logger that is a class attribute takes its class's
+name as its namespace (Logger.__get__), which the log's ``source`` would then show."""
+
 RECENT_AUTH_FAILURES = 50
 """Refused logins the admin API and the dashboard can show (the newest ones)."""
 
@@ -35,7 +39,6 @@ class OperatorLog:
     """Logs and counts sessions and refusals, then hands every call to ``events`` (the event
     log, or brokerd.events.log.NULL_EVENT_LOG when it is off)."""
 
-    _log = Logger(namespace="brokerd")
 
     def __init__(self, events: Any, clock: Any = time) -> None:
         self.events = events
@@ -75,7 +78,7 @@ class OperatorLog:
         self.events.session_detached(session)
 
     def _log_session(self, what: str, session: Any) -> None:
-        self._log.info(
+        _log.info(
             "{protocol}: {what} {name} from {source}",
             what=what,
             protocol=session.protocol,
@@ -115,7 +118,7 @@ class OperatorLog:
                 "reason": reason,
             }
         )
-        self._log.warn(
+        _log.warn(
             "{protocol}: login refused for {identity} from {source} ({scheme}): {reason}",
             protocol=protocol,
             identity=_text(identity),

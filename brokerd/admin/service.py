@@ -13,6 +13,7 @@ from brokerd.admin.connections import ConnectionCounts, ConnectionLog
 from brokerd.admin.dashboard import Events
 from brokerd.admin.exposure import binds_loopback
 from brokerd.admin.figures import Figures
+from brokerd.admin.history import RateHistory
 from brokerd.admin.hostcheck import HostCheck
 from brokerd.admin.logs import check_log_settings
 from brokerd.admin.oplog import OperatorLog
@@ -92,6 +93,15 @@ def check_operations_settings(settings: Settings) -> None:
         raise ConfigurationError("--admin-token-file and --admin-cert-names need --admin")
 
 
+class AdminSite(Site):
+    """The admin listener's site: no HTTP access line per request.  The requests that change
+    something write their own operator line (``admin: closed ...``), and the dashboard and
+    ``brokerd-ctl status --interval`` poll the API often enough to bury the log otherwise."""
+
+    def log(self, request: Any) -> None:
+        """No access log."""
+
+
 class Operations:
     """The operations pieces of one broker, made before its listeners."""
 
@@ -101,6 +111,7 @@ class Operations:
         self.connections = ConnectionCounts()
         self.figures = Figures(runtime, self.operator_log, self.connections)
         self._streams: DashboardStreams | None = None
+        self._history: RateHistory | None = None
 
     def counted(self, protocol: str, factory: Any) -> ConnectionLog:
         """``factory`` behind connection counting and logging, for one listener."""
@@ -108,22 +119,26 @@ class Operations:
 
     def admin_site(self) -> Site:
         settings = self.runtime.settings
-        root = AdminRoot(self.figures, admin_access(settings), self.runtime.reactor)
+        self._history = RateHistory(self.figures, self.runtime.reactor)
+        root = AdminRoot(self.figures, admin_access(settings), self.runtime.reactor, self._history)
         self._streams = DashboardStreams(root.events)
-        site = Site(HostCheck(root, OwnNames.of([settings.admin or ""], settings.server_names)))
+        site = AdminSite(HostCheck(root, OwnNames.of([settings.admin or ""], settings.server_names)))
         site.displayTracebacks = False
         site.noisy = False
         return site
 
     def services(self) -> list[Service]:
         """The services to run beside the listeners: the statistics topics (with
-        --sys-interval) and, with the admin listener, the end of its event streams."""
+        --sys-interval) and, with the admin listener, the end of its event streams and the
+        rate history it serves."""
         made: list[Service] = []
         interval = self.runtime.settings.sys_interval
         if interval is not None:
             made.append(StatisticsTopics(self.figures, interval, self.runtime.reactor))
         if self._streams is not None:
             made.append(self._streams)
+        if self._history is not None:
+            made.append(self._history)
         return made
 
 

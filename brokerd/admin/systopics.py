@@ -23,6 +23,9 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
 from brokerd.store.base import log_unless_outage
 
+_log = Logger(namespace="brokerd.admin")
+"""Module-level, as brokerd.admin.oplog's is (why: there)."""
+
 PREFIX = "~sys/brokerd"
 PROTOCOL = "sys"
 """The sending protocol the statistics messages carry (SSMP shows the sender as ``sys:brokerd``)."""
@@ -46,7 +49,6 @@ class StatisticsTopics(Service):
     """Publishes the figures every ``interval`` seconds while running."""
 
     name = "sys-topics"
-    _log = Logger(namespace="brokerd.admin")
 
     def __init__(self, figures: Figures, interval: float, clock: Any) -> None:
         self.figures = figures
@@ -59,7 +61,7 @@ class StatisticsTopics(Service):
         self._loop = LoopingCall(self.publish)
         self._loop.clock = self.clock
         self._loop.start(self.interval, now=False).addErrback(
-            lambda failure: self._log.failure("$SYS-style statistics stopped", failure))
+            lambda failure: _log.failure("$SYS-style statistics stopped", failure))
 
     def stopService(self) -> None:
         super().stopService()
@@ -87,6 +89,6 @@ class StatisticsTopics(Service):
             broker.publish(message)
             kept = broker.keep([message])  # a stored MQTT session's subscription takes it from the store
             if kept is not None:
-                kept.addErrback(log_unless_outage, self._log, "Storing a statistics message")
+                kept.addErrback(log_unless_outage, _log, "Storing a statistics message")
             sent += 1
         return sent

@@ -35,6 +35,10 @@ from brokerd.admin.sessions import (
 )
 from brokerd.auth.tls import peer_names
 from brokerd.events.log import peer_text
+from brokerd.events.schema import text
+
+_log = Logger(namespace="brokerd.admin")
+"""Module-level, as brokerd.admin.oplog's is (why: there)."""
 
 JSON = b"application/json"
 
@@ -85,7 +89,7 @@ def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> 
         request.finish()
 
     def failed(failure: Any) -> None:
-        AdminResource._log.failure("admin request {uri}", failure, uri=request.uri)
+        _log.failure("admin request {uri}", failure, uri=request.uri)
         if not gone:
             request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
             request.finish()
@@ -95,7 +99,6 @@ def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> 
 
 
 class AdminResource(Resource):
-    _log = Logger(namespace="brokerd.admin")
 
     def __init__(self, figures: Figures) -> None:
         super().__init__()
@@ -123,6 +126,19 @@ class Metrics(AdminResource):
             return exposition(figures.snapshot(), queues)
 
         return _finish_later(request, figures.queues(), render)
+
+
+class History(Resource):
+    """``GET /api/history``: the last hour of per-second message rates (brokerd.admin.history)."""
+
+    isLeaf = True
+
+    def __init__(self, history: Any) -> None:
+        super().__init__()
+        self.history = history
+
+    def render_GET(self, request: Any) -> bytes:
+        return _json(request, 200, self.history.view())
 
 
 class Status(AdminResource):
@@ -185,12 +201,12 @@ class Sessions(AdminResource):
         if seconds:
             self.figures.broker.keep_out(principal, seconds)
             answer["kept_out"] = {"principal": str(principal), "seconds": seconds}
-            self._log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
-                           "{seconds} s", protocol=session.protocol, name=session.name, id=wanted,
+            _log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
+                           "{seconds} s", protocol=session.protocol, name=text(session.name), id=wanted,
                            principal=str(principal), seconds=seconds)
         else:
-            self._log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
-                           name=session.name, id=wanted)
+            _log.info("admin: closed {protocol} session {name} ({id})", protocol=session.protocol,
+                           name=text(session.name), id=wanted)
         return _json(request, 200, answer)
 
 
@@ -240,6 +256,7 @@ class Index(AdminResource):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
             "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
+            "GET /api/history",
             "POST /api/sessions/ID/close", "POST /api/reload", "GET /api/accounts",
             "POST /api/accounts/add|passwd|remove", "GET /api/ual", "POST /api/ual/set|remove"]})
 
@@ -256,7 +273,7 @@ class Api(Resource):
 class AdminRoot(Resource):
     """Checks every request but those for the dashboard's static files, then dispatches it."""
 
-    def __init__(self, figures: Figures, access: Access, clock: Any) -> None:
+    def __init__(self, figures: Figures, access: Access, clock: Any, history: Any) -> None:
         super().__init__()
         self.figures = figures
         self.access = access
@@ -265,6 +282,7 @@ class AdminRoot(Resource):
         api = Api(Index(figures))
         api.putChild(b"events", self.events)
         api.putChild(b"status", Status(figures))
+        api.putChild(b"history", History(history))
         api.putChild(b"sessions", Sessions(figures))
         api.putChild(b"topics", Topics(figures))
         api.putChild(b"reload", Reload(figures))

@@ -1,6 +1,6 @@
-"""What the protocol command-line clients (brokerd-ssmp, brokerd-mcchat, brokerd-smqp) share:
-the options that say where and how to connect, the endpoint they describe, and the error that
-ends a command.
+"""What the protocol command-line clients (brokerd-ssmp, brokerd-mcchat, brokerd-smqp,
+brokerd-mqtt) share: the options that say where and how to connect, the endpoint they describe,
+the error that ends a command, and ``--retry``.
 
 Each command keeps its own default host and port, and the help texts that speak of its own
 protocol (what a client certificate is for, which name TLS verifies).
@@ -9,24 +9,32 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
-
-from twisted.internet.interfaces import IStreamClientEndpoint
+from typing import TYPE_CHECKING, Any
 
 from brokerd.errors import ConfigurationError
+
+if TYPE_CHECKING:  # Twisted is imported by what connects, not by every command's start
+    from twisted.internet.interfaces import IStreamClientEndpoint
 
 EXIT_ERROR = 2
 """The exit status of a usage, configuration or connection problem."""
 
 
-class CommandError(Exception):
-    """Ends the command with one line on stderr and ``code`` as the exit status."""
+RETRY_SECONDS = 3.0
+"""How long ``--retry`` waits before connecting again."""
 
-    def __init__(self, code: int, message: str) -> None:
+
+class CommandError(Exception):
+    """Ends the command with one line on stderr and ``code`` as the exit status.
+    ``retryable``: the broker refused or ended the connection (or could not be reached), which
+    ``--retry`` answers with another attempt rather than an exit."""
+
+    def __init__(self, code: int, message: str, retryable: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.retryable = retryable
 
 
 class Interruption:
@@ -40,6 +48,47 @@ class Interruption:
 
     def _stopping(self) -> None:
         self.stopping = True
+
+
+def add_retry_option(group: Any, suppress: bool = False) -> None:
+    """``--retry``: see :func:`with_retries`."""
+    group.add_argument(
+        "--retry", action="store_true", default=option_default(False, suppress),
+        help="when the broker cannot be reached, refuses the login or closes the connection, "
+        f"say why and connect again every {RETRY_SECONDS:g} s instead of exiting",
+    )
+
+
+async def with_retries(
+    reactor: Any, args: argparse.Namespace, prog: str, interruption: Interruption,
+    attempt: Callable[[], Awaitable[None]],
+) -> None:
+    """Run ``attempt`` (one connection, to its end) once; with ``--retry``, again after each
+    refused or ended connection, with one line on stderr per attempt saying why.  Without it,
+    a subscriber the broker closes ends (its caller prints the line and exits non-zero): an
+    operator's ``brokerd-ctl close`` or a second login of the same identity is then seen,
+    not answered by a silent reconnect."""
+    from twisted.internet import task
+
+    while True:
+        try:
+            await attempt()
+            return
+        except CommandError as exc:
+            if not (exc.retryable and getattr(args, "retry", False)) or interruption.stopping:
+                raise
+            print(f"{prog}: {exc}; connecting again in {RETRY_SECONDS:g} s", file=sys.stderr, flush=True)
+            await task.deferLater(reactor, RETRY_SECONDS, lambda: None)
+
+
+def closed_reason(reason: BaseException | None) -> str:
+    """Why the broker ended a connection, for the line that says so: its own words when the
+    protocol carried them, else that it gave none."""
+    from twisted.internet.error import ConnectionDone
+
+    if reason is None or isinstance(reason, ConnectionDone):
+        return "no reason given"
+    return error_text(reason)
 
 
 def option_default(value: Any, suppress: bool) -> Any:

@@ -266,10 +266,21 @@ def main(argv: list[str] | None = None) -> NoReturn:
     _apply_config(args, [a.split("=")[0] for a in given])
     try:
         run(args, sys.stdout)
+        sys.stdout.flush()
     except CommandError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
+    except BrokenPipeError:
+        _reader_gone()
     raise SystemExit(0)
+
+
+def _reader_gone() -> None:
+    """``brokerd-ctl status --json | head``: the reader took what it wanted and left, which
+    is no error.  Standard output goes to /dev/null so the flush at exit does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@
 MCCHAT acknowledges nothing, so ``pub`` ends with a TLRQ and waits for its TL: once it is
 back, the server has handled every MSG before it.
 
-Exit codes: 0 done; 1 the broker closed the connection before we were done; 2 a usage,
-configuration or connection problem.
+Exit codes: 0 done; 1 the broker closed the connection before we were done (``sub --retry``
+connects again instead); 2 a usage, configuration or connection problem.
 """
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", metavar="FORMAT",
         help="line format with the fields {topic} {username} {message} [{topic} <{username}> {message}]",
     )
+    common.add_retry_option(sub)
     _add_connection_options(sub, suppress=True)
 
     pub = commands.add_parser("pub", help="Send messages to a topic.")
@@ -162,11 +163,11 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
     try:
         return await d  # type: ignore[no-any-return]
     except defer.TimeoutError:
-        raise CommandError(EXIT_ERROR, f"{where}: no MCCHAT INFO within {args.timeout:g} s") from None
+        raise CommandError(EXIT_ERROR, f"{where}: no MCCHAT INFO within {args.timeout:g} s", retryable=True) from None
     except MCChatError as exc:
-        raise CommandError(EXIT_ERROR, f"{where}: {exc}") from None
+        raise CommandError(EXIT_ERROR, f"{where}: {exc}", retryable=True) from None
     except Exception as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}") from None
+        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}", retryable=True) from None
 
 
 async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
@@ -200,18 +201,27 @@ class Printer:
                 self.done.callback(None)
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     printer = Printer(out, args.format or _DEFAULT_FORMAT, args.count)
-    protocol = await connected(reactor, args, printer.message)
-    try:
-        for topic in args.topics:
-            protocol.subscribe(os.fsencode(topic))
-        closed = protocol.when_closed()
-        finished = await defer.DeferredList([printer.done, closed], fireOnOneCallback=True)
-        if finished[1] == 1:
-            raise CommandError(EXIT_CLOSED, f"the broker closed the connection ({error_text(finished[0])})")
-    finally:
-        await protocol.close()
+
+    async def subscription() -> None:
+        protocol = await connected(reactor, args, printer.message)
+        try:
+            for topic in args.topics:
+                protocol.subscribe(os.fsencode(topic))
+            closed = protocol.when_closed()
+            finished = await defer.DeferredList([printer.done, closed], fireOnOneCallback=True)
+            if finished[1] == 1:  # MCCHAT has no word for why: an operator's close, a limit
+                raise CommandError(
+                    EXIT_CLOSED,
+                    f"{endpoint_description(args)}: the broker closed the connection "
+                    f"({common.closed_reason(finished[0])})",
+                    retryable=True,
+                )
+        finally:
+            await protocol.close()
+
+    await common.with_retries(reactor, args, PROG, interruption, subscription)
 
 
 async def run_pub(reactor: Any, args: argparse.Namespace, stdin: BinaryIO) -> None:
@@ -242,7 +252,7 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     interruption = Interruption(reactor)
     try:
         if args.command == "sub":
-            await run_sub(reactor, args, sys.stdout.buffer)
+            await run_sub(reactor, args, sys.stdout.buffer, interruption)
         elif args.command == "pub":
             await run_pub(reactor, args, sys.stdin.buffer)
         else:

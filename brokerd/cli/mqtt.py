@@ -19,19 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import stat
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
-
-from twisted.internet import defer, task
-from twisted.internet.defer import Deferred
-from twisted.internet.protocol import Protocol
-from twisted.logger import Logger
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from brokerd import __version__
-from brokerd.cli import common
+from brokerd.cli import common, oneshot
 from brokerd.cli.common import (
     EXIT_ERROR,
     CommandError,
@@ -39,20 +33,14 @@ from brokerd.cli.common import (
     error_text,
     start_debug_log,
 )
-from brokerd.config import read_first_line
-from brokerd.errors import ConfigurationError
-from brokerd.protocols.mqtt.client import (
-    MQTTClientProtocol,
-    MQTTConnectError,
-    MQTTError,
-    client_endpoint,
-    connect,
-    describe_reason,
-)
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, Publish
+from brokerd.protocols.mqtt.reasons import describe_reason
 from brokerd.protocols.mqtt.topics import topic_filter_problem, topic_name_problem
 
-_log = Logger()
+# Twisted and the Twisted client are imported where they are used: 'pub' at QoS 0 over plain
+# TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
+if TYPE_CHECKING:
+    from brokerd.protocols.mqtt.client import MQTTClientProtocol
 
 PROG = "brokerd-mqtt"
 DEFAULT_HOST = "127.0.0.1"
@@ -87,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--qos", type=int, choices=(0, 1, 2), default=0, help="maximum QoS to receive at [0]"
     )
     sub.add_argument("-C", "--count", type=int, metavar="N", help="exit after N messages")
+    common.add_retry_option(sub)
     _add_connection_options(sub, suppress=True)
     return parser
 
@@ -177,6 +166,9 @@ def endpoint_description(args: argparse.Namespace) -> str:
 
 def read_password(path: Path) -> bytes:
     """The password file's first line, stripped, as the broker's own secret files are read."""
+    from brokerd.config import read_first_line
+    from brokerd.errors import ConfigurationError
+
     try:
         return read_first_line(path, "--password-file")
     except ConfigurationError as exc:
@@ -187,13 +179,17 @@ def read_password(path: Path) -> bytes:
 
 async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = None) -> MQTTClientProtocol:
     """The connection once the CONNACK accepted it, or CommandError (exit 1)."""
+    from twisted.internet import defer
+
+    from brokerd.protocols.mqtt.client import MQTTConnectError, MQTTError, client_endpoint, connect
+
     where = endpoint_description(args)
     endpoint = common.build_endpoint(client_endpoint, reactor, where, args, args.tls_hostname or args.host)
     password = read_password(args.password_file) if args.password_file is not None else None
     d = connect(
         reactor,
         endpoint,
-        client_id=args.client_id if args.client_id is not None else f"{PROG}-{secrets.token_hex(4)}",
+        client_id=client_id(args),
         version=VERSIONS[args.mqtt_version],
         keep_alive=args.keep_alive,
         username=args.username,
@@ -204,17 +200,21 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
     try:
         return await d
     except MQTTConnectError as exc:
-        raise CommandError(EXIT_FAILED, f"{where}: {exc}") from None
+        raise CommandError(EXIT_FAILED, f"{where}: {exc}", retryable=True) from None
     except defer.TimeoutError:
-        raise CommandError(EXIT_FAILED, f"{where}: no CONNACK within {args.timeout:g} s") from None
+        raise CommandError(EXIT_FAILED, f"{where}: no CONNACK within {args.timeout:g} s", retryable=True) from None
     except MQTTError as exc:
-        raise CommandError(EXIT_FAILED, f"{where}: {exc}") from None
+        raise CommandError(EXIT_FAILED, f"{where}: {exc}", retryable=True) from None
     except Exception as exc:  # noqa: BLE001 - whatever stopped the connection is one error line
-        raise CommandError(EXIT_FAILED, f"cannot connect to {where}: {error_text(exc)}") from None
+        raise CommandError(EXIT_FAILED, f"cannot connect to {where}: {error_text(exc)}", retryable=True) from None
 
 
-async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
+async def _answer(reactor: Any, args: argparse.Namespace, d: Any, what: str) -> Any:
     """What ``d`` fires with, or CommandError (exit 1) naming ``what`` it waited for."""
+    from twisted.internet import defer
+
+    from brokerd.protocols.mqtt.client import MQTTError
+
     d.addTimeout(args.timeout, reactor)
     try:
         return await d
@@ -234,6 +234,8 @@ class Printer:
     def __init__(self, out: BinaryIO, count: int | None) -> None:
         self.out = out
         self.left = count
+        from twisted.internet.defer import Deferred
+
         self.done: Deferred = Deferred()
         """Fires once ``count`` messages were printed, or the reader of our output left."""
 
@@ -262,21 +264,7 @@ class Printer:
             self.done.callback(None)
 
 
-class _EndOfInput(Protocol):
-    """Fires ``ended`` when standard input reaches its end (Ctrl-D on a terminal)."""
-
-    def __init__(self, ended: Deferred) -> None:
-        self.ended = ended
-
-    def dataReceived(self, data: bytes) -> None:
-        """What is typed is not for us."""
-
-    def connectionLost(self, reason: Any = None) -> None:
-        if not self.ended.called:
-            self.ended.callback(None)
-
-
-def watch_end_of_input(ended: Deferred) -> None:
+def watch_end_of_input(ended: Any) -> None:
     """Fire ``ended`` at the end of standard input when it is a terminal or a pipe: the way
     to stop ``sub`` from a script (close its input) or a terminal (Ctrl-D).  /dev/null and files
     are left alone, so ``sub < /dev/null &`` runs until stopped, as a daemonised one must."""
@@ -287,8 +275,19 @@ def watch_end_of_input(ended: Deferred) -> None:
     if not (os.isatty(0) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         return
     from twisted.internet import stdio
+    from twisted.internet.protocol import Protocol
 
-    stdio.StandardIO(_EndOfInput(ended), stdin=0, stdout=os.open(os.devnull, os.O_WRONLY))
+    class EndOfInput(Protocol):
+        """Fires ``ended`` when standard input reaches its end (Ctrl-D on a terminal)."""
+
+        def dataReceived(self, data: bytes) -> None:
+            """What is typed is not for us."""
+
+        def connectionLost(self, reason: Any = None) -> None:
+            if not ended.called:
+                ended.callback(None)
+
+    stdio.StandardIO(EndOfInput(), stdin=0, stdout=os.open(os.devnull, os.O_WRONLY))
 
 
 async def run_pub(reactor: Any, args: argparse.Namespace) -> None:
@@ -300,35 +299,57 @@ async def run_pub(reactor: Any, args: argparse.Namespace) -> None:
         except ValueError as exc:
             raise CommandError(EXIT_ERROR, f"{what}: {exc}") from None
         await _answer(reactor, args, d, what)
-        _log.info("Published to {topic}", topic=args.topic)
+        from twisted.logger import Logger
+
+        Logger().info("Published to {topic}", topic=args.topic)
     finally:
         await protocol.disconnect()
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
+    from twisted.internet import defer
+
     printer = Printer(out, args.count)
-    protocol = await connected(reactor, args, printer.message)
-    # Ctrl-C or SIGTERM: say DISCONNECT first, so the server ends the session cleanly.
-    reactor.addSystemEventTrigger("before", "shutdown", protocol.disconnect)
-    try:
-        suback = await _answer(
-            reactor, args, protocol.subscribe([(topic_filter, args.qos) for topic_filter in args.filters]),
-            "SUBSCRIBE",
-        )
-        for topic_filter, code in zip(args.filters, suback.reason_codes, strict=False):
-            if code >= 0x80:
-                raise CommandError(EXIT_FAILED, f"subscription to {topic_filter} refused: {describe_reason(code)}")
-        _log.info("Subscribed to {filters}", filters=" ".join(args.filters))
-        end_of_input: Deferred = Deferred()
-        watch_end_of_input(end_of_input)
-        closed = protocol.when_closed()
-        finished = await defer.DeferredList(
-            [printer.done, end_of_input, closed], fireOnOneCallback=True, consumeErrors=True
-        )
-        if finished[1] == 2:
-            raise CommandError(EXIT_FAILED, f"the server closed the connection ({error_text(finished[0])})")
-    finally:
-        await protocol.disconnect()
+    args.client_id = client_id(args)  # chosen once: a retry connects as the same client
+    end_of_input: defer.Deferred = defer.Deferred()
+    watch_end_of_input(end_of_input)
+
+    async def subscription() -> None:
+        protocol = await connected(reactor, args, printer.message)
+        # Ctrl-C or SIGTERM: say DISCONNECT first, so the server ends the session cleanly.
+        trigger = reactor.addSystemEventTrigger("before", "shutdown", protocol.disconnect)
+        try:
+            await _subscribe(reactor, args, protocol)
+            closed = protocol.when_closed()
+            finished = await defer.DeferredList(
+                [printer.done, end_of_input, closed], fireOnOneCallback=True, consumeErrors=True
+            )
+            if finished[1] == 2:  # v5 says why (Administrative action, Session taken over); 3.1.1 cannot
+                raise CommandError(
+                    EXIT_FAILED,
+                    f"{endpoint_description(args)}: the broker closed the connection "
+                    f"({common.closed_reason(finished[0])})",
+                    retryable=True,
+                )
+        finally:
+            reactor.removeSystemEventTrigger(trigger)
+            await protocol.disconnect()
+
+    await common.with_retries(reactor, args, PROG, interruption, subscription)
+
+
+async def _subscribe(reactor: Any, args: argparse.Namespace, protocol: MQTTClientProtocol) -> None:
+    """SUBSCRIBE to every filter; CommandError for a refused one."""
+    suback = await _answer(
+        reactor, args, protocol.subscribe([(topic_filter, args.qos) for topic_filter in args.filters]),
+        "SUBSCRIBE",
+    )
+    for topic_filter, code in zip(args.filters, suback.reason_codes, strict=False):
+        if code >= 0x80:
+            raise CommandError(EXIT_FAILED, f"subscription to {topic_filter} refused: {describe_reason(code)}")
+    from twisted.logger import Logger
+
+    Logger().info("Subscribed to {filters}", filters=" ".join(args.filters))
 
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
@@ -337,7 +358,7 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
     interruption = Interruption(reactor)
     try:
         if args.command == "sub":
-            await run_sub(reactor, args, sys.stdout.buffer)
+            await run_sub(reactor, args, sys.stdout.buffer, interruption)
         else:
             await run_pub(reactor, args)
     except CommandError as exc:
@@ -347,11 +368,39 @@ async def run(reactor: Any, args: argparse.Namespace) -> None:
         raise SystemExit(exc.code) from None
 
 
+def client_id(args: argparse.Namespace) -> str:
+    """``--client-id``, else a random ``brokerd-mqtt-XXXXXXXX``."""
+    return args.client_id if args.client_id is not None else f"{PROG}-{os.urandom(4).hex()}"
+
+
+def publish_at_once(args: argparse.Namespace) -> bool:
+    """``pub`` at QoS 0 over plain TCP without Twisted (brokerd.cli.oneshot): CONNECT, the
+    PUBLISH and DISCONNECT, with the lines and exit statuses of :func:`run_pub`.  False when
+    the options need the Twisted client (QoS 1 and 2, TLS, another endpoint, --debug)."""
+    where = endpoint_description(args)
+    address = oneshot.plain_address(where, args)
+    if address is None or args.qos != 0:
+        return False
+    password = read_password(args.password_file) if args.password_file is not None else None
+    oneshot.mqtt_publish(address, where, VERSIONS[args.mqtt_version], client_id(args), args.keep_alive,
+                         args.username, password, args.topic, os.fsencode(args.message), args.retain, args.timeout)
+    return True
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """The ``brokerd-mqtt`` entry point."""
     args = parse_arguments(argv)
+    if args.command == "pub":
+        try:
+            if publish_at_once(args):
+                raise SystemExit(0)
+        except CommandError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            raise SystemExit(exc.code) from None
     if args.debug:
         start_debug_log()
+    from twisted.internet import defer, task
+
     task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
     raise SystemExit(0)  # react never returns; this keeps the NoReturn promise for type checkers
 

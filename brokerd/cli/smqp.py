@@ -22,7 +22,8 @@ The password comes from --password-file, else $BROKERD_SMQP_PASSWORD, else a pro
 terminal, else it is blank (the guest's).  With --cert the login method is CERT (SMQPS).
 
 Exit codes: 0 done; 1 the server refused a command (the line gives its reply); 2 a usage,
-configuration or connection problem.
+configuration or connection problem, or a subscription the broker closed (the line gives its
+421; ``sub --retry`` connects again instead).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7720
-"""The try-it broker's SMQP port (docs/examples/try-it.toml); the draft's 720 needs root."""
+"""The broker's default SMQP port (and the try-it broker's); the draft's 720 needs root."""
 EXIT_REFUSED = 1
 PASSWORD_ENV = "BROKERD_SMQP_PASSWORD"
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "extension; one at a time when the server refuses) [1]")
     sub.add_argument("--keep", action="store_true",
                      help="keep the (durable) subscription when exiting [UNSUBSCRIBE at exit]")
+    common.add_retry_option(sub)
     sub = commands.add_parser("raw", help="send command lines, print each reply")
     sub.add_argument("lines", nargs="+", metavar="LINE")
     return parser
@@ -172,20 +174,30 @@ def _keywords(text: str | None) -> list[str] | None:
     return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
 
 
+def where(args: argparse.Namespace) -> str:
+    """The endpoint the options name, for the lines that say what failed."""
+    return common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
+
+
 async def session(reactor: Any, args: argparse.Namespace, stdin: TextIO) -> SMQPClientProtocol:
-    """A connected, logged-in client; CommandError otherwise."""
+    """A connected, logged-in client; CommandError otherwise (a refused login is retryable:
+    an operator may keep the account out for a while)."""
     endpoint = endpoint_for(reactor, args)
-    channel = args.channel or f"cli{secrets.token_hex(2)}"
     try:
         d = connect(endpoint)
         d.addTimeout(args.timeout, reactor)
         client = await d
     except (ConnectError, ConnectionClosed, defer.TimeoutError, OSError) as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect: {exc}") from None
-    if args.cert is not None:
-        await client.login_cert(args.user, channel)
-    else:
-        await client.login(args.user, channel, password_for(args, stdin))
+        raise CommandError(EXIT_ERROR, f"cannot connect to {where(args)}: {exc}", retryable=True) from None
+    try:
+        if args.cert is not None:
+            await client.login_cert(args.user, args.channel)
+        else:
+            await client.login(args.user, args.channel, password_for(args, stdin))
+    except SMQPError as exc:
+        client.transport.loseConnection()
+        raise CommandError(EXIT_REFUSED, f"{where(args)}: login as {args.user}:{args.channel} refused: "
+                           f"{exc.code} {' '.join(exc.lines)}", retryable=True) from None
     return client
 
 
@@ -284,8 +296,11 @@ async def _publish(client: SMQPClientProtocol, args: argparse.Namespace, stdin: 
 
 
 async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: TextIO) -> None:
+    """Print and acknowledge notifications; the connection's end, which the queue hears of
+    after the notifications before it, is a CommandError giving the server's 421."""
     notifications: defer.DeferredQueue = defer.DeferredQueue()
     client.notifyReceived = notifications.put  # type: ignore[method-assign]
+    client.when_closed().addCallback(notifications.put)
     if args.window > 1:
         window = await client.set_notify_window(args.window)
         if window != args.window:
@@ -296,6 +311,8 @@ async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: 
     try:
         while args.count is None or received < args.count:
             notify = await notifications.get()
+            if isinstance(notify, BaseException):
+                raise _closed_by_broker(client, args, notify)
             if notify.kind != "MESSAGE" or notify.body is None:
                 continue
             received += 1
@@ -310,6 +327,12 @@ async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: 
     finally:
         if not args.keep and client.is_open:
             await client.unsubscribe(args.topic)
+
+
+def _closed_by_broker(client: SMQPClientProtocol, args: argparse.Namespace, reason: BaseException) -> CommandError:
+    reply = client.closing_reply
+    why = common.closed_reason(reason) if reply is None else f"{reply.code} {' '.join(reply.lines)}"
+    return CommandError(EXIT_ERROR, f"{where(args)}: the broker closed the connection ({why})", retryable=True)
 
 
 def _chain(previous: defer.Deferred | None, answer: defer.Deferred) -> defer.Deferred:
@@ -369,29 +392,38 @@ async def _contact(client: SMQPClientProtocol, args: argparse.Namespace, stdin: 
 async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
               out: TextIO = sys.stdout) -> None:
     """The chosen command; expected failures leave as SystemExit with their code."""
-    client = None
     interruption = Interruption(reactor)
+    if args.channel is None:  # chosen once: a retry logs in as the same session
+        args.channel = f"cli{secrets.token_hex(2)}"
+
+    async def attempt() -> None:
+        client = None
+        try:
+            client = await session(reactor, args, stdin)
+            await run_command(client, args, stdin, out)
+            out.flush()
+        finally:
+            if client is not None and client.is_open:
+                try:
+                    await client.quit()
+                except Exception:
+                    client.transport.loseConnection()
+
     try:
-        client = await session(reactor, args, stdin)
-        await run_command(client, args, stdin, out)
-        out.flush()
+        await common.with_retries(reactor, args, PROG, interruption, attempt)
     except SMQPError as exc:
         print(f"{PROG}: {exc.code} {' '.join(exc.lines)}", file=sys.stderr)
         raise SystemExit(EXIT_REFUSED) from None
     except CommandError as exc:
+        if interruption.stopping:
+            return  # Ctrl-C or SIGTERM closed the connection: a subscriber stopped by its user
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
     except (ConnectionClosed, defer.TimeoutError) as exc:
         if interruption.stopping:
-            return  # Ctrl-C or SIGTERM closed the connection: a subscriber stopped by its user
+            return
         print(f"{PROG}: connection lost: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
-    finally:
-        if client is not None and client.is_open:
-            try:
-                await client.quit()
-            except Exception:
-                client.transport.loseConnection()
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -7,7 +7,8 @@ mosquitto_pub and mosquitto_sub.
     brokerd-ssmp --tls --ca ca.pem --cert alice.pem --key alice.key --id alice pub news hi
 
 Exit codes: 0 everything was accepted; 1 the server refused a request (the line says which
-and its code); 2 a usage, configuration or connection problem.
+and its code); 2 a usage, configuration or connection problem, or a subscription the broker
+closed (``--retry`` connects again instead).
 """
 from __future__ import annotations
 
@@ -17,28 +18,19 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
-
-from twisted.internet import defer, task
-from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.logger import Logger
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from brokerd import __version__
-from brokerd.cli import common
-from brokerd.cli.common import EXIT_ERROR, CommandError, error_text, start_debug_log
-from brokerd.config import read_secret_file
-from brokerd.errors import ConfigurationError
-from brokerd.protocols.ssmp.client import (
-    SSMPClient,
-    SSMPClientProtocol,
-    SSMPError,
-    client_endpoint,
-    is_id,
-    wire_payload,
-)
+from brokerd.cli import common, oneshot
+from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, start_debug_log
+from brokerd.protocols.ssmp.codec import is_id, wire_payload
 
-_log = Logger()
+# Twisted and the Twisted client are imported where they are used, not here: 'pub' over plain
+# TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from brokerd.protocols.ssmp.client import SSMPClient, SSMPClientProtocol, SSMPError
 
 ID_RULE = "1 to 64 letters, digits or .:@/_-+=~"
 """What an SSMP identifier, topic or recipient may be (the usage errors say it)."""
@@ -156,6 +148,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
 
 def _add_sub(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("topics", nargs="+", metavar="TOPIC")
+    common.add_retry_option(sub)
     sub.add_argument(
         "--presence", action="store_true",
         help="also print who joins and leaves the topics (TOPIC SUBSCRIBE|UNSUBSCRIBE ID)",
@@ -203,6 +196,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         _check_sub(parser, args)
     else:
         _check_send(parser, args)
+    if args.identifier is None:  # chosen once: a retry logs in as the same identity
+        args.identifier = f"brokerd-ssmp-{os.urandom(2).hex()}"
 
 
 def _is_identifier(text: str) -> bool:
@@ -249,6 +244,9 @@ def endpoint_description(args: argparse.Namespace) -> str:
 
 def read_secret(path: Path) -> bytes:
     """The secret file's first line, read exactly as the broker reads its own --secret-file."""
+    from brokerd.config import read_secret_file
+    from brokerd.errors import ConfigurationError
+
     try:
         return read_secret_file(path)
     except ConfigurationError as exc:
@@ -279,10 +277,12 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 
 def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMPClient:
     """An SSMPClient for the connection options; CommandError for unusable ones."""
+    from brokerd.protocols.ssmp.client import SSMPClient, client_endpoint
+
     endpoint = common.build_endpoint(
         client_endpoint, reactor, endpoint_description(args), args, args.tls_hostname or args.host
     )
-    identifier = args.identifier or f"brokerd-ssmp-{secrets.token_hex(2)}"
+    identifier = args.identifier
     credential = read_secret(args.secret_file) if args.secret_file is not None else None
     return SSMPClient(
         endpoint,
@@ -299,38 +299,52 @@ async def connected(
 ) -> SSMPClientProtocol:
     """The logged-in connection, or CommandError: 1 for a refused login, 2 for the rest.  One
     attempt only: a command line tool should say what is wrong, not retry quietly."""
+    from twisted.internet import defer
+    from twisted.internet.error import ConnectionDone, ConnectionLost
+
+    from brokerd.protocols.ssmp.client import SSMPError
+
     where = endpoint_description(args)
     d = client.whenConnected(failAfterFailures=1)
     d.addTimeout(args.timeout, reactor)
     try:
         return await d  # type: ignore[no-any-return]
     except SSMPError as exc:
-        raise CommandError(EXIT_REFUSED, _login_refused(exc, client)) from None
+        raise CommandError(EXIT_REFUSED, f"{where}: {_login_refused(exc, client)}", retryable=True) from None
     except (ConnectionDone, ConnectionLost):
         raise CommandError(
-            EXIT_ERROR, f"{where}: the broker closed the connection without answering the login"
+            EXIT_ERROR, f"{where}: the broker closed the connection without answering the login",
+            retryable=True,
         ) from None
     except defer.TimeoutError:
         raise CommandError(
-            EXIT_ERROR, f"{where}: no login answer within {args.timeout:g} s"
+            EXIT_ERROR, f"{where}: no login answer within {args.timeout:g} s", retryable=True
         ) from None
     except Exception as exc:
-        raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}") from None
+        raise CommandError(
+            EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}", retryable=True
+        ) from None
 
 
 def _login_refused(error: SSMPError, client: SSMPClient) -> str:
-    who = client.identifier.decode("utf-8", "replace")
-    how = client.scheme.decode("ascii", "replace")
-    line = f"login as {who} with scheme {how} refused: {_describe(error)}"
-    if error.code == b"401":
-        accepted = (error.content or b"").decode("utf-8", "replace")
+    return _login_refused_line(error.code, error.content, client.identifier, client.scheme)
+
+
+def _login_refused_line(code: bytes, content: bytes | None, identifier: bytes, scheme: bytes) -> str:
+    who = identifier.decode("utf-8", "replace")
+    how = scheme.decode("ascii", "replace")
+    line = f"login as {who} with scheme {how} refused: {_describe(code)}"
+    if code == b"401":
+        accepted = (content or b"").decode("utf-8", "replace")
         line += f" (the broker accepts: {accepted or 'no scheme'})"
+        if how in accepted.split():
+            line += f"; the operator may keep {who} out for a while"
     return line
 
 
-def _describe(error: SSMPError) -> str:
-    meaning = _CODE_MEANINGS.get(error.code, "refused")
-    return f"{error.code.decode('ascii', 'replace')} {meaning}"
+def _describe(code: bytes) -> str:
+    meaning = _CODE_MEANINGS.get(code, "refused")
+    return f"{code.decode('ascii', 'replace')} {meaning}"
 
 
 # ---------------------------------------------------------------------------- commands
@@ -343,6 +357,8 @@ class Printer:
         self.template = template
         self.left = count
         self.binary_hex = binary_hex
+        from twisted.internet.defer import Deferred
+
         self.done: Deferred = Deferred()
         """Fires once ``count`` messages were printed (never without a count)."""
 
@@ -392,26 +408,48 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     template = args.format or (_VERBOSE_FORMAT if args.verbose else _DEFAULT_FORMAT)
     printer = Printer(out, template, args.count, args.binary_hex)
     handlers: dict[str, Callable[..., object]] = {"on_message": printer.message}
     if args.presence:
         handlers["on_presence"] = printer.presence
-    client = make_client(reactor, args, **handlers)
-    client.startService()
-    try:
-        await connected(reactor, client, args)
-        await _settle(
-            [
-                (f"SUBSCRIBE {topic}", client.subscribe(os.fsencode(topic), args.presence))
-                for topic in args.topics
-            ]
+
+    async def subscription() -> None:
+        client = make_client(reactor, args, **handlers)
+        client.startService()
+        try:
+            protocol = await connected(reactor, client, args)
+            await _settle(
+                [
+                    (f"SUBSCRIBE {topic}", client.subscribe(os.fsencode(topic), args.presence))
+                    for topic in args.topics
+                ]
+            )
+            from twisted.logger import Logger
+
+            Logger().info("Subscribed to {topics}", topics=" ".join(args.topics))
+            await _until_done_or_closed(printer, protocol, args)
+        finally:
+            await client.stopService()
+
+    await common.with_retries(reactor, args, PROG, interruption, subscription)
+
+
+async def _until_done_or_closed(printer: Printer, protocol: SSMPClientProtocol, args: argparse.Namespace) -> None:
+    """Wait for the count of messages; a connection the broker ends first is a CommandError.
+    SSMP says no reason when it closes: an operator's ``brokerd-ctl close``, or a newer login
+    as the same identifier, the two causes the line names."""
+    from twisted.internet import defer
+
+    finished = await defer.DeferredList([printer.done, protocol.when_closed()], fireOnOneCallback=True)
+    if finished[1] == 1:
+        raise CommandError(
+            EXIT_ERROR,
+            f"{endpoint_description(args)}: the broker closed the connection ({common.closed_reason(finished[0])}: "
+            f"closed by the operator, or {args.identifier} logged in elsewhere)",
+            retryable=True,
         )
-        _log.info("Subscribed to {topics}", topics=" ".join(args.topics))
-        await printer.done
-    finally:
-        await client.stopService()
 
 
 async def run_send(
@@ -449,13 +487,15 @@ def _send(
 async def _settle(requests: list[tuple[str, Deferred]]) -> None:
     """Wait for every answer; then raise CommandError for the first refusal (exit 1) or, when
     none was refused, for a lost connection (exit 2)."""
+    from brokerd.protocols.ssmp.client import SSMPError
+
     refused: str | None = None
     lost: str | None = None
     for what, d in requests:
         try:
             await d
         except SSMPError as exc:
-            refused = refused or f"{what} refused: {_describe(exc)}"
+            refused = refused or f"{what} refused: {_describe(exc.code)}"
         except Exception as exc:
             lost = lost or f"{what}: connection lost before the answer ({error_text(exc)})"
     if refused is not None:
@@ -466,21 +506,63 @@ async def _settle(requests: list[tuple[str, Deferred]]) -> None:
 
 async def run(reactor: Any, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code."""
+    interruption = Interruption(reactor)
     try:
         if args.command == "sub":
-            await run_sub(reactor, args, sys.stdout.buffer)
+            await run_sub(reactor, args, sys.stdout.buffer, interruption)
         else:
             await run_send(reactor, args, sys.stdin.buffer)
     except CommandError as exc:
+        if interruption.stopping:
+            return  # Ctrl-C or SIGTERM closed the connection: a subscriber stopped by its user
         print(f"{PROG}: {exc}", file=sys.stderr)
         raise SystemExit(exc.code) from None
+
+
+def send_at_once(args: argparse.Namespace, stdin: BinaryIO) -> bool:
+    """pub, ucast and bcast over plain TCP without Twisted (brokerd.cli.oneshot): the same
+    requests, lines and exit statuses as :func:`run_send`.  False when the options need the
+    Twisted client (TLS, another endpoint, --debug)."""
+    address = oneshot.plain_address(endpoint_description(args), args)
+    if address is None:
+        return False
+    messages = read_messages(args, stdin)
+    identifier, how = os.fsencode(args.identifier), os.fsencode(scheme(args))
+    login = [identifier, how]
+    if args.secret_file is not None:
+        login.append(wire_payload(read_secret(args.secret_file)))
+
+    def refused(what: str, answer: Any) -> CommandError:
+        if what == "LOGIN":
+            line = _login_refused_line(answer.code, _content(answer.payload), identifier, how)
+            return CommandError(EXIT_REFUSED, f"{endpoint_description(args)}: {line}", retryable=True)
+        return CommandError(EXIT_REFUSED, f"{what} refused: {_describe(answer.code)}")
+
+    requests = [oneshot.cast_line(args.command, args, message) for message in messages]
+    oneshot.ssmp_send(address, endpoint_description(args), login, requests, args.timeout, refused)
+    return True
+
+
+def _content(payload: bytes | None) -> bytes | None:
+    from brokerd.protocols.ssmp.codec import payload_content
+
+    return None if payload is None else payload_content(payload)[0]
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """The ``brokerd-ssmp`` entry point."""
     args = parse_arguments(argv)
+    if args.command != "sub":
+        try:
+            if send_at_once(args, sys.stdin.buffer):
+                raise SystemExit(0)
+        except CommandError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            raise SystemExit(exc.code) from None
     if args.debug:
         start_debug_log()
+    from twisted.internet import defer, task
+
     task.react(lambda reactor: defer.ensureDeferred(run(reactor, args)))
     raise SystemExit(0)  # react never returns; this keeps the NoReturn promise for type checkers
 

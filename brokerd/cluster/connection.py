@@ -146,9 +146,9 @@ def load_txredisapi() -> Any:
     try:
         import txredisapi
     except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
-        from brokerd.errors import ConfigurationError
+        from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
 
-        raise ConfigurationError("--cluster needs txredisapi: pip install 'brokerd[cluster]'") from None
+        raise ConfigurationError(f"--cluster needs txredisapi: {INSTALL_CLUSTER}") from None
     return txredisapi
 
 

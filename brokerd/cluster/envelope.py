@@ -127,7 +127,7 @@ def _encode_uniform(out: list[bytes], messages: Sequence[Message]) -> bool:
     """The usual run (one publisher's messages to one topic, no details), in one pass that
     only packs each payload's flags and size; False at the first message that differs (the
     caller starts over with :func:`_encode_any`).  This runs once per message on the
-    publishing node (docs/performance.md, cluster fan-out)."""
+    publishing node (docs/performance-history.md, cluster fan-out)."""
     first = messages[0]
     if first.details is not PLAIN:
         return False
@@ -313,7 +313,7 @@ def _decode_messages(data: bytes, offset: int, count: int, topic: bytes | None =
             flags = data[offset]
             if flags & _SAME and not flags & _DETAILS and previous is not None:
                 # A run's next payload (the usual case), read inline: this loop runs once per
-                # message on every receiving node that decodes (docs/performance.md).
+                # message on every receiving node that decodes (docs/performance-history.md).
                 start = offset + 5
                 offset = start + unpack_size(data, offset + 1)[0]
                 if offset > size_of_data:

@@ -831,7 +831,7 @@ class Broker(Service):
         there is no session at that address.  The recipient is looked up, the access policy
         asked and the run rendered and sent once (its wire format's ``render_run``, else
         message by message), and the event log gets the run as one entry: one UCAST costs
-        about what one MCAST of a run costs (docs/performance.md).  Raises Forbidden as
+        about what one MCAST of a run costs (docs/performance-history.md).  Raises Forbidden as
         :meth:`unicast` does (one run has one sender)."""
         first = messages[0]
         recipient = self._addresses.get((namespace, first.target))  # type: ignore[arg-type]

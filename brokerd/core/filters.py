@@ -4,8 +4,9 @@ A topic name is levels separated by ``/``.  In a filter, the level ``+`` matches
 level and ``#`` (the last level only) any number of levels, none included: ``sport/#`` matches
 ``sport``, ``sport/tennis`` and ``sport/tennis/player1``.  A topic whose name starts with ``$``
 is not matched by a filter whose first level is a wildcard, so ``#`` does not reach ``$SYS/...``.
-These are MQTT's rules (MQTT 5.0 and 3.1.1, section 4.7); the core owns them, so that a filter
-reaches what every protocol publishes and a front end never matches topics itself.
+These are MQTT's rules (MQTT 5.0 and 3.1.1, section 4.7), kept in brokerd.events.filters so
+that the pipeline counts by the same ones; the core routes by them, so that a filter reaches
+what every protocol publishes and a front end never matches topics itself.
 
 :class:`FilterIndex` keeps the members of each filter in a tree of levels: the members a topic
 reaches are found by walking its levels (an exact child, ``+`` and ``#`` at each), not by
@@ -16,24 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 
-SEPARATOR = b"/"
-ONE_LEVEL = b"+"
-ANY_LEVELS = b"#"
-SYSTEM = b"$"
+from brokerd.events.filters import ANY_LEVELS, ONE_LEVEL, SEPARATOR, SYSTEM, has_wildcard, matches
 
-
-def matches(topic_filter: bytes, topic: bytes) -> bool:
-    """Whether ``topic_filter`` (a valid filter) matches the topic name ``topic``."""
-    if topic[:1] == SYSTEM and topic_filter[:1] in (ONE_LEVEL, ANY_LEVELS):
-        return False
-    names = topic.split(SEPARATOR)
-    levels = topic_filter.split(SEPARATOR)
-    for index, level in enumerate(levels):
-        if level == ANY_LEVELS:
-            return True
-        if index >= len(names) or (level != ONE_LEVEL and level != names[index]):
-            return False
-    return len(levels) == len(names)
+__all__ = ["ANY_LEVELS", "ONE_LEVEL", "SEPARATOR", "SYSTEM", "FilterIndex", "filter_problem", "has_wildcard",
+           "matches"]
 
 
 def filter_problem(topic_filter: bytes) -> str | None:
@@ -49,11 +36,6 @@ def filter_problem(topic_filter: bytes) -> str | None:
         if level == ANY_LEVELS and index != len(levels) - 1:
             return "'#' must be the last level"
     return None
-
-
-def has_wildcard(topic_filter: bytes) -> bool:
-    """Whether ``topic_filter`` can match another name than its own (else it is a topic)."""
-    return ONE_LEVEL in topic_filter or ANY_LEVELS in topic_filter
 
 
 class _Level:

@@ -5,7 +5,7 @@ The durable service records two outcome events per message it delivers (``delive
 (:meth:`brokerd.core.outcomes.DurableOutcomes._write`).  Encoding such a record as a dict
 through the json module costs two to three times what one format with the values in place
 does (callgrind: about 37,000 instructions a record against 14,500), and it was the largest
-part of an acknowledged delivery with a notification window (docs/performance.md).  The fixed
+part of an acknowledged delivery with a notification window (docs/performance-history.md).  The fixed
 shape allows the format; :func:`outcome_line` gives the very bytes the generic path
 (``Encoder._record`` and :func:`brokerd.events.schema.encode`) gives, which
 tests/events/test_outcome_lines.py checks for each shape.  Any other record, or one whose

@@ -114,7 +114,7 @@ def _has(module: str, prog: str) -> bool:
     try:
         __import__(module)
     except ImportError:
-        print(f"{prog}: {module} is not installed (pip install 'brokerd[pipeline]')", file=sys.stderr)
+        print(f"{prog}: {module} is not installed (pip install '.[pipeline]' in brokerd's checkout)", file=sys.stderr)
         return False
     return True
 

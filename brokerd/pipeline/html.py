@@ -36,7 +36,13 @@ def literal(text: Any) -> str:
     return str(text).replace("$", "\\$")
 
 
-PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728"}
+PROTOCOL_COLOURS = {"ssmp": "#1f77b4", "mcchat": "#ff7f0e", "smqp": "#2ca02c", "socketmq": "#d62728",
+                    "mqtt": "#9467bd", "sys": "#8c564b"}
+"""One colour per protocol of the log (the ``protocol`` field of brokerd.events.schema, and
+``sys`` for the broker's statistics topics), none of them another's."""
+OTHER_PROTOCOL_COLOUR = "#7f7f7f"
+"""A protocol without its own colour (a newer broker's): grey, not matplotlib's next colour,
+which is SSMP's."""
 
 
 def png(figure: Any) -> str:
@@ -92,7 +98,7 @@ def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds:
         width = timedelta(seconds=bucket_seconds)
         for protocol, points in sorted(series.items()):
             times, rates = _steps(sorted(points), width)
-            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol),
+            axes.step(times, rates, where="post", label=literal(protocol), color=PROTOCOL_COLOURS.get(protocol, OTHER_PROTOCOL_COLOUR),
                       linewidth=1.4)
         axis_from_zero(axes, [rate for points in series.values() for _at, rate in points])
         axes.set_ylabel("messages/s")
@@ -121,6 +127,8 @@ def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datet
 
 LOG_SCALE_RATIO = 100
 """Latency bars use a log axis when the largest value is this many times the smallest."""
+LOG_FLOOR = 0.5
+"""The bottom of a log axis: below 1 µs, so that a bar of 0 (drawn 1 µs tall) shows."""
 
 
 def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Any:
@@ -137,14 +145,19 @@ def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles
         positive = [v for v in values if v > 0]
         log = bool(positive) and max(positive) >= LOG_SCALE_RATIO * min(positive)
         for offset, (key, name) in enumerate(keys):
+            places = [i + (offset - 1.5) * width for i in range(len(rows))]
             heights = [max(1, row[key] or 0) if log else (row[key] or 0) for row in rows]
-            axes.bar([i + (offset - 1.5) * width for i in range(len(rows))], heights, width, label=name)
+            axes.bar(places, heights, width, label=name)
+            if log:  # a log axis has no zero: such a bar is 1 µs tall over a floor below it, and says 0
+                for place, row in zip(places, rows):
+                    if not row[key]:
+                        axes.text(place, 1, "0", ha="center", va="bottom", fontsize=7)
         axes.set_xlim(-0.6, len(rows) - 0.4)
         axes.set_xticks(range(len(rows)))
         axes.set_xticklabels(labels, rotation=20, ha="right")
         if log:
             axes.set_yscale("log")
-            axes.set_ylim(bottom=1)
+            axes.set_ylim(bottom=LOG_FLOOR)
             axes.set_ylabel("microseconds (log scale)")
         else:
             axis_from_zero(axes, values)

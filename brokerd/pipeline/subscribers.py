@@ -21,7 +21,7 @@ from brokerd.events import schema
 from brokerd.pipeline.arrowbase import (
     RANKING, Summaries, conform, is_in, longs, ranked, run_starts, sort_by, strings,
 )
-from brokerd.pipeline.summaries import HOUR_US, group, sums
+from brokerd.pipeline.summaries import HOUR_US, filter_matches, group, is_filter, sums
 
 HOURLY = [("messages", "sum", "n"), ("bytes", "sum", "nb")]
 FAR_FUTURE_US = 1 << 62
@@ -141,27 +141,37 @@ def routed(s: Summaries, intervals: list[dict[str, Any]]) -> dict[tuple[int, str
     result: dict[tuple[int, str], list[int]] = {}
 
     for index, interval in enumerate(intervals):
-        topic, session, protocol = interval["topic"], interval["session"], interval["protocol"]
-        for edge, sign in (("start", -1), ("end", 1)):
-            at = interval[edge]
-            hour = at // HOUR_US
-            if topic is None:
-                continue
-            for publishing_protocol in protocols.get(topic, []):
-                n, nb = by_topic.before((topic, publishing_protocol), hour)
-                _add(result, (index, publishing_protocol), sign * n, sign * nb)
-            for publishing_protocol, n, nb in before_topic.get((at, topic), []):
-                _add(result, (index, publishing_protocol), sign * n, sign * nb)
-            if session is None:
-                continue
-            key = (session, protocol, topic)
-            if key in own.groups:
-                n, nb = own.before(key, hour)
-                _add(result, (index, protocol), -sign * n, -sign * nb)
-            if (at, *key) in before_own:
-                n, nb = before_own[(at, *key)]
-                _add(result, (index, protocol), -sign * n, -sign * nb)
+        session, protocol = interval["session"], interval["protocol"]
+        for topic in _reached(interval, protocols):
+            for edge, sign in (("start", -1), ("end", 1)):
+                at = interval[edge]
+                hour = at // HOUR_US
+                for publishing_protocol in protocols.get(topic, []):
+                    n, nb = by_topic.before((topic, publishing_protocol), hour)
+                    _add(result, (index, publishing_protocol), sign * n, sign * nb)
+                for publishing_protocol, n, nb in before_topic.get((at, topic), []):
+                    _add(result, (index, publishing_protocol), sign * n, sign * nb)
+                if session is None:
+                    continue
+                key = (session, protocol, topic)
+                if key in own.groups:
+                    n, nb = own.before(key, hour)
+                    _add(result, (index, protocol), -sign * n, -sign * nb)
+                if (at, *key) in before_own:
+                    n, nb = before_own[(at, *key)]
+                    _add(result, (index, protocol), -sign * n, -sign * nb)
     return result
+
+
+def _reached(interval: dict[str, Any], published: dict[str, Any]) -> list[str]:
+    """The topics a subscription's messages come from: its topic, or for an MQTT filter
+    (``#``, ``sensors/+``) every topic with multicast messages that the filter matches."""
+    topic = interval["topic"]
+    if topic is None:
+        return []
+    if not is_filter(interval["protocol"], topic):
+        return [topic]
+    return [name for name in published if filter_matches(topic, name)]
 
 
 def routes_of(s: Summaries) -> tuple[list[dict[str, Any]], dict[tuple[int, str], list[int]]]:

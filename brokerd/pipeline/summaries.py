@@ -31,7 +31,8 @@ rare          the records of the kinds the tables list one by one (subscriptions
               broker's few ``latency`` samples and ``gauge`` readings, every field.
 before_topic  per subscription endpoint instant ``at`` (the ``ts`` of a ``subscribed``,
               ``unsubscribed`` or ``logout`` record) x topic x publishing protocol: multicast
-              messages of ``at``'s hour strictly before ``at``.
+              messages of ``at``'s hour strictly before ``at``.  An MQTT filter's endpoints
+              (``#``, ``sensors/+``) count for every topic the filter matches.
 before_own    per endpoint ``at`` x its session x protocol x topic: that session's own multicast
               messages of ``at``'s hour strictly before ``at``.
 
@@ -55,8 +56,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from brokerd.events import schema
+from brokerd.events.filters import has_wildcard, matches
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 """Stored in each compacted hour's marker; hours with another version are summarised on the fly."""
 SUMMARY_DIR = "_summary"
 MINUTE_US = 60_000_000
@@ -70,6 +72,20 @@ QUEUED, ONLINE, UNSPLIT = "queued", "online", "unsplit"
 """``smqp_latency.part`` values."""
 
 _ARROW_TYPES = {"int": "int32", "long": "int64", "string": "string"}
+
+FILTER_PROTOCOLS = ("mqtt",)
+"""Protocols whose subscriptions may be topic filters: a ``subscribed`` record's topic with a
+wildcard level is then the filter (the other protocols' topics may hold ``+`` literally)."""
+
+
+def is_filter(protocol: str | None, topic: str | None) -> bool:
+    """Whether a subscription to ``topic`` over ``protocol`` is a topic filter."""
+    return protocol in FILTER_PROTOCOLS and topic is not None and has_wildcard(topic.encode("utf-8"))
+
+
+def filter_matches(topic_filter: str, topic: str) -> bool:
+    """Whether the filter reaches ``topic``: the core's rules (brokerd.events.filters)."""
+    return matches(topic_filter.encode("utf-8"), topic.encode("utf-8"))
 
 
 def record_schema(payload: bool = False) -> Any:
@@ -220,11 +236,17 @@ def _before(records: Any, rare: Any) -> tuple[Any, Any]:
         }).filter(multicast)
         logouts = sorted({end["ts"] for end in ends if end["kind"] == schema.LOGOUT})
         per_topic: dict[str, set[int]] = {}
+        per_filter: dict[str, set[int]] = {}
         for end in ends:
             if end["kind"] != schema.LOGOUT:
-                per_topic.setdefault(end["topic"], set()).add(end["ts"])
+                named = per_filter if is_filter(end["protocol"], end["topic"]) else per_topic
+                named.setdefault(end["topic"], set()).add(end["ts"])
         for (topic, publishing), ts, c, b in _groups(messages, ["topic", "protocol"]):
-            instants = np.array(sorted(per_topic.get(topic, set()).union(logouts)), dtype=np.int64)
+            wanted = per_topic.get(topic, set()).union(logouts)
+            for topic_filter, at in per_filter.items():
+                if filter_matches(topic_filter, topic):
+                    wanted |= at
+            instants = np.array(sorted(wanted), dtype=np.int64)
             _emit(topic_out, instants, ts, c, b, {"topic": topic, "publishing": publishing})
         owners: dict[tuple[str, str], set[int]] = {}
         for end in ends:

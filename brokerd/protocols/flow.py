@@ -21,7 +21,7 @@ from brokerd.twistedio import DirectWrites, limit_output_buffer
 
 # The fast paths (a queue limit apart from the recv() size, and a write that skips the queue
 # when it is empty) use Twisted internals no public API reaches; brokerd.twistedio keeps them,
-# each behind its release check with the public fallback (docs/performance.md).
+# each behind its release check with the public fallback (docs/performance-history.md).
 
 
 _corked: list[DropWhenCongested] | None = None

@@ -150,3 +150,52 @@ async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
             browser.close()
         await service.stopService()
         await service.runtime.resources["store"].close()
+
+
+def _history_with_traffic(admin: int) -> dict:
+    """``GET /api/history`` once a second's sample holds the traffic (bounded wait)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        kept = json.loads(http(admin, "GET", "/api/history", token=TOKEN).body)
+        if any(sample["accepted"] > 0 for sample in kept["samples"]):
+            return kept
+        assert time.monotonic() < deadline, kept
+        time.sleep(0.2)  # polling the broker's once-a-second sample, bounded by the deadline
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dashboard_opened_after_the_traffic_shows_it(tmp_path: Path) -> None:
+    """The broker keeps the last hour of per-second rates (``GET /api/history``, token-checked
+    like the rest of the API): a page opened after a run draws the run at once."""
+    binary = chromium_or_skip()
+    ssmp, admin = free_port(), free_port()
+    (tmp_path / "token").write_text(TOKEN)
+    settings = Settings(listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True,
+                        data_dir=tmp_path / "data", event_log=False, admin=f"tcp:{admin}:interface=127.0.0.1",
+                        admin_token_file=tmp_path / "token")
+    service = makeService(settings, reactor)
+    service.startService()
+    browser = None
+    clients: list[LineClient] = []
+    try:
+        assert (await threads.deferToThread(http, admin, "GET", "/api/history")).status == 401
+        clients = await threads.deferToThread(_traffic, ssmp)
+        kept = await threads.deferToThread(_history_with_traffic, admin)
+        assert kept["interval_seconds"] == 1 and kept["kept_seconds"] == 3600
+        browser = await Chromium.launch(tmp_path, binary)
+        page = await browser.page()
+        await page.call("Page.navigate", url=f"http://127.0.0.1:{admin}/#token={TOKEN}")
+        assert await page.wait_for("Number(document.body.dataset.updates) >= 1")
+        chart = await page.evaluate("(() => { const c = document.getElementById('rate-chart');"
+                                    " return [Number(c.dataset.points), Number(c.dataset.max)]; })()")
+        assert chart[0] >= len(kept["samples"]) and chart[1] > 1, chart  # the run, drawn from the history
+        assert await page.evaluate("document.getElementById('window').textContent") == "60 minutes"
+    finally:
+        for client in clients:
+            client.close()
+        if browser is not None:
+            browser.close()
+        await service.stopService()

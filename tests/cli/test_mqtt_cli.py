@@ -17,6 +17,7 @@ import pytest
 
 from tests.support import processes
 from tests.support.broker import free_port
+from tests.support.imports import run_and_list_heavy
 from tests.support.mosquitto import Mosquitto, mosquitto, password_file, start_mosquitto  # noqa: F401
 
 pytestmark = pytest.mark.slow  # a mosquitto and a subprocess per command
@@ -207,3 +208,18 @@ def test_usage_errors_are_status_2() -> None:
     result = mqtt("pub", "a/+", "x")
     assert result.returncode == 2
     assert b"topic name contains a wildcard" in result.stderr
+
+
+@VERSIONS
+def test_pub_at_qos_0_over_plain_tcp_imports_no_twisted(
+    mosquitto: Mosquitto, subscribe: Callable[..., Subscriber], version: str  # noqa: F811
+) -> None:
+    """One QoS 0 publish needs a socket and the codec (brokerd.cli.oneshot), not Twisted's
+    reactor and TLS, whose import took longer than the publish; the message arrives."""
+    server = ["--server", mosquitto.endpoint, "--mqtt-version", version]
+    subscriber = subscribe(*server, "sub", "quick", "--count", "1")
+    subscriber.wait_until_subscribed()
+    done = run_and_list_heavy("brokerd.cli.mqtt", [*server, "pub", "quick", "fast"], ROOT, ENV, COMMAND_TIMEOUT)
+    assert (done.stdout, done.stderr) == (b"0 \n", b"")  # exit 0, none of them imported
+    status, out, log = subscriber.finish()
+    assert (status, out) == (0, b"quick fast\n"), log

@@ -20,6 +20,7 @@ from tests.support import processes
 from tests.support.broker import free_port, twistd
 from tests.support.certs import CLIENT_NAME, TestPKI
 from tests.support.fixtures import pki  # noqa: F401
+from tests.support.imports import run_and_list_heavy
 from tests.support.secrets import write_private
 
 pytestmark = pytest.mark.slow  # real twistd brokers and a subprocess per command
@@ -235,8 +236,8 @@ def test_pub_without_open_login_exits_1_with_a_clear_message(secret_broker: Runn
     result = ssmp(*_connect(secret_broker), "-i", "eve", "pub", "news", "hello")
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
-        b"brokerd-ssmp: login as eve with scheme open refused: 401 unauthorized "
-        b"(the broker accepts: secret)\n"
+        f"brokerd-ssmp: tcp:127.0.0.1:{secret_broker.port}: login as eve with scheme open refused: "
+        "401 unauthorized (the broker accepts: secret)\n".encode()
     )
 
 
@@ -314,3 +315,22 @@ def test_tls_identifier_outside_the_certificate_is_refused(
     result = ssmp(*_tls(tls_broker, pki), "-i", "mallory", "pub", "secure", "x")
     assert result.returncode == 1
     assert b"login as mallory with scheme cert refused: 401" in result.stderr
+
+
+# ---------------------------------------------------------------------------- start-up
+
+
+
+def test_pub_over_plain_tcp_imports_no_twisted(open_broker: Running, subscribe: Subscribe) -> None:
+    """What one publish needs is a socket and the codec (brokerd.cli.oneshot): importing
+    Twisted's reactor, TLS and the like took longer than the publish.  The message arrives
+    (positive control), and 'sub' (Twisted's client) still has them all."""
+    subscriber = subscribe("quick", "-C", "1", *_connect(open_broker))
+    subscriber.wait_until_subscribed()
+    done = run_and_list_heavy("brokerd.cli.ssmp", [*_connect(open_broker), "pub", "quick", "fast"], ROOT, ENV,
+                              COMMAND_TIMEOUT)
+    assert (done.stdout, done.stderr) == (b"0 \n", b"")  # exit 0, none of them imported
+    assert subscriber.finish() == (0, b"quick fast\n")
+    refused = run_and_list_heavy("brokerd.cli.ssmp", [*_connect(open_broker), "ucast", "nobody", "x"], ROOT, ENV,
+                                 COMMAND_TIMEOUT)
+    assert refused.stdout == b"1 \n" and refused.stderr == b"brokerd-ssmp: UCAST to nobody refused: 404 not found\n"

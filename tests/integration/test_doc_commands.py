@@ -57,7 +57,7 @@ NOT_RUN: dict[tuple[str, int], str] = {
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
-    "performance.md": "benchmarks: minutes of full load each, often against other commits or a "
+    "performance-history.md": "benchmarks: minutes of full load each, often against other commits or a "
                       "broker given by PORT/PID placeholders (benchmarks/README.md)",
 }
 """Pages none of whose blocks runs here, with the reason."""
@@ -157,7 +157,7 @@ def admin_token(shell: Shell, blocks: list[list[str]]) -> None:
 def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
     """The block follows "With --sys-interval S": this broker has it."""
     server = shell.start("twistd -n brokerd --ssmp tcp:8787:interface=127.0.0.1 --mcchat tcp:1502:interface=127.0.0.1"
-                         " --open-login --sys-interval 0.2")
+                         " --open-login --sys-interval 0.2 --data-dir sys-data")
     wait_for_ports(server, [shell.ports["ssmp"], shell.ports["mcchat"]])
     ssmp_line, mcchat_line = blocks[1]
     ssmp = shell.start(ssmp_line)
@@ -171,12 +171,15 @@ def admin_sys_topics(shell: Shell, blocks: list[list[str]]) -> None:
 
 
 def admin_ctl(shell: Shell, blocks: list[list[str]]) -> None:
-    """brokerd-ctl's examples against a broker with SSMP, an accounts file and the admin
-    listener on loopback; the password is typed (one line of standard input), ``ID`` is the
-    id ``sessions`` printed for alice's SSMP session."""
-    status, add, listing, ual_set, ual_list, sessions, close = blocks[1]
-    server = shell.start("twistd -n brokerd --ssmp tcp:8787:interface=127.0.0.1 --admin tcp:8081:interface=127.0.0.1"
-                         " --accounts accounts --data-dir ctl-data")
+    """brokerd-ctl's examples against README's try-it broker started again with an (empty)
+    accounts file, as the page says; the password is typed (one line of standard input),
+    ``ID`` is the id ``sessions`` printed for alice's SSMP session."""
+    touch, server_line, status, add, listing, ual_set, ual_list, sessions, close, ual_remove = blocks[1]
+    examples = shell.cwd / "docs" / "examples"
+    examples.mkdir(parents=True, exist_ok=True)
+    (examples / "try-it.toml").write_text(with_ports((REPO / "docs/examples/try-it.toml").read_text(), shell.ports))
+    shell.run(touch)
+    server = shell.start(server_line)
     wait_for_ports(server, [shell.ports["ssmp"], shell.ports["admin"]])
     assert shell.run(status).stdout.startswith("brokerd ")
     typed = subprocess.run(["bash", "-c", with_ports(command_of(add), shell.ports)], cwd=shell.cwd, env=shell.env,
@@ -193,6 +196,9 @@ def admin_ctl(shell: Shell, blocks: list[list[str]]) -> None:
     assert alice.closed()
     again = LineClient.connect(shell.ports["ssmp"])
     assert again.request("LOGIN alice password alicepw").startswith(b"401")
+    assert shell.run(ual_remove).stdout == "removed /news alice\n"
+    anyone = LineClient.connect(shell.ports["ssmp"])
+    assert anyone.request("LOGIN bob open") == b"200" and anyone.request("MCAST news open-again") == b"200"
     assert shell.stop_all() == [-signal.SIGINT]
 
 

@@ -179,3 +179,38 @@ def test_an_unusable_store_url_is_one_line(tmp_path):
     assert done.returncode != 0
     assert "--store mysql://x/y: only postgresql:// URLs are supported" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_database_the_server_does_not_have_is_a_configuration_error(tmp_path, postgres_server, postgres_url):
+    """A missing database (or role) is the wrong option it is: one line and exit 1 at start, as
+    any other; a database that exists starts (positive control), and a server that cannot be
+    reached is an outage the broker rides out (test_a_broker_started_before_its_database...)."""
+    import subprocess
+    import sys
+
+    from tests.support.processes import repo_env
+
+    def brokerd(url: str, *check: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "brokerd.cli.server", "--data-dir", str(tmp_path / "wrong"),
+                               "--ssmp", "tcp:0:interface=127.0.0.1", "--store", url, *check],
+                              capture_output=True, text=True, timeout=30, env=repo_env())
+
+    for url, wrong in ((postgres_server.url("nosuch"), 'database "nosuch" does not exist'),
+                       (postgres_url.replace("://brokerd@", "://nobody@", 1), 'role "nobody" does not exist')):
+        for check in ((), ("--check-config",)):  # starting, and checking the configuration
+            done = brokerd(url, *check)
+            assert done.returncode == 1, done
+            lines = (done.stdout + done.stderr).splitlines()
+            assert len(lines) == 1 and lines[0].startswith("brokerd: --store postgresql://"), lines
+            assert wrong in lines[0], lines
+    accounts = tmp_path / "accounts"
+    write_test_accounts(accounts)
+    broker = _node(tmp_path, "right", postgres_url, accounts)
+    try:
+        alice = BlockingSMQP(broker.ports["smqp"], timeout=60)  # greeted once the store is open
+        alice.login("alice", "pub")
+        assert alice.command("CREATE TOPIC /right").code == 200
+        alice.close()
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log()

@@ -178,9 +178,11 @@ def test_readme_commands(tmp_path: Path) -> None:
     server_line, *client_lines = trying
     assert install[1].split(" && ")[-1] == command_of(server_line)  # command 1 starts this broker
     try:
+        stops_with = [-signal.SIGINT]  # what each process started ends with on Ctrl-C, in order
         server = shell.start(server_line)
         wait_for_ports(server, [ports[p] for p in ("ssmp", "mcchat", "smqp", "socketmq", "mqtt", "admin")])
         subscriber = shell.start(client_lines[0])  # brokerd-ssmp sub news -v
+        stops_with.append(0)  # subscribers end quietly
         wait_subscribed(shell, "brokerd-ssmp", "news")
         outputs = {}
         for line in client_lines[1:]:
@@ -189,6 +191,7 @@ def test_readme_commands(tmp_path: Path) -> None:
                 continue  # nc, where it is not installed
             if program == "nc":
                 raw = shell.start(line)
+                stops_with.append(-signal.SIGINT)  # nc, where it is installed, waits for the broker's end
                 outputs[line] = read_until(raw, ["200\n200\n"])
                 continue
             outputs[line] = shell.run(line).stdout
@@ -196,6 +199,8 @@ def test_readme_commands(tmp_path: Path) -> None:
         assert "hello, world" in got and "mcchat:" in got and "mqtt:" in got
         smqp_sub = next(line for line in client_lines if "sub -C 1" in line)
         assert "hello, SMQP" in outputs[smqp_sub]
+        assert "each new subscriber gets it" in smqp_sub  # as the comment says: it is kept on the topic
+        assert "hello, SMQP" in shell.run(smqp_sub).stdout
         status = outputs[next(line for line in client_lines if "brokerd-ctl status" in line)].splitlines()
         assert status[1].startswith("connections: ") and "ssmp 1" in status[1], status  # the subscriber
         assert status[3].startswith("messages: ") and "SMQP queues: " in status[5], status
@@ -206,8 +211,10 @@ def test_readme_commands(tmp_path: Path) -> None:
 
         shell.run(tls[0])
         tls_server = shell.start(tls[1])  # beside the first broker, in the same directory
+        stops_with.append(-signal.SIGINT)
         wait_for_ports(tls_server, [ports["tls"]])
         tls_subscriber = shell.start(tls[2])
+        stops_with.append(0)
         shell.run("brokerd-certs client pki bob")
         publish = (f"brokerd-ssmp --connect tcp:127.0.0.1:{ports['tls']} --ca pki/ca.pem --cert pki/bob.pem "
                    "--key pki/bob.key -i bob pub news over-tls")
@@ -221,5 +228,42 @@ def test_readme_commands(tmp_path: Path) -> None:
         assert "over-tls" in read_until(tls_subscriber, ["over-tls"])
     finally:
         codes = shell.stop_all()
-    # last started, first stopped: subscribers end quietly (0) on Ctrl-C, twistd with the signal's status
-    assert codes == [0, -signal.SIGINT, 0, -signal.SIGINT], codes
+    # last started, first stopped
+    assert codes == stops_with[::-1], (codes, stops_with)
+
+
+def test_readme_listener_example_serves_the_trying_it_commands(tmp_path: Path) -> None:
+    """The paragraph's example of naming listeners: on this host only, and the "Trying it"
+    commands of its protocols (SSMP and MQTT) work against it as written."""
+    text = (REPO / "README.md").read_text()
+    example = re.search(r"e\.g\. `(brokerd --ssmp [^`]*)`", text, re.S)
+    assert example is not None
+    command = " ".join(example.group(1).split())
+    listeners = re.findall(r"--(ssmp|mqtt|mcchat|smqp|socketmq) (\S+)", command)
+    assert {protocol for protocol, _ in listeners} == {"ssmp", "mqtt"}, command
+    assert all(endpoint.endswith(":interface=127.0.0.1") for _, endpoint in listeners), command
+    ports = {protocol: free_port() for protocol in DEFAULT_PORTS}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_shims(bin_dir, ports)
+    shell = Shell(tmp_path, bin_dir, ports)
+    trying = sh_blocks(text)[1]
+    subscribe = next(line for line in trying if command_of(line).startswith("brokerd-ssmp sub"))
+    publishes = [line for line in trying if command_of(line).startswith(("brokerd-ssmp pub", "brokerd-mqtt pub"))]
+    try:
+        server = shell.start(command)
+        wait_for_ports(server, [ports["ssmp"], ports["mqtt"]])
+        subscriber = shell.start(subscribe)
+        deadline = time.monotonic() + 30
+        while True:  # the subscriber's SUBSCRIBE may not be in place for the first publish
+            shell.run(publishes[0])
+            ready, _, _ = select.select([subscriber.stdout], [], [], 0.5)
+            if ready:
+                break
+            assert time.monotonic() < deadline, "the subscriber printed nothing"
+        for line in publishes[1:]:
+            shell.run(line)
+        got = read_until(subscriber, ["hello, world", "hello from MQTT"])
+        assert "hello, world" in got and "hello from MQTT" in got, got
+    finally:
+        shell.stop_all()

@@ -130,6 +130,6 @@ async def test_deflate_offers_are_declined_by_default(tmp_path: Any) -> None:
 def test_fast_path_is_taken_only_on_a_checked_autobahn() -> None:
     """Fails the day Autobahn changes release: check that its sendPreparedMessage still writes
     ``payloadHybi`` through sendData to the transport when nothing is compressed or queued,
-    then add the release to CHECKED_AUTOBAHN (docs/performance.md, docs/socketmq.md)."""
+    then add the release to CHECKED_AUTOBAHN (docs/performance-history.md, docs/socketmq.md)."""
     assert session_module.autobahn_release() in session_module.CHECKED_AUTOBAHN
     assert session_module.FAST_FANOUT

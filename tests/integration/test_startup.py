@@ -291,7 +291,7 @@ subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 log = open(sys.argv[1], "wb")
 broker = subprocess.Popen(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT)
 deadline = time.monotonic() + 60
-for port in (8787, 1502, 720, 8080, 1883):
+for port in (8787, 1502, 7720, 8080, 1883):
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -325,9 +325,9 @@ def test_default_listeners_bind_loopback_only_and_say_how_to_listen_beyond(tmp_p
     assert result.returncode == 0, result.stderr + log.read_text()
     report = json.loads(result.stdout)
     loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
-    assert sorted(report["listening"]) == sorted([loopback, port] for port in (8787, 1502, 720, 8080, 1883)), report
+    assert sorted(report["listening"]) == sorted([loopback, port] for port in (8787, 1502, 7720, 8080, 1883)), report
     text = log.read_text()
-    for role, option, port in (("SSMP", "ssmp", 8787), ("MCCHAT", "mcchat", 1502), ("SMQP", "smqp", 720),
+    for role, option, port in (("SSMP", "ssmp", 8787), ("MCCHAT", "mcchat", 1502), ("SMQP", "smqp", 7720),
                                ("socket.mq", "socketmq", 8080), ("MQTT", "mqtt", 1883)):
         line = f"{role} listening on 127.0.0.1:{port} (--{option} tcp:{port}:interface=127.0.0.1)"
         assert text.count(line) == 1, text

@@ -115,7 +115,7 @@ def test_without_the_pipeline_extra_the_report_says_what_to_install(tmp_path: Pa
     done = subprocess.run([sys.executable, "-c", ENTRY, "--data-dir", str(data), "--out", str(tmp_path / "out")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == "brokerd-report: pyarrow is not installed (pip install 'brokerd[pipeline]')\n"
+    assert done.stderr == "brokerd-report: pyarrow is not installed (pip install '.[pipeline]' in brokerd's checkout)\n"
     missing = subprocess.run([sys.executable, "-c", ENTRY, "--data-dir", str(tmp_path / "nowhere"), "--out", "o"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and missing.stderr.endswith("no such data dir\n")

@@ -2,7 +2,7 @@
 // draws what it says. No framework, no CDN: this file and index.html are all there is.
 "use strict";
 
-const WINDOW = 300;            // seconds of message rate the chart keeps
+const WINDOW = 3600;           // seconds of message rate the chart keeps: the hour the broker keeps
 const rates = [];              // [{t, accepted, delivered}] per second
 let previous = null;
 let updates = 0;
@@ -130,9 +130,20 @@ function draw() {
   });
 }
 
+async function history(headers) {
+  // the broker's last hour of per-second rates (GET /api/history), drawn before the live ones
+  const response = await fetch("api/history", {headers, cache: "no-store"});
+  if (!response.ok) return;
+  const kept = await response.json();
+  rates.length = 0;
+  kept.samples.forEach((s) => rates.push({t: s.t, accepted: s.accepted, delivered: s.delivered}));
+  draw();
+}
+
 async function watch() {
   const secret = token();
   const headers = secret ? {Authorization: `Bearer ${secret}`} : {};
+  await history(headers);
   const response = await fetch("api/events", {headers, cache: "no-store"});
   if (response.status === 401) {
     document.getElementById("status").textContent = "the admin token is needed";

@@ -55,6 +55,7 @@ from brokerd.errors import BrokerError
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.reasons import connack_refusal, describe_reason
 from brokerd.protocols.mqtt.decoder import MAX_PACKET_SIZE, MQTTClientDecoder
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
@@ -90,20 +91,6 @@ MessageHandler = Callable[[Publish], object]
 
 MAX_PACKET_ID = 65_535
 
-_V311_CONNACK_MEANINGS = {
-    1: "unacceptable protocol version",
-    2: "identifier rejected",
-    3: "server unavailable",
-    4: "bad user name or password",
-    5: "not authorized",
-}
-
-
-def describe_reason(reason_code: int) -> str:
-    """``0x87 Not authorized``: a reason code as the error lines show it."""
-    return f"0x{reason_code:02X} {reasons.NAMES.get(reason_code, 'unknown reason code')}"
-
-
 class MQTTError(BrokerError):
     """The server broke the protocol, or went away saying why (a v5 DISCONNECT), or cannot
     take what was asked of it (a QoS above its maximum, a packet above its size limit)."""
@@ -117,15 +104,7 @@ class MQTTConnectError(MQTTError):
         self.connack = connack
         self.reason_code = connack.reason_code
         self.version = version
-        if version == MQTT_311:
-            meaning = _V311_CONNACK_MEANINGS.get(connack.reason_code, "refused")
-            text = f"return code {connack.reason_code} ({meaning})"
-        else:
-            text = describe_reason(connack.reason_code)
-            why = connack.properties.reason_string
-            if why:
-                text += f": {why}"
-        super().__init__(f"the server refused the connection: {text}")
+        super().__init__(connack_refusal(connack.reason_code, version, connack.properties.reason_string))
 
 
 class MQTTReasonCodeError(MQTTError):

@@ -12,6 +12,7 @@ code to answer with; a 3.1.1 server has no code to send (except in CONNACK) and 
 from __future__ import annotations
 
 from brokerd.errors import ProtocolError
+from brokerd.protocols.mqtt.packets import MQTT_311
 
 SUCCESS = 0x00
 """Success; also Normal disconnection (DISCONNECT) and Granted QoS 0 (SUBACK)."""
@@ -139,6 +140,32 @@ _V311_CONNACK = {
     NOT_AUTHORIZED: 5,
     BANNED: 5,
 }
+
+
+V311_CONNACK_MEANINGS = {
+    1: "unacceptable protocol version",
+    2: "identifier rejected",
+    3: "server unavailable",
+    4: "bad user name or password",
+    5: "not authorized",
+}
+"""What a 3.1.1 client says for each refusing CONNACK return code."""
+
+
+def describe_reason(reason_code: int) -> str:
+    """``0x87 Not authorized``: a reason code as the error lines show it."""
+    return f"0x{reason_code:02X} {NAMES.get(reason_code, 'unknown reason code')}"
+
+
+def connack_refusal(reason_code: int, version: int, reason_string: str | None = None) -> str:
+    """A refusing CONNACK as one line: ``the server refused the connection: ...``."""
+    if version == MQTT_311:  # a return code, not a reason code
+        text = f"return code {reason_code} ({V311_CONNACK_MEANINGS.get(reason_code, 'refused')})"
+    else:
+        text = describe_reason(reason_code)
+        if reason_string:
+            text += f": {reason_string}"
+    return f"the server refused the connection: {text}"
 
 
 def connack_return_code(reason_code: int) -> int | None:

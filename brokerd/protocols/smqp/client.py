@@ -81,6 +81,9 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         self.notify_window = 1
         """Notifications the server may have outstanding to this session (see
         :meth:`set_notify_window`); 1 is the draft's exchange."""
+        self.closing_reply: Reply | None = None
+        """The 421 the server said before closing on its own (an operator's close, a newer
+        login of the account and channel, a login timeout): why the connection ended."""
         self._open = False
         self._lost: BaseException | None = None
         self._lost_waiters: list[Deferred] = []
@@ -135,7 +138,8 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
     def _replied(self, reply: Reply) -> None:
         if not self._pending:
             if reply.code == 421:
-                return  # the server closes on its own (login timeout, replaced session)
+                self.closing_reply = reply  # the server closes on its own, and says why
+                return
             self._log.warn("Unexpected SMQP reply {code}: {text}", code=reply.code, text=reply.text)
             return
         d = self._pending.popleft()

@@ -232,6 +232,11 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         """A newer login of this account and channel took over."""
         self._close(421, f"Replaced by a newer login of {self.account}:{self.channel}")
 
+    def close_transport(self) -> None:
+        """An operator closes the session (``brokerd-ctl close``): 421 tells the client why,
+        as for the other ways the server ends a session."""
+        self._close(421, "Closed by the operator")
+
     def window_timed_out(self) -> None:
         """A notification of the session's window, or a ONE message, went unanswered
         (brokerd.protocols.smqp.outbox)."""

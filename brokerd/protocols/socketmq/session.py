@@ -11,7 +11,7 @@ Fan-out: the core renders each event once (wire.py, Autobahn's ``prepareMessage`
 (CHECKED_AUTOBAHN; tests/protocols/socketmq/test_fanout.py fails on any other) a connection
 without compression writes the prepared bytes to its transport itself instead: the same bytes,
 without ``sendData``'s per-call debug-log arguments and statistics: sendPreparedMessage costs
-about 3.7 times the server CPU per delivered event (docs/performance.md).
+about 3.7 times the server CPU per delivered event (docs/performance-history.md).
 
 Flow control follows the SSMP front end: the session is the streaming producer of its own
 transport.  When more than ``max_output_buffer`` bytes wait for a slow reader, Twisted pauses

@@ -40,10 +40,10 @@ from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.ssmp.codec import (
     SSMPClientParser,
-    encode_payload,
     encode_request,
     is_id,
     payload_content,
+    wire_payload,
 )
 from brokerd.protocols.ssmp.events import Event, Response
 
@@ -106,17 +106,6 @@ def require_id(what: str, value: bytes) -> bytes:
     if not isinstance(value, bytes) or not is_id(value):
         raise ValueError(f"{what} must be 1 to 64 SSMP ID characters, not {value!r}")
     return value
-
-
-def wire_payload(content: bytes, binary: bool = False) -> bytes:
-    """The wire form of ``content`` (text when possible and not ``binary``), or ValueError for
-    content no SSMP payload can carry (empty, or over 1024 bytes)."""
-    if not isinstance(content, bytes):
-        raise TypeError(f"SSMP payloads are bytes, not {type(content).__name__}")
-    payload = encode_payload(content, binary)
-    if payload is None:
-        raise ValueError(f"an SSMP payload carries 1 to 1024 bytes, not {len(content)}")
-    return payload
 
 
 class SSMPClientProtocol(ClosedNotifier, Protocol):

@@ -412,6 +412,17 @@ def encode_event(sender: bytes, verb: bytes, *args: bytes) -> bytes:
     return b" ".join((b"000", sender, verb) + args) + b"\n"
 
 
+def wire_payload(content: bytes, binary: bool = False) -> bytes:
+    """The wire form of ``content`` (text when possible and not ``binary``), or ValueError for
+    content no SSMP payload can carry (empty, or over 1024 bytes)."""
+    if not isinstance(content, bytes):
+        raise TypeError(f"SSMP payloads are bytes, not {type(content).__name__}")
+    payload = encode_payload(content, binary)
+    if payload is None:
+        raise ValueError(f"an SSMP payload carries 1 to 1024 bytes, not {len(content)}")
+    return payload
+
+
 def encode_request(verb: bytes, *args: bytes) -> bytes:
     """A request line; args in wire form, payload last (see :func:`encode_payload`)."""
     return b" ".join((verb,) + args) + b"\n"

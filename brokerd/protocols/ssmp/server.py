@@ -102,7 +102,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     # Defaults that most connections never change live on the class, not in each instance:
     # CPython keeps an instance's attributes in a compact table shared by the class's
     # instances only up to 30 names (3.11); past that every connection pays for a dict of its
-    # own, 1.3 KB more per idle connection (docs/performance.md, "Scaling shape").
+    # own, 1.3 KB more per idle connection (docs/performance-history.md, "Scaling shape").
     closed = False
     dropped = 0
     """Messages dropped because this connection's reader was too slow."""

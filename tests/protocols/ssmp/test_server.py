@@ -525,7 +525,7 @@ def test_output_buffer_limit_is_applied_to_the_transport():
 def test_a_busy_session_keeps_fewer_than_30_instance_attributes(h):
     """CPython 3.11 shares one key table between a class's instances only up to 30 attribute
     names; past that every connection carries a dictionary of its own (1.3 KB more per idle
-    connection, docs/performance.md "Scaling shape").  State most sessions never change
+    connection, docs/performance-history.md "Scaling shape").  State most sessions never change
     belongs on the class."""
     alice, bob = h.login("alice"), h.login("bob")
     assert bob.request("SUBSCRIBE news") == b"200\n"
