@@ -87,7 +87,7 @@ def test_help_shows_the_settings_default() -> None:
         default = settings_default(name)
         if default is not None:
             assert text.endswith(f"[{default}]."), name
-    assert Options.opt_smqp.__doc__ == "Listen for SMQP on ENDPOINT (repeatable) [tcp:720:interface=127.0.0.1]."
+    assert Options.opt_smqp.__doc__ == "Listen for SMQP on ENDPOINT (repeatable) [tcp:7720:interface=127.0.0.1]."
     assert Options.opt_mqtt_bridge.__doc__.startswith("MQTT bridge to another broker")
 
 

@@ -54,6 +54,12 @@ NOT_RUN: dict[tuple[str, int], str] = {
                       "build context deploy/Dockerfile gets from .dockerignore)",
     ("deploy.md", 2): "docker compose: no Docker engine in the test environment (tests/deploy/test_compose.py "
                       "runs the compose file's commands without it)",
+    ("tor.md", 0): "a tor on the public network (/run/tor/control): no tor here may leave loopback; "
+                   "tests/tor runs the same listeners through a private Tor network's control port",
+    ("tor.md", 1): "clients dialling onion addresses through a tor's SOCKS port: tests/tor runs each client "
+                   "through the private network's client tor",
+    ("tor.md", 2): "brokerd-onion and client authorization with a system tor: tests/tor/test_onion_client_auth.py "
+                   "runs them on the private network",
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
