@@ -4,6 +4,7 @@ atheris (docs/testing.md); ``python -m tests.fuzz --seeds`` writes every target'
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def fuzz(name: str, options: list[str]) -> None:
     dictionary = DICTIONARIES / f"{name}.dict"
     if dictionary.exists() and not any(option.startswith("-dict=") for option in options):
         options = [f"-dict={dictionary}", *options]
-    atheris.Setup([sys.argv[0], *options], check)
+    # libFuzzer runs argv[0] through the shell for -merge=1 and -fork: this runner, not __main__.py
+    command = f"{shlex.quote(sys.executable)} -m tests.fuzz {name}"
+    atheris.Setup([command, *options], check)
     atheris.Fuzz()
 
 

@@ -2,7 +2,8 @@
 the targets one after the other (one process at a time, ``nice -n 19``), SECONDS each, and
 print each one's figures (executions, libFuzzer's ``cov:`` and ``ft:``, corpus, findings) as
 the table in docs/testing.md.  ``--merge`` then adds to the repository's corpus the inputs
-that reach code it does not (``-merge=1``: a minimal set, named by content hash)."""
+that reach code it does not (``-set_cover_merge=1``: a small set that has every feature the
+run reached, named by content hash)."""
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ def run(target: str, seconds: int, work: Path) -> dict[str, object]:
 def merge(target: str, work: Path) -> int:
     """Add to the repository's corpus what the run found that reaches new code; how many."""
     before = len(list(directory(target).iterdir()))
-    subprocess.run(command(target, "-merge=1", str(directory(target)), str(work / target / "corpus")),
+    subprocess.run(command(target, "-set_cover_merge=1", str(directory(target)), str(work / target / "corpus")),
                    cwd=REPO, capture_output=True, check=True, timeout=1800)
     return len(list(directory(target).iterdir())) - before
 

@@ -1,7 +1,8 @@
 """The targets and their corpus directories (``tests/fuzz/corpus/TARGET/``): seed files
-(``seed-NAME``, made by brokerd's encoders) and what fuzzing runs kept because it reached
-code the seeds did not (libFuzzer's ``-merge=1`` minimisation, names are content hashes); and ``finding-*`` files, the
-inputs of findings fixed in brokerd, kept so that the quick loop replays them."""
+(``seed-NAME``, made by brokerd's encoders); what fuzzing runs kept because it reached code
+the seeds did not (libFuzzer's ``-set_cover_merge=1``, named by content hash); and
+``finding-*`` files, the inputs of findings fixed in brokerd, so that the quick loop replays
+them."""
 from __future__ import annotations
 
 import importlib
