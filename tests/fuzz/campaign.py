@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.fuzz.corpus import TARGETS, directory
 
@@ -30,9 +31,9 @@ def command(target: str, *arguments: str) -> list[str]:
     return ["nice", "-n", "19", sys.executable, "-m", "tests.fuzz", target, *OPTIONS, *arguments]
 
 
-def figures(log: str) -> dict[str, object]:
+def figures(log: str) -> dict[str, Any]:
     """The last status line's figures and the final statistics of a libFuzzer log."""
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}
     statuses = _STATUS.findall(log)
     if statuses:
         runs, cov, ft, units, size = statuses[-1]
@@ -41,7 +42,7 @@ def figures(log: str) -> dict[str, object]:
     return found
 
 
-def run(target: str, seconds: int, work: Path) -> dict[str, object]:
+def run(target: str, seconds: int, work: Path) -> dict[str, Any]:
     out = work / target
     (out / "corpus").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -59,7 +59,7 @@ class Stream:
     errors: tuple[type[BaseException], ...] = ()
     keeps_before_error: bool = True
 
-    def outcome(self, chunks: Iterable[bytes]) -> tuple[list[Any], Any]:
+    def outcome(self, chunks: Iterable[bytes]) -> tuple[list[Any] | None, Any]:
         """Feed ``chunks`` to a new decoder: everything it completed and its first error."""
         decoder = self.make()
         events: list[Any] = []
@@ -75,7 +75,7 @@ class Stream:
             assert held <= self.limit, f"holds {held} bytes, more than its limit {self.limit}"
         return events, None
 
-    def check(self, data: bytes) -> tuple[list[Any], Any]:
+    def check(self, data: bytes) -> tuple[list[Any] | None, Any]:
         """The property: the same outcome whatever the chunking; the whole read's outcome."""
         selector, payload = selector_and_payload(data)
         whole, *others = [self.outcome(chunks) for chunks in chunkings(selector, payload)]

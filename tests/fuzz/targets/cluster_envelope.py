@@ -35,9 +35,11 @@ def seeds() -> dict[str, bytes]:
     mixed = [Message(MULTICAST, TOPIC, b"\x00\xff", "mcchat", b"bob", True, b"Bob", details),
              Message(MULTICAST, TOPIC, b"x", "x-made-up", b"carol")]
     others = [Message(UNICAST, b"bob", b"hi", "smqp", b"alice"), Message(BROADCAST, None, b"all", "socketmq", b"s")]
+    rendered = SSMP_WIRE.render_run(run)
+    assert rendered is not None
     return {
         "uniform": b"\x01" + envelope.encode(ORIGIN, run),
-        "rendered": b"\x01" + envelope.encode(ORIGIN, run, {"ssmp": SSMP_WIRE.render_run(run)}),
+        "rendered": b"\x01" + envelope.encode(ORIGIN, run, {"ssmp": rendered}),
         "mixed": b"\x01" + envelope.encode(ORIGIN, mixed),
         "others": b"\x00" + envelope.encode(ORIGIN, others),
     }

@@ -4,6 +4,7 @@ and byte by byte."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from brokerd.protocols.mqtt.decoder import MQTTClientDecoder, MQTTServerDecoder
 from brokerd.protocols.mqtt.encoder import encode
@@ -53,7 +54,7 @@ def seeds() -> dict[str, bytes]:
     for version in (MQTT_311, MQTT_5):
         v5 = version == MQTT_5
         will = Will("last/will", b"gone", 1, True, Properties(will_delay_interval=5) if v5 else Properties())
-        client = [
+        client: list[Any] = [
             Connect("c1", True, 30, will, "alice", b"secret",
                     Properties(session_expiry_interval=10, receive_maximum=20) if v5 else Properties()),
             Subscribe(1, (Subscription("a/+/c", 1), Subscription("#", 2)),
@@ -62,7 +63,7 @@ def seeds() -> dict[str, bytes]:
             Publish("a/b", b"\x00\xff", 0, True), Puback(3), Pubrec(4), Pubrel(4), Pubcomp(4),
             Unsubscribe(5, ("a/+/c",)), Pingreq(), Disconnect(),
         ]
-        server = [
+        server: list[Any] = [
             Connack(True, 0, Properties(assigned_client_identifier="c1", topic_alias_maximum=5) if v5 else Properties()),
             Suback(1, (1, 2)), Publish("a/b/c", b"hello", 2, False, False, 9), Unsuback(5, (0,) if v5 else ()),
             Pingresp(), Puback(9),

@@ -4,6 +4,8 @@ requests and answers other nodes forward over the cluster.  The selector's bits 
 bit 0 binary, bit 1 the server's messages, bit 2 a node's message."""
 from __future__ import annotations
 
+from typing import Any
+
 from brokerd.protocols.socketmq import remote
 from brokerd.protocols.socketmq.codec import FrameError, InvalidMessage, decode_client, decode_server, encode
 from brokerd.protocols.socketmq.events import (
@@ -34,10 +36,10 @@ def check(data: bytes) -> tuple:
 
 
 def seeds() -> dict[str, bytes]:
-    client = [Auth(1, "secret", identity="alice", secret="pw"), Subscribe("s1", "news"), Unsubscribe(2, "news"),
+    client: list[Any] = [Auth(1, "secret", identity="alice", secret="pw"), Subscribe("s1", "news"), Unsubscribe(2, "news"),
               Publish(3, "news", "h\u00e9".encode()), Publish(4, "news", b"\x00\xff", binary=True),
               Register(5, "echo"), Unregister(6, "echo"), Respond(7, "tok", 200, b"answer", content_type="text/plain")]
-    server = [Hello(1, "enabled", "n0nce", "ABCD"), Result(1, 200, "ok", identity="alice"), Dropped(3),
+    server: list[Any] = [Hello(1, "enabled", "n0nce", "ABCD"), Result(1, 200, "ok", identity="alice"), Dropped(3),
               Event("news", b"hi", sender="bob", protocol="ssmp"), Event("news", b"\x00", binary=True),
               Request("tok", "echo", "r1", b"body", client="bob", version="1", content_type="text/plain")]
     found: dict[str, bytes] = {}

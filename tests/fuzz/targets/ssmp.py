@@ -25,6 +25,7 @@ def check(data: bytes) -> tuple:
 
 def seeds() -> dict[str, bytes]:
     binary = encode_payload(b"\x00two\nlines", binary=True)
+    assert binary is not None
     requests = b"".join((
         encode_request(b"LOGIN", b"alice", b"PLAIN", b"secret"),
         encode_request(b"SUBSCRIBE", b"room", b"PRESENCE"),
