@@ -74,7 +74,7 @@ def _body(request: Any, fields: tuple[str, ...]) -> dict[str, str]:
         raise Refusal(413, f"the body is over {MAX_BODY} bytes")
     try:
         given = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # arrays nested past Python's stack
         raise Refusal(400, "the body is not JSON") from None
     if not isinstance(given, dict) or set(given) != set(fields) or \
             not all(isinstance(value, str) for value in given.values()):

@@ -91,7 +91,7 @@ def keep_out_seconds(body: bytes) -> float:
         return 0.0
     try:
         given = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # arrays nested past Python's stack
         raise ValueError("the body is not JSON") from None
     if not isinstance(given, dict) or set(given) - {"for"}:
         raise ValueError('the body is {} or {"for": SECONDS}')

@@ -208,9 +208,11 @@ def read_access_list(path: Path, **defaults: Perm) -> AccessList:
 
 def entry_of(topic: str, who: str, permissions: str = "-") -> Entry:
     """The entry a UAL line ``topic who permissions`` stands for, checked as the file's
-    lines are (ConfigurationError with the reason)."""
-    found = parse_access_list(f"{topic} {who} {permissions}", "the entry").entries
-    return found[0]
+    lines are (ConfigurationError with the reason).  Each field is one word without ``#``: the
+    line made of them would otherwise hold a comment, a second line or no entry at all."""
+    if any(len(value.split()) != 1 or "#" in value for value in (topic, who, permissions)):
+        raise ConfigurationError("the entry, line 1: expected: topic who permissions")
+    return parse_access_list(f"{topic} {who} {permissions}", "the entry").entries[0]
 
 
 def format_entry(entry: Entry) -> str:

@@ -251,3 +251,38 @@ def test_metrics_of_the_event_log(tmp_path: Path) -> None:
     assert samples["brokerd_event_log_overflowed_total", ()] == 0
     assert ("brokerd_event_log_backlog", ()) in samples and ("brokerd_event_log_queued_batches", ()) in samples
     assert samples["brokerd_messages_accepted_total", (("protocol", "ssmp"),)] == 1
+
+
+def _hostile_bodies(_ssmp: int, admin: int) -> dict[str, Any]:
+    """Bodies a handler must refuse with 400, each next to one it accepts."""
+
+    def post(path: str, body: bytes) -> Any:
+        return http(admin, "POST", path, TOKEN, body, "application/json")
+
+    replies = {
+        "close_deep": post("/api/sessions/ffff/close", b"[" * 1024),  # within the 1024-byte limit
+        "close_unknown": post("/api/sessions/ffff/close", b"{}"),
+        "add_deep": post("/api/accounts/add", b"[" * 4096),
+        "add": post("/api/accounts/add", b'{"name": "alice", "password": "pw"}'),
+        "ual_comment": post("/api/ual/set", b'{"topic": "# x", "who": "alice", "permissions": "r"}'),
+        "ual_two_lines": post("/api/ual/set", b'{"topic": "/a", "who": "alice", "permissions": "r\\n/b bob r"}'),
+        "ual_set": post("/api/ual/set", b'{"topic": "/a", "who": "alice", "permissions": "r"}'),
+    }
+    replies["ual"] = http(admin, "GET", "/api/ual", TOKEN)
+    return replies
+
+
+@pytest_twisted.inlineCallbacks
+def test_bodies_the_handlers_cannot_read_are_refused_with_400(tmp_path: Path) -> None:
+    """JSON nested deeper than Python's stack, and an access entry whose fields are not one
+    word each (a comment, a second line), are the client's mistakes: 400, not a 500 with a
+    traceback, and not an entry other than the one asked for."""
+    replies = yield _run(tmp_path, _hostile_bodies, accounts_file=tmp_path / "accounts")
+    for key in ("close_deep", "add_deep"):
+        assert (replies[key].status, replies[key].json()) == (400, {"error": "the body is not JSON"})
+    assert replies["close_unknown"].status == 404  # the body was read: the session is unknown
+    assert replies["add"].status == 200
+    for key in ("ual_comment", "ual_two_lines"):
+        assert (replies[key].status, replies[key].json()) == (400, {"error": "expected: topic who permissions"})
+    assert replies["ual_set"].status == 200
+    assert replies["ual"].json()["entries"] == [{"topic": "/a", "who": "alice", "permissions": "r"}]

@@ -1,0 +1,1 @@
+"""One module per fuzz target: ``check(data)`` and ``seeds()``."""
