@@ -238,7 +238,7 @@ class Publishing:
             if released_by is not None:
                 self._releasing.add(released_by)
         if ready and not self.closed:
-            self.transport.write(b"".join(ready))
+            self.write_now(ready[0] if len(ready) == 1 else b"".join(ready))
 
     # ------------------------------------------------------------------ acknowledgements from the client
 

@@ -58,7 +58,7 @@ from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
 from brokerd.protocols.nodelay import no_delay
-from brokerd.twistedio import limit_output_buffer
+from brokerd.twistedio import DirectWrites, limit_output_buffer
 
 PINGRESP = b"\xd0\x00"
 _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
@@ -66,7 +66,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
+class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -116,6 +116,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
             self.transport.abortConnection()
             return
         no_delay(self.transport)
+        self.check_direct_writes()
         self._decoder = MQTTServerDecoder(factory.settings.mqtt_max_packet_size)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
