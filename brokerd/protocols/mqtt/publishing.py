@@ -35,6 +35,8 @@ from brokerd.store.base import StoreFull, log_unless_outage
 from brokerd.store.records import PacketFlow
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
+_PUBACK = b"\x40\x02"
+"""A PUBACK of success before its Packet Identifier (3.4; v5 leaves out the reason code 0)."""
 _NOT_FOUND = "no message with this Packet Identifier is in flight"
 
 
@@ -160,6 +162,13 @@ class Publishing:
                                    why="not authorized to publish to this topic")
             return
         kept = broker.keep(messages, flows) if flows else broker.keep(messages)
+        if kept is None and len(run) == 1 and run[0][1] == 1 and not self._acks:
+            # One QoS 1 PUBLISH per read, no durable subscriber, no answer waiting before
+            # it (the common case with each PUBACK awaited): its PUBACK, success in either
+            # version, is written now, without the acknowledgement objects and queue.
+            if not self.closed:
+                self.write_now(_PUBACK + run[0][2].to_bytes(2, "big"))
+            return
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
         if acks:
             self._acknowledge(acks, kept)
