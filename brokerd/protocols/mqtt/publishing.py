@@ -43,6 +43,10 @@ _NOT_FOUND = "no message with this Packet Identifier is in flight"
 class Publishing:
     """The PUBLISH half of an MQTT connection (see the module docstring)."""
 
+    _valid_topic: str | None = None
+    """The topic name of this connection's last valid PUBLISH, and its UTF-8 (``_valid_target``)."""
+    _valid_target = b""
+
     def _on_publish(self, packet: Publish) -> None:
         session = self.session
         factory = self.factory
@@ -64,10 +68,12 @@ class Publishing:
                     self._disconnect(reasons.PROTOCOL_ERROR, "an unknown topic alias")
                     return
                 topic = known
-        problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
-        if problem is not None:
-            self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
-            return
+        if topic != self._valid_topic:  # checked once for PUBLISH after PUBLISH to one topic
+            problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
+            if problem is not None:
+                self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
+                return
+            self._valid_topic, self._valid_target = topic, topic.encode("utf-8")
         qos = packet.qos
         packet_id = packet.packet_id
         if qos == 2 and packet_id in session.received_qos2:
@@ -82,7 +88,7 @@ class Publishing:
             # with a stored session), which the client resends before new PUBLISHes (4.4).
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
-        target = topic.encode("utf-8")
+        target = self._valid_target
         if server_topic(topic):  # 4.7.2: a client may not speak for the server
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID, "$ topics are the server's")
