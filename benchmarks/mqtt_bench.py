@@ -90,6 +90,7 @@ from brokerd.protocols.mqtt.packets import (
 
 BROKERD_CMD = "{twistd} -n --pidfile= brokerd --mqtt tcp:{port}:interface=127.0.0.1 --data-dir {data_dir} --no-event-log"
 MOSQUITTO = "/usr/sbin/mosquitto"
+MINIMAL_MQTT = Path(__file__).resolve().parent / "minimal_mqtt.py"
 MOSQUITTO_CONF = ("listener {port} 127.0.0.1", "allow_anonymous true", "persistence false", "log_type none")
 PAYLOAD_BYTES = 64
 Q1_TOPIC = "bench0"
@@ -435,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-cmd", default=BROKERD_CMD, help="brokerd's command ({port}, {data_dir}, {twistd})")
     parser.add_argument("--mosquitto", default=MOSQUITTO, help=f"the mosquitto binary [{MOSQUITTO}]")
     parser.add_argument("--no-mosquitto", action="store_true", help="brokerd revisions only")
+    parser.add_argument("--minimal", action="store_true",
+                        help="also benchmarks/minimal_mqtt.py, a minimal Twisted MQTT server (the Python floor)")
     parser.add_argument("--pbload-src", type=Path, default=find_pbload_source())
     parser.add_argument("--json", type=Path, help="write every run's record here")
     parser.add_argument("--profile", type=Path, metavar="DIR",
@@ -475,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                 label: BrokerProcess(opts.broker_cmd, work, f"b{index}-{workload.key}", env)
                 for index, (label, env) in enumerate(brokers.items())
             }
+            if opts.minimal:
+                servers["minimal Twisted"] = BrokerProcess(f"{sys.executable} {MINIMAL_MQTT} {{port}}", work,
+                                                           f"minimal-{workload.key}")
             if mosquitto is not None:
                 servers["mosquitto"] = mosquitto_server(mosquitto, work, f"mosquitto-{workload.key}")
             results: dict[str, list[dict[str, Any]]] = {label: [] for label in servers}

@@ -35,11 +35,17 @@ from brokerd.store.base import StoreFull, log_unless_outage
 from brokerd.store.records import PacketFlow
 
 NOT_KEPT = "Storing an MQTT message for durable subscribers"
+_PUBACK = b"\x40\x02"
+"""A PUBACK of success before its Packet Identifier (3.4; v5 leaves out the reason code 0)."""
 _NOT_FOUND = "no message with this Packet Identifier is in flight"
 
 
 class Publishing:
     """The PUBLISH half of an MQTT connection (see the module docstring)."""
+
+    _valid_topic: str | None = None
+    """The topic name of this connection's last valid PUBLISH, and its UTF-8 (``_valid_target``)."""
+    _valid_target = b""
 
     def _on_publish(self, packet: Publish) -> None:
         session = self.session
@@ -62,10 +68,12 @@ class Publishing:
                     self._disconnect(reasons.PROTOCOL_ERROR, "an unknown topic alias")
                     return
                 topic = known
-        problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
-        if problem is not None:
-            self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
-            return
+        if topic != self._valid_topic:  # checked once for PUBLISH after PUBLISH to one topic
+            problem = topic_name_problem(topic, settings.mqtt_max_topic_length, settings.mqtt_max_topic_levels)
+            if problem is not None:
+                self._disconnect(reasons.TOPIC_NAME_INVALID, problem)
+                return
+            self._valid_topic, self._valid_target = topic, topic.encode("utf-8")
         qos = packet.qos
         packet_id = packet.packet_id
         if qos == 2 and packet_id in session.received_qos2:
@@ -80,7 +88,7 @@ class Publishing:
             # with a stored session), which the client resends before new PUBLISHes (4.4).
             self._disconnect(reasons.RECEIVE_MAXIMUM_EXCEEDED, "more unacknowledged QoS 1 and 2 messages than the Receive Maximum")
             return
-        target = topic.encode("utf-8")
+        target = self._valid_target
         if server_topic(topic):  # 4.7.2: a client may not speak for the server
             self._publish_run()
             self._refuse_publishes([(qos, packet_id)], reasons.TOPIC_NAME_INVALID, "$ topics are the server's")
@@ -160,6 +168,13 @@ class Publishing:
                                    why="not authorized to publish to this topic")
             return
         kept = broker.keep(messages, flows) if flows else broker.keep(messages)
+        if kept is None and len(run) == 1 and run[0][1] == 1 and not self._acks:
+            # One QoS 1 PUBLISH per read, no durable subscriber, no answer waiting before
+            # it (the common case with each PUBACK awaited): its PUBACK, success in either
+            # version, is written now, without the acknowledgement objects and queue.
+            if not self.closed:
+                self.write_now(_PUBACK + run[0][2].to_bytes(2, "big"))
+            return
         acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
         if acks:
             self._acknowledge(acks, kept)
@@ -238,7 +253,7 @@ class Publishing:
             if released_by is not None:
                 self._releasing.add(released_by)
         if ready and not self.closed:
-            self.transport.write(b"".join(ready))
+            self.write_now(ready[0] if len(ready) == 1 else b"".join(ready))
 
     # ------------------------------------------------------------------ acknowledgements from the client
 

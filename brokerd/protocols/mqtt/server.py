@@ -58,7 +58,7 @@ from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
 from brokerd.protocols.nodelay import no_delay
-from brokerd.twistedio import limit_output_buffer
+from brokerd.twistedio import DirectWrites, limit_output_buffer
 
 PINGRESP = b"\xd0\x00"
 _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
@@ -66,7 +66,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
+class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -84,6 +84,10 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
     _connect: Connect | None = None
     _normal_end = False
     _topic_aliases: dict[int, str] | None = None
+    _held: list[bytes] | None = None
+    """While the client's acknowledgements of one read are handled: the packets they let out
+    (the window's next PUBLISHes), written together after the last (:meth:`write_now`); a
+    send() for each would cost a system call per message where Twisted's queue made one."""
 
     def __init__(self) -> None:
         self._decoder: MQTTServerDecoder | None = None
@@ -116,6 +120,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
             self.transport.abortConnection()
             return
         no_delay(self.transport)
+        self.check_direct_writes()
         self._decoder = MQTTServerDecoder(factory.settings.mqtt_max_packet_size)
         limit_output_buffer(self.transport, factory.settings.max_output_buffer)
         self.transport.registerProducer(self, True)
@@ -147,6 +152,8 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         self._close()
 
     def _close(self) -> None:
+        if self._held is not None:
+            self._release_held()
         if self._run and not self.closed:
             self._publish_run()  # the valid PUBLISHes read before the reason to close
         if not self.closed:
@@ -215,6 +222,22 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
         self._handle(packets, error)
 
     def _handle(self, packets: list[Any], error: Any) -> None:
+        try:
+            self._handle_packets(packets)
+        finally:
+            if self._held is not None:
+                self._release_held()
+        if self.closed:
+            return
+        if self._run:
+            self._publish_run()
+        if error is not None and not self.closed:
+            if self._logging_in:
+                self._pending.append(error)
+            else:
+                self._refuse_input(error)
+
+    def _handle_packets(self, packets: list[Any]) -> None:
         for packet in packets:
             if self.closed:
                 return
@@ -227,18 +250,30 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, Protocol):
             kind = type(packet)
             if kind is not Publish and self._run:
                 self._publish_run()  # what came before it is routed and answered first
+            if kind in _HOLDING:
+                if self._held is None:
+                    self._held = []
+            elif self._held is not None:
+                self._release_held()
             handler = _HANDLERS.get(kind)
             if handler is None:
                 self._disconnect(reasons.PROTOCOL_ERROR, f"{kind.__name__} is not handled")
                 return
             handler(self, packet)
-        if self._run:
-            self._publish_run()
-        if error is not None and not self.closed:
-            if self._logging_in:
-                self._pending.append(error)
-            else:
-                self._refuse_input(error)
+
+    def write_now(self, data: bytes) -> None:
+        """Send ``data`` at once (:class:`DirectWrites`), or while the client's PUBACKs and
+        PUBCOMPs of one read are handled, with what the others release, in one send."""
+        held = self._held
+        if held is None:
+            DirectWrites.write_now(self, data)
+        else:
+            held.append(data)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            DirectWrites.write_now(self, held[0] if len(held) == 1 else b"".join(held))
 
     def _refuse_input(self, error: reasons.MQTTProtocolError) -> None:
         """Bad bytes: the v5 DISCONNECT with the codec's reason code (or the CONNACK that
@@ -289,6 +324,10 @@ _HANDLERS = {
     Pingreq: MQTTServerProtocol._on_pingreq,
     Auth: MQTTServerProtocol._on_auth,
 }
+
+
+_HOLDING = frozenset((Puback, Pubcomp))
+"""Acknowledgements whose handling writes only through :meth:`MQTTServerProtocol.write_now`."""
 
 
 class MQTTServerFactory(Factory):

@@ -200,12 +200,12 @@ class MQTTSession:
     def send(self, data: bytes) -> None:
         connection = self.connection
         if self._plain and connection is not None and not connection.congested:
-            connection.transport.write(data)
+            connection.write_now(data)
             return
         items = getattr(data, "items", None)
         if items is None:  # a run the core rendered message by message: QoS 0 packets
             if connection is not None and not connection.congested:
-                connection.transport.write(data)
+                connection.write_now(data)
             else:
                 self.dropped += 1
             return
@@ -213,7 +213,7 @@ class MQTTSession:
         for item in items:
             self.deliver(item, out=out)
         if out and self.connection is not None:
-            self.connection.transport.writeSequence(out)
+            self.connection.write_now(b"".join(out))
 
     @property
     def transport(self) -> Any:
@@ -259,7 +259,7 @@ class MQTTSession:
                 if self.topic_aliases is not None:
                     frame = self._aliased(frame, 0)
                 if out is None:
-                    connection.transport.write(frame.packet(0, retained))
+                    connection.write_now(frame.packet(0, retained))
                 else:
                     out.append(frame.packet(0, retained))
             else:
@@ -311,7 +311,7 @@ class MQTTSession:
         if self.topic_aliases is not None:
             frame = self._aliased(frame, qos)
         if out is None:
-            self.connection.transport.writeSequence((frame.head(qos, retain, packet_id, dup), frame.tail))
+            self.connection.write_now(frame.head(qos, retain, packet_id, dup) + frame.tail)
         else:
             out += (frame.head(qos, retain, packet_id, dup), frame.tail)
         return packet_id

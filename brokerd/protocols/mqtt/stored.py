@@ -133,7 +133,7 @@ class StoredDeliveries:
                 self.resumed[flow.seq] = flow.packet_id
                 session.reserved.add(flow.packet_id)
         if packets and session.connection is not None and not self.closed:
-            session.connection.transport.writeSequence(packets)
+            session.connection.write_now(b"".join(packets))
         self.refresh()
 
     def _not_resumed(self, failure: Any) -> None:
@@ -244,7 +244,7 @@ class StoredDeliveries:
             d.addCallback(lambda _: self._write_held(out))
             return
         if out:
-            session.connection.transport.writeSequence(out)
+            session.connection.write_now(b"".join(out))
         if not waiting and self._behind and not self._reading:
             self.refresh()
 
@@ -266,7 +266,7 @@ class StoredDeliveries:
         connection = self.session.connection
         if self.closed or connection is None:
             return  # the session sends them again (DUP) on its next connection
-        connection.transport.writeSequence(out)
+        connection.write_now(b"".join(out))
         self.pump()
 
     def released(self, packet_id: int, delivery: Delivery) -> Any:

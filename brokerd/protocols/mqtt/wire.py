@@ -130,6 +130,11 @@ class MQTTPublishes(bytes):
     items: tuple[Rendered, ...]
 
 
+_UNKNOWN = object()
+_NAME_ENTRIES = 4096
+_NAME_LONGEST = 256
+
+
 def topic_name(target: bytes) -> str | None:
     """The MQTT topic name of a core topic, or None when MQTT cannot name it."""
     try:
@@ -152,6 +157,17 @@ class MQTTWireFormat(WireFormat):
         self.version = version
         self.clock = clock
         self.unrepresentable = 0
+        self._names: dict[bytes, str | None] = {}
+        """:func:`topic_name` of recent core topics: a run or a busy topic renders message
+        after message to one.  Bounded as the frames' topic fields are (:mod:`.publish`)."""
+
+    def _name_of(self, target: bytes) -> str | None:
+        name = topic_name(target)
+        if len(target) <= _NAME_LONGEST:
+            if len(self._names) >= _NAME_ENTRIES:
+                self._names.clear()
+            self._names[target] = name
+        return name
 
     def rendered(self, message: Message) -> Rendered | None:
         """``message`` as MQTT sessions of this version receive it (a retained message sent
@@ -159,7 +175,10 @@ class MQTTWireFormat(WireFormat):
         cannot carry it (no multicast, no valid topic name)."""
         if message.kind != MULTICAST:
             return None
-        name = topic_name(message.target)  # type: ignore[arg-type]
+        target = message.target
+        name = self._names.get(target, _UNKNOWN)  # type: ignore[arg-type]
+        if name is _UNKNOWN:
+            name = self._name_of(target)  # type: ignore[arg-type]
         if name is None:
             return None
         properties = NO_PROPERTIES

@@ -63,7 +63,7 @@ def test_a_property_mqtt_cannot_carry_is_left_out_and_the_rest_is_sent():
 def _session(clock: Clock, window: int) -> tuple[MQTTSession, StringTransport]:
     session = MQTTSession("dev", ALICE, wire_formats(clock.seconds)[MQTT_5], window, 10)
     transport = StringTransport()
-    session.bind(SimpleNamespace(transport=transport, congested=False), window, None)
+    session.bind(SimpleNamespace(transport=transport, write_now=transport.write, congested=False), window, None)
     session.subscribed("a/+", SubscriptionOptions(1, matched=b"a/+"))
     return session, transport
 
@@ -102,7 +102,7 @@ def test_an_expired_retained_message_is_not_sent_to_a_new_subscription():
     session, transport = _session(clock, window=10)
     session.subscribed("s/#", SubscriptionOptions(0, matched=b"s/#"))
     connection = SimpleNamespace(closed=False, congested=False, factory=SimpleNamespace(broker=broker),
-                                 transport=transport)
+                                 transport=transport, write_now=transport.write)
     session.connection = connection
     clock.advance(10)
     RetainedDelivery(connection, session, clock).add("s/#")

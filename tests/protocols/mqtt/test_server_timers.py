@@ -224,6 +224,22 @@ def test_the_client_s_receive_maximum_bounds_the_messages_in_flight_to_it() -> N
     assert client.take() == b""  # nothing more waits
 
 
+def test_what_the_pubacks_of_one_read_release_goes_out_in_one_write() -> None:
+    harness = Harness()
+    client = harness.connected(MQTT_5, "small", properties=Properties(receive_maximum=2))
+    client.send(Subscribe(1, (Subscription("t", 1),)))
+    assert client.take() == b"\x90\x04\x00\x01\x00\x01"
+    publish_from(harness, b"m1", b"m2", b"m3", b"m4", b"m5")
+    assert client.take() == v5_publish(b"m1", 1) + v5_publish(b"m2", 2)
+    writes: list[bytes] = []
+    write = client.transport.write
+    client.transport.write = lambda data: (writes.append(data), write(data))  # type: ignore[method-assign]
+    client.send_bytes(encode(Puback(1), MQTT_5) + encode(Puback(2), MQTT_5))
+    assert writes == [v5_publish(b"m3", 3) + v5_publish(b"m4", 4)]  # one write, not one per PUBACK
+    client.send(Puback(3))
+    assert writes[1:] == [v5_publish(b"m5", 5)]
+
+
 def test_max_inflight_bounds_the_window_of_a_client_that_allows_more() -> None:
     harness = Harness(mqtt_max_inflight=2)
     client = harness.connected(MQTT_311, "large")

@@ -88,7 +88,7 @@ def test_a_stored_message_is_sent_at_its_qos_unless_it_expired():
     clock.advance(1000)
     session = MQTTSession("dev", ALICE, wire_formats(clock.seconds)[MQTT_5], 10, 10)
     transport = StringTransport()
-    session.bind(SimpleNamespace(transport=transport, congested=False), 10, None)
+    session.bind(SimpleNamespace(transport=transport, write_now=transport.write, congested=False), 10, None)
     session.subscribed("a/+", SubscriptionOptions(2, matched=b"a/+"), kept=True)
 
     def stored(seq: int, payload: bytes, protocol: str, **details) -> tuple[Message, Delivery]:
@@ -125,7 +125,7 @@ def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_pa
     assert present
     transport = StringTransport()
     read_on: list[bool] = []
-    session.bind(SimpleNamespace(transport=transport, congested=False,
+    session.bind(SimpleNamespace(transport=transport, write_now=transport.write, congested=False,
                                  hold_reading=lambda: lambda: read_on.append(True)), 10, None)
     sessions.connected(session)
     assert read_on == [True]
