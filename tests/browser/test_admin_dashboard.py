@@ -172,7 +172,7 @@ async def test_a_dashboard_opened_after_the_traffic_shows_it(tmp_path: Path) -> 
     like the rest of the API): a page opened after a run draws the run at once."""
     binary = chromium_or_skip()
     ssmp, admin = free_port(), free_port()
-    (tmp_path / "token").write_text(TOKEN)
+    write_private(tmp_path / "token", TOKEN)
     settings = Settings(listeners={"ssmp": [f"tcp:{ssmp}:interface=127.0.0.1"]}, open_login=True,
                         data_dir=tmp_path / "data", event_log=False, admin=f"tcp:{admin}:interface=127.0.0.1",
                         admin_token_file=tmp_path / "token")
