@@ -127,6 +127,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path, postgres_server: PostgresServer) -> Any:
+    started = processes.mark()  # what the session runs (a private Tor network) is not this test's
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     for name, value in (("admin-token", b"cluster-admin-token"), ("redis-password", b"redis-pw-for-the-test"),
@@ -138,7 +139,7 @@ def cluster(tmp_path: Path, postgres_server: PostgresServer) -> Any:
     try:
         yield running
     finally:
-        processes.stop_started_since(0)
+        processes.stop_started_since(started)
         redis.stop()
 
 
