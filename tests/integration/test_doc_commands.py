@@ -63,6 +63,8 @@ NOT_RUN: dict[tuple[str, int], str] = {
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
+    "performance-mqtt.md": "benchmarks: minutes of full load beside mosquitto and other commits "
+                           "(benchmarks/README.md)",
     "performance-history.md": "benchmarks: minutes of full load each, often against other commits or a "
                       "broker given by PORT/PID placeholders (benchmarks/README.md)",
 }
