@@ -4,12 +4,13 @@ One publisher sends 500 MCASTs/s for 5 s to 50 subscribers of one topic (25,000 
 pbload stamps each payload with its send time and takes p50 and p99 of publish-to-receipt over
 every delivery.  Each brokerd revision (``--commits``, default ``HEAD``; ``.`` is the working
 tree) runs as ``twistd brokerd`` in its default configuration (event log on), and redis-server
-(no persistence) runs the same workload over PUBLISH/SUBSCRIBE as the reference.  Every server
+(no persistence) runs the same workload over PUBLISH/SUBSCRIBE as the reference, and so does
+nats-server (PUB/SUB, Debian's ``nats-server``) when it is installed.  Every server
 gets its own process; the servers alternate, round after round: one warm-up round (N/10), then
 ``--runs`` measured rounds; the median of the rounds' p50 and p99 is printed with the load
 average before each round and the server's CPU per delivery.
 
-    python benchmarks/ssmp_tail.py                          # HEAD and redis, ~1 minute
+    python benchmarks/ssmp_tail.py                          # HEAD, redis and nats, ~1 minute
     python benchmarks/ssmp_tail.py --commits main,. --runs 5
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -66,6 +68,38 @@ class RedisProcess:
             self.proc.wait(timeout=10)
 
 
+class NatsProcess:
+    """nats-server on a free loopback port (no JetStream): the other reference."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.pid = 0
+
+    def __enter__(self) -> NatsProcess:
+        binary = shutil.which("nats-server")
+        if binary is None:
+            raise SystemExit("ssmp_tail: nats-server is not installed (apt-get install nats-server)")
+        self.proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("ssmp_tail: nats-server did not start") from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
 def one_run(binary: Path, server: object, proto: str, messages: int, timeout: float) -> dict[str, float]:
     load = loadavg()[0]
     before = cpu_seconds(server.pid)  # type: ignore[attr-defined]
@@ -83,7 +117,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commits", default="HEAD", help="brokerd revisions, comma-separated; . = working tree")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--no-redis", action="store_true", help="brokerd revisions only")
+    parser.add_argument("--no-redis", action="store_true", help="no redis-server")
+    parser.add_argument("--no-nats", action="store_true", help="no nats-server (left out anyway when not installed)")
     parser.add_argument("--broker-cmd", default=DEFAULT_BROKER_CMD)
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
@@ -95,6 +130,8 @@ def main() -> None:
             servers.append((f"brokerd {label}", "ssmp", BrokerProcess(args.broker_cmd, work, str(len(servers)), env)))
         if not args.no_redis:
             servers.append(("redis-server", "redis", RedisProcess(work)))
+        if not args.no_nats and shutil.which("nats-server") is not None:
+            servers.append(("nats-server", "nats", NatsProcess(work)))
         results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in servers}
         try:
             for _, _, server in servers:
