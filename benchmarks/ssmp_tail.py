@@ -38,8 +38,13 @@ WORKLOAD = ["-P", "1", "-S", "50", "--rate", "500"]
 MESSAGES = 2500
 
 
-class RedisProcess:
-    """redis-server on a free loopback port, no persistence: the reference."""
+class ReferenceServer:
+    """A reference server (``binary``, from the machine's packages) on a free loopback port,
+    started for the run and stopped after it; a subclass says how to start it and when it is
+    ready."""
+
+    binary = ""
+    package = ""
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
@@ -47,18 +52,22 @@ class RedisProcess:
         self.proc: subprocess.Popen | None = None
         self.pid = 0
 
-    def __enter__(self) -> RedisProcess:
-        binary = shutil.which("redis-server")
+    def command(self, binary: str) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> ReferenceServer:
+        binary = shutil.which(self.binary)
         if binary is None:
-            raise SystemExit("ssmp_tail: redis-server is not installed (apt-get install redis-server)")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            raise SystemExit(f"ssmp_tail: {self.binary} is not installed (apt-get install {self.package})")
+        self.proc = subprocess.Popen(self.command(binary), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pid = self.proc.pid
         deadline = time.monotonic() + 10
-        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True).stdout.strip() != b"PONG":
+        while not self.ready():
             if time.monotonic() > deadline:
-                raise SystemExit("ssmp_tail: redis-server did not start")
+                raise SystemExit(f"ssmp_tail: {self.binary} did not start")
             time.sleep(0.05)
         return self
 
@@ -68,36 +77,33 @@ class RedisProcess:
             self.proc.wait(timeout=10)
 
 
-class NatsProcess:
-    """nats-server on a free loopback port (no JetStream): the other reference."""
+class RedisProcess(ReferenceServer):
+    """redis-server, no persistence: the reference."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-        self.pid = 0
+    binary = package = "redis-server"
 
-    def __enter__(self) -> NatsProcess:
-        binary = shutil.which("nats-server")
-        if binary is None:
-            raise SystemExit("ssmp_tail: nats-server is not installed (apt-get install nats-server)")
-        self.proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.pid = self.proc.pid
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("ssmp_tail: nats-server did not start") from None
-                time.sleep(0.05)
+    def command(self, binary: str) -> list[str]:
+        return [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.workdir)]
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+    def ready(self) -> bool:
+        return subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True).stdout.strip() == b"PONG"
+
+
+class NatsProcess(ReferenceServer):
+    """nats-server (no JetStream): the other reference."""
+
+    binary = package = "nats-server"
+
+    def command(self, binary: str) -> list[str]:
+        return [binary, "-a", "127.0.0.1", "-p", str(self.port)]
+
+    def ready(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
 
 
 def one_run(binary: Path, server: object, proto: str, messages: int, timeout: float) -> dict[str, float]:
