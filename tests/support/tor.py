@@ -297,6 +297,7 @@ def start_network(root: Path, timeout: float = BOOTSTRAP_TIMEOUT) -> TorNetwork:
             *_base_lines(node), *network.dir_authority_lines(), socks,
             f"ControlPort 127.0.0.1:{node.control_port}", "CookieAuthentication 1",
             f"ClientOnionAuthDir {node.directory / 'onion_auth'}",
+            "SocksTimeout 50",  # answer 0x06 before a test's attempt gives up (ATTEMPT_TIMEOUT)
         ])
         (node.directory / "onion_auth").mkdir(mode=0o700)
     try:
@@ -373,21 +374,30 @@ def socks_connect(socks_port: int, host: str, port: int, timeout: float = 60.0) 
     return sock
 
 
-RETRIED_REPLIES = frozenset({0x01, 0xF0, 0xF2, 0xF3, 0xF7})
+RETRIED_REPLIES = frozenset({0x01, 0x04, 0x06, 0xF0, 0xF2, 0xF3, 0xF7})
 """SOCKS5 replies a client tor gives while it still holds a stale descriptor of a service that
-was republished (a restarted broker's new introduction points): it fetches the new one and a
-later attempt succeeds."""
+was republished (a restarted broker's new introduction points), or has not yet fetched a new
+service's descriptor from an HSDir that has it, or gave up building a rendezvous circuit on a
+loaded machine (0x06, TTL expired): a later attempt succeeds."""
+
+ATTEMPT_TIMEOUT = 60.0
+"""Seconds one SOCKS attempt may wait for tor's reply before it is abandoned and tried again."""
 
 
-def socks_connect_retrying(socks_port: int, host: str, port: int, timeout: float = 60.0) -> socket.socket:
-    """:func:`socks_connect`, tried again after a reply of :data:`RETRIED_REPLIES` until
-    ``timeout`` seconds have passed (what a client does after a service restarted)."""
+def socks_connect_retrying(socks_port: int, host: str, port: int, timeout: float = 240.0) -> socket.socket:
+    """:func:`socks_connect`, tried again after a reply of :data:`RETRIED_REPLIES`, or after an
+    attempt tor left unanswered for :data:`ATTEMPT_TIMEOUT` seconds, until ``timeout`` seconds
+    have passed (what a client does after a service restarted).  A reply not in the set (0xF4:
+    a client authorization is missing) is raised at once."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return socks_connect(socks_port, host, port)
+            return socks_connect(socks_port, host, port, timeout=ATTEMPT_TIMEOUT)
         except ConnectionRefusedError as exc:
             if exc.args[0] not in RETRIED_REPLIES or time.monotonic() > deadline:
+                raise
+        except TimeoutError:
+            if time.monotonic() > deadline:
                 raise
         time.sleep(1.0)  # between attempts of a client, bounded by the deadline
 
