@@ -818,19 +818,3 @@ def value_problems(settings: Settings) -> list[str]:
             problems.append(str(exc))
     return problems
 
-
-@dataclass
-class Runtime:
-    """What a front end's ``build_factory`` gets: the shared pieces of one running broker.
-
-    Typed loosely on purpose: this module sits below every layer it names.
-    """
-
-    settings: Settings
-    broker: Any
-    portal: Any
-    reactor: Any
-    tls: Any = None
-    """brokerd.auth.tls.ServerTLS, or None when no --tls-cert/--tls-key were given."""
-    resources: dict[str, Any] = field(default_factory=dict)
-    """Other shared services by name (the store, the event log) as later parts add them."""

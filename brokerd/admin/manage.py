@@ -38,10 +38,11 @@ from brokerd.auth.accounts import (
     thread_runner,
     update_accounts,
 )
-from brokerd.auth.policy import UAL_FILENAME, access_list_for
+from brokerd.auth.policy import UAL_FILENAME, AccessListFile
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
+from brokerd.runtime import Runtime
 
 MAX_BODY = 4096
 """Bytes of a change's JSON body read at most."""
@@ -88,7 +89,7 @@ class _Managed(Resource):
     isLeaf = True
     actions: dict[str, tuple[str, ...]] = {}
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__()
         self.runtime = runtime
         self._run = thread_runner(runtime.reactor)
@@ -205,9 +206,9 @@ class AccessEntries(_Managed):
     actions = {"set": ("topic", "who", "permissions"), "remove": ("topic", "who")}
 
     @property
-    def access(self) -> Any:
-        """The broker's AccessListFile (made from the settings on first use)."""
-        return access_list_for(self.runtime)
+    def access(self) -> AccessListFile:
+        """The broker's AccessListFile (the one its front ends and the core share)."""
+        return self.runtime.access_list
 
     @property
     def path(self) -> Path:

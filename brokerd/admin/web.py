@@ -219,7 +219,7 @@ class Reload(AdminResource):
     def render_POST(self, request: Any) -> Any:
         if not _posted_json(request):
             return _json(request, 415, {"error": "send Content-Type: application/json"})
-        factories = self.figures.runtime.resources.get("factories", {})
+        factories = self.figures.runtime.front_ends
         names = sorted(name for name, factory in factories.items() if hasattr(factory, "reload_files"))
         d = gatherResults([maybeDeferred(factories[name].reload_files) for name in names], consumeErrors=True)
 

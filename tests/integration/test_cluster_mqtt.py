@@ -125,7 +125,7 @@ async def test_a_client_identifier_connecting_on_another_node_takes_the_session_
         await second.publish("status", b"still here", qos=1).addTimeout(TIMEOUT, reactor())
         await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
         assert got.items == [("status", b"still here")]  # the new connection works
-        assert "device-7" not in one.service.runtime.resources["mqtt_sessions"].by_id
+        assert "device-7" not in one.service.runtime.mqtt_sessions.by_id
     finally:
         for node in (one, two):
             await node.stop()

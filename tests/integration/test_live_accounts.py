@@ -51,7 +51,7 @@ class Broker:
     async def start(self) -> None:
         self.service = makeService(self.settings, reactor())
         self.service.startService()
-        await self.service.runtime.resources["factories"]["smqp"].started
+        await self.service.runtime.front_ends["smqp"].started
 
     async def stop(self) -> None:
         for client in self.clients:

@@ -112,7 +112,7 @@ async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
     status = link_of(beta, "alpha.test").status()
     assert (status["state"], status["connects"], status["received"], status["subscriptions"]) == ("up", 1, 3, 1)
     assert beta.factory.forwarded.counts["local_only"] == 1
-    assert beta.runtime.resources["smqp_links"].status() == [status]  # what /metrics shows
+    assert beta.runtime.smqp_links.status() == [status]  # what /metrics shows
 
 
 @pytest_twisted.ensureDeferred
@@ -536,7 +536,7 @@ async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_pat
         inbox = SMQPInbox(reader)
         await reader.subscribe("/alpha_test/payroll")
         await reader.subscribe("/alpha_test/news")
-        link = next(link for link in beta.runtime.resources["smqp_links"].links if link.spec.domain == "alpha.test")
+        link = next(link for link in beta.runtime.smqp_links.links if link.spec.domain == "alpha.test")
         await until(lambda: link.state == "up" and {"/news", "/payroll"} <= link.remote, reader,
                     "the link to subscribe at alpha")
         await publisher.publish("/payroll", "P1", [("text/plain", b"raise for mallory")], [("Depth", "1")])

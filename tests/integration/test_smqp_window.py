@@ -102,7 +102,7 @@ async def test_window_of_n_keeps_n_outstanding_and_each_310_precedes_the_next_no
 @pytest_twisted.ensureDeferred
 async def test_acknowledgements_of_one_subscriber_share_commits_only_with_a_window(smqp_server):
     server = await smqp_server()
-    store = server.runtime.resources["store"]
+    store = server.runtime.store
     await backlog(server, "/g", 40)
 
     # The draft's exchange: each acknowledgement is a commit of its own.

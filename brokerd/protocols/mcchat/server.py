@@ -52,7 +52,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
@@ -609,10 +609,3 @@ class MCChatServerFactory(Factory):
                 self.stats.idle_closed += 1
                 connection._close()
 
-
-def build_factory(runtime: Runtime) -> MCChatServerFactory:
-    """The MCCHAT front end's entry point for brokerd.tap."""
-    return MCChatServerFactory(
-        runtime.broker, runtime.settings, runtime.reactor,
-        events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-    )

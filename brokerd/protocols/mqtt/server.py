@@ -27,7 +27,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.protocols.admission import admit
@@ -374,11 +374,3 @@ class MQTTServerFactory(Factory):
             elif connection.keep_alive and now - connection.silent_since >= 1.5 * connection.keep_alive:
                 connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
 
-
-def build_factory(runtime: Runtime) -> MQTTServerFactory:
-    """The MQTT front end's entry point for brokerd.tap."""
-    sessions = runtime.resources.get("mqtt_sessions")
-    if sessions is None:
-        sessions = runtime.resources["mqtt_sessions"] = MQTTSessions(runtime.broker, runtime.settings, runtime.reactor)
-    return MQTTServerFactory(runtime.broker, runtime.portal, runtime.settings, runtime.reactor, sessions,
-                             runtime.resources.get("event_log", NULL_EVENT_LOG))

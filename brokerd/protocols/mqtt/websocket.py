@@ -15,9 +15,9 @@ Section 6 and RFC 6455: the client must offer the subprotocol ``mqtt`` (``mqttv3
 refused (400) and never completed.  A text message is not MQTT: the server closes with 1003
 (unsupported data) and the connection ends, as an abnormal end (the will is published).
 
-Front ends never import each other, so this module knows nothing of socket.mq: brokerd.tap calls
-:func:`mount` when the MQTT front end runs, which puts an Autobahn factory under ``b"mqtt"`` in
-``runtime.resources["websocket_mounts"]``; socket.mq's listeners serve what that dict holds,
+Front ends never import each other, so this module knows nothing of socket.mq: the MQTT front
+end's plugin calls :func:`mount` when it is built, which puts an Autobahn factory under ``b"mqtt"``
+in the broker's :class:`~brokerd.frontend.WebSocketMounts`; socket.mq's listeners serve what it holds,
 after their Origin check (``--socketmq-origins``), and hand the connection over: the HTTP
 request's connection count is released and :class:`~.server.MQTTServerProtocol` counts the
 connection itself (not logged in until its CONNECT is accepted, as over TCP).
@@ -32,14 +32,11 @@ from twisted.internet.interfaces import IConsumer, ISSLTransport, ITransport
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from brokerd.config import Runtime
+from brokerd.frontend import WebSocketMounts
 from brokerd.protocols.mqtt.server import MQTTServerFactory, MQTTServerProtocol
 from brokerd.protocols.nodelay import no_delay
 from brokerd.twistedio import limit_output_buffer
 
-MOUNTS = "websocket_mounts"
-"""The ``runtime.resources`` key of the WebSockets socket.mq listeners serve: path segment ->
-Autobahn WebSocketServerFactory (brokerd.protocols.socketmq.server.MOUNTS, the same string)."""
 PATH = b"mqtt"
 """The path (``/mqtt``) MQTT is served at on socket.mq listeners."""
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
@@ -54,9 +51,9 @@ CLOSE_HANDSHAKE_TIMEOUT = 5.0
 """Seconds the server waits for the client's answer to its close frame before dropping."""
 
 
-def mount(runtime: Runtime, factory: MQTTServerFactory) -> None:
-    """Serve ``factory``'s MQTT at ``/mqtt`` on the socket.mq listeners (brokerd.tap's hook)."""
-    runtime.resources.setdefault(MOUNTS, {})[PATH] = MQTTWebSocketFactory(factory)
+def mount(mounts: WebSocketMounts, factory: MQTTServerFactory) -> None:
+    """Serve ``factory``'s MQTT at ``/mqtt`` on the socket.mq listeners."""
+    mounts.mount(PATH, MQTTWebSocketFactory(factory))
 
 
 @implementer(ITransport, IConsumer)

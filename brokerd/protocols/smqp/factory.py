@@ -5,8 +5,8 @@ listener).
 The connection's modules (the session's contract, its command mixins, the protocol) name this
 class as their factory's type, so it names none of them: the Twisted factory that builds
 connections, :class:`~brokerd.protocols.smqp.server.SMQPServerFactory`, is this class with its
-protocol, in :mod:`~brokerd.protocols.smqp.server` with ``build_factory``, brokerd.tap's entry
-point.  Of a session it reads only :class:`SessionState`.
+protocol, in :mod:`~brokerd.protocols.smqp.server`; :mod:`~brokerd.protocols.smqp.plugin` builds
+it for brokerd.tap.  Of a session it reads only :class:`SessionState`.
 """
 from __future__ import annotations
 

@@ -41,13 +41,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd import __version__
-from brokerd.auth.accounts import AccountsChecker, thread_runner
-from brokerd.auth.policy import access_list_for
-from brokerd.auth.workers import shared_work_queue
-from brokerd.config import Runtime
 from brokerd.core.principal import NOBODY, Principal
-from brokerd.errors import Busy, ConfigurationError
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.errors import Busy
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.admission import admit
 from brokerd.twistedio import limit_output_buffer
@@ -485,30 +480,3 @@ class SMQPServerFactory(SMQPFrontEnd):
 
     protocol = SMQPServerProtocol  # type: ignore[assignment]
 
-
-def build_factory(runtime: Runtime) -> SMQPServerFactory:
-    """The SMQP front end's entry point for brokerd.tap.
-
-    Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
-    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
-    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
-    unreadable or malformed raise ConfigurationError now, not at the first login.  The
-    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
-    """
-    settings = runtime.settings
-    reactor = runtime.reactor
-    run = thread_runner(reactor)
-    checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest,
-                              run=shared_work_queue(runtime).run)
-    checker.load()
-    store = runtime.resources.get("store")
-    if store is None or runtime.broker.durable is None:
-        raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
-    factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-        throttle=runtime.resources.get("login_throttle"),
-    )
-    factory.disk = runtime.resources.get("disk")
-    runtime.resources["smqp_links"] = factory.links
-    factory.start()
-    return factory

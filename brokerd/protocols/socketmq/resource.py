@@ -25,6 +25,7 @@ from twisted.web.util import Redirect
 
 from brokerd.auth.tls import peer_names
 from brokerd.errors import Busy
+from brokerd.frontend import WebSocketMounts
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import is_application_name
 from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub
@@ -259,7 +260,7 @@ class SocketMQWebSocketResource(WebSocketResource):
 
 
 class MountedWebSocketResource(resource.Resource):
-    """``GET /<mount>``: a WebSocket another front end serves on this listener (server.MOUNTS:
+    """``GET /<mount>``: a WebSocket another front end serves on this listener (WebSocketMounts:
     ``factory``, an Autobahn WebSocketServerFactory), behind this listener's Origin check (403
     for a page whose origin ``--socketmq-origins`` does not allow, before any upgrade).
 
@@ -374,12 +375,12 @@ class SocketMQResource(resource.Resource):
 
 class RootResource(resource.Resource):
     """The site root: ``/socket.mq``, and the WebSockets other front ends mounted (``mounts``,
-    server.MOUNTS: read per request, so a front end built after this one may mount)."""
+    a brokerd.frontend.WebSocketMounts read per request, so a front end built after this one may mount)."""
 
-    def __init__(self, socketmq: SocketMQResource, mounts: dict[bytes, Any] | None = None) -> None:
+    def __init__(self, socketmq: SocketMQResource, mounts: WebSocketMounts | None = None) -> None:
         super().__init__()
         self.socketmq = socketmq
-        self.mounts = mounts if mounts is not None else {}
+        self.mounts = mounts if mounts is not None else WebSocketMounts()
 
     def getChild(self, name: bytes, request: Any) -> resource.Resource:
         if name == b"socket.mq":

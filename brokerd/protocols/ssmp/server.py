@@ -32,7 +32,7 @@ from zope.interface import implementer
 from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity, enabled_schemes
 from brokerd.auth.tls import peer_names
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Message
@@ -679,13 +679,3 @@ class SSMPServerFactory(Factory):
             elif now - connection.pinged_at >= give_up_after:
                 connection._close()
 
-
-def build_factory(runtime: Runtime) -> SSMPServerFactory:
-    """The SSMP front end's entry point for brokerd.tap."""
-    return SSMPServerFactory(
-        runtime.broker,
-        runtime.portal,
-        runtime.settings,
-        runtime.reactor,
-        runtime.resources.get("event_log", NULL_EVENT_LOG),
-    )

@@ -1,6 +1,6 @@
 """The SMQP delivery settings (--smqp-retry-timeout, --smqp-max-attempts,
 --smqp-trash-retention) go from the command line and the TOML file through Settings into
-the factory that build_factory makes, and Settings' defaults are the durable service's."""
+the factory the SMQP plugin builds, and Settings' defaults are the durable service's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,17 +8,15 @@ from pathlib import Path
 import pytest
 from twisted.internet.task import Clock
 
-from brokerd.config import Runtime, Settings
-from brokerd.core.broker import Broker
-from brokerd.core.durable import attach_durable
-from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.smqp.server import build_factory
+from brokerd.config import Settings
+from brokerd.protocols.smqp.plugin import front_end as smqp
 from brokerd.store.memory import MemoryStore
 from brokerd.tap import Options, StartupError
+from tests.support.services import services_for
 
 
 class ReactorClock(Clock):
-    """What build_factory needs of a reactor: the clock and a thread pool it never uses
+    """What the SMQP plugin needs of a reactor: the clock and a thread pool it never uses
     here (the accounts file is read in the test's thread)."""
 
     def getThreadPool(self):  # noqa: N802 - the reactor's name
@@ -26,10 +24,7 @@ class ReactorClock(Clock):
 
 
 def factory_for(settings: Settings):
-    runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=ReactorClock())
-    store = runtime.resources["store"] = MemoryStore()
-    attach_durable(runtime.broker, store, store.open(), runtime.reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
-    factory = build_factory(runtime)
+    factory = smqp.build(services_for(settings, ReactorClock(), store=MemoryStore()))
     assert factory.started.called and factory.start_error is None
     return factory
 
