@@ -23,6 +23,7 @@ from twisted.internet.interfaces import IProtocolFactory
 from twisted.plugin import IPlugin
 from zope.interface import Attribute, Interface, implementer
 
+from brokerd.auth.accounts import AccountsChecker
 from brokerd.auth.policy import AccessListFile
 from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS
@@ -75,6 +76,10 @@ class Services:
     broker: Broker
     portal: Portal
     """Every front end's logins (brokerd.auth.realm.build_portal), shared with its throttle."""
+    accounts: AccountsChecker
+    """The accounts file (``--accounts``), the guest account as ``--smqp-guest`` says."""
+    accounts_portal: Portal
+    """Logins against ``accounts`` alone and client certificates (SMQP's LOGIN), same throttle."""
     event_log: IEventRecorder
     """The operator log over the event log (NULL_EVENT_LOG's behaviour when the log is off)."""
     login_throttle: LoginThrottle

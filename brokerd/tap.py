@@ -26,7 +26,8 @@ from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.oplog import OperatorLog
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import access_list_for
-from brokerd.auth.realm import build_portal
+from brokerd.auth.accounts import AccountsChecker
+from brokerd.auth.realm import accounts_portal, build_portal
 from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
 from brokerd.auth.workers import WorkQueue
@@ -509,9 +510,12 @@ def build_runtime(settings: Settings, reactor) -> tuple[Runtime, Operations]:
     if store is None and settings.cluster is not None:
         _log.warn("Cluster: this node has no --store, so it keeps nothing for durable subscribers; give every node "
                   "the cluster's --store postgresql://... (docs/cluster.md)")
+    work_queue = WorkQueue(reactor, settings.max_auth_queue)
+    accounts = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest, run=work_queue.run)
     services = Services(
         settings=settings, reactor=reactor, broker=broker, portal=portal, event_log=operator_log,
-        login_throttle=throttle, work_queue=WorkQueue(reactor, settings.max_auth_queue),
+        accounts=accounts, accounts_portal=accounts_portal(broker, accounts, throttle),
+        login_throttle=throttle, work_queue=work_queue,
         access_list=access_list_for(settings, broker, reactor),  # the UAL file, if any, is the core's policy
         disk=disk, tls=tls, store=store,
         durable=_open_store(settings, broker, store, operator_log, disk, reactor) if store is not None else None,

@@ -4,6 +4,7 @@ no front end is found by module path, and the composition root has no string-key
 from __future__ import annotations
 
 import ast
+import inspect
 from dataclasses import FrozenInstanceError, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -19,6 +20,7 @@ from brokerd.frontend import FrontEndPlugin, IFrontEnd, Services, build_front_en
 from brokerd.frontends import FRONT_ENDS
 from brokerd.protocols.mcchat.server import INFO_PACKET
 from brokerd.protocols.smqp.codec import encode_greeting
+from brokerd.protocols.smqp.factory import SMQPFrontEnd
 from brokerd.protocols.smqp.server import SERVER_IDENT
 from brokerd.runtime import Runtime
 from brokerd.store.memory import MemoryStore
@@ -132,3 +134,17 @@ class _Raw(Protocol):
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
         self.received(data)
+
+
+def test_smqp_constructs_nothing_the_core_owns(tmp_path) -> None:
+    """The Portal, the access list and the durable service are the services', and the factory
+    has no way to make its own: each is a required argument."""
+    services = services_for(Settings(data_dir=tmp_path), reactor(), store=MemoryStore())
+    factory = next(plugin for plugin in FRONT_ENDS if plugin.name == "smqp").build(services)
+    assert factory.portal is services.accounts_portal
+    assert factory.access_list is services.access_list and factory.checker is services.accounts
+    assert factory.durable is services.durable is services.broker.durable
+    parameters = inspect.signature(SMQPFrontEnd.__init__).parameters
+    for name in ("portal", "access_list", "durable"):
+        assert parameters[name].default is inspect.Parameter.empty
+    assert not {"ual", "ual_file", "throttle"} & set(parameters)

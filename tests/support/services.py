@@ -8,7 +8,8 @@ from typing import Any
 from twisted.cred.portal import Portal
 
 from brokerd.auth.policy import access_list_for
-from brokerd.auth.realm import build_portal
+from brokerd.auth.accounts import AccountsChecker
+from brokerd.auth.realm import accounts_portal, build_portal
 from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS
 from brokerd.auth.workers import WorkQueue
@@ -27,6 +28,8 @@ def services_for(settings: Settings, reactor: Any, *, broker: Broker | None = No
     the settings' open login, throttled as brokerd.tap's is."""
     broker = broker if broker is not None else Broker()
     throttle = LoginThrottle.from_settings(settings, reactor)
+    work_queue = WorkQueue(reactor, settings.max_auth_queue)
+    accounts = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest, run=work_queue.run)
     durable = None
     if store is not None:
         opened = store.open()
@@ -36,7 +39,8 @@ def services_for(settings: Settings, reactor: Any, *, broker: Broker | None = No
         settings=settings, reactor=reactor, broker=broker,
         portal=portal if portal is not None else build_portal(open_login=settings.open_login, broker=broker,
                                                               throttle=throttle),
-        event_log=events, login_throttle=throttle, work_queue=WorkQueue(reactor, settings.max_auth_queue),
+        accounts=accounts, accounts_portal=accounts_portal(broker, accounts, throttle),
+        event_log=events, login_throttle=throttle, work_queue=work_queue,
         access_list=access_list_for(settings, broker, reactor),
         disk=DiskSpace(settings.data_dir, settings.disk_free_limit, reactor),
         tls=tls, store=store, durable=durable,

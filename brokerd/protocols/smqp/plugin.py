@@ -1,7 +1,7 @@
 """The SMQP front end as brokerd builds it: its :class:`~brokerd.frontend.IFrontEnd` plugin."""
 from __future__ import annotations
 
-from brokerd.auth.accounts import AccountsChecker, thread_runner
+from brokerd.auth.accounts import thread_runner
 from brokerd.errors import ConfigurationError
 from brokerd.frontend import FrontEndPlugin, Services
 from brokerd.protocols.smqp.server import SMQPServerFactory
@@ -14,19 +14,17 @@ class SMQPPlugin(FrontEndPlugin):
     def build(self, services: Services) -> SMQPServerFactory:
         """The factory of every ``--smqp`` listener, over the node's store and durable service.
 
-        Logins are checked against ``settings.accounts_file``; the UAL is the broker's access
-        list.  Files that are unreadable or malformed raise ConfigurationError now, not at the
-        first login.  The delivery constants (retry timeout, attempts, Trash retention) come
-        from the settings."""
-        settings = services.settings
-        checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest, run=services.work_queue.run)
-        checker.load()
+        Logins go through the services' accounts portal, checked against the accounts file
+        (read now: a malformed file raises ConfigurationError at start, not at the first
+        login); the UAL is the broker's access list.  The delivery constants (retry timeout,
+        attempts, Trash retention) come from the settings."""
+        services.accounts.load()
         if services.store is None or services.durable is None:
             raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
         factory = SMQPServerFactory(
-            services.broker, settings, services.reactor, services.store, checker,
-            access_list=services.access_list, run=thread_runner(services.reactor), events=services.event_log,
-            throttle=services.login_throttle,
+            services.broker, services.settings, services.reactor, services.store, services.accounts,
+            portal=services.accounts_portal, access_list=services.access_list, durable=services.durable,
+            run=thread_runner(services.reactor), events=services.event_log,
         )
         factory.disk = services.disk
         factory.start()

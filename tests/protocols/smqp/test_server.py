@@ -21,6 +21,7 @@ from brokerd.protocols.smqp.codec import SMQPClientParser, parse_topic
 from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT, SMQPServerFactory
 from brokerd.protocols.smqp.wire import SMQPWireFormat, core_topic, smqp_topic
 from brokerd.store.memory import MemoryStore
+from tests.support.smqp import smqp_factory
 
 GREETING = f"SMQP/1.0 Ready. {SERVER_IDENT}\r\n".encode()
 
@@ -42,7 +43,7 @@ def factory(tmp_path: Path) -> SMQPServerFactory:
     write_accounts(path, {"alice": PasswordHash.create("alicepw", n=2)})
     clock = Clock()
     settings = Settings(login_timeout=5.0, max_output_buffer=1000, smqp_domain="test.example")
-    factory = SMQPServerFactory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
+    factory = smqp_factory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
                                 ual=AccessList(), run=run_inline)
     factory.start()
     return factory
@@ -85,7 +86,7 @@ def test_connections_wait_for_the_store(tmp_path):
         def load_topics(self):
             return gate.addCallback(lambda _: [])
 
-    factory = SMQPServerFactory(Broker(), Settings(), Clock(), SlowStore(), AccountsChecker(None, run=run_inline),
+    factory = smqp_factory(Broker(), Settings(), Clock(), SlowStore(), AccountsChecker(None, run=run_inline),
                                 run=run_inline)
     factory.start()
     protocol, transport = connect(factory)
@@ -226,19 +227,23 @@ def test_remove_reports_the_messages_still_pending(factory):
 
 
 def test_the_ual_file_is_watched_on_the_clock(factory, tmp_path):
+    """The access list is the core's, watched by its own service (brokerd.tap starts it): the
+    front end reads each version it installs."""
     from brokerd.auth.ual import Perm, read_access_list
 
     ual = tmp_path / "ual"
     ual.write_text("/ alice psacr\n")
-    watched = SMQPServerFactory(factory.broker, factory.settings, factory.clock, MemoryStore(),
-                                factory.checker, ual=read_access_list(ual), ual_file=ual, run=run_inline)
+    watched = smqp_factory(Broker(), factory.settings, factory.clock, MemoryStore(),
+                           factory.checker, ual=read_access_list(ual), ual_file=ual, run=run_inline)
     watched.start()
     watched.startFactory()
+    watched.access_list.startService()
     ual.write_text("/ alice s   # read-only now\n")
     factory.clock.advance(4.9)
     assert watched.ual.permissions("alice", ()) != Perm.SUBSCRIBE
     factory.clock.advance(0.1)
     assert watched.ual.permissions("alice", ()) == Perm.SUBSCRIBE
+    watched.access_list.stopService()
     watched.stopFactory()
 
 

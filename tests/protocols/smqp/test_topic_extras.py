@@ -20,6 +20,7 @@ from brokerd.protocols.smqp.events import Reply
 from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
+from tests.support.smqp import smqp_factory
 
 PUB = ("PUB MESSAGE {target} {cmuid}\r\nCreated: D20020101T000000Z\r\n{headers}\r\n"
        "Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi\r\n.\r\n")
@@ -39,7 +40,7 @@ class FlakyStore(MemoryStore):
 def make_factory(tmp_path: Path, ual: str = "", **settings) -> SMQPServerFactory:
     path = tmp_path / "accounts"
     write_accounts(path, {name: PasswordHash.create(name + "pw", n=2) for name in ("alice", "bob")})
-    factory = SMQPServerFactory(Broker(), Settings(smqp_domain="test.example", **settings), Clock(), FlakyStore(),
+    factory = smqp_factory(Broker(), Settings(smqp_domain="test.example", **settings), Clock(), FlakyStore(),
                                 AccountsChecker(path, run=run_inline), ual=parse_access_list(ual), run=run_inline)
     factory.start()
     factory.startFactory()
