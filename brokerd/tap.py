@@ -26,7 +26,7 @@ from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.oplog import OperatorLog
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
 from brokerd.auth.policy import access_list_for
-from brokerd.auth.accounts import AccountsChecker
+from brokerd.auth.accounts import AccountsChecker, thread_runner
 from brokerd.auth.realm import accounts_portal, build_portal
 from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
@@ -467,14 +467,13 @@ def cluster_engine(settings: Settings, reactor):
                        max_shared_pending=settings.cluster_max_shared_pending)
 
 
-def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
+def account_checkers(settings: Settings, accounts: AccountsChecker, reactor: Any) -> tuple[AccountsChecker, ...]:
     """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
-    SMQP logs in against (no guest: a guest login has nothing to prove)."""
+    SMQP logs in against and read once for both (no guest: a guest login has nothing to
+    prove), in the reactor's thread pool as before (SSMP answers no Busy)."""
     if settings.accounts_file is None:
         return ()
-    from brokerd.auth.accounts import AccountsChecker
-
-    return (AccountsChecker(settings.accounts_file, guest=False, reactor=reactor),)
+    return (accounts.with_guest(False, run=thread_runner(reactor)),)
 
 
 def build_runtime(settings: Settings, reactor) -> tuple[Runtime, Operations]:
@@ -491,11 +490,13 @@ def build_runtime(settings: Settings, reactor) -> tuple[Runtime, Operations]:
     event_log = _event_log(settings, reactor, disk)
     broker = _broker(settings)
     throttle = LoginThrottle.from_settings(settings, reactor)  # one backoff per address, every front end
+    work_queue = WorkQueue(reactor, settings.max_auth_queue)
+    accounts = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest, run=work_queue.run)
     portal = build_portal(
         open_login=settings.open_login,
         secret=settings.secret(),
         client_certificates=tls is not None and tls.verifies_clients,
-        extra_checkers=account_checkers(settings, reactor),
+        extra_checkers=account_checkers(settings, accounts, reactor),
         broker=broker,
         throttle=throttle,
     )
@@ -510,8 +511,6 @@ def build_runtime(settings: Settings, reactor) -> tuple[Runtime, Operations]:
     if store is None and settings.cluster is not None:
         _log.warn("Cluster: this node has no --store, so it keeps nothing for durable subscribers; give every node "
                   "the cluster's --store postgresql://... (docs/cluster.md)")
-    work_queue = WorkQueue(reactor, settings.max_auth_queue)
-    accounts = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest, run=work_queue.run)
     services = Services(
         settings=settings, reactor=reactor, broker=broker, portal=portal, event_log=operator_log,
         accounts=accounts, accounts_portal=accounts_portal(broker, accounts, throttle),
