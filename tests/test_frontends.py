@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from dataclasses import FrozenInstanceError, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -24,7 +26,7 @@ from brokerd.protocols.smqp.factory import SMQPFrontEnd
 from brokerd.protocols.smqp.server import SERVER_IDENT
 from brokerd.runtime import Runtime
 from brokerd.store.memory import MemoryStore
-from tests.support.broker import REPO
+from tests.support.broker import REPO, repo_env
 from tests.support.live import LOOPBACK, Waiter, reactor
 from tests.support.services import services_for
 
@@ -148,3 +150,14 @@ def test_smqp_constructs_nothing_the_core_owns(tmp_path) -> None:
     for name in ("portal", "access_list", "durable"):
         assert parameters[name].default is inspect.Parameter.empty
     assert not {"ual", "ual_file", "throttle"} & set(parameters)
+
+
+def test_importing_the_tap_and_the_plugins_installs_no_reactor() -> None:
+    """twistd imports the plugins (and ``twistd brokerd`` the tap) before it installs the
+    reactor ``--reactor`` names: none of the front ends' modules may import the global one."""
+    check = ("import sys\nimport brokerd.tap\nfrom twisted.plugins import brokerd_frontends\n"
+             "print('twisted.internet.reactor' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO, env=repo_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "False\n"

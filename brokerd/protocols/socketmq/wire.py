@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from autobahn.twisted.websocket import WebSocketServerFactory
+from autobahn.websocket.protocol import PreparedMessage
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
@@ -23,10 +23,13 @@ from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.socketmq.codec import encode, is_event_name
 from brokerd.protocols.socketmq.events import Event
 
-_PREPARER = WebSocketServerFactory()
-"""Only for ``prepareMessage``: a server factory prepares unmasked frames (the message, not
-the factory, is what every session sends)."""
-_prepare = _PREPARER.prepareMessage
+
+def _prepare(payload: bytes, binary: bool) -> PreparedMessage:
+    """What ``WebSocketServerFactory.prepareMessage`` makes (a server's frames are unmasked; the
+    message, not a factory, is what every session sends), without a factory: Autobahn's imports
+    the global reactor when it is made, and brokerd's modules must import none (twistd installs
+    the reactor ``--reactor`` names after it imported the plugins that import them)."""
+    return PreparedMessage(payload, binary, False, False)
 
 
 class PreparedFrames(bytes):
