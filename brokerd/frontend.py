@@ -1,7 +1,7 @@
 """What a front end is to the broker: the :class:`IFrontEnd` plugin interface, and the typed
 :class:`Services` every front end's ``build`` gets.
 
-brokerd.tap builds the shared pieces of one broker once (the Broker, the Portal, the store and
+brokerd.compose builds the shared pieces of one broker once (the Broker, the Portal, the store and
 its durable service, the event log, the access list, the work queue) and hands them to each
 front end in one frozen :class:`Services`: a front end names what it uses as attributes, so a
 missing piece is a type error and not a ``KeyError`` at start-up, and it constructs nothing the

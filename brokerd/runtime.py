@@ -1,7 +1,7 @@
 """One running broker as its operations side sees it: the :class:`Services` its front ends were
 built over, and what was built (each front end's factory, the MQTT bridges, the broker's tor).
 
-brokerd.tap makes it, the admin listener and the statistics read it, and an embedding program
+brokerd.compose makes it, the admin listener and the statistics read it, and an embedding program
 finds it as ``service.runtime`` (docs/embedding.md).  Every attribute is typed: what the admin
 side reads of one front end (SMQP's links, MQTT's sessions) is a property over that front end's
 factory, not a string key.

@@ -182,7 +182,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
 
 def access_list_for(settings: Settings, broker: Any, reactor: Any,
                     run: Callable[..., Deferred] | None = None) -> AccessListFile:
-    """The broker's AccessListFile (brokerd.tap makes the one every front end shares) from the
+    """The broker's AccessListFile (brokerd.compose makes the one every front end shares) from the
     settings: ``ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists) and
     ``smqp_guest_permissions``.  An unreadable or malformed file raises ConfigurationError now,
     not at the first login."""

@@ -1,5 +1,5 @@
 """The :class:`~brokerd.frontend.Services` a front end's plugin builds over, for tests that run a
-front end outside ``makeService``: the same kinds of pieces brokerd.tap makes, each replaceable
+front end outside ``makeService``: the same kinds of pieces brokerd.compose makes, each replaceable
 by the test's own (a Broker it inspects, a MemoryStore, a recording event log)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from brokerd.store.disk import DiskSpace
 def services_for(settings: Settings, reactor: Any, *, broker: Broker | None = None, portal: Portal | None = None,
                  store: Any = None, events: Any = NULL_EVENT_LOG, tls: ServerTLS | None = None) -> Services:
     """Services over ``settings`` and ``reactor``.  With a ``store`` the core's durable service
-    is built over it and the store opened, as brokerd.tap does; ``portal`` defaults to one with
+    is built over it and the store opened, as brokerd.compose does; ``portal`` defaults to one with
     the settings' open login, throttled as brokerd.tap's is."""
     broker = broker if broker is not None else Broker()
     throttle = LoginThrottle.from_settings(settings, reactor)

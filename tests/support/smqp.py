@@ -1,6 +1,6 @@
 """An SMQP factory for tests that drive it on a StringTransport or an iosim pump, outside
 brokerd.tap: what the factory is given and constructs nothing of (the Portal, the access list,
-the core's durable service) is built here as brokerd.tap builds it."""
+the core's durable service) is built here as brokerd.compose builds it."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -115,7 +115,7 @@ class SMQPFrontEnd(Factory):
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.wire = SMQPWireFormat("", self.domain, clock.seconds, self.display)
         self.durable = durable
-        """The core's durable service (brokerd.tap builds it over the node's store): SMQP's
+        """The core's durable service (brokerd.compose builds it over the node's store): SMQP's
         subscriptions are its durable subscriptions, and the stored topics it reads are the
         tree SMQP's commands change."""
         self.durable.on_tree_changed = self._tree_read

@@ -20,7 +20,7 @@ class SMQPPlugin(FrontEndPlugin):
         attempts, Trash retention) come from the settings."""
         services.accounts.load()
         if services.store is None or services.durable is None:
-            raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
+            raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.compose builds them)")
         factory = SMQPServerFactory(
             services.broker, services.settings, services.reactor, services.store, services.accounts,
             portal=services.accounts_portal, access_list=services.access_list, durable=services.durable,
