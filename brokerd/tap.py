@@ -131,7 +131,8 @@ class Options(usage.Options):
         else:
             problems += startup_problems(self.settings, starting=not checking)
         if checking:
-            report_check(problems, [] if problems else exposure_warnings(self.settings, configured_listeners(self.settings)))
+            warnings = [] if problems else exposure_warnings(self.settings, configured_listeners(self.settings))
+            report_check(problems, warnings)
         if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
