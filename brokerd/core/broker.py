@@ -32,6 +32,7 @@ from brokerd.core.publication import Broadcast, Multicast, Publication, unicast_
 from brokerd.core.retained import RetainedMessages
 from brokerd.core.router import Router
 from brokerd.core.sampling import DeliverySampler
+from brokerd.core.sessions import SessionRegistry
 from brokerd.core.topics import Topic, TopicRegistry
 from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
@@ -117,13 +118,12 @@ class Broker(Service):
         self.retained = RetainedMessages()
         """The last retained message of each topic (MQTT's retain flag), kept in the store
         when the node has one (brokerd.core.durable.attach_durable)."""
-        self._sessions: set[ISubscriber] = set()
+        self.registry = SessionRegistry()
+        """Attached sessions and who holds each address (brokerd.core.sessions)."""
+        self.owned_namespaces = self.registry.owned_namespaces
+        """Namespaces whose addresses belong to their session's principal (MQTT's client
+        identifiers): :attr:`SessionRegistry.owned_namespaces`."""
         self.access = AccessControl(policy)
-        self._addresses: dict[tuple[str, bytes], ISubscriber] = {}
-        self.owned_namespaces: set[str] = set()
-        """Namespaces whose addresses belong to the principal whose session has one (MQTT's
-        client identifiers, which a client chooses): a login of another principal takes none
-        over, on this node or another (:meth:`may_take_address`)."""
         self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
         """Durable subscriptions and pending messages (:meth:`use_durable`); None on a node
@@ -141,7 +141,7 @@ class Broker(Service):
         self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
         """The engine's ``forward`` when it is shared, else None: what the subscription
         paths test before they tell the engine, so a single node pays nothing for it."""
-        self.router = Router(self.stats, self.topics, self.filtered, self._addresses, self._joined)
+        self.router = Router(self.stats, self.topics, self.filtered, self.registry.addresses, self._joined)
         self.router.install(access=self.access)
         """Where every publication is delivered (brokerd.core.router)."""
         self.route: Callable[[Publication], int] = self.router.route
@@ -184,7 +184,7 @@ class Broker(Service):
 
     def use_engine(self, engine: IEngine) -> IEngine:
         """Route through ``engine`` (a cluster's) from now on; it starts with the broker."""
-        self.engine = engine
+        self.engine = self.registry.engine = engine
         self._forward = engine.forward if engine.shared else None
         self.router.install(engine=engine)
         if self.durable is not None:
@@ -232,7 +232,7 @@ class Broker(Service):
         super().stopService()
         if self.sampler is not None:
             self.sampler.stop()
-        for session in list(self._sessions):
+        for session in list(self.registry.sessions):
             self.detach(session)
         return self.engine.stop()
 
@@ -256,41 +256,28 @@ class Broker(Service):
     def attach(self, session: ISubscriber) -> None:
         """Register a logged-in session; an older session with the same address is detached
         and told to close (SSMP: "the server MUST close any previous connection")."""
-        self._sessions.add(session)
-        address = session.address
-        if address is not None:
-            key = (session.protocol, address)
-            previous = self._addresses.get(key)
-            self._addresses[key] = session
-            if previous is not None and previous is not session:
-                self.detach(previous)
-                previous.replaced()
+        previous = self.registry.add(session)
+        if previous is not None:
+            self.detach(previous)
+            previous.replaced()
         if self._forward is not None:
             self.engine.session_attached(session)
         if self.observer is not None:
             self.observer.session_attached(session)
 
     def may_take_address(self, namespace: str, address: bytes, principal: Principal | None) -> bool:
-        """Whether a login of ``principal`` may take ``address`` over from the session that has
-        it, on this node or (the principal its login was announced with) on another: always,
-        but in an owned namespace only the same principal's.  A front end refuses the login
-        otherwise, and :meth:`replace_address` decides with it which of two logins stays."""
-        if namespace not in self.owned_namespaces:
-            return True
-        holder = self._addresses.get((namespace, address))
-        owner = holder.principal if holder is not None else self.engine.principal_of(namespace, address)
-        return owner is None or owner == principal
+        """Whether a login of ``principal`` may take ``address`` over (SessionRegistry): a
+        front end refuses the login otherwise, and :meth:`replace_address` decides with it
+        which of two logins stays."""
+        return self.registry.may_take_address(namespace, address, principal)
 
     def replace_address(self, namespace: str, address: bytes, principal: Principal | None = None,
                         later: bool = True) -> bool:
         """A session on another node logged in with ``address`` as ``principal``, ``later`` (or
-        not) than the local session that has it: whether that one was closed.  The decision is
-        one node's (:meth:`may_take_address`): a login that may take the address over wins if
-        it is the later one, as one node closes the older of two logins; one that may not
-        (another principal's, in an owned namespace) wins only if it is the earlier one, the
-        local login having been accepted before this node heard of it."""
-        previous = self._addresses.get((namespace, address))
-        if previous is None or self.may_take_address(namespace, address, principal) != later:
+        not) than the local session that has it: whether that one was closed (the decision:
+        :meth:`SessionRegistry.loses_to`)."""
+        previous = self.registry.loses_to(namespace, address, principal, later)
+        if previous is None:
             return False
         self.detach(previous)
         previous.replaced()
@@ -299,9 +286,9 @@ class Broker(Service):
     def detach(self, session: ISubscriber) -> None:
         """Forget a session: leave every topic (presence watchers are told) and free its
         address.  Safe to call more than once, and for a session that never attached."""
-        if session not in self._sessions:
+        if session not in self.registry:
             return
-        self._sessions.discard(session)
+        freed = self.registry.remove(session)
         joined = self._joined.pop(session, None)
         if joined:
             for topic in joined.values():
@@ -311,23 +298,18 @@ class Broker(Service):
                 self._filter_left(session, topic_filter)
             self.router.filtering = len(self.filtered) > 0
             self._tell_filter_changes()
-        address = session.address
-        if address is not None:
-            key = (session.protocol, address)
-            if self._addresses.get(key) is session:
-                del self._addresses[key]
-                if self._forward is not None:
-                    self.engine.session_detached(session)
+        if freed and self._forward is not None:
+            self.engine.session_detached(session)
         if self.observer is not None:
             self.observer.session_detached(session)
 
     def sessions(self) -> list[ISubscriber]:
         """Every attached session."""
-        return list(self._sessions)
+        return list(self.registry.sessions)
 
     def session_for(self, namespace: str, address: bytes) -> ISubscriber | None:
         """The session of protocol ``namespace`` at ``address``, if any."""
-        return self._addresses.get((namespace, address))
+        return self.registry.holder(namespace, address)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -367,7 +349,7 @@ class Broker(Service):
             # subscriber does (presence watchers see it, the cluster routes the topic's channel).
             self.subscribe(session, topic_filter)
             return
-        if session not in self._sessions:
+        if session not in self.registry:
             raise BrokerError("a session must attach before it subscribes")
         filtered = self.filtered
         if filtered.has(session, topic_filter) if share is None else filtered.has_shared(session, (share, topic_filter)):
@@ -425,7 +407,7 @@ class Broker(Service):
         """
         joined = self._joined.get(session)
         if joined is None:
-            if session not in self._sessions:
+            if session not in self.registry:
                 raise BrokerError("a session must attach before it subscribes")
             joined = self._joined[session] = {}
         elif name in joined:
