@@ -20,12 +20,11 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.admission import Admission, Admissions
 from brokerd.core.durable import DurableService
-from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.filtered import FilterSubscriptions
-from brokerd.core.filters import filter_problem, has_wildcard
 from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm
 from brokerd.core.keepout import KeptOut
+from brokerd.core.live import LiveSubscriptions
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Broadcast, Multicast, Publication, unicast_to
@@ -34,7 +33,6 @@ from brokerd.core.router import Router
 from brokerd.core.sampling import DeliverySampler
 from brokerd.core.sessions import SessionRegistry
 from brokerd.core.topics import Topic, TopicRegistry
-from brokerd.errors import AlreadySubscribed, BrokerError, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 _SYSTEM = SYSTEM_TOPICS[:1]
@@ -103,7 +101,6 @@ class Broker(Service):
         observer: IBrokerObserver | None = None,
         policy: IAccessPolicy | None = None,
     ) -> None:
-        self.max_subscriptions = max_subscriptions
         self.stats = BrokerStats()
         self.admissions = Admissions(
             self.stats,
@@ -124,32 +121,42 @@ class Broker(Service):
         """Namespaces whose addresses belong to their session's principal (MQTT's client
         identifiers): :attr:`SessionRegistry.owned_namespaces`."""
         self.access = AccessControl(policy)
-        self._joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.durable: DurableService | None = None
         """Durable subscriptions and pending messages (:meth:`use_durable`); None on a node
         without a store."""
-        self.topic_listeners: list[Callable[[bytes, bool], None]] = []
-        """Called with (topic, True) when a topic gets its first member and (topic, False)
-        when it loses its last (MCCHAT's "" discovery topic uses it)."""
-        self.remote_topics_listeners: list[Callable[[], None]] = []
-        """Called when a topic appears on or disappears from another node of a cluster (what
-        :meth:`active_topics` answers changed; MCCHAT's topic list cache listens)."""
         self.engine: IEngine = IN_MEMORY
         """Where routing reaches beyond this process (:meth:`use_engine`)."""
         self.kept_out = KeptOut()
         """Principals an operator keeps out for a while (:meth:`keep_out`; the realm asks it)."""
         self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
-        """The engine's ``forward`` when it is shared, else None: what the subscription
-        paths test before they tell the engine, so a single node pays nothing for it."""
-        self.router = Router(self.stats, self.topics, self.filtered, self.registry.addresses, self._joined)
-        self.router.install(access=self.access)
+        """The engine's ``forward`` when it is shared, else None: what :meth:`attach` tests
+        before it tells the engine, so a single node pays nothing for it."""
+        joined: dict[ISubscriber, dict[bytes, Topic]] = {}
+        self.router = Router(self.stats, self.topics, self.filtered, self.registry.addresses, joined)
         """Where every publication is delivered (brokerd.core.router)."""
+        self.router.install(access=self.access)
         self.route: Callable[[Publication], int] = self.router.route
         """The one routing entry point (:meth:`brokerd.core.router.Router.route`), bound here
         so that a front end's call costs no extra frame."""
+        self.live = LiveSubscriptions(self.registry, self.router, max_subscriptions)
+        """Topics, filters, shared groups and presence (brokerd.core.live)."""
+        self.topic_listeners = self.live.topic_listeners
+        """Called with (topic, True) when a topic gets its first member and (topic, False)
+        when it loses its last (MCCHAT's "" discovery topic uses it)."""
+        self.remote_topics_listeners = self.live.remote_topics_listeners
+        """Called when a topic appears on or disappears from another node of a cluster."""
         self._observer: IBrokerObserver | None = None
         self.observer = observer
         self._sampler: DeliverySampler | None = None
+
+    @property
+    def max_subscriptions(self) -> int:
+        """The topics and filters one session may subscribe to."""
+        return self.live.max_subscriptions
+
+    @max_subscriptions.setter
+    def max_subscriptions(self, value: int) -> None:
+        self.live.max_subscriptions = value
 
     @property
     def observer(self) -> IBrokerObserver | None:
@@ -158,7 +165,7 @@ class Broker(Service):
 
     @observer.setter
     def observer(self, observer: IBrokerObserver | None) -> None:
-        self._observer = observer
+        self._observer = self.live.observer = observer
         self.router.install(observer=observer)
 
     @property
@@ -200,7 +207,7 @@ class Broker(Service):
     def use_durable(self, durable: DurableService) -> DurableService:
         """Keep messages for durable subscribers with ``durable`` (over the node's store):
         brokerd.tap makes it for every node that has a store, whatever front ends it runs."""
-        self.durable = durable
+        self.durable = self.live.durable = durable
         durable.access_control = lambda: self.access  # set_policy replaces it
         durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
@@ -289,15 +296,7 @@ class Broker(Service):
         if session not in self.registry:
             return
         freed = self.registry.remove(session)
-        joined = self._joined.pop(session, None)
-        if joined:
-            for topic in joined.values():
-                self._leave(topic, session)
-        if self.router.filtering:
-            for topic_filter in self.filtered.drop(session):
-                self._filter_left(session, topic_filter)
-            self.router.filtering = len(self.filtered) > 0
-            self._tell_filter_changes()
+        self.live.leave_all(session)
         if freed and self._forward is not None:
             self.engine.session_detached(session)
         if self.observer is not None:
@@ -313,187 +312,45 @@ class Broker(Service):
 
     # ------------------------------------------------------------------ subscriptions
 
-    def is_subscribed(self, session: ISubscriber, topic: bytes) -> bool:
-        joined = self._joined.get(session)
-        return joined is not None and topic in joined
-
-    def subscriptions(self, session: ISubscriber) -> list[bytes]:
-        """The topics ``session`` joined, then the filters it subscribed to, live or (a
-        session that is a durable subscriber, named by its ``durable_name``) in the store."""
-        found = list(self._joined.get(session, ())) + self.filtered.of(session)
-        name = getattr(session, "durable_name", None)
-        if name is not None and self.durable is not None:
-            found.extend(sub.record.topic.encode("utf-8") for sub in self.durable.index.of(name)
-                          if sub.record.kind == FILTER and ADD in sub.record.changes)
-        return found
-
-    def subscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
-        """Subscribe ``session`` to every topic ``topic_filter`` matches (brokerd.core.filters:
-        ``+`` one level, ``#`` the rest), whoever publishes there; a filter without wildcard is
-        one topic's name, which the session joins as :meth:`subscribe` does.  With ``share``
-        (a group name), ``session`` joins the group's shared
-        subscription to the filter: each message goes to one member of the group
-        (brokerd.core.filtered.SharedGroup).  Counted with the topics against
-        ``max_subscriptions``.
-
-        Raises ValueError (not a filter), AlreadySubscribed, SubscriptionLimit, Forbidden (the
-        access list does not let the principal subscribe to the filter's text), or BrokerError
-        when the session is not attached.  On a node of a cluster the other nodes learn of a
-        filter's first and last subscription (IEngine.filter_changed) and send this node the
-        messages of the topics it matches."""
-        problem = filter_problem(topic_filter)
-        if problem is not None:
-            raise ValueError(problem)
-        if share is None and not has_wildcard(topic_filter):
-            # One topic's name: the session joins the topic as a member, as every protocol's
-            # subscriber does (presence watchers see it, the cluster routes the topic's channel).
-            self.subscribe(session, topic_filter)
-            return
-        if session not in self.registry:
-            raise BrokerError("a session must attach before it subscribes")
-        filtered = self.filtered
-        if filtered.has(session, topic_filter) if share is None else filtered.has_shared(session, (share, topic_filter)):
-            raise AlreadySubscribed(topic_filter)
-        access = self.access
-        if access.policy is not None and not access.allows(session.principal, topic_filter, Perm.SUBSCRIBE):
-            raise Forbidden(topic_filter)
-        if len(self._joined.get(session, ())) + filtered.count(session) >= self.max_subscriptions:
-            raise SubscriptionLimit(topic_filter)
-        if share is None:
-            filtered.add(session, topic_filter)
-        else:
-            filtered.add_shared(session, (share, topic_filter))
-        self.router.filtering = True
-        self._tell_filter_changes()
-        if self.observer is not None:
-            self.observer.subscribed(session, topic_filter)
-
-    def _tell_filter_changes(self) -> None:
-        changes = self.filtered.changes()
-        shares = self.filtered.share_changes()
-        if self._forward is not None:
-            for topic_filter, active in changes:
-                self.engine.filter_changed(topic_filter, active)
-            for key, members in shares:
-                self.engine.shared_changed(key, members)
-
-    def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
-        """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
-        if share is None and not has_wildcard(topic_filter):
-            self.unsubscribe(session, topic_filter)
-            return
-        filtered = self.filtered
-        if share is None:
-            if not filtered.has(session, topic_filter):
-                raise NotSubscribed(topic_filter)
-            filtered.remove(session, topic_filter)
-        else:
-            if not filtered.has_shared(session, (share, topic_filter)):
-                raise NotSubscribed(topic_filter)
-            filtered.remove_shared(session, (share, topic_filter))
-        self._filter_left(session, topic_filter)
-
-    def _filter_left(self, session: ISubscriber, topic_filter: bytes) -> None:
-        self.router.filtering = len(self.filtered) > 0
-        self._tell_filter_changes()
-        if self.observer is not None:
-            self.observer.unsubscribed(session, topic_filter)
-
     def subscribe(self, session: ISubscriber, name: bytes, presence: bool = False) -> None:
-        """Join ``session`` to topic ``name``.  Presence watchers of the topic learn of it;
-        with ``presence`` the session gets one event per current member, then live changes.
-
-        Raises AlreadySubscribed, SubscriptionLimit, or Forbidden (the access policy).
-        """
-        joined = self._joined.get(session)
-        if joined is None:
-            if session not in self.registry:
-                raise BrokerError("a session must attach before it subscribes")
-            joined = self._joined[session] = {}
-        elif name in joined:
-            raise AlreadySubscribed(name)
-        access = self.access
-        if access.policy is not None and not access.allows(session.principal, name, Perm.SUBSCRIBE):
-            raise Forbidden(name)
-        if len(joined) + (self.router.filtering and self.filtered.count(session)) >= self.max_subscriptions:
-            raise SubscriptionLimit(name)
-        topic = self.topics.get(name)
-        created = topic is None
-        if topic is None:
-            topic = self.topics.create(name)
-        if topic.watchers:
-            self._tell_watchers(topic, session, True, presence)
-        if presence:
-            render = session.wire_format.render_presence
-            members = list(topic.members.items())
-            if self._forward is not None:
-                members += self.engine.members(name)
-            for member, member_presence in members:
-                data = render(name, member, True, member_presence)
-                if data is not None:
-                    session.send(data)
-        topic.add(session, presence)
-        joined[name] = topic
-        if self._forward is not None:
-            self.engine.member_changed(name, session, True, presence)
-        if created:
-            self._tell_topic_listeners(name, True)
-        if self.observer is not None:
-            self.observer.subscribed(session, name)
+        """Join ``session`` to topic ``name`` (:meth:`LiveSubscriptions.subscribe`)."""
+        self.live.subscribe(session, name, presence)
 
     def unsubscribe(self, session: ISubscriber, name: bytes) -> None:
         """Leave topic ``name``; raises NotSubscribed."""
-        joined = self._joined.get(session)
-        if joined is None or name not in joined:
-            raise NotSubscribed(name)
-        self._leave(joined.pop(name), session)
+        self.live.unsubscribe(session, name)
 
-    def _leave(self, topic: Topic, session: ISubscriber) -> None:
-        topic.remove(session)
-        if self._forward is not None:
-            self.engine.member_changed(topic.name, session, False, False)
-        if self.observer is not None:
-            self.observer.unsubscribed(session, topic.name)
-        if topic.watchers:
-            self._tell_watchers(topic, session, False, False)
-        if not topic.members:
-            self.topics.discard(topic)
-            self._tell_topic_listeners(topic.name, False)
+    def subscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
+        """Subscribe ``session`` to ``topic_filter``, or to its ``share`` group's shared
+        subscription (:meth:`LiveSubscriptions.subscribe_filter`)."""
+        self.live.subscribe_filter(session, topic_filter, share)
 
-    def _tell_topic_listeners(self, name: bytes, active: bool) -> None:
-        for listener in tuple(self.topic_listeners):
-            listener(name, active)
+    def unsubscribe_filter(self, session: ISubscriber, topic_filter: bytes, share: bytes | None = None) -> None:
+        """Take ``session`` off ``topic_filter`` (or its ``share`` group's); raises NotSubscribed."""
+        self.live.unsubscribe_filter(session, topic_filter, share)
 
-    def _tell_watchers(self, topic: Topic, member: ISubscriber, joined: bool, presence: bool) -> None:
-        rendered: dict[IWireFormat, bytes | None] = {}
-        for watcher in tuple(topic.watchers):
-            if watcher is member:
-                continue
-            fmt = watcher.wire_format
-            if fmt in rendered:
-                data = rendered[fmt]
-            else:
-                data = rendered[fmt] = fmt.render_presence(topic.name, member, joined, presence)
-            if data is not None:
-                watcher.send(data)
+    def is_subscribed(self, session: ISubscriber, topic: bytes) -> bool:
+        return self.live.is_subscribed(session, topic)
 
-    def remote_topics_changed(self) -> None:
-        """The engine's report that another node's topics changed."""
-        for listener in tuple(self.remote_topics_listeners):
-            listener()
-
-    def tell_presence(self, name: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
-        """A member on another node joined or left topic ``name``: tell the local watchers."""
-        topic = self.topics.get(name)
-        if topic is not None and topic.watchers:
-            self._tell_watchers(topic, member, joined, presence)
+    def subscriptions(self, session: ISubscriber) -> list[bytes]:
+        """The topics and filters of ``session``, live or stored (:meth:`LiveSubscriptions.subscriptions`)."""
+        return self.live.subscriptions(session)
 
     def active_topics(self) -> list[bytes]:
         """Topics with at least one subscriber (on any node of a cluster)."""
-        local = list(self.topics.active())
-        if self._forward is None:
-            return local
-        return local + sorted(self.engine.topics().difference(local))
+        return self.live.active_topics()
+
+    def watched(self, name: bytes) -> bool:
+        """Whether a publish to topic ``name`` would reach a subscriber of this node."""
+        return self.live.watched(name)
+
+    def tell_presence(self, name: bytes, member: ISubscriber, joined: bool, presence: bool) -> None:
+        """A member on another node joined or left topic ``name``: tell the local watchers."""
+        self.live.tell_presence(name, member, joined, presence)
+
+    def remote_topics_changed(self) -> None:
+        """The engine's report that another node's topics changed."""
+        self.live.remote_topics_changed()
 
     # ------------------------------------------------------------------ access policy
 
@@ -504,18 +361,6 @@ class Broker(Service):
         if access.policy is None and topic[:1] != _SYSTEM:
             return True
         return access.allows(principal, topic, Perm.PUBLISH)
-
-    def watched(self, name: bytes) -> bool:
-        """Whether a publish to topic ``name`` would reach a subscriber of this node: a
-        member of the topic, a topic filter or shared group matching it, or a stored session's
-        filter (what the statistics topics ask before they publish a figure)."""
-        if self.topics.get(name) is not None:
-            return True
-        filtered = self.filtered
-        if self.router.filtering and (filtered.index.match(name) or filtered.shared.match(name)):
-            return True
-        durable = self.durable
-        return durable is not None and durable.index.has_filter_subscribers(name)
 
     def may_subscribe(self, principal: Principal, topic_filter: bytes) -> bool:
         """Whether ``principal`` may subscribe to ``topic_filter``'s text (what
@@ -531,23 +376,7 @@ class Broker(Service):
         self.filtered.forget_answers()
         if policy is None:
             return 0
-        revoked = 0
-        for session, joined in list(self._joined.items()):
-            principal = session.principal
-            for name in [name for name in joined if not access.allows(principal, name, Perm.SUBSCRIBE)]:
-                self._leave(joined.pop(name), session)
-                revoked += 1
-                tell = getattr(session, "subscription_revoked", None)
-                if tell is not None:
-                    tell(name)
-        for session, filters in self.filtered.subscriptions():
-            for topic_filter in [f for f in filters if not access.allows(session.principal, f, Perm.SUBSCRIBE)]:
-                self.filtered.remove(session, topic_filter)
-                self._filter_left(session, topic_filter)
-                revoked += 1
-                tell = getattr(session, "subscription_revoked", None)
-                if tell is not None:
-                    tell(topic_filter)
+        revoked = self.live.revoke(access)
         if revoked:
             self._log.info("The new access policy revoked {count} subscriptions", count=revoked)
         return revoked
@@ -612,7 +441,7 @@ class Broker(Service):
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with
         ``publishing``, only topics the access policy lets ``session`` publish to."""
-        names = self._joined.get(session, {})
+        names = self.router.joined.get(session, {})
         if publishing:
             names = self.router.publishable(session)
         peers = self.router.members_of(names)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class _Publication:
     """What the publications share: a readable ``repr`` (they are compared by identity)."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
