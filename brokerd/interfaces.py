@@ -100,7 +100,9 @@ class ISubscriber(Interface):
 
 
 class IBrokerObserver(Interface):
-    """Optional observer of what the core does (the event log implements it)."""
+    """Optional observer of what the core does (the event log implements it).  One that
+    records no routed message may say so with an attribute ``records_messages = False``: the
+    router then leaves the per-message calls out of its paths (brokerd.core.router)."""
 
     def message_routed(message, recipients, dropped):
         """``message`` was accepted and handed to ``recipients`` sessions; ``dropped`` could

@@ -282,10 +282,7 @@ class Router:
                 fanout = topic.grouped or topic.fanout()
                 if exclude is not None and exclude not in topic.members:
                     exclude = None
-        if len(messages) == 1:
-            delivered, unrenderable, reached, dropped = self._send_single(messages[0], fanout, exclude, rendered, stamps)
-        else:
-            delivered, unrenderable, reached, dropped = self._send_run(messages, fanout, exclude, rendered, stamps)
+        delivered, unrenderable, reached, dropped = self._send(messages, fanout, exclude, rendered, stamps)
         stats = self.stats
         stats.delivered += delivered
         stats.unrenderable += unrenderable
@@ -299,59 +296,41 @@ class Router:
                 self._report_uneven_run(messages, reached, dropped)
         return delivered
 
-    def _send_single(self, message: Message, fanout: FanOut, exclude: ISubscriber | None,
-                     rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, None]:
-        """One message to ``fanout``: (delivered, unrenderable, 0, None)."""
-        routed = self.stats.routed_by[message.protocol]
-        delivered = unrenderable = 0
-        for fmt, members in fanout:
-            recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
-            data = fmt.render_message(message)
-            if data is None:
-                unrenderable += recipients
-                continue
-            if rendered is not None and fmt.portable:
-                rendered[fmt.protocol] = data
-            if exclude is None:
-                for member in members:
-                    member.send(data)
-            else:
-                for member in members:
-                    if member is not exclude:
-                        member.send(data)
-            delivered += recipients
-            routed[fmt] += recipients
-            if stamps is not None:
-                stamps.append((fmt, recipients, self.sampler.clock_ns()))  # type: ignore[union-attr]
-        return delivered, unrenderable, 0, None
-
-    def _send_run(self, messages: list[Message], fanout: FanOut, exclude: ISubscriber | None,
-                  rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, list[int] | None]:
-        """A run to ``fanout``, one ``send`` per session: (delivered, unrenderable, the sessions
-        it was for, and None or per message the sessions whose format could not carry it).  A
-        format takes the run's ``render_run``, else it is rendered message by message, and a
-        format that cannot carry some messages gets the others."""
+    def _send(self, messages: list[Message], fanout: FanOut, exclude: ISubscriber | None,
+              rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, list[int] | None]:
+        """Hand ``messages`` to ``fanout`` but ``exclude``, one ``send`` per session: (delivered,
+        unrenderable, the sessions a run was for, and None or per message of a run the sessions
+        whose format could not carry it).  One message takes its format's ``render_message``; a
+        run its ``render_run``, else it is rendered message by message, and a format that cannot
+        carry some messages of it gets the others."""
         routed = self.stats.routed_by[messages[0].protocol]
         count = len(messages)
+        single = messages[0] if count == 1 else None
         delivered = unrenderable = reached = 0
         dropped: list[int] | None = None
         for fmt, members in fanout:
             recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
-            reached += recipients
             carried = count
-            data = fmt.render_run(messages)
-            if data is None:
-                data, parts = _render_each(fmt, messages)
-                if None in parts:
-                    if dropped is None:
-                        dropped = [0] * count
-                    for index, part in enumerate(parts):
-                        if part is None:
-                            dropped[index] += recipients
-                    carried -= parts.count(None)
-                    unrenderable += (count - carried) * recipients
-                    if data is None:
-                        continue
+            if single is not None:
+                data = fmt.render_message(single)
+                if data is None:
+                    unrenderable += recipients
+                    continue
+            else:
+                reached += recipients
+                data = fmt.render_run(messages)
+                if data is None:
+                    data, parts = _render_each(fmt, messages)
+                    if None in parts:
+                        if dropped is None:
+                            dropped = [0] * count
+                        for index, part in enumerate(parts):
+                            if part is None:
+                                dropped[index] += recipients
+                        carried -= parts.count(None)
+                        unrenderable += (count - carried) * recipients
+                        if data is None:
+                            continue
             if rendered is not None and carried == count and fmt.portable:
                 rendered[fmt.protocol] = data
             if exclude is None:
