@@ -61,7 +61,6 @@ from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, Subscrip
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.admission import admit
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
@@ -83,7 +82,6 @@ from brokerd.protocols.mcchat.wire import (
     display_name,
     is_mcchat_topic,
 )
-from brokerd.protocols.nodelay import no_delay
 from brokerd.store.base import log_unless_outage
 
 
@@ -219,7 +217,6 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def __init__(self) -> None:
         self._parser = MCChatParser()
-        self._admission = None
         self._bound: bytes | None = None
         """The certificate name that replaces this connection's usernames, when bound."""
         self._started = False
@@ -248,14 +245,12 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        if not self.open_connection(factory.settings.max_output_buffer):
+            self.closed = True  # MCCHAT has no packet to refuse with: the connection closes
             self.transport.loseConnection()
             return
-        self._admission.login()  # MCCHAT has no login: a connection is a session at once
+        self.logged_in()  # MCCHAT has no login: a connection is a session at once
         self.name = transport_id(self.transport.getPeer())
-        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
