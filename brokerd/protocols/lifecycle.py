@@ -75,15 +75,26 @@ class ConnectionLifecycle:
     def open_connection(self, output_limit: int | None) -> bool:
         """Admit the connection, set TCP_NODELAY and the output limit (when given); False,
         with nothing set, when a connection limit is full (the caller answers and closes)."""
-        transport = self.transport
-        admission = admit(self.lifecycle_broker(), transport)
+        if not self.admit_connection():
+            return False
+        self.prepare_transport(output_limit)
+        return True
+
+    def admit_connection(self) -> bool:
+        """Step 1 alone: False when a connection limit is full.  For a front end that still
+        serves a refused connection a little (SMQP redirects it) before
+        :meth:`prepare_transport`."""
+        admission = admit(self.lifecycle_broker(), self.transport)
         if admission is None:
             return False
         self._admission = admission
-        no_delay(transport)
-        if output_limit is not None:
-            limit_output_buffer(transport, output_limit)
         return True
+
+    def prepare_transport(self, output_limit: int | None) -> None:
+        """Steps 2 and 3: TCP_NODELAY, and the output limit when given."""
+        no_delay(self.transport)
+        if output_limit is not None:
+            limit_output_buffer(self.transport, output_limit)
 
     def logged_in(self) -> None:
         """The connection logged in: it no longer counts as unauthenticated."""
