@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.base import DelayedCall
 from twisted.internet.task import LoopingCall
 
 from brokerd.core.admission import Admission
@@ -60,7 +60,7 @@ class ConnectionLifecycle:
     transport: Any
     factory: Any
     _admission: Admission | None = None
-    _timers: list[IDelayedCall] | None = None
+    _timers: list[DelayedCall] | None = None
     _registered = False
     """Whether this connection is its transport's producer (see :meth:`register_producer`)."""
 
@@ -124,7 +124,7 @@ class ConnectionLifecycle:
             self._registered = False
             self.transport.unregisterProducer()
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> IDelayedCall:
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> DelayedCall:
         """A one-shot timer on the connection's clock, cancelled by :meth:`release_connection`
         if it is still pending then."""
         call = self.lifecycle_clock().callLater(delay, callback, *args)
@@ -137,7 +137,7 @@ class ConnectionLifecycle:
         return call
 
     @staticmethod
-    def cancel_timer(call: IDelayedCall | None) -> None:
+    def cancel_timer(call: DelayedCall | None) -> None:
         """Cancel ``call`` unless it already ran or was cancelled (None: nothing to do)."""
         if call is not None and call.active():
             call.cancel()

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall, IPushProducer
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -89,7 +90,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
 
     def __init__(self) -> None:
         self._decoder: MQTTServerDecoder | None = None
-        self._connect_timer: IDelayedCall | None = None
+        self._connect_timer: DelayedCall | None = None
         self._pending: list[Any] = []
         """Packets read while the login is checked, handled after it."""
         self._logging_in = False

@@ -34,7 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IHandshakeListener, IPushProducer, ISSLTransport
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -105,7 +106,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self._busy = False
         self._running = False
         self._greeted = False
-        self._login_timer: IDelayedCall | None = None
+        self._login_timer: DelayedCall | None = None
         self._paused_reading = False
         self._paused_output = False
         self._failures = 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.base import DelayedCall
 from twisted.logger import Logger
 from twisted.web import http, server
 
@@ -71,8 +71,8 @@ class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
 
     _log = Logger()
     refused = False
-    _deadline: IDelayedCall | None = None
-    """The IDelayedCall of the request being received, None between requests."""
+    _deadline: DelayedCall | None = None
+    """The deadline of the request being received, None between requests."""
     _started = 0.0
     _handling = False
     """True from a request's last byte until its response is done (no deadline then)."""

@@ -41,7 +41,8 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
-from twisted.internet.interfaces import IDelayedCall, IPushProducer, ISSLTransport
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -150,7 +151,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self._unreported = 0
         self._busy = False
         self._queue: list[tuple[bytes, bool]] = []
-        self._congested_timer: IDelayedCall | None = None
+        self._congested_timer: DelayedCall | None = None
         self.applications: set[str] = set()
         self.pending: dict[str, IncomingRequest] = {}
         self.send: Callable[[bytes], None] = self._discard

@@ -23,7 +23,8 @@ from collections import deque
 from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IPushProducer
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -107,7 +108,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     """Messages dropped because this connection's reader was too slow."""
     pinged_at: float | None = None
     """When the liveness sweep PINGed this connection (older than ``last_heard``: answered)."""
-    _login_timer: IDelayedCall | None = None
+    _login_timer: DelayedCall | None = None
     _close_when_answered = False
     _commit_paused = False
     _pending_error: SSMPProtocolError | None = None
