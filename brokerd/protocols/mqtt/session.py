@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from zope.interface import implementer
 
@@ -172,9 +172,9 @@ class MQTTSession:
         """(highest granted QoS, whether every match is no-local, Subscription Identifiers,
         whether one is Retain As Published, whether one is :attr:`kept`) of this session's
         subscriptions matching ``topic``; None when none does."""
-        cached = self._matching.get(topic, False)
+        cached: tuple[int, bool, tuple[int, ...], bool, bool] | None | Literal[False] = self._matching.get(topic, False)
         if cached is not False:
-            return cached  # type: ignore[return-value]
+            return cached
         target = topic.encode("utf-8")
         qos = -1
         no_local = True
