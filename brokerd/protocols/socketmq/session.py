@@ -429,7 +429,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._wait()
         d = hub.run_crypto(check)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq OpenPGP authentication")
+        d.addErrback(lambda failure: self._log.failure("socket.mq OpenPGP authentication", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     def _auth_portal(self, message: Auth) -> None:
@@ -462,7 +462,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._wait()
         d = portal.login(credentials, self, IIdentity)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq login")
+        d.addErrback(lambda failure: self._log.failure("socket.mq login", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     # ------------------------------------------------------------------ publish-subscribe
