@@ -71,6 +71,9 @@ class FrameError(ProtocolError):
 class InvalidMessage(ProtocolError):
     """A JSON object that is not a valid message; answer ``status`` to ``id``."""
 
+    reply: bytes
+    """The Result that says so (always set, as the constructor does)."""
+
     def __init__(self, reason: str, status: int = 400, id: MessageId = None) -> None:
         self.status = status
         self.id = id

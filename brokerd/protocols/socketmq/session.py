@@ -34,14 +34,15 @@ and ``open:<name>``, never the bare name a certificate or key would give.
 from __future__ import annotations
 
 from itertools import count
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import autobahn
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
-from autobahn.websocket.types import ConnectionDeny
+from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
-from twisted.internet.interfaces import IPushProducer, ISSLTransport
+from twisted.internet.interfaces import IAddress, IPushProducer, ISSLTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -82,6 +83,7 @@ from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
 from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
+    Identity,
     PGPError,
     check_client_proof,
     new_nonce,
@@ -121,7 +123,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
+class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -131,6 +133,9 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     address = None
     principal: Principal = NOBODY
     factory: SocketMQWebSocketFactory
+    transport: Any
+    """The TCP connection (or TLS layer) the WebSocket runs on: a transport, a producer and
+    maybe an ISSLTransport, which no single Twisted interface describes."""
     admission: Any = None
     """The connection-count admission handed over by the HTTP channel (see resource.py)."""
     http_channel: Any = None
@@ -140,7 +145,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hub: Hub = None  # type: ignore[assignment]
+        self.hub: Hub = None  # type: ignore[assignment]  # the factory's, from onOpen on; _cleanup checks for None before
         self.names: tuple[str, ...] | None = None
         """Who the client is (None until it authenticates): the names policy rules match."""
         self.client_id: str | None = None
@@ -165,7 +170,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     # ------------------------------------------------------------------ opening
 
-    def onConnect(self, request: Any) -> str:
+    def onConnect(self, request: ConnectionRequest) -> str:
         hub, origin = self.factory.hub, request.headers.get("origin")
         if not hub.origins.allows(origin, request.headers.get("host"), ISSLTransport.providedBy(self.transport)):
             hub.auth_failure(self.transport.getPeer(), None, None, f"origin not allowed: {origin[:200]}")
@@ -225,7 +230,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._stop_sending()
         super().dropConnection(abort)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_sending()
         if self._compressing:
             self._compressing = False
@@ -352,7 +357,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._close(exc.close_code, str(exc))
             return
         except InvalidMessage as exc:
-            self._reply(frame(exc.reply, False))  # type: ignore[arg-type]
+            self._reply(frame(exc.reply, False))
             return
         if self.names is None and self.hub.policy.required and type(message) is not Auth:
             self._refused(None, None, "authentication required")
@@ -407,11 +412,14 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._reply(_result(message.id, 501, "OpenPGP is not enabled on this server"))
             return
 
-        def check() -> tuple[Any, str]:
-            identity, client_nonce = check_client_proof(key, message.proof, hub.keyring, self.nonce)  # type: ignore[arg-type]
+        proof = message.proof
+        assert proof is not None  # the codec requires one for OpenPGP
+
+        def check() -> tuple[Identity, str]:
+            identity, client_nonce = check_client_proof(key, proof, hub.keyring, self.nonce)
             return identity, server_proof(key, identity.cert, client_nonce)
 
-        def succeeded(result: tuple[Any, str]) -> None:
+        def succeeded(result: tuple[Identity, str]) -> None:
             identity, proof = result
             fingerprint = "fpr:" + identity.fingerprint
             self._logged_in((identity.user_id, fingerprint), identity.user_id, OPENPGP,
@@ -616,7 +624,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
     upgrades a connection, so the session inherits the channel's connection count (its
     admission) and tells the channel when the connection ends."""
 
-    protocol = SocketMQSession
+    protocol = SocketMQSession  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
         super().__init__()
@@ -642,8 +650,8 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
                     return PerMessageDeflateOfferAccept(offer)
         return None
 
-    def buildProtocol(self, addr: Any) -> SocketMQSession:
-        session = super().buildProtocol(addr)
+    def buildProtocol(self, addr: IAddress) -> SocketMQSession:  # type: ignore[override]  # as for protocol
+        session = cast(SocketMQSession, super().buildProtocol(addr))
         channel, self.pending_channel = self.pending_channel, None
         if channel is not None:
             session.admission, channel.admission = getattr(channel, "admission", None), None
