@@ -21,7 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http, server
 
 from brokerd.auth.workers import shared_work_queue
@@ -67,9 +70,13 @@ class SocketMQChannel(http.HTTPChannel):
     arrive within their deadline (see the module docstring)."""
 
     _log = Logger()
+    site: SocketMQSite
+    """Set by the site that built the channel (Twisted's Site.buildProtocol)."""
+    transport: Any
+    """A TCP or TLS transport, also a producer: no single Twisted interface describes it."""
     admission: Admission | None = None
     refused = False
-    _deadline: Any = None
+    _deadline: IDelayedCall | None = None
     """The IDelayedCall of the request being received, None between requests."""
     _started = 0.0
     _handling = False
@@ -128,7 +135,7 @@ class SocketMQChannel(http.HTTPChannel):
         if deadline is not None and deadline.active():
             deadline.cancel()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancel_deadline()
         if self.admission is not None:
             self.admission.release()
@@ -139,6 +146,7 @@ class SocketMQRequest(server.Request):
     """Refuses a body larger than MAX_BODY as soon as it is announced or has arrived that far
     (413 and close), without storing more than MAX_BODY bytes of it."""
 
+    channel: SocketMQChannel
     max_body = limits.MAX_BODY
     too_large = False
     _received = 0
@@ -174,7 +182,7 @@ class SocketMQRequest(server.Request):
 class SocketMQSite(server.Site):
     """One listener's HTTP + WebSocket site."""
 
-    protocol = SocketMQChannel
+    protocol = SocketMQChannel  # type: ignore[assignment]  # the HTTP/1.1 channel itself, not Twisted's HTTP/1-or-2 wrapper
     requestFactory = SocketMQRequest
     displayTracebacks = False
     noisy = False
