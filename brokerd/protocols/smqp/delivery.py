@@ -214,7 +214,7 @@ class MessageService:
                                f"receipt/{due.seq}", now, expires, 1, data, seq)
         self.counts["receipts"] += 1
         d = self.publish(record, [(due.publisher, "RAW")], size=len(data))
-        return d.addErrback(self._log.failure, "Storing a receipt for {p}", p=due.publisher)
+        return d.addErrback(lambda failure: self._log.failure("Storing a receipt for {p}", failure, p=due.publisher))
 
     # ------------------------------------------------------------------ slow readers
 
