@@ -45,7 +45,7 @@ from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionClosed
-from twisted.internet.interfaces import IAddress, IReactorTime, IStreamClientEndpoint, ITransport
+from twisted.internet.interfaces import IAddress, IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -232,12 +232,6 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         return self._usable and self.connack is not None
 
     # ------------------------------------------------------------------ connection
-
-    def _made(self) -> ITransport:
-        """The transport, for what runs only once the connection was made (it is None before)."""
-        transport = self.transport
-        assert transport is not None
-        return transport
 
     def connectionMade(self) -> None:
         no_delay(self.transport)
