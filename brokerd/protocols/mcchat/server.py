@@ -42,6 +42,7 @@ the packet that could not be framed when that closed it (``outcome`` ``closed``)
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -53,6 +54,7 @@ from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
 from brokerd.config import Runtime, Settings
+from brokerd.core.admission import Admission
 from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
@@ -107,6 +109,15 @@ class MCChatStats:
         "idle_closed",
         "announcements",
     )
+    eot_in_topic: int
+    not_utf8: int
+    client_only_packets: int
+    reserved_topic: int
+    subscription_limit: int
+    forbidden: int
+    protocol_errors: int
+    idle_closed: int
+    announcements: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -219,7 +230,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def __init__(self) -> None:
         self._parser = MCChatParser()
-        self._admission = None
+        self._admission: Admission | None = None
         self._bound: bytes | None = None
         """The certificate name that replaces this connection's usernames, when bound."""
         self._started = False
@@ -540,7 +551,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
 
 P = MCChatServerProtocol
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[..., None]] = {
     Sub: P.do_SUB,
     Unsub: P.do_UNSUB,
     TopicListRequest: P.do_TLRQ,
@@ -551,7 +562,7 @@ _HANDLERS = {
 del P
 
 
-class MCChatServerFactory(Factory):
+class MCChatServerFactory(Factory[MCChatServerProtocol]):
     """One per MCCHAT listener set; all share the Broker and its Discovery.
 
     From ``settings``: ``mcchat_idle_timeout``, the seconds a connection without any
