@@ -74,7 +74,7 @@ class MessageService:
         """Topic key -> the path to show in notifications."""
         self.domain = domain
         self.index = self.durable.index
-        self.outboxes: dict[str, Outbox] = self.durable.sessions  # type: ignore[assignment]
+        self.outboxes: dict[str, Outbox] = self.durable.sessions  # type: ignore[assignment]  # SMQP attaches Outboxes only
         """The connected SMQP sessions' outboxes by ``account:channel`` (the durable
         service's sessions)."""
         self.max_queued_bytes: int = Settings.smqp_max_queued_bytes
@@ -165,7 +165,7 @@ class MessageService:
         main part as the payload, see :mod:`~brokerd.protocols.smqp.mapping`).  False when
         it is not for them: a login topic, or no section they can carry
         (:func:`carried`)."""
-        key = message.target.decode("utf-8")  # type: ignore[union-attr]
+        key = message.target.decode("utf-8")  # type: ignore[union-attr]  # an SMQP publication's topic is set
         if key.startswith("accounts/") or key == "accounts":
             return False
         if not carried(message):
