@@ -77,6 +77,8 @@ class MQTTConnection(Protocol):
     session: MQTTSession | None = None
     """The session of the client identifier, once the CONNECT was accepted."""
     closed: bool = False
+    congested: bool = False
+    """Past the output buffer's limit (see MQTTServerProtocol.congested)."""
     keep_alive: int = 0
     heard: bool = True
     silent_since: float = 0.0
