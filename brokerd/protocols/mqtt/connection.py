@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from twisted.cred.portal import Portal
-    from twisted.internet.interfaces import IDelayedCall, IReactorTime
+    from twisted.internet.base import DelayedCall
+    from twisted.internet.interfaces import IReactorTime
     from twisted.logger import Logger
 
     from brokerd.config import Settings
-    from brokerd.core.admission import Admission
     from brokerd.core.broker import Broker
     from brokerd.core.message import Message
     from brokerd.events.log import IEventRecorder
+    from brokerd.protocols.lifecycle import LivenessSweep
     from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
     from brokerd.protocols.mqtt.packets import Connect, Properties, Will
     from brokerd.protocols.mqtt.reasons import MQTTProtocolError
@@ -57,8 +58,8 @@ class MQTTListener(Protocol):
     clock: IReactorTime
     events: IEventRecorder
     sessions: MQTTSessions
-    live: dict[MQTTConnection, None]
-    """The logged-in connections, which the keep-alive sweep watches."""
+    liveness: LivenessSweep
+    """The logged-in connections, closed when silent too long (the keep-alive)."""
     forbidden: int
     refused_properties: int
 
@@ -81,10 +82,9 @@ class MQTTConnection(Protocol):
     """Past the output buffer's limit (see MQTTServerProtocol.congested)."""
     keep_alive: int = 0
     heard: bool = True
-    silent_since: float = 0.0
+    last_heard: float = 0.0
     _decoder: MQTTServerDecoder | None = None
-    _admission: Admission | None = None
-    _connect_timer: IDelayedCall | None = None
+    _connect_timer: DelayedCall | None = None
     _connect: Connect | None = None
     _will: Will | None = None
     _client_id: str = ""
@@ -116,6 +116,13 @@ class MQTTConnection(Protocol):
     def _problem_information(self) -> bool: ...
 
     def write_now(self, data: bytes) -> None: ...
+
+    # -- provided by ConnectionLifecycle (brokerd.protocols.lifecycle)
+
+    def logged_in(self) -> None: ...
+
+    @staticmethod
+    def cancel_timer(call: DelayedCall | None) -> None: ...
 
 
 if TYPE_CHECKING:

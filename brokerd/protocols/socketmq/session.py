@@ -41,6 +41,7 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IAddress, IPushProducer, ISSLTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -52,11 +53,13 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message, property_problem
 from brokerd.core.principal import NOBODY, OPENPGP as OPENPGP_REALM, Principal, certificate_principal
+from brokerd.core.publication import Multicast
 from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import record_drops
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -91,7 +94,6 @@ from brokerd.protocols.socketmq.pgp import (
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
 from brokerd.store.base import is_outage
-from brokerd.twistedio import limit_output_buffer
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
@@ -123,7 +125,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -133,11 +135,6 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
     address = None
     principal: Principal = NOBODY
     factory: SocketMQWebSocketFactory
-    transport: Any
-    """The TCP connection (or TLS layer) the WebSocket runs on: a transport, a producer and
-    maybe an ISSLTransport, which no single Twisted interface describes."""
-    admission: Any = None
-    """The connection-count admission handed over by the HTTP channel (see resource.py)."""
     http_channel: Any = None
     """The HTTP channel this session took the connection over from: the transport reports
     the end of the connection to this session only, so the session passes it on (the
@@ -157,7 +154,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
         self._unreported = 0
         self._busy = False
         self._queue: list[tuple[bytes, bool]] = []
-        self._congested_timer: Any = None
+        self._congested_timer: DelayedCall | None = None
         self.applications: set[str] = set()
         self.pending: dict[str, IncomingRequest] = {}
         self.send: Callable[[bytes], None] = self._discard
@@ -191,9 +188,11 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
             self._compressing = True
             self.wire_format.compressing += 1  # no pre-rendered frames from other nodes now
         self.send = self._write
-        limit_output_buffer(transport, hub.max_output_buffer)
+        # The lifecycle's steps 2-4 (brokerd.protocols.lifecycle); step 1, the admission, was
+        # the HTTP channel's, handed over (SocketMQWebSocketFactory.buildProtocol).
+        self.prepare_transport(hub.max_output_buffer)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
-        transport.registerProducer(self, True)
+        self.register_producer()
         names = peer_names(transport)
         if names:
             self._authenticated(names, names[0], CERT, certificate_principal(names))
@@ -243,13 +242,15 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
         if channel is not None:
             channel.connectionLost(reason)
 
+    def lifecycle_broker(self) -> Any:
+        return self.factory.hub.broker
+
+    def lifecycle_clock(self) -> Any:
+        return self.factory.hub.reactor
+
     def _cleanup(self) -> None:
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
         self._congested_timer = None
-        admission, self.admission = self.admission, None
-        if admission is not None:
-            admission.release()
+        self.release_connection()  # the slow-consumer timer too
         hub = self.hub
         if hub is None:
             return
@@ -309,14 +310,13 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
         self._congested = True
         self.send = self._drop
         self.transport.pauseProducing()
-        self._congested_timer = self.hub.reactor.callLater(SLOW_CONSUMER_TIMEOUT, self._too_slow)
+        self._congested_timer = self.call_later(SLOW_CONSUMER_TIMEOUT, self._too_slow)
 
     def resumeProducing(self) -> None:
         if self.closed or not self._congested:
             return
         self._congested = False
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
+        self.cancel_timer(self._congested_timer)
         self._congested_timer = None
         self.send = self._write
         if self._unreported:
@@ -536,7 +536,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):  # type: ignore[
                 return
         published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
                             details=details, principal=self.principal)
-        hub.broker.publish(published, self)
+        hub.broker.route(Multicast([published], self))
         kept = hub.broker.keep([published])
         if kept is None:
             self._ok(message.id)
@@ -654,6 +654,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
         session = cast(SocketMQSession, super().buildProtocol(addr))
         channel, self.pending_channel = self.pending_channel, None
         if channel is not None:
-            session.admission, channel.admission = getattr(channel, "admission", None), None
+            take = getattr(channel, "take_admission", None)
+            session.adopt_admission(take() if take is not None else None)
             session.http_channel = channel
         return session
