@@ -14,11 +14,15 @@ slow reader costs the hot path an integer increment per write, never a log entry
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
 from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.twistedio import DirectWrites
+
+if TYPE_CHECKING:
+    from brokerd.core.broker import Broker
+    from brokerd.events.log import IEventRecorder
 
 # The fast paths (a queue limit apart from the recv() size, and a write that skips the queue
 # when it is empty) use Twisted internals no public API reaches; brokerd.twistedio keeps them,
@@ -67,9 +71,21 @@ def end_read() -> None:
             callback()
 
 
-def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
+def record_drops(events: IEventRecorder, protocol: str, session: bytes | str, count: int,
+                 reason: str = SLOW_CONSUMER) -> None:
     """One ``dropped`` event standing for ``count`` writes ``session`` did not get."""
     events.record(DROPPED, protocol, session=session, reason=reason, dropped=count, outcome=DROPPED)
+
+
+class CountingFactory(Protocol):
+    """What :class:`DropWhenCongested` needs of its connection's factory: where it counts
+    and logs the drops."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def events(self) -> IEventRecorder: ...
 
 
 class DropWhenCongested(ConnectionLifecycle, DirectWrites):
@@ -82,6 +98,11 @@ class DropWhenCongested(ConnectionLifecycle, DirectWrites):
     record comes before the session's logout).
     """
 
+    factory: CountingFactory
+    closed: bool
+    dropped: int
+    protocol: str
+    name: bytes
     episode_drops = 0
     """Messages dropped since the last pause that are not logged yet."""
 
@@ -188,7 +209,7 @@ class DropWhenCongested(ConnectionLifecycle, DirectWrites):
         """``send`` while a read is handled.  Past the output limit what is held is written
         at once (and congestion applies as usual: it may pause us, which makes ``send``
         drop)."""
-        held = self._read_held
+        held: list[bytes] = self._read_held  # type: ignore[assignment]  # send is this method only while a read holds a list
         held.append(data)
         self._read_held_size += len(data)
         if self._read_held_size > self._output_limit:

@@ -42,6 +42,7 @@ the packet that could not be framed when that closed it (``outcome`` ``closed``)
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -107,6 +108,15 @@ class MCChatStats:
         "idle_closed",
         "announcements",
     )
+    eot_in_topic: int
+    not_utf8: int
+    client_only_packets: int
+    reserved_topic: int
+    subscription_limit: int
+    forbidden: int
+    protocol_errors: int
+    idle_closed: int
+    announcements: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -535,14 +545,15 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 P = MCChatServerProtocol
 # The codec's packet classes and their verbs (brokerd.protocols.dispatch); a packet that is
 # not a verb (one the codec could frame but not read) has its own handler.
-_HANDLERS = {
-    **command_table(P, {Sub: "SUB", Unsub: "UNSUB", TopicListRequest: "TLRQ", Info: "INFO", TopicList: "TL"}),
+_VERBS: dict[Hashable, str] = {Sub: "SUB", Unsub: "UNSUB", TopicListRequest: "TLRQ", Info: "INFO", TopicList: "TL"}
+_HANDLERS: dict[type, Callable[..., None]] = {
+    **command_table(P, _VERBS),
     Malformed: P.malformed,
 }
 del P
 
 
-class MCChatServerFactory(Factory):
+class MCChatServerFactory(Factory[MCChatServerProtocol]):
     """One per MCCHAT listener set; all share the Broker and its Discovery.
 
     From ``settings``: ``mcchat_idle_timeout``, the seconds a connection without any

@@ -94,7 +94,9 @@ def bridge_endpoint(reactor: Any, spec: BridgeSpec) -> Any:
 
 def _topic_of(message: Message) -> str:
     """The local topic of a multicast (the only kind a bridge is handed)."""
-    return message.target.decode("utf-8", "replace")  # type: ignore[union-attr]
+    target = message.target
+    assert target is not None  # a multicast's topic
+    return target.decode("utf-8", "replace")
 
 
 @implementer(ISubscriber)
@@ -245,7 +247,7 @@ class Bridge:
         if not self._running:
             return
         self._set_state("connecting")
-        d = self._endpoint.connect(self._factory())  # type: ignore[call-arg]
+        d = self._endpoint.connect(self._factory())
         d.addCallback(self._accepted)
         d.addCallbacks(self._connected, self._failed)
 

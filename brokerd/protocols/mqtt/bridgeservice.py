@@ -17,9 +17,8 @@ from brokerd.protocols.mqtt.bridges import parse_bridges
 class Bridges(Service):
     """Every bridge of the node, started and stopped with the broker."""
 
-    name = "mqtt-bridges"
-
     def __init__(self, bridges: list[Bridge]) -> None:
+        self.setName("mqtt-bridges")  # Twisted's Service types its class attribute name as None
         self.bridges = bridges
 
     def startService(self) -> None:

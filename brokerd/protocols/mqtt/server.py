@@ -19,19 +19,23 @@ authorized), so no login can take over or read someone else's session.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from twisted.cred.portal import Portal
 from twisted.internet.base import DelayedCall
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.core.message import Message
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.connect import Login
+from brokerd.protocols.mqtt.connection import PendingAnswer
 from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
@@ -57,6 +61,7 @@ from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
 from brokerd.protocols.lifecycle import ConnectionLifecycle, LivenessSweep
+from brokerd.store.records import PacketFlow
 from brokerd.twistedio import DirectWrites
 
 PINGRESP = b"\xd0\x00"
@@ -91,18 +96,17 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
     def __init__(self) -> None:
         self._decoder: MQTTServerDecoder | None = None
         self._connect_timer: DelayedCall | None = None
-        self._pending: list[Any] = []
+        self._pending: list[object] = []
         """Packets read while the login is checked, handled after it."""
         self._logging_in = False
-        self._acks: deque[list] = deque()
-        """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6):
-        ``[ready, bytes, packet id a PUBREL releases or None]`` each; one waiting for a
-        commit holds back those after it."""
+        self._acks: deque[PendingAnswer] = deque()
+        """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6); one
+        waiting for a commit holds back those after it."""
         self._unacknowledged = 0
-        self._run: list[tuple[Any, int, int | None]] = []
-        """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id)."""
+        self._run: list[tuple[Message, int, int]] = []
+        """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id; 0 at QoS 0)."""
         self._run_acks = 0
-        self._run_flows: list[Any] = []
+        self._run_flows: list[PacketFlow] = []
         """The run's QoS 2 PUBLISHes as a persistent session stores them (store PacketFlows)."""
         self._releasing: set[int] = set()
         """Packet Identifiers of QoS 2 PUBLISHes of this connection answered PUBREC and
@@ -121,7 +125,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self.register_producer()
         self._connect_timer = self.call_later(settings.mqtt_connect_timeout, self._connect_timed_out)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self.closed = True
         self._connect_timer = None
         if not self.release_connection():
@@ -212,7 +216,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
             return
         self._handle(packets, error)
 
-    def _handle(self, packets: list[Any], error: Any) -> None:
+    def _handle(self, packets: Sequence[object], error: reasons.MQTTProtocolError | None) -> None:
         try:
             self._handle_packets(packets)
         finally:
@@ -228,7 +232,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
             else:
                 self._refuse_input(error)
 
-    def _handle_packets(self, packets: list[Any]) -> None:
+    def _handle_packets(self, packets: Sequence[object]) -> None:
         for packet in packets:
             if self.closed:
                 return
@@ -284,7 +288,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
 
     # ------------------------------------------------------------------ the rest
 
-    def _on_pingreq(self, packet: Any) -> None:
+    def _on_pingreq(self, packet: Pingreq) -> None:
         self.transport.write(PINGRESP)
 
     def _on_disconnect(self, packet: Disconnect) -> None:
@@ -298,11 +302,11 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._normal_end = packet.reason_code != reasons.DISCONNECT_WITH_WILL_MESSAGE
         self._close()
 
-    def _on_auth(self, packet: Any) -> None:
+    def _on_auth(self, packet: Auth) -> None:
         self._disconnect(reasons.PROTOCOL_ERROR, "no enhanced authentication was begun")
 
 
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[..., None]] = {
     Connect: MQTTServerProtocol._on_connect,
     Publish: MQTTServerProtocol._on_publish,
     Puback: MQTTServerProtocol._on_puback,
@@ -321,15 +325,15 @@ _HOLDING = frozenset((Puback, Pubcomp))
 """Acknowledgements whose handling writes only through :meth:`MQTTServerProtocol.write_now`."""
 
 
-class MQTTServerFactory(Factory):
+class MQTTServerFactory(Factory[MQTTServerProtocol]):
     """One per MQTT listener; the sessions are the front end's, shared by its listeners
     through :class:`MQTTSessions`."""
 
     protocol = MQTTServerProtocol
     _log = Logger()
 
-    def __init__(self, broker: Broker, portal: Any, settings: Settings, clock: Any, sessions: MQTTSessions,
-                 events: Any = NULL_EVENT_LOG) -> None:
+    def __init__(self, broker: Broker, portal: Portal, settings: Settings, clock: IReactorTime, sessions: MQTTSessions,
+                 events: IEventRecorder = NULL_EVENT_LOG) -> None:
         self.broker = broker
         self.portal = portal
         self.settings = settings

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import succeed
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.core.durable import owned_prefix, owned_subscriber
+from brokerd.core.durable import DurableService, owned_prefix, owned_subscriber
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Multicast
@@ -47,7 +48,7 @@ class MQTTSessions:
 
     _log = Logger()
 
-    def __init__(self, broker: Broker, settings: Settings, clock: Any) -> None:
+    def __init__(self, broker: Broker, settings: Settings, clock: IReactorTime) -> None:
         self.broker = broker
         self.settings = settings
         self.clock = clock
@@ -65,7 +66,7 @@ class MQTTSessions:
             broker.durable.bound_pending("mqtt/", settings.mqtt_max_stored_queued)
 
     @property
-    def durable(self) -> Any:
+    def durable(self) -> DurableService | None:
         """The core's durable service once it started; None without a store, or on a node
         of a cluster without the shared one (``--store``)."""
         durable = self.broker.durable
@@ -173,19 +174,22 @@ class MQTTSessions:
             session.subscribed(topic_filter, options, kept=qos > 0)
         return True
 
-    def store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Any:
+    def store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Deferred:
         """Keep one subscription of durable ``session`` in the store (its QoS 1 and 2 ones
         collect messages from the commit on).  A Deferred that fires once committed."""
-        record = subscription_record(session.durable_name, topic_filter, options)  # type: ignore[arg-type]
-        return self.broker.durable.subscribe(record, [])
+        durable, name = self.broker.durable, session.durable_name
+        assert durable is not None and name is not None  # a durable session is a store's
+        record = subscription_record(name, topic_filter, options)
+        return durable.subscribe(record, [])
 
-    def drop_subscription(self, session: MQTTSession, topic_filter: str) -> Any:
+    def drop_subscription(self, session: MQTTSession, topic_filter: str) -> Deferred:
         """Take one subscription of durable ``session`` out of the store; a Deferred."""
-        durable = self.broker.durable
-        sub = durable.index.get(session.durable_name, FILTER, topic_filter)
+        durable, name = self.broker.durable, session.durable_name
+        assert durable is not None and name is not None  # a durable session is a store's
+        sub = durable.index.get(name, FILTER, topic_filter)
         if sub is None:
             return succeed(None)
-        return durable.unsubscribe(session.durable_name, [sub], lambda _sub: ())
+        return durable.unsubscribe(name, [sub], lambda _sub: ())
 
     def _forget(self, name: str) -> None:
         durable = self.broker.durable
@@ -210,10 +214,12 @@ class MQTTSessions:
         if started and self._listeners == 1:
             durable.when_started().addCallbacks(self._store_read, lambda _failure: None)
 
-    def _store_read(self, _result: Any) -> None:
+    def _store_read(self, _result: object) -> None:
+        durable = self.broker.durable
+        assert durable is not None  # called once the store it has was read
         if self._listeners > 0 and not self._sweeping:
             self._sweeping = True
-            self.broker.durable.start_sweeps()
+            durable.start_sweeps()
             if not self._timed:
                 self._timed = True
                 self._admit_stored_sessions()

@@ -28,6 +28,7 @@ again is answered PUBREC without being published twice, and a PUBREL is answered
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from twisted.logger import Logger
@@ -104,7 +105,7 @@ class StoredDeliveries:
     def wire_format(self) -> Any:
         return self.session.wire_format
 
-    def open(self, resumed: Any = None) -> None:
+    def open(self, resumed: Callable[[], object] | None = None) -> None:
         """Start delivering; a session taken up from the store first reads its QoS 2
         exchanges back, then calls ``resumed`` (the connection reads on)."""
         self.durable.attach(self)
@@ -125,7 +126,7 @@ class StoredDeliveries:
             elif flow.packet_id in session.inflight:
                 continue
             elif flow.released:
-                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, "ALL", b""))  # type: ignore[arg-type]
+                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, "ALL", b""))
                 outgoing.released = True
                 session.inflight[flow.packet_id] = outgoing
                 packets.append(pubrel(flow.packet_id))

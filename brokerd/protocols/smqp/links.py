@@ -384,7 +384,8 @@ class Link:
             return self._settle(outbox, delivery.seq)
 
         d.addCallbacks(answered, refused)
-        d.addErrback(self._log.failure, "SMQP link to {domain}: sending a message", domain=self.spec.domain)
+        d.addErrback(lambda failure: self._log.failure("SMQP link to {domain}: sending a message", failure,
+                                                       domain=self.spec.domain))
 
     def _settle(self, outbox: Any, seq: int) -> Deferred | None:
         self._pushing = None
@@ -420,7 +421,7 @@ class Link:
         record = MessageRecord(service.smuid(seq, format_datetime(now)), login_key(publisher),
                                "server", f"receipt/{seq}", now, None, 1, data, seq)
         d = service.publish(record, [(publisher, "RAW")], size=len(data))
-        d.addErrback(self._log.failure, "Storing a receipt from {domain}", domain=self.spec.domain)
+        d.addErrback(lambda failure: self._log.failure("Storing a receipt from {domain}", failure, domain=self.spec.domain))
 
 
 def read_password(path: str | Path | None) -> str | None:

@@ -22,7 +22,7 @@ from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgoing_key, recipients_for
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message, user_properties_of
-from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
+from brokerd.protocols.smqp.messages import Missing, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification, Outbox
 from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
@@ -245,9 +245,9 @@ class MessagingCommands(SessionBase):
         """When a message kept in ``key`` expires: its Timeout, else the topic's default
         (inherited from the nearest ancestor that sets one), else the server's."""
         timeout = publication.timeout
-        if timeout is ABSENT:
+        if isinstance(timeout, Missing):  # ABSENT
             timeout = self.factory.message_timeout_for(key)
-        return None if timeout is None else now + timeout  # type: ignore[operator]
+        return None if timeout is None else now + timeout
 
     def _publish(self, key: str, body: Body, publication: Publication, command: Command,
                  explicit: list[str], node_mode: str, change: str, history: bool) -> Deferred:

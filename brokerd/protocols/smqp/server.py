@@ -475,5 +475,5 @@ class SMQPServerFactory(SMQPFrontEnd):
     (Twisted types ``protocol`` as a maker of protocols whose ``factory`` is exactly a
     ``Factory[Self]``; the connection's is the typed front end.)"""
 
-    protocol = SMQPServerProtocol  # type: ignore[assignment]
+    protocol = SMQPServerProtocol  # type: ignore[assignment]  # the docstring says why
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.base import DelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http, server
 
 from brokerd.config import Settings
@@ -62,6 +64,8 @@ class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
     output limit is the WebSocket session's, set when the connection upgrades)."""
 
     _log = Logger()
+    site: SocketMQSite
+    """Set by the site that built the channel (Twisted's Site.buildProtocol)."""
     refused = False
     _deadline: DelayedCall | None = None
     """The deadline of the request being received, None between requests."""
@@ -126,7 +130,7 @@ class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
         deadline, self._deadline = self._deadline, None
         self.cancel_timer(deadline)
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._deadline = None
         self.release_connection()  # the deadline too; nothing attached to the Broker yet
         super().connectionLost(reason)
@@ -136,6 +140,7 @@ class SocketMQRequest(server.Request):
     """Refuses a body larger than MAX_BODY as soon as it is announced or has arrived that far
     (413 and close), without storing more than MAX_BODY bytes of it."""
 
+    channel: SocketMQChannel
     max_body = limits.MAX_BODY
     too_large = False
     _received = 0
@@ -171,7 +176,7 @@ class SocketMQRequest(server.Request):
 class SocketMQSite(server.Site):
     """One listener's HTTP + WebSocket site."""
 
-    protocol = SocketMQChannel
+    protocol = SocketMQChannel  # type: ignore[assignment]  # the HTTP/1.1 channel itself, not Twisted's HTTP/1-or-2 wrapper
     requestFactory = SocketMQRequest
     displayTracebacks = False
     noisy = False

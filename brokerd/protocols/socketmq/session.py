@@ -34,15 +34,16 @@ and ``open:<name>``, never the bare name a certificate or key would give.
 from __future__ import annotations
 
 from itertools import count
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import autobahn
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
-from autobahn.websocket.types import ConnectionDeny
+from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.base import DelayedCall
-from twisted.internet.interfaces import IPushProducer, ISSLTransport
+from twisted.internet.interfaces import IAddress, IPushProducer, ISSLTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -85,6 +86,7 @@ from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
 from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
+    Identity,
     PGPError,
     check_client_proof,
     new_nonce,
@@ -123,7 +125,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -140,7 +142,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     def __init__(self) -> None:
         super().__init__()
-        self.hub: Hub = None  # type: ignore[assignment]
+        self.hub: Hub = None  # type: ignore[assignment]  # the factory's, from onOpen on; _cleanup checks for None before
         self.names: tuple[str, ...] | None = None
         """Who the client is (None until it authenticates): the names policy rules match."""
         self.client_id: str | None = None
@@ -165,7 +167,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ opening
 
-    def onConnect(self, request: Any) -> str:
+    def onConnect(self, request: ConnectionRequest) -> str:
         hub, origin = self.factory.hub, request.headers.get("origin")
         if not hub.origins.allows(origin, request.headers.get("host"), ISSLTransport.providedBy(self.transport)):
             hub.auth_failure(self.transport.getPeer(), None, None, f"origin not allowed: {origin[:200]}")
@@ -227,7 +229,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self._stop_sending()
         super().dropConnection(abort)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_sending()
         if self._compressing:
             self._compressing = False
@@ -355,7 +357,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             self._close(exc.close_code, str(exc))
             return
         except InvalidMessage as exc:
-            self._reply(frame(exc.reply, False))  # type: ignore[arg-type]
+            self._reply(frame(exc.reply, False))
             return
         if self.names is None and self.hub.policy.required and type(message) is not Auth:
             self._refused(None, None, "authentication required")
@@ -410,11 +412,14 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             self._reply(_result(message.id, 501, "OpenPGP is not enabled on this server"))
             return
 
-        def check() -> tuple[Any, str]:
-            identity, client_nonce = check_client_proof(key, message.proof, hub.keyring, self.nonce)  # type: ignore[arg-type]
+        proof = message.proof
+        assert proof is not None  # the codec requires one for OpenPGP
+
+        def check() -> tuple[Identity, str]:
+            identity, client_nonce = check_client_proof(key, proof, hub.keyring, self.nonce)
             return identity, server_proof(key, identity.cert, client_nonce)
 
-        def succeeded(result: tuple[Any, str]) -> None:
+        def succeeded(result: tuple[Identity, str]) -> None:
             identity, proof = result
             fingerprint = "fpr:" + identity.fingerprint
             self._logged_in((identity.user_id, fingerprint), identity.user_id, OPENPGP,
@@ -432,7 +437,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self._wait()
         d = hub.run_crypto(check)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq OpenPGP authentication")
+        d.addErrback(lambda failure: self._log.failure("socket.mq OpenPGP authentication", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     def _auth_portal(self, message: Auth) -> None:
@@ -465,7 +470,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self._wait()
         d = portal.login(credentials, self, IIdentity)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq login")
+        d.addErrback(lambda failure: self._log.failure("socket.mq login", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     # ------------------------------------------------------------------ publish-subscribe
@@ -619,7 +624,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
     upgrades a connection, so the session inherits the channel's connection count (its
     admission) and tells the channel when the connection ends."""
 
-    protocol = SocketMQSession
+    protocol = SocketMQSession  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
         super().__init__()
@@ -645,8 +650,8 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
                     return PerMessageDeflateOfferAccept(offer)
         return None
 
-    def buildProtocol(self, addr: Any) -> SocketMQSession:
-        session = super().buildProtocol(addr)
+    def buildProtocol(self, addr: IAddress) -> SocketMQSession:  # type: ignore[override]  # as for protocol
+        session = cast(SocketMQSession, super().buildProtocol(addr))
         channel, self.pending_channel = self.pending_channel, None
         if channel is not None:
             take = getattr(channel, "take_admission", None)

@@ -75,12 +75,13 @@ class SocketMQWireFormat(WireFormat):
         and carry no PreparedMessage for Autobahn to compress)."""
         return self.compressing == 0
 
-    def render_message(self, message: Message) -> bytes | None:
-        if message.kind != MULTICAST:
+    def render_message(self, message: Message) -> PreparedFrames | None:
+        target = message.target
+        if message.kind != MULTICAST or target is None:  # a multicast always has its topic
             self.unrepresentable += 1
             return None
         try:
-            name = message.target.decode("utf-8")  # type: ignore[union-attr]
+            name = target.decode("utf-8")
         except UnicodeDecodeError:
             name = ""
         if not is_event_name(name):

@@ -19,17 +19,20 @@ session, and SSMP identifiers may not begin with another protocol's name and a c
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
-from twisted.cred.credentials import UsernamePassword
+from twisted.cred.credentials import ICredentials, UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
 from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
+from brokerd.auth.identity import Identity
 from brokerd.auth.realm import IIdentity, enabled_schemes
 from brokerd.auth.tls import peer_names
 from brokerd.config import Settings
@@ -370,7 +373,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         ucasts, self._ucasts = self._ucasts, []
         broker = self.factory.broker
         try:
-            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]
+            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]  # an UCAST message has its target: Message.target is Optional for broadcasts
         except Forbidden:
             reply = NOT_ALLOWED
         else:
@@ -388,7 +391,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         are committed), so that a ``200`` always means "stored" and replies stay in order.
         A run that could not be stored is answered ``500``."""
         replies = self._replies
-        entry = [False, list(replies)]
+        held = list(replies)
+        entry = [False, held]
         replies.clear()
         if self._waiting is None:
             self._waiting = deque()
@@ -401,11 +405,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             entry[0] = True
             self._answer_committed()
 
-        def failed(failure) -> None:
+        def failed(failure: Failure) -> None:
             if not is_outage(failure):  # the store logs its outage once
                 self._log.failure("Storing an SSMP message for durable subscribers", failure)
-            parts = entry[1]
-            parts[len(parts) - count:] = [NOT_STORED] * count
+            held[len(held) - count:] = [NOT_STORED] * count
             committed(None)
 
         kept.addCallbacks(committed, failed)
@@ -439,6 +442,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def do_LOGIN(self, request: Request) -> None:
         factory = self.factory
         identifier = request.target
+        assert identifier is not None  # the codec reads no LOGIN without one
         self._login_request = request
         if identifier == ANONYMOUS:
             if factory.settings.anonymous:
@@ -459,8 +463,9 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         d.addCallbacks(self._login_succeeded, self._login_failed)
         d.addErrback(self._login_broke, identifier)
 
-    def _credentials(self, request: Request):
+    def _credentials(self, request: Request) -> ICredentials | None:
         scheme, identifier = request.option, request.target
+        assert identifier is not None  # a LOGIN's
         if scheme == b"open":
             return OpenLogin(identifier)
         if scheme == b"secret":
@@ -475,7 +480,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             return UsernamePassword(identifier, _content(request.payload)[0])
         return None
 
-    def _login_succeeded(self, result) -> None:
+    def _login_succeeded(self, result: tuple[object, Identity, Callable[[], None]]) -> None:
         _interface, identity, _logout = result
         self._finish_login()
         if not self.closed:
@@ -483,7 +488,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._continue_after_login()
             self._flush()
 
-    def _login_failed(self, failure) -> None:
+    def _login_failed(self, failure: Failure) -> None:
         failure.trap(UnauthorizedLogin, UnhandledCredentials)
         self._finish_login()
         if failure.check(UnhandledCredentials):
@@ -491,7 +496,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         else:
             self._refuse_login(failure.getErrorMessage() or "refused")
 
-    def _login_broke(self, failure, identifier: bytes) -> None:
+    def _login_broke(self, failure: Failure, identifier: bytes) -> None:
         """A checker failed in an unexpected way: log it, and refuse the login."""
         self._log.failure("SSMP login of {identifier!r} failed", failure, identifier=identifier)
         self._waiting_for_login = False
@@ -509,6 +514,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def _refuse_login(self, reason: str) -> None:
         request = self._login_request
+        assert request is not None  # set by do_LOGIN, the only way here
         self.factory.events.auth_failure(
             "ssmp", request.target, source=transport_source(self.transport), scheme=request.option, reason=reason
         )
@@ -551,6 +557,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """Liveness only: ``heard`` was already set; the spec forbids any reply."""
 
     def do_SUBSCRIBE(self, request: Request) -> None:
+        assert request.target is not None  # the codec reads no SUBSCRIBE without a topic
         try:
             self.factory.broker.subscribe(self, request.target, request.option is not None)
         except AlreadySubscribed:
@@ -563,6 +570,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._replies.append(OK)
 
     def do_UNSUBSCRIBE(self, request: Request) -> None:
+        assert request.target is not None  # as SUBSCRIBE's
         try:
             self.factory.broker.unsubscribe(self, request.target)
         except NotSubscribed:
@@ -592,6 +600,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         return OK if found else NOT_FOUND
 
     def do_BCAST(self, request: Request) -> None:
+        assert request.payload is not None  # the codec reads no BCAST without one
         content, binary = _content(request.payload)
         message = Message(BROADCAST, None, content, "ssmp", self.name, binary, principal=self.principal)
         self.factory.broker.route(Broadcast(message, self))
@@ -614,7 +623,7 @@ _CLOSED: dict = {}
 del P
 
 
-class SSMPServerFactory(Factory):
+class SSMPServerFactory(Factory[SSMPServerProtocol]):
     """One per SSMP listener; all of them share the Broker, the portal and the settings."""
 
     protocol = SSMPServerProtocol
