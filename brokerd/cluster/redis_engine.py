@@ -64,6 +64,18 @@ class ClusterStats:
     __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
                  "envelopes_decoded", "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
                  "shards", "redirects")
+    connected: int
+    outages: int
+    envelopes_sent: int
+    messages_sent: int
+    envelopes_received: int
+    envelopes_decoded: int
+    messages_received: int
+    dropped_unreachable: int
+    dropped_backlog: int
+    bad_envelopes: int
+    shards: int
+    redirects: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -71,6 +83,17 @@ class ClusterStats:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _QueuedRun:
+    """One topic's runs queued in one reactor turn, and their rendered bytes by wire format
+    (None once one of the runs came without: the other nodes render that topic's whole)."""
+
+    __slots__ = ("messages", "sections")
+
+    def __init__(self, messages: list[Message], sections: dict[str, list[bytes]] | None) -> None:
+        self.messages = messages
+        self.sections = sections
 
 
 @implementer(IEngine)
@@ -143,8 +166,8 @@ class RedisEngine:
         self.stats = ClusterStats()
         self.damaged = DamagedLog(reactor)
         self.broker: Any = None
-        self._queued: dict[bytes, list[Any]] = {}
-        """This turn's runs by topic: [messages, {wire format: rendered chunks} or None]."""
+        self._queued: dict[bytes, _QueuedRun] = {}
+        """This turn's runs by topic."""
         self._flush_call: Any = None
         self._backlog = 0
         self._down = False
@@ -198,16 +221,19 @@ class RedisEngine:
         if not self._online():
             self.stats.dropped_unreachable += len(messages)
             return
-        queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
+        topic = messages[0].target
+        if topic is None:
+            raise ValueError("a forwarded run has no topic (a broadcast goes through broadcast())")
+        queued = self._queued.get(topic)
         if queued is None:
-            self._queued[messages[0].target] = (  # type: ignore[index]
-                [list(messages), {name: [data] for name, data in rendered.items()} if rendered else None])
+            self._queued[topic] = _QueuedRun(
+                list(messages), {name: [data] for name, data in rendered.items()} if rendered else None)
         else:
-            run, sections = queued
-            run.extend(messages)
+            queued.messages.extend(messages)
+            sections = queued.sections
             if sections is not None:
                 if not rendered:
-                    queued[1] = None  # type: ignore[index]
+                    queued.sections = None
                 else:
                     for name in [name for name in sections if name not in rendered]:
                         del sections[name]
@@ -221,7 +247,9 @@ class RedisEngine:
 
     def unicast(self, message: Message, namespace: str) -> bool:
         """Send a unicast to the node whose session has the address; False when none has."""
-        origin = self.directory.owner.get((namespace, message.target))  # type: ignore[arg-type]
+        if message.target is None:
+            return False
+        origin = self.directory.owner.get((namespace, message.target))
         if origin is None:
             return False
         if not self._online():
@@ -604,9 +632,10 @@ class RedisEngine:
         stats = self.stats
         sealer = self.sealer
         if shards is None or not shards.up:
-            stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
+            stats.dropped_unreachable += sum(len(pending.messages) for pending in queued.values())
             return
-        for topic, (run, sections) in queued.items():
+        for topic, pending in queued.items():
+            run, sections = pending.messages, pending.sections
             rendered = None
             if sections:
                 rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -658,7 +687,7 @@ class RedisEngine:
                 run = envelope.open_run(data)
                 if run.first.kind != MULTICAST or run.first.target is None:
                     raise envelope.EnvelopeError("a run on the filter channel that is not a multicast")
-                if channel(run.first.target) in self.shards.following:  # type: ignore[union-attr]
+                if self.shards is not None and channel(run.first.target) in self.shards.following:
                     return  # its topic's own channel brings it
                 run.topic = run.first.target  # every message of the run is checked against it
             else:

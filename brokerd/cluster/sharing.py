@@ -170,7 +170,9 @@ class SharedPlacement:
         directory = self.engine.directory
         if not directory.shares:
             return None
-        topic: bytes = messages[0].target  # type: ignore[assignment]
+        topic = messages[0].target
+        if topic is None:
+            raise ValueError("a shared run has no topic")
         remote = directory.shared_groups(topic)
         if not remote:
             return None
