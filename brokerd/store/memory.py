@@ -91,8 +91,8 @@ class MemoryStore:
         if not self._closed:
             for key in keys:
                 count += self._topics.pop(key, None) is not None
-            for entry in subscriptions:
-                self._subscriptions.pop(tuple(entry), None)  # type: ignore[arg-type]
+            for subscriber, kind, topic in subscriptions:
+                self._subscriptions.pop((subscriber, kind, topic), None)
         return self._ok(count)
 
     def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:
