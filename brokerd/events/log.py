@@ -333,7 +333,6 @@ class EventLog(Service):
     """Appends broker and front-end events to ``DATA_DIR/events/``; a child service of the
     broker's MultiService (start it before the listeners, stop it after them)."""
 
-    name = "event-log"
     _log = Logger()
 
     def __init__(
@@ -354,6 +353,7 @@ class EventLog(Service):
     ) -> None:
         """``max_bytes`` and ``max_age`` (seconds) bound the files kept (brokerd.events.retention;
         None: unbounded); while ``paused()`` is true (a disk below its floor) nothing is written."""
+        self.setName("event-log")  # Twisted's Service declares ``name = None`` untyped
         if flush_interval <= 0 or batch_limit <= 0 or max_pending <= 0:
             raise ValueError("flush_interval, batch_limit and max_pending must be positive")
         self.directory = Path(data_dir) / schema.EVENTS_DIR
