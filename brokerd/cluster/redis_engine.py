@@ -40,9 +40,11 @@ from brokerd.cluster import envelope, frames, seal, sharing
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
+from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.shards import Shards
 from brokerd.config import Settings
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.core.principal import Principal
 from brokerd.interfaces import IEngine
 
 _log = Logger()
@@ -165,7 +167,7 @@ class RedisEngine:
         one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
         self.damaged = DamagedLog(reactor)
-        self.broker: Any = None
+        self._broker: LocalBroker | None = None
         self._queued: dict[bytes, _QueuedRun] = {}
         """This turn's runs by topic."""
         self._flush_call: Any = None
@@ -179,9 +181,20 @@ class RedisEngine:
         self.sharing = sharing.SharedPlacement(self, max_shared_pending)
         """Shared groups across the nodes: the node of each run's group member (brokerd.cluster.sharing)."""
 
+    @property
+    def broker(self) -> LocalBroker:
+        """The node's Broker, from :meth:`start` on."""
+        if self._broker is None:
+            raise RuntimeError("the engine is not started")
+        return self._broker
+
+    @broker.setter
+    def broker(self, broker: LocalBroker) -> None:
+        self._broker = broker
+
     # ------------------------------------------------------------------ IEngine
 
-    def start(self, broker: Any) -> None:
+    def start(self, broker: LocalBroker) -> None:
         self.broker = broker
         broker.topic_listeners.append(self._topic_changed)
         self.shards = Shards(self, self.address, self.tls_ca)
@@ -209,8 +222,8 @@ class RedisEngine:
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
         self._flush()  # what the sessions' logouts announced, and the goodbye
-        if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
-            self.broker.topic_listeners.remove(self._topic_changed)
+        if self._broker is not None and self._topic_changed in self._broker.topic_listeners:
+            self._broker.topic_listeners.remove(self._topic_changed)
         return self.shards.stop() if self.shards is not None else DeferredList([])
 
     def forward(self, messages: Sequence[Message], rendered: dict[str, bytes] | None = None) -> None:
@@ -494,7 +507,7 @@ class RedisEngine:
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
-    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Any) -> None:
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Principal | None) -> None:
         """Another node's login took an address a local session has: the Broker closes one of
         the two, the same choice on both nodes (the later login of one principal, the earlier of
         two).  The one that stays here is announced again, so that every node's directory
