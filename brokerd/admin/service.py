@@ -23,6 +23,7 @@ from brokerd.auth.hosts import OwnNames
 from brokerd.auth.tls import split_escaped
 from brokerd.config import Runtime, Settings, read_first_line
 from brokerd.errors import ConfigurationError
+from brokerd.events.log import EventLog, NullEventLog
 
 _log = Logger(namespace="brokerd")
 
@@ -105,7 +106,7 @@ class AdminSite(Site):
 class Operations:
     """The operations pieces of one broker, made before its listeners."""
 
-    def __init__(self, runtime: Runtime, events: Any) -> None:
+    def __init__(self, runtime: Runtime, events: EventLog | NullEventLog) -> None:
         self.runtime = runtime
         self.operator_log = OperatorLog(events)
         self.connections = ConnectionCounts()
