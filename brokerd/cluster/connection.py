@@ -275,7 +275,7 @@ class Link:
 
         def refused(failure: Failure) -> None:
             protocol.transport.abortConnection()
-            raise failure.value
+            failure.raiseException()
 
         steps.addCallbacks(prepared, refused)
         return steps
