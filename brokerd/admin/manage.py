@@ -40,6 +40,7 @@ from brokerd.auth.accounts import (
 )
 from brokerd.auth.policy import UAL_FILENAME, access_list_for
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
+from brokerd.config import Runtime
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
 
@@ -88,7 +89,7 @@ class _Managed(Resource):
     isLeaf = True
     actions: dict[str, tuple[str, ...]] = {}
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__()
         self.runtime = runtime
         self._run = thread_runner(runtime.reactor)

@@ -41,7 +41,9 @@ from brokerd.auth.ual import (
     parse_permissions,
     read_access_list,
 )
+from brokerd.config import Runtime
 from brokerd.core.access import Perm
+from brokerd.core.broker import Broker
 from brokerd.core.principal import GUEST, PROVEN, Principal
 from brokerd.errors import ConfigurationError
 from brokerd.interfaces import IAccessPolicy
@@ -90,7 +92,7 @@ class AccessListFile(Service):
 
     _log = Logger()
 
-    def __init__(self, path: Path | None, current: AccessList, broker: Any, clock: Any,
+    def __init__(self, path: Path | None, current: AccessList, broker: Broker, clock: Any,
                  run: Callable[..., Deferred] = run_inline) -> None:
         self.path = path
         self.current = current
@@ -184,7 +186,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def access_list_for(runtime: Any, run: Callable[..., Deferred] | None = None) -> AccessListFile:
+def access_list_for(runtime: Runtime, run: Callable[..., Deferred] | None = None) -> AccessListFile:
     """The broker's AccessListFile, made on first use from the settings: ``ual_file`` (or
     ``DATA_DIR/smqp.ual`` when that exists) and ``smqp_guest_permissions``.  An unreadable or
     malformed file raises ConfigurationError now, not at the first login."""

@@ -15,7 +15,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
 
-from brokerd.config import Settings
+from brokerd.config import Runtime, Settings
 from brokerd.errors import Busy
 
 
@@ -48,7 +48,7 @@ class WorkQueue:
         return result
 
 
-def shared_work_queue(runtime: Any) -> WorkQueue:
+def shared_work_queue(runtime: Runtime) -> WorkQueue:
     """The broker's one WorkQueue (``runtime.resources["work_queue"]``), made on first use
     with ``--max-auth-queue``: every front end's logins and OpenPGP work share its bound."""
     queue = runtime.resources.get("work_queue")
