@@ -26,7 +26,7 @@ class IWireFormat(Interface):
         "bool (default False): the bytes it renders depend on the message only (not on the node, "
         "the time or the session) and every session of the format can be sent them as plain "
         "bytes.  A cluster then ships the bytes rendered on the publishing node to the other "
-        "nodes, which send them without decoding the run (Broker.deliver_rendered)."
+        "nodes, which send them without decoding the run (Router.route(RemoteRun))."
     )
 
     writes_after_read = Attribute(
@@ -46,7 +46,7 @@ class IWireFormat(Interface):
 
     def render_run(messages):
         """The bytes of a run of messages of one kind from one sender to one topic
-        (Broker.publish_batch) or one address (Broker.unicast_run), equal to the joined
+        (Router.route(Multicast)) or one address (Router.route(Unicast)), equal to the joined
         :meth:`render_message` results; or None to have them rendered one by one (the default:
         a format with a cheaper way to render a run, one join instead of one per message,
         provides it)."""
@@ -100,7 +100,9 @@ class ISubscriber(Interface):
 
 
 class IBrokerObserver(Interface):
-    """Optional observer of what the core does (the event log implements it)."""
+    """Optional observer of what the core does (the event log implements it).  One that
+    records no routed message may say so with an attribute ``records_messages = False``: the
+    router then leaves the per-message calls out of its paths (brokerd.core.router)."""
 
     def message_routed(message, recipients, dropped):
         """``message`` was accepted and handed to ``recipients`` sessions; ``dropped`` could
@@ -138,7 +140,7 @@ class IEngine(Interface):
 
     The in-memory engine (brokerd.core.engine, the default) reaches nothing: one node is the
     whole broker.  A shared engine (the Redis engine of brokerd.cluster) forwards what local
-    publishers send to the other nodes and hands what they send to :meth:`Broker.deliver_remote`,
+    publishers send to the other nodes and hands what they send to `Router.route` as a `RemoteMulticast`,
     so that many nodes look like one broker to every client.
     """
 
@@ -169,7 +171,7 @@ class IEngine(Interface):
         """A broadcast ``message`` was accepted here for the peers of ``topics`` (its sender's
         topics that it may publish to) and delivered to the local ones: send it once to each
         other node with members of any of them, which hands it to
-        :meth:`Broker.deliver_broadcast`.  Must not raise or block."""
+        `Router.route` as a `RemoteBroadcast`.  Must not raise or block."""
 
     def principal_of(namespace, address):
         """The Principal of the other node's session at ``address`` in ``namespace`` (as its
@@ -222,7 +224,7 @@ class IEngine(Interface):
     def place_shared(messages):
         """A run of multicast ``messages`` (one topic) was accepted here and is about to be
         routed: choose the node that serves each shared group its topic matches, send the run
-        to the chosen other nodes (which hand it to :meth:`Broker.deliver_shared`), and return
+        to the chosen other nodes (which hand it to `Router.route` as a `RemoteShare`), and return
         the frozenset of group keys this node serves; None: every group matching is this
         node's own (as on a single node).  Must not raise or block."""
 

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from brokerd.admin.figures import Figures
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
+from brokerd.core.publication import Multicast
 from brokerd.store.base import log_unless_outage
 
 _log = Logger(namespace="brokerd.admin")
@@ -86,7 +87,7 @@ class StatisticsTopics(Service):
             if not broker.watched(name):
                 continue
             message = Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER, principal=BROKER)
-            broker.publish(message)
+            broker.route(Multicast([message]))
             kept = broker.keep([message])  # a stored MQTT session's subscription takes it from the store
             if kept is not None:
                 kept.addErrback(log_unless_outage, _log, "Storing a statistics message")

@@ -1,19 +1,18 @@
 """What the cluster engine needs of its node's Broker (brokerd.core.broker), as a Protocol.
 
 The engine reaches into the Broker from the other side: it follows the topics and filters the
-local members have, hands the Broker what other nodes accepted, and reports what the directory
-learns (presence, addresses, keep-outs, durable state).  Naming those members here keeps the
+local members have, routes what other nodes accepted, and reports what the directory learns
+(presence, addresses, keep-outs, durable state).  Naming those members here keeps the
 seam visible to mypy, and lets the engine's tests stand in a Broker of their own.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
-from brokerd.cluster.envelope import Run
 from brokerd.core.filtered import FilterSubscriptions
-from brokerd.core.message import Message
 from brokerd.core.principal import Principal
+from brokerd.core.publication import Publication
 from brokerd.core.topics import TopicRegistry
 from brokerd.interfaces import ISubscriber
 
@@ -24,14 +23,9 @@ class LocalBroker(Protocol):
     topics: TopicRegistry
     filtered: FilterSubscriptions
     topic_listeners: list[Callable[[bytes, bool], None]]
-
-    def deliver_rendered(self, run: Run) -> int: ...
-
-    def deliver_broadcast(self, message: Message, names: Iterable[bytes]) -> int: ...
-
-    def deliver_unicast(self, message: Message, namespace: str) -> bool: ...
-
-    def deliver_shared(self, key: tuple[bytes, bytes], messages: list[Message]) -> bool: ...
+    route: Callable[[Publication], int]
+    """The routing entry point: the engine hands it what other nodes accepted (RemoteRun,
+    RemoteBroadcast, RemoteUnicast, RemoteShare)."""
 
     def session_for(self, namespace: str, address: bytes) -> ISubscriber | None: ...
 

@@ -45,6 +45,7 @@ from brokerd.cluster.shards import Shards
 from brokerd.config import Settings
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.principal import Principal
+from brokerd.core.publication import RemoteBroadcast, RemoteRun, RemoteUnicast
 from brokerd.interfaces import IEngine
 
 _log = Logger()
@@ -545,7 +546,7 @@ class RedisEngine:
                 if message.kind != BROADCAST:
                     raise frames.FrameError("a broadcast frame whose message is not a broadcast")
                 self.stats.messages_received += 1
-                self.broker.deliver_broadcast(message, topics)
+                self.broker.route(RemoteBroadcast(message, topics))
                 return
             message = frames.one_message(data, start)
             if message.kind != UNICAST or message.target is None:
@@ -554,7 +555,7 @@ class RedisEngine:
             self.drop_damaged("this node's channel", str(exc))
             return
         self.stats.messages_received += 1
-        self.broker.deliver_unicast(message, name)
+        self.broker.route(RemoteUnicast(message.target, name, message))
 
     def _shared_frame(self, name: str, data: bytes, start: int) -> None:
         """A run this node was chosen to serve a shared group with, or answers to the runs it
@@ -705,7 +706,7 @@ class RedisEngine:
                 run.topic = run.first.target  # every message of the run is checked against it
             else:
                 run = envelope.open_run(data, name[len(CHANNEL_PREFIX):] if name.startswith(CHANNEL_PREFIX) else None)
-            self.broker.deliver_rendered(run)
+            self.broker.route(RemoteRun(run))
         except envelope.EnvelopeError as exc:
             self.drop_damaged(repr(name[:100]), str(exc))
             return

@@ -12,7 +12,7 @@ included), and
 * when it chose itself, its own routing hands the run to one local member (the Broker's
   ``groups`` argument);
 * otherwise it sends the run once, on the chosen node's own channel, in a *share* frame
-  naming the group; that node hands it to one of its members (``Broker.deliver_shared``) and
+  naming the group; that node hands it to one of its members (``Router.route``) and
   answers with a *done* frame.  Every node skips the groups when it delivers a run from a
   topic's or the filter channel.
 
@@ -47,6 +47,7 @@ from brokerd.cluster import envelope
 from brokerd.cluster.directory import Directory
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.publication import RemoteShare
 
 SHARE = "@g"
 DONE = "@d"
@@ -256,7 +257,7 @@ class SharedPlacement:
         if origin is not None:
             self._kept += count
             self._send(origin, sent.key, sent.messages, sent)
-        elif not self.engine.broker.deliver_shared(sent.key, sent.messages):
+        elif not self.engine.broker.route(RemoteShare(sent.key, sent.messages)):
             self.stats["lost"] += count
 
     def answered(self, data: bytes, start: int) -> None:
@@ -294,7 +295,7 @@ class SharedPlacement:
         """A share frame: hand the run to one local member of the group, answer at the flush;
         returns the run's messages."""
         sequence, key, origin, messages = read_share(data, start)
-        taken = self.engine.broker.deliver_shared(key, messages)
+        taken = self.engine.broker.route(RemoteShare(key, messages)) > 0
         if taken:
             self.stats["served"] += len(messages)
         self._answers.setdefault(origin, []).append((sequence, taken))

@@ -77,14 +77,14 @@ class DeliverySampler:
         self.broker.sampling = True
 
     def route(self, messages: list, exclude: Any) -> int:
-        """Route ``messages`` (one accepted run, as ``Broker.route_timed`` takes it) with time
+        """Route ``messages`` (one accepted run, as ``Router.timed`` takes it) with time
         stamps; return the deliveries."""
         broker = self.broker
         broker.sampling = False
         clock = self.clock_ns
         stamps: list[tuple[Any, int, int]] = []
         accepted = clock()
-        delivered = broker.route_timed(messages, exclude, stamps)
+        delivered = broker.router.timed(messages, exclude, stamps)
         taken = [(fmt, count, at) for fmt, count, at in stamps if count and not fmt.queued_delivery]
         if not taken:  # nobody to time: the next publish is sampled instead
             broker.sampling = True

@@ -561,7 +561,7 @@ class EventLog(Service):
     def summarizes_runs(self) -> bool:
         """Whether a run of plain messages (no message ids, not timed) is logged as a summary
         alone: then :meth:`run_summary_routed` takes a run another node sent without its
-        messages (Broker.deliver_rendered); with payloads logged it needs them."""
+        messages (Router.route(RemoteRun)); with payloads logged it needs them."""
         return not self.encoder.include_payloads
 
     def run_summary_routed(self, protocol: str, sender_name: bytes, target: bytes, kind: str, count: int,
@@ -654,6 +654,10 @@ class EventLog(Service):
 @implementer(IBrokerObserver, IEventRecorder)
 class NullEventLog:
     """The recorder front ends use when the event log is off: every call does nothing."""
+
+    records_messages = False
+    """The router asks it (through the operator log in front) when it installs its stages:
+    with nothing to record, its path has no observer stage (brokerd.core.router)."""
 
     def message_routed(self, message: RoutedMessage, recipients: int, dropped: int) -> None:
         pass

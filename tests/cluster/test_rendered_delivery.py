@@ -1,4 +1,4 @@
-"""Broker.deliver_rendered: a run from another node is sent from its rendered sections only when
+"""Router.route(RemoteRun(...)): a run from another node is sent from its rendered sections only when
 every local wire format of the topic is portable and carried, and the observer can log it from
 the head; otherwise it is decoded and routed as before.  (End to end over Redis:
 tests/integration/test_cluster_rendered.py.)"""
@@ -8,6 +8,7 @@ from typing import Any
 
 from zope.interface import implementer
 
+from brokerd.core.publication import RemoteRun
 from brokerd.cluster.envelope import encode, open_run
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
@@ -69,7 +70,7 @@ def test_all_portable_formats_carried_are_sent_without_decoding() -> None:
     observer = Observer(summarizes=True)
     broker, sessions = broker_with(SSMP_WIRE, MCCHAT_WIRE, SSMP_WIRE, observer=observer)
     run = open_run(envelope_of([SSMP_WIRE, MCCHAT_WIRE]))
-    assert broker.deliver_rendered(run) == 9
+    assert broker.route(RemoteRun(run)) == 9
     assert not run.decoded
     assert sessions[0].received == [SSMP_WIRE.render_run(RUN)] == sessions[2].received
     assert sessions[1].received == [b"".join(MCCHAT_WIRE.render_message(m) for m in RUN)]
@@ -83,7 +84,7 @@ def test_a_format_without_a_section_or_not_portable_decodes_the_run() -> None:
         observer = Observer(summarizes=True)
         broker, sessions = broker_with(*wires, observer=observer)
         run = open_run(envelope_of(carried))
-        assert broker.deliver_rendered(run) == 6
+        assert broker.route(RemoteRun(run)) == 6
         assert run.decoded
         assert sessions[0].received == [SSMP_WIRE.render_run(RUN)]
         assert sessions[1].received == [b"".join(wires[1].render_message(m) for m in RUN)]
@@ -94,6 +95,6 @@ def test_an_observer_that_needs_the_messages_gets_them() -> None:
     observer = Observer(summarizes=False)
     broker, sessions = broker_with(SSMP_WIRE, observer=observer)
     run = open_run(envelope_of([SSMP_WIRE]))
-    assert broker.deliver_rendered(run) == 3
+    assert broker.route(RemoteRun(run)) == 3
     assert run.decoded and observer.runs == [([m.payload for m in RUN], 1, 0)]
     assert sessions[0].received == [SSMP_WIRE.render_run(RUN)]

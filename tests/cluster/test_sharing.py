@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
+from brokerd.core.publication import RemoteMulticast
 from brokerd.cluster import directory as control
 from brokerd.cluster import sharing
 from brokerd.cluster.address import parse
@@ -223,7 +224,7 @@ def test_the_chosen_node_does_not_send_twice_to_a_member_that_also_subscribed_pl
     node.broker.subscribe_filter(member, b"jobs/+")
     node.engine._node_message(sharing.share_frame(INSTANCE, 1, KEY, [job(b"1")]))
     assert member.received == []  # the topic's channel brings it to its plain subscription
-    node.broker.deliver_remote([job(b"2")])
+    node.broker.route(RemoteMulticast([job(b"2")]))
     assert len(member.received) == 1
     assert node.engine.sharing.answers()[0][1] == sharing.done_frame(node.engine.instance, [(1, True)])
 
@@ -234,6 +235,6 @@ def test_a_run_from_another_node_s_channel_feeds_no_group_here() -> None:
     plain = RecordingSession(b"plain", SSMP_WIRE)
     node.broker.attach(plain)
     node.broker.subscribe_filter(plain, b"jobs/#")
-    node.broker.deliver_remote([job(b"1")])
+    node.broker.route(RemoteMulticast([job(b"1")]))
     assert member.received == [] and len(plain.received) == 1
 

@@ -5,6 +5,7 @@ import pytest
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
+from brokerd.core.publication import RemoteBroadcast, unicast_to
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.access import Perm
@@ -447,11 +448,11 @@ def test_unicast_run_is_one_send_and_one_report_and_counts_every_message(broker)
     fmt = RunFormat("r")
     (a,) = attached(broker, Session("a", fmt))
     broker.observer = observer = RunObserver()
-    assert broker.unicast_run([msg(UNICAST, b"a", p) for p in (b"1", b"2", b"3")], "r")
+    assert broker.route(unicast_to([msg(UNICAST, b"a", p) for p in (b"1", b"2", b"3")], "r"))
     assert a.got == [b"run:1,2,3"] and fmt.rendered == 0
     assert observer.routed == [([b"1", b"2", b"3"], 1, 0)]
     assert (broker.stats.published, broker.stats.delivered) == (3, 3)
-    assert not broker.unicast_run([msg(UNICAST, b"nobody", p) for p in (b"4", b"5")], "r")
+    assert not broker.route(unicast_to([msg(UNICAST, b"nobody", p) for p in (b"4", b"5")], "r"))
     assert broker.stats.published == 3, "nothing is accepted for an address nobody has"
 
 
@@ -461,7 +462,7 @@ def test_unicast_run_a_format_renders_message_by_message_is_still_one_send(broke
     fmt = RunFormat("r", refuse=b"bad")
     (a,) = attached(broker, Session("a", fmt))
     broker.observer = observer = RunObserver()
-    assert broker.unicast_run([msg(UNICAST, b"a", p) for p in (b"single", b"bad", b"6")], "r")
+    assert broker.route(unicast_to([msg(UNICAST, b"a", p) for p in (b"single", b"bad", b"6")], "r"))
     assert a.got == [b"r|unicast|b'a'|singler|unicast|b'a'|6"]
     assert observer.routed == [([b"single"], 1, 0), ([b"bad"], 0, 1), ([b"6"], 1, 0)]
     assert (broker.stats.published, broker.stats.delivered, broker.stats.unrenderable) == (3, 2, 1)
@@ -472,9 +473,9 @@ def test_unicast_run_asks_the_policy_as_unicast_does(broker):
     broker.set_policy(Policy({("a", b"accounts/b"): Perm.PUBLISH}))
     a, b = attached(broker, Session("a", fmt), Session("b", fmt))
     with pytest.raises(Forbidden):
-        broker.unicast_run([Message(UNICAST, b"a", b"x", "f", b"b", principal=b.principal)] * 2, "f")
+        broker.route(unicast_to([Message(UNICAST, b"a", b"x", "f", b"b", principal=b.principal)] * 2, "f"))
     assert a.got == [] and broker.stats.published == 0
-    assert broker.unicast_run([Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")], "f")
+    assert broker.route(unicast_to([Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")], "f"))
     assert b.got == [b"f|unicast|b'b'|1f|unicast|b'b'|2"]
 
 class RecordingEngine:
@@ -533,8 +534,8 @@ def test_a_broadcast_from_another_node_reaches_each_member_once_where_the_policy
     del observer.events[:]
     sender = Principal("a", ACCOUNT)
     # t3 is named although a may not publish there (a node with another policy): refused here
-    delivered = broker.deliver_broadcast(Message(BROADCAST, None, b"hi", "f", b"a", principal=sender),
-                                         [b"t1", b"t2", b"t3", b"gone"])
+    delivered = broker.route(RemoteBroadcast(Message(BROADCAST, None, b"hi", "f", b"a", principal=sender),
+                                             [b"t1", b"t2", b"t3", b"gone"]))
     assert delivered == 2
     assert b.got == c.got == [b"f|broadcast|None|hi"] and d.got == []
     assert observer.events == [("routed", b"hi", 2, 0)]
@@ -568,14 +569,14 @@ def test_a_unicast_run_to_another_node_asks_the_policy_as_a_single_unicast_does(
     (a,) = attached(broker, Session("a", Format("f")))
     to_c = [Message(UNICAST, b"c", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")]
     with pytest.raises(Forbidden):
-        broker.unicast_run(to_c, "f")
+        broker.route(unicast_to(to_c, "f"))
     with pytest.raises(Forbidden):
         broker.unicast(to_c[0], "f")
     assert engine.unicasts == [] and broker.stats.published == 0
     to_b = [Message(UNICAST, b"b", p, "f", b"a", principal=a.principal) for p in (b"1", b"2")]
-    assert broker.unicast_run(to_b, "f") and broker.unicast(to_b[0], "f")
+    assert broker.route(unicast_to(to_b, "f")) and broker.unicast(to_b[0], "f")
     assert engine.unicasts == [b"1", b"2", b"1"] and broker.stats.published == 3
-    assert not broker.unicast_run([Message(UNICAST, b"z", b"x", "f", b"a", principal=a.principal)], "f")
+    assert not broker.route(unicast_to([Message(UNICAST, b"z", b"x", "f", b"a", principal=a.principal)], "f"))
 
 
 def test_an_address_is_taken_over_by_the_decision_one_node_makes_whichever_node_has_it():

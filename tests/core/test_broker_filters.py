@@ -228,7 +228,7 @@ def test_a_shared_group_member_that_leaves_gets_nothing_more_and_the_last_ends_t
     assert one.got == [] and len(two.got) == 3
     broker.detach(two)
     assert broker.publish(mcast(b"jobs/x", b"none")) == 0
-    assert len(broker.filtered) == 0 and not broker._filtering
+    assert len(broker.filtered) == 0 and not broker.router.filtering
 
 
 def test_a_shared_group_skips_a_member_the_access_list_does_not_let_read_the_topic():

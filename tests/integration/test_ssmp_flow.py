@@ -57,7 +57,7 @@ def test_reads_stay_small_and_order_survives_direct_writes(monkeypatch, tmp_path
 
 @pytest_twisted.inlineCallbacks
 def test_pipelined_ucast_runs_to_several_peers_arrive_in_order_with_every_reply(tmp_path):
-    """UCASTs pipelined to one peer go through the core as runs (Broker.unicast_run); mixed
+    """UCASTs pipelined to one peer go through the core as runs (a Unicast run, Router.route); mixed
     with UCASTs to another peer and to nobody, on real sockets and with the event log on,
     every event arrives in order and every UCAST is answered in order."""
     port = free_port()

@@ -57,6 +57,7 @@ from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal, reserved_name
+from brokerd.core.publication import Multicast
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
@@ -173,12 +174,12 @@ class Discovery:
             return
         if self.stats is not None:
             self.stats.announcements += 1
-        self.broker.publish(
+        self.broker.route(Multicast([
             Message(
                 MULTICAST, RESERVED_TOPIC, topic, "mcchat", SERVER_USERNAME,
                 display_name=SERVER_USERNAME, principal=BROKER,
             )
-        )
+        ]))
 
 
 
@@ -453,10 +454,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         """Route ``run`` and keep it for the topic's durable subscribers (MCCHAT answers
         nothing, so nothing waits for the commit)."""
         broker = self.factory.broker
-        if len(run) == 1:
-            broker.publish(run[0])
-        else:
-            broker.publish_batch(run)
+        broker.route(Multicast(run))
         kept = broker.keep(run)
         if kept is not None:
             # MCCHAT has no way to say a message was not stored

@@ -42,6 +42,7 @@ from brokerd.core.durable import owned_subscriber
 from brokerd.core.filters import matches
 from brokerd.core.message import Message
 from brokerd.core.principal import SERVICE, Principal
+from brokerd.core.publication import Multicast
 from brokerd.core.retained import RetainRefused
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.errors import AlreadySubscribed, BrokerError, ConfigurationError
@@ -345,7 +346,7 @@ class Bridge:
             except RetainRefused:
                 self.counts["dropped"] += 1
         self.counts["received"] += 1
-        self.broker.publish(message, exclude=self)
+        self.broker.route(Multicast([message], self))
         kept = self.broker.keep([message])
         if kept is not None and packet.qos == 0:  # no acknowledgement waits for it
             kept.addErrback(log_unless_outage, self._log, "Storing a message of MQTT bridge {name}",

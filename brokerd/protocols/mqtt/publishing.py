@@ -2,7 +2,7 @@
 3.3-3.7, 4.3, 4.6; 3.1.1 the same sections).
 
 The PUBLISHes of one read that go to one topic, one after the other, are one run: the core
-routes it at once (``Broker.publish_batch``: each recipient gets the run in one write, rendered
+routes it at once (``Router.route(Multicast)``: each recipient gets the run in one write, rendered
 once per wire format) and stores it for durable subscribers in one store operation
 (``Broker.keep``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
 other packet, the end of the read, a reason to close) routes the run first, so the order of
@@ -17,6 +17,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from brokerd.core.message import Details, property_problem
+from brokerd.core.publication import Multicast
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.encoder import encode
@@ -159,10 +160,7 @@ class Publishing:
         broker = self.factory.broker
         messages = [message for message, _qos, _packet_id in run]
         try:
-            if len(messages) == 1:
-                broker.publish(messages[0])
-            else:
-                broker.publish_batch(messages)
+            broker.route(Multicast(messages))
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
             self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run],
                                    why="not authorized to publish to this topic")

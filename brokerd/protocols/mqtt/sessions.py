@@ -22,6 +22,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.durable import owned_prefix, owned_subscriber
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
+from brokerd.core.publication import Multicast
 from brokerd.core.retained import RetainRefused
 from brokerd.core.subscriptions import FILTER
 from brokerd.errors import BrokerError, Forbidden
@@ -340,7 +341,7 @@ class MQTTSessions:
         if will.retain:
             self.retain(message)
         try:
-            self.broker.publish(message)
+            self.broker.route(Multicast([message]))
         except Forbidden:
             return
         kept = self.broker.keep([message])

@@ -2,7 +2,7 @@
 MQTT PUBLISH or will becomes a core message (:func:`core_message`).
 
 The core renders a message once per wire format and hands every session of the format the
-same object (brokerd.core.broker.Broker._route).  For MQTT that object is
+same object (brokerd.core.router.Router.fan_out).  For MQTT that object is
 :class:`MQTTPublishes`: the bytes of the QoS 0 PUBLISH packets (what a session whose
 subscriptions are all QoS 0 writes as they are, the common fan-out case), carrying for each
 message its :class:`~brokerd.protocols.mqtt.publish.PublishFrame` and the message itself, so a

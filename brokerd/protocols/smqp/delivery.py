@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
+from brokerd.core.publication import Multicast
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
 from brokerd.errors import Forbidden
 from brokerd.events import schema
@@ -172,7 +173,7 @@ class MessageService:
             self.counts["not_forwarded"] += 1
             return False
         try:
-            reached = self.broker.publish(message)
+            reached = self.broker.route(Multicast([message]))
         except Forbidden:
             # The core decides for SMQP as for every protocol: the same cached decision the
             # session was answered with, so this only refuses when a reload came in between.

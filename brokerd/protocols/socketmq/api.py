@@ -42,6 +42,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
+from brokerd.core.publication import Multicast
 from brokerd.errors import BrokerError
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.socketmq import limits
@@ -239,7 +240,7 @@ class Server:
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         message = Message(MULTICAST, event.encode("utf-8"), payload, "socketmq", self.application_name.encode(), binary,
                           principal=BROKER)
-        delivered = self.broker.publish(message)
+        delivered = self.broker.route(Multicast([message]))
         kept = self.broker.keep([message])
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing a socket.mq event for durable subscribers")

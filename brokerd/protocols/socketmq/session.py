@@ -51,6 +51,7 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message, property_problem
 from brokerd.core.principal import NOBODY, OPENPGP as OPENPGP_REALM, Principal, certificate_principal
+from brokerd.core.publication import Multicast
 from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
@@ -528,7 +529,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
                 return
         published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
                             details=details, principal=self.principal)
-        hub.broker.publish(published, self)
+        hub.broker.route(Multicast([published], self))
         kept = hub.broker.keep([published])
         if kept is None:
             self._ok(message.id)

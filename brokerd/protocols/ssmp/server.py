@@ -37,6 +37,7 @@ from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Message
 from brokerd.core.principal import NOBODY, Principal
+from brokerd.core.publication import Broadcast, Multicast, Unicast
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
@@ -126,7 +127,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """Consecutive MCASTs to one topic from the current read, published as one batch."""
         self._ucasts: list[Message] = []
         """Consecutive UCASTs to one SSMP peer from the current read (never to this
-        connection itself), sent as one run (Broker.unicast_run); their replies are added when
+        connection itself), sent as one run (a Unicast run, Router.route); their replies are added when
         it is sent.  At most one of ``_run`` and ``_ucasts`` holds messages."""
         self._ucast_limit = 1
         """The most UCASTs in one run: as many of the longest event line as fit in the output
@@ -242,7 +243,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         payload) is checked here as the codec's parser checks it, any other goes through
         :func:`parse_cast`.  An MCAST joins the current run (consecutive MCASTs to one topic,
         published as one batch); an UCAST joins the current UCAST run (consecutive UCASTs to
-        one peer, Broker.unicast_run), except one to this connection itself or to another
+        one peer, a Unicast run), except one to this connection itself or to another
         protocol's session, which goes to the broker at once.
         """
         run = self._run
@@ -366,10 +367,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def _publish_run(self) -> None:
         run, self._run = self._run, []
         broker = self.factory.broker
-        if len(run) == 1:
-            broker.publish(run[0], self)
-        else:
-            broker.publish_batch(run, self)
+        broker.route(Multicast(run, self))
         kept = broker.keep(run)
         if kept is not None:
             self._hold(kept, len(run))
@@ -379,7 +377,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         ucasts, self._ucasts = self._ucasts, []
         broker = self.factory.broker
         try:
-            found = broker.unicast(ucasts[0], "ssmp") if len(ucasts) == 1 else broker.unicast_run(ucasts, "ssmp")
+            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]
         except Forbidden:
             reply = NOT_ALLOWED
         else:
@@ -598,7 +596,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             if target.startswith(prefix):
                 namespace = protocol
         try:
-            found = self.factory.broker.unicast(self._ucast_message(target, payload), namespace)
+            found = self.factory.broker.route(Unicast(target, namespace, [self._ucast_message(target, payload)]))
         except Forbidden:
             return NOT_ALLOWED
         return OK if found else NOT_FOUND
@@ -606,7 +604,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def do_BCAST(self, request: Request) -> None:
         content, binary = _content(request.payload)
         message = Message(BROADCAST, None, content, "ssmp", self.name, binary, principal=self.principal)
-        self.factory.broker.broadcast(message, self)
+        self.factory.broker.route(Broadcast(message, self))
         self._replies.append(OK)
 
 

@@ -307,7 +307,7 @@ def test_what_a_read_held_for_a_connection_it_then_replaces_is_written_before_th
 
 
 def test_consecutive_ucasts_to_one_peer_go_as_one_run_and_every_one_is_answered_in_order(h):
-    """A read's UCASTs to one peer are sent as one run (Broker.unicast_run): one write to the
+    """A read's UCASTs to one peer are sent as one run (a Unicast run, Router.route): one write to the
     peer, one reply per UCAST in request order, a 404 for each to nobody, and an UCAST to
     oneself still puts its event before its own 200."""
     a, b, c = h.login("alice"), h.login("bob"), h.login("carol")

@@ -1,0 +1,137 @@
+"""What a front end (or another node of a cluster) asks the router to deliver: typed, frozen
+values, one per way a message travels, taken by the one entry point
+:meth:`brokerd.core.router.Router.route`.
+
+Why values rather than one method per path: each path used to redo part of the access check,
+the statistics and the observer calls, and a path that ran beside the main one could skip
+them.  A publication says what is to be delivered and nothing else; the router decides which
+stages it goes through.  They are frozen for the type checker (every field is ``Final``: mypy
+refuses an assignment) rather than at run time: a frozen dataclass or a NamedTuple costs about
+twice as much to make as a class with ``__slots__``, and one is made per read of every front
+end (benchmarks/ssmp_cpu.py counted 2 % more instructions per SSMP message with NamedTuples).
+
+A run (``messages``) is consecutive messages of one sender that a front end read in one go,
+all to one topic (or one address), in order; a single message is a run of one.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from brokerd.core.message import Message
+
+if TYPE_CHECKING:
+    from brokerd.interfaces import ISubscriber
+
+
+class _Publication:
+    """What the publications share: a readable ``repr`` (they are compared by identity)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class Multicast(_Publication):
+    """A run published to its topic: every member, matching filter and shared group gets it,
+    except ``exclude`` (the sending session, for the protocols that do not echo)."""
+
+    __slots__ = ("messages", "exclude")
+
+    def __init__(self, messages: list[Message], exclude: ISubscriber | None = None) -> None:
+        self.messages: Final = messages
+        self.exclude: Final = exclude
+
+
+class Unicast(_Publication):
+    """A run sent to one address: the session of protocol ``namespace`` at ``target`` (here,
+    or on the node of a cluster that has it)."""
+
+    __slots__ = ("target", "namespace", "messages")
+
+    def __init__(self, target: bytes, namespace: str, messages: list[Message]) -> None:
+        self.target: Final = target
+        self.namespace: Final = namespace
+        self.messages: Final = messages
+
+
+class Broadcast(_Publication):
+    """One message to every session sharing a topic with ``sender`` that the sender may
+    publish to (SSMP's BCAST)."""
+
+    __slots__ = ("message", "sender")
+
+    def __init__(self, message: Message, sender: ISubscriber) -> None:
+        self.message: Final = message
+        self.sender: Final = sender
+
+
+class RemoteMulticast(_Publication):
+    """A multicast run another node accepted (it checked and counted it), for this node's
+    members of the topic; the shared groups are served by the node the publisher chose
+    (:class:`RemoteShare`)."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages: Final = messages
+
+
+class RemoteRun(_Publication):
+    """A multicast run another node accepted, as its opened envelope
+    (brokerd.cluster.envelope.Run): delivered from the bytes it carries when every local wire
+    format of the topic can take them, else decoded as a :class:`RemoteMulticast`."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Any) -> None:
+        self.run: Final = run
+
+
+class RemoteShare(_Publication):
+    """A multicast run another node chose this one to hand to one member of the shared group
+    ``key`` (group name, filter)."""
+
+    __slots__ = ("key", "messages")
+
+    def __init__(self, key: tuple[bytes, bytes], messages: list[Message]) -> None:
+        self.key: Final = key
+        self.messages: Final = messages
+
+
+class RemoteUnicast(_Publication):
+    """A unicast another node accepted for this node's session of ``namespace`` at ``target``;
+    the access list is asked here, where the recipient's principal is known."""
+
+    __slots__ = ("target", "namespace", "message")
+
+    def __init__(self, target: bytes, namespace: str, message: Message) -> None:
+        self.target: Final = target
+        self.namespace: Final = namespace
+        self.message: Final = message
+
+
+class RemoteBroadcast(_Publication):
+    """A broadcast another node accepted, for this node's members of ``topics`` (its sender's
+    topics there; the access list is asked again here, topic by topic)."""
+
+    __slots__ = ("message", "topics")
+
+    def __init__(self, message: Message, topics: Iterable[bytes]) -> None:
+        self.message: Final = message
+        self.topics: Final = topics
+
+
+Publication = Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast | RemoteBroadcast
+"""Everything :meth:`brokerd.core.router.Router.route` takes."""
+
+
+def unicast_to(messages: list[Message], namespace: str) -> Unicast:
+    """The :class:`Unicast` of ``messages`` (a run to one address) to the address their first
+    names: front ends build their unicast messages with a target."""
+    target = messages[0].target
+    if target is None:
+        raise ValueError("a unicast message names its recipient")
+    return Unicast(target, namespace, messages)

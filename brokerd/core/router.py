@@ -1,0 +1,491 @@
+"""The router: every message any front end (or another node of a cluster) delivers enters here,
+through one method, :meth:`Router.route`, as a typed publication (brokerd.core.publication).
+
+Why one entry point: the access decision, the statistics and the event log used to be redone,
+in part, by each of a dozen routing methods, and a path that ran beside the main one could skip
+them.  Here each kind of publication has one path, and each path is a pipeline of stages that
+:meth:`Router.install` puts together from what the node is configured with:
+
+* the access decision: the access list when there is one, else only the check that nobody but
+  the broker publishes to a system topic;
+* the statistics (always: plain counters);
+* the delivery-latency sampler, only when one is configured;
+* cluster forwarding, only when the engine is shared;
+* the fan-out, rendered once per wire format;
+* the observer's per-message report, only when the observer records messages (the operator log
+  in front of a disabled event log does not).
+
+A stage that is not configured is not in the path: a single node with no access list, no
+sampler and no event log runs the access check of system topics, the counters and the fan-out,
+and tests nothing else.  The durable hand-off (:meth:`brokerd.core.broker.Broker.keep`) stays a
+call of its own because the publisher's acknowledgement waits on the Deferred it returns;
+retained messages are kept by the front end that has the notion (MQTT) before it routes.
+Everything here runs on the reactor thread and never blocks.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
+from brokerd.core.engine import IN_MEMORY
+from brokerd.core.message import Message
+from brokerd.core.principal import NOBODY
+from brokerd.core.publication import (
+    Broadcast,
+    Multicast,
+    Publication,
+    RemoteBroadcast,
+    RemoteMulticast,
+    RemoteRun,
+    RemoteShare,
+    RemoteUnicast,
+    Unicast,
+)
+from brokerd.core.topics import FanOut, by_format
+from brokerd.errors import Forbidden
+from brokerd.interfaces import IBrokerObserver, IEngine, ISubscriber, IWireFormat
+
+if TYPE_CHECKING:
+    from brokerd.core.filtered import FilterSubscriptions
+    from brokerd.core.sampling import DeliverySampler
+    from brokerd.core.topics import Topic, TopicRegistry
+
+_SYSTEM = SYSTEM_TOPICS[:1]
+"""A topic starting with this may be a system topic: checked even without a policy."""
+_NO_GROUPS: frozenset[tuple[bytes, bytes]] = frozenset()
+"""What a node of a cluster serves of the shared groups for a run another node accepted: none
+(the publishing node sends each group's share to the node it chose, :class:`RemoteShare`)."""
+
+Stamps = list[tuple[IWireFormat, int, int]]
+
+
+class Router:
+    """Routes publications to the sessions of this node and, in a cluster, to the other nodes.
+
+    It shares its tables with the broker that owns it: ``addresses`` ((namespace, address) to
+    session), ``joined`` (session to the topics it joined), ``topics`` and ``filtered``;
+    ``filtering`` is whether some filter has a member (the one attribute routing tests for
+    filters).  Change ``access``, ``observer``, ``engine`` or ``sampler`` with :meth:`install`."""
+
+    def __init__(self, stats: Any, topics: TopicRegistry, filtered: FilterSubscriptions,
+                 addresses: dict[tuple[str, bytes], ISubscriber], joined: dict[ISubscriber, dict[bytes, Topic]]) -> None:
+        self.stats = stats
+        self.topics = topics
+        self.filtered = filtered
+        self.addresses = addresses
+        self.joined = joined
+        self.filtering = False
+        self.access = AccessControl(None)
+        self.engine: IEngine = IN_MEMORY
+        self.observer: IBrokerObserver | None = None
+        """The observer told of each routed message; None when there is none or it records
+        none (``records_messages`` false), so the path has no observer stage."""
+        self.sampler: DeliverySampler | None = None
+        self.sampling = False
+        """Whether the next multicast is timed (set by the sampler at most once per its
+        interval; tested only on the path a sampler is installed in)."""
+        self._forward: Callable[[list[Message], dict[str, bytes] | None], None] | None = None
+        self.forwards = False
+        """Whether the engine is shared (a node of a cluster): what the subscription paths
+        test before they tell the engine."""
+        self._paths: dict[type, Callable[[Any], int]] = {}
+        self.install()
+
+    def install(self, *, access: AccessControl | None = None, observer: Any = False, engine: IEngine | None = None,
+                sampler: Any = False) -> None:
+        """Change what the router is configured with (what is not given stays) and put each
+        path's stages together again."""
+        if access is not None:
+            self.access = access
+        if observer is not False:
+            self.observer = observer if observer is not None and getattr(observer, "records_messages", True) else None
+        if engine is not None:
+            self.engine = engine
+            self._forward = engine.forward if engine.shared else None
+            self.forwards = engine.shared
+        if sampler is not False:
+            self.sampler = sampler
+        if self._forward is not None:
+            multicast = self._multicast_clustered
+        elif self.sampler is not None:
+            multicast = self._multicast_sampled
+        else:
+            multicast = self._multicast
+        self._paths = {
+            Multicast: multicast,
+            Unicast: self._unicast,
+            Broadcast: self._broadcast,
+            RemoteMulticast: self._remote_multicast,
+            RemoteRun: self._remote_run,
+            RemoteShare: self._remote_share,
+            RemoteUnicast: self._remote_unicast,
+            RemoteBroadcast: self._remote_broadcast,
+        }
+
+    def route(self, publication: Publication) -> int:
+        """Deliver ``publication``; what it returns depends on its kind: the (message,
+        session) deliveries of a multicast or broadcast; the messages accepted of a unicast (0:
+        no session has the address, here or on another node); 1 when a member of a shared
+        group took a :class:`RemoteShare`, else 0; for a :class:`RemoteUnicast` 1 when it was
+        handed to the session, 0 when the session left or the access list forbids it.
+
+        Raises Forbidden when the sender's principal may not publish there (a multicast to
+        its topic, a unicast to the recipient's login topic, brokerd.core.access.inbox)."""
+        return self._paths[publication.__class__](publication)
+
+    # ------------------------------------------------------------------ access decision
+
+    def check_publish(self, message: Message, topic: bytes) -> None:
+        """Raise Forbidden unless the message's principal may publish to ``topic``.  Called
+        when there is a policy, or for a topic that may be a system topic (only the broker
+        publishes there).  A message that names no principal (a program embedding the broker
+        that did not say who publishes) is checked as NOBODY, the anonymous login: code that
+        should bypass the list says so with a SERVICE principal (brokerd.core.principal.BROKER),
+        which AccessControl allows without asking."""
+        principal = message.principal
+        if principal is None:
+            principal = NOBODY
+        if not self.access.allows(principal, topic, Perm.PUBLISH):
+            raise Forbidden(topic)
+
+    def _accept(self, messages: list[Message]) -> None:
+        """The access decision and the statistics of a multicast run from this node."""
+        first = messages[0]
+        if self.access.policy is not None or first.target[:1] == _SYSTEM:  # type: ignore[index]
+            self.check_publish(first, first.target)  # type: ignore[arg-type]
+        stats = self.stats
+        stats.published += len(messages)
+        stats.accepted_by[first.protocol] += len(messages)
+
+    # ------------------------------------------------------------------ multicast
+
+    def _multicast(self, publication: Multicast) -> int:
+        """A single node without a sampler: accept, fan out."""
+        messages = publication.messages
+        first = messages[0]  # _accept, inlined: the path every single node's multicast takes
+        if self.access.policy is not None or first.target[:1] == _SYSTEM:  # type: ignore[index]
+            self.check_publish(first, first.target)  # type: ignore[arg-type]
+        stats = self.stats
+        stats.published += len(messages)
+        stats.accepted_by[first.protocol] += len(messages)
+        return self.fan_out(messages, publication.exclude)
+
+    def _multicast_sampled(self, publication: Multicast) -> int:
+        """A single node with a delivery-latency sampler: a run it asked for is timed."""
+        messages = publication.messages
+        self._accept(messages)
+        if self.sampling:
+            return self.sampler.route(messages, publication.exclude)  # type: ignore[union-attr]
+        return self.fan_out(messages, publication.exclude)
+
+    def _multicast_clustered(self, publication: Multicast) -> int:
+        """A node of a cluster: the engine first chooses which node serves each shared group
+        the run matches (it sends the run to the chosen other nodes itself); this node routes
+        to its members, one member of each group it serves, and forwards the run to the other
+        nodes' plain members, with the bytes rendered here for the portable wire formats, so a
+        node whose members all take those never decodes it (docs/cluster.md)."""
+        messages = publication.messages
+        self._accept(messages)
+        groups = self.engine.place_shared(messages)
+        if self.sampling and groups is None:
+            self._forward(messages, None)  # type: ignore[misc]
+            return self.sampler.route(messages, publication.exclude)  # type: ignore[union-attr]
+        rendered: dict[str, bytes] = {}
+        delivered = self.fan_out(messages, publication.exclude, None, rendered, None, groups)
+        self._forward(messages, rendered)  # type: ignore[misc]
+        return delivered
+
+    def _remote_multicast(self, publication: RemoteMulticast) -> int:
+        """Another node checked and counted the run: here it only counts as delivered."""
+        return self.fan_out(publication.messages, None, None, None, None, _NO_GROUPS)
+
+    def _remote_run(self, publication: RemoteRun) -> int:
+        """When every local wire format of the topic is portable and the run carries its
+        bytes, each member gets them with one ``send`` and the messages are never decoded (the
+        observer gets the run's summary: protocol, sender, topic, kind, count, payload bytes);
+        otherwise the run is decoded (EnvelopeError when it does not parse; nothing was sent)."""
+        run = publication.run
+        first = run.first
+        topic = self.topics.get(first.target)
+        sections = run.sections
+        observer = self.observer
+        if topic is None or not sections or self.filtering or (
+                observer is not None and not getattr(observer, "summarizes_runs", False)):
+            return self._remote_multicast(RemoteMulticast(run.messages()))
+        fanout = topic.fanout()
+        for fmt, _members in fanout:
+            if not (fmt.portable and fmt.protocol in sections):
+                return self._remote_multicast(RemoteMulticast(run.messages()))
+        count = run.count
+        routed = self.stats.routed_by[first.protocol]
+        reached = 0
+        for fmt, members in fanout:
+            data = sections[fmt.protocol]
+            for member in members:
+                member.send(data)
+            reached += len(members)
+            routed[fmt] += len(members) * count
+        self.stats.delivered += reached * count
+        if observer is not None:
+            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,  # type: ignore[attr-defined]
+                                        run.total, reached, 0)
+        return reached * count
+
+    def _remote_share(self, publication: RemoteShare) -> int:
+        """Another node chose this one to serve the shared group: one member here takes the
+        run; 0 when none may (none left, or the access list lets none read the topic), and the
+        engine tells the publishing node, which chooses again.  A member that is also a plain
+        subscriber of the topic got the run from the topic's channel and is not sent it twice
+        (as on one node)."""
+        messages = publication.messages
+        group = self.filtered.group(publication.key)
+        name: bytes = messages[0].target  # type: ignore[assignment]
+        member = None if group is None else group.pick(name, self.access)
+        if member is None:
+            return 0
+        _plain, reached = self.filtered.fanout(name, self.topics.get(name), self.access, _NO_GROUPS)
+        if member not in reached:
+            self.fan_out(messages, None, None, None, ((member.wire_format, (member,)),))
+        return 1
+
+    def timed(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps) -> int:
+        """Fan out an accepted run as :meth:`fan_out` does, appending to ``stamps`` (wire format,
+        recipients, time in ns) once each format's recipients were handed it: the
+        delivery-latency sampler's route."""
+        return self.fan_out(messages, exclude, stamps)
+
+    # ------------------------------------------------------------------ fan-out
+
+    def fan_out(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps | None = None,
+                rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None,
+                groups: frozenset[tuple[bytes, bytes]] | None = None) -> int:
+        """Render ``messages`` (one, or a run of one sender's to one topic) once per wire format
+        and hand each session of the format but ``exclude`` the bytes with one ``send``; count it
+        and tell the observer (one message as one, a run as a run); return the (message,
+        session) deliveries.  The sessions are the members of the messages' topic (its filters'
+        and shared groups', ``groups`` being those this node serves for the run, None: all), or
+        ``fanout`` (a broadcast's peers) when given.  With ``stamps`` (a timed route), append
+        (wire format, recipients, time in ns) once each format's sessions were handed their
+        bytes; with ``rendered``, keep there the bytes of each portable wire format that carried
+        every message (by name, for the other nodes of a cluster)."""
+        if fanout is None:
+            name: bytes = messages[0].target  # type: ignore[assignment]
+            topic = self.topics.get(name)
+            if self.filtering:
+                fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
+                if exclude is not None and exclude not in reached_by:
+                    exclude = None
+            elif topic is None:
+                fanout = ()
+            else:
+                fanout = topic.grouped or topic.fanout()
+                if exclude is not None and exclude not in topic.members:
+                    exclude = None
+        delivered, unrenderable, reached, dropped = self._send(messages, fanout, exclude, rendered, stamps)
+        stats = self.stats
+        stats.delivered += delivered
+        stats.unrenderable += unrenderable
+        observer = self.observer
+        if observer is not None:
+            if len(messages) == 1:
+                observer.message_routed(messages[0], delivered, unrenderable)
+            elif dropped is None:
+                observer.messages_routed(messages, reached, 0)
+            else:
+                self._report_uneven_run(messages, reached, dropped)
+        return delivered
+
+    def _send(self, messages: list[Message], fanout: FanOut, exclude: ISubscriber | None,
+              rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, list[int] | None]:
+        """Hand ``messages`` to ``fanout`` but ``exclude``, one ``send`` per session: (delivered,
+        unrenderable, the sessions a run was for, and None or per message of a run the sessions
+        whose format could not carry it).  One message takes its format's ``render_message``; a
+        run its ``render_run``, else it is rendered message by message, and a format that cannot
+        carry some messages of it gets the others."""
+        routed = self.stats.routed_by[messages[0].protocol]
+        count = len(messages)
+        single = messages[0] if count == 1 else None
+        delivered = unrenderable = reached = 0
+        dropped: list[int] | None = None
+        for fmt, members in fanout:
+            recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
+            carried = count
+            if single is not None:
+                data = fmt.render_message(single)
+                if data is None:
+                    unrenderable += recipients
+                    continue
+            else:
+                reached += recipients
+                data = fmt.render_run(messages)
+                if data is None:
+                    data, parts = _render_each(fmt, messages)
+                    if None in parts:
+                        if dropped is None:
+                            dropped = [0] * count
+                        for index, part in enumerate(parts):
+                            if part is None:
+                                dropped[index] += recipients
+                        carried -= parts.count(None)
+                        unrenderable += (count - carried) * recipients
+                        if data is None:
+                            continue
+            if rendered is not None and carried == count and fmt.portable:
+                rendered[fmt.protocol] = data
+            if exclude is None:
+                for member in members:
+                    member.send(data)
+            else:
+                for member in members:
+                    if member is not exclude:
+                        member.send(data)
+            delivered += recipients * carried
+            routed[fmt] += recipients * carried
+            if stamps is not None:
+                stamps.append((fmt, recipients, self.sampler.clock_ns()))  # type: ignore[union-attr]
+        return delivered, unrenderable, reached, dropped
+
+    def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
+        """Some recipients could not be sent some messages of a run: report each stretch of
+        messages that reached the same number of sessions as a run of its own, so the event
+        log counts every message's fan-out right."""
+        start = 0
+        for end in range(1, len(messages) + 1):
+            if end == len(messages) or dropped[end] != dropped[start]:
+                self.observer.messages_routed(messages[start:end], reached - dropped[start], dropped[start])  # type: ignore[union-attr]
+                start = end
+
+    # ------------------------------------------------------------------ unicast
+
+    def _unicast(self, publication: Unicast) -> int:
+        """A run from one sender to one address, rendered and sent once (its wire format's
+        ``render_run``, else message by message); the event log gets the run as one entry, so
+        one UCAST costs about what one MCAST of a run costs (docs/performance-history.md).  A
+        recipient on another node of a cluster is checked by the principal its node announced
+        (that node checks again on delivery)."""
+        messages = publication.messages
+        recipient = self.addresses.get((publication.namespace, publication.target))
+        if recipient is None:
+            return 0 if self._forward is None else self._unicast_remote(publication)
+        if self.access.policy is not None:
+            self.check_publish(messages[0], inbox(recipient.principal))
+        count = len(messages)
+        stats = self.stats
+        stats.published += count
+        stats.accepted_by[messages[0].protocol] += count
+        self._send_to(recipient, messages)
+        return count
+
+    def _unicast_remote(self, publication: Unicast) -> int:
+        """Hand the run to the engine, for the node that holds the address; the messages it
+        accepted (0: no node does)."""
+        first = publication.messages[0]
+        if self.access.policy is not None:
+            remote = self.engine.principal_of(publication.namespace, publication.target)
+            if remote is not None:
+                self.check_publish(first, inbox(remote))
+        unicast = self.engine.unicast
+        accepted = sum(1 for message in publication.messages if unicast(message, publication.namespace))
+        self.stats.published += accepted
+        self.stats.accepted_by[first.protocol] += accepted
+        return accepted
+
+    def _remote_unicast(self, publication: RemoteUnicast) -> int:
+        """The access list is asked here, where the recipient's principal is known; a message
+        it forbids is dropped (0, as when the session left)."""
+        recipient = self.addresses.get((publication.namespace, publication.target))
+        if recipient is None:
+            return 0
+        message = publication.message
+        if self.access.policy is not None:
+            principal = message.principal
+            if principal is not None and not self.access.allows(principal, inbox(recipient.principal), Perm.PUBLISH):
+                return 0
+        self._send_to(recipient, [message])
+        return 1
+
+    def _send_to(self, recipient: ISubscriber, messages: list[Message]) -> None:
+        """Render ``messages`` for one session and send them with one ``send``; count and
+        report each (a run that its format renders whole as one entry)."""
+        fmt = recipient.wire_format
+        stats = self.stats
+        observer = self.observer
+        if len(messages) == 1:
+            data = fmt.render_message(messages[0])
+            parts = [data]
+        else:
+            data = fmt.render_run(messages)
+            if data is not None:
+                recipient.send(data)
+                stats.delivered += len(messages)
+                stats.routed_by[messages[0].protocol][fmt] += len(messages)
+                if observer is not None:
+                    observer.messages_routed(messages, 1, 0)
+                return
+            data, parts = _render_each(fmt, messages)
+        if data is not None:
+            recipient.send(data)
+        sent = len(messages) - parts.count(None)
+        stats.delivered += sent
+        stats.unrenderable += len(messages) - sent
+        if sent:
+            stats.routed_by[messages[0].protocol][fmt] += sent
+        if observer is not None:
+            for message, part in zip(messages, parts):
+                observer.message_routed(message, int(part is not None), int(part is None))
+
+    # ------------------------------------------------------------------ broadcast
+
+    def _broadcast(self, publication: Broadcast) -> int:
+        """Once to each peer sharing a topic with the sender that the sender may publish to; in
+        a cluster the other nodes get the message once each with the names of those topics."""
+        message = publication.message
+        sender = publication.sender
+        self.stats.published += 1
+        self.stats.accepted_by[message.protocol] += 1
+        names = self.publishable(sender)
+        peers = self.members_of(names)
+        peers.pop(sender, None)
+        delivered = self.fan_out([message], None, None, None, by_format(peers))
+        if self._forward is not None and names:
+            self.engine.broadcast(message, names)
+        return delivered
+
+    def _remote_broadcast(self, publication: RemoteBroadcast) -> int:
+        """The access list is applied again here to each topic, by the message's principal, so
+        a node with the same policy reaches exactly the topics the sender's node did."""
+        message = publication.message
+        names = publication.topics
+        access = self.access
+        if access.policy is not None:
+            principal = message.principal if message.principal is not None else NOBODY
+            names = [name for name in names if access.allows(principal, name, Perm.PUBLISH)]
+        return self.fan_out([message], None, None, None, by_format(self.members_of(names)))
+
+    def publishable(self, session: ISubscriber) -> list[bytes]:
+        """The topics ``session`` joined and the access policy lets it publish to."""
+        access = self.access
+        joined = self.joined.get(session, {})
+        if access.policy is None:
+            return list(joined)
+        return [name for name in joined if access.allows(session.principal, name, Perm.PUBLISH)]
+
+    def members_of(self, names: Iterable[bytes]) -> dict[ISubscriber, None]:
+        """The local members of the topics ``names``, each once, in join order."""
+        peers: dict[ISubscriber, None] = {}
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is not None:
+                peers.update(dict.fromkeys(topic.members))
+        return peers
+
+
+def _render_each(fmt: IWireFormat, messages: list[Message]) -> tuple[bytes | None, list[bytes | None]]:
+    """``messages`` rendered one by one for ``fmt`` (its ``render_run`` declined the run): the
+    bytes of those it carries, joined (None when it carries none), and each message's bytes
+    (None where it cannot carry it)."""
+    render = fmt.render_message
+    parts = [render(message) for message in messages]
+    carried = [part for part in parts if part is not None] if None in parts else parts
+    return (b"".join(carried) if carried else None), parts  # type: ignore[arg-type]

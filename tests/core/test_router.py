@@ -1,0 +1,83 @@
+"""The router's one entry point and its stages: what a publication of each kind reaches, and
+that a stage is in a path only when it is configured (the rest of the routing behaviour is
+driven through the Broker in test_broker.py, test_broker_filters.py and tests/cluster)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from brokerd.admin.oplog import OperatorLog
+from brokerd.core.broker import Broker
+from brokerd.core.message import MULTICAST, UNICAST, Message
+from brokerd.core.publication import Multicast, Unicast, unicast_to
+from brokerd.events.log import NULL_EVENT_LOG
+from tests.core.test_broker import Format, Observer, Session, attached, msg
+
+
+class QuietObserver(Observer):
+    """An observer that records sessions and subscriptions but no routed message."""
+
+    records_messages = False
+
+    def message_routed(self, message, recipients, dropped):
+        raise AssertionError("the router called an observer that records no message")
+
+
+def test_the_observer_stage_is_left_out_when_the_observer_records_no_message():
+    broker = Broker()
+    broker.observer = quiet = QuietObserver()
+    a, b = attached(broker, Session("a", Format("f")), Session("b", Format("f")))
+    broker.subscribe(b, b"t")
+    assert broker.route(Multicast([msg(MULTICAST, b"t", b"hi")], a)) == 1
+    assert broker.route(Unicast(b"b", "f", [msg(UNICAST, b"b", b"u")])) == 1
+    assert b.got == [b"f|multicast|b't'|hi", b"f|unicast|b'b'|u"]
+    assert ("subscribed", b"b", b"t") in quiet.events  # the other calls still reach it
+
+    broker.observer = recording = Observer()  # one that records: the stage is back
+    broker.route(Multicast([msg(MULTICAST, b"t", b"again")]))
+    assert recording.events == [("routed", b"again", 1, 0)]
+
+
+def test_the_operator_log_in_front_of_a_disabled_event_log_takes_the_observer_stage_out():
+    broker = Broker()
+    broker.observer = OperatorLog(NULL_EVENT_LOG)
+    assert broker.router.observer is None and broker.observer is not None
+    broker.observer = log = Observer()
+    assert broker.router.observer is log
+
+
+def test_a_unicast_names_its_recipient():
+    with pytest.raises(ValueError):
+        unicast_to([Message(UNICAST, None, b"x", "f", b"a")], "f")
+    assert unicast_to([msg(UNICAST, b"b")], "f").target == b"b"
+
+
+def test_a_sampler_stage_is_in_the_multicast_path_only_while_a_sampler_is_configured():
+    broker = Broker()
+    single = broker.router._paths[Multicast]
+    broker.sampler = sampler = SamplerStub(broker)
+    a, b = attached(broker, Session("a", Format("f")), Session("b", Format("f")))
+    broker.subscribe(b, b"t")
+    broker.sampling = True
+    assert broker.route(Multicast([msg(MULTICAST, b"t", b"timed")])) == 1
+    assert sampler.routed == [[b"timed"]] and b.got == [b"f|multicast|b't'|timed"]
+    broker.sampler = None
+    assert broker.router._paths[Multicast] == single
+    broker.sampling = True  # no sampler: the flag is not even read
+    assert broker.route(Multicast([msg(MULTICAST, b"t", b"plain")])) == 1
+    assert sampler.routed == [[b"timed"]]
+
+
+class SamplerStub:
+    """Routes what it is handed as the real sampler does (through the router's timed fan-out)
+    and remembers it."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.routed: list[list[bytes]] = []
+        self.clock_ns = time.monotonic_ns
+
+    def route(self, messages, exclude):
+        self.routed.append([m.payload for m in messages])
+        return self.broker.router.timed(messages, exclude, [])
