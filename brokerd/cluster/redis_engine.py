@@ -508,7 +508,8 @@ class RedisEngine:
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
-    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Principal | None) -> None:
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str,
+                        principal: Principal | None) -> None:
         """Another node's login took an address a local session has: the Broker closes one of
         the two, the same choice on both nodes (the later login of one principal, the earlier of
         two).  The one that stays here is announced again, so that every node's directory

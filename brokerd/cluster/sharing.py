@@ -205,8 +205,9 @@ class SharedPlacement:
     def _choose(self, key: SharedKey, excluded: Container[str]) -> str | None:
         """The node whose turn it is for ``key`` (None: this one), each node weighted by its
         members; ``excluded`` nodes are passed over.  Raises LookupError when no node is left."""
+        shares = self.engine.directory.shares.get(key, {})
         nodes: list[tuple[str | None, int]] = sorted(
-            (origin, count) for origin, count in self.engine.directory.shares.get(key, {}).items() if origin not in excluded)
+            (origin, count) for origin, count in shares.items() if origin not in excluded)
         local = self.engine.broker.filtered.group_size(key)
         if local and self.engine.origin not in excluded:
             nodes.append((None, local))

@@ -140,8 +140,8 @@ def compact(
     return result
 
 
-def _publish(fs: WritableFileSystem, tmp: str, target: str, hour: Hour, statuses: dict[str, int], stored: set[str] | None,
-             listing: list[tuple[str, int]], now_us: int) -> None:
+def _publish(fs: WritableFileSystem, tmp: str, target: str, hour: Hour, statuses: dict[str, int],
+             stored: set[str] | None, listing: list[tuple[str, int]], now_us: int) -> None:
     """Write the hour's marker into its staged directory and move it into place (one rename)."""
     staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
     fs.mkdirs(staged)
