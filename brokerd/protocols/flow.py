@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
-from brokerd.twistedio import DirectWrites, limit_output_buffer
+from brokerd.protocols.lifecycle import ConnectionLifecycle
+from brokerd.twistedio import DirectWrites
 
 # The fast paths (a queue limit apart from the recv() size, and a write that skips the queue
 # when it is empty) use Twisted internals no public API reaches; brokerd.twistedio keeps them,
@@ -71,8 +72,9 @@ def record_drops(events: Any, protocol: str, session: bytes, count: int, reason:
     events.record(DROPPED, protocol, session=session, reason=reason, dropped=count, outcome=DROPPED)
 
 
-class DropWhenCongested(DirectWrites):
-    """IPushProducer half of a session whose ``send`` is its transport's ``write``.
+class DropWhenCongested(ConnectionLifecycle, DirectWrites):
+    """IPushProducer half of a session whose ``send`` is its transport's ``write``, on the
+    shared connection lifecycle (brokerd.protocols.lifecycle).
 
     The class using it has ``transport``, ``closed``, ``dropped``, ``protocol``, ``name``,
     ``factory.broker`` and ``factory.events`` (the event log's IEventRecorder), and calls
@@ -84,20 +86,12 @@ class DropWhenCongested(DirectWrites):
     """Messages dropped since the last pause that are not logged yet."""
 
     def start_flow_control(self, limit: int) -> None:
-        """From ``connectionMade``: deliveries go through :meth:`deliver`, and Twisted
-        pauses this producer once more than ``limit`` bytes wait to be written."""
+        """From ``connectionMade``, once :meth:`open_connection` set the transport's output
+        limit to ``limit``: deliveries go through :meth:`deliver` (Twisted pauses this
+        producer, once registered, past ``limit`` bytes)."""
         self.check_direct_writes()
         self._output_limit = limit
         self.send = self.deliver
-        limit_output_buffer(self.transport, limit)
-
-    _registered = False
-    """Whether this session is its transport's producer (see :meth:`register_producer`)."""
-
-    def register_producer(self) -> None:
-        """Become the transport's streaming producer: paused past the output limit."""
-        self.transport.registerProducer(self, True)
-        self._registered = True
 
     def close_transport(self) -> None:
         """Close the connection once its queued output is written.  A transport with a
@@ -108,9 +102,7 @@ class DropWhenCongested(DirectWrites):
         if held:
             self.transport.write(b"".join(held))
             held.clear()
-        if self._registered:
-            self._registered = False
-            self.transport.unregisterProducer()
+        self.unregister_producer()
         self.transport.loseConnection()
 
     _read_held: list[bytes] | None = None

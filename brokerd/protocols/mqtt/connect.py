@@ -202,8 +202,7 @@ class Login:
             self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
                                  event="client identifier of another principal")
             return
-        if self._connect_timer is not None and self._connect_timer.active():
-            self._connect_timer.cancel()
+        self.cancel_timer(self._connect_timer)
         self._connect_timer = None
         self.session = session
         session.expiry = expiry
@@ -213,9 +212,8 @@ class Login:
         self.keep_alive = packet.keep_alive
         if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
             self.keep_alive = settings.mqtt_max_keep_alive
-        self.silent_since = factory.clock.seconds()
-        factory.live[self] = None
-        self._admission.login()
+        factory.liveness.watch(self)
+        self.logged_in()
         connack_properties = NO_PROPERTIES
         if self.version == MQTT_5:
             connack_properties = Properties(

@@ -21,16 +21,15 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.config import Runtime, Settings
 from brokerd.core.broker import Broker
 from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.admission import admit
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.connect import Login
 from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
@@ -57,8 +56,8 @@ from brokerd.protocols.mqtt.publishing import Publishing
 from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
-from brokerd.protocols.nodelay import no_delay
-from brokerd.twistedio import DirectWrites, limit_output_buffer
+from brokerd.protocols.lifecycle import ConnectionLifecycle, LivenessSweep
+from brokerd.twistedio import DirectWrites
 
 PINGRESP = b"\xd0\x00"
 _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
@@ -66,7 +65,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol):
+class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, DirectWrites, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -79,7 +78,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
     and 2 ones wait in the session until the client reads again."""
     keep_alive = 0
     heard = True
-    silent_since = 0.0
+    last_heard = 0.0
     _will: Will | None = None
     _connect: Connect | None = None
     _normal_end = False
@@ -91,8 +90,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
 
     def __init__(self) -> None:
         self._decoder: MQTTServerDecoder | None = None
-        self._admission: Any = None
-        self._connect_timer: Any = None
+        self._connect_timer: DelayedCall | None = None
         self._pending: list[Any] = []
         """Packets read while the login is checked, handled after it."""
         self._logging_in = False
@@ -113,30 +111,23 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
-        factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        settings = self.factory.settings
+        if not self.open_connection(settings.max_output_buffer):
+            self.closed = True  # MQTT has no packet to refuse a connection before its CONNECT
             self.transport.abortConnection()
             return
-        no_delay(self.transport)
         self.check_direct_writes()
-        self._decoder = MQTTServerDecoder(factory.settings.mqtt_max_packet_size)
-        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
-        self.transport.registerProducer(self, True)
-        self._connect_timer = factory.clock.callLater(factory.settings.mqtt_connect_timeout, self._connect_timed_out)
+        self._decoder = MQTTServerDecoder(settings.mqtt_max_packet_size)
+        self.register_producer()
+        self._connect_timer = self.call_later(settings.mqtt_connect_timeout, self._connect_timed_out)
 
     def connectionLost(self, reason: Any = None) -> None:
         self.closed = True
-        if self._connect_timer is not None and self._connect_timer.active():
-            self._connect_timer.cancel()
         self._connect_timer = None
-        admission, self._admission = self._admission, None
-        if admission is None:
+        if not self.release_connection():
             return
-        admission.release()
         factory = self.factory
-        factory.live.pop(self, None)
+        factory.liveness.forget(self)
         session = self.session
         if session is not None and session.retained_out is not None and session.retained_out.connection is self:
             session.retained_out.stop()
@@ -158,7 +149,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
             self._publish_run()  # the valid PUBLISHes read before the reason to close
         if not self.closed:
             self.closed = True
-            self.transport.unregisterProducer()
+            self.unregister_producer()
             self.transport.loseConnection()
 
     def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
@@ -345,34 +336,27 @@ class MQTTServerFactory(Factory):
         self.clock = clock
         self.events = events
         self.sessions = sessions
-        self.live: dict[MQTTServerProtocol, None] = {}
+        self.liveness = LivenessSweep(clock, 1.0, self._silent)
+        """Connections past their CONNECT, closed when silent too long (3.1.2.10)."""
+        self.live: dict[MQTTServerProtocol, None] = self.liveness.live
         self.forbidden = 0
         self.refused_properties = 0
         """PUBLISHes refused for their message properties: over --max-user-properties or
         --max-property-bytes, or a payload that is not what its Payload Format Indicator says."""
-        self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:
-        self._sweeper = LoopingCall(self.sweep)
-        self._sweeper.clock = self.clock
-        self._sweeper.start(1.0, now=False)
+        self.liveness.start()
         self.sessions.listening(True)
 
     def stopFactory(self) -> None:
-        if self._sweeper is not None and self._sweeper.running:
-            self._sweeper.stop()
-        self._sweeper = None
+        self.liveness.stop()
         self.sessions.listening(False)
 
-    def sweep(self) -> None:
-        """Close connections silent for one and a half times their keep-alive (3.1.2.10)."""
-        now = self.clock.seconds()
-        for connection in tuple(self.live):
-            if connection.heard:
-                connection.heard = False
-                connection.silent_since = now
-            elif connection.keep_alive and now - connection.silent_since >= 1.5 * connection.keep_alive:
-                connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+    def _silent(self, connection: MQTTServerProtocol, now: float) -> None:
+        """Close a connection silent for one and a half times its keep-alive (3.1.2.10), with
+        the v5 DISCONNECT 0x8D."""
+        if connection.keep_alive and now - connection.last_heard >= 1.5 * connection.keep_alive:
+            connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
 
 
 def build_factory(runtime: Runtime) -> MQTTServerFactory:

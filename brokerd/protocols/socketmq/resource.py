@@ -295,7 +295,8 @@ class _HandOver:
         if built is None:
             return None
         channel = self.channel
-        admission, channel.admission = getattr(channel, "admission", None), None
+        take = getattr(channel, "take_admission", None)
+        admission = take() if take is not None else None
         if admission is not None:
             admission.release()
         lost = built.connectionLost

@@ -21,14 +21,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.base import DelayedCall
 from twisted.logger import Logger
 from twisted.web import http, server
 
 from brokerd.auth.workers import shared_work_queue
 from brokerd.config import Runtime, Settings
-from brokerd.core.admission import Admission
+from brokerd.core.broker import Broker
 from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.admission import admit
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
@@ -62,23 +63,29 @@ def _request_target(line: bytes) -> bytes:
     return parts[1].partition(b"?")[0] if len(parts) == 3 else b""
 
 
-class SocketMQChannel(http.HTTPChannel):
+class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
     """An HTTP connection counted against the broker's connection limit, whose requests must
-    arrive within their deadline (see the module docstring)."""
+    arrive within their deadline (see the module docstring), on the shared connection
+    lifecycle (brokerd.protocols.lifecycle; twisted.web's channel is its own producer, and the
+    output limit is the WebSocket session's, set when the connection upgrades)."""
 
     _log = Logger()
-    admission: Admission | None = None
     refused = False
-    _deadline: Any = None
-    """The IDelayedCall of the request being received, None between requests."""
+    _deadline: DelayedCall | None = None
+    """The deadline of the request being received, None between requests."""
     _started = 0.0
     _handling = False
     """True from a request's last byte until its response is done (no deadline then)."""
 
+    def lifecycle_broker(self) -> Broker:
+        return self.site.hub.broker
+
+    def lifecycle_clock(self) -> Any:
+        return self.site.reactor
+
     def connectionMade(self) -> None:
         super().connectionMade()
-        self.admission = admit(self.site.hub.broker, self.transport)
-        if self.admission is None:
+        if not self.open_connection(None):
             self.refused = True
             self.transport.write(_raw_response(b"503 Service Unavailable", b"too many connections\n"))
             self.transport.loseConnection()
@@ -90,7 +97,7 @@ class SocketMQChannel(http.HTTPChannel):
             hub = self.site.hub
             self._started = self.site.reactor.seconds()
             first_line = min(hub.read_timeout, hub.handshake_timeout)
-            self._deadline = self.site.reactor.callLater(first_line, self._too_slow)
+            self._deadline = self.call_later(first_line, self._too_slow)
         super().dataReceived(data)
 
     def lineReceived(self, line: bytes) -> None:
@@ -125,13 +132,11 @@ class SocketMQChannel(http.HTTPChannel):
 
     def _cancel_deadline(self) -> None:
         deadline, self._deadline = self._deadline, None
-        if deadline is not None and deadline.active():
-            deadline.cancel()
+        self.cancel_timer(deadline)
 
     def connectionLost(self, reason: Any) -> None:
-        self._cancel_deadline()
-        if self.admission is not None:
-            self.admission.release()
+        self._deadline = None
+        self.release_connection()  # the deadline too; nothing attached to the Broker yet
         super().connectionLost(reason)
 
 
@@ -164,9 +169,9 @@ class SocketMQRequest(server.Request):
         self.channel.transport.loseConnection()
 
     def process(self) -> None:
-        admission = getattr(self.channel, "admission", None)
-        if admission is not None:
-            admission.login()  # a whole request arrived (anonymous requests may be allowed)
+        logged_in = getattr(self.channel, "logged_in", None)
+        if logged_in is not None:
+            logged_in()  # a whole request arrived (anonymous requests may be allowed)
         if not self.too_large:
             super().process()
 

@@ -41,6 +41,7 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -57,6 +58,7 @@ from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.flow import record_drops
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -90,7 +92,6 @@ from brokerd.protocols.socketmq.pgp import (
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
 from brokerd.store.base import is_outage
-from brokerd.twistedio import limit_output_buffer
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
@@ -122,7 +123,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -132,8 +133,6 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     address = None
     principal: Principal = NOBODY
     factory: SocketMQWebSocketFactory
-    admission: Any = None
-    """The connection-count admission handed over by the HTTP channel (see resource.py)."""
     http_channel: Any = None
     """The HTTP channel this session took the connection over from: the transport reports
     the end of the connection to this session only, so the session passes it on (the
@@ -153,7 +152,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._unreported = 0
         self._busy = False
         self._queue: list[tuple[bytes, bool]] = []
-        self._congested_timer: Any = None
+        self._congested_timer: DelayedCall | None = None
         self.applications: set[str] = set()
         self.pending: dict[str, IncomingRequest] = {}
         self.send: Callable[[bytes], None] = self._discard
@@ -187,9 +186,11 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._compressing = True
             self.wire_format.compressing += 1  # no pre-rendered frames from other nodes now
         self.send = self._write
-        limit_output_buffer(transport, hub.max_output_buffer)
+        # The lifecycle's steps 2-4 (brokerd.protocols.lifecycle); step 1, the admission, was
+        # the HTTP channel's, handed over (SocketMQWebSocketFactory.buildProtocol).
+        self.prepare_transport(hub.max_output_buffer)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
-        transport.registerProducer(self, True)
+        self.register_producer()
         names = peer_names(transport)
         if names:
             self._authenticated(names, names[0], CERT, certificate_principal(names))
@@ -239,13 +240,15 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         if channel is not None:
             channel.connectionLost(reason)
 
+    def lifecycle_broker(self) -> Any:
+        return self.factory.hub.broker
+
+    def lifecycle_clock(self) -> Any:
+        return self.factory.hub.reactor
+
     def _cleanup(self) -> None:
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
         self._congested_timer = None
-        admission, self.admission = self.admission, None
-        if admission is not None:
-            admission.release()
+        self.release_connection()  # the slow-consumer timer too
         hub = self.hub
         if hub is None:
             return
@@ -305,14 +308,13 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._congested = True
         self.send = self._drop
         self.transport.pauseProducing()
-        self._congested_timer = self.hub.reactor.callLater(SLOW_CONSUMER_TIMEOUT, self._too_slow)
+        self._congested_timer = self.call_later(SLOW_CONSUMER_TIMEOUT, self._too_slow)
 
     def resumeProducing(self) -> None:
         if self.closed or not self._congested:
             return
         self._congested = False
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
+        self.cancel_timer(self._congested_timer)
         self._congested_timer = None
         self.send = self._write
         if self._unreported:
@@ -647,6 +649,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
         session = super().buildProtocol(addr)
         channel, self.pending_channel = self.pending_channel, None
         if channel is not None:
-            session.admission, channel.admission = getattr(channel, "admission", None), None
+            take = getattr(channel, "take_admission", None)
+            session.adopt_admission(take() if take is not None else None)
             session.http_channel = channel
         return session

@@ -23,9 +23,9 @@ from collections import deque
 from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -41,9 +41,9 @@ from brokerd.core.publication import Broadcast, Multicast, Unicast
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.admission import admit
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
-from brokerd.protocols.nodelay import no_delay
+from brokerd.protocols.lifecycle import LivenessSweep
 from brokerd.protocols.ssmp.codec import (
     _KNOWN_IDS,  # is_id's memory of valid ids: looked up inline, as the codec's parser does, on the hot path
     ANONYMOUS,
@@ -108,6 +108,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     dropped = 0
     """Messages dropped because this connection's reader was too slow."""
     pinged_at: float | None = None
+    """When the liveness sweep PINGed this connection (older than ``last_heard``: answered)."""
+    _login_timer: DelayedCall | None = None
     _close_when_answered = False
     _commit_paused = False
     _pending_error: SSMPProtocolError | None = None
@@ -118,8 +120,6 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def __init__(self) -> None:
         self._parser = SSMPParser()
         self._dispatch = _BEFORE_LOGIN
-        self._admission = None
-        self._login_timer = None
         self._fallback = SSMPServerProtocol._not_logged_in
         self._replies: list[bytes] = []
         """Responses to the requests of the current read, written as one."""
@@ -146,20 +146,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
-        factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        settings = self.factory.settings
+        if not self.open_connection(settings.max_output_buffer):
+            self.closed = True  # SSMP refuses a connection over a limit by closing it
             self._dispatch = _CLOSED
             self.transport.loseConnection()
             return
-        no_delay(self.transport)
-        self.start_flow_control(factory.settings.max_output_buffer)
-        self._ucast_limit = max(1, factory.settings.max_output_buffer // MAX_EVENT_LINE)
+        self.start_flow_control(settings.max_output_buffer)
+        self._ucast_limit = max(1, settings.max_output_buffer // MAX_EVENT_LINE)
         self.register_producer()
-        self._login_timer = factory.clock.callLater(
-            factory.settings.login_timeout, self._login_timed_out
-        )
+        self._login_timer = self.call_later(settings.login_timeout, self._login_timed_out)
 
     def connectionLost(self, reason=None) -> None:
         self.closed = True
@@ -167,13 +163,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._waiting.clear()
         self._close_when_answered = False
         self._dispatch = _CLOSED
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        admission, self._admission = self._admission, None
-        if admission is not None:
+        self._login_timer = None
+        if self.release_connection():
             self.report_drops()
-            admission.release()
-            self.factory.live.pop(self, None)
+            self.factory.liveness.forget(self)
             self.factory.broker.detach(self)
 
     def _close(self, reply: bytes | None = None) -> None:
@@ -522,18 +515,15 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         self._close(self.factory.unauthorized_reply)
 
     def _logged_in(self, identifier: bytes, principal: Principal, anonymous: bool) -> None:
-        if self._login_timer is not None:
-            if self._login_timer.active():
-                self._login_timer.cancel()
-            self._login_timer = None
+        self.cancel_timer(self._login_timer)
+        self._login_timer = None
         self.name = identifier
         self.principal = principal
         self.address = None if anonymous else identifier
         self._dispatch = _ANONYMOUS if anonymous else _NAMED
         self._fallback = SSMPServerProtocol._not_implemented
-        self.last_heard = self.factory.clock.seconds()
-        self.factory.live[self] = None
-        self._admission.login()
+        self.factory.liveness.watch(self)
+        self.logged_in()
         self.factory.broker.attach(self)
         self._replies.append(OK)
 
@@ -609,16 +599,12 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
 
 P = SSMPServerProtocol
-_BEFORE_LOGIN = {b"LOGIN": P.do_LOGIN}
+# One table per connection state (brokerd.protocols.dispatch).
+_BEFORE_LOGIN = command_table(P, [b"LOGIN"])
 _NAMED = {
     b"LOGIN": P._already_logged_in,
-    b"CLOSE": P.do_CLOSE,
-    b"PING": P.do_PING,
-    b"PONG": P.do_PONG,
-    b"SUBSCRIBE": P.do_SUBSCRIBE,
-    b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
     # MCAST and UCAST are parsed and handled inline by _handle_lines once logged in.
-    b"BCAST": P.do_BCAST,
+    **command_table(P, [b"CLOSE", b"PING", b"PONG", b"SUBSCRIBE", b"UNSUBSCRIBE", b"BCAST"]),
 }
 _ANONYMOUS = dict(_NAMED)
 _ANONYMOUS.update({b"SUBSCRIBE": P._not_allowed, b"UNSUBSCRIBE": P._not_allowed, b"BCAST": P._not_allowed})
@@ -642,40 +628,29 @@ class SSMPServerFactory(Factory):
         self.events = events
         """The event log's IEventRecorder (auth failures, slow-consumer drops; routing goes
         through the Broker)."""
-        self.live: dict[SSMPServerProtocol, None] = {}
-        """Logged-in connections, for the liveness sweep."""
+        tick = min(settings.ping_interval, settings.pong_timeout) / 4
+        self.liveness = LivenessSweep(clock, tick, self._silent)
+        """Logged-in connections, PINGed when silent (brokerd.protocols.lifecycle)."""
+        self.live: dict[SSMPServerProtocol, None] = self.liveness.live
         schemes = " ".join(enabled_schemes(portal)).encode("ascii")
         self.unauthorized_reply = b"401 " + schemes + b"\n" if schemes else b"401\n"
-        self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:
-        tick = min(self.settings.ping_interval, self.settings.pong_timeout) / 4
-        self._sweeper = LoopingCall(self.sweep)
-        self._sweeper.clock = self.clock
-        self._sweeper.start(tick, now=False)
+        self.liveness.start()
 
     def stopFactory(self) -> None:
-        if self._sweeper is not None and self._sweeper.running:
-            self._sweeper.stop()
-        self._sweeper = None
+        self.liveness.stop()
 
-    def sweep(self) -> None:
-        """PING connections silent for ``ping_interval``; close those that stay silent for
-        ``pong_timeout`` after the PING."""
-        now = self.clock.seconds()
-        ping_after = self.settings.ping_interval
-        give_up_after = self.settings.pong_timeout
-        for connection in tuple(self.live):
-            if connection.heard:
-                connection.heard = False
-                connection.last_heard = now
-                connection.pinged_at = None
-            elif connection.pinged_at is None:
-                if now - connection.last_heard >= ping_after:
-                    connection.pinged_at = now
-                    connection.transport.write(PING_EVENT)
-            elif now - connection.pinged_at >= give_up_after:
-                connection._close()
+    def _silent(self, connection: SSMPServerProtocol, now: float) -> None:
+        """PING a connection silent for ``ping_interval``; close one that stays silent for
+        ``pong_timeout`` after the PING (docs/ssmp.md)."""
+        pinged = connection.pinged_at
+        if pinged is None or pinged < connection.last_heard:
+            if now - connection.last_heard >= self.settings.ping_interval:
+                connection.pinged_at = now
+                connection.transport.write(PING_EVENT)
+        elif now - pinged >= self.settings.pong_timeout:
+            connection._close()
 
 
 def build_factory(runtime: Runtime) -> SSMPServerFactory:

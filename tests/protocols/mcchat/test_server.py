@@ -425,6 +425,33 @@ def test_subscribers_and_active_clients_are_not_idle() -> None:
     assert listener.closed and not talker.closed
 
 
+def test_an_idle_connection_closed_or_lost_leaves_the_sweep_and_no_timer() -> None:
+    server = Server(idle_timeout=40.0)
+    assert len(server.clock.getDelayedCalls()) == 1  # the idle sweep
+    silent, lost, kept = server.connect(), server.connect(), server.connect()
+    kept.send(encode_sub(b"t"))
+    lost.lose()
+    for _ in range(5):
+        server.clock.advance(10.0)
+    assert silent.closed and not kept.closed
+    assert list(server.factory.live) == [kept.protocol]  # the closed one left at once
+    silent.lose()
+    assert server.broker.stats.connections == 1
+    assert len(server.clock.getDelayedCalls()) == 1
+    server.factory.stopFactory()
+    assert server.clock.getDelayedCalls() == []
+
+
+def test_a_connection_over_the_limit_is_closed_before_info_and_counts_nothing() -> None:
+    server = Server(broker=Broker(max_connections=1))
+    admitted = server.connect()
+    refused = server.connect(info=False)
+    assert refused.take() == b"" and refused.closed
+    assert list(server.factory.live) == [admitted.protocol]
+    refused.lose()
+    assert server.broker.stats.connections == 1
+
+
 def test_stop_factory_stops_the_sweep() -> None:
     server = Server(idle_timeout=40.0)
     server.factory.stopFactory()

@@ -105,6 +105,21 @@ def test_login_timer_and_connection_limit(factory):
     assert other_transport.disconnecting
 
 
+def test_a_login_cancels_its_timer_and_an_ended_connection_leaves_none(factory):
+    assert factory.clock.getDelayedCalls() == []
+    waiting, waiting_transport = connect(factory)
+    alice, alice_transport = logged_in(factory)
+    assert len(factory.clock.getDelayedCalls()) == 1  # the waiting one's login timer
+    factory.clock.advance(5.0)
+    assert waiting_transport.value().endswith(b"421 Login timeout: no login within 5 s\r\n")
+    assert alice_transport.value() == b"" and not alice_transport.disconnecting
+    late, _ = connect(factory)
+    for protocol in (waiting, alice, late):
+        protocol.connectionLost(None)
+    assert factory.clock.getDelayedCalls() == []
+    assert factory.broker.stats.connections == 0
+
+
 def test_replies_of_one_read_are_one_write(factory):
     protocol, transport = logged_in(factory)
     writes = []
