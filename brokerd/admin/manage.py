@@ -40,6 +40,7 @@ from brokerd.auth.accounts import (
 )
 from brokerd.auth.policy import UAL_FILENAME, AccessListFile
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
+from brokerd.config import Runtime
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
 from brokerd.runtime import Runtime
@@ -145,7 +146,7 @@ class _Managed(Resource):
     def prepare(self, action: str, given: dict[str, str]) -> Any:
         raise NotImplementedError
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str) -> Any:
+    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
         return result
 
 
@@ -185,15 +186,17 @@ class Accounts(_Managed):
                     raise Refusal(404, f"no account {name!r}")
                 if action == "remove":
                     del accounts[name]
+                elif new_hash is None:
+                    raise Refusal(400, f"{action} needs a password")
                 else:
-                    accounts[name] = new_hash  # type: ignore[assignment]
+                    accounts[name] = new_hash
 
             update_accounts(path, edit, create=action == "add")
             return {"account": name, "done": action}
 
         return change
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str) -> Any:
+    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
         what = {"add": "added", "passwd": "changed the password of", "remove": "removed"}[action]
         _log.info("admin: {what} account {name} in {file} (from {source})", what=what, name=result["account"],
                   file=str(self.path), source=source)
@@ -250,7 +253,7 @@ class AccessEntries(_Managed):
 
         return change
 
-    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str) -> Deferred:
+    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str | None) -> Deferred:
         if self.access.path is None:  # the first entry: the broker reads this file from now on
             self.access.path = self.path
         d = self.access.reload_now()  # installed before the answer: the next publish obeys it

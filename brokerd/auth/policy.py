@@ -43,6 +43,7 @@ from brokerd.auth.ual import (
 )
 from brokerd.config import Settings
 from brokerd.core.access import Perm
+from brokerd.core.broker import Broker
 from brokerd.core.principal import GUEST, PROVEN, Principal
 from brokerd.errors import ConfigurationError
 from brokerd.interfaces import IAccessPolicy
@@ -89,7 +90,7 @@ class AccessListFile(Service):
 
     _log = Logger()
 
-    def __init__(self, path: Path | None, current: AccessList, broker: Any, clock: Any,
+    def __init__(self, path: Path | None, current: AccessList, broker: Broker, clock: Any,
                  run: Callable[..., Deferred] = run_inline) -> None:
         self.path = path
         self.current = current
@@ -161,9 +162,10 @@ class AccessListFile(Service):
     def _read(self) -> Deferred:
         """Read the file in a thread, with the current list's defaults, and install it."""
         path = self.path
-        defaults = {"account_default": self.current.account_default,
-                    "guest_default": self.current.guest_default}
-        loaded = self._run(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
+        if path is None:
+            return succeed(None)  # no file to read
+        account_default, guest_default = self.current.account_default, self.current.guest_default
+        loaded = self._run(lambda: read_access_list(path, account_default=account_default, guest_default=guest_default))
         return loaded.addCallback(self._loaded)
 
     def _loaded(self, access_list: AccessList) -> None:
@@ -173,9 +175,11 @@ class AccessListFile(Service):
 
 
 def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    if path is None:
+        return None
     try:
-        st = Path(path).stat()  # type: ignore[arg-type]
-    except (OSError, TypeError):
+        st = Path(path).stat()
+    except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
@@ -32,6 +33,11 @@ from brokerd.store.records import (
 
 class StoreClosed(Exception):
     """A call after :meth:`close`."""
+
+
+def _first_error(failure: Failure) -> Failure:
+    """The failure of the first call that failed, not gatherResults' FirstError around it."""
+    return failure.value.subFailure if isinstance(failure.value, FirstError) else failure
 
 
 @implementer(IStore)
@@ -91,8 +97,8 @@ class MemoryStore:
         if not self._closed:
             for key in keys:
                 count += self._topics.pop(key, None) is not None
-            for entry in subscriptions:
-                self._subscriptions.pop(tuple(entry), None)  # type: ignore[arg-type]
+            for subscriber, kind, topic in subscriptions:
+                self._subscriptions.pop((subscriber, kind, topic), None)
         return self._ok(count)
 
     def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:
@@ -161,7 +167,7 @@ class MemoryStore:
         gathered = gatherResults([self.publish(record, deliveries) for record, deliveries in items],
                                  consumeErrors=True)
         self.put_flows(flows)
-        return gathered.addErrback(lambda failure: failure.value.subFailure if failure.check(FirstError) else failure)
+        return gathered.addErrback(_first_error)
 
     def _live(self, seq: int) -> MessageRecord | None:
         record = self._messages.get(seq)

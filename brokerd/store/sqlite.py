@@ -162,7 +162,9 @@ def _insert_message(c: sqlite3.Connection, record: MessageRecord, seq: int | Non
             " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
     except sqlite3.IntegrityError:
         raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
-    return int(cursor.lastrowid)  # type: ignore[arg-type]
+    if cursor.lastrowid is None:  # sqlite3 sets it after every INSERT of one row
+        raise sqlite3.DatabaseError("an INSERT without a row id")
+    return cursor.lastrowid
 
 
 def _receipt(c: sqlite3.Connection, seq: int, final: bool) -> ReceiptDue | None:
@@ -281,7 +283,7 @@ class SQLiteStore:
             except (ValueError, KeyError):
                 pass  # we are being called by that very trigger
             self._trigger = None
-        d = Deferred()
+        d: Deferred[None] = Deferred()
         self._queue.append((self._disconnect, (), d))
         if not self._busy:
             self._flush()
@@ -363,7 +365,7 @@ class SQLiteStore:
             except Exception:
                 results.append((False, Failure()))
             connection = self._connection
-        if not batch:
+        if connection is None or not batch:  # the loop above leaves a connection or no batch
             return results
         started = time.perf_counter()
         disconnect = self._disconnect
