@@ -54,7 +54,8 @@ def check_cluster_settings(settings: Settings) -> None:
     every node shares (a PostgreSQL store): SQLite is one node's file."""
     from brokerd.cluster.address import parse
 
-    parse(settings.cluster)  # type: ignore[arg-type]
+    assert settings.cluster is not None  # called only when --cluster is given
+    parse(settings.cluster)
     cluster_secrets(settings)
     if settings.cluster_password_file is not None:
         read_first_line(settings.cluster_password_file, "--cluster-password-file")
@@ -103,7 +104,8 @@ def cluster_engine(settings: Settings, reactor):
     password = None
     if settings.cluster_password_file is not None:
         password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
-    return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
+    assert settings.cluster is not None  # called only when --cluster is given
+    return RedisEngine(parse(settings.cluster), reactor, node_name(settings),
                        secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
                        password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
                        heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,

@@ -40,7 +40,6 @@ from brokerd.auth.accounts import (
 )
 from brokerd.auth.policy import UAL_FILENAME, AccessListFile
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
-from brokerd.config import Runtime
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
 from brokerd.runtime import Runtime

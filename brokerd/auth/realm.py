@@ -94,7 +94,7 @@ def enabled_schemes(portal: Portal) -> list[str]:
     return [name for iface, name in SCHEME_NAMES.items() if iface in available]
 
 
-def accounts_portal(broker: Any, accounts: ICredentialsChecker, throttle: LoginThrottle | None = None) -> Portal:
+def accounts_portal(broker: Broker | None, accounts: ICredentialsChecker, throttle: LoginThrottle | None = None) -> Portal:
     """Logins against the accounts file alone, and verified client certificates: what SMQP's
     LOGIN answers to (``accounts`` decides whether the guest account is admitted,
     ``--smqp-guest``); throttled as every front end's password logins are."""

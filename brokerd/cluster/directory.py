@@ -312,11 +312,11 @@ class Directory:
         """(namespace, address) -> the principal of the session that has it, when announced."""
         self.on_presence = on_presence
         self.on_address = on_address
-        self.filters = FilterIndex()
+        self.filters: FilterIndex[str] = FilterIndex()
         """The other nodes' topic filters; their members are the nodes' origins."""
         self.shares: dict[tuple[bytes, bytes], dict[str, int]] = {}
         """Each shared group with members on other nodes: origin -> its members' count."""
-        self.share_index = FilterIndex()
+        self.share_index: FilterIndex[tuple[bytes, bytes]] = FilterIndex()
         """Those groups by filter (the members are the groups' keys)."""
 
     def node(self, origin: str, name: str, now: float) -> RemoteNode:
@@ -418,11 +418,11 @@ class Directory:
 
     def shared_groups(self, topic: bytes) -> tuple[tuple[bytes, bytes], ...]:
         """The keys of the shared groups with members on other nodes whose filter matches ``topic``."""
-        return self.share_index.match(topic)  # type: ignore[return-value]  # FilterIndex's members are Hashable; this index holds only (group, filter) keys
+        return self.share_index.match(topic)
 
     def filter_nodes(self, topic: bytes) -> tuple[str, ...]:
         """The origins of the other nodes with a filter matching ``topic``."""
-        return self.filters.match(topic)  # type: ignore[return-value]  # FilterIndex's members are Hashable; this index holds only node origins
+        return self.filters.match(topic)
 
     def _topics_changed(self) -> None:
         if self.on_topics is not None:

@@ -194,7 +194,7 @@ class SharedPlacement:
         remote = directory.shared_groups(topic)
         if not remote:
             return None
-        here = {group.key for group in self.engine.broker.filtered.shared.match(topic)}  # type: ignore[attr-defined]  # FilterIndex is not generic: this one holds SharedGroups
+        here = {group.key for group in self.engine.broker.filtered.shared.match(topic)}
         for key in remote:
             origin = self._choose(key, ())
             if origin is not None:

@@ -366,7 +366,7 @@ class Broker(Service):
         """Whether ``principal`` may subscribe to ``topic_filter``'s text (what
         :meth:`subscribe_filter` asks; a durable filter subscription asks it first)."""
         access = self.access
-        return access.policy is None or access.allows(principal, topic_filter, Perm.SUBSCRIBE)  # type: ignore[no-any-return]
+        return access.policy is None or access.allows(principal, topic_filter, Perm.SUBSCRIBE)
 
     def set_policy(self, policy: IAccessPolicy | None) -> int:
         """Install a new access policy (a reload) and take every live subscription it no
@@ -441,9 +441,7 @@ class Broker(Service):
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with
         ``publishing``, only topics the access policy lets ``session`` publish to."""
-        names = self.router.joined.get(session, {})
-        if publishing:
-            names = self.router.publishable(session)
+        names: Iterable[bytes] = self.router.publishable(session) if publishing else self.router.joined.get(session, {})
         peers = self.router.members_of(names)
         peers.pop(session, None)
         return list(peers)

@@ -116,7 +116,7 @@ class Details:
         """A copy with ``changes`` (Details are shared, so never changed in place)."""
         fields = {name: getattr(self, name) for name in self.__slots__}
         fields.update(changes)
-        return Details(**fields)  # type: ignore[arg-type]
+        return Details(**fields)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Details) and all(

@@ -46,7 +46,7 @@ class DurableQueues:
             self.index.add(record)
             now = self.clock.seconds()
             if record.kind == MESSAGE and ADD in record.changes and (record.until is None or record.until > now):
-                return self.store.backfill(record.subscriber, keys, record.since, now)  # type: ignore[no-any-return]
+                return self.store.backfill(record.subscriber, keys, record.since, now)
             return None
 
         return d.addCallback(stored).addCallback(lambda _: self.changed(subscribers=(record.subscriber,)))
@@ -116,28 +116,28 @@ class DurableQueues:
 
     def find(self, seq: int) -> Deferred:
         """Deferred[MessageRecord | None]: stored message ``seq``, live or in a Trash."""
-        return self.store.find_message(seq)  # type: ignore[no-any-return]
+        return self.store.find_message(seq)
 
     def messages(self, key: str, seqs: list[int] | None = None) -> Deferred:
         """Deferred[list[MessageRecord]] of topic ``key``, in order (those in ``seqs``)."""
-        return self.store.get_messages(key, seqs)  # type: ignore[no-any-return]
+        return self.store.get_messages(key, seqs)
 
     def numbers(self, key: str) -> Deferred:
         """Deferred[list[int]]: the numbers of topic ``key``'s messages (none is read)."""
-        return self.store.list_messages(key)  # type: ignore[no-any-return]
+        return self.store.list_messages(key)
 
     def count(self, keys: list[str]) -> Deferred:
         """Deferred[int]: the messages kept in topics ``keys`` together."""
-        return self.store.count_messages(keys)  # type: ignore[no-any-return]
+        return self.store.count_messages(keys)
 
     def pending(self, subscriber: str, limit: int, exclude: Iterable[str], max_bytes: int,
                 skip: frozenset[int]) -> Deferred:
         """Deferred[list[Delivery]]: what ``subscriber`` has to read next (IStore.pending)."""
-        return self.store.pending(subscriber, limit, exclude, max_bytes, skip)  # type: ignore[no-any-return]
+        return self.store.pending(subscriber, limit, exclude, max_bytes, skip)
 
     def attempt(self, subscriber: str, delivery: Delivery) -> Deferred:
         """Deferred[int]: count one more attempt to deliver ``delivery``; the new count."""
-        return self.store.attempt(subscriber, delivery.seq)  # type: ignore[no-any-return]
+        return self.store.attempt(subscriber, delivery.seq)
 
     def trash(self, seq: int, reason: str) -> Deferred:
         """Move live message ``seq`` to its topic's Trash for ``reason`` (removed, recalled,
@@ -154,7 +154,7 @@ class DurableQueues:
 
     def delete(self, seq: int) -> Deferred:
         """Deferred[bool]: remove message ``seq`` (one in a Trash) for good."""
-        return self.store.delete_message(seq)  # type: ignore[no-any-return]
+        return self.store.delete_message(seq)
 
     def move(self, record: MessageRecord, destination: str, moved_from: Callable[[], object]) -> Deferred:
         """Move live ``record`` to topic ``destination``: its pending deliveries end, the

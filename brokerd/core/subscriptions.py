@@ -92,7 +92,7 @@ class SubscriptionIndex:
         self._wild: dict[str, dict[tuple[str, str], Subscription]] = {}
         self._covered: dict[bytes, bool] = {}
         """Core topic -> whether a MESSAGE subscription covers it; emptied on every change."""
-        self._filters = FilterIndex()
+        self._filters: FilterIndex[Subscription] = FilterIndex()
         """The FILTER subscriptions that collect messages (take ADD), by filter."""
 
     def has_subscribers(self, topic: bytes) -> bool:
@@ -182,7 +182,7 @@ class SubscriptionIndex:
         """Every subscription of ``kind`` that covers topic ``key`` (for FILTER: that
         collects messages and matches it)."""
         if kind == FILTER:
-            return list(self._filters.match(key.encode("utf-8"))) if len(self._filters) else []  # type: ignore[arg-type]
+            return list(self._filters.match(key.encode("utf-8"))) if len(self._filters) else []
         found = list(self._exact.get((kind, key), {}).values())
         for sub in self._wild.get(kind, {}).values():
             if sub.covers(key):

@@ -298,8 +298,9 @@ class Bridge:
                                name=self.spec.name, filter=topic_filter, code=f"0x{code:02X}")
 
     def _failed(self, failure: Failure) -> None:
-        if failure.check(MQTTConnectError):
-            code = failure.value.reason_code
+        error = failure.value
+        if isinstance(error, MQTTConnectError):
+            code = error.reason_code
             if self._private and code == UNACCEPTABLE_PROTOCOL_VERSION:
                 self._private = False
                 self._log.info("MQTT bridge {name}: the other broker does not take the bridge flag; "

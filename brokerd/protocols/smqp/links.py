@@ -267,7 +267,9 @@ class Link:
 
     def _subscribe_refused(self, failure: Failure, topic: str) -> None:
         failure.trap(SMQPError)
-        code = failure.value.code
+        error = failure.value
+        assert isinstance(error, SMQPError)  # trap() passed only an SMQPError on
+        code = error.code
         self.refused[topic] = code
         self.counts["refused"] += 1
         self._log.warn("SMQP link to {domain}: subscribing to {topic} refused: {reason}", domain=self.spec.domain,
@@ -375,7 +377,8 @@ class Link:
             return self._settle(outbox, delivery.seq)
 
         def refused(failure: Failure) -> Deferred | None:
-            if not failure.check(SMQPError) or failure.value.code == 451:
+            error = failure.value
+            if not isinstance(error, SMQPError) or error.code == 451:
                 self._pushing = None  # not answered or not stored there: sent again later
                 return None
             self.counts["undeliverable"] += 1

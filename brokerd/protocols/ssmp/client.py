@@ -553,7 +553,9 @@ class SSMPClient(Service):
         """One topic the server will not give back is logged and forgotten (409, already
         subscribed, is fine); it does not cost the whole connection."""
         failure.trap(SSMPError)
-        if failure.value.code != CONFLICT:
+        error = failure.value
+        assert isinstance(error, SSMPError)  # trap() passed only an SSMPError on
+        if error.code != CONFLICT:
             self._subscriptions.pop(topic, None)
             self._log.warn(
                 "Re-subscribing to {topic!r} refused: {error}", topic=topic, error=failure.value
