@@ -68,7 +68,7 @@ _V3_CONNACK = {
 class Login(ConnectionBase):
     """The CONNECT half of an MQTT connection (see the module docstring)."""
 
-    def _on_connect(self, packet: Connect) -> None:
+    def do_CONNECT(self, packet: Connect) -> None:
         factory = self.factory
         settings = factory.settings
         decoder = self._decoder

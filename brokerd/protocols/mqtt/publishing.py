@@ -48,7 +48,7 @@ class Publishing(ConnectionBase):
     """The topic name of this connection's last valid PUBLISH, and its UTF-8 (``_valid_target``)."""
     _valid_target = b""
 
-    def _on_publish(self, packet: Publish) -> None:
+    def do_PUBLISH(self, packet: Publish) -> None:
         session = self.session
         assert session is not None  # the decoder reads no PUBLISH before the CONNECT, handled once accepted
         factory = self.factory
@@ -257,12 +257,12 @@ class Publishing(ConnectionBase):
 
     # ------------------------------------------------------------------ acknowledgements from the client
 
-    def _on_puback(self, packet: Puback) -> None:
+    def do_PUBACK(self, packet: Puback) -> None:
         session = self.session
         assert session is not None  # as for PUBLISH: no acknowledgement is handled before the CONNECT was accepted
         session.acknowledged(packet.packet_id)
 
-    def _on_pubrec(self, packet: Pubrec) -> None:
+    def do_PUBREC(self, packet: Pubrec) -> None:
         session = self.session
         assert session is not None  # as for PUBLISH
         if packet.reason_code >= 0x80:  # v5: the client refused the message; it is done
@@ -273,12 +273,12 @@ class Publishing(ConnectionBase):
         self._answer(encode(Pubrel(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
                             self.version), found)
 
-    def _on_pubcomp(self, packet: Pubcomp) -> None:
+    def do_PUBCOMP(self, packet: Pubcomp) -> None:
         session = self.session
         assert session is not None  # as for PUBLISH: no acknowledgement is handled before the CONNECT was accepted
         session.acknowledged(packet.packet_id)
 
-    def _on_pubrel(self, packet: Pubrel) -> None:
+    def do_PUBREL(self, packet: Pubrel) -> None:
         session = self.session
         assert session is not None  # as for PUBLISH
         packet_id = packet.packet_id

@@ -19,7 +19,7 @@ authorized), so no login can take over or read someone else's session.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from twisted.cred.portal import Portal
 from twisted.internet.base import DelayedCall
@@ -33,6 +33,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.message import Message
 from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.connect import Login
 from brokerd.protocols.mqtt.connection import PendingAnswer
@@ -288,10 +289,10 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
 
     # ------------------------------------------------------------------ the rest
 
-    def _on_pingreq(self, packet: Pingreq) -> None:
+    def do_PINGREQ(self, packet: Pingreq) -> None:
         self.transport.write(PINGRESP)
 
-    def _on_disconnect(self, packet: Disconnect) -> None:
+    def do_DISCONNECT(self, packet: Disconnect) -> None:
         session = self.session
         expiry = packet.properties.session_expiry_interval
         if expiry is not None and session is not None:
@@ -302,23 +303,18 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._normal_end = packet.reason_code != reasons.DISCONNECT_WITH_WILL_MESSAGE
         self._close()
 
-    def _on_auth(self, packet: Auth) -> None:
+    def do_AUTH(self, packet: Auth) -> None:
         self._disconnect(reasons.PROTOCOL_ERROR, "no enhanced authentication was begun")
 
 
-_HANDLERS: dict[type, Callable[..., None]] = {
-    Connect: MQTTServerProtocol._on_connect,
-    Publish: MQTTServerProtocol._on_publish,
-    Puback: MQTTServerProtocol._on_puback,
-    Pubrec: MQTTServerProtocol._on_pubrec,
-    Pubrel: MQTTServerProtocol._on_pubrel,
-    Pubcomp: MQTTServerProtocol._on_pubcomp,
-    Subscribe: MQTTServerProtocol._on_subscribe,
-    Unsubscribe: MQTTServerProtocol._on_unsubscribe,
-    Disconnect: MQTTServerProtocol._on_disconnect,
-    Pingreq: MQTTServerProtocol._on_pingreq,
-    Auth: MQTTServerProtocol._on_auth,
+# The decoder's packet classes and their packet names (brokerd.protocols.dispatch): one
+# ``do_<PACKET>`` each, looked up once here.
+_PACKETS: dict[Hashable, str] = {
+    Connect: "CONNECT", Publish: "PUBLISH", Puback: "PUBACK", Pubrec: "PUBREC", Pubrel: "PUBREL",
+    Pubcomp: "PUBCOMP", Subscribe: "SUBSCRIBE", Unsubscribe: "UNSUBSCRIBE", Disconnect: "DISCONNECT",
+    Pingreq: "PINGREQ", Auth: "AUTH",
 }
+_HANDLERS: dict[type, Callable[..., None]] = command_table(MQTTServerProtocol, _PACKETS)
 
 
 _HOLDING = frozenset((Puback, Pubcomp))

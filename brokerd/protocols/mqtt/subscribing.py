@@ -57,7 +57,7 @@ def refusals(codes: tuple[int, ...]) -> str | None:
 class Subscribing(ConnectionBase):
     """The SUBSCRIBE and UNSUBSCRIBE half of an MQTT connection (see the module docstring)."""
 
-    def _on_subscribe(self, packet: Subscribe) -> None:
+    def do_SUBSCRIBE(self, packet: Subscribe) -> None:
         session = self.session
         assert session is not None
         settings = self.factory.settings
@@ -169,7 +169,7 @@ class Subscribing(ConnectionBase):
             for topic_filter, _qos in retained:
                 delivery.add(topic_filter)
 
-    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+    def do_UNSUBSCRIBE(self, packet: Unsubscribe) -> None:
         session = self.session
         assert session is not None
         broker = self.factory.broker

@@ -33,6 +33,7 @@ and ``open:<name>``, never the bare name a certificate or key would give.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from itertools import count
 from typing import Any, Callable, cast
 
@@ -58,6 +59,7 @@ from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, Su
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import record_drops
 from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
@@ -396,7 +398,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ auth
 
-    def do_auth(self, message: Auth) -> None:
+    def do_AUTH(self, message: Auth) -> None:
         if self.names is not None:
             self._reply(_result(message.id, 409, f"already authenticated as {self.client_id}"))
             return
@@ -475,7 +477,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ publish-subscribe
 
-    def do_subscribe(self, message: Subscribe) -> None:
+    def do_SUBSCRIBE(self, message: Subscribe) -> None:
         hub = self.hub
         if not hub.policy.allows("subscribe", self.names, message.event):
             self._deny(message.id, f"subscribe to {message.event}")
@@ -507,7 +509,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         d = hub.may_subscribe(message.event, self.client_id)
         d.addCallbacks(decided, failed)
 
-    def do_unsubscribe(self, message: Unsubscribe) -> None:
+    def do_UNSUBSCRIBE(self, message: Unsubscribe) -> None:
         try:
             self.hub.broker.unsubscribe(self, message.event.encode("utf-8"))
         except NotSubscribed:
@@ -515,7 +517,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         else:
             self._ok(message.id)
 
-    def do_publish(self, message: Publish) -> None:
+    def do_PUBLISH(self, message: Publish) -> None:
         hub = self.hub
         if not hub.policy.allows("publish", self.names, message.event):
             self._deny(message.id, f"publish to {message.event}")
@@ -554,7 +556,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ serving (brokered mode)
 
-    def do_register(self, message: Register) -> None:
+    def do_REGISTER(self, message: Register) -> None:
         hub = self.hub
         name = message.application
         if not hub.policy.allows("serve", self.names, name):
@@ -569,7 +571,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self.applications.add(name)
         self._ok(message.id)
 
-    def do_unregister(self, message: Unregister) -> None:
+    def do_UNREGISTER(self, message: Unregister) -> None:
         if message.application not in self.applications:
             self._reply(_result(message.id, 404, f"not serving {message.application}"))
             return
@@ -599,7 +601,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         )
         self.transport.write(frame(*encode(forwarded)))
 
-    def do_respond(self, message: Respond) -> None:
+    def do_RESPOND(self, message: Respond) -> None:
         request = self.pending.get(message.request)
         if request is None:
             self._reply(_result(message.id, 404, "no such request (answered, timed out or unknown)"))
@@ -608,15 +610,13 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         self._ok(message.id)
 
 
-_DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
-    Auth: SocketMQSession.do_auth,
-    Subscribe: SocketMQSession.do_subscribe,
-    Unsubscribe: SocketMQSession.do_unsubscribe,
-    Publish: SocketMQSession.do_publish,
-    Register: SocketMQSession.do_register,
-    Unregister: SocketMQSession.do_unregister,
-    Respond: SocketMQSession.do_respond,
+# The codec's message classes and their message types (brokerd.protocols.dispatch): one
+# ``do_<TYPE>`` each, the JSON ``type`` in capitals as MQTT's packet names are written.
+_TYPES: dict[Hashable, str] = {
+    Auth: "AUTH", Subscribe: "SUBSCRIBE", Unsubscribe: "UNSUBSCRIBE", Publish: "PUBLISH", Register: "REGISTER",
+    Unregister: "UNREGISTER", Respond: "RESPOND",
 }
+_DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = command_table(SocketMQSession, _TYPES)
 
 
 class SocketMQWebSocketFactory(WebSocketServerFactory):
