@@ -31,7 +31,6 @@ import socket
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -44,8 +43,8 @@ from brokerd.core.access import Perm
 from brokerd.core.message import Message
 from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
 from brokerd.core.pending import PendingQuota
-from brokerd.core.principal import Principal, account_principal
 from brokerd.core.queues import DurableQueues
+from brokerd.core.subscriber import owner_of, takes_core_publishes
 from brokerd.core.sync import DurableSync
 from brokerd.core.storedtopics import StoredTopics
 from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
@@ -55,9 +54,8 @@ from brokerd.stamps import format_datetime
 from brokerd.store.base import StoreFull, is_outage, log_unless_outage
 from brokerd.store.records import Delivery, MessageRecord, PacketFlow, ReceiptDue, Settled, TopicRecord
 
-__all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
-           "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "owned_prefix", "owned_subscriber", "publisher_of",
-           "server_domain", "subscriber_principal"]
+__all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "Published", "UNACKNOWLEDGED", "attach_durable",
+           "publisher_of", "server_domain"]
 
 EXPIRY_INTERVAL = 1.0
 """Seconds between sweeps that move expired messages to their Trash."""
@@ -67,12 +65,6 @@ TRASH_INTERVAL = 60.0
 """Seconds between Trash emptyings."""
 SUID_KEY = "suid"
 """The store's meta entry naming this server (shared by the nodes of a cluster)."""
-LINK_CHANNEL_PREFIX = "link_"
-"""A durable subscriber ``account:link_<domain>`` is a link to another server (SMQP
-federation): it takes only messages published for forwarding, never the core's publishes."""
-OUTGOING_PREFIX = "~"
-"""A durable subscriber whose name starts with it holds a linked domain's outgoing messages
-(a name no login can have): the access policy was asked when they were published."""
 
 
 class IDurableSession(Protocol):
@@ -105,39 +97,6 @@ def publisher_of(message: Message) -> str:
     """How the store names the publisher of another protocol's message:
     ``<protocol>:<sender name>`` (Latin-1, so any name survives)."""
     return f"{message.protocol}:{message.sender_name.decode('latin-1')}"
-
-
-def owned_subscriber(protocol: str, principal: Principal, session: str, incarnation: str) -> str:
-    """The durable subscriber name of ``protocol``'s session ``session`` (an MQTT client
-    identifier) that ``principal`` owns, in its ``incarnation`` (a session that ends and
-    starts again is another subscriber, so nothing of the old one can reach the new one):
-    ``<protocol>/<realm>/<name>/<session>/<incarnation>``, each part percent-encoded.  The
-    principal is part of the name, so one login's stored session is never another's, and the
-    access list is asked for the owner while the session is away (:func:`subscriber_principal`).
-    It has no ``:``, so it is no SMQP ``account:channel``.  :func:`owned_prefix` without the
-    incarnation finds it again."""
-    return f"{owned_prefix(protocol, principal, session)}{quote(incarnation, safe='')}"
-
-
-def owned_prefix(protocol: str, principal: Principal, session: str) -> str:
-    """What every incarnation's :func:`owned_subscriber` name starts with."""
-    return "/".join((protocol, quote(principal.realm, safe=""), quote(principal.name, safe=""),
-                     quote(session, safe=""), ""))
-
-
-def subscriber_principal(subscriber: str) -> Principal:
-    """The principal that owns durable subscriber ``subscriber``: the one an
-    :func:`owned_subscriber` name holds, else the account of an SMQP ``account:channel``."""
-    if ":" not in subscriber:
-        parts = subscriber.split("/")
-        if len(parts) == 5:
-            return Principal(unquote(parts[2]), unquote(parts[1]))
-    return account_principal(subscriber.partition(":")[0])
-
-
-def is_link(subscriber: str) -> bool:
-    """Whether durable subscriber ``account:channel`` is a link to another server."""
-    return subscriber.partition(":")[2].startswith(LINK_CHANNEL_PREFIX)
 
 
 def server_domain(settings: Settings) -> str:
@@ -288,7 +247,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
     def bound_pending(self, prefix: str, limit: int) -> None:
         """At most ``limit`` messages wait in the store for each subscriber whose name starts
-        with ``prefix`` (a front end's owned subscribers, :func:`owned_subscriber`): see
+        with ``prefix`` (a front end's owned subscribers, :func:`~brokerd.core.subscriber.protocol_prefix`): see
         brokerd.core.pending.  A front end calls it when it is built, before the start."""
         self.pending_quota = PendingQuota(prefix, limit, self.clock)
         if self.started and self._start_failure is None:
@@ -376,9 +335,9 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         return self._readable
 
     def _readable(self, subscriber: str, key: str) -> bool:
-        if subscriber.startswith(OUTGOING_PREFIX) or self.access_control is None:
+        principal = owner_of(subscriber)
+        if principal is None or self.access_control is None:
             return True
-        principal = subscriber_principal(subscriber)
         return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
     def recipients(self, key: str, change: str, received: float, kind: str = MESSAGE) -> list[str]:
@@ -405,7 +364,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         """The durable subscribers of topic ``key`` that get a core publish (any protocol's,
         stored or not) received at ``received``: :meth:`recipients` of an ADD, without the
         links, which take only messages published for forwarding."""
-        return [name for name in self.recipients(key, ADD, received) if not is_link(name)]
+        return [name for name in self.recipients(key, ADD, received) if takes_core_publishes(name)]
 
     def kept_recipients(self, key: str, received: float, filters_only: bool = False) -> list[str]:
         """Whom :meth:`keep` stores a core publish to ``key`` for: the SMQP subscribers where

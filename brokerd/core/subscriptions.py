@@ -9,7 +9,7 @@ a base key and a pattern for the last component (stored as ``stocks/quotes/*``; 
 ``/*``).
 
 A ``FILTER`` subscription (MQTT's persistent sessions, named by
-:func:`brokerd.core.durable.owned_subscriber`) names a topic filter of the core's
+:class:`brokerd.core.subscriber.SubscriberId`) names a topic filter of the core's
 (brokerd.core.filters: ``+`` one level, ``#`` the rest) and covers every core topic it
 matches, whether or not the stored topic tree has it.  It collects messages only when it takes
 ``ADD`` (its other ``changes`` are its front end's options, kept with it); one without is only
@@ -172,7 +172,7 @@ class SubscriptionIndex:
 
     def subscribers_named(self, prefix: str) -> list[str]:
         """The subscribers whose names start with ``prefix`` (a session's incarnations,
-        brokerd.core.durable.owned_prefix): one pass over the subscribers."""
+        SubscriberId.session_prefix): one pass over the subscribers."""
         return [name for name in self._of if name.startswith(prefix)]
 
     def count_of(self, subscriber: str) -> int:

@@ -55,6 +55,13 @@ MAX_BATCH = 512
 _IN_CHUNK = 500
 """Keys per ``IN (...)`` (SQLite allows 999 parameters in older builds)."""
 
+SUBSCRIBER_TABLES = ("subscriptions", "deliveries", "flows")
+"""The tables that name durable subscribers."""
+OWNED_BEFORE_TAG = ("instr(subscriber, ':') = 0 AND substr(subscriber, 1, 1) NOT IN ('~', '@')"
+                    " AND length(subscriber) - length(replace(subscriber, '/', '')) = 4")
+"""An owned subscriber's name as written before its encoding had a version tag: five
+percent-encoded parts, no ``:`` (a channel's) and no ``~`` (a queue's)."""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: topics, contacts, server settings, retained messages, durable subscriptions
     """
@@ -106,6 +113,11 @@ MIGRATIONS: tuple[str, ...] = (
         seq INTEGER NOT NULL, released INTEGER NOT NULL,
         PRIMARY KEY (subscriber, inbound, packet_id)) WITHOUT ROWID;
     """,
+    # 6: owned durable subscribers' names get their encoding's version tag
+    # (brokerd.core.subscriber: ``<protocol>/<realm>/<name>/<session>/<incarnation>`` becomes
+    # ``@1/<protocol>/...``); account channels and outgoing queues keep theirs
+    ";".join(f"UPDATE {table} SET subscriber = '@1/' || subscriber WHERE {OWNED_BEFORE_TAG}"
+             for table in SUBSCRIBER_TABLES) + ";",
 )
 PUT_FLOW = "INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?, ?)"
 

@@ -492,7 +492,7 @@ class TestPostgreSQLStore(StoreContract, DurableContract):
         finally:
             await store.close()
         with psycopg.connect(postgres_url) as connection:
-            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(3,)]
+            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(4,)]
 
 
 class TestSQLiteStore(StoreContract, DurableContract):
@@ -660,7 +660,7 @@ class TestSQLiteStore(StoreContract, DurableContract):
             assert await store.load_retained() == [("news", b"kept")]
         finally:
             await store.close()
-        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5 == len(MIGRATIONS)
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 6 == len(MIGRATIONS)
 
     @pytest_twisted.ensureDeferred
     async def test_newer_schema_is_refused(self, tmp_path):

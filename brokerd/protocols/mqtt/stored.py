@@ -2,7 +2,7 @@
 
 With a store on the node (the default), a session that outlives its connection (3.1.1 Clean
 Session 0, v5 a Session Expiry Interval above 0) keeps its subscriptions as the core's durable
-FILTER subscriptions, named by :func:`brokerd.core.durable.owned_subscriber` (protocol, owner,
+FILTER subscriptions, named by :class:`brokerd.core.subscriber.SubscriberId` (protocol, owner,
 client identifier).  A QoS 1 or 2 subscription collects messages: every protocol's publish to
 a topic it matches is committed with a pending delivery for the session before its publisher is
 answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBCOMP at
