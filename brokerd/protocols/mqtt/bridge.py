@@ -205,7 +205,7 @@ class Bridge:
         self.queue = BridgeQueue(self, durable, self.settings.max_output_buffer, self.spec.max_queued,
                                  self.spec.max_queued_bytes)
         self.queue.open()
-        durable.start_sweeps()  # expiry and Trash, which a node without MQTT or SMQP listener would not run
+        durable.start_sweeps()  # expiry and dead letters, which a node without MQTT or SMQP listener would not run
         return gatherResults(commits) if commits else None
 
     def _no_store(self, failure: Failure) -> None:

@@ -199,8 +199,8 @@ class MQTTSessions:
 
     def listening(self, started: bool) -> None:
         """A listener of the front end started (``started``) or stopped.  While one listens
-        and the store is read, the stored messages expire into their Trash and the Trash is
-        emptied (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
+        and the store is read, the stored messages expire into dead letters and those are
+        purged (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
         else would); at the first start the unclaimed stored sessions are timed."""
         self._listeners += 1 if started else -1
         durable = self.broker.durable

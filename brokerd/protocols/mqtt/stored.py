@@ -33,6 +33,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from brokerd.core import stored
+from brokerd.core.storedtopics import EVERY
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.protocols.mqtt.session import Outgoing, pubrel
 from brokerd.store.base import log_unless_outage
@@ -125,7 +126,7 @@ class StoredDeliveries:
             elif flow.packet_id in session.inflight:
                 continue
             elif flow.released:
-                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, "ALL", b""))  # type: ignore[arg-type]
+                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, EVERY, b""))  # type: ignore[arg-type]
                 outgoing.released = True
                 session.inflight[flow.packet_id] = outgoing
                 packets.append(pubrel(flow.packet_id))

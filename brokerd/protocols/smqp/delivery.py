@@ -95,7 +95,7 @@ class MessageService:
 
     @property
     def suid(self) -> str:
-        return self.durable.suid
+        return self.durable.server_id
 
     def smuid(self, seq: int, stamp: str) -> str:
         return f"{self.suid}/{seq}({stamp})"

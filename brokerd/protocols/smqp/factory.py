@@ -94,7 +94,7 @@ class SMQPFrontEnd(Factory):
         self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
         """The UAL (shared with the core's policy when the broker has one)."""
         self.domain = server_domain(settings)
-        self.message_timeout: float | None = settings.smqp_message_timeout
+        self.message_timeout: float | None = settings.durable_message_timeout
         """The server's default message timeout (the login reply's Timeout attribute)."""
         self._run_in_thread = run
         self.max_topics_per_account = settings.smqp_max_topics_per_account
@@ -140,7 +140,7 @@ class SMQPFrontEnd(Factory):
     @property
     def suid(self) -> str:
         """The server's unique id (the core's: the head of every stored message's id)."""
-        return self.durable.suid
+        return self.durable.server_id
 
     def start(self) -> Deferred:
         """Once the core's durable service has read the store (topics, SUID,
@@ -170,7 +170,7 @@ class SMQPFrontEnd(Factory):
     def message_timeout_for(self, key: str) -> float | None:
         """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
         has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
-        ancestor's, else the server default (``--smqp-message-timeout``): the core's answer,
+        ancestor's, else the server default (``--durable-message-timeout``): the core's answer,
         the same for every protocol's messages."""
         return self.durable.topics.timeout_for(key)
 

@@ -305,7 +305,7 @@ class MessagingCommands(SessionBase):
                 return self._publish(key, body, publication, command, [], node_mode, "ADD", False)
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator replaces a message")
-            trashed = self.factory.durable.trash(record.seq, "replaced")
+            trashed = self.factory.durable.to_dead_letters(record.seq, "replaced")
             return trashed.addCallback(
                 lambda _: self._publish(key, body, publication, command, [], node_mode, "REPLACE", False))
 
@@ -326,7 +326,7 @@ class MessagingCommands(SessionBase):
                 raise Refused(404, "Not found: the message is no longer in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator recalls a message")
-            return factory.durable.trash(seq, "recalled").addCallback(gone, record)
+            return factory.durable.to_dead_letters(seq, "recalled").addCallback(gone, record)
 
         def gone(_settled: Any, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
