@@ -504,7 +504,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.stats["published"] += len(kept)
         remember = self.remember
         for record, size in kept:
-            remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
+            remember(record.seq, Published(record.message_id, record.publisher, record.received, size))
         sessions = self.sessions
         if any(name in sessions for name, _change in deliveries):
             for index, (record, _size) in enumerate(kept):

@@ -130,7 +130,7 @@ class DurableOutcomes:
                 pass
         elif self.size_of is not None:
             size = self.size_of(record.data)
-        return Published(record.smuid, record.publisher, record.received, size)
+        return Published(record.message_id, record.publisher, record.received, size)
 
     def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
                published: Published | None, online: float | None = None) -> None:

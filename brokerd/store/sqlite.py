@@ -166,14 +166,14 @@ def _marks(keys: list) -> str:
 
 
 def _insert_message(c: sqlite3.Connection, record: MessageRecord, seq: int | None) -> int:
-    row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+    row = (seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received,
            record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
     try:
         cursor = c.execute(
             "INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires,"
             " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
     except sqlite3.IntegrityError:
-        raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
+        raise ValueError(f"duplicate message {record.message_id!r} (seq {seq})") from None
     return int(cursor.lastrowid)  # type: ignore[arg-type]
 
 
@@ -541,7 +541,7 @@ class SQLiteStore:
                      flows: Iterable[PacketFlow] = ()) -> Deferred:
         items = list(items)
         flow_rows = [_flow_row(flow) for flow in flows]
-        messages = [(record.seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+        messages = [(record.seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received,
                      record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
                     for record, _deliveries in items]
         deliveries = [(subscriber, record.seq, PENDING, 0, change)

@@ -119,7 +119,7 @@ def test_keep_stores_for_durable_subscribers_only(core):
     first = _result(store.find_message(pending[1].seq))
     message = stored.decode(first.data)
     assert (first.publisher, first.topic, first.expires) == ("ssmp:sam", "news", 1060.0)
-    assert message.message_id == first.smuid and message.created == 1000.0
+    assert message.message_id == first.message_id and message.created == 1000.0
     assert durable.stats["kept"] == 2
 
 

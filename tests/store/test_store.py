@@ -119,7 +119,7 @@ class StoreContract:
         await store.add_message(message("h/3", "other"))
         assert second > first
         listed = await store.get_messages("news")
-        assert [(m.smuid, m.seq) for m in listed] == [("h/1", first), ("h/2", second)]
+        assert [(m.message_id, m.seq) for m in listed] == [("h/1", first), ("h/2", second)]
         assert await store.list_messages("news") == [first, second]
         assert [m.seq for m in await store.get_messages("news", limit=1)] == [first]
         assert [m.seq for m in await store.get_messages("news", [second, first], limit=1)] == [first]

@@ -148,7 +148,7 @@ class MessagingCommands(SessionBase):
             raise Refused(400, f"Bad request: Smuid {given!r} names no message")
 
         def found(record: MessageRecord | None) -> None:
-            if record is None or not _same_message(given, record.smuid):
+            if record is None or not _same_message(given, record.message_id):
                 raise Refused(404, "Not found: the message answered is not on the server")
             key = record.topic
             if record.trashed is not None:
@@ -331,7 +331,7 @@ class MessagingCommands(SessionBase):
         def gone(_settled: Any, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
-            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)
+            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.message_id)
 
         return d.addCallback(found)
 

@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.core.storedtopics import HELD
 from brokerd.core.subscriptions import wildcard_covers
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.base import is_outage
@@ -160,7 +161,7 @@ class Outbox(Answers):
     def blocked(self, topic: str) -> bool:
         """Not to be sent now: suspended, a NONE topic, or one the subscriber may no longer
         read (the UAL changed after the message was stored for it; it stays pending)."""
-        if topic in self.suspended or self.durable.delivery_mode(topic) == "NONE":
+        if topic in self.suspended or self.durable.delivery_mode(topic) == HELD:
             return True
         readable = self.durable.readable
         if readable is not None and not readable(self.name, topic):

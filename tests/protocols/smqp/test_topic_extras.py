@@ -96,7 +96,7 @@ def ok(replies: list) -> None:
 
 def expiry(factory: SMQPServerFactory, client_id: str) -> float | None:
     """The ``expires`` of the stored message the client published as ``client_id``."""
-    [found] = [m for m in factory.store._messages.values() if f"/{client_id}(" in m.cmuid]
+    [found] = [m for m in factory.store._messages.values() if f"/{client_id}(" in m.client_message_id]
     return found.expires
 
 
@@ -300,7 +300,7 @@ def test_a_reply_to_an_address_needs_reply_permission_on_the_answered_messages_t
     ok(bob.publish(to_alice, "R7", ("Smuid", opened), mode="REPLY"))
     # The reply itself sits in alice's login topic; she may answer it (her own topic).
     replies = [m for m in factory.store._messages.values() if m.topic == "accounts/alice/c1"]
-    answer = replies[0].smuid
+    answer = replies[0].message_id
     ok(alice.publish("bob:b1@test.example", "A1", ("Smuid", opened), ("Smuid", answer), mode="REPLY"))
     # A new message to an account still needs publish permission on /.
     guest = Client(factory, "guest", "g1")
