@@ -104,16 +104,24 @@ def _resume(clients: Callable[..., MQTTClient], broker: RunningBroker, version: 
     return client, client.connect()
 
 
+def _kept_while_away(clients: Callable[..., MQTTClient], broker: RunningBroker, client_id: str,
+                     topic_filter: str, topic: str, payloads: list[bytes]) -> MQTTClient:
+    """``client_id``'s 3.1.1 session subscribes to ``topic_filter`` at QoS 1 and goes away; a
+    publisher then sends ``payloads`` to ``topic`` at QoS 1, each answered PUBACK (so stored
+    for the session).  Returns the publisher, still connected."""
+    device = clients(broker, MQTTv311, client_id, clean=False)
+    assert device.subscribe(topic_filter, 1) == 1
+    device.disconnect()
+    publisher = clients(broker, MQTTv311)
+    for payload in payloads:
+        assert publisher.publish(topic, payload, 1) == 0  # PUBACK
+    return publisher
+
+
 def test_v311_session_and_acknowledged_messages_survive_kill_9(tmp_path: Path, clients) -> None:
     broker = _start(tmp_path)
-    device = clients(broker, MQTTv311, "crash-dev", clean=False)
-    assert device.subscribe("crash/+/t", 1) == 1
-    device.disconnect()
-
-    publisher = clients(broker, MQTTv311)
     sent = [f"mqtt {i}".encode() for i in range(20)]
-    for payload in sent:
-        assert publisher.publish("crash/a/t", payload, 1) == 0  # PUBACK
+    publisher = _kept_while_away(clients, broker, "crash-dev", "crash/+/t", "crash/a/t", sent)
     # Kept for the absent session and delivered at QoS 1 like the MQTT ones: it was stored for
     # the session before SSMP's 200 (docs/mqtt.md, "QoS").
     ssmp = SSMPPeer(broker, "crashpub")
@@ -207,14 +215,8 @@ def test_a_session_stored_before_subscriber_names_had_a_version_tag_is_taken_up(
     version 5: ``mqtt/<realm>/<name>/<client id>/<incarnation>``) is migrated when the broker
     opens it: the session, its subscription and its pending messages are all there."""
     broker = _start(tmp_path)
-    device = clients(broker, MQTTv311, "old-dev", clean=False)
-    assert device.subscribe("old/+/t", 1) == 1
-    device.disconnect()
-    publisher = clients(broker, MQTTv311)
     sent = [f"kept {i}".encode() for i in range(3)]
-    for payload in sent:
-        assert publisher.publish("old/a/t", payload, 1) == 0
-    publisher.disconnect()
+    _kept_while_away(clients, broker, "old-dev", "old/+/t", "old/a/t", sent).disconnect()
     assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
     assert_clean_log(broker)
 
