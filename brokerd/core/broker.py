@@ -406,7 +406,7 @@ class Broker(Service):
 
     def publish_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
         """Deliver a multicast ``message`` its publisher asked the broker not to store
-        (SMQP's ``Guarantee: NO``) to the durable subscribers of its topic connected to this
+        (a guarantee of none) to the durable subscribers of its topic connected to this
         node and to the ``explicit`` ones, once each; nothing is kept for one that is offline.
         The live subscribers of the other protocols get it from :meth:`publish`, which the
         front end calls when they can carry it.  Returns the sessions reached."""
@@ -431,7 +431,7 @@ class Broker(Service):
 
     def keep_for_filters(self, messages: list[Message]) -> Deferred | None:
         """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a
-        front end that stores its own messages for its own durable subscribers (SMQP) asks,
+        front end that stores its own messages for its own durable subscribers asks,
         so that those sessions get its messages too.  None when no filter matches."""
         durable = self.durable
         if durable is None or not durable.index.has_filter_subscribers(messages[0].target):  # type: ignore[arg-type]

@@ -123,8 +123,8 @@ class MemoryStore:
     # ------------------------------------------------------------------ messages
 
     def _insert(self, record: MessageRecord) -> int:
-        if record.seq in self._messages or any(m.smuid == record.smuid for m in self._messages.values()):
-            raise ValueError(f"duplicate message {record.smuid!r} (seq {record.seq})")
+        if record.seq in self._messages or any(m.message_id == record.message_id for m in self._messages.values()):
+            raise ValueError(f"duplicate message {record.message_id!r} (seq {record.seq})")
         self._seq = max(self._seq, record.seq)
         self._messages[record.seq] = record
         return record.seq
@@ -160,10 +160,10 @@ class MemoryStore:
         if self._closed:
             return self._ok()
         seqs = [record.seq for record, _deliveries in items]
-        taken = {record.smuid for record in self._messages.values()}
+        taken = {record.message_id for record in self._messages.values()}
         if (len(set(seqs)) < len(seqs) or any(seq in self._messages for seq in seqs)
-                or len({record.smuid for record, _d in items} | taken) < len(taken) + len(items)):
-            return fail(ValueError("duplicate message among " + ", ".join(repr(r.smuid) for r, _d in items)))
+                or len({record.message_id for record, _d in items} | taken) < len(taken) + len(items)):
+            return fail(ValueError("duplicate message among " + ", ".join(repr(r.message_id) for r, _d in items)))
         gathered = gatherResults([self.publish(record, deliveries) for record, deliveries in items],
                                  consumeErrors=True)
         self.put_flows(flows)
@@ -194,7 +194,7 @@ class MemoryStore:
 
     def remove_message(self, topic: str, smuid: str) -> Deferred:
         for seq, record in list(self._messages.items()):
-            if record.topic == topic and record.smuid == smuid:
+            if record.topic == topic and record.message_id == smuid:
                 return self.delete_message(seq)
         return self._ok(False)
 
@@ -210,7 +210,7 @@ class MemoryStore:
         if not receipt_due(record.receipt, acked, total, final):
             return None
         self._receipted.add(seq)
-        return ReceiptDue(seq, record.topic, record.publisher, record.cmuid, record.data, acked, total)
+        return ReceiptDue(seq, record.topic, record.publisher, record.client_message_id, record.data, acked, total)
 
     def _trash(self, seq: int, now: float) -> Settled | None:
         record = self._live(seq)

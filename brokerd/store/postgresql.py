@@ -215,7 +215,7 @@ class PostgreSQLStore:
         """Insert the message and, in the same statement, a pending delivery per subscriber."""
         from psycopg import errors
 
-        row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received, record.expires,
+        row = (seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received, record.expires,
                record.priority, record.data, record.mode, record.receipt, record.trashed)
         insert = (f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES"
                   " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
@@ -229,7 +229,7 @@ class PostgreSQLStore:
             else:
                 c.execute(insert, row)
         except errors.UniqueViolation:
-            raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
+            raise ValueError(f"duplicate message {record.message_id!r} (seq {seq})") from None
         self._used(seq)
         return seq
 

@@ -38,7 +38,7 @@ from zope.interface import implementer
 
 from brokerd.config import Settings
 from brokerd.core.access import system_topic
-from brokerd.core.durable import owned_subscriber
+from brokerd.core.subscriber import SubscriberId
 from brokerd.core.filters import matches
 from brokerd.core.message import Message
 from brokerd.core.principal import SERVICE, Principal
@@ -151,7 +151,7 @@ class Bridge:
             self._connect()
             return
         if stored_rules:
-            self.durable_name = owned_subscriber("bridge", self.principal, self.spec.name, "1")
+            self.durable_name = SubscriberId(self.principal, "bridge", self.spec.name, "1").encode()
         # The connection waits for the store: what comes in is then stored for the durable
         # subscribers (it is acknowledged as kept), and what goes out was subscribed to first.
         d = durable.when_started().addCallbacks(
@@ -208,7 +208,7 @@ class Bridge:
         self.queue = BridgeQueue(self, durable, self.settings.max_output_buffer, self.spec.max_queued,
                                  self.spec.max_queued_bytes)
         self.queue.open()
-        durable.start_sweeps()  # expiry and Trash, which a node without MQTT or SMQP listener would not run
+        durable.start_sweeps()  # expiry and dead letters, which a node without MQTT or SMQP listener would not run
         return gatherResults(commits) if commits else None
 
     def _no_store(self, failure: Failure) -> None:

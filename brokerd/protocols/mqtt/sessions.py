@@ -20,11 +20,11 @@ from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.core.durable import DurableService, owned_prefix, owned_subscriber
 from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Multicast
 from brokerd.core.retained import RetainRefused
+from brokerd.core.subscriber import SubscriberId, protocol_prefix
 from brokerd.core.subscriptions import FILTER
 from brokerd.errors import BrokerError, Forbidden
 from brokerd.protocols.mqtt.packets import (
@@ -40,6 +40,9 @@ from brokerd.protocols.mqtt.stored import (
 from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
+
+STORED_SESSIONS = protocol_prefix(MQTTSession.protocol)
+"""What the durable subscriber names of every stored MQTT session start with."""
 
 
 class MQTTSessions:
@@ -63,7 +66,7 @@ class MQTTSessions:
         self.quotas = SessionQuotas(settings, clock)
         """The persistent sessions by owner, within the operator's quotas (:mod:`.quotas`)."""
         if broker.durable is not None:  # what the store keeps for each stored session, at most
-            broker.durable.bound_pending("mqtt/", settings.mqtt_max_stored_queued)
+            broker.durable.bound_pending(STORED_SESSIONS, settings.mqtt_max_stored_queued)
 
     @property
     def durable(self) -> DurableService | None:
@@ -133,7 +136,8 @@ class MQTTSessions:
             return
         self._incarnations += 1
         incarnation = f"{int(self.clock.seconds() * 1000):012x}.{id(self) & 0xFFFF:04x}.{self._incarnations}"
-        session.durable_name = owned_subscriber("mqtt", session.principal, session.client_id, incarnation)
+        identity = SubscriberId(session.principal, MQTTSession.protocol, session.client_id, incarnation)
+        session.durable_name = identity.encode()
         for topic_filter, options in list(session.subscriptions.items()):
             if topic_filter.startswith("$share/"):
                 continue  # shared subscriptions are the node's (docs/mqtt.md)
@@ -148,7 +152,8 @@ class MQTTSessions:
         durable = self.durable
         if durable is None:
             return False
-        names = durable.index.subscribers_named(owned_prefix("mqtt", session.principal, session.client_id))
+        prefix = SubscriberId.session_prefix(session.principal, MQTTSession.protocol, session.client_id)
+        names = durable.index.subscribers_named(prefix)
         if not names:
             return False
         names.sort()
@@ -199,8 +204,8 @@ class MQTTSessions:
 
     def listening(self, started: bool) -> None:
         """A listener of the front end started (``started``) or stopped.  While one listens
-        and the store is read, the stored messages expire into their Trash and the Trash is
-        emptied (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
+        and the store is read, the stored messages expire into dead letters and those are
+        purged (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
         else would); at the first start the unclaimed stored sessions are timed."""
         self._listeners += 1 if started else -1
         durable = self.broker.durable
@@ -233,7 +238,7 @@ class MQTTSessions:
         durable = self.durable
         if durable is None or self.settings.cluster is not None:
             return
-        names = durable.index.subscribers_named("mqtt/")
+        names = durable.index.subscribers_named(STORED_SESSIONS)
         if names:
             self.clock.callLater(self.settings.mqtt_max_session_expiry, self._end_unclaimed, names)
 
@@ -245,7 +250,7 @@ class MQTTSessions:
         durable = self.durable
         if durable is None or self.settings.cluster is not None:
             return
-        for name in self.quotas.admit_stored(durable.index.subscribers_named("mqtt/")):
+        for name in self.quotas.admit_stored(durable.index.subscribers_named(STORED_SESSIONS)):
             self._forget(name)
 
     def _end_unclaimed(self, names: list[str]) -> None:

@@ -96,7 +96,7 @@ class MessageService:
 
     @property
     def suid(self) -> str:
-        return self.durable.suid
+        return self.durable.server_id
 
     def smuid(self, seq: int, stamp: str) -> str:
         return f"{self.suid}/{seq}({stamp})"
@@ -136,7 +136,7 @@ class MessageService:
         def committed(seq: int) -> Any:
             routed = message is not None and self.forward(message)
             if not routed:
-                self.accepted(record.topic, record.publisher, record.smuid, size, bool(deliveries))
+                self.accepted(record.topic, record.publisher, record.message_id, size, bool(deliveries))
                 return seq
             # The core keeps it for the other protocols' durable sessions (MQTT's persistent
             # ones) too, before the publisher is answered: nothing acknowledged is lost.

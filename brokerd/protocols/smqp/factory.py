@@ -92,7 +92,7 @@ class SMQPFrontEnd(Factory):
         self.access_list = access_list
         """The UAL: the core's access policy, which SMQP's commands read and edit."""
         self.domain = server_domain(settings)
-        self.message_timeout: float | None = settings.smqp_message_timeout
+        self.message_timeout: float | None = settings.durable_message_timeout
         """The server's default message timeout (the login reply's Timeout attribute)."""
         self._run_in_thread = run
         self.max_topics_per_account = settings.smqp_max_topics_per_account
@@ -137,7 +137,7 @@ class SMQPFrontEnd(Factory):
     @property
     def suid(self) -> str:
         """The server's unique id (the core's: the head of every stored message's id)."""
-        return self.durable.suid
+        return self.durable.server_id
 
     def start(self) -> Deferred:
         """Once the core's durable service has read the store (topics, SUID,
@@ -167,7 +167,7 @@ class SMQPFrontEnd(Factory):
     def message_timeout_for(self, key: str) -> float | None:
         """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
         has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
-        ancestor's, else the server default (``--smqp-message-timeout``): the core's answer,
+        ancestor's, else the server default (``--durable-message-timeout``): the core's answer,
         the same for every protocol's messages."""
         return self.durable.topics.timeout_for(key)
 

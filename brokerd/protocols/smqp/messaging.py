@@ -148,7 +148,7 @@ class MessagingCommands(SessionBase):
             raise Refused(400, f"Bad request: Smuid {given!r} names no message")
 
         def found(record: MessageRecord | None) -> None:
-            if record is None or not _same_message(given, record.smuid):
+            if record is None or not _same_message(given, record.message_id):
                 raise Refused(404, "Not found: the message answered is not on the server")
             key = record.topic
             if record.trashed is not None:
@@ -305,7 +305,7 @@ class MessagingCommands(SessionBase):
                 return self._publish(key, body, publication, command, [], node_mode, "ADD", False)
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator replaces a message")
-            trashed = self.factory.durable.trash(record.seq, "replaced")
+            trashed = self.factory.durable.to_dead_letters(record.seq, "replaced")
             return trashed.addCallback(
                 lambda _: self._publish(key, body, publication, command, [], node_mode, "REPLACE", False))
 
@@ -326,12 +326,12 @@ class MessagingCommands(SessionBase):
                 raise Refused(404, "Not found: the message is no longer in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator recalls a message")
-            return factory.durable.trash(seq, "recalled").addCallback(gone, record)
+            return factory.durable.to_dead_letters(seq, "recalled").addCallback(gone, record)
 
         def gone(_settled: Any, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
-            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)
+            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.message_id)
 
         return d.addCallback(found)
 

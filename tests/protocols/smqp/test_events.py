@@ -21,7 +21,7 @@ from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
 from tests.support.smqp import smqp_factory
 
-MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.smqp_max_attempts, Settings.smqp_retry_timeout
+MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.durable_max_attempts, Settings.durable_retry_timeout
 
 PUB = (b"PUB MESSAGE /a %s\r\nCreated: D20020101T000000Z\r\n%s\r\n"
        b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n%s\r\n.\r\n")
@@ -61,7 +61,7 @@ class Setup:
         self.events = RecordingEvents()
         self.routed = RoutedMessages()
         self.factory = smqp_factory(
-            Broker(observer=self.routed), Settings(login_timeout=5.0, smqp_domain="test.example"), self.clock,
+            Broker(observer=self.routed), Settings(login_timeout=5.0, domain="test.example"), self.clock,
             MemoryStore(), AccountsChecker(path, run=run_inline), ual=AccessList(),
             run=run_inline, events=self.events,
         )

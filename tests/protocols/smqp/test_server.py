@@ -42,7 +42,7 @@ def factory(tmp_path: Path) -> SMQPServerFactory:
     path = tmp_path / "accounts"
     write_accounts(path, {"alice": PasswordHash.create("alicepw", n=2)})
     clock = Clock()
-    settings = Settings(login_timeout=5.0, max_output_buffer=1000, smqp_domain="test.example")
+    settings = Settings(login_timeout=5.0, max_output_buffer=1000, domain="test.example")
     factory = smqp_factory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
                                 ual=AccessList(), run=run_inline)
     factory.start()
@@ -304,7 +304,7 @@ def test_count_subscribers_counts_message_subscribers_of_the_topic(factory):
 
 
 def test_unacknowledged_notifications_are_retried_then_trashed(factory):
-    MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.smqp_max_attempts, Settings.smqp_retry_timeout  # noqa: N806
+    MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.durable_max_attempts, Settings.durable_retry_timeout  # noqa: N806
 
     subscriber, sub_transport = logged_in(factory, "s1")
     subscriber.dataReceived(b"CREATE TOPIC /a\r\nSUB MESSAGE /a\r\n")
