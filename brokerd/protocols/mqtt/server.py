@@ -126,6 +126,12 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._connect_timer = None
         if not self.release_connection():
             return
+        self._leave_session()
+
+    def _leave_session(self) -> None:
+        """Detach from the session, publishing the will of a connection that did not end
+        normally: at the close, or when a DISCONNECT was sent and the connection only lingers
+        (:meth:`_close_after_disconnect`); the close then finds nothing left to do."""
         factory = self.factory
         factory.liveness.forget(self)
         session = self.session
@@ -142,7 +148,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._connect_timer = None
         self._close()
 
-    def _close(self) -> None:
+    def _close(self, after_disconnect: bool = False) -> None:
         if self._held is not None:
             self._release_held()
         if self._run and not self.closed:
@@ -150,7 +156,25 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         if not self.closed:
             self.closed = True
             self.unregister_producer()
+            if after_disconnect:
+                self._close_after_disconnect()
+            else:
+                self.transport.loseConnection()
+
+    def _close_after_disconnect(self) -> None:
+        """Close the server's side once the DISCONNECT is written, and read on (dropping it:
+        ``closed`` is set) what the client sent meanwhile, until the client closes too or
+        ``--mqtt-connect-timeout`` passes.  Closing outright while the client's packets still
+        come (a PUBREL for each PUBREC it reads) makes the kernel answer them with a reset,
+        and the client fails on its next write before it reads the DISCONNECT whose reason
+        code 4.13 sends it.  TLS has no half close: it closes outright."""
+        half_close = getattr(self.transport, "loseWriteConnection", None)
+        if half_close is None:
             self.transport.loseConnection()
+            return
+        self._leave_session()
+        half_close()
+        self.call_later(self.factory.settings.mqtt_connect_timeout, self.transport.abortConnection)
 
     def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
         """End the connection for a protocol violation or by the server's choice: a v5
@@ -160,6 +184,8 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         if self.version == MQTT_5 and self.session is not None:
             properties = Properties(reason_string=reason) if reason and self._problem_information else NO_PROPERTIES
             self.transport.write(encode(Disconnect(reason_code, properties), MQTT_5))
+            self._close(after_disconnect=True)
+            return
         self._close()
 
     def _problem(self, reason: str | None) -> Properties:
