@@ -176,15 +176,16 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         half_close()
         self.call_later(self.factory.settings.mqtt_connect_timeout, self.transport.abortConnection)
 
-    def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
+    def _disconnect(self, reason_code: int, reason: str | None = None, drain: bool = True) -> None:
         """End the connection for a protocol violation or by the server's choice: a v5
-        DISCONNECT with ``reason_code`` first; 3.1.1 just closes (3.14: only clients send it)."""
+        DISCONNECT with ``reason_code`` first, then the close that drains what the client still
+        sends (unless not ``drain``); 3.1.1 just closes (3.14: only clients send it)."""
         if self.closed:
             return
         if self.version == MQTT_5 and self.session is not None:
             properties = Properties(reason_string=reason) if reason and self._problem_information else NO_PROPERTIES
             self.transport.write(encode(Disconnect(reason_code, properties), MQTT_5))
-            self._close(after_disconnect=True)
+            self._close(after_disconnect=drain)
             return
         self._close()
 
@@ -205,8 +206,10 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._disconnect(reasons.ADMINISTRATIVE_ACTION, "closed by the operator")
 
     def taken_over(self) -> None:
-        """A newer connection took this client identifier's session (3.1.4 step 3)."""
-        self._disconnect(reasons.SESSION_TAKEN_OVER, "another connection took the session over")
+        """A newer connection took this client identifier's session (3.1.4 step 3).  Closed
+        without the drain: that leaves the session at once, which the takeover, under way,
+        does itself (MQTTSessions.open)."""
+        self._disconnect(reasons.SESSION_TAKEN_OVER, "another connection took the session over", drain=False)
 
     # ------------------------------------------------------------------ flow control
 
