@@ -350,7 +350,9 @@ class Settings:
     mqtt_connect_timeout: float = setting(
         10.0,
         help="MQTT: seconds a connection may take to send an accepted CONNECT.",
-        meaning="MQTT: seconds from a connection's start until its CONNECT is accepted; then it is closed")
+        meaning="MQTT: seconds from a connection's start until its CONNECT is accepted; then it is closed; "
+                "also how long a v5 connection the server ended with DISCONNECT is still read (and what "
+                "comes dropped) for the client to close it too")
     mqtt_max_session_expiry: int = setting(
         86_400, "S",
         maximum=4_294_967_295,  # a v5 Session Expiry Interval, a Four Byte Integer

@@ -749,3 +749,22 @@ def test_module_broker_has_not_logged_a_traceback(broker: RunningBroker, clients
     client = clients(MQTTv5)
     assert client.subscribe(unique("alive", MQTTv5)) == 0
     assert_clean_log(broker)
+
+
+def test_v5_a_takeover_of_a_session_that_ends_with_its_connection_goes_on_for_the_new_one(clients) -> None:
+    """Session Expiry Interval 0 and Clean Start 0: the session lives while a connection has it,
+    so the connection that takes it over (3.1.4 step 3) gets what its subscription matches; the
+    old connection's close must not end it under the new one."""
+    topic = unique("takeover-expiry-0", MQTTv5)
+    client_id = unique("taken-expiry-0", MQTTv5)
+    old = clients(MQTTv5, client_id, clean=False, expiry=0)
+    old.subscribe(topic, 1)
+    new = clients(MQTTv5, client_id, clean=False, expiry=0, connect=False)
+    new.start()
+    present, reason, _props = new.connack()
+    assert (present, reason) == (True, 0)
+    assert old.disconnected() == 0x8E, "Session taken over"
+    old.stop()
+    pub = clients(MQTTv5)
+    pub.publish(topic, b"to the new connection", 1)
+    assert new.message().payload == b"to the new connection"

@@ -60,6 +60,15 @@ def pubcomp(packet_id: int) -> tuple[int, bytes]:
     return 0x70, packet_id.to_bytes(2, "big")
 
 
+def _next_is_a_marker(broker: RunningBroker, watcher: MQTTClient) -> None:
+    """The watcher's next message is a marker published now: the PUBLISH over the Receive
+    Maximum, sent before it, was not published."""
+    marker = MQTTClient(broker.ports["mqtt"], MQTTv5)
+    assert marker.publish("rm/marker", b"after", 1) == 0
+    assert watcher.message().payload == b"after", "the one over the Receive Maximum was published"
+    marker.disconnect()
+
+
 def _connected(broker: RunningBroker, version: int, client_id: str, **options) -> RawMQTT:
     client = RawMQTT(broker)
     client.send(connect_packet(version, client_id, **options))
@@ -96,10 +105,7 @@ def test_qos2_messages_waiting_for_pubrel_count_against_the_receive_maximum(
         hoarding.closed()
     got = [watcher.message().payload for _ in range(RECEIVE_MAXIMUM)]
     assert got == [b"h%d" % n for n in range(1, RECEIVE_MAXIMUM + 1)]
-    marker = MQTTClient(broker.ports["mqtt"], MQTTv5)
-    assert marker.publish("rm/marker", b"after", 1) == 0
-    assert watcher.message().payload == b"after", "the one too many was not published"
-    marker.disconnect()
+    _next_is_a_marker(broker, watcher)
 
 
 def test_a_released_slot_is_free_again_and_qos1_counts_with_qos2(broker: RunningBroker, watcher: MQTTClient) -> None:
@@ -117,10 +123,7 @@ def test_a_released_slot_is_free_again_and_qos1_counts_with_qos2(broker: Running
     assert client.disconnect_reason() == 0x93
     got = [watcher.message().payload for _ in range(RECEIVE_MAXIMUM + 2)]
     assert got == [b"q1"] + [b"q2-%d" % n for n in range(1, RECEIVE_MAXIMUM + 1)] + [b"in the freed slot"]
-    marker = MQTTClient(broker.ports["mqtt"], MQTTv5)
-    assert marker.publish("rm/marker", b"after", 1) == 0
-    assert watcher.message().payload == b"after", "the one over the Receive Maximum was not published"
-    marker.disconnect()
+    _next_is_a_marker(broker, watcher)
 
 
 @pytest.mark.parametrize("version", [pytest.param(V311, id="3.1.1"), pytest.param(V5, id="5.0")])
@@ -153,3 +156,31 @@ def test_messages_awaiting_pubrel_of_an_earlier_connection_count_against_the_rec
         last.send(pubrel_packet(packet_id))
         assert last.read() == pubcomp(packet_id)
     last.close()
+
+
+def test_a_client_answering_as_it_reads_gets_the_disconnect_and_an_orderly_close(
+        broker: RunningBroker, watcher: MQTTClient) -> None:
+    """A burst one over the Receive Maximum, read back the way clients read (a PUBREL for each
+    PUBREC as it comes, as Eclipse paho's interoperability suite does): the client's PUBRELs
+    cross the server's DISCONNECT 0x93.  The server closes its side after the DISCONNECT and
+    drops what still comes (4.13: the reason code is for the client to read), rather than
+    closing outright, which makes the kernel answer the PUBRELs with a reset: the client's
+    next write failed then, before it could read the DISCONNECT."""
+    client = _connected(broker, V5, "rm-burst")
+    client.send(b"".join(publish_packet(V5, "rm/burst", b"b%d" % packet_id, 2, packet_id)
+                         for packet_id in range(1, RECEIVE_MAXIMUM + 2)))
+    answered = []
+    while True:
+        first, body = client.read()
+        if first != 0x50:
+            break
+        packet_id = int.from_bytes(body[:2], "big")
+        client.send(pubrel_packet(packet_id))  # a reset here (BrokenPipeError) fails the test
+        answered.append(packet_id)
+    assert answered == list(range(1, RECEIVE_MAXIMUM + 1))
+    assert (first, body[:1]) == (0xE0, b"\x93"), (first, body)  # DISCONNECT, Receive Maximum exceeded
+    assert client.sock.recv(1) == b"", "an orderly close (FIN), not a reset, after the DISCONNECT"
+    got = [watcher.message().payload for _ in range(RECEIVE_MAXIMUM)]
+    assert got == [b"b%d" % n for n in range(1, RECEIVE_MAXIMUM + 1)]
+    _next_is_a_marker(broker, watcher)
+    client.close()

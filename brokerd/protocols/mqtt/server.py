@@ -131,6 +131,12 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._connect_timer = None
         if not self.release_connection():
             return
+        self._leave_session()
+
+    def _leave_session(self) -> None:
+        """Detach from the session, publishing the will of a connection that did not end
+        normally: at the close, or when a DISCONNECT was sent and the connection only lingers
+        (:meth:`_close_after_disconnect`); the close then finds nothing left to do."""
         factory = self.factory
         factory.liveness.forget(self)
         session = self.session
@@ -147,7 +153,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._connect_timer = None
         self._close()
 
-    def _close(self) -> None:
+    def _close(self, after_disconnect: bool = False) -> None:
         if self._held is not None:
             self._release_held()
         if self._run and not self.closed:
@@ -155,16 +161,37 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         if not self.closed:
             self.closed = True
             self.unregister_producer()
-            self.transport.loseConnection()
+            if after_disconnect:
+                self._close_after_disconnect()
+            else:
+                self.transport.loseConnection()
 
-    def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
+    def _close_after_disconnect(self) -> None:
+        """Close the server's side once the DISCONNECT is written, and read on (dropping it:
+        ``closed`` is set) what the client sent meanwhile, until the client closes too or
+        ``--mqtt-connect-timeout`` passes.  Closing outright while the client's packets still
+        come (a PUBREL for each PUBREC it reads) makes the kernel answer them with a reset,
+        and the client fails on its next write before it reads the DISCONNECT whose reason
+        code 4.13 sends it.  TLS has no half close: it closes outright."""
+        half_close = getattr(self.transport, "loseWriteConnection", None)
+        if half_close is None:
+            self.transport.loseConnection()
+            return
+        self._leave_session()
+        half_close()
+        self.call_later(self.factory.settings.mqtt_connect_timeout, self.transport.abortConnection)
+
+    def _disconnect(self, reason_code: int, reason: str | None = None, drain: bool = True) -> None:
         """End the connection for a protocol violation or by the server's choice: a v5
-        DISCONNECT with ``reason_code`` first; 3.1.1 just closes (3.14: only clients send it)."""
+        DISCONNECT with ``reason_code`` first, then the close that drains what the client still
+        sends (unless not ``drain``); 3.1.1 just closes (3.14: only clients send it)."""
         if self.closed:
             return
         if self.version == MQTT_5 and self.session is not None:
             properties = Properties(reason_string=reason) if reason and self._problem_information else NO_PROPERTIES
             self.transport.write(encode(Disconnect(reason_code, properties), MQTT_5))
+            self._close(after_disconnect=drain)
+            return
         self._close()
 
     def _problem(self, reason: str | None) -> Properties:
@@ -184,8 +211,10 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, Di
         self._disconnect(reasons.ADMINISTRATIVE_ACTION, "closed by the operator")
 
     def taken_over(self) -> None:
-        """A newer connection took this client identifier's session (3.1.4 step 3)."""
-        self._disconnect(reasons.SESSION_TAKEN_OVER, "another connection took the session over")
+        """A newer connection took this client identifier's session (3.1.4 step 3).  Closed
+        without the drain: that leaves the session at once, which the takeover, under way,
+        does itself (MQTTSessions.open)."""
+        self._disconnect(reasons.SESSION_TAKEN_OVER, "another connection took the session over", drain=False)
 
     # ------------------------------------------------------------------ flow control
 
