@@ -26,16 +26,14 @@ the store works off it.
 """
 from __future__ import annotations
 
-import secrets
 import socket
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.python.failure import Failure
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from brokerd.config import Settings
 from brokerd.core import stored
@@ -45,24 +43,18 @@ from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
 from brokerd.core.pending import PendingQuota
 from brokerd.core.queues import DurableQueues
 from brokerd.core.subscriber import owner_of, takes_core_publishes
-from brokerd.core.sync import DurableSync
 from brokerd.core.storedtopics import EVERY, HELD, SINGLE, StoredTopics
 from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
-from brokerd.events import schema
+from brokerd.core.sync import DurableSync
+from brokerd.core.upkeep import DurableUpkeep
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
-from brokerd.store.base import SERVER_ID_META, StoreFull, is_outage, log_unless_outage
+from brokerd.store.base import StoreFull, is_outage
 from brokerd.store.records import Delivery, MessageRecord, PacketFlow, ReceiptDue, Settled, TopicRecord
 
 __all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "Published", "UNACKNOWLEDGED", "attach_durable",
            "publisher_of", "server_domain"]
 
-EXPIRY_INTERVAL = 1.0
-"""Seconds between sweeps that make expired messages dead letters."""
-EXPIRY_BATCH = 1000
-"""Messages one sweep moves (another sweep follows at once when there were more)."""
-PURGE_INTERVAL = 60.0
-"""Seconds between purges of the dead letters older than their retention."""
 
 
 class IDurableSession(Protocol):
@@ -102,7 +94,7 @@ def server_domain(settings: Settings) -> str:
     return settings.domain or socket.gethostname() or "localhost"
 
 
-class DurableService(DurableSync, DurableQueues, DurableOutcomes):
+class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes):
     """The durable subscriptions and pending messages of the broker, over an IStore.
 
     Every tunable comes from ``settings``: the default message timeout, the retry timeout,
@@ -163,87 +155,18 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         """Seconds to wait for a delivery's acknowledgement before sending it again."""
         self.max_attempts: int = settings.durable_max_attempts
         """Delivery attempts of one message to one subscriber before it is given up."""
-        self.dead_letter_retention: float = settings.durable_dead_letter_retention
-        """Seconds a dead letter is kept before it is removed for good."""
-        self.gauge_interval: float | None = settings.event_log_gauge if settings.event_log else None
-        """Seconds between readings of the store's queue figures into ``gauge`` events."""
-        self._gauge_last: tuple[int, int, int] | None = None
         self.online: dict[str, float] = {}
         """Connected durable subscribers by name: when they connected (clock seconds), which
         splits an outcome's latency into the time the message waited for its subscriber
         and the time it took once the subscriber was there (``queued_us``)."""
         self._seq = 0
-        self._loops: list[LoopingCall] = []
-        self._starting = False
-        self._start_waiters: list[Deferred] | None = []
-        """Who waits for :meth:`start` to finish; None once it did."""
-        self._start_failure: Failure | None = None
+        self.init_upkeep(settings)
         self._tree_reading: Deferred | None = None
         self._tree_again = False
         self._tree_changing = 0
         self._tree_changes = 0
         self.stats = {"published": 0, "kept": 0, "acked": 0, "redelivered": 0, "expired": 0,
                       "trashed": 0, "delivered": 0, "given_up": 0}
-
-    # ------------------------------------------------------------------ life
-
-    def start(self, opened: Deferred | None = None) -> Deferred:
-        """Once the store is open (``opened`` fired; now when None), load the topics, the
-        server id (made and stored by the first node to start), the subscriptions and the next
-        message number.  ``opened``'s own result goes on unchanged to its other callbacks.
-        Returns :meth:`when_started`."""
-        if not self._starting:
-            self._starting = True
-
-            def load(result: Any) -> Any:
-                d = self.store.load_topics()
-                d.addCallback(self.topics.replace)
-                d.addCallback(lambda _: self.store.get_meta(SERVER_ID_META))
-                d.addCallback(self._server_id_read)
-                d.addCallback(lambda _: self.store.load_subscriptions())
-                d.addCallback(self.index.load)
-                d.addCallback(lambda _: self._count_pending())
-                d.addCallback(lambda _: self.store.next_seq())
-                d.addCallback(self._numbered)
-                d.addBoth(self._finished)
-                return result
-
-            def failed(failure: Failure) -> Failure:
-                self._finished(failure)
-                return failure
-
-            (opened if opened is not None else succeed(None)).addCallbacks(load, failed)
-        return self.when_started()
-
-    @property
-    def started(self) -> bool:
-        """Whether :meth:`start` finished (well or not)."""
-        return self._start_waiters is None
-
-    def when_started(self) -> Deferred:
-        """A Deferred that fires with None once :meth:`start` finished, or with its failure
-        (the front ends greet their clients, or say they are not available)."""
-        if self._start_waiters is None:
-            return fail(self._start_failure) if self._start_failure is not None else succeed(None)
-        waiter: Deferred = Deferred()
-        self._start_waiters.append(waiter)
-        return waiter
-
-    def _finished(self, result: Any) -> None:
-        waiters, self._start_waiters = self._start_waiters or [], None
-        self._start_failure = result if isinstance(result, Failure) else None
-        for waiter in waiters:
-            if self._start_failure is not None:
-                waiter.errback(self._start_failure)
-            else:
-                waiter.callback(None)
-
-    def _server_id_read(self, server_id: str | None) -> Deferred | None:
-        if server_id is None:
-            self.server_id = f"{self.domain}/{secrets.token_hex(4)}"
-            return self.store.set_meta(SERVER_ID_META, self.server_id)
-        self.server_id = server_id
-        return None
 
     def bound_pending(self, prefix: str, limit: int) -> None:
         """At most ``limit`` messages wait in the store for each subscriber whose name starts
@@ -258,35 +181,6 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         if quota is None:
             return succeed(None)
         return self.store.pending_counts(quota.prefix).addCallback(quota.loaded)
-
-    def _numbered(self, seq: int) -> None:
-        self._seq = seq
-
-    def start_sweeps(self) -> None:
-        if self._loops:
-            return
-        work_list: list[tuple[float, Callable[[], Deferred | None]]] = [
-            (EXPIRY_INTERVAL, self.sweep), (PURGE_INTERVAL, self.purge_dead_letters)]
-        if self.gauge_interval is not None:
-            work_list.append((self.gauge_interval, self.gauge))
-        for interval, work in work_list:
-            loop = LoopingCall(work)
-            loop.clock = self.clock
-            loop.start(interval, now=False).addErrback(self._report("Durable delivery sweep"))
-            self._loops.append(loop)
-
-    def stop_sweeps(self) -> None:
-        for loop in self._loops:
-            if loop.running:
-                loop.stop()
-        self._loops = []
-
-    def _report(self, what: str, **fields: Any) -> Callable[[Any], None]:
-        """An errback that logs a failure of ``what`` with its traceback, unless the store is
-        away: that change of state is the store's one line (brokerd.store.base.is_outage)."""
-        def report(failure: Any) -> None:
-            log_unless_outage(failure, self._log, what, **fields)
-        return report
 
     def next_seq(self) -> int:
         seq = self._seq
@@ -611,43 +505,6 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         if settled.receipt is not None and self.receipts is not None:
             self.receipts(settled.receipt)
 
-    # ------------------------------------------------------------------ expiry and dead letters
-
-    def sweep(self) -> Deferred:
-        """Make expired messages dead letters (with receipts for those that asked)."""
-        d = self.store.expire(self.clock.seconds(), EXPIRY_BATCH)
-
-        def expired(found: list[Settled]) -> Deferred | None:
-            for settled in found:
-                self.expired(settled)
-                self.settle(settled, "expired")
-            if len(found) >= EXPIRY_BATCH:
-                return self.sweep()
-            return None
-
-        return d.addCallback(expired).addErrback(self._report("Expiring stored messages"))
-
-    def purge_dead_letters(self) -> Deferred:
-        """Remove the dead letters kept longer than ``dead_letter_retention``."""
-        d = self.store.empty_trash(self.clock.seconds() - self.dead_letter_retention)
-        return d.addErrback(self._report("Purging the dead letters"))
-
-    def gauge(self) -> Deferred | None:
-        """Read the store's queue figures (off the reactor thread: one counting query) and
-        log a ``gauge`` event when they changed since the last one."""
-        ask = getattr(self.store, "queue_figures", None)
-        if ask is None:
-            return None
-
-        def read(figures: dict[str, Any]) -> None:
-            reading = (int(figures.get("pending", 0)), int(figures.get("unacknowledged", 0)),
-                       int(figures.get("trash_total", sum(int(n) for n in figures.get("trash", {}).values()))))
-            if reading != self._gauge_last:
-                self._gauge_last = reading
-                self.events.record(schema.GAUGE, self.protocol, pending=reading[0], unacknowledged=reading[1],
-                                   trash=reading[2])
-
-        return ask().addCallback(read).addErrback(self._report("Reading the queue figures"))
 
 
 def attach_durable(broker: Any, store: Any, opened: Deferred | None, clock: Any, events: Any,
