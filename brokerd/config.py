@@ -13,8 +13,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twisted.logger import Logger
+
 from brokerd.errors import ConfigurationError
-from brokerd.settingspec import Option, convert, option_name, setting
+from brokerd.settingspec import Option, command_line_name, convert, former_name_use, option_name, option_of, setting
+
+_log = Logger()
 
 PROTOCOLS = ("ssmp", "mcchat", "smqp", "socketmq", "mqtt")
 # Every default is a port above 1024, so a broker started without options by a user who is not
@@ -157,20 +161,24 @@ class Settings:
                 "(docs/smqp.md)")
     durable_message_timeout: float = setting(
         86400.0,
+        former=("smqp-message-timeout",),
         help="Durable delivery: default life span of a stored message in seconds.",
         meaning="Durable delivery: default life span of a stored message, every protocol's (per message and per "
                 "topic values win; SMQP's `Timeout`)")
     durable_retry_timeout: float = setting(
         30.0,
+        former=("smqp-retry-timeout",),
         help="Durable delivery: seconds before an unacknowledged delivery is sent again.",
         meaning="Durable delivery: seconds before an unacknowledged delivery (an SMQP NOTIFY) is sent again")
     durable_max_attempts: int = setting(
         5,
+        former=("smqp-max-attempts",),
         help="Durable delivery: sends of a delivery before the message becomes a dead letter.",
         meaning="Durable delivery: sends of a delivery (an SMQP NOTIFY) before the message becomes a dead letter "
                 "(SMQP: goes to its topic's Trash)")
     durable_dead_letter_retention: float = setting(
         3600.0,
+        former=("smqp-trash-retention",),
         help="Durable delivery: seconds a dead letter is kept.",
         meaning="Durable delivery: seconds a dead letter (expired or given up; SMQP: in a Trash) is kept")
     tor_control: str | None = setting(
@@ -760,38 +768,68 @@ def settings_default(option: str) -> str | None:
     return str(value)
 
 
+def former_names() -> dict[str, str]:
+    """A former name of an option (:attr:`Option.former`) -> the option's name now."""
+    return {former: name for name, spec in setting_fields().items() for former in option_of(spec).former}
+
+
 def settings_from(values: dict[str, Any], config_file: str | None = None,
-                  problems: list[str] | None = None) -> Settings:
+                  problems: list[str] | None = None, warnings: list[str] | None = None) -> Settings:
     """Build Settings from command-line ``values`` (None = not given) over ``config_file``.
 
     Keys use the option names (``data-dir``, ``max-output-buffer``); listener keys take a
     string or a list of endpoint strings.  A bad setting raises ConfigurationError, or, when
     a ``problems`` list is given, is added to it (and keeps its default) so that every bad
-    setting is reported at once.
+    setting is reported at once.  A former name of an option sets it as its name does, with a
+    line added to ``warnings`` for the caller to log at start (without a list, logged at once);
+    given beside the name in the same place (both in the file, or both on the command line) it
+    is a bad setting naming both.
     """
+    formers = former_names()
+    known = setting_fields()
+    known.update({former: known[current] for former, current in formers.items()})
+    found: list[str] = []
+    said: list[str] = []
     merged: dict[str, Any] = {}
     if config_file is not None:
-        try:
-            with open(config_file, "rb") as handle:
-                merged.update(tomllib.load(handle))
-        except OSError as exc:
-            raise ConfigurationError(f"--config {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigurationError(f"--config {config_file}: {exc}") from None
-    for key, value in values.items():
-        if value is not None:
-            merged[key] = value
+        from_file = _read_config_file(config_file)
+        _collect(found, said, former_name_use(from_file, formers, str, f"--config {config_file}: "))
+        merged.update(from_file)
+    given = {key: value for key, value in values.items() if value is not None}
+    _collect(found, said, former_name_use(given, formers, lambda key: command_line_name(key, known[key])))
+    merged.update(given)
 
     settings = Settings()
-    known = setting_fields()
     for key, value in merged.items():
         try:
             _apply(settings, known, key, value)
         except ConfigurationError as exc:
-            if problems is None:
-                raise
-            problems.append(str(exc))
+            found.append(str(exc))
+    if found and problems is None:
+        raise ConfigurationError(found[0])
+    if problems is not None:
+        problems.extend(found)
+    if warnings is None:
+        for line in said:
+            _log.warn("{line}", line=line)
+    else:
+        warnings.extend(said)
     return settings
+
+
+def _collect(problems: list[str], warnings: list[str], found: tuple[list[str], list[str]]) -> None:
+    problems.extend(found[0])
+    warnings.extend(found[1])
+
+
+def _read_config_file(config_file: str) -> dict[str, Any]:
+    try:
+        with open(config_file, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigurationError(f"--config {config_file}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"--config {config_file}: {exc}") from None
 
 
 def _apply(settings: Settings, known: dict[str, Any], key: str, value: Any) -> None:

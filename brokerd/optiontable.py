@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from brokerd.config import LISTENER_OPTIONS, PROTOCOLS, default_listener, setting_fields, settings_default
-from brokerd.settingspec import Option, kind, metavar, option_name, option_of, range_text
+from brokerd.settingspec import (
+    Option,
+    command_line_name,
+    command_option,
+    kind,
+    metavar,
+    option_name,
+    option_of,
+    range_text,
+)
 
 COMMAND_OPTIONS = {
     "config": Option(
@@ -49,30 +58,45 @@ def setting_help(name: str, spec: Field) -> str:
 
 
 def negative_flags() -> dict[str, str]:
-    """Flags that turn off a setting that is on by default: ``no-NAME`` -> NAME."""
-    return {f"no-{name}": name for name, spec in setting_fields().items() if kind(spec) == "negative flag"}
+    """Flags that turn off a setting that is on by default: ``no-NAME`` -> NAME (and
+    ``no-FORMER`` -> FORMER for its former names, which brokerd.config takes as NAME)."""
+    return {f"no-{key}": key for name, spec in setting_fields().items() if kind(spec) == "negative flag"
+            for key in (name, *option_of(spec).former)}
+
+
+def former_options() -> dict[str, str]:
+    """The former names on the command line -> the option now (``no-FORMER`` -> ``no-NAME``
+    for a setting on by default): taken, with a warning, but not listed by ``--help``."""
+    return {command_option(former, spec): command_option(name, spec)
+            for name, spec in setting_fields().items() for former in option_of(spec).former}
 
 
 def parameters() -> list[list[Any]]:
-    """``optParameters``: ``--config`` and every setting that takes one value."""
+    """``optParameters``: ``--config`` and every setting that takes one value, under its name
+    and its former names."""
     rows: list[list[Any]] = [["config", None, None, COMMAND_OPTIONS["config"].help]]
     for name, spec in setting_fields().items():
         if kind(spec) not in ("flag", "negative flag", "repeatable"):
             rows.append([name, None, None, setting_help(name, spec)])
+            rows += [[former, None, None, former_help(name)] for former in option_of(spec).former]
     return rows
 
 
 def flags() -> list[list[Any]]:
-    """``optFlags``: every boolean setting (``--no-NAME`` for one on by default) and
-    ``--check-config``."""
+    """``optFlags``: every boolean setting (``--no-NAME`` for one on by default), under its
+    name and its former names, and ``--check-config``."""
     rows: list[list[Any]] = []
     for name, spec in setting_fields().items():
-        if kind(spec) == "flag":
-            rows.append([name, None, setting_help(name, spec)])
-        elif kind(spec) == "negative flag":
-            rows.append([f"no-{name}", None, setting_help(name, spec)])
+        if kind(spec) in ("flag", "negative flag"):
+            option = command_option(name, spec)
+            rows.append([option, None, setting_help(name, spec)])
+            rows += [[command_option(former, spec), None, former_help(option)] for former in option_of(spec).former]
     rows.append(["check-config", None, COMMAND_OPTIONS["check-config"].help])
     return rows
+
+
+def former_help(option: str) -> str:
+    return f"Former name of --{option}, going away."
 
 
 def repeatable_help(name: str) -> str:
@@ -103,6 +127,14 @@ def option_cell(name: str, spec: Field) -> str:
     return f"`--{name} {metavar(spec)}`"
 
 
+def former_text(name: str, spec: Field) -> str:
+    """The end of an option's meaning naming its former names: ``; formerly `--smqp-max-attempts```."""
+    formers = option_of(spec).former
+    if not formers:
+        return ""
+    return "; formerly " + ", ".join(f"`{command_line_name(former, spec)}`" for former in formers)
+
+
 def rows() -> list[tuple[str, str, str]]:
     """docs/operations.md's option rows: the listeners, ``--config``, ``--check-config``,
     then every setting in the order of Settings."""
@@ -112,7 +144,7 @@ def rows() -> list[tuple[str, str, str]]:
     table.append(("`--check-config`", "off", COMMAND_OPTIONS["check-config"].meaning))
     for name, spec in setting_fields().items():
         values = range_text(spec)
-        meaning = option_of(spec).meaning + (f"; {values}" if values else "")
+        meaning = option_of(spec).meaning + (f"; {values}" if values else "") + former_text(name, spec)
         table.append((option_cell(name, spec), default_cell(spec), meaning))
     return table
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import Field, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from brokerd.errors import ConfigurationError
 
@@ -39,6 +39,10 @@ class Option:
     """Given by repeating the option (an ``opt_`` method of brokerd.tap.Options) or a TOML list."""
     name: str | None = None
     """The option's name when it is not the field's (DESIGN.md names ``--accounts``, ``--ual``)."""
+    former: tuple[str, ...] = ()
+    """The option's former names (without ``--``): still taken, on the command line and as TOML
+    keys, each with a warning line at start, so that an upgrade does not stop a broker whose
+    unit file or config file still says them; not in ``--help``, named in the docs' row."""
 
 
 def setting(default: Any, metavar: str | None = None, **option: Any) -> Any:
@@ -96,6 +100,40 @@ def range_text(spec: Field) -> str:
     if option.zero:
         parts.append(f"0: {option.zero}")
     return ", ".join(parts)
+
+
+def command_option(key: str, spec: Field) -> str:
+    """The command line's option for ``key`` of ``spec`` (its name, or a former one), without
+    the dashes: ``no-KEY`` for a setting on by default, else ``KEY``."""
+    return f"no-{key}" if kind(spec) == "negative flag" else key
+
+
+def command_line_name(key: str, spec: Field) -> str:
+    """How the command line spells ``key`` of ``spec``: ``--no-KEY`` or ``--KEY``."""
+    return f"--{command_option(key, spec)}"
+
+
+def former_name_use(given: dict[str, Any], formers: dict[str, str], written: Callable[[str], str],
+                    where: str = "") -> tuple[list[str], list[str]]:
+    """The problems and the warnings of the former names among the keys of ``given`` (one
+    source: the command line, or the TOML file).  ``formers`` maps a former name to the
+    option's name now; ``written`` spells a name as that source does (``--NAME``, ``NAME``),
+    ``where`` begins each line (``--config FILE: ``).  A former name is a warning line naming
+    both; given with the name now, an error naming both (which should win is the operator's
+    to say, not the order of the lines)."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    for key in given:
+        current = formers.get(key)
+        if current is None:
+            continue
+        former, now = written(key), written(current)
+        if current in given:
+            problems.append(f"{where}{former} and {now} are the same setting ({former} is its former name): "
+                            f"give {now} only")
+        else:
+            warnings.append(f"{where}{former} is now {now}: the former name still works but is going away")
+    return problems, warnings
 
 
 def convert(key: str, spec: Field, value: Any) -> Any:

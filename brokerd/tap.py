@@ -37,7 +37,7 @@ from brokerd.config import (
 from brokerd.errors import ConfigurationError
 from brokerd.frontend import FrontEndPlugin, build_front_end
 from brokerd.frontends import BY_NAME as FRONT_ENDS
-from brokerd.optiontable import flags, negative_flags, parameters, repeatable_help
+from brokerd.optiontable import flags, former_options, negative_flags, parameters, repeatable_help
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.mqtt.bridgeservice import build_bridges, check_bridges
 from brokerd.protocols.onion.control import TorControl, check_tor_settings
@@ -51,6 +51,8 @@ _log = Logger()
 
 NEGATIVE_FLAGS = negative_flags()
 """Flags that turn off a setting that is on by default: flag -> the setting's option name."""
+FORMER_OPTIONS = former_options()
+"""Former option names -> the options now: taken (brokerd.config warns), not in --help."""
 
 
 class Options(usage.Options):
@@ -71,6 +73,9 @@ class Options(usage.Options):
         self["listeners"] = {}
         self["smqp-links"] = []
         self["mqtt-bridges"] = []
+        self.warnings: list[str] = []
+        """Warning lines of the options themselves (a former option name given): logged at
+        start with the broker's own, printed by --check-config."""
 
     def _listener(self, protocol: str, endpoint: str) -> None:
         self["listeners"].setdefault(protocol, []).append(endpoint)
@@ -101,6 +106,16 @@ class Options(usage.Options):
         print(f"brokerd {__version__}")
         sys.exit(0)
 
+    def getUsage(self, width: int | None = None) -> str:
+        """--help without the former option names: they still work, but an operator reading the
+        list should meet only the names to use (docs/operations.md names the former ones)."""
+        every = self.longOpt
+        self.longOpt = [option for option in every if option.rstrip("=") not in FORMER_OPTIONS]
+        try:
+            return super().getUsage(width)
+        finally:
+            self.longOpt = every
+
     def parseOptions(self, options=None) -> None:
         """An option brokerd does not know, or one without its value, is one line and exit 1
         (twistd would print its whole help text first)."""
@@ -125,14 +140,15 @@ class Options(usage.Options):
         checking = bool(self["check-config"])
         problems: list[str] = []
         try:
-            self.settings = settings_from(values, self["config"], problems)
+            self.settings = settings_from(values, self["config"], problems, self.warnings)
         except ConfigurationError as exc:  # the config file itself cannot be read
             problems.append(str(exc))
         else:
             problems += startup_problems(self.settings, starting=not checking)
         if checking:
-            warnings = [] if problems else exposure_warnings(self.settings, configured_listeners(self.settings))
-            report_check(problems, warnings)
+            if not problems:
+                self.warnings += exposure_warnings(self.settings, configured_listeners(self.settings))
+            report_check(problems, self.warnings)
         if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
@@ -406,10 +422,11 @@ def build_service(options, reactor=None) -> BrokerService:
 
         reactor = default_reactor
     settings = options if isinstance(options, Settings) else options.settings
+    warnings = [] if isinstance(options, Settings) else options.warnings
     listeners = configured_listeners(settings)
     lock = claim_data_dir(settings, listeners)
     try:
-        return _build_service(settings, reactor, listeners, lock)
+        return _build_service(settings, reactor, listeners, lock, warnings)
     except BaseException:
         lock.release()
         raise
@@ -440,7 +457,8 @@ class BrokerService(MultiService):
         self.operations = operations
 
 
-def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]], lock: DataDirLock) -> BrokerService:
+def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]], lock: DataDirLock,
+                   warnings: list[str]) -> BrokerService:
     runtime, operations = build_runtime(settings, reactor)
     services = runtime.services
     top = BrokerService(runtime, operations)
@@ -454,7 +472,7 @@ def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]],
         _log.info("No listener option: every listener binds {interface} only (this host); to listen beyond it, "
                   "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
-    for line in exposure_warnings(settings, listeners):
+    for line in [*warnings, *exposure_warnings(settings, listeners)]:
         _log.warn("{line}", line=line)
     described = [d for descriptions in listeners.values() for d in descriptions] + [settings.admin or ""]
     if any(d.startswith("onion:") for d in described):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerd.config import PROTOCOLS, Settings, setting_fields, settings_default, settings_from
+from brokerd.config import PROTOCOLS, Settings, former_names, setting_fields, settings_default, settings_from
 from brokerd.optiontable import COMMAND_OPTIONS, markdown, table_in
-from brokerd.settingspec import kind, option_of
-from brokerd.tap import NEGATIVE_FLAGS, Options
+from brokerd.settingspec import command_line_name, kind, option_of
+from brokerd.tap import FORMER_OPTIONS, NEGATIVE_FLAGS, Options
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -25,12 +25,13 @@ METHOD_OPTIONS = {"smqp-link": "opt_smqp_link", "mqtt-bridge": "opt_mqtt_bridge"
 
 
 def option_table() -> dict[str, str]:
-    """Option name -> the kind of option: ``parameter``, ``flag``, ``negative flag``, ``method``."""
+    """Option name -> the kind of option: ``parameter``, ``flag``, ``negative flag``, ``method``
+    (the former names of options are left out: they are checked below)."""
     table = {key: "parameter" for key, *_ in Options.optParameters}
     table.update({key: "flag" for key, *_ in Options.optFlags if key not in NEGATIVE_FLAGS})
     table.update({setting: "negative flag" for setting in NEGATIVE_FLAGS.values()})
     table.update({name: "method" for name, method in METHOD_OPTIONS.items() if hasattr(Options, method)})
-    return {name: kind for name, kind in table.items() if name not in NOT_SETTINGS}
+    return {name: kind for name, kind in table.items() if name not in NOT_SETTINGS and name not in former_names()}
 
 
 def documented_defaults() -> dict[str, str]:
@@ -51,6 +52,29 @@ def test_every_setting_has_an_option_and_every_option_a_setting() -> None:
     options = option_table()
     assert sorted(set(settings) - set(options)) == [], "settings no option sets"
     assert sorted(set(options) - set(settings)) == [], "options that set no setting"
+
+
+def test_every_former_name_is_taken_by_the_command_line_hidden_by_help_and_named_by_its_row() -> None:
+    """A former name (Option.former) is an option of the command line and a key of the file
+    (both go through settings_from), is no name of another setting, is not listed by --help,
+    and docs/operations.md's row of the option now names it."""
+    formers = former_names()
+    assert formers["smqp-retry-timeout"] == "durable-retry-timeout"
+    assert len(formers) == sum(len(option_of(spec).former) for spec in setting_fields().values()), \
+        "a former name given to two settings"
+    command_line = {key for key, *_ in (*Options.optParameters, *Options.optFlags)}
+    usage = str(Options())
+    rows = {row.split(" | ")[0]: row for row in markdown().splitlines()}
+    for former, current in formers.items():
+        spec = setting_fields()[current]
+        assert former not in setting_fields() and former not in PROTOCOLS and former not in NOT_SETTINGS, former
+        option, now = command_line_name(former, spec), command_line_name(current, spec)
+        assert FORMER_OPTIONS[option[2:]] == now[2:]
+        assert option[2:] in command_line, f"{option} is not an option of the command line"
+        assert f"{now}=" in usage or f"{now} " in usage, now
+        assert f"{option} " not in usage and f"{option}=" not in usage, f"--help lists {option}"
+        row = next(text for cell, text in rows.items() if cell.startswith(f"| `{now}"))
+        assert f"formerly `{option}`" in row, row
 
 
 def test_flags_match_the_defaults_they_turn_around() -> None:

@@ -1,9 +1,11 @@
 """brokerd.tap's Options and settings: the command-line contract of DESIGN.md, in memory."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 
 from brokerd.config import PROTOCOLS, Settings, setting_fields, settings_from, value_problems
 from brokerd.errors import ConfigurationError
@@ -199,3 +201,74 @@ def test_an_embedders_settings_are_held_to_the_same_ranges(tmp_path):
                         smqp_max_notify_window=2000)
     with pytest.raises(StartupError, match="^brokerd: smqp-max-notify-window: at most 1024, not 2000$"):
         makeService(settings)
+
+
+def parsed(*args: str) -> Options:
+    options = Options()
+    options.parseOptions(list(args))
+    return options
+
+
+@pytest.mark.parametrize("former, current, attribute, value, expected", [
+    ("smqp-message-timeout", "durable-message-timeout", "durable_message_timeout", "600", 600.0),
+    ("smqp-retry-timeout", "durable-retry-timeout", "durable_retry_timeout", "5", 5.0),
+    ("smqp-max-attempts", "durable-max-attempts", "durable_max_attempts", "9", 9),
+    ("smqp-trash-retention", "durable-dead-letter-retention", "durable_dead_letter_retention", "60", 60.0),
+])
+def test_a_former_name_on_the_command_line_sets_the_option_with_one_warning(former, current, attribute, value,
+                                                                            expected):
+    """An operator's unit file written before the rename still starts the broker, as it meant."""
+    options = parsed(f"--{former}", value)
+    assert getattr(options.settings, attribute) == expected != getattr(Settings(), attribute)
+    assert options.warnings == [f"--{former} is now --{current}: the former name still works but is going away"]
+    now = parsed(f"--{current}", value)  # the name now: the same value, no warning
+    assert getattr(now.settings, attribute) == expected and now.warnings == []
+
+
+def test_a_former_name_in_the_config_file_sets_the_option_with_one_warning(tmp_path):
+    config = tmp_path / "brokerd.toml"
+    config.write_text("smqp-retry-timeout = 5\nsmqp-max-attempts = 9\n")
+    options = parsed("--config", str(config))
+    assert (options.settings.durable_retry_timeout, options.settings.durable_max_attempts) == (5.0, 9)
+    assert options.warnings == [
+        f"--config {config}: smqp-retry-timeout is now durable-retry-timeout: the former name still works but is "
+        "going away",
+        f"--config {config}: smqp-max-attempts is now durable-max-attempts: the former name still works but is "
+        "going away"]
+    # the command line wins over the file, whichever name either uses
+    assert parsed("--config", str(config), "--durable-retry-timeout", "7").settings.durable_retry_timeout == 7.0
+    config.write_text("durable-retry-timeout = 5\n")
+    overridden = parsed("--config", str(config), "--smqp-retry-timeout", "7")
+    assert overridden.settings.durable_retry_timeout == 7.0
+    assert overridden.warnings == ["--smqp-retry-timeout is now --durable-retry-timeout: the former name still "
+                                   "works but is going away"]
+    # settings_from adds the lines to a list given, else (an embedder's call) logs them itself
+    warnings: list[str] = []
+    assert settings_from({"smqp-retry-timeout": "3"}, None, None, warnings).durable_retry_timeout == 3.0
+    assert warnings == overridden.warnings
+    with capturedLogs() as events:
+        assert settings_from({"smqp-retry-timeout": "3"}).durable_retry_timeout == 3.0
+    assert [(event["log_level"], formatEvent(event)) for event in events] == [(LogLevel.warn, warnings[0])]
+
+
+def test_a_bad_value_under_a_former_name_is_one_line_naming_that_name():
+    with pytest.raises(StartupError, match="^brokerd: smqp-max-attempts: 'lots' is not a number$"):
+        parse("--smqp-max-attempts", "lots")
+
+
+def test_a_former_name_given_with_the_name_now_is_an_error_naming_both(tmp_path):
+    with pytest.raises(StartupError, match=(
+            "^brokerd: --smqp-retry-timeout and --durable-retry-timeout are the same setting "
+            r"\(--smqp-retry-timeout is its former name\): give --durable-retry-timeout only$")):
+        parse("--smqp-retry-timeout", "5", "--durable-retry-timeout", "6")
+    config = tmp_path / "brokerd.toml"
+    config.write_text("smqp-trash-retention = 60\ndurable-dead-letter-retention = 90\n")
+    line = (f"--config {config}: smqp-trash-retention and durable-dead-letter-retention are the same setting "
+            "(smqp-trash-retention is its former name): give durable-dead-letter-retention only")
+    with pytest.raises(StartupError, match=f"^brokerd: {re.escape(line)}$"):
+        parse("--config", str(config))
+    with pytest.raises(ConfigurationError, match=f"^{re.escape(line)}$"):
+        settings_from({}, str(config))
+    problems: list[str] = []
+    settings_from({}, str(config), problems)
+    assert problems == [line]
