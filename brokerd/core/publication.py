@@ -11,7 +11,9 @@ twice as much to make as a class with ``__slots__``, and one is made per read of
 end (benchmarks/ssmp_cpu.py counted 2 % more instructions per SSMP message with NamedTuples).
 
 A run (``messages``) is consecutive messages of one sender that a front end read in one go,
-all to one topic (or one address), in order; a single message is a run of one.
+all to one topic (or one address), in order; a single message is a run of one.  A message its
+publisher asked to retain starts a run: the router's retain stage looks at a run's first
+message only, so that a run with none to retain pays one test.
 """
 from __future__ import annotations
 

@@ -13,13 +13,15 @@ them.  Here each kind of publication has one path, and each path is a pipeline o
 * cluster forwarding, only when the engine is shared;
 * the fan-out, rendered once per wire format;
 * the observer's per-message report, only when the observer records messages (the operator log
-  in front of a disabled event log does not).
+  in front of a disabled event log does not);
+* the retain stage, only when the broker keeps retained messages: each message of a run its
+  publisher asked to retain becomes its topic's retained message (brokerd.core.retained, with
+  its bounds and per-publisher quotas), after the access decision let the run through.
 
 A stage that is not configured is not in the path: a single node with no access list, no
 sampler and no event log runs the access check of system topics, the counters and the fan-out,
 and tests nothing else.  The durable hand-off (:meth:`brokerd.core.broker.Broker.keep`) stays a
-call of its own because the publisher's acknowledgement waits on the Deferred it returns;
-retained messages are kept by the front end that has the notion (MQTT) before it routes.
+call of its own because the publisher's acknowledgement waits on the Deferred it returns.
 Everything here runs on the reactor thread and never blocks.
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ from brokerd.core.publication import (
     RemoteUnicast,
     Unicast,
 )
+from brokerd.core.retained import RetainedMessages, RetainRefused
 from brokerd.core.topics import FanOut, by_format
 from brokerd.errors import Forbidden
 from brokerd.interfaces import IBrokerObserver, IEngine, ISubscriber, IWireFormat
@@ -89,13 +92,17 @@ class Router:
         self.forwards = False
         """Whether the engine is shared (a node of a cluster): what the subscription paths
         test before they tell the engine."""
+        self.retained: RetainedMessages | None = None
+        """Where the retain stage keeps what publishers ask to retain; None: no retain stage."""
+        self._deliver_multicast: Callable[[Multicast], int] = self._multicast
+        """The multicast path behind the retain stage, when there is one."""
         self._paths: dict[type, Callable[[Any], int]] = {}
         self.install()
 
     def install(self, *, access: AccessControl | None = None, observer: Any = False, engine: IEngine | None = None,
-                sampler: Any = False) -> None:
-        """Change what the router is configured with (what is not given stays) and put each
-        path's stages together again."""
+                sampler: Any = False, retained: Any = False) -> None:
+        """Change what the router is configured with (what is not given stays; ``retained``
+        None removes the retain stage) and put each path's stages together again."""
         if access is not None:
             self.access = access
         if observer is not False:
@@ -106,12 +113,17 @@ class Router:
             self.forwards = engine.shared
         if sampler is not False:
             self.sampler = sampler
+        if retained is not False:
+            self.retained = retained
         if self._forward is not None:
             multicast = self._multicast_clustered
         elif self.sampler is not None:
             multicast = self._multicast_sampled
         else:
             multicast = self._multicast
+        if self.retained is not None:
+            self._deliver_multicast = multicast
+            multicast = self._multicast_retaining
         self._paths = {
             Multicast: multicast,
             Unicast: self._unicast,
@@ -194,6 +206,24 @@ class Router:
         rendered: dict[str, bytes] = {}
         delivered = self.fan_out(messages, publication.exclude, None, rendered, None, groups)
         self._forward(messages, rendered)  # type: ignore[misc]
+        return delivered
+
+    def _multicast_retaining(self, publication: Multicast) -> int:
+        """The retain stage, after the multicast path (which raises Forbidden before anything
+        is delivered when the publisher may not publish there, so nothing forbidden is
+        retained): a run whose first message is to be retained has each such message kept.
+        A retain the store refuses (a bound, the publisher's quota: counted and logged there)
+        leaves the message live only."""
+        delivered = self._deliver_multicast(publication)
+        messages = publication.messages
+        if messages[0].details.retained:
+            retain = self.retained.retain  # type: ignore[union-attr]
+            for message in messages:
+                if message.details.retained:
+                    try:
+                        retain(message)
+                    except RetainRefused:
+                        pass
         return delivered
 
     def _remote_multicast(self, publication: RemoteMulticast) -> int:
