@@ -18,6 +18,10 @@ them.  Here each kind of publication has one path, and each path is a pipeline o
   publisher asked to retain becomes its topic's retained message (brokerd.core.retained, with
   its bounds and per-publisher quotas), after the access decision let the run through.
 
+The retained messages a new subscription matches come back through here as a
+:class:`RetainedReplay`: the reader's access decision, the statistics and the observer, as for
+a live message, then the session's paged sender.
+
 A stage that is not configured is not in the path: a single node with no access list, no
 sampler and no event log runs the access check of system topics, the counters and the fan-out,
 and tests nothing else.  The durable hand-off (:meth:`brokerd.core.broker.Broker.keep`) stays a
@@ -42,6 +46,7 @@ from brokerd.core.publication import (
     RemoteRun,
     RemoteShare,
     RemoteUnicast,
+    RetainedReplay,
     Unicast,
 )
 from brokerd.core.retained import RetainedMessages, RetainRefused
@@ -133,6 +138,7 @@ class Router:
             RemoteShare: self._remote_share,
             RemoteUnicast: self._remote_unicast,
             RemoteBroadcast: self._remote_broadcast,
+            RetainedReplay: self._retained_replay,
         }
 
     def route(self, publication: Publication) -> int:
@@ -140,7 +146,9 @@ class Router:
         session) deliveries of a multicast or broadcast; the messages accepted of a unicast (0:
         no session has the address, here or on another node); 1 when a member of a shared
         group took a :class:`RemoteShare`, else 0; for a :class:`RemoteUnicast` 1 when it was
-        handed to the session, 0 when the session left or the access list forbids it.
+        handed to the session, 0 when the session left or the access list forbids it; for a
+        :class:`RetainedReplay` how many of its messages were dealt with (sent or refused),
+        fewer than all when its sink filled up.
 
         Raises Forbidden when the sender's principal may not publish there (a multicast to
         its topic, a unicast to the recipient's login topic, brokerd.core.access.inbox)."""
@@ -284,6 +292,36 @@ class Router:
         recipients, time in ns) once each format's recipients were handed it: the
         delivery-latency sampler's route."""
         return self.fan_out(messages, exclude, stamps)
+
+    # ------------------------------------------------------------------ retained replay
+
+    def _retained_replay(self, replay: RetainedReplay) -> int:
+        """Hand the retained messages of a new subscription to the reader's paged sender, each
+        only if the access list lets the reader read its topic (what a live message to a
+        filter subscription asks); counted and reported as a delivery to one session."""
+        reader = replay.reader
+        principal = reader.principal
+        fmt = reader.wire_format
+        access = self.access
+        checked = access.policy is not None
+        sink = replay.sink
+        stats = self.stats
+        observer = self.observer
+        taken = 0
+        for message in replay.messages:
+            taken += 1
+            if not checked or access.allows(principal, message.target, Perm.SUBSCRIBE):
+                sent = sink.send_retained(message)
+                if sent:
+                    stats.delivered += 1
+                    stats.routed_by[message.protocol][fmt] += 1
+                else:
+                    stats.unrenderable += 1
+                if observer is not None:
+                    observer.message_routed(message, int(sent), int(not sent))
+            if sink.full():
+                break
+        return taken
 
     # ------------------------------------------------------------------ fan-out
 

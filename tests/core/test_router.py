@@ -12,7 +12,7 @@ from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, UNICAST, Details, Message
 from brokerd.core.principal import ACCOUNT, Principal
-from brokerd.core.publication import Multicast, Unicast, unicast_to
+from brokerd.core.publication import Multicast, RetainedReplay, Unicast, unicast_to
 from brokerd.core.retained import RetainedMessages
 from brokerd.core.retainedquota import RetainQuotas
 from brokerd.core.router import Router
@@ -89,9 +89,54 @@ class SamplerStub:
         return self.broker.router.timed(messages, exclude, [])
 
 
+class Sink:
+    """A session's paged sender: queues what it can carry, and is full after ``room``."""
+
+    def __init__(self, fmt: Format, room: int = 1000) -> None:
+        self.fmt = fmt
+        self.room = room
+        self.queued: list[bytes] = []
+
+    def send_retained(self, message):
+        data = self.fmt.render_message(message)
+        if data is None:
+            return False
+        self.queued.append(data)
+        return True
+
+    def full(self):
+        return len(self.queued) >= self.room
+
+
 def retained_msg(topic, payload, principal_name="a"):
     return Message(MULTICAST, topic, payload, "test", b"s", principal=Principal(principal_name, ACCOUNT),
                    details=Details(qos=0, retained=True))
+
+
+def test_a_retained_replay_sends_only_what_the_access_list_lets_the_reader_read():
+    broker = Broker()
+    fmt = Format("f", refuse=b"uncarried")
+    (reader,) = attached(broker, Session("r", fmt))
+    broker.set_policy(Policy({("r", b"open/1"): Perm.SUBSCRIBE, ("r", b"open/2"): Perm.SUBSCRIBE}))
+    broker.observer = observer = Observer()
+    page = [retained_msg(b"open/1", b"allowed"), retained_msg(b"secret/1", b"refused"),
+            retained_msg(b"open/2", b"uncarried")]
+    sink = Sink(fmt)
+    assert broker.route(RetainedReplay(reader, b"#", page, sink)) == 3
+    assert sink.queued == [b"f|multicast|b'open/1'|allowed"]  # the refused topic: nothing
+    assert observer.events == [("routed", b"allowed", 1, 0), ("routed", b"uncarried", 0, 1)]
+    assert broker.stats.delivered == 1 and broker.stats.unrenderable == 1
+    assert broker.stats.routed_by["test"][fmt] == 1
+
+
+def test_a_retained_replay_stops_where_the_sink_fills_up():
+    broker = Broker()
+    fmt = Format("f")
+    (reader,) = attached(broker, Session("r", fmt))
+    page = [retained_msg(b"t/%d" % n, b"%d" % n) for n in range(5)]
+    sink = Sink(fmt, room=2)
+    assert broker.route(RetainedReplay(reader, b"t/+", page, sink)) == 2  # the rest waits
+    assert sink.queued == [b"f|multicast|b't/0'|0", b"f|multicast|b't/1'|1"]
 
 
 def test_the_retain_stage_keeps_what_is_retained_after_the_access_decision():
