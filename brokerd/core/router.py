@@ -224,8 +224,8 @@ class Router:
         leaves the message live only."""
         delivered = self._deliver_multicast(publication)
         messages = publication.messages
-        if messages[0].details.retained:
-            retain = self.retained.retain  # type: ignore[union-attr]
+        if messages[0].details.retained and self.retained is not None:
+            retain = self.retained.retain
             for message in messages:
                 if message.details.retained:
                     try:
