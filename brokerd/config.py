@@ -112,12 +112,13 @@ class Settings:
         shown="`s`",
         help="SMQP guest permissions, as in the UAL file [s].",
         meaning="SMQP guest permissions, letters as in the UAL file")
-    smqp_domain: str | None = setting(
+    domain: str | None = setting(
         None, "NAME",
+        name="smqp-domain",
         shown="host name",
         help="SMQP server domain for user@domain addresses [host name].",
-        meaning="SMQP server domain: `user@domain` addresses, the SUID, and for server links the Hops entry "
-                "and the `/<domain>` topic prefix on the other servers")
+        meaning="SMQP server domain: `user@domain` addresses, the SUID (the head of every stored message's id), "
+                "and for server links the Hops entry and the `/<domain>` topic prefix on the other servers")
     smqp_connectto_allow: str | list[str] = setting(
         "",
         shown="none",
@@ -154,22 +155,24 @@ class Settings:
                 "is over a connection limit or the server is shutting down; at most 256 such connections at "
                 "once; in a cluster `NAME=host:port` is node NAME's address, used while that node is live "
                 "(docs/smqp.md)")
-    smqp_message_timeout: float = setting(
+    durable_message_timeout: float = setting(
         86400.0,
-        help="SMQP default message timeout in seconds.",
-        meaning="SMQP default message timeout (per message and per topic values win)")
-    smqp_retry_timeout: float = setting(
+        help="Durable delivery: default life span of a stored message in seconds.",
+        meaning="Durable delivery: default life span of a stored message, every protocol's (per message and per "
+                "topic values win; SMQP's `Timeout`)")
+    durable_retry_timeout: float = setting(
         30.0,
-        help="SMQP: seconds before an unacknowledged NOTIFY is sent again.",
-        meaning="SMQP: seconds before an unacknowledged NOTIFY is sent again")
-    smqp_max_attempts: int = setting(
+        help="Durable delivery: seconds before an unacknowledged delivery is sent again.",
+        meaning="Durable delivery: seconds before an unacknowledged delivery (an SMQP NOTIFY) is sent again")
+    durable_max_attempts: int = setting(
         5,
-        help="SMQP: sends of a NOTIFY before it goes to the Trash.",
-        meaning="SMQP: sends of a NOTIFY before the message goes to the Trash")
-    smqp_trash_retention: float = setting(
+        help="Durable delivery: sends of a delivery before the message becomes a dead letter.",
+        meaning="Durable delivery: sends of a delivery (an SMQP NOTIFY) before the message becomes a dead letter "
+                "(SMQP: goes to its topic's Trash)")
+    durable_dead_letter_retention: float = setting(
         3600.0,
-        help="SMQP: seconds a message stays in a Trash.",
-        meaning="SMQP: seconds a message stays in a Trash")
+        help="Durable delivery: seconds a dead letter is kept.",
+        meaning="Durable delivery: seconds a dead letter (expired or given up; SMQP: in a Trash) is kept")
     tor_control: str | None = setting(
         None, "ENDPOINT",
         shown="launch a tor",
@@ -427,7 +430,7 @@ class Settings:
              "subscribers.",
         meaning="SMQP: messages of ONE topics one session holds sent and unanswered at most; the rest go to "
                 "the topic's other subscribers meanwhile, and a ONE message left unanswered for "
-                "`--smqp-retry-timeout` closes its session (`421`) and goes to another (docs/smqp.md, ONE "
+                "`--durable-retry-timeout` closes its session (`421`) and goes to another (docs/smqp.md, ONE "
                 "topics: no hoarding)")
     socketmq_max_frames: int = setting(
         1024,
@@ -818,19 +821,3 @@ def value_problems(settings: Settings) -> list[str]:
             problems.append(str(exc))
     return problems
 
-
-@dataclass
-class Runtime:
-    """What a front end's ``build_factory`` gets: the shared pieces of one running broker.
-
-    Typed loosely on purpose: this module sits below every layer it names.
-    """
-
-    settings: Settings
-    broker: Any
-    portal: Any
-    reactor: Any
-    tls: Any = None
-    """brokerd.auth.tls.ServerTLS, or None when no --tls-cert/--tls-key were given."""
-    resources: dict[str, Any] = field(default_factory=dict)
-    """Other shared services by name (the store, the event log) as later parts add them."""

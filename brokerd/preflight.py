@@ -248,9 +248,9 @@ class DataDirLock(Service):
     the message a second broker prints.
     """
 
-    name = "data-dir-lock"
 
     def __init__(self, data_dir: Path) -> None:
+        self.setName("data-dir-lock")  # Twisted's Service declares ``name = None`` untyped
         self.path = Path(data_dir) / LOCK_FILE
         self._fd: int | None = None
 

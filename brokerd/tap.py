@@ -1,14 +1,13 @@
 """``twistd brokerd``: the command line, and makeService() for embedding the broker.
 
 makeService builds one Broker, one Portal and one listener service per endpoint, under one
-MultiService, the shape of twisted/words/tap.py.  Front ends are found by name
-(``brokerd.protocols.<name>.server.build_factory``), so this module never needs to know what
-a protocol does.
+MultiService, the shape of twisted/words/tap.py.  The shared pieces go to every front end in
+one typed :class:`~brokerd.frontend.Services`; the front ends are
+:class:`~brokerd.frontend.IFrontEnd` plugins (brokerd.frontends), each building its own factory,
+so this module never needs to know what a protocol does.
 """
 from __future__ import annotations
 
-import importlib
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,41 +23,28 @@ from brokerd import __version__
 from brokerd.admin.logs import choose as choose_log_observer
 from brokerd.admin.logs import wants_own_observer
 from brokerd.admin.service import Operations, admin_endpoint, check_operations_settings
-from brokerd.auth.policy import RESOURCE as ACCESS_LIST, access_list_for
-from brokerd.auth.realm import build_portal
-from brokerd.auth.throttle import LoginThrottle
 from brokerd.auth.tls import ServerTLS, listen_endpoint
+from brokerd.compose import build_runtime, check_cluster_settings, configured_listeners
 from brokerd.config import (
     DEFAULT_INTERFACE,
     DEFAULT_PORTS,
     PROTOCOLS,
-    Runtime,
     Settings,
-    check_secret_files,
-    default_listener,
-    read_first_line,
     secret_file_problems,
     setting_fields,
     settings_from,
-    value_problems,
 )
-from brokerd.core.broker import Broker
-from brokerd.core.durable import attach_durable
-from brokerd.core.retained import RetainedMessages
-from brokerd.core.retainedquota import RetainQuotas
-from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
-from brokerd.core.sampling import DeliverySampler
-from brokerd.events.log import NULL_EVENT_LOG, EventLog
+from brokerd.errors import ConfigurationError
+from brokerd.frontend import FrontEndPlugin, build_front_end
+from brokerd.frontends import BY_NAME as FRONT_ENDS
 from brokerd.optiontable import flags, negative_flags, parameters, repeatable_help
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
-from brokerd.protocols.flow import after_read
+from brokerd.protocols.mqtt.bridgeservice import build_bridges, check_bridges
 from brokerd.protocols.onion.control import TorControl, check_tor_settings
 from brokerd.protocols.onion.listener import onion_listen_endpoint
+from brokerd.runtime import Runtime
 from brokerd.settingspec import kind
-from brokerd.store.choice import check_database, check_store_url, store_for
-from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
-from brokerd.store.sqlite import SQLiteStore
-from brokerd.store.disk import DiskSpace
+from brokerd.store.choice import check_database, check_store_url
 
 _log = Logger()
 
@@ -145,7 +131,8 @@ class Options(usage.Options):
         else:
             problems += startup_problems(self.settings, starting=not checking)
         if checking:
-            report_check(problems, [] if problems else exposure_warnings(self.settings, _listeners(self.settings)))
+            warnings = [] if problems else exposure_warnings(self.settings, configured_listeners(self.settings))
+            report_check(problems, warnings)
         if problems:
             # One line and a non-zero exit: a UsageError would make twistd print its whole
             # help text first.
@@ -181,19 +168,6 @@ def report_check(problems: list[str], warnings: list[str]) -> None:
         print(f"brokerd: warning: {warning}", file=sys.stderr)
     print("brokerd: configuration OK")
     sys.exit(0)
-
-
-def front_end(protocol: str, module: str = "server", entry: str = "build_factory"):
-    """``entry`` of a protocol's front end's ``module`` (its ``build_factory``), or None when
-    it is not available."""
-    package = f"brokerd.protocols.{protocol}"
-    try:
-        found = importlib.import_module(f"{package}.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name in (package, f"{package}.{module}"):
-            return None
-        raise
-    return getattr(found, entry, None)
 
 
 class StartupError(SystemExit):
@@ -271,7 +245,7 @@ class ListenerService(StreamServerEndpointService):
         return d
 
 
-ROLES = {"ssmp": "SSMP", "mcchat": "MCCHAT", "smqp": "SMQP", "socketmq": "socket.mq", "mqtt": "MQTT", "admin": "admin"}
+ROLES = {**{name: front_end.title for name, front_end in FRONT_ENDS.items()}, "admin": "admin"}
 """How the start-up log names each listener's role."""
 
 
@@ -329,7 +303,7 @@ def startup_problems(settings: Settings, starting: bool = True) -> list[str]:
             _check_readable_files(settings)
         except ConfigurationError as exc:
             problems.append(str(exc))
-        listeners = _listeners(settings)
+        listeners = configured_listeners(settings)
         problems += data_dir_problems(settings, listeners, create=False)
         problems += _endpoint_problems(settings, listeners)
     return list(dict.fromkeys(problems))  # a file two checks read is one problem, said once
@@ -360,14 +334,15 @@ def _check_store(settings: Settings) -> None:
 
 def _check_front_ends(settings: Settings) -> None:
     for protocol in settings.listeners:
-        if front_end(protocol) is None:
-            raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+        front_end_named(protocol)
 
 
-def _check_bridges(settings: Settings) -> None:
-    check = front_end("mqtt", "bridgeservice", "check_bridges") if settings.mqtt_bridge else None
-    if check is not None:
-        check(settings)
+def front_end_named(protocol: str) -> FrontEndPlugin:
+    """The front end that serves the listener option ``--<protocol>``."""
+    found = FRONT_ENDS.get(protocol)
+    if found is None:
+        raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
+    return found
 
 
 def _check_cluster(settings: Settings) -> None:
@@ -403,7 +378,7 @@ STARTUP_CHECKS = (
     check_operations_settings,
     _check_store,
     _check_front_ends,
-    _check_bridges,
+    check_bridges,
     _check_cluster,
     check_tor_settings,
 )
@@ -411,193 +386,7 @@ STARTUP_CHECKS = (
 with one line."""
 
 
-def check_cluster_settings(settings: Settings) -> None:
-    """--cluster needs a parsable Redis URL, txredisapi, and, when SMQP listens, durable state
-    every node shares (a PostgreSQL store): SQLite is one node's file."""
-    from brokerd.cluster.address import parse
-
-    parse(settings.cluster)  # type: ignore[arg-type]
-    cluster_secrets(settings)
-    if settings.cluster_password_file is not None:
-        read_first_line(settings.cluster_password_file, "--cluster-password-file")
-    if settings.cluster_node_timeout <= settings.cluster_heartbeat:
-        raise ConfigurationError("--cluster-node-timeout must be longer than --cluster-heartbeat")
-    if "smqp" in _listeners(settings) and not str(settings.store or "").startswith("postgresql:"):
-        raise ConfigurationError(
-            "--cluster with an SMQP listener needs --store postgresql://... (durable state shared by every node)")
-    try:
-        import txredisapi  # noqa: F401
-    except ModuleNotFoundError:
-        raise ConfigurationError(f"--cluster needs txredisapi: {INSTALL_CLUSTER}") from None
-
-
-def node_name(settings: Settings) -> str:
-    """--node-name, else the host name and the port of the first TCP listener."""
-    if settings.node_name:
-        return settings.node_name
-    port = ""
-    for descriptions in _listeners(settings).values():
-        for description in descriptions:
-            fields = description.split(":")
-            if len(fields) > 1 and fields[1].isdigit():
-                port = fields[1]
-                break
-        if port:
-            break
-    return f"{socket.gethostname()}:{port}" if port else socket.gethostname()
-
-
-def cluster_secrets(settings: Settings) -> list[bytes]:
-    """The lines of --cluster-secret-file (required with --cluster; see brokerd.cluster.seal)."""
-    from brokerd.cluster.seal import read_secret_file
-
-    if settings.cluster_secret_file is None:
-        raise ConfigurationError(
-            "--cluster needs --cluster-secret-file FILE: the secret every node shares (docs/cluster.md)")
-    return read_secret_file(settings.cluster_secret_file)
-
-
-def cluster_engine(settings: Settings, reactor):
-    """The Redis engine --cluster asks for (imported only then)."""
-    from brokerd.cluster.address import parse
-    from brokerd.cluster.redis_engine import RedisEngine
-
-    password = None
-    if settings.cluster_password_file is not None:
-        password = read_first_line(settings.cluster_password_file, "--cluster-password-file").decode("utf-8")
-    return RedisEngine(parse(settings.cluster), reactor, node_name(settings),  # type: ignore[arg-type]
-                       secrets=cluster_secrets(settings), secret_file=settings.cluster_secret_file,
-                       password=password, tls_ca=settings.cluster_tls_ca, max_backlog=settings.cluster_max_backlog,
-                       heartbeat=settings.cluster_heartbeat, node_timeout=settings.cluster_node_timeout,
-                       clock_skew=settings.cluster_clock_skew, max_control=settings.cluster_max_control,
-                       max_shared_pending=settings.cluster_max_shared_pending)
-
-
-def account_checkers(settings: Settings, reactor: Any) -> tuple[Any, ...]:
-    """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
-    SMQP logs in against (no guest: a guest login has nothing to prove)."""
-    if settings.accounts_file is None:
-        return ()
-    from brokerd.auth.accounts import AccountsChecker
-
-    return (AccountsChecker(settings.accounts_file, guest=False, reactor=reactor),)
-
-
-def build_runtime(settings: Settings, reactor) -> Runtime:
-    """The shared pieces: Broker, Portal, TLS settings, the access list."""
-    check_secret_files(settings)  # also for embedders, who call makeService with Settings
-    for problem in value_problems(settings):  # embedders' values; the options' were checked as read
-        raise ConfigurationError(problem)
-    tls = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        tls = ServerTLS.from_files(settings.tls_cert, settings.tls_key, settings.tls_ca)
-    disk = DiskSpace(settings.data_dir, settings.disk_free_limit, reactor)
-    event_log = None
-    if settings.event_log:
-        event_log = EventLog(
-            settings.data_dir,
-            reactor=reactor,
-            include_payloads=settings.event_log_payloads,
-            flush_interval=settings.event_log_flush,
-            max_bytes=settings.event_log_max_bytes,
-            max_age=settings.event_log_max_age,
-            paused=lambda: disk.low,
-        )
-    broker = Broker(
-        max_subscriptions=settings.max_subscriptions,
-        max_connections=settings.max_connections,
-        max_listener_connections=settings.max_listener_connections,
-        max_connections_per_address=settings.max_connections_per_address,
-        max_unauthenticated=settings.max_unauthenticated,
-    )
-    broker.retained = RetainedMessages(
-        settings.mqtt_max_retained, settings.mqtt_max_retained_bytes,
-        RetainQuotas(settings.mqtt_max_retained_per_principal, settings.mqtt_max_retained_bytes_per_principal),
-    )
-    throttle = LoginThrottle.from_settings(settings, reactor)
-    portal = build_portal(
-        open_login=settings.open_login,
-        secret=settings.secret(),
-        client_certificates=tls is not None and tls.verifies_clients,
-        extra_checkers=account_checkers(settings, reactor),
-        broker=broker,
-        throttle=throttle,
-    )
-    if settings.cluster is not None:
-        check_cluster_settings(settings)  # also for embedders, who call makeService with Settings
-        runtime_engine = broker.use_engine(cluster_engine(settings, reactor))
-        _log.info("Cluster: node {node} joins through {address}", node=runtime_engine.node_name,
-                  address=str(runtime_engine.address))
-        if not runtime_engine.address.loopback and not runtime_engine.address.tls and runtime_engine.password is None:
-            _log.warn("Cluster: Redis at {address} is not on this machine and is used without a password or TLS: "
-                      "anyone who reaches it can deny service to the cluster (docs/cluster.md, threat model)",
-                      address=str(runtime_engine.address))
-    runtime = Runtime(settings=settings, broker=broker, portal=portal, reactor=reactor, tls=tls)
-    runtime.resources["login_throttle"] = throttle  # SMQP's portal shares it: one backoff per address
-    operations = Operations(runtime, event_log if event_log is not None else NULL_EVENT_LOG)
-    broker.observer = runtime.resources["event_log"] = operations.operator_log
-    if event_log is not None:
-        broker.sampler = DeliverySampler(broker, operations.operator_log, reactor,
-                                         interval=settings.event_log_sample, after_read=after_read)
-    runtime.resources["operations"] = operations
-    runtime.resources["event_log_service"] = event_log
-    runtime.resources["disk"] = disk
-    store = _node_store(settings, reactor)
-    if store is None and settings.cluster is not None:
-        _log.warn("Cluster: this node has no --store, so it keeps nothing for durable subscribers; give every node "
-                  "the cluster's --store postgresql://... (docs/cluster.md)")
-    if store is not None:
-        runtime.resources["store"] = store
-        opened = store.open()
-        durable = attach_durable(broker, store, opened, reactor, operations.operator_log, settings)
-        durable.full = lambda: disk.low  # the core keeps nothing new below --disk-free-limit
-        if settings.store is not None:
-            opened.addErrback(_store_unusable, store, reactor)
-        else:  # the SQLite file of a durable front end, which reports a failure to open it
-            opened.addErrback(lambda _failure: None)
-    access_list_for(runtime)  # the UAL file, if any, is the core's access policy
-    return runtime
-
-
-DURABLE_FRONT_ENDS = ("smqp", "mqtt")
-"""Front ends whose subscribers are durable: a node running one keeps a store even without
---store (the SQLite file in DATA_DIR)."""
-
-
-def _node_store(settings: Settings, reactor) -> Any:
-    """The node's store, not yet opened: the --store database, else the SQLite file in
-    DATA_DIR when a front end with durable subscribers listens or an MQTT bridge keeps
-    messages for another broker, else None (nothing on this
-    node outlives a connection).  Whichever front ends run, the core's durable service is
-    built over it (docs/architecture.md, "Durable delivery")."""
-    if settings.store is not None:
-        return store_for(settings.store, settings.store_password_file, reactor)
-    if settings.mqtt_bridge or any(protocol in DURABLE_FRONT_ENDS for protocol in _listeners(settings)):
-        return SQLiteStore(Path(settings.data_dir) / SQLITE_FILENAME, reactor)
-    return None
-
-
-def _store_unusable(failure, store, reactor) -> None:
-    """The --store database could not be opened.  While the server cannot be reached the
-    store keeps trying (stored publishes and SMQP wait for it); a database brokerd cannot
-    use (a newer schema, no right to create the tables) is one critical line and the
-    broker stops."""
-    _log.critical("brokerd: --store {url}: {reason}", url=store.url, reason=failure.getErrorMessage())
-    if reactor.running:
-        reactor.stop()
-
-
-def _listeners(settings: Settings) -> dict[str, list[str]]:
-    if settings.listeners:
-        return settings.listeners
-    return {
-        protocol: [default_listener(protocol)]
-        for protocol in PROTOCOLS
-        if front_end(protocol) is not None
-    }
-
-
-def makeService(options, reactor=None) -> MultiService:
+def makeService(options, reactor=None) -> BrokerService:
     """Build the broker service from ``options`` (an Options, or a Settings).
 
     Embedders call it with their own reactor and start the returned service (or add it to
@@ -610,14 +399,14 @@ def makeService(options, reactor=None) -> MultiService:
         raise StartupError(f"brokerd: {exc}") from None
 
 
-def build_service(options, reactor=None) -> MultiService:
+def build_service(options, reactor=None) -> BrokerService:
     """makeService without the translation of ConfigurationError into StartupError."""
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
     settings = options if isinstance(options, Settings) else options.settings
-    listeners = _listeners(settings)
+    listeners = configured_listeners(settings)
     lock = claim_data_dir(settings, listeners)
     try:
         return _build_service(settings, reactor, listeners, lock)
@@ -641,56 +430,49 @@ def claim_data_dir(settings: Settings, listeners: dict[str, list[str]]) -> DataD
     return lock
 
 
-def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]], lock: DataDirLock) -> MultiService:
-    runtime = build_runtime(settings, reactor)
-    top = MultiService()
-    top.runtime = runtime  # type: ignore[attr-defined]
+class BrokerService(MultiService):
+    """The whole broker as one service (what makeService returns): ``runtime`` is the running
+    broker's typed pieces, ``operations`` its figures and admin listener."""
+
+    def __init__(self, runtime: Runtime, operations: Operations) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.operations = operations
+
+
+def _build_service(settings: Settings, reactor, listeners: dict[str, list[str]], lock: DataDirLock) -> BrokerService:
+    runtime, operations = build_runtime(settings, reactor)
+    services = runtime.services
+    top = BrokerService(runtime, operations)
     lock.setServiceParent(top)  # first in, last out: held until everything else stopped
-    event_log = runtime.resources["event_log_service"]
-    if event_log is not None:
-        event_log.setServiceParent(top)  # first in, last out: it sees the listeners' last events
-    runtime.resources["disk"].setServiceParent(top)
-    runtime.broker.setServiceParent(top)
-    runtime.resources[ACCESS_LIST].setServiceParent(top)  # watches the UAL file
-    operations = runtime.resources["operations"]
+    if runtime.event_log_service is not None:
+        runtime.event_log_service.setServiceParent(top)  # first in, last out: it sees the listeners' last events
+    services.disk.setServiceParent(top)
+    services.broker.setServiceParent(top)
+    services.access_list.setServiceParent(top)  # watches the UAL file
     if not settings.listeners:
         _log.info("No listener option: every listener binds {interface} only (this host); to listen beyond it, "
                   "give listener options naming an interface, e.g. --ssmp tcp:{port}:interface=0.0.0.0",
                   interface=DEFAULT_INTERFACE, port=DEFAULT_PORTS["ssmp"])
     for line in exposure_warnings(settings, listeners):
         _log.warn("{line}", line=line)
-    tor = None
     described = [d for descriptions in listeners.values() for d in descriptions] + [settings.admin or ""]
     if any(d.startswith("onion:") for d in described):
-        tor = runtime.resources["tor"] = TorControl(settings, reactor)
-        tor.setServiceParent(top)  # before the listeners: it stops after their services are removed
+        runtime.tor = TorControl(settings, reactor)
+        runtime.tor.setServiceParent(top)  # before the listeners: it stops after their services are removed
     for protocol, descriptions in listeners.items():
-        build_factory = front_end(protocol)
-        if build_factory is None:
-            raise ConfigurationError(f"--{protocol}: the {protocol} front end is not available yet")
-        factory = build_factory(runtime)
-        runtime.resources.setdefault("factories", {})[protocol] = factory
-        mount = front_end(protocol, "websocket", "mount")  # a WebSocket on socket.mq listeners
-        if mount is not None:
-            mount(runtime, factory)
+        factory = runtime.front_ends[protocol] = build_front_end(front_end_named(protocol), services)
         for description in descriptions:
-            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol, tor)
+            endpoint = _listen_endpoint(reactor, description, runtime.tls, protocol, runtime.tor)
             counted = operations.counted(protocol, factory)
             service = ListenerService(protocol, description, endpoint, factory, reactor, counted)
             service.setServiceParent(top)
     if settings.admin is not None:
-        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin", tor)
+        endpoint = _listen_endpoint(reactor, admin_endpoint(settings), runtime.tls, "admin", runtime.tor)
         ListenerService("admin", settings.admin, endpoint, operations.admin_site(), reactor).setServiceParent(top)
-    _start_bridges(runtime, top)
-    for service in operations.services():
-        service.setServiceParent(top)
+    runtime.bridges = build_bridges(services)  # the MQTT bridges to other brokers, if any
+    if runtime.bridges is not None:
+        runtime.bridges.setServiceParent(top)
+    for beside in operations.services():
+        beside.setServiceParent(top)
     return top
-
-
-def _start_bridges(runtime: Runtime, top: MultiService) -> None:
-    """The MQTT bridges to other brokers, if any (brokerd.protocols.mqtt.bridgeservice)."""
-    build_bridges = front_end("mqtt", "bridgeservice", "build_bridges") if runtime.settings.mqtt_bridge else None
-    bridges = build_bridges(runtime) if build_bridges is not None else None
-    if bridges is not None:
-        runtime.resources["mqtt_bridges"] = bridges
-        bridges.setServiceParent(top)

@@ -29,8 +29,11 @@ CHECKED_TWISTED = ((26, 4), (26, 10))
 
 
 def twisted_release() -> tuple[int, int]:
-    """The installed Twisted's (major, minor)."""
+    """The installed Twisted's (major, minor); (0, 0) for an unreleased one (its major is
+    incremental's ``"NEXT"``), on which no fast path was checked."""
     version = twisted.version
+    if not isinstance(version.major, int):
+        return (0, 0)
     return (version.major, version.minor)
 
 
@@ -58,7 +61,7 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
         if layer is None:
             continue
         if FAST_PATHS and isinstance(layer, Connection):
-            layer._isSendBufferFull = partial(_queued_over, layer, limit)
+            layer._isSendBufferFull = partial(_queued_over, layer, limit)  # type: ignore[method-assign]  # replaced on purpose: see above
         elif layer is transport or hasattr(layer, "bufferSize"):
             layer.bufferSize = limit
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from brokerd.config import PROTOCOLS
 from tests.support.broker import REPO
 
 pytestmark = pytest.mark.slow
@@ -29,6 +30,8 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_carries_the_plugin_and_no_traps(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "twisted/plugins/brokerd_plugin.py" in names
+    assert "twisted/plugins/brokerd_frontends.py" in names  # the front ends, for getPlugins(IFrontEnd)
+    assert {f"brokerd/protocols/{name}/plugin.py" for name in PROTOCOLS} <= set(names)
     assert "twisted/plugins/__init__.py" not in names  # would shadow Twisted's own plugins
     assert not any(name.endswith("dropin.cache") for name in names)
     assert "brokerd/tap.py" in names
@@ -48,3 +51,8 @@ def test_installed_wheel_runs_under_twistd_from_any_directory(wheel, tmp_path):
     assert "brokerd" in listing.stdout
     usage = subprocess.run([twistd, "brokerd", "--help"], cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert "--ssmp=" in usage.stdout and "--tls-ca=" in usage.stdout
+    found = subprocess.run(
+        [python, "-c", "from twisted.plugin import getPlugins\nfrom brokerd.frontend import IFrontEnd\n"
+                       "print(sorted(plugin.name for plugin in getPlugins(IFrontEnd)))"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert found.stdout == f"{sorted(PROTOCOLS)}\n", found.stderr

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerd.config import Settings, setting_fields, settings_from, value_problems
+from brokerd.config import PROTOCOLS, Settings, setting_fields, settings_from, value_problems
 from brokerd.errors import ConfigurationError
 from brokerd.settingspec import kind, option_of
-from brokerd.tap import Options, StartupError, front_end, makeService
+from brokerd.tap import Options, StartupError, front_end_named, makeService
 from tests.support.secrets import write_private
 
 
@@ -89,20 +89,17 @@ def test_empty_secret_file_is_refused(tmp_path):
         parse("--secret-file", str(empty))
 
 
-@pytest.mark.parametrize("protocol", ["ssmp", "mcchat", "smqp", "socketmq"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_listener_option_of_each_protocol(protocol):
-    if front_end(protocol) is None:
-        with pytest.raises(StartupError, match=f"the {protocol} front end is not available yet"):
-            parse(f"--{protocol}", "tcp:1")
-    else:
-        assert parse(f"--{protocol}", "tcp:1", f"--{protocol}", "tcp:2").listeners == {
-            protocol: ["tcp:1", "tcp:2"]
-        }
+    assert parse(f"--{protocol}", "tcp:1", f"--{protocol}", "tcp:2").listeners == {
+        protocol: ["tcp:1", "tcp:2"]
+    }
 
 
-def test_front_ends_are_found_by_name():
-    assert front_end("ssmp") is not None
-    assert front_end("nosuchprotocol") is None
+def test_each_listener_option_has_its_front_end():
+    assert [front_end_named(protocol).name for protocol in PROTOCOLS] == list(PROTOCOLS)
+    with pytest.raises(ConfigurationError, match="the nosuchprotocol front end is not available yet"):
+        front_end_named("nosuchprotocol")
 
 
 def test_zero_is_accepted_where_it_is_documented():

@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred, succeed
 from brokerd import __version__
 from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog
-from brokerd.config import Runtime
+from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -70,8 +70,7 @@ class Figures:
     def queues(self) -> Deferred:
         """Deferred[dict | None]: the SMQP store's queue figures (see SQLiteStore.queue_figures);
         None when no store is open.  Never fails: a store error is None too."""
-        store = self.runtime.resources.get("store")
-        ask = getattr(store, "queue_figures", None)
+        ask = getattr(self.runtime.store, "queue_figures", None)
         if ask is None:
             return succeed(None)
         d = ask(self.runtime.settings.metrics_top_queues)
@@ -153,18 +152,18 @@ class Figures:
 
     def _smqp_links(self) -> list[dict[str, Any]]:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
-        links = self.runtime.resources.get("smqp_links")
+        links = self.runtime.smqp_links
         return links.status() if links is not None else []
 
     def _mqtt_bridges(self) -> dict[str, dict[str, Any]]:
         """Each MQTT bridge's state and counts by name (brokerd.protocols.mqtt.bridge): a
         dictionary, so the ~sys topics name each bridge (``~sys/brokerd/mqtt_bridges/<name>/state``)."""
-        bridges = self.runtime.resources.get("mqtt_bridges")
+        bridges = self.runtime.bridges
         return bridges.status() if bridges is not None else {}
 
     def _onion_services(self) -> list[dict[str, Any]]:
         """The onion listeners' addresses (brokerd.protocols.onion), as Tor published them."""
-        tor = self.runtime.resources.get("tor")
+        tor = self.runtime.tor
         return tor.status() if tor is not None else []
 
     def _cluster(self) -> dict[str, Any] | None:
@@ -181,11 +180,11 @@ class Figures:
 
     def _mqtt(self) -> dict[str, Any] | None:
         """The MQTT front end's persistent sessions and quota refusals; None without it."""
-        sessions = self.runtime.resources.get("mqtt_sessions")
+        sessions = self.runtime.mqtt_sessions
         return sessions.quotas.figures() if sessions is not None else None
 
     def _store(self) -> dict[str, Any] | None:
-        latency = getattr(self.runtime.resources.get("store"), "commit_latency", None)
+        latency = getattr(self.runtime.store, "commit_latency", None)
         if latency is None:
             return None
         return {
@@ -200,7 +199,7 @@ class Figures:
         if get_pool is not None:
             pool = get_pool()
             pools["reactor"] = pool.q.qsize()
-        store = self.runtime.resources.get("store")
+        store = self.runtime.store
         if store is not None and hasattr(store, "backlog"):
             pools["store"] = store.backlog
         return pools

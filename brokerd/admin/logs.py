@@ -20,6 +20,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import (
     FileLogObserver,
     FilteringLogObserver,
@@ -175,6 +176,6 @@ def _reopen_on_sigusr1(out: logfile.LogFile) -> None:
         def rotate(signum: int, frame: Any) -> None:
             from twisted.internet import reactor
 
-            reactor.callFromThread(out.rotate)
+            IReactorFromThreads(reactor).callFromThread(out.rotate)
 
         signal.signal(signal.SIGUSR1, rotate)

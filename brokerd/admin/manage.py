@@ -38,10 +38,11 @@ from brokerd.auth.accounts import (
     thread_runner,
     update_accounts,
 )
-from brokerd.auth.policy import UAL_FILENAME, access_list_for
+from brokerd.auth.policy import UAL_FILENAME, AccessListFile
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
+from brokerd.runtime import Runtime
 
 MAX_BODY = 4096
 """Bytes of a change's JSON body read at most."""
@@ -88,7 +89,7 @@ class _Managed(Resource):
     isLeaf = True
     actions: dict[str, tuple[str, ...]] = {}
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__()
         self.runtime = runtime
         self._run = thread_runner(runtime.reactor)
@@ -144,7 +145,7 @@ class _Managed(Resource):
     def prepare(self, action: str, given: dict[str, str]) -> Any:
         raise NotImplementedError
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str) -> Any:
+    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
         return result
 
 
@@ -184,15 +185,17 @@ class Accounts(_Managed):
                     raise Refusal(404, f"no account {name!r}")
                 if action == "remove":
                     del accounts[name]
+                elif new_hash is None:
+                    raise Refusal(400, f"{action} needs a password")
                 else:
-                    accounts[name] = new_hash  # type: ignore[assignment]
+                    accounts[name] = new_hash
 
             update_accounts(path, edit, create=action == "add")
             return {"account": name, "done": action}
 
         return change
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str) -> Any:
+    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
         what = {"add": "added", "passwd": "changed the password of", "remove": "removed"}[action]
         _log.info("admin: {what} account {name} in {file} (from {source})", what=what, name=result["account"],
                   file=str(self.path), source=source)
@@ -205,9 +208,9 @@ class AccessEntries(_Managed):
     actions = {"set": ("topic", "who", "permissions"), "remove": ("topic", "who")}
 
     @property
-    def access(self) -> Any:
-        """The broker's AccessListFile (made from the settings on first use)."""
-        return access_list_for(self.runtime)
+    def access(self) -> AccessListFile:
+        """The broker's AccessListFile (the one its front ends and the core share)."""
+        return self.runtime.access_list
 
     @property
     def path(self) -> Path:
@@ -249,7 +252,7 @@ class AccessEntries(_Managed):
 
         return change
 
-    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str) -> Deferred:
+    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str | None) -> Deferred:
         if self.access.path is None:  # the first entry: the broker reads this file from now on
             self.access.path = self.path
         d = self.access.reload_now()  # installed before the answer: the next publish obeys it

@@ -8,7 +8,7 @@ lists them all).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -17,7 +17,10 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
-def _by(family: Metric, values: dict[str, Any]) -> Metric:
+_Family = TypeVar("_Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _by(family: _Family, values: dict[str, Any]) -> _Family:
     for label, value in sorted(values.items()):
         if value is not None:
             family.add_metric([label], value)

@@ -17,9 +17,9 @@ from typing import Any
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from brokerd.events.log import IEventRecorder, peer_text, transport_source
+from brokerd.events.log import EventLog, IEventRecorder, NullEventLog, peer_text, transport_source
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER, text
-from brokerd.interfaces import IBrokerObserver
+from brokerd.interfaces import IBrokerObserver, ISubscriber
 
 _log = Logger(namespace="brokerd")
 """Module-level, not a class attribute: a Logger that is a class attribute takes its class's
@@ -40,7 +40,7 @@ class OperatorLog:
     log, or brokerd.events.log.NULL_EVENT_LOG when it is off)."""
 
 
-    def __init__(self, events: Any, clock: Any = time) -> None:
+    def __init__(self, events: EventLog | NullEventLog, clock: Any = time) -> None:
         self.events = events
         self._clock = clock
         self.message_routed = events.message_routed
@@ -68,16 +68,16 @@ class OperatorLog:
 
     # ------------------------------------------------------------------ IBrokerObserver
 
-    def session_attached(self, session: Any) -> None:
+    def session_attached(self, session: ISubscriber) -> None:
         self.logins[session.protocol] += 1
         self._log_session("login", session)
         self.events.session_attached(session)
 
-    def session_detached(self, session: Any) -> None:
+    def session_detached(self, session: ISubscriber) -> None:
         self._log_session("logout", session)
         self.events.session_detached(session)
 
-    def _log_session(self, what: str, session: Any) -> None:
+    def _log_session(self, what: str, session: ISubscriber) -> None:
         _log.info(
             "{protocol}: {what} {name} from {source}",
             what=what,
@@ -93,7 +93,7 @@ class OperatorLog:
             self._count_drop(fields.get("reason"), fields.get("dropped"))
         self.events.record(kind, protocol, **fields)
 
-    def delivery(self, kind: str, session: Any, **fields: Any) -> None:
+    def delivery(self, kind: str, session: ISubscriber, **fields: Any) -> None:
         if kind == DROPPED:
             self._count_drop(fields.get("reason"), None)
         self.events.delivery(kind, session, **fields)

@@ -21,8 +21,9 @@ from brokerd.admin.systopics import StatisticsTopics
 from brokerd.admin.web import Access, AdminRoot
 from brokerd.auth.hosts import OwnNames
 from brokerd.auth.tls import split_escaped
-from brokerd.config import Runtime, Settings, read_first_line
+from brokerd.config import Settings, read_first_line
 from brokerd.errors import ConfigurationError
+from brokerd.runtime import Runtime
 
 _log = Logger(namespace="brokerd")
 
@@ -105,9 +106,10 @@ class AdminSite(Site):
 class Operations:
     """The operations pieces of one broker, made before its listeners."""
 
-    def __init__(self, runtime: Runtime, events: Any) -> None:
+    def __init__(self, runtime: Runtime, operator_log: OperatorLog) -> None:
         self.runtime = runtime
-        self.operator_log = OperatorLog(events)
+        self.operator_log = operator_log
+        """What the front ends' ``event_log`` is: the operator's lines over the event log."""
         self.connections = ConnectionCounts()
         self.figures = Figures(runtime, self.operator_log, self.connections)
         self._streams: DashboardStreams | None = None

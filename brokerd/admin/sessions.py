@@ -10,18 +10,20 @@ from typing import Any
 import json
 import math
 
+from brokerd.core.broker import Broker
 from brokerd.core.keepout import MAX_SECONDS
 from brokerd.core.principal import ANONYMOUS, SERVICE
 from brokerd.events.log import transport_source
 from brokerd.events.schema import text as _text
+from brokerd.interfaces import ISubscriber
 from brokerd.twistedio import queued_bytes
 
 
-def session_id(session: Any) -> str:
+def session_id(session: ISubscriber) -> str:
     return format(id(session), "x")
 
 
-def describe_session(broker: Any, session: Any) -> dict[str, Any]:
+def describe_session(broker: Broker, session: ISubscriber) -> dict[str, Any]:
     transport = getattr(session, "transport", None)
     principal = getattr(session, "principal", None)
     return {
@@ -37,12 +39,12 @@ def describe_session(broker: Any, session: Any) -> dict[str, Any]:
     }
 
 
-def list_sessions(broker: Any) -> list[dict[str, Any]]:
+def list_sessions(broker: Broker) -> list[dict[str, Any]]:
     described = [describe_session(broker, session) for session in broker.sessions()]
     return sorted(described, key=lambda s: (s["protocol"], s["name"] or "", s["id"]))
 
 
-def list_topics(broker: Any) -> list[dict[str, Any]]:
+def list_topics(broker: Broker) -> list[dict[str, Any]]:
     topics = []
     for name in broker.active_topics():
         topic = broker.topics.get(name)
@@ -55,14 +57,14 @@ def list_topics(broker: Any) -> list[dict[str, Any]]:
     return sorted(topics, key=lambda t: (-t["subscribers"], t["name"]))
 
 
-def find_session(broker: Any, wanted: str) -> Any:
+def find_session(broker: Broker, wanted: str) -> ISubscriber | None:
     for session in broker.sessions():
         if session_id(session) == wanted:
             return session
     return None
 
 
-def close_session(session: Any) -> bool:
+def close_session(session: ISubscriber) -> bool:
     """Close a session's connection (its queued output is written first); False when the
     session has no connection of its own (a broker-internal one)."""
     close = getattr(session, "close_transport", None)

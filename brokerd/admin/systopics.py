@@ -49,9 +49,9 @@ def leaves(figures: dict[str, Any], path: str = PREFIX) -> Iterator[tuple[str, A
 class StatisticsTopics(Service):
     """Publishes the figures every ``interval`` seconds while running."""
 
-    name = "sys-topics"
 
     def __init__(self, figures: Figures, interval: float, clock: Any) -> None:
+        self.setName("sys-topics")  # Twisted's Service declares ``name = None`` untyped
         self.figures = figures
         self.interval = interval
         self.clock = clock

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.logger import Logger
@@ -210,6 +210,14 @@ class Sessions(AdminResource):
         return _json(request, 200, answer)
 
 
+@runtime_checkable
+class ReloadsFiles(Protocol):
+    """A front end that reads files of its own again on request (SMQP's accounts and access
+    list); a Protocol because the front ends' factories share no base class."""
+
+    def reload_files(self) -> Deferred: ...
+
+
 class Reload(AdminResource):
     """``POST /api/reload``: every front end that reads access lists or accounts from files
     reads them again now (a bad file is refused and the old one stays)."""
@@ -219,9 +227,10 @@ class Reload(AdminResource):
     def render_POST(self, request: Any) -> Any:
         if not _posted_json(request):
             return _json(request, 415, {"error": "send Content-Type: application/json"})
-        factories = self.figures.runtime.resources.get("factories", {})
-        names = sorted(name for name, factory in factories.items() if hasattr(factory, "reload_files"))
-        d = gatherResults([maybeDeferred(factories[name].reload_files) for name in names], consumeErrors=True)
+        factories = self.figures.runtime.front_ends
+        reloading = {name: factory for name, factory in sorted(factories.items()) if isinstance(factory, ReloadsFiles)}
+        names = list(reloading)
+        d = gatherResults([maybeDeferred(factory.reload_files) for factory in reloading.values()], consumeErrors=True)
 
         def failed(failure: Any) -> bytes:
             error = getattr(failure.value, "subFailure", failure)

@@ -292,40 +292,23 @@ def run_inline(f: Callable[..., Any], *args: Any) -> Deferred:
     return maybeDeferred(f, *args)
 
 
-@implementer(ICredentialsChecker)
-class AccountsChecker:
-    """Checks ``IUsernamePassword`` credentials against the accounts file.
+class AccountsFile:
+    """The accounts file as last read, read again whenever it changed on disk (size, time,
+    inode), in the thread that asks.  One per broker: every checker over the file shares it
+    (:meth:`AccountsChecker.with_guest`), so the file is read once for all of them.
 
-    The avatar id is the account name in lower case (bytes).  An unknown account fails with
-    :class:`UnknownAccount`, a wrong password with ``UnauthorizedLogin``.  ``guest`` with a
-    blank password is accepted even when the file does not list it, unless ``guest`` is
-    False; a ``guest`` line in the file sets its password.  ``path`` None: no accounts but
-    the guest.
-
-    The file is read again whenever it changed on disk (size, time, inode), in the thread
-    that checks the password.  Several pool threads may check at once, so the cached stamp
-    and accounts change together under a lock (else a slower reader could leave the old
-    accounts cached under the new file's stamp, and a changed password go unnoticed).
+    Several pool threads may ask at once, so the cached stamp and accounts change together
+    under a lock (else a slower reader could leave the old accounts cached under the new
+    file's stamp, and a changed password go unnoticed).
     """
 
-    credentialInterfaces = (IUsernamePassword,)
-
-    def __init__(self, path: Path | None, *, guest: bool = True, run: Runner | None = None,
-                 reactor: Any = None) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = Path(path) if path is not None else None
-        self.guest = guest
-        if run is None:
-            if reactor is None:
-                from twisted.internet import reactor as default_reactor
-
-                reactor = default_reactor
-            run = thread_runner(reactor)
-        self._run = run
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._accounts: dict[str, PasswordHash] = {}
 
-    def _current(self) -> dict[str, PasswordHash]:
+    def current(self) -> dict[str, PasswordHash]:
         """The accounts, read again if the file changed (runs in a thread)."""
         if self.path is None:
             return {}
@@ -340,6 +323,50 @@ class AccountsChecker:
                 self._accounts = read_accounts(self.path)
                 self._stamp = stamp
             return self._accounts
+
+    def forget(self) -> None:
+        """Read the file again at the next question (it was just written)."""
+        with self._lock:
+            self._stamp = None
+
+
+@implementer(ICredentialsChecker)
+class AccountsChecker:
+    """Checks ``IUsernamePassword`` credentials against the accounts file.
+
+    The avatar id is the account name in lower case (bytes).  An unknown account fails with
+    :class:`UnknownAccount`, a wrong password with ``UnauthorizedLogin``.  ``guest`` with a
+    blank password is accepted even when the file does not list it, unless ``guest`` is
+    False; a ``guest`` line in the file sets its password.  ``path`` None: no accounts but
+    the guest.
+
+    The file is an :class:`AccountsFile`, read again whenever it changed on disk, in the
+    thread that checks the password; checkers made by :meth:`with_guest` share it.
+    """
+
+    credentialInterfaces = (IUsernamePassword,)
+
+    def __init__(self, path: Path | None, *, guest: bool = True, run: Runner | None = None,
+                 reactor: Any = None, file: AccountsFile | None = None) -> None:
+        self.file = file if file is not None else AccountsFile(path)
+        self.path = self.file.path
+        self.guest = guest
+        if run is None:
+            if reactor is None:
+                from twisted.internet import reactor as default_reactor
+
+                reactor = default_reactor
+            run = thread_runner(reactor)
+        self._run = run
+
+    def with_guest(self, guest: bool, run: Runner | None = None) -> AccountsChecker:
+        """A checker of the same file (read once for both) that admits the guest account or
+        not: SSMP's ``password`` scheme never does, SMQP's LOGIN as ``--smqp-guest`` says.
+        It checks passwords with ``run`` (else this checker's)."""
+        return AccountsChecker(self.path, guest=guest, run=run if run is not None else self._run, file=self.file)
+
+    def _current(self) -> dict[str, PasswordHash]:
+        return self.file.current()
 
     def load(self) -> dict[str, PasswordHash]:
         """Read the file now (blocking; for start-up checks): ConfigurationError if bad."""
@@ -398,5 +425,4 @@ class AccountsChecker:
             accounts[name] = new_hash
 
         update_accounts(self.path, change)
-        with self._lock:
-            self._stamp = None
+        self.file.forget()

@@ -41,7 +41,9 @@ from brokerd.auth.ual import (
     parse_permissions,
     read_access_list,
 )
+from brokerd.config import Settings
 from brokerd.core.access import Perm
+from brokerd.core.broker import Broker
 from brokerd.core.principal import GUEST, PROVEN, Principal
 from brokerd.errors import ConfigurationError
 from brokerd.interfaces import IAccessPolicy
@@ -50,8 +52,6 @@ UAL_RELOAD_INTERVAL = 5.0
 """Seconds between checks of the UAL file for changes."""
 UAL_FILENAME = "smqp.ual"
 """The UAL file looked for in --data-dir when no UAL file is configured."""
-RESOURCE = "access_list"
-"""The AccessListFile's key in Runtime.resources."""
 
 
 def ual_path(topic: bytes) -> tuple[str, ...]:
@@ -90,7 +90,7 @@ class AccessListFile(Service):
 
     _log = Logger()
 
-    def __init__(self, path: Path | None, current: AccessList, broker: Any, clock: Any,
+    def __init__(self, path: Path | None, current: AccessList, broker: Broker, clock: Any,
                  run: Callable[..., Deferred] = run_inline) -> None:
         self.path = path
         self.current = current
@@ -162,9 +162,10 @@ class AccessListFile(Service):
     def _read(self) -> Deferred:
         """Read the file in a thread, with the current list's defaults, and install it."""
         path = self.path
-        defaults = {"account_default": self.current.account_default,
-                    "guest_default": self.current.guest_default}
-        loaded = self._run(lambda: read_access_list(path, **defaults))  # type: ignore[arg-type]
+        if path is None:
+            return succeed(None)  # no file to read
+        account_default, guest_default = self.current.account_default, self.current.guest_default
+        loaded = self._run(lambda: read_access_list(path, account_default=account_default, guest_default=guest_default))
         return loaded.addCallback(self._loaded)
 
     def _loaded(self, access_list: AccessList) -> None:
@@ -174,21 +175,21 @@ class AccessListFile(Service):
 
 
 def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    if path is None:
+        return None
     try:
-        st = Path(path).stat()  # type: ignore[arg-type]
-    except (OSError, TypeError):
+        st = Path(path).stat()
+    except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def access_list_for(runtime: Any, run: Callable[..., Deferred] | None = None) -> AccessListFile:
-    """The broker's AccessListFile, made on first use from the settings: ``ual_file`` (or
-    ``DATA_DIR/smqp.ual`` when that exists) and ``smqp_guest_permissions``.  An unreadable or
-    malformed file raises ConfigurationError now, not at the first login."""
-    found = runtime.resources.get(RESOURCE)
-    if found is not None:
-        return found
-    settings = runtime.settings
+def access_list_for(settings: Settings, broker: Any, reactor: Any,
+                    run: Callable[..., Deferred] | None = None) -> AccessListFile:
+    """The broker's AccessListFile (brokerd.compose makes the one every front end shares) from the
+    settings: ``ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists) and
+    ``smqp_guest_permissions``.  An unreadable or malformed file raises ConfigurationError now,
+    not at the first login."""
     try:
         guest = parse_permissions(settings.smqp_guest_permissions or format_permissions(DEFAULT_GUEST_PERMISSIONS))
     except ValueError as exc:
@@ -197,7 +198,4 @@ def access_list_for(runtime: Any, run: Callable[..., Deferred] | None = None) ->
     if path is None and (Path(settings.data_dir) / UAL_FILENAME).exists():
         path = Path(settings.data_dir) / UAL_FILENAME
     current = read_access_list(path, guest_default=guest) if path else AccessList(guest_default=guest)
-    if run is None:
-        run = thread_runner(runtime.reactor)
-    found = runtime.resources[RESOURCE] = AccessListFile(path, current, runtime.broker, runtime.reactor, run)
-    return found
+    return AccessListFile(path, current, broker, reactor, run if run is not None else thread_runner(reactor))

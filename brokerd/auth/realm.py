@@ -12,7 +12,6 @@ it as it answers a refused login.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.credentials import IUsernamePassword
@@ -29,6 +28,7 @@ from brokerd.auth.checkers import (
 from brokerd.auth.credentials import IClientCertificate, IOpenLogin, ISharedSecret
 from brokerd.auth.identity import IIdentity, Identity
 from brokerd.auth.throttle import LoginThrottle, ThrottledPortal
+from brokerd.core.broker import Broker
 from brokerd.core.principal import ACCOUNT, GUEST, Principal, reserved_name
 
 __all__ = ["BrokerRealm", "IIdentity", "Identity", "build_portal", "enabled_schemes"]
@@ -40,7 +40,7 @@ class BrokerRealm:
     principal out (``brokerd-ctl close ID --for SECONDS``, brokerd.core.keepout), which every
     protocol then answers as the refused login it is."""
 
-    def __init__(self, broker: Any = None) -> None:
+    def __init__(self, broker: Broker | None = None) -> None:
         self.broker = broker
 
     def requestAvatar(self, avatarId, mind, *interfaces):
@@ -72,7 +72,7 @@ def build_portal(
     secret: bytes | None = None,
     client_certificates: bool = False,
     extra_checkers: tuple[ICredentialsChecker, ...] = (),
-    broker: Any = None,
+    broker: Broker | None = None,
     throttle: LoginThrottle | None = None,
 ) -> Portal:
     """One Portal for every front end, with a checker for each enabled scheme; password and
@@ -92,3 +92,10 @@ def enabled_schemes(portal: Portal) -> list[str]:
     """Names of the schemes the portal has checkers for, in a stable order."""
     available = set(portal.listCredentialsInterfaces())
     return [name for iface, name in SCHEME_NAMES.items() if iface in available]
+
+
+def accounts_portal(broker: Broker | None, accounts: ICredentialsChecker, throttle: LoginThrottle | None = None) -> Portal:
+    """Logins against the accounts file alone, and verified client certificates: what SMQP's
+    LOGIN answers to (``accounts`` decides whether the guest account is admitted,
+    ``--smqp-guest``); throttled as every front end's password logins are."""
+    return ThrottledPortal(BrokerRealm(broker), [accounts, ClientCertificateChecker()], throttle)

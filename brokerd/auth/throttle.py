@@ -193,10 +193,9 @@ def _account(credentials: Any) -> str | None:
     """The account a password login names (lower case, as accounts are kept), or None."""
     if not IUsernamePassword.providedBy(credentials):
         return None
-    name = credentials.username
-    if isinstance(name, bytes):
-        name = name.decode("utf-8", "replace")
-    return name.lower()
+    name = credentials.username  # bytes by IUsernamePassword; a str from some checkers' callers
+    text = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+    return text.lower()
 
 
 class ThrottledPortal(Portal):

@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.x509.oid import NameOID
 from OpenSSL import SSL, crypto
 from twisted.internet.endpoints import SSL4ServerEndpoint
@@ -111,13 +111,11 @@ def _server_options(
             "caCerts": [crypto.X509.from_cryptography(c) for c in authorities],
             "requireCertificate": False,
         }
+    # pyOpenSSL takes cryptography's objects (and deprecates its own, which the tests fail on:
+    # setup.cfg's filterwarnings)
     return CertificateOptions(
-        privateKey=private_key,
-        certificate=chain[0],
-        extraCertChain=chain[1:],
-        **_PROFILE,
-        **verify_options,
-    )
+        privateKey=private_key, certificate=chain[0], extraCertChain=chain[1:],  # type: ignore[arg-type]  # Twisted's hints say PKey, X509
+        **_PROFILE, **verify_options)
 
 
 def listen_endpoint(reactor: Any, tls: ServerTLS, description: str) -> IStreamServerEndpoint:
@@ -183,7 +181,7 @@ def peer_names(transport: Any) -> tuple[str, ...]:
     if not ISSLTransport.providedBy(transport):
         return ()
     try:
-        connection = transport.getHandle()
+        connection = transport.getHandle()  # type: ignore[attr-defined]  # TLS transports have it (ISystemHandle); ISSLTransport does not declare it
         if not connection.get_verify_mode() & SSL.VERIFY_PEER:
             return ()  # the certificate, if any, was never checked against a CA
         certificate = connection.get_peer_certificate(as_cryptography=True)
@@ -293,7 +291,7 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
-def _spki(public_key: Any) -> bytes:
-    return public_key.public_bytes(  # type: ignore[no-any-return]
+def _spki(public_key: PublicKeyTypes) -> bytes:
+    return public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )

@@ -47,11 +47,3 @@ class WorkQueue:
         self.pending -= 1
         return result
 
-
-def shared_work_queue(runtime: Any) -> WorkQueue:
-    """The broker's one WorkQueue (``runtime.resources["work_queue"]``), made on first use
-    with ``--max-auth-queue``: every front end's logins and OpenPGP work share its bound."""
-    queue = runtime.resources.get("work_queue")
-    if queue is None:
-        queue = runtime.resources["work_queue"] = WorkQueue(runtime.reactor, runtime.settings.max_auth_queue)
-    return queue

@@ -205,7 +205,7 @@ def endpoint_description(args: argparse.Namespace, default_host: str, default_po
     """The endpoint string the options name: ``--connect`` as given, else ``tcp:`` with
     ``--host`` and ``--port`` (what they leave out from ``--config``, then the defaults)."""
     if args.connect is not None:
-        return args.connect  # type: ignore[no-any-return]
+        return args.connect
     config = getattr(args, "config", None)
     if config is not None:
         default_host, default_port = config.host, config.port

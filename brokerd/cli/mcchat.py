@@ -161,7 +161,7 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
     d = defer.ensureDeferred(connect(endpoint, on_message))
     d.addTimeout(args.timeout, reactor)
     try:
-        return await d  # type: ignore[no-any-return]
+        return await d
     except defer.TimeoutError:
         raise CommandError(EXIT_ERROR, f"{where}: no MCCHAT INFO within {args.timeout:g} s", retryable=True) from None
     except MCChatError as exc:

@@ -287,7 +287,7 @@ def watch_end_of_input(ended: Any) -> None:
             if not ended.called:
                 ended.callback(None)
 
-    stdio.StandardIO(EndOfInput(), stdin=0, stdout=os.open(os.devnull, os.O_WRONLY))
+    stdio.StandardIO(EndOfInput(), stdin=0, stdout=os.open(os.devnull, os.O_WRONLY))  # type: ignore[call-arg]  # mypy reads Twisted's Windows StandardIO
 
 
 async def run_pub(reactor: Any, args: argparse.Namespace) -> None:

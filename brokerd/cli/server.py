@@ -46,9 +46,10 @@ def twistd_arguments(args: list[str]) -> list[str]:
         name, equals, value = arg.partition("=")
         if name in _RUNNER_OPTIONS:
             if not equals:
-                value = next(items, None)  # type: ignore[assignment]
-                if value is None:
+                following = next(items, None)
+                if following is None:
                     raise SystemExit(f"brokerd: {name} needs a file name")
+                value = following
             runner[name] = value
         else:
             rest.append(arg)

@@ -43,6 +43,7 @@ from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
 from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
+from brokerd.protocols.smqp.events import Notify
 
 PROG = "brokerd-smqp"
 DEFAULT_HOST = "127.0.0.1"
@@ -298,8 +299,12 @@ async def _publish(client: SMQPClientProtocol, args: argparse.Namespace, stdin: 
 async def _subscribe(client: SMQPClientProtocol, args: argparse.Namespace, out: TextIO) -> None:
     """Print and acknowledge notifications; the connection's end, which the queue hears of
     after the notifications before it, is a CommandError giving the server's 421."""
-    notifications: defer.DeferredQueue = defer.DeferredQueue()
-    client.notifyReceived = notifications.put  # type: ignore[method-assign]
+    notifications: defer.DeferredQueue[Notify | BaseException] = defer.DeferredQueue()
+
+    def queue(notify: Notify) -> None:
+        notifications.put(notify)
+
+    client.notifyReceived = queue  # type: ignore[method-assign]  # the client's documented hook, set per connection
     client.when_closed().addCallback(notifications.put)
     if args.window > 1:
         window = await client.set_notify_window(args.window)
@@ -407,7 +412,8 @@ async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
                 try:
                     await client.quit()
                 except Exception:
-                    client.transport.loseConnection()
+                    if client.transport is not None:
+                        client.transport.loseConnection()
 
     try:
         await common.with_retries(reactor, args, PROG, interruption, attempt)

@@ -308,7 +308,7 @@ async def connected(
     d = client.whenConnected(failAfterFailures=1)
     d.addTimeout(args.timeout, reactor)
     try:
-        return await d  # type: ignore[no-any-return]
+        return await d
     except SSMPError as exc:
         raise CommandError(EXIT_REFUSED, f"{where}: {_login_refused(exc, client)}", retryable=True) from None
     except (ConnectionDone, ConnectionLost):

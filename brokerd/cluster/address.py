@@ -103,7 +103,10 @@ def client_endpoint(reactor, address: RedisAddress, tls_ca: Path | None = None):
     platform's trust roots when None)."""
     if address.scheme == "unix":
         return endpoints.UNIXClientEndpoint(reactor, address.path, timeout=5)
-    plain = endpoints.HostnameEndpoint(reactor, address.host, address.port, timeout=5)
+    host = address.host
+    if host is None:
+        raise ConfigurationError(f"--cluster {address}: no host")
+    plain = endpoints.HostnameEndpoint(reactor, host, address.port, timeout=5)
     if not address.tls:
         return plain
     from twisted.internet import ssl
@@ -114,5 +117,5 @@ def client_endpoint(reactor, address: RedisAddress, tls_ca: Path | None = None):
             trust = ssl.Certificate.loadPEM(Path(tls_ca).read_bytes())
         except OSError as exc:
             raise ConfigurationError(f"--cluster-tls-ca {tls_ca}: {exc.strerror}") from None
-    options = ssl.optionsForClientTLS(address.host, trustRoot=trust)
+    options = ssl.optionsForClientTLS(host, trustRoot=trust)
     return endpoints.wrapClientTLS(options, plain)

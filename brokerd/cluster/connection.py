@@ -156,8 +156,9 @@ def protocols() -> tuple[type, type]:
     """The two connection classes, built on txredisapi's reply parser when first needed (so
     the broker starts without txredisapi when it is not in a cluster)."""
     txredisapi = load_txredisapi()
+    RedisProtocol: Any = txredisapi.RedisProtocol  # txredisapi has no type hints
 
-    class Commands(txredisapi.RedisProtocol):
+    class Commands(RedisProtocol):
         """Writes commands itself and matches each reply to its command in order.  A
         SPUBLISH waits as its (channel, envelope, redirections) tuple, not a Deferred, so
         that a ``-MOVED`` answer can send it again; the bytes in flight bound the backlog."""
@@ -274,7 +275,7 @@ class Link:
 
         def refused(failure: Failure) -> None:
             protocol.transport.abortConnection()
-            raise failure.value
+            failure.raiseException()
 
         steps.addCallbacks(prepared, refused)
         return steps

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from brokerd.cluster.envelope import OTHER, PROTOCOLS
 from brokerd.config import Settings
@@ -99,7 +99,7 @@ def decode(data: bytes, limit: int = Settings.cluster_max_control) -> dict[str, 
     return message
 
 
-def _is_name(value: Any) -> bool:
+def _is_name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= MAX_NAME
 
 
@@ -312,11 +312,11 @@ class Directory:
         """(namespace, address) -> the principal of the session that has it, when announced."""
         self.on_presence = on_presence
         self.on_address = on_address
-        self.filters = FilterIndex()
+        self.filters: FilterIndex[str] = FilterIndex()
         """The other nodes' topic filters; their members are the nodes' origins."""
         self.shares: dict[tuple[bytes, bytes], dict[str, int]] = {}
         """Each shared group with members on other nodes: origin -> its members' count."""
-        self.share_index = FilterIndex()
+        self.share_index: FilterIndex[tuple[bytes, bytes]] = FilterIndex()
         """Those groups by filter (the members are the groups' keys)."""
 
     def node(self, origin: str, name: str, now: float) -> RemoteNode:
@@ -418,11 +418,11 @@ class Directory:
 
     def shared_groups(self, topic: bytes) -> tuple[tuple[bytes, bytes], ...]:
         """The keys of the shared groups with members on other nodes whose filter matches ``topic``."""
-        return self.share_index.match(topic)  # type: ignore[return-value]
+        return self.share_index.match(topic)
 
     def filter_nodes(self, topic: bytes) -> tuple[str, ...]:
         """The origins of the other nodes with a filter matching ``topic``."""
-        return self.filters.match(topic)  # type: ignore[return-value]
+        return self.filters.match(topic)
 
     def _topics_changed(self) -> None:
         if self.on_topics is not None:
@@ -431,8 +431,8 @@ class Directory:
     def _replace_state(self, node: RemoteNode, message: dict[str, Any]) -> None:
         addresses = {(entry[0], _b(entry[1])): (float(entry[2]), _principal(*entry[3:5]) if len(entry) >= 5 else None)
                      for entry in message.get("addresses", ())}
-        for key in node.addresses - addresses.keys():
-            self._drop(key, node.origin)
+        for address_key in node.addresses - addresses.keys():
+            self._drop(address_key, node.origin)
         node.addresses = set()
         for (namespace, address), (at, principal) in addresses.items():
             self._attach(node, namespace, address, at, principal)
@@ -469,8 +469,8 @@ class Directory:
             self._filter(node, topic_filter, False)
         for key in list(node.shares):
             self._share(node, key, 0)
-        for key in node.addresses:
-            self._drop(key, origin)
+        for address_key in node.addresses:
+            self._drop(address_key, origin)
         return node
 
     def expired(self, now: float, timeout: float) -> list[str]:

@@ -438,7 +438,7 @@ class _Reader:
         expires = self.optfloat()
         attributes = self.attributes()
         parts = tuple(
-            Part(self.optstr(), self.attributes(), self.blob())  # type: ignore[arg-type]
+            Part(self.string(), self.attributes(), self.blob())
             for _ in range(self.u32())
         )
         qos, flags = self._take(2)

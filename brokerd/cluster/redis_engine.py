@@ -40,9 +40,11 @@ from brokerd.cluster import envelope, frames, seal, sharing
 from brokerd.cluster.address import RedisAddress
 from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
+from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.shards import Shards
 from brokerd.config import Settings
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
+from brokerd.core.principal import Principal
 from brokerd.core.publication import RemoteBroadcast, RemoteRun, RemoteUnicast
 from brokerd.interfaces import IEngine
 
@@ -65,6 +67,18 @@ class ClusterStats:
     __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
                  "envelopes_decoded", "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
                  "shards", "redirects")
+    connected: int
+    outages: int
+    envelopes_sent: int
+    messages_sent: int
+    envelopes_received: int
+    envelopes_decoded: int
+    messages_received: int
+    dropped_unreachable: int
+    dropped_backlog: int
+    bad_envelopes: int
+    shards: int
+    redirects: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -72,6 +86,17 @@ class ClusterStats:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _QueuedRun:
+    """One topic's runs queued in one reactor turn, and their rendered bytes by wire format
+    (None once one of the runs came without: the other nodes render that topic's whole)."""
+
+    __slots__ = ("messages", "sections")
+
+    def __init__(self, messages: list[Message], sections: dict[str, list[bytes]] | None) -> None:
+        self.messages = messages
+        self.sections = sections
 
 
 @implementer(IEngine)
@@ -143,9 +168,9 @@ class RedisEngine:
         one address on two nodes, the later one (then the higher node id) stays."""
         self.stats = ClusterStats()
         self.damaged = DamagedLog(reactor)
-        self.broker: Any = None
-        self._queued: dict[bytes, list[Any]] = {}
-        """This turn's runs by topic: [messages, {wire format: rendered chunks} or None]."""
+        self._broker: LocalBroker | None = None
+        self._queued: dict[bytes, _QueuedRun] = {}
+        """This turn's runs by topic."""
         self._flush_call: Any = None
         self._backlog = 0
         self._down = False
@@ -157,9 +182,20 @@ class RedisEngine:
         self.sharing = sharing.SharedPlacement(self, max_shared_pending)
         """Shared groups across the nodes: the node of each run's group member (brokerd.cluster.sharing)."""
 
+    @property
+    def broker(self) -> LocalBroker:
+        """The node's Broker, from :meth:`start` on."""
+        if self._broker is None:
+            raise RuntimeError("the engine is not started")
+        return self._broker
+
+    @broker.setter
+    def broker(self, broker: LocalBroker) -> None:
+        self._broker = broker
+
     # ------------------------------------------------------------------ IEngine
 
-    def start(self, broker: Any) -> None:
+    def start(self, broker: LocalBroker) -> None:
         self.broker = broker
         broker.topic_listeners.append(self._topic_changed)
         self.shards = Shards(self, self.address, self.tls_ca)
@@ -187,8 +223,8 @@ class RedisEngine:
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
         self._flush()  # what the sessions' logouts announced, and the goodbye
-        if self.broker is not None and self._topic_changed in self.broker.topic_listeners:
-            self.broker.topic_listeners.remove(self._topic_changed)
+        if self._broker is not None and self._topic_changed in self._broker.topic_listeners:
+            self._broker.topic_listeners.remove(self._topic_changed)
         return self.shards.stop() if self.shards is not None else DeferredList([])
 
     def forward(self, messages: Sequence[Message], rendered: dict[str, bytes] | None = None) -> None:
@@ -199,16 +235,19 @@ class RedisEngine:
         if not self._online():
             self.stats.dropped_unreachable += len(messages)
             return
-        queued = self._queued.get(messages[0].target)  # type: ignore[arg-type]
+        topic = messages[0].target
+        if topic is None:
+            raise ValueError("a forwarded run has no topic (a broadcast goes through broadcast())")
+        queued = self._queued.get(topic)
         if queued is None:
-            self._queued[messages[0].target] = (  # type: ignore[index]
-                [list(messages), {name: [data] for name, data in rendered.items()} if rendered else None])
+            self._queued[topic] = _QueuedRun(
+                list(messages), {name: [data] for name, data in rendered.items()} if rendered else None)
         else:
-            run, sections = queued
-            run.extend(messages)
+            queued.messages.extend(messages)
+            sections = queued.sections
             if sections is not None:
                 if not rendered:
-                    queued[1] = None  # type: ignore[index]
+                    queued.sections = None
                 else:
                     for name in [name for name in sections if name not in rendered]:
                         del sections[name]
@@ -222,7 +261,9 @@ class RedisEngine:
 
     def unicast(self, message: Message, namespace: str) -> bool:
         """Send a unicast to the node whose session has the address; False when none has."""
-        origin = self.directory.owner.get((namespace, message.target))  # type: ignore[arg-type]
+        if message.target is None:
+            return False
+        origin = self.directory.owner.get((namespace, message.target))
         if origin is None:
             return False
         if not self._online():
@@ -467,7 +508,8 @@ class RedisEngine:
     def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
-    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str, principal: Any) -> None:
+    def _remote_address(self, namespace: str, address: bytes, at: float, origin: str,
+                        principal: Principal | None) -> None:
         """Another node's login took an address a local session has: the Broker closes one of
         the two, the same choice on both nodes (the later login of one principal, the earlier of
         two).  The one that stays here is announced again, so that every node's directory
@@ -605,9 +647,10 @@ class RedisEngine:
         stats = self.stats
         sealer = self.sealer
         if shards is None or not shards.up:
-            stats.dropped_unreachable += sum(len(run) for run, _ in queued.values())
+            stats.dropped_unreachable += sum(len(pending.messages) for pending in queued.values())
             return
-        for topic, (run, sections) in queued.items():
+        for topic, pending in queued.items():
+            run, sections = pending.messages, pending.sections
             rendered = None
             if sections:
                 rendered = {name: chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -659,7 +702,7 @@ class RedisEngine:
                 run = envelope.open_run(data)
                 if run.first.kind != MULTICAST or run.first.target is None:
                     raise envelope.EnvelopeError("a run on the filter channel that is not a multicast")
-                if channel(run.first.target) in self.shards.following:  # type: ignore[union-attr]
+                if self.shards is not None and channel(run.first.target) in self.shards.following:
                     return  # its topic's own channel brings it
                 run.topic = run.first.target  # every message of the run is checked against it
             else:

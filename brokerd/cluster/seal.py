@@ -215,24 +215,30 @@ class Sealer:
         """The plaintext of a frame read on ``channel``, or None: this node's own echo
         (skipped, not counted), or a frame rejected (counted by reason)."""
         if len(frame) < OVERHEAD:
-            return self._reject("malformed")
+            self._reject("malformed")
+            return None
         version, key_id, sender, sequence, sent_at = HEADER.unpack_from(frame)
         if version != VERSION:
-            return self._reject("malformed")
+            self._reject("malformed")
+            return None
         if sender == self.incarnation:
             return None
         key = self._keys.get(key_id)
         if key is None:
-            return self._reject("unknown_key")
+            self._reject("unknown_key")
+            return None
         now = int(self.clock() * 1000)
         if sent_at < now - self.window_ms or sent_at > now + self.window_ms:
-            return self._reject("stale")
+            self._reject("stale")
+            return None
         channels = self._seen.get(sender)
         entry = channels.get(channel) if channels is not None else None
         if entry is not None and sequence <= entry[0]:
-            return self._reject("replay")
+            self._reject("replay")
+            return None
         if sent_at < self._since.get(channel, self._started):
-            return self._reject("early")
+            self._reject("early")
+            return None
         aead = self._opening.get((key_id, sender))
         cached = aead is not None
         if aead is None:
@@ -241,12 +247,14 @@ class Sealer:
         try:
             data = aead.decrypt(frame[13:21] + _NONCE_PAD, frame[HEADER_SIZE:], header + channel)
         except InvalidTag:
-            return self._reject("bad_tag")
+            self._reject("bad_tag")
+            return None
         if entry is not None:
             entry[0] = sequence
             entry[1] = sent_at
         elif not self._track(sender, channels, channel, sequence, sent_at, now):
-            return self._reject("overflow")
+            self._reject("overflow")
+            return None
         if not cached and len(self._opening) < 2 * MAX_SENDERS:
             self._opening[(key_id, sender)] = aead
         return data
@@ -305,4 +313,3 @@ class Sealer:
             self._logged_at = now
             since, self._since_log = self._since_log, dict.fromkeys(REASONS, 0)
             self.log({reason: count for reason, count in since.items() if count})
-        return None

@@ -408,7 +408,7 @@ class Shards:
         waits = self._follow_waits.pop(name, None)
         if not waits:
             return
-        later = []
+        later: list[tuple[slots.Address | None, Deferred]] = []
         for key, d in waits:
             if key is None or key == shard.key:
                 d.callback(name)

@@ -38,10 +38,14 @@ Frames on a node's channel (brokerd.cluster.frames' layout: a length byte and th
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Container, Sequence
+from typing import Protocol
+
+from twisted.internet.interfaces import IReactorTime
 
 from brokerd.cluster import envelope
+from brokerd.cluster.directory import Directory
+from brokerd.cluster.localbroker import LocalBroker
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.publication import RemoteShare
 
@@ -138,14 +142,27 @@ class _Sent:
         self.sends = 1
 
 
+class PlacingEngine(Protocol):
+    """What shared placement needs of the node's engine (brokerd.cluster.redis_engine)."""
+
+    origin: str
+    instance: bytes
+    directory: Directory
+    """The other nodes' groups."""
+    reactor: IReactorTime
+
+    @property
+    def broker(self) -> LocalBroker:
+        """This node's groups and members."""
+
+    def queue_frame(self, origin: str, data: bytes) -> None:
+        """Queue a frame for another node's channel, sent at this turn's flush."""
+
+
 class SharedPlacement:
-    """The choosing side and the serving side of shared groups, for one node's engine.
+    """The choosing side and the serving side of shared groups, for one node's engine."""
 
-    ``engine`` is the node's Redis engine: its ``origin``, ``instance``, ``directory`` (the
-    other nodes' groups), ``broker`` (this node's groups and members) and ``queue_frame(origin,
-    data)`` (a frame for another node's channel, sent at this turn's flush)."""
-
-    def __init__(self, engine: Any, max_pending: int) -> None:
+    def __init__(self, engine: PlacingEngine, max_pending: int) -> None:
         self.engine = engine
         self.max_pending = max_pending
         self._turns: dict[SharedKey, int] = {}
@@ -171,7 +188,9 @@ class SharedPlacement:
         directory = self.engine.directory
         if not directory.shares:
             return None
-        topic: bytes = messages[0].target  # type: ignore[assignment]
+        topic = messages[0].target
+        if topic is None:
+            raise ValueError("a shared run has no topic")
         remote = directory.shared_groups(topic)
         if not remote:
             return None
@@ -183,11 +202,12 @@ class SharedPlacement:
                 self._send(origin, key, list(messages))
         return frozenset(here)
 
-    def _choose(self, key: SharedKey, excluded: Any) -> str | None:
+    def _choose(self, key: SharedKey, excluded: Container[str]) -> str | None:
         """The node whose turn it is for ``key`` (None: this one), each node weighted by its
         members; ``excluded`` nodes are passed over.  Raises LookupError when no node is left."""
-        nodes = sorted((origin, count) for origin, count in self.engine.directory.shares.get(key, {}).items()
-                       if origin not in excluded)
+        shares = self.engine.directory.shares.get(key, {})
+        nodes: list[tuple[str | None, int]] = sorted(
+            (origin, count) for origin, count in shares.items() if origin not in excluded)
         local = self.engine.broker.filtered.group_size(key)
         if local and self.engine.origin not in excluded:
             nodes.append((None, local))

@@ -23,23 +23,23 @@ from brokerd.interfaces import IAccessPolicy
 
 
 class Perm(enum.Flag):
-    """What a principal may do on a topic (the UAL letters of docs/smqp.md)."""
+    """What a principal may do on a topic (the letters of the UAL file)."""
 
     NONE = 0
     PUBLISH = enum.auto()
     SUBSCRIBE = enum.auto()
     ADMINISTER = enum.auto()
     CREATE = enum.auto()
-    """Create, rename and remove topics at or below (SMQP)."""
+    """Create, rename and remove topics at or below (in a stored topic tree)."""
     REPLY = enum.auto()
-    """Reply to messages received from the topic (SMQP)."""
+    """Reply to messages received from the topic."""
 
 
 ALL = Perm.PUBLISH | Perm.SUBSCRIBE | Perm.ADMINISTER | Perm.CREATE | Perm.REPLY
 
 INBOX_PREFIX = b"accounts/"
-"""A unicast to a session is a publish to its principal's login topic (SMQP's
-``/accounts/<name>``): the sender needs publish permission there."""
+"""A unicast to a session is a publish to its principal's login topic
+(``/accounts/<name>``): the sender needs publish permission there."""
 
 SYSTEM_TOPICS = b"~sys"
 """The broker's own topic tree (brokerd.admin.systopics publishes its statistics there)."""

@@ -378,7 +378,7 @@ class Broker(Service):
         """Whether ``principal`` may subscribe to ``topic_filter``'s text (what
         :meth:`subscribe_filter` asks; a durable filter subscription asks it first)."""
         access = self.access
-        return access.policy is None or access.allows(principal, topic_filter, Perm.SUBSCRIBE)  # type: ignore[no-any-return]
+        return access.policy is None or access.allows(principal, topic_filter, Perm.SUBSCRIBE)
 
     def set_policy(self, policy: IAccessPolicy | None) -> int:
         """Install a new access policy (a reload) and take every live subscription it no
@@ -418,7 +418,7 @@ class Broker(Service):
 
     def publish_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
         """Deliver a multicast ``message`` its publisher asked the broker not to store
-        (SMQP's ``Guarantee: NO``) to the durable subscribers of its topic connected to this
+        (a guarantee of none) to the durable subscribers of its topic connected to this
         node and to the ``explicit`` ones, once each; nothing is kept for one that is offline.
         The live subscribers of the other protocols get it from :meth:`publish`, which the
         front end calls when they can carry it.  Returns the sessions reached."""
@@ -443,7 +443,7 @@ class Broker(Service):
 
     def keep_for_filters(self, messages: list[Message]) -> Deferred | None:
         """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a
-        front end that stores its own messages for its own durable subscribers (SMQP) asks,
+        front end that stores its own messages for its own durable subscribers asks,
         so that those sessions get its messages too.  None when no filter matches."""
         durable = self.durable
         if durable is None or not durable.index.has_filter_subscribers(messages[0].target):  # type: ignore[arg-type]
@@ -453,9 +453,7 @@ class Broker(Service):
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with
         ``publishing``, only topics the access policy lets ``session`` publish to."""
-        names = self.router.joined.get(session, {})
-        if publishing:
-            names = self.router.publishable(session)
+        names: Iterable[bytes] = self.router.publishable(session) if publishing else self.router.joined.get(session, {})
         peers = self.router.members_of(names)
         peers.pop(session, None)
         return list(peers)

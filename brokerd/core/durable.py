@@ -9,18 +9,18 @@ store when it comes back.  Topics no durable subscription covers never reach thi
 Broker asks :meth:`DurableService.covers` (a dict lookup) and routes in memory.
 
 brokerd.tap builds the service over the node's store whenever the node has one, whichever
-front ends it runs (docs/architecture.md, "Durable delivery"): a node without an SMQP
-listener keeps the core's publishes for SMQP's subscribers all the same.  What a stored
+front ends it runs (docs/architecture.md, "Durable delivery"): a node keeps the core's
+publishes for every durable subscriber whichever front end it listens with.  What a stored
 message gets from its topic (delivery mode, default timeout, whether the core keeps it at
 all) comes from the stored topics (:class:`~brokerd.core.storedtopics.StoredTopics`), its id
-from the server's SUID, and who may read it from the core's access policy: all of it here,
-read from the store.  The front end that owns the subscriptions (SMQP) changes the topics
-and subscriptions through this service, and sets only what it renders: ``receipts`` and
-``size_of``.
+from the server id, and who may read it from the core's access policy, asked for the
+subscriber's owner (brokerd.core.subscriber): all of it here, read from the store.  A front
+end that owns a topic tree changes the topics and subscriptions through this service, and
+sets only what it renders: ``receipts`` and ``size_of``.
 
 The service keeps, beside the store: the subscription index, the connected durable sessions
-(each an :class:`IDurableSession`, e.g. an SMQP outbox), message numbers, the ``ONE``
-delivery claims, expiry into a topic's Trash and Trash emptying, and the outcome events
+(each an :class:`IDurableSession`), message numbers, the claims of :data:`SINGLE` deliveries,
+expiry into dead letters (a topic's dead-letter queue) and their purge, and the outcome events
 (:class:`~brokerd.core.outcomes.DurableOutcomes`).  All of it runs on the reactor thread;
 the store works off it.
 """
@@ -31,7 +31,6 @@ import socket
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -44,39 +43,30 @@ from brokerd.core.access import Perm
 from brokerd.core.message import Message
 from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
 from brokerd.core.pending import PendingQuota
-from brokerd.core.principal import Principal, account_principal
 from brokerd.core.queues import DurableQueues
+from brokerd.core.subscriber import owner_of, takes_core_publishes
 from brokerd.core.sync import DurableSync
-from brokerd.core.storedtopics import StoredTopics
+from brokerd.core.storedtopics import EVERY, HELD, SINGLE, StoredTopics
 from brokerd.core.subscriptions import ADD, FILTER, MESSAGE, SubscriptionIndex
 from brokerd.events import schema
 from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
-from brokerd.store.base import StoreFull, is_outage, log_unless_outage
+from brokerd.store.base import SERVER_ID_META, StoreFull, is_outage, log_unless_outage
 from brokerd.store.records import Delivery, MessageRecord, PacketFlow, ReceiptDue, Settled, TopicRecord
 
-__all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "LINK_CHANNEL_PREFIX", "OUTGOING_PREFIX",
-           "Published", "UNACKNOWLEDGED", "attach_durable", "is_link", "owned_prefix", "owned_subscriber", "publisher_of",
-           "server_domain", "subscriber_principal"]
+__all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "Published", "UNACKNOWLEDGED", "attach_durable",
+           "publisher_of", "server_domain"]
 
 EXPIRY_INTERVAL = 1.0
-"""Seconds between sweeps that move expired messages to their Trash."""
+"""Seconds between sweeps that make expired messages dead letters."""
 EXPIRY_BATCH = 1000
 """Messages one sweep moves (another sweep follows at once when there were more)."""
-TRASH_INTERVAL = 60.0
-"""Seconds between Trash emptyings."""
-SUID_KEY = "suid"
-"""The store's meta entry naming this server (shared by the nodes of a cluster)."""
-LINK_CHANNEL_PREFIX = "link_"
-"""A durable subscriber ``account:link_<domain>`` is a link to another server (SMQP
-federation): it takes only messages published for forwarding, never the core's publishes."""
-OUTGOING_PREFIX = "~"
-"""A durable subscriber whose name starts with it holds a linked domain's outgoing messages
-(a name no login can have): the access policy was asked when they were published."""
+PURGE_INTERVAL = 60.0
+"""Seconds between purges of the dead letters older than their retention."""
 
 
 class IDurableSession(Protocol):
-    """A connected durable subscriber, as the service sees it (an SMQP outbox)."""
+    """A connected durable subscriber, as the service sees it (a front end's outbox)."""
 
     name: str
     closed: bool
@@ -85,10 +75,10 @@ class IDurableSession(Protocol):
         """A new pending delivery, committed."""
 
     def discard(self, seq: int) -> None:
-        """The delivery is no longer pending (settled elsewhere, trashed, moved)."""
+        """The delivery is no longer pending (settled elsewhere, a dead letter, moved)."""
 
     def reoffer(self, seq: int) -> None:
-        """A ONE message another session held is free again."""
+        """A :data:`SINGLE` message another session held is free again."""
 
     def refresh(self) -> None:
         """Read the pending deliveries from the store again (a held topic was released)."""
@@ -107,49 +97,17 @@ def publisher_of(message: Message) -> str:
     return f"{message.protocol}:{message.sender_name.decode('latin-1')}"
 
 
-def owned_subscriber(protocol: str, principal: Principal, session: str, incarnation: str) -> str:
-    """The durable subscriber name of ``protocol``'s session ``session`` (an MQTT client
-    identifier) that ``principal`` owns, in its ``incarnation`` (a session that ends and
-    starts again is another subscriber, so nothing of the old one can reach the new one):
-    ``<protocol>/<realm>/<name>/<session>/<incarnation>``, each part percent-encoded.  The
-    principal is part of the name, so one login's stored session is never another's, and the
-    access list is asked for the owner while the session is away (:func:`subscriber_principal`).
-    It has no ``:``, so it is no SMQP ``account:channel``.  :func:`owned_prefix` without the
-    incarnation finds it again."""
-    return f"{owned_prefix(protocol, principal, session)}{quote(incarnation, safe='')}"
-
-
-def owned_prefix(protocol: str, principal: Principal, session: str) -> str:
-    """What every incarnation's :func:`owned_subscriber` name starts with."""
-    return "/".join((protocol, quote(principal.realm, safe=""), quote(principal.name, safe=""),
-                     quote(session, safe=""), ""))
-
-
-def subscriber_principal(subscriber: str) -> Principal:
-    """The principal that owns durable subscriber ``subscriber``: the one an
-    :func:`owned_subscriber` name holds, else the account of an SMQP ``account:channel``."""
-    if ":" not in subscriber:
-        parts = subscriber.split("/")
-        if len(parts) == 5:
-            return Principal(unquote(parts[2]), unquote(parts[1]))
-    return account_principal(subscriber.partition(":")[0])
-
-
-def is_link(subscriber: str) -> bool:
-    """Whether durable subscriber ``account:channel`` is a link to another server."""
-    return subscriber.partition(":")[2].startswith(LINK_CHANNEL_PREFIX)
-
-
 def server_domain(settings: Settings) -> str:
-    """The domain this server is known by (``--smqp-domain``, else the host name)."""
-    return settings.smqp_domain or socket.gethostname() or "localhost"
+    """The domain this server is known by (its configured ``domain``, else the host name)."""
+    return settings.domain or socket.gethostname() or "localhost"
 
 
 class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     """The durable subscriptions and pending messages of the broker, over an IStore.
 
     Every tunable comes from ``settings``: the default message timeout, the retry timeout,
-    the attempts before a delivery is given up, the Trash retention, the gauge interval.
+    the attempts before a delivery is given up, the dead letters' retention, the gauge interval
+    (the ``durable_*`` settings).
     The owning front end sets ``receipts`` (called with each ReceiptDue), ``size_of`` (the
     size of its own stored rows), ``protocol`` (the event log's protocol of outcome events)
     and ``on_tree_changed`` (called with the topic records another node committed).
@@ -165,9 +123,9 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.events = events
         """The event log's IEventRecorder."""
         self.domain = server_domain(settings)
-        """The domain of a new SUID (the first node to start names the server)."""
+        """The domain of a new server id (the first node to start names the server)."""
         self.index = SubscriptionIndex()
-        self.topics = StoredTopics(settings.smqp_message_timeout)
+        self.topics = StoredTopics(settings.durable_message_timeout)
         """The stored topic tree: each topic's delivery mode and default timeout."""
         self.sessions: dict[str, IDurableSession] = {}
         """Connected durable subscribers by name."""
@@ -175,8 +133,9 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.waiters: dict[int, set[IDurableSession]] = {}
         self.published: OrderedDict[int, Published] = OrderedDict()
         """seq -> recent stored message, at most PUBLISHED_MEMORY (brokerd.core.outcomes)."""
-        self.suid = ""
-        """The server's unique id: the head of every stored message's id (its Smuid)."""
+        self.server_id = ""
+        """The server's unique id, shared by the nodes of a cluster: the head of every stored
+        message's id."""
         self.protocol = "durable"
         self.access_control: Callable[[], Any] | None = None
         """The core's current AccessControl (the Broker sets it): with an access policy, who
@@ -185,7 +144,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.receipts: Callable[[ReceiptDue], Any] | None = None
         self.size_of: Callable[[bytes], int] | None = None
         """The size the event log reports of a stored row that is no stored Message (a front
-        end's own rows, e.g. SMQP bodies)."""
+        end's own rows)."""
         self.announce: Callable[..., None] | None = None
         """Tell the other nodes of a cluster what this node committed (keywords ``tree``,
         ``subscribers``, ``pending``): the Broker sets it to its engine's ``durable_changed``
@@ -193,19 +152,19 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.full: Callable[[], bool] | None = None
         """Whether the data directory is below ``--disk-free-limit`` (brokerd.tap sets it to the
         disk guard's reading): :meth:`keep` then stores nothing and fails with StoreFull, so a
-        publisher of any protocol gets its temporary failure, as SMQP's does."""
+        publisher of any protocol gets its temporary failure."""
         self.on_tree_changed: Callable[[list[TopicRecord]], Any] | None = None
-        """Called with the topic records when another node changed the tree (SMQP rebuilds
-        its own tree from them)."""
+        """Called with the topic records when another node changed the tree (a front end that
+        keeps its own tree rebuilds it from them)."""
         self.pending_quota: PendingQuota | None = None
         """The bound on what waits for each subscriber of a front end that set one
-        (:meth:`bound_pending`); None: unbounded (SMQP's, bounded by its accounts)."""
-        self.retry_timeout: float = settings.smqp_retry_timeout
+        (:meth:`bound_pending`); None: unbounded (a front end whose sessions are its accounts')."""
+        self.retry_timeout: float = settings.durable_retry_timeout
         """Seconds to wait for a delivery's acknowledgement before sending it again."""
-        self.max_attempts: int = settings.smqp_max_attempts
+        self.max_attempts: int = settings.durable_max_attempts
         """Delivery attempts of one message to one subscriber before it is given up."""
-        self.trash_retention: float = settings.smqp_trash_retention
-        """Seconds a message stays in a Trash before it is removed for good."""
+        self.dead_letter_retention: float = settings.durable_dead_letter_retention
+        """Seconds a dead letter is kept before it is removed for good."""
         self.gauge_interval: float | None = settings.event_log_gauge if settings.event_log else None
         """Seconds between readings of the store's queue figures into ``gauge`` events."""
         self._gauge_last: tuple[int, int, int] | None = None
@@ -230,7 +189,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
     def start(self, opened: Deferred | None = None) -> Deferred:
         """Once the store is open (``opened`` fired; now when None), load the topics, the
-        SUID (made and stored by the first node to start), the subscriptions and the next
+        server id (made and stored by the first node to start), the subscriptions and the next
         message number.  ``opened``'s own result goes on unchanged to its other callbacks.
         Returns :meth:`when_started`."""
         if not self._starting:
@@ -239,8 +198,8 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             def load(result: Any) -> Any:
                 d = self.store.load_topics()
                 d.addCallback(self.topics.replace)
-                d.addCallback(lambda _: self.store.get_meta(SUID_KEY))
-                d.addCallback(self._suid_read)
+                d.addCallback(lambda _: self.store.get_meta(SERVER_ID_META))
+                d.addCallback(self._server_id_read)
                 d.addCallback(lambda _: self.store.load_subscriptions())
                 d.addCallback(self.index.load)
                 d.addCallback(lambda _: self._count_pending())
@@ -279,16 +238,16 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             else:
                 waiter.callback(None)
 
-    def _suid_read(self, suid: str | None) -> Deferred | None:
-        if suid is None:
-            self.suid = f"{self.domain}/{secrets.token_hex(4)}"
-            return self.store.set_meta(SUID_KEY, self.suid)
-        self.suid = suid
+    def _server_id_read(self, server_id: str | None) -> Deferred | None:
+        if server_id is None:
+            self.server_id = f"{self.domain}/{secrets.token_hex(4)}"
+            return self.store.set_meta(SERVER_ID_META, self.server_id)
+        self.server_id = server_id
         return None
 
     def bound_pending(self, prefix: str, limit: int) -> None:
         """At most ``limit`` messages wait in the store for each subscriber whose name starts
-        with ``prefix`` (a front end's owned subscribers, :func:`owned_subscriber`): see
+        with ``prefix`` (a front end's owned subscribers, :func:`~brokerd.core.subscriber.protocol_prefix`): see
         brokerd.core.pending.  A front end calls it when it is built, before the start."""
         self.pending_quota = PendingQuota(prefix, limit, self.clock)
         if self.started and self._start_failure is None:
@@ -306,7 +265,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     def start_sweeps(self) -> None:
         if self._loops:
             return
-        work_list = [(EXPIRY_INTERVAL, self.sweep), (TRASH_INTERVAL, self.empty_trash)]
+        work_list = [(EXPIRY_INTERVAL, self.sweep), (PURGE_INTERVAL, self.purge_dead_letters)]
         if self.gauge_interval is not None:
             work_list.append((self.gauge_interval, self.gauge))
         for interval, work in work_list:
@@ -347,7 +306,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             self.online.pop(session.name, None)
 
     def delivery_mode(self, key: str) -> str:
-        return "NONE" if key in self.topics.held else "ALL"
+        return HELD if key in self.topics.held else EVERY
 
     def held_topics(self) -> list[str]:
         return sorted(self.topics.held)
@@ -355,11 +314,11 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     # ------------------------------------------------------------------ recipients
 
     def message_id(self, seq: int, now: float) -> str:
-        """The id (Smuid) of stored message ``seq`` received at ``now``."""
-        return f"{self.suid}/{seq}({format_datetime(now)})"
+        """The id of stored message ``seq`` received at ``now``."""
+        return f"{self.server_id}/{seq}({format_datetime(now)})"
 
     def covers(self, topic: bytes) -> bool:
-        """Whether a durable subscription covers core topic ``topic``: an SMQP one where the
+        """Whether a durable subscription covers core topic ``topic``: a topic one where the
         stored topic keeps the core's messages (:meth:`StoredTopics.reachable`), or a FILTER
         one.  The Broker asks on every publish: for a topic no durable subscription covers it
         is a cached lookup."""
@@ -376,14 +335,14 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         return self._readable
 
     def _readable(self, subscriber: str, key: str) -> bool:
-        if subscriber.startswith(OUTGOING_PREFIX) or self.access_control is None:
+        principal = owner_of(subscriber)
+        if principal is None or self.access_control is None:
             return True
-        principal = subscriber_principal(subscriber)
         return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
 
     def recipients(self, key: str, change: str, received: float, kind: str = MESSAGE) -> list[str]:
-        """The durable subscribers of topic ``key`` (by their ``kind`` subscriptions: SMQP's
-        MESSAGE ones, or FILTER ones) that get a ``change`` received at ``received``: this is
+        """The durable subscribers of topic ``key`` (by their ``kind`` subscriptions: MESSAGE
+        ones to stored topics, or FILTER ones) that get a ``change`` received at ``received``: this is
         the one place recipients of a stored message are chosen.  A subscription whose UNTIL
         has passed ends here (it unsubscribes)."""
         found: dict[str, None] = {}
@@ -404,14 +363,14 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     def core_recipients(self, key: str, received: float) -> list[str]:
         """The durable subscribers of topic ``key`` that get a core publish (any protocol's,
         stored or not) received at ``received``: :meth:`recipients` of an ADD, without the
-        links, which take only messages published for forwarding."""
-        return [name for name in self.recipients(key, ADD, received) if not is_link(name)]
+        relays, which take only messages published for forwarding (brokerd.core.subscriber)."""
+        return [name for name in self.recipients(key, ADD, received) if takes_core_publishes(name)]
 
     def kept_recipients(self, key: str, received: float, filters_only: bool = False) -> list[str]:
-        """Whom :meth:`keep` stores a core publish to ``key`` for: the SMQP subscribers where
-        the stored topic keeps the core's messages, and the FILTER subscribers, whoever
-        published (only those with ``filters_only``: SMQP stores its own messages for its
-        subscribers)."""
+        """Whom :meth:`keep` stores a core publish to ``key`` for: the MESSAGE subscribers
+        where the stored topic keeps the core's messages, and the FILTER subscribers, whoever
+        published (only those with ``filters_only``: a front end that stores its own messages
+        for its own topic subscribers)."""
         names: dict[str, None] = {}
         if not filters_only and self.topics.reachable(key):
             names.update(dict.fromkeys(self.core_recipients(key, received)))
@@ -451,7 +410,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         each = [run_deliveries for _message, run_deliveries in runs]
         timeout = self.topics.timeout_for(key)
         mode = self.topics.mode_for(key)
-        head = f"{self.suid}/"
+        head = f"{self.server_id}/"
         tail = f"({format_datetime(now)})"  # message_id's, once for the read
         kept: list[tuple[MessageRecord, int]] = []
         for message, _run_deliveries in runs:
@@ -499,10 +458,10 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                 self.pending_quota.release(run_deliveries)
 
     def offer_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
-        """Hand a multicast its publisher asked not to store (SMQP's ``Guarantee: NO``) to
+        """Hand a multicast its publisher asked not to store (a guarantee of none) to
         the durable subscribers of its topic that are connected to this node, and to the
         ``explicit`` ones (a login topic's owner), rendered once per wire format; nothing is
-        kept for one that is offline, and links take only stored messages.  Returns how
+        kept for one that is offline, and relays take only stored messages.  Returns how
         many sessions it was handed to."""
         key = message.target.decode("utf-8")  # type: ignore[union-attr]
         names = dict.fromkeys(explicit)
@@ -545,7 +504,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         self.stats["published"] += len(kept)
         remember = self.remember
         for record, size in kept:
-            remember(record.seq, Published(record.smuid, record.publisher, record.received, size))
+            remember(record.seq, Published(record.message_id, record.publisher, record.received, size))
         sessions = self.sessions
         if any(name in sessions for name, _change in deliveries):
             for index, (record, _size) in enumerate(kept):
@@ -580,7 +539,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         d = self.store.acknowledge(session.name, delivery.seq)
 
         def done(settled: Settled | None) -> None:
-            if delivery.mode == "ONE":
+            if delivery.mode == SINGLE:
                 self.claims.pop(delivery.seq, None)
             if settled is not None:
                 self._settled_pending(session.name)
@@ -590,7 +549,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
                                         delivery.attempts, delivery.mode, delivery.data)
                 self.acked(session, reported)
                 self.settle(settled)
-            if delivery.mode == "ONE":
+            if delivery.mode == SINGLE:
                 for waiter in self.waiters.pop(delivery.seq, ()):
                     waiter.discard(delivery.seq)
 
@@ -612,7 +571,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
             self.pending_quota.settled(subscriber)
 
     def claim(self, seq: int, session: IDurableSession) -> bool:
-        """A ONE message goes to one session at a time."""
+        """A :data:`SINGLE` message goes to one session at a time."""
         holder = self.claims.get(seq)
         if holder is None or holder is session or holder.closed:
             self.claims[seq] = session
@@ -621,7 +580,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         return False
 
     def release(self, seq: int, session: IDurableSession) -> None:
-        """The session holding a ONE message let it go (refused, gave up, disconnected)."""
+        """The session holding a :data:`SINGLE` message let it go (refused, gave up, disconnected)."""
         if self.claims.get(seq) is session:
             del self.claims[seq]
         for waiter in list(self.waiters.pop(seq, ())):
@@ -637,7 +596,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
     def settle(self, settled: Settled, reason: str | None = None) -> None:
         """Apply what the store reports: drop released deliveries, hand a due receipt to
-        ``receipts``.  ``reason`` says why a message went to the Trash (expired,
+        ``receipts``.  ``reason`` says why a message became a dead letter (expired,
         undeliverable, removed, recalled, replaced)."""
         for subscriber in settled.released:
             self._settled_pending(subscriber)
@@ -647,14 +606,14 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         if settled.trashed:
             self.claims.pop(settled.seq, None)
             self.waiters.pop(settled.seq, None)
-            self.trashed(settled, reason)
+            self.dead_lettered(settled, reason)
         if settled.receipt is not None and self.receipts is not None:
             self.receipts(settled.receipt)
 
-    # ------------------------------------------------------------------ expiry and Trash
+    # ------------------------------------------------------------------ expiry and dead letters
 
     def sweep(self) -> Deferred:
-        """Move expired messages to their Trash (with receipts for those that asked)."""
+        """Make expired messages dead letters (with receipts for those that asked)."""
         d = self.store.expire(self.clock.seconds(), EXPIRY_BATCH)
 
         def expired(found: list[Settled]) -> Deferred | None:
@@ -667,9 +626,10 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
 
         return d.addCallback(expired).addErrback(self._report("Expiring stored messages"))
 
-    def empty_trash(self) -> Deferred:
-        d = self.store.empty_trash(self.clock.seconds() - self.trash_retention)
-        return d.addErrback(self._report("Emptying the Trash"))
+    def purge_dead_letters(self) -> Deferred:
+        """Remove the dead letters kept longer than ``dead_letter_retention``."""
+        d = self.store.empty_trash(self.clock.seconds() - self.dead_letter_retention)
+        return d.addErrback(self._report("Purging the dead letters"))
 
     def gauge(self) -> Deferred | None:
         """Read the store's queue figures (off the reactor thread: one counting query) and

@@ -64,11 +64,11 @@ class FilterSubscriptions:
     """Who subscribed to which filter, and the fan-out of a topic with them."""
 
     def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
-        self.index = FilterIndex(max_remembered)
+        self.index: FilterIndex[ISubscriber] = FilterIndex(max_remembered)
         self._of: dict[ISubscriber, dict[bytes, None]] = {}
         self._fanouts: dict[bytes, tuple[FanOut | None, FanOut, frozenset[ISubscriber]]] = {}
         self.max_remembered = max_remembered
-        self.shared = FilterIndex(max_remembered)
+        self.shared: FilterIndex[SharedGroup] = FilterIndex(max_remembered)
         """The shared groups (SharedGroup) by their filter."""
         self._groups: dict[SharedKey, SharedGroup] = {}
         self._shared_of: dict[ISubscriber, dict[SharedKey, None]] = {}
@@ -207,7 +207,7 @@ class FilterSubscriptions:
         if not self._groups or (groups is not None and not groups):
             return remembered[1], remembered[2]
         reached = remembered[2]
-        picked = [member for member in (group.pick(name, access) for group in self.shared.match(name)  # type: ignore[attr-defined]
+        picked = [member for member in (group.pick(name, access) for group in self.shared.match(name)
                                         if groups is None or group.key in groups)
                   if member is not None and member not in reached]
         if not picked:
@@ -222,7 +222,7 @@ class FilterSubscriptions:
         guarded = access.policy is not None
         for session in self.index.match(name):
             if session not in members and (not guarded or access.allows(session.principal, name, Perm.SUBSCRIBE)):
-                members[session] = None  # type: ignore[index]
+                members[session] = None
         if len(self._fanouts) >= self.max_remembered:
             self._fanouts.clear()
         answer = self._fanouts[name] = (grouped, by_format(members), frozenset(members))

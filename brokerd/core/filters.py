@@ -16,6 +16,7 @@ most ``max_cached`` names; then the memory starts again).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from typing import Generic, TypeVar
 
 from brokerd.events.filters import ANY_LEVELS, ONE_LEVEL, SEPARATOR, SYSTEM, has_wildcard, matches
 
@@ -38,22 +39,27 @@ def filter_problem(topic_filter: bytes) -> str | None:
     return None
 
 
-class _Level:
+Member = TypeVar("Member", bound=Hashable)
+"""What a :class:`FilterIndex` holds: sessions for the live subscriptions, subscriber ids or
+shared groups elsewhere; one type per index, so :meth:`FilterIndex.match` gives it back typed."""
+
+
+class _Level(Generic[Member]):
     __slots__ = ("children", "members")
 
     def __init__(self) -> None:
-        self.children: dict[bytes, _Level] = {}
-        self.members: dict[Hashable, None] = {}
+        self.children: dict[bytes, _Level[Member]] = {}
+        self.members: dict[Member, None] = {}
         """Members of the filter that ends at this level, in subscription order."""
 
 
-class FilterIndex:
+class FilterIndex(Generic[Member]):
     """Members (sessions, or any hashable) by topic filter, and the members a topic reaches."""
 
     def __init__(self, max_cached: int = 4096) -> None:
-        self._root = _Level()
+        self._root: _Level[Member] = _Level()
         self._filters = 0
-        self._cache: dict[bytes, tuple[Hashable, ...]] = {}
+        self._cache: dict[bytes, tuple[Member, ...]] = {}
         self.max_cached = max_cached
         """Topic names whose answer :meth:`match` remembers at most."""
 
@@ -61,7 +67,7 @@ class FilterIndex:
         """Filters with at least one member."""
         return self._filters
 
-    def add(self, topic_filter: bytes, member: Hashable) -> bool:
+    def add(self, topic_filter: bytes, member: Member) -> bool:
         """Add ``member`` to ``topic_filter``; False when it was there already."""
         level = self._root
         for name in topic_filter.split(SEPARATOR):
@@ -74,10 +80,10 @@ class FilterIndex:
         self._cache.clear()
         return True
 
-    def discard(self, topic_filter: bytes, member: Hashable) -> bool:
+    def discard(self, topic_filter: bytes, member: Member) -> bool:
         """Take ``member`` out of ``topic_filter``; False when it was not there.  Levels left
         without members or children are dropped."""
-        path = [self._root]
+        path: list[_Level[Member]] = [self._root]
         for name in topic_filter.split(SEPARATOR):
             level = path[-1].children.get(name)
             if level is None:
@@ -97,13 +103,13 @@ class FilterIndex:
         self._cache.clear()
         return True
 
-    def match(self, topic: bytes) -> tuple[Hashable, ...]:
+    def match(self, topic: bytes) -> tuple[Member, ...]:
         """The members of every filter matching the topic name ``topic``, each once, in the
         order of the filters' levels (exact before ``+`` before ``#``) and of subscription."""
         cached = self._cache.get(topic)
         if cached is not None:
             return cached
-        found: dict[Hashable, None] = {}
+        found: dict[Member, None] = {}
         if self._filters:
             self._walk(self._root, topic.split(SEPARATOR), 0, found, topic[:1] == SYSTEM)
         if len(self._cache) >= self.max_cached:
@@ -111,7 +117,7 @@ class FilterIndex:
         result = self._cache[topic] = tuple(found)
         return result
 
-    def _walk(self, level: _Level, names: list[bytes], index: int, found: dict[Hashable, None],
+    def _walk(self, level: _Level[Member], names: list[bytes], index: int, found: dict[Member, None],
               system: bool) -> None:
         wildcards = not (system and index == 0)
         if index == len(names):

@@ -27,7 +27,7 @@ Attributes = tuple[tuple[str, str], ...]
 
 
 class Part:
-    """One part of a multi-part message (an SMQP body's section): its content type, its
+    """One part of a multi-part message (a body's section): its content type, its
     own attributes (``Content-Type`` included, in the order given) and its data."""
 
     __slots__ = ("content_type", "attributes", "data")
@@ -55,8 +55,8 @@ class Details:
     binary when the Message says ``binary``); ``message_id`` the broker's id of a stored
     message (None for one that was never stored); ``created`` and ``expires`` POSIX seconds
     (None: not given, the topic's default); ``priority`` higher first; ``attributes`` header
-    attributes no typed field covers, in order (an SMQP header, kept so that an SMQP
-    subscriber gets it back whole); ``parts`` every part of a multi-part message, one of which
+    attributes no typed field covers, in order (a header, kept so that a subscriber
+    of the publisher's protocol gets it back whole); ``parts`` every part of a multi-part message, one of which
     is the Message's ``payload`` (empty for a single-part message); ``qos`` the delivery
     guarantee its publisher asked for, in MQTT's terms (0 at most once, 1 at least once, 2
     exactly once): a subscriber that asked for more gets it at this level, never above;
@@ -116,7 +116,7 @@ class Details:
         """A copy with ``changes`` (Details are shared, so never changed in place)."""
         fields = {name: getattr(self, name) for name in self.__slots__}
         fields.update(changes)
-        return Details(**fields)  # type: ignore[arg-type]
+        return Details(**fields)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Details) and all(

@@ -1,5 +1,5 @@
 """The outcome events of durable delivery: one per delivery, acknowledgement, redelivery,
-give-up, expiry and Trash move (docs/events.md), with the message's id, topic, publisher,
+give-up, expiry and dead letter (docs/events.md: ``trashed``), with the message's id, topic, publisher,
 size and age.
 
 Those come from :attr:`DurableOutcomes.published`, a bounded memory of recent messages; a
@@ -85,14 +85,14 @@ class DurableOutcomes:
         self._outcome(schema.DROPPED, session.session, delivery.seq, delivery.topic, UNACKNOWLEDGED)
 
     def expired(self, settled: Settled) -> None:
-        """Message ``settled.seq`` reached its timeout (it goes to the Trash): one event for
+        """Message ``settled.seq`` reached its timeout (it becomes a dead letter): one event for
         each subscriber that had not acknowledged it yet."""
         self.stats["expired"] += 1
         for subscriber in settled.released:
             self._outcome(schema.EXPIRED, subscriber, settled.seq, settled.topic, "expired")
 
-    def trashed(self, settled: Settled, reason: str | None = None) -> None:
-        """Message ``settled.seq`` went to the Trash of ``settled.topic``."""
+    def dead_lettered(self, settled: Settled, reason: str | None = None) -> None:
+        """Message ``settled.seq`` became a dead letter of ``settled.topic``."""
         self.stats["trashed"] += 1
         self._outcome(schema.TRASHED, None, settled.seq, settled.topic, reason)
         self.published.pop(settled.seq, None)
@@ -130,7 +130,7 @@ class DurableOutcomes:
                 pass
         elif self.size_of is not None:
             size = self.size_of(record.data)
-        return Published(record.smuid, record.publisher, record.received, size)
+        return Published(record.message_id, record.publisher, record.received, size)
 
     def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
                published: Published | None, online: float | None = None) -> None:

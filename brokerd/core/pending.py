@@ -12,7 +12,7 @@ its publisher's answer, are unchanged), counted, and logged once per interval at
 
 The counts are read from the store when the service starts (IStore.pending_counts), then kept
 here: a delivery counts from the moment :meth:`keep` reserves it until the store reports it
-settled (acknowledged, given up, released when its message went to the Trash) or the
+settled (acknowledged, given up, released when its message became a dead letter) or the
 subscriber ends.  On a node of a cluster each node counts what it stored.
 """
 from __future__ import annotations

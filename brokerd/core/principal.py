@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACCOUNT = "account"
-"""An SMQP account that gave its password (the accounts file)."""
+"""An account that gave its password (the accounts file)."""
 CERTIFICATE = "certificate"
 """A TLS client certificate the server's CA verified; named by the certificate's first name."""
 SECRET = "secret"
@@ -23,12 +23,12 @@ OPEN = "open"
 ANONYMOUS = "anonymous"
 """No login at all: SSMP ``.``, MCCHAT without a certificate, a plain socket.mq connection."""
 GUEST = "guest"
-"""SMQP's guest account (no password)."""
+"""The guest account (no password)."""
 OPENPGP = "openpgp"
 """A socket.mq client that proved it holds a key of the server's key ring; named ``fpr:<fpr>``."""
 SERVICE = "service"
 """The broker's own publishers (statistics topics, MCCHAT announcements, socket.mq
-applications, what an SMQP server link relays) and embedding programs that say so: trusted,
+applications, what a server link relays) and embedding programs that say so: trusted,
 never checked."""
 
 PROVEN = frozenset({ACCOUNT, CERTIFICATE})
@@ -51,7 +51,7 @@ class Principal:
 
 
 GUEST_ACCOUNT = "guest"
-"""The account name of SMQP's guest (brokerd.auth.accounts.GUEST is this name)."""
+"""The account name of the guest (brokerd.auth.accounts.GUEST is this name)."""
 
 
 def account_principal(account: str) -> Principal:

@@ -1,7 +1,7 @@
 """What a front end asks of durable delivery: subscribing, unsubscribing, and reading,
-trashing, moving and removing stored messages.
+retiring to the dead letters, moving and removing stored messages.
 
-The store is the core's: a front end with durable subscribers (SMQP) never calls it, it
+The store is the core's: a front end with durable subscribers never calls it, it
 asks the durable service, which keeps its index, its connected sessions, its outcome events
 and the other nodes of a cluster in step with what it commits.  A mixin of
 :class:`~brokerd.core.durable.DurableService`.
@@ -46,7 +46,7 @@ class DurableQueues:
             self.index.add(record)
             now = self.clock.seconds()
             if record.kind == MESSAGE and ADD in record.changes and (record.until is None or record.until > now):
-                return self.store.backfill(record.subscriber, keys, record.since, now)  # type: ignore[no-any-return]
+                return self.store.backfill(record.subscriber, keys, record.since, now)
             return None
 
         return d.addCallback(stored).addCallback(lambda _: self.changed(subscribers=(record.subscriber,)))
@@ -115,32 +115,32 @@ class DurableQueues:
     # ------------------------------------------------------------------ stored messages
 
     def find(self, seq: int) -> Deferred:
-        """Deferred[MessageRecord | None]: stored message ``seq``, live or in a Trash."""
-        return self.store.find_message(seq)  # type: ignore[no-any-return]
+        """Deferred[MessageRecord | None]: stored message ``seq``, live or a dead letter."""
+        return self.store.find_message(seq)
 
     def messages(self, key: str, seqs: list[int] | None = None) -> Deferred:
         """Deferred[list[MessageRecord]] of topic ``key``, in order (those in ``seqs``)."""
-        return self.store.get_messages(key, seqs)  # type: ignore[no-any-return]
+        return self.store.get_messages(key, seqs)
 
     def numbers(self, key: str) -> Deferred:
         """Deferred[list[int]]: the numbers of topic ``key``'s messages (none is read)."""
-        return self.store.list_messages(key)  # type: ignore[no-any-return]
+        return self.store.list_messages(key)
 
     def count(self, keys: list[str]) -> Deferred:
         """Deferred[int]: the messages kept in topics ``keys`` together."""
-        return self.store.count_messages(keys)  # type: ignore[no-any-return]
+        return self.store.count_messages(keys)
 
     def pending(self, subscriber: str, limit: int, exclude: Iterable[str], max_bytes: int,
                 skip: frozenset[int]) -> Deferred:
         """Deferred[list[Delivery]]: what ``subscriber`` has to read next (IStore.pending)."""
-        return self.store.pending(subscriber, limit, exclude, max_bytes, skip)  # type: ignore[no-any-return]
+        return self.store.pending(subscriber, limit, exclude, max_bytes, skip)
 
     def attempt(self, subscriber: str, delivery: Delivery) -> Deferred:
         """Deferred[int]: count one more attempt to deliver ``delivery``; the new count."""
-        return self.store.attempt(subscriber, delivery.seq)  # type: ignore[no-any-return]
+        return self.store.attempt(subscriber, delivery.seq)
 
-    def trash(self, seq: int, reason: str) -> Deferred:
-        """Move live message ``seq`` to its topic's Trash for ``reason`` (removed, recalled,
+    def to_dead_letters(self, seq: int, reason: str) -> Deferred:
+        """Make live message ``seq`` a dead letter of its topic for ``reason`` (removed, recalled,
         replaced): its pending deliveries end, a receipt due goes out.  Fires with the
         Settled, or None when it was not live."""
         d = self.store.trash_message(seq, self.clock.seconds())
@@ -153,13 +153,13 @@ class DurableQueues:
         return d.addCallback(moved)
 
     def delete(self, seq: int) -> Deferred:
-        """Deferred[bool]: remove message ``seq`` (one in a Trash) for good."""
-        return self.store.delete_message(seq)  # type: ignore[no-any-return]
+        """Deferred[bool]: remove message ``seq`` (a dead letter) for good."""
+        return self.store.delete_message(seq)
 
     def move(self, record: MessageRecord, destination: str, moved_from: Callable[[], object]) -> Deferred:
         """Move live ``record`` to topic ``destination``: its pending deliveries end, the
-        front end tells the source's subscribers (``moved_from``, e.g. SMQP's NOTIFY MESSAGE
-        MOVE), then the destination's subscribers get the message.  Fires with True, or False
+        front end tells the source's subscribers (``moved_from``, e.g. a notice of
+        the move), then the destination's subscribers get the message.  Fires with True, or False
         when it was no longer live."""
         deliveries = [(name, ADD) for name in self.recipients(destination, ADD, self.clock.seconds())]
         d = self.store.move_message(record.seq, destination, deliveries)

@@ -13,8 +13,9 @@ Two kinds of wire format write later than the core's hand-over, and are treated 
 - ``writes_after_read`` (SSMP, MCCHAT): a session holds what the current read sends it until
   the read is handled, then writes it all at once (``brokerd.protocols.flow``); its time is
   taken at that write, through ``after_read``.
-- ``queued_delivery`` (SMQP): the core hands the message to a queue (the durable store, a
-  session's outbox); SMQP logs the write itself (``delivered``), so no sample is taken here.
+- ``queued_delivery`` (durable front ends): the core hands the message to a queue (the durable
+  store, a session's outbox); the front end logs the write itself (``delivered``), so no
+  sample is taken here.
 
 The sampler re-arms itself with one ``callLater`` after each sample, so an idle broker never
 wakes up for it.

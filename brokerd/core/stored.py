@@ -7,7 +7,7 @@ part of a multi-part message).  The JSON carries byte strings (topic, sender nam
 Latin-1 text, which maps every byte to one character and back.  Each subscriber's front end
 renders the decoded Message when it delivers it, as it renders a live one.
 
-Rows written before the durable service existed hold an SMQP body instead; they do not start
+Rows written before the durable service existed hold a front end's own body instead; they do not start
 with :data:`TAG`, and :func:`is_stored_message` tells them apart.
 """
 from __future__ import annotations

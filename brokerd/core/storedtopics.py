@@ -1,13 +1,12 @@
 """The stored topic tree as durable delivery reads it, on every node that has a store.
 
-A message kept for durable subscribers takes its delivery mode (``ALL``, ``ONE``; ``NONE``
-holds it back) and its default timeout from the topic it is published to, and the core keeps
-a publish only for a topic that exists, is no virtual topic and is no login topic.  Those
-answers used to come from SMQP's in-memory tree, so a node that ran no SMQP listener stored
-nothing for SMQP's subscribers; this read model answers them from the store's topic records
-on any node (docs/architecture.md, "Durable delivery").
+A message kept for durable subscribers takes its delivery mode (:data:`EVERY`,
+:data:`SINGLE`; :data:`HELD` holds it back) and its default timeout from the topic it is
+published to, and the core keeps a publish only for a topic that exists, is no virtual topic
+and is no login topic.  This read model answers from the store's topic records on any node,
+whichever front ends it runs (docs/architecture.md, "Durable delivery").
 
-It holds the records only.  The front end that owns the tree (SMQP: its commands, listings,
+It holds the records only.  The front end that owns the tree (its commands, listings,
 virtual-topic lookups) changes it through :class:`~brokerd.core.durable.DurableService`,
 which writes the store and then this model, and reads another node's changes again
 (:meth:`StoredTopics.replace`).
@@ -23,8 +22,14 @@ from brokerd.store.records import TopicRecord
 
 LOGIN_TOPICS = "accounts"
 """The root of the login topics: they take unicasts only, never another protocol's publish."""
+EVERY = "ALL"
+"""The delivery mode that gives each message to every durable subscriber of its topic."""
+SINGLE = "ONE"
+"""The delivery mode that gives each message to one subscriber at a time (competing consumers:
+one that refuses it or goes away frees it for another)."""
 HELD = "NONE"
-"""The delivery mode that holds a topic's messages back in the store."""
+"""The delivery mode that holds a topic's messages back in the store.  The three values are
+what the store keeps (and what a front end's wire may name them)."""
 
 
 def parent_key(key: str) -> str:
@@ -100,7 +105,7 @@ class StoredTopics:
     def mode_for(self, key: str) -> str:
         """The delivery mode of a message another protocol publishes to topic ``key``."""
         record = self._records.get(key)
-        return "ONE" if record is not None and record.delivery == "ONE" else "ALL"
+        return SINGLE if record is not None and record.delivery == SINGLE else EVERY
 
     def timeout_source(self, key: str) -> str | None:
         """The key of the topic whose default timeout applies to messages kept in queue

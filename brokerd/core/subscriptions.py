@@ -3,13 +3,13 @@
 The store keeps every subscription (it outlives the connection); this index is loaded from
 it at start-up and changed together with it, so a publish finds its subscribers without a
 read, and :meth:`SubscriptionIndex.has_subscribers` answers the question every publish of
-every protocol asks ("is this topic durable?") from a cache.  SMQP's subscribers are named
-``account:channel``.  An SMQP subscription names a topic key (``stocks/ibm``) or a wildcard:
+every protocol asks ("is this topic durable?") from a cache.  Subscribers are named as
+brokerd.core.subscriber says.  A topic subscription names a topic key (``stocks/ibm``) or a wildcard:
 a base key and a pattern for the last component (stored as ``stocks/quotes/*``; the root's as
 ``/*``).
 
 A ``FILTER`` subscription (MQTT's persistent sessions, named by
-:func:`brokerd.core.durable.owned_subscriber`) names a topic filter of the core's
+:class:`brokerd.core.subscriber.SubscriberId`) names a topic filter of the core's
 (brokerd.core.filters: ``+`` one level, ``#`` the rest) and covers every core topic it
 matches, whether or not the stored topic tree has it.  It collects messages only when it takes
 ``ADD`` (its other ``changes`` are its front end's options, kept with it); one without is only
@@ -70,7 +70,7 @@ class Subscription:
 
     def covers(self, key: str) -> bool:
         if self.record.kind == FILTER:
-            return False  # matched by the index's FilterIndex, never by SMQP's rules
+            return False  # matched by the index's FilterIndex, never by the topic rules
         if self.pattern is None:
             return key == self.base
         if self.record.kind == TOPIC and key == self.base:
@@ -92,7 +92,7 @@ class SubscriptionIndex:
         self._wild: dict[str, dict[tuple[str, str], Subscription]] = {}
         self._covered: dict[bytes, bool] = {}
         """Core topic -> whether a MESSAGE subscription covers it; emptied on every change."""
-        self._filters = FilterIndex()
+        self._filters: FilterIndex[Subscription] = FilterIndex()
         """The FILTER subscriptions that collect messages (take ADD), by filter."""
 
     def has_subscribers(self, topic: bytes) -> bool:
@@ -172,7 +172,7 @@ class SubscriptionIndex:
 
     def subscribers_named(self, prefix: str) -> list[str]:
         """The subscribers whose names start with ``prefix`` (a session's incarnations,
-        brokerd.core.durable.owned_prefix): one pass over the subscribers."""
+        SubscriberId.session_prefix): one pass over the subscribers."""
         return [name for name in self._of if name.startswith(prefix)]
 
     def count_of(self, subscriber: str) -> int:
@@ -182,7 +182,7 @@ class SubscriptionIndex:
         """Every subscription of ``kind`` that covers topic ``key`` (for FILTER: that
         collects messages and matches it)."""
         if kind == FILTER:
-            return list(self._filters.match(key.encode("utf-8"))) if len(self._filters) else []  # type: ignore[arg-type]
+            return list(self._filters.match(key.encode("utf-8"))) if len(self._filters) else []
         found = list(self._exact.get((kind, key), {}).values())
         for sub in self._wild.get(kind, {}).values():
             if sub.covers(key):
@@ -224,7 +224,7 @@ class SubscriptionIndex:
 
     def topics(self, kind: str = MESSAGE) -> set[str]:
         """Every topic (a wildcard as stored, ``base/pattern``) that some subscriber has a
-        ``kind`` subscription to (SMQP server links subscribe to these on other servers)."""
+        ``kind`` subscription to (server links subscribe to these on other servers)."""
         found = {base for (k, base) in self._exact if k == kind}
         found.update(topic for (_subscriber, topic) in self._wild.get(kind, {}))
         return found

@@ -60,7 +60,7 @@ class DurableSync:
     def delete_topics(self, keys: list[str], subscriptions: list[tuple[str, str, str]]) -> Deferred:
         """Remove topics ``keys`` and the ``(subscriber, kind, topic)`` subscriptions based
         on them, in one transaction.  The caller takes the subscriptions out of the index
-        once it has told their subscribers (SMQP's NOTIFY TOPIC DELETE goes first).  Fires
+        once it has told their subscribers (a notice of the deletion goes first).  Fires
         with the number of messages the topics kept (they are still delivered and expire
         as usual), counted before the removal."""
         counted: list[int] = []

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring  # the escaping of schema.encode (ensure_ascii=False)
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
@@ -40,7 +40,7 @@ from brokerd.events import schema
 from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.events.retention import Retention
 from brokerd.events.writer import HourlyFiles, WriterThread
-from brokerd.interfaces import IBrokerObserver
+from brokerd.interfaces import IBrokerObserver, ISubscriber
 
 DEFAULT_BATCH_LIMIT = 16_384
 """Entries buffered on the reactor thread before they are handed off early."""
@@ -102,6 +102,29 @@ def peer_text(address: Any) -> str | None:
     return None if name is None else str(name)
 
 
+class RoutedMessage(Protocol):
+    """What the event log reads of a routed message: brokerd.core.message.Message, which it
+    cannot import (the core sits above the event log and calls it)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def target(self) -> bytes | None: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def protocol(self) -> str: ...
+
+    @property
+    def sender_name(self) -> bytes: ...
+
+    @property
+    def message_id(self) -> str | None: ...
+
+
 def transport_source(transport: Any) -> str | None:
     """:func:`peer_text` of a transport's peer (None without a transport or a peer)."""
     if transport is None:
@@ -112,7 +135,7 @@ def transport_source(transport: Any) -> str | None:
         return None
 
 
-def _peer(session: Any) -> str | None:
+def _peer(session: ISubscriber) -> str | None:
     """The ``source`` of a session's connection."""
     return transport_source(getattr(session, "transport", None))
 
@@ -156,7 +179,7 @@ class Encoder:
         self._heads: dict[tuple[str, str], str] = {}
         """The rendered broker, protocol and kind of outcome events, by (kind, protocol)."""
 
-    def summarizes(self, message: Any) -> bool:
+    def summarizes(self, message: RoutedMessage) -> bool:
         """Whether messages like ``message`` can be logged as a summary: nothing of their own
         (payload, per-message time) is logged, headers aside (the caller checks those)."""
         if self.include_payloads:
@@ -211,7 +234,7 @@ class Encoder:
             self._group(group_key, group, stamps, chunks)
         return stamps, chunks
 
-    def _routed_line(self, ts: int, message: Any, delivered: int, dropped: int) -> str | None:
+    def _routed_line(self, ts: int, message: RoutedMessage, delivered: int, dropped: int) -> str | None:
         """The ``accepted`` record of a message that carries nothing of its own but its id
         (an SMQP publish: the id its publisher is answered with) from the cached text of its
         shared fields (:meth:`_render_shared`), as a summary's; None for one with a payload
@@ -236,7 +259,7 @@ class Encoder:
             head = self._heads[(kind, protocol)] = record_head(self.broker_id, protocol, kind)
         return outcome_line(ts, head, fields)
 
-    def _timed(self, message: Any) -> bool:
+    def _timed(self, message: RoutedMessage) -> bool:
         """Whether ``message``'s class has an ``accepted_us`` slot (checked once per class)."""
         kind = type(message)
         timed = self._timed_types.get(kind)
@@ -292,7 +315,7 @@ class Encoder:
             "outcome": outcome,
         }
 
-    def _routed(self, ts: int, message: Any, delivered: int, dropped: int) -> dict[str, Any]:
+    def _routed(self, ts: int, message: RoutedMessage, delivered: int, dropped: int) -> dict[str, Any]:
         accepted_us = getattr(message, "accepted_us", None) if self._timed(message) else None
         message_id = message.message_id
         record: dict[str, Any] = {"v": schema.SCHEMA_VERSION, "ts": ts, "bytes": len(message.payload)}
@@ -333,7 +356,6 @@ class EventLog(Service):
     """Appends broker and front-end events to ``DATA_DIR/events/``; a child service of the
     broker's MultiService (start it before the listeners, stop it after them)."""
 
-    name = "event-log"
     _log = Logger()
 
     def __init__(
@@ -354,6 +376,7 @@ class EventLog(Service):
     ) -> None:
         """``max_bytes`` and ``max_age`` (seconds) bound the files kept (brokerd.events.retention;
         None: unbounded); while ``paused()`` is true (a disk below its floor) nothing is written."""
+        self.setName("event-log")  # Twisted's Service declares ``name = None`` untyped
         if flush_interval <= 0 or batch_limit <= 0 or max_pending <= 0:
             raise ValueError("flush_interval, batch_limit and max_pending must be positive")
         self.directory = Path(data_dir) / schema.EVENTS_DIR
@@ -508,14 +531,14 @@ class EventLog(Service):
 
     # ------------------------------------------------------------------ IBrokerObserver
 
-    def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
+    def message_routed(self, message: RoutedMessage, recipients: int, dropped: int) -> None:
         if message.message_id is None and self.encoder.summarizes(message):
             key = (message.protocol, message.sender_name, message.target, message.kind, recipients, dropped)
             self._append((_SUMMARY, self._now(), key, 1, len(message.payload)))
         else:
             self._append((_ROUTED, self._now(), message, recipients, dropped))
 
-    def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
+    def messages_routed(self, messages: list[RoutedMessage], recipients_each: int, dropped_each: int) -> None:
         """A run of messages (one ``publish_batch``) was routed, each to ``recipients_each``
         sessions: one entry for the whole run, stamped with the run's time.  A run from one
         sender whose messages carry nothing of their own is summarized here (count and total
@@ -548,19 +571,19 @@ class EventLog(Service):
         key = (protocol, sender_name, target, kind, recipients_each, dropped_each)
         self._append((_SUMMARY, self._now(), key, count, size))
 
-    def session_attached(self, session: Any) -> None:
+    def session_attached(self, session: ISubscriber) -> None:
         fields = {"session": session.name, "outcome": "ok", "source": _peer(session)}
         self._append((_RECORD, self._now(), schema.LOGIN, session.protocol, fields))
 
-    def session_detached(self, session: Any) -> None:
+    def session_detached(self, session: ISubscriber) -> None:
         fields = {"session": session.name, "source": _peer(session)}
         self._append((_RECORD, self._now(), schema.LOGOUT, session.protocol, fields))
 
-    def subscribed(self, session: Any, topic: bytes) -> None:
+    def subscribed(self, session: ISubscriber, topic: bytes) -> None:
         """``session`` joined ``topic`` (proposed IBrokerObserver addition)."""
         self.record(schema.SUBSCRIBED, session.protocol, session=session.name, topic=topic)
 
-    def unsubscribed(self, session: Any, topic: bytes) -> None:
+    def unsubscribed(self, session: ISubscriber, topic: bytes) -> None:
         """``session`` left ``topic`` (proposed IBrokerObserver addition)."""
         self.record(schema.UNSUBSCRIBED, session.protocol, session=session.name, topic=topic)
 
@@ -595,7 +618,7 @@ class EventLog(Service):
     def delivery(
         self,
         kind: str,
-        session: Any,
+        session: ISubscriber,
         *,
         topic: bytes | str | None = None,
         sender: bytes | str | None = None,
@@ -636,10 +659,10 @@ class NullEventLog:
     """The router asks it (through the operator log in front) when it installs its stages:
     with nothing to record, its path has no observer stage (brokerd.core.router)."""
 
-    def message_routed(self, message: Any, recipients: int, dropped: int) -> None:
+    def message_routed(self, message: RoutedMessage, recipients: int, dropped: int) -> None:
         pass
 
-    def messages_routed(self, messages: list, recipients_each: int, dropped_each: int) -> None:
+    def messages_routed(self, messages: list[RoutedMessage], recipients_each: int, dropped_each: int) -> None:
         pass
 
     summarizes_runs = True
@@ -648,16 +671,16 @@ class NullEventLog:
                            size: int, recipients_each: int, dropped_each: int) -> None:
         pass
 
-    def session_attached(self, session: Any) -> None:
+    def session_attached(self, session: ISubscriber) -> None:
         pass
 
-    def session_detached(self, session: Any) -> None:
+    def session_detached(self, session: ISubscriber) -> None:
         pass
 
-    def subscribed(self, session: Any, topic: bytes) -> None:
+    def subscribed(self, session: ISubscriber, topic: bytes) -> None:
         pass
 
-    def unsubscribed(self, session: Any, topic: bytes) -> None:
+    def unsubscribed(self, session: ISubscriber, topic: bytes) -> None:
         pass
 
     def record(self, kind: str, protocol: str, **fields: Any) -> None:
@@ -666,7 +689,7 @@ class NullEventLog:
     def auth_failure(self, protocol: str, identity: Any, source: Any = None, scheme: Any = None, reason: Any = None) -> None:
         pass
 
-    def delivery(self, kind: str, session: Any, **fields: Any) -> None:
+    def delivery(self, kind: str, session: ISubscriber, **fields: Any) -> None:
         pass
 
 

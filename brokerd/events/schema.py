@@ -54,7 +54,7 @@ import base64
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 SCHEMA_VERSION = 1
 """The version this module writes."""
@@ -202,6 +202,18 @@ UNSUPPORTED_VERSION = "unsupported_version"
 """A JSON object whose ``v`` this reader does not know."""
 INVALID = "invalid"
 """A record of a known version with a missing required field, a wrong type or an unknown kind."""
+
+
+@overload
+def text(value: bytes | str) -> str: ...
+
+
+@overload
+def text(value: None) -> None: ...
+
+
+@overload
+def text(value: bytes | str | None) -> str | None: ...
 
 
 def text(value: bytes | str | None) -> str | None:

@@ -5,7 +5,7 @@ first or last, null keys grouped together, exact running sums per group).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,11 +85,11 @@ def ranked(frame: Any, order: Sequence[tuple[str, str]], top: int) -> Any:
 RANKING = (("messages", "descending"), ("bytes", "descending"), ("session", "ascending"), ("protocol", "ascending"))
 
 
-def strings(values: Sequence[Any]) -> Any:
+def strings(values: Iterable[str | None]) -> Any:
     return pa.array(list(values), pa.string())
 
 
-def longs(values: Sequence[Any]) -> Any:
+def longs(values: Iterable[int | None]) -> Any:
     return pa.array(list(values), pa.int64())
 
 

@@ -38,7 +38,8 @@ from brokerd.pipeline import sparkio
 from brokerd.pipeline.arrowjson import OK, NotConvertible, parse_files, status_counts, write_parquet
 from brokerd.pipeline.localfs import LocalFS, local_path
 from brokerd.pipeline.read import (
-    COMPACTED_DIR, MARKER, TMP_PREFIX, Hour, compacted_path, events_path, hour_start_us, list_hours,
+    COMPACTED_DIR, MARKER, TMP_PREFIX, Hour, WritableFileSystem, compacted_path, events_path, hour_start_us,
+    list_hours,
 )
 from brokerd.pipeline.summaries import SUMMARY_DIR, SUMMARY_VERSION, summarize_table
 
@@ -92,7 +93,8 @@ def compact(
     if spark is None:
         if local_path(data_dir) is None:
             raise ValueError(f"{data_dir}: compaction without Spark needs a local data dir")
-        data_dir, fs = local_path(data_dir) or data_dir, LocalFS()
+        fs: WritableFileSystem = LocalFS()
+        data_dir = local_path(data_dir) or data_dir
     else:
         fs = sparkio.HadoopFS(spark, data_dir)
     events, target = events_path(data_dir), compacted_path(data_dir)
@@ -138,8 +140,8 @@ def compact(
     return result
 
 
-def _publish(fs: Any, tmp: str, target: str, hour: Hour, statuses: dict[str, int], stored: set[str] | None,
-             listing: list[tuple[str, int]], now_us: int) -> None:
+def _publish(fs: WritableFileSystem, tmp: str, target: str, hour: Hour, statuses: dict[str, int],
+             stored: set[str] | None, listing: list[tuple[str, int]], now_us: int) -> None:
     """Write the hour's marker into its staged directory and move it into place (one rename)."""
     staged = f"{tmp}/data/date={hour[0]}/hour={hour[1]}"
     fs.mkdirs(staged)
@@ -165,7 +167,7 @@ def _aligned(hour: Hour, bounds: tuple[int, int] | None) -> bool:
     return bounds is None or (start <= bounds[0] and bounds[1] < start + schema.HOUR_US)
 
 
-def _convert_with_spark(spark: Any, fs: Any, events: str, tmp: str, paths: dict[Hour, str]) -> Converted:
+def _convert_with_spark(spark: Any, fs: WritableFileSystem, events: str, tmp: str, paths: dict[Hour, str]) -> Converted:
     """Spark's reader parses the hours (in one read); its executors store their summaries."""
     if not paths:
         return {}

@@ -55,6 +55,20 @@ class FileSystem(Protocol):
     def read_text(self, name: str) -> str: ...
 
 
+class WritableFileSystem(FileSystem, Protocol):
+    """What compaction also needs of a filesystem: localfs.LocalFS or sparkio.HadoopFS."""
+
+    def files(self, directory: str, suffix: str) -> list[tuple[str, int]]: ...
+
+    def write_text(self, name: str, text: str) -> None: ...
+
+    def mkdirs(self, name: str) -> None: ...
+
+    def rename(self, source: str, target: str) -> bool: ...
+
+    def delete(self, name: str, recursive: bool = True) -> None: ...
+
+
 def list_hours(fs: FileSystem, base: str, marker: str | None = None) -> dict[Hour, str]:
     """``date=/hour=`` directories under ``base`` (with ``marker`` in them, if given)."""
     result: dict[Hour, str] = {}

@@ -55,6 +55,7 @@ def rows(table: Any) -> list[dict[str, Any]]:
     columns: dict[str, list[Any]] = {}
     for field in table.schema:
         column = table.column(field.name)
+        values: list[Any]
         if pa.types.is_timestamp(field.type):
             values = [None if v is None else _datetime(v) for v in column.cast(pa.int64()).to_pylist()]
         elif pa.types.is_map(field.type):

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from brokerd.events import schema
 from brokerd.pipeline.arrowjson import line_status
 from brokerd.pipeline.localfs import local_path
-from brokerd.pipeline.read import OK, Hour, Log, plan_hours, read_stored
+from brokerd.pipeline.read import OK, Hour, Log, WritableFileSystem, plan_hours, read_stored
 from brokerd.pipeline.summaries import (
     ENDPOINT_KINDS, HOUR_US, NAMES, RECORD_COLUMNS, SUMMARY_DIR, merge, record_schema, schemas, summarize_table,
 )
@@ -118,7 +118,7 @@ def with_status(raw: Any) -> Any:
     through Python instead (``mapInArrow``: the payloads too) made parsing 60 % slower."""
     from pyspark.sql import functions as F
 
-    status_of = F.arrow_udf(_status_of, "string")
+    status_of = F.arrow_udf(_status_of, "string")  # type: ignore[call-overload]  # pyspark's stubs want functionType, which it warns against when the hints tell
     status = F.when(F.col(CORRUPT).isNotNull(), F.lit(schema.MALFORMED)).otherwise(status_of(F.struct(*STATUS_FIELDS)))
     return raw.select(*schema.FIELD_NAMES, status.alias("status"), *COMPACTED[1:])
 
@@ -195,7 +195,7 @@ def _unpack(batches):  # noqa: ANN001, ANN202 - no hints: Spark infers the UDF's
             yield from table.to_batches()
 
 
-def store_summaries(spark: Any, fs: HadoopFS, data: str, scratch: str, hours: list[Hour]) -> dict[Hour, set[str]]:
+def store_summaries(spark: Any, fs: WritableFileSystem, data: str, scratch: str, hours: list[Hour]) -> dict[Hour, set[str]]:
     """Summarise the staged ``hours`` under ``data`` (``data/date=/hour=``) on the executors and
     store each hour's as ``.../_summary/<name>``, one Parquet write per summary (partitioned by
     hour, moved into place); returns the summaries that have rows in each hour."""
@@ -240,10 +240,10 @@ def convert_hours(spark: Any, events: str, tmp: str, paths: dict[Hour, str]) -> 
             F.count(F.lit(1)).alias("count"), F.min("ts").alias("lo"), F.max("ts").alias("hi")
         )
         for row in counted.collect():
-            hour = (row["date"], row["hour"])
-            found[hour][0][row["status"]] = int(row["count"])
+            key = (row["date"], row["hour"])
+            found[key][0][row["status"]] = int(row["count"])
             if row["status"] == OK:
-                found[hour] = (found[hour][0], (row["lo"], row["hi"]))
+                found[key] = (found[key][0], (row["lo"], row["hi"]))
         for date, hour in paths:
             staged = f"{tmp}/data/date={date}/hour={hour}"
             parsed.filter((F.col("date") == date) & (F.col("hour") == hour)).drop("date", "hour").write.parquet(staged)

@@ -300,7 +300,9 @@ class LiveStreamReader(DataSourceStreamReader):
         return [RowsPartition(rows[i:i + PARTITION_ROWS]) for i in range(0, len(rows), PARTITION_ROWS)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        return iter(partition.rows)  # type: ignore[attr-defined]
+        if not isinstance(partition, RowsPartition):
+            raise TypeError(f"not a partition of the live source: {partition!r}")
+        return iter(partition.rows)
 
     def commit(self, end: dict) -> None:
         self.feed.forget_before(int(end["seq"]))
@@ -374,7 +376,9 @@ class EventLogStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        part: FileRange = partition  # type: ignore[assignment]
+        if not isinstance(partition, FileRange):
+            raise TypeError(f"not a partition of the file source: {partition!r}")
+        part = partition
         topics = self.topics
         with open(part.path, "rb") as handle:
             handle.seek(part.start)

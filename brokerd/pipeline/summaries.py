@@ -48,7 +48,7 @@ Parquet again), and derive the table in tables.py.  The subscription summaries
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -305,7 +305,7 @@ NAMES = tuple(schemas())
 """Every summary, by name."""
 
 
-def merge(parts: dict[str, Iterable[Any]]) -> dict[str, Any]:
+def merge(parts: Mapping[str, Iterable[Any]]) -> dict[str, Any]:
     """One Arrow table per summary from ``parts`` (name -> tables of several hours, in the
     summary's schema or castable to it: columns are taken by name), several rows per key:
     the tables re-aggregate.  A summary with no part is an empty table of its schema."""

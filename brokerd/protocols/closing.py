@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import ITransport
 
 
 class ClosedNotifier:
@@ -20,6 +21,13 @@ class ClosedNotifier:
 
     _lost: BaseException | None
     _lost_waiters: list[Deferred]
+    transport: ITransport | None
+
+    def _made(self) -> ITransport:
+        """The transport, for what runs only once the connection was made (it is None before)."""
+        transport = self.transport
+        assert transport is not None
+        return transport
 
     def when_closed(self) -> Deferred:
         """Fires with the reason (an exception) once the connection is gone."""

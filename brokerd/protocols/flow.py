@@ -14,10 +14,15 @@ slow reader costs the hot path an integer increment per write, never a log entry
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER
-from brokerd.twistedio import DirectWrites, limit_output_buffer
+from brokerd.protocols.lifecycle import ConnectionLifecycle
+from brokerd.twistedio import DirectWrites
+
+if TYPE_CHECKING:
+    from brokerd.core.broker import Broker
+    from brokerd.events.log import IEventRecorder
 
 # The fast paths (a queue limit apart from the recv() size, and a write that skips the queue
 # when it is empty) use Twisted internals no public API reaches; brokerd.twistedio keeps them,
@@ -66,13 +71,26 @@ def end_read() -> None:
             callback()
 
 
-def record_drops(events: Any, protocol: str, session: bytes, count: int, reason: str = SLOW_CONSUMER) -> None:
+def record_drops(events: IEventRecorder, protocol: str, session: bytes | str, count: int,
+                 reason: str = SLOW_CONSUMER) -> None:
     """One ``dropped`` event standing for ``count`` writes ``session`` did not get."""
     events.record(DROPPED, protocol, session=session, reason=reason, dropped=count, outcome=DROPPED)
 
 
-class DropWhenCongested(DirectWrites):
-    """IPushProducer half of a session whose ``send`` is its transport's ``write``.
+class CountingFactory(Protocol):
+    """What :class:`DropWhenCongested` needs of its connection's factory: where it counts
+    and logs the drops."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def events(self) -> IEventRecorder: ...
+
+
+class DropWhenCongested(ConnectionLifecycle, DirectWrites):
+    """IPushProducer half of a session whose ``send`` is its transport's ``write``, on the
+    shared connection lifecycle (brokerd.protocols.lifecycle).
 
     The class using it has ``transport``, ``closed``, ``dropped``, ``protocol``, ``name``,
     ``factory.broker`` and ``factory.events`` (the event log's IEventRecorder), and calls
@@ -80,24 +98,21 @@ class DropWhenCongested(DirectWrites):
     record comes before the session's logout).
     """
 
+    factory: CountingFactory
+    closed: bool
+    dropped: int
+    protocol: str
+    name: bytes
     episode_drops = 0
     """Messages dropped since the last pause that are not logged yet."""
 
     def start_flow_control(self, limit: int) -> None:
-        """From ``connectionMade``: deliveries go through :meth:`deliver`, and Twisted
-        pauses this producer once more than ``limit`` bytes wait to be written."""
+        """From ``connectionMade``, once :meth:`open_connection` set the transport's output
+        limit to ``limit``: deliveries go through :meth:`deliver` (Twisted pauses this
+        producer, once registered, past ``limit`` bytes)."""
         self.check_direct_writes()
         self._output_limit = limit
         self.send = self.deliver
-        limit_output_buffer(self.transport, limit)
-
-    _registered = False
-    """Whether this session is its transport's producer (see :meth:`register_producer`)."""
-
-    def register_producer(self) -> None:
-        """Become the transport's streaming producer: paused past the output limit."""
-        self.transport.registerProducer(self, True)
-        self._registered = True
 
     def close_transport(self) -> None:
         """Close the connection once its queued output is written.  A transport with a
@@ -108,9 +123,7 @@ class DropWhenCongested(DirectWrites):
         if held:
             self.transport.write(b"".join(held))
             held.clear()
-        if self._registered:
-            self._registered = False
-            self.transport.unregisterProducer()
+        self.unregister_producer()
         self.transport.loseConnection()
 
     _read_held: list[bytes] | None = None
@@ -196,7 +209,7 @@ class DropWhenCongested(DirectWrites):
         """``send`` while a read is handled.  Past the output limit what is held is written
         at once (and congestion applies as usual: it may pause us, which makes ``send``
         drop)."""
-        held = self._read_held
+        held: list[bytes] = self._read_held  # type: ignore[assignment]  # send is this method only while a read holds a list
         held.append(data)
         self._read_held_size += len(data)
         if self._read_held_size > self._output_limit:

@@ -12,7 +12,7 @@ from typing import Any
 from twisted.internet.address import HostnameAddress
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IStreamClientEndpoint, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
@@ -46,8 +46,14 @@ class _Handshake(Protocol):
         self.application: Any = None
         self.step = "method"
 
+    def _made(self) -> ITransport:
+        """The proxy connection (every caller runs once it was made)."""
+        transport = self.transport
+        assert transport is not None
+        return transport
+
     def connectionMade(self) -> None:
-        self.transport.write(b"\x05\x01\x00")  # version 5, one method: no authentication
+        self._made().write(b"\x05\x01\x00")  # version 5, one method: no authentication
 
     def dataReceived(self, data: bytes) -> None:
         if self.application is not None:
@@ -60,7 +66,7 @@ class _Handshake(Protocol):
             self.buffer = self.buffer[2:]
             self.step = "reply"
             name = self.host.encode("idna")
-            self.transport.write(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + self.port.to_bytes(2, "big"))
+            self._made().write(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + self.port.to_bytes(2, "big"))
         if self.step == "reply":
             self._reply()
 
@@ -77,7 +83,7 @@ class _Handshake(Protocol):
         rest, self.buffer = self.buffer[length:], b""
         self.application = self.application_factory.buildProtocol(HostnameAddress(self.host.encode("idna"), self.port))
         if self.application is None:
-            self.transport.loseConnection()
+            self._made().loseConnection()
             return self.done.errback(ConnectError(string="the factory built no protocol"))
         self.application.makeConnection(self.transport)
         self.done.callback(self.application)
@@ -86,7 +92,7 @@ class _Handshake(Protocol):
 
     def _fail(self, reason: str) -> None:
         self.step = "failed"
-        self.transport.loseConnection()
+        self._made().loseConnection()
         if not self.done.called:
             self.done.errback(SOCKSError(string=f"{self.host}:{self.port}: {reason}"))
 

@@ -11,9 +11,19 @@ from typing import Any
 from zope.interface import Interface
 
 
+SERVER_ID_META = "suid"
+"""The meta entry that holds the server's id (the durable service's, shared by the nodes of a
+cluster)."""
+
+
 class StoreUnavailable(Exception):
     """The database cannot be reached (or a server-side failure ended the transaction):
     nothing of the call was committed; try again later."""
+
+
+SERVER_ID_META = "suid"
+"""The meta entry that holds the server's id (the durable service's, shared by the nodes of a
+cluster)."""
 
 
 class StoreFull(StoreUnavailable):
@@ -35,6 +45,11 @@ def log_unless_outage(failure: Any, log: Any, what: str, **fields: Any) -> None:
     errback: ``d.addErrback(log_unless_outage, self._log, "Storing ...")``."""
     if not is_outage(failure):
         log.failure(what, failure, **fields)
+
+
+SERVER_ID_META = "suid"
+"""The meta entry that holds the server's id (the durable service's, shared by the nodes of a
+cluster)."""
 
 
 class IStore(Interface):

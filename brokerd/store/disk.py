@@ -34,10 +34,10 @@ def free_bytes(path: Path) -> int:
 class DiskSpace(Service):
     """Watches the free space under ``path``; ``low`` is True below ``limit`` bytes."""
 
-    name = "disk-space"
     _log = Logger()
 
     def __init__(self, path: Path, limit: int, reactor: Any, interval: float = DEFAULT_INTERVAL) -> None:
+        self.setName("disk-space")  # Twisted's Service declares ``name = None`` untyped
         self.path = Path(path)
         self.limit = limit
         self.interval = interval

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults, succeed
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.store.base import IStore
@@ -32,6 +33,11 @@ from brokerd.store.records import (
 
 class StoreClosed(Exception):
     """A call after :meth:`close`."""
+
+
+def _first_error(failure: Failure) -> Failure:
+    """The failure of the first call that failed, not gatherResults' FirstError around it."""
+    return failure.value.subFailure if isinstance(failure.value, FirstError) else failure
 
 
 @implementer(IStore)
@@ -91,8 +97,8 @@ class MemoryStore:
         if not self._closed:
             for key in keys:
                 count += self._topics.pop(key, None) is not None
-            for entry in subscriptions:
-                self._subscriptions.pop(tuple(entry), None)  # type: ignore[arg-type]
+            for subscriber, kind, topic in subscriptions:
+                self._subscriptions.pop((subscriber, kind, topic), None)
         return self._ok(count)
 
     def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:
@@ -117,8 +123,8 @@ class MemoryStore:
     # ------------------------------------------------------------------ messages
 
     def _insert(self, record: MessageRecord) -> int:
-        if record.seq in self._messages or any(m.smuid == record.smuid for m in self._messages.values()):
-            raise ValueError(f"duplicate message {record.smuid!r} (seq {record.seq})")
+        if record.seq in self._messages or any(m.message_id == record.message_id for m in self._messages.values()):
+            raise ValueError(f"duplicate message {record.message_id!r} (seq {record.seq})")
         self._seq = max(self._seq, record.seq)
         self._messages[record.seq] = record
         return record.seq
@@ -154,14 +160,14 @@ class MemoryStore:
         if self._closed:
             return self._ok()
         seqs = [record.seq for record, _deliveries in items]
-        taken = {record.smuid for record in self._messages.values()}
+        taken = {record.message_id for record in self._messages.values()}
         if (len(set(seqs)) < len(seqs) or any(seq in self._messages for seq in seqs)
-                or len({record.smuid for record, _d in items} | taken) < len(taken) + len(items)):
-            return fail(ValueError("duplicate message among " + ", ".join(repr(r.smuid) for r, _d in items)))
+                or len({record.message_id for record, _d in items} | taken) < len(taken) + len(items)):
+            return fail(ValueError("duplicate message among " + ", ".join(repr(r.message_id) for r, _d in items)))
         gathered = gatherResults([self.publish(record, deliveries) for record, deliveries in items],
                                  consumeErrors=True)
         self.put_flows(flows)
-        return gathered.addErrback(lambda failure: failure.value.subFailure if failure.check(FirstError) else failure)
+        return gathered.addErrback(_first_error)
 
     def _live(self, seq: int) -> MessageRecord | None:
         record = self._messages.get(seq)
@@ -188,7 +194,7 @@ class MemoryStore:
 
     def remove_message(self, topic: str, smuid: str) -> Deferred:
         for seq, record in list(self._messages.items()):
-            if record.topic == topic and record.smuid == smuid:
+            if record.topic == topic and record.message_id == smuid:
                 return self.delete_message(seq)
         return self._ok(False)
 
@@ -204,7 +210,7 @@ class MemoryStore:
         if not receipt_due(record.receipt, acked, total, final):
             return None
         self._receipted.add(seq)
-        return ReceiptDue(seq, record.topic, record.publisher, record.cmuid, record.data, acked, total)
+        return ReceiptDue(seq, record.topic, record.publisher, record.client_message_id, record.data, acked, total)
 
     def _trash(self, seq: int, now: float) -> Settled | None:
         record = self._live(seq)

@@ -28,9 +28,20 @@ from brokerd.store.records import (
 
 SEQ_BLOCK = 1 << 36
 """Message numbers a store takes at a time (68 billion: one node run never uses them up)."""
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: topics, contacts, messages, deliveries, subscriptions; 2: retained messages; 3: the QoS 2
-exchanges under way of MQTT's persistent sessions (records.PacketFlow)."""
+exchanges under way of MQTT's persistent sessions (records.PacketFlow); 4: owned durable
+subscribers' names carry their encoding's version tag (brokerd.core.subscriber)."""
+OWNED_BEFORE_TAG = ("position(':' in subscriber) = 0 AND left(subscriber, 1) NOT IN ('~', '@')"
+                    " AND length(subscriber) - length(replace(subscriber, '/', '')) = 4")
+"""An owned subscriber's name as written before version 4: five percent-encoded parts, no
+``:`` (a channel's) and no ``~`` (a queue's)."""
+UPGRADES: dict[int, tuple[str, ...]] = {
+    4: tuple(f"UPDATE {table} SET subscriber = '@1/' || subscriber WHERE {OWNED_BEFORE_TAG}"
+             for table in ("subscriptions", "deliveries", "flows")),
+}
+"""Statements that bring the data of a schema one version older to the version they are
+filed under (the tables of a new version are SCHEMA's, made if missing)."""
 SCHEMA_LOCK = 0x62726F6B  # pg_advisory_xact_lock key: nodes starting together migrate once
 
 SCHEMA = f"""
@@ -110,6 +121,9 @@ def create_schema(c: Any) -> None:
     elif row[0] > SCHEMA_VERSION:
         raise RuntimeError(f"schema version {row[0]} is newer than this brokerd ({SCHEMA_VERSION})")
     elif row[0] < SCHEMA_VERSION:
+        for version in range(row[0] + 1, SCHEMA_VERSION + 1):
+            for statement in UPGRADES.get(version, ()):
+                c.execute(statement)
         c.execute("UPDATE brokerd_schema SET version = %s", (SCHEMA_VERSION,))
 
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -54,6 +54,14 @@ MAX_BACKOFF = 5.0
 SCHEMES = ("postgresql", "postgres")
 
 Operation = Callable[..., Any]
+_Op = TypeVar("_Op", bound=Operation)
+
+
+def pipelined(operation: _Op) -> _Op:
+    """Mark an operation that reads no result (a publish): the writer sends a run of them in
+    one pipeline instead of waiting for each answer."""
+    setattr(operation, "pipelined", True)  # a function's attribute: read back by getattr
+    return operation
 
 
 class _OperationFailed(Exception):
@@ -116,12 +124,13 @@ def redacted(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
+class _DaemonThread(threading.Thread):
     """A store nobody closed must not keep the interpreter from exiting (a broker's store is
     closed by its reactor's shutdown trigger, which commits what is queued first)."""
-    thread = threading.Thread(*args, **kwargs)
-    thread.daemon = True
-    return thread
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.daemon = True
 
 
 class PostgresWriter:
@@ -139,7 +148,7 @@ class PostgresWriter:
         self._setup = setup
         self.name = name
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="brokerd-pgstore")
-        self._pool.threadFactory = _daemon_thread
+        self._pool.threadFactory = _DaemonThread
         self._connection: Any = None
         self._queue: list[tuple[Operation, tuple, Deferred]] = []
         self._busy = False

@@ -21,7 +21,7 @@ lazily: the broker runs without it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -51,7 +51,7 @@ from brokerd.store.pg_schema import (
     topic_row,
     trash,
 )
-from brokerd.store.pg_writer import MAX_QUEUE, PostgresWriter, StoreUnavailable, redacted
+from brokerd.store.pg_writer import MAX_QUEUE, PostgresWriter, StoreUnavailable, pipelined, redacted
 from brokerd.store.records import (
     ACKED,
     DEAD,
@@ -210,12 +210,12 @@ class PostgreSQLStore:
         if self._block is not None and self._block[0] <= seq <= self._block[1]:
             self._high = max(self._high, seq)
 
-    def _insert_message(self, c: Any, record: MessageRecord, seq: int, subscribers: list[str] = (),
-                        changes: list[str] = ()) -> int:
+    def _insert_message(self, c: Any, record: MessageRecord, seq: int, subscribers: Sequence[str] = (),
+                        changes: Sequence[str] = ()) -> int:
         """Insert the message and, in the same statement, a pending delivery per subscriber."""
         from psycopg import errors
 
-        row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received, record.expires,
+        row = (seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received, record.expires,
                record.priority, record.data, record.mode, record.receipt, record.trashed)
         insert = (f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES"
                   " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
@@ -229,7 +229,7 @@ class PostgreSQLStore:
             else:
                 c.execute(insert, row)
         except errors.UniqueViolation:
-            raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
+            raise ValueError(f"duplicate message {record.message_id!r} (seq {seq})") from None
         self._used(seq)
         return seq
 
@@ -313,12 +313,12 @@ class PostgreSQLStore:
         subscribers = [subscriber for subscriber, _change in pairs]
         changes = [change for _subscriber, change in pairs]
 
+        @pipelined
         def publish(c: Any) -> int:
             # One statement: the message and its deliveries; it reads no result, so the
             # publishes of a batch go out in one pipeline (pg_writer).
             return self._insert_message(c, record, record.seq, subscribers, changes)
 
-        publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
 
     def publish_many(self, items: Iterable[tuple[MessageRecord, Iterable[tuple[str, str]]]],
@@ -329,6 +329,7 @@ class PostgreSQLStore:
             pairs = list(deliveries)
             rows.append((record, [subscriber for subscriber, _change in pairs], [change for _s, change in pairs]))
 
+        @pipelined
         def publish(c: Any) -> list[int]:
             seqs = [self._insert_message(c, record, record.seq, subscribers, changes)
                     for record, subscribers, changes in rows]
@@ -336,7 +337,6 @@ class PostgreSQLStore:
                 c.execute(PUT_FLOW, row)
             return seqs
 
-        publish.pipelined = True  # type: ignore[attr-defined]
         return self._submit(publish)
 
     def find_message(self, seq: int) -> Deferred:
@@ -572,11 +572,11 @@ class PostgreSQLStore:
     def put_flows(self, flows: Iterable[PacketFlow]) -> Deferred:
         rows = [_flow_row(flow) for flow in flows]
 
+        @pipelined
         def put(c: Any) -> None:
             for row in rows:
                 c.execute(PUT_FLOW, row)
 
-        put.pipelined = True  # type: ignore[attr-defined]
         return self._submit(put)
 
     def remove_flow(self, subscriber: str, inbound: bool, packet_id: int) -> Deferred:
@@ -595,6 +595,8 @@ class PostgreSQLStore:
     # ------------------------------------------------------------------ retained messages
 
     def put_retained(self, topic: str, data: bytes | None) -> Deferred:
+        # It reads no result: the retains of a batch go out in one pipeline (pg_writer).
+        @pipelined
         def put(c: Any) -> None:
             if data is None:
                 c.execute("DELETE FROM retained WHERE topic = %s", (topic,))
@@ -602,8 +604,6 @@ class PostgreSQLStore:
                 c.execute("INSERT INTO retained (topic, data) VALUES (%s, %s)"
                           " ON CONFLICT (topic) DO UPDATE SET data = EXCLUDED.data", (topic, data))
 
-        # It reads no result: the retains of a batch go out in one pipeline (pg_writer).
-        put.pipelined = True  # type: ignore[attr-defined]
         return self._submit(put)
 
     def load_retained(self) -> Deferred:

@@ -40,17 +40,19 @@ class TopicRecord:
 class MessageRecord:
     """A retained message.  ``data`` is the message as the front end encoded it (opaque to
     the store); ``seq`` orders messages: given by the front end to :meth:`IStore.publish`
-    (it is part of the SMUID), or assigned by :meth:`IStore.add_message` when 0.
+    (it is part of the message id), or assigned by :meth:`IStore.add_message` when 0.
+    ``message_id`` is the server's id of the message (SMQP's Smuid; the store's ``smuid``
+    column), ``client_message_id`` the id its publisher gave it, if any (SMQP's Cmuid).
 
     ``mode`` is the effective delivery (``ALL`` or ``ONE``: one subscriber's acknowledgement
     settles it for everybody); ``receipt`` is ``NONE``, ``ONE`` or ``ALL``; ``trashed`` is
     when the message went to its topic's Trash (its ``topic`` is then ``<key>/trash``).
     """
 
-    smuid: str
+    message_id: str
     topic: str
     publisher: str
-    cmuid: str
+    client_message_id: str
     received: float
     expires: float | None
     priority: int
@@ -60,11 +62,12 @@ class MessageRecord:
     receipt: str = "NONE"
     trashed: float | None = None
 
-    def __init__(self, smuid: str, topic: str, publisher: str, cmuid: str, received: float,
+    def __init__(self, message_id: str, topic: str, publisher: str, client_message_id: str, received: float,
                  expires: float | None, priority: int, data: bytes, seq: int = 0, mode: str = "ALL",
                  receipt: str = "NONE", trashed: float | None = None) -> None:
         # One per durable publish: see the module docstring.
-        self.__dict__.update(smuid=smuid, topic=topic, publisher=publisher, cmuid=cmuid, received=received,
+        self.__dict__.update(message_id=message_id, topic=topic, publisher=publisher,
+                             client_message_id=client_message_id, received=received,
                              expires=expires, priority=priority, data=data, seq=seq, mode=mode,
                              receipt=receipt, trashed=trashed)
 

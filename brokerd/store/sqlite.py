@@ -55,6 +55,13 @@ MAX_BATCH = 512
 _IN_CHUNK = 500
 """Keys per ``IN (...)`` (SQLite allows 999 parameters in older builds)."""
 
+SUBSCRIBER_TABLES = ("subscriptions", "deliveries", "flows")
+"""The tables that name durable subscribers."""
+OWNED_BEFORE_TAG = ("instr(subscriber, ':') = 0 AND substr(subscriber, 1, 1) NOT IN ('~', '@')"
+                    " AND length(subscriber) - length(replace(subscriber, '/', '')) = 4")
+"""An owned subscriber's name as written before its encoding had a version tag: five
+percent-encoded parts, no ``:`` (a channel's) and no ``~`` (a queue's)."""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: topics, contacts, server settings, retained messages, durable subscriptions
     """
@@ -106,6 +113,11 @@ MIGRATIONS: tuple[str, ...] = (
         seq INTEGER NOT NULL, released INTEGER NOT NULL,
         PRIMARY KEY (subscriber, inbound, packet_id)) WITHOUT ROWID;
     """,
+    # 6: owned durable subscribers' names get their encoding's version tag
+    # (brokerd.core.subscriber: ``<protocol>/<realm>/<name>/<session>/<incarnation>`` becomes
+    # ``@1/<protocol>/...``); account channels and outgoing queues keep theirs
+    ";".join(f"UPDATE {table} SET subscriber = '@1/' || subscriber WHERE {OWNED_BEFORE_TAG}"
+             for table in SUBSCRIBER_TABLES) + ";",
 )
 PUT_FLOW = "INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?, ?)"
 
@@ -154,15 +166,17 @@ def _marks(keys: list) -> str:
 
 
 def _insert_message(c: sqlite3.Connection, record: MessageRecord, seq: int | None) -> int:
-    row = (seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+    row = (seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received,
            record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
     try:
         cursor = c.execute(
             "INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires,"
             " priority, data, mode, receipt, trashed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
     except sqlite3.IntegrityError:
-        raise ValueError(f"duplicate message {record.smuid!r} (seq {seq})") from None
-    return int(cursor.lastrowid)  # type: ignore[arg-type]
+        raise ValueError(f"duplicate message {record.message_id!r} (seq {seq})") from None
+    if cursor.lastrowid is None:  # sqlite3 sets it after every INSERT of one row
+        raise sqlite3.DatabaseError("an INSERT without a row id")
+    return cursor.lastrowid
 
 
 def _receipt(c: sqlite3.Connection, seq: int, final: bool) -> ReceiptDue | None:
@@ -281,7 +295,7 @@ class SQLiteStore:
             except (ValueError, KeyError):
                 pass  # we are being called by that very trigger
             self._trigger = None
-        d = Deferred()
+        d: Deferred[None] = Deferred()
         self._queue.append((self._disconnect, (), d))
         if not self._busy:
             self._flush()
@@ -363,7 +377,7 @@ class SQLiteStore:
             except Exception:
                 results.append((False, Failure()))
             connection = self._connection
-        if not batch:
+        if connection is None or not batch:  # the loop above leaves a connection or no batch
             return results
         started = time.perf_counter()
         disconnect = self._disconnect
@@ -529,7 +543,7 @@ class SQLiteStore:
                      flows: Iterable[PacketFlow] = ()) -> Deferred:
         items = list(items)
         flow_rows = [_flow_row(flow) for flow in flows]
-        messages = [(record.seq, record.smuid, record.topic, record.publisher, record.cmuid, record.received,
+        messages = [(record.seq, record.message_id, record.topic, record.publisher, record.client_message_id, record.received,
                      record.expires, record.priority, record.data, record.mode, record.receipt, record.trashed)
                     for record, _deliveries in items]
         deliveries = [(subscriber, record.seq, PENDING, 0, change)

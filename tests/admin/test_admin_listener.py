@@ -49,13 +49,13 @@ def _run(tmp_path: Path, script: Any, *args: Any, **overrides: Any) -> Any:
     """Start a broker, run ``script(ssmp_port, admin_port, *args)`` in a thread, stop the
     broker (and its store, if any); a Deferred of the script's result."""
     service, ssmp, admin = _start(tmp_path, **overrides)
-    factories = service.runtime.resources["factories"].values()
+    factories = service.runtime.front_ends.values()
     d = gatherResults([f.started for f in factories if hasattr(f, "started")])  # SMQP's store is open
     d.addCallback(lambda _: threads.deferToThread(script, ssmp, admin, *args))
 
     def stop(result: Any) -> Any:
         stopped = service.stopService()
-        store = service.runtime.resources.get("store")
+        store = service.runtime.store
         if store is not None:
             stopped.addCallback(lambda _: store.close())
         return stopped.addCallback(lambda _: result)

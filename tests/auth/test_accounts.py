@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin
+from twisted.python.failure import Failure
 
 from brokerd.auth.accounts import (
     AccountsChecker,
@@ -119,7 +121,7 @@ def test_checker(tmp_path: Path):
 
 def test_the_cached_accounts_change_under_a_lock(tmp_path: Path, monkeypatch):
     """Pool threads check passwords at once: each reads the file and replaces the cached
-    accounts and their stamp under the checker's lock, so a slower reader cannot leave old
+    accounts and their stamp under the file's lock, so a slower reader cannot leave old
     accounts cached under a newer file's stamp."""
     from brokerd.auth import accounts as module
 
@@ -129,7 +131,7 @@ def test_the_cached_accounts_change_under_a_lock(tmp_path: Path, monkeypatch):
     held: list[bool] = []
 
     def read_while_watching(where: Path):
-        held.append(checker._lock.locked())
+        held.append(checker.file._lock.locked())
         return read_accounts(where)
 
     with monkeypatch.context() as patch:
@@ -140,6 +142,23 @@ def test_the_cached_accounts_change_under_a_lock(tmp_path: Path, monkeypatch):
         patch.setattr(module, "read_accounts", read_while_watching)
         assert outcome(checker.requestAvatarId(UsernamePassword(b"alice", b"changed"))) == b"alice"
     assert held == [True, True]
+
+
+def test_checkers_with_and_without_the_guest_read_the_file_once(tmp_path: Path, monkeypatch):
+    from brokerd.auth import accounts as module
+
+    path = tmp_path / "accounts"
+    write_accounts(path, {"alice": cheap("alicepw")})
+    smqp = AccountsChecker(path, guest=True, run=run_inline)
+    ssmp = smqp.with_guest(False)
+    assert ICredentialsChecker.providedBy(ssmp) and ssmp.file is smqp.file
+    reads: list[Path] = []
+    monkeypatch.setattr(module, "read_accounts", lambda where: reads.append(where) or read_accounts(where))
+    assert outcome(ssmp.requestAvatarId(UsernamePassword(b"alice", b"alicepw"))) == b"alice"
+    assert outcome(smqp.requestAvatarId(UsernamePassword(b"alice", b"alicepw"))) == b"alice"
+    assert reads == [path]
+    assert outcome(smqp.requestAvatarId(UsernamePassword(b"guest", b""))) == b"guest"  # each its own guest rule
+    assert isinstance(outcome(ssmp.requestAvatarId(UsernamePassword(b"guest", b""))), Failure)
 
 
 def run_cli(*argv: str, stdin: str = "") -> tuple[int, str]:

@@ -102,7 +102,7 @@ async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
     clients: list[LineClient] = []
     smqp_clients: list[BlockingSMQP] = []
     try:
-        factories = service.runtime.resources["factories"].values()
+        factories = service.runtime.front_ends.values()
         await gatherResults([f.started for f in factories if hasattr(f, "started")])  # SMQP's store is open
         status, content_type, events = await threads.deferToThread(_unauthenticated, admin)
         assert (status, content_type, events) == (200, "text/html; charset=utf-8", 401)
@@ -149,7 +149,7 @@ async def test_dashboard_shows_a_traffic_run_live(tmp_path: Path) -> None:
         if browser is not None:
             browser.close()
         await service.stopService()
-        await service.runtime.resources["store"].close()
+        await service.runtime.store.close()
 
 
 def _history_with_traffic(admin: int) -> dict:

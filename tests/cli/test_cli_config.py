@@ -50,7 +50,7 @@ def test_every_client_reads_the_brokers_config_file(tmp_path: Path) -> None:
     service = makeService(settings_from({}, str(config)), reactor)
     service.startService()
     try:
-        yield service.runtime.resources["factories"]["smqp"].started
+        yield service.runtime.front_ends["smqp"].started
         results = yield threads.deferToThread(_commands, config)
     finally:
         yield service.stopService()

@@ -90,9 +90,9 @@ def test_backup_of_a_running_broker(tmp_path: Path) -> None:
     settings = Settings(listeners={"smqp": [f"tcp:{smqp}:interface=127.0.0.1"]}, data_dir=data, event_log=False)
     service = makeService(settings, reactor)
     service.startService()
-    store = service.runtime.resources["store"]
+    store = service.runtime.store
     try:
-        yield service.runtime.resources["factories"]["smqp"].started
+        yield service.runtime.front_ends["smqp"].started
         seq = yield store.next_seq()
         yield store.publish(_record(seq), [("bob:c1", "ADD")])
         copy = tmp_path / "copy.sqlite3"

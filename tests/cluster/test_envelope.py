@@ -193,3 +193,17 @@ def test_any_run_round_trips_uniform_or_not(specs: list) -> None:
     uniform = all(fields(m)[:2] == fields(run[0])[:2] and m.sender_name == run[0].sender_name
                   and m.display_name == run[0].display_name and m.details is PLAIN for m in run)
     assert bool(opened.sections) == uniform
+
+
+def test_a_part_without_a_content_type_is_refused() -> None:
+    """A part's content type is a string on both ends: an envelope whose part says "none"
+    there is refused, not read into a Part whose content type is None."""
+    part = Part("part/type", (("X-Part", "1"),), b"data")
+    message = Message(MULTICAST, b"room", b"x", "smqp", b"sam", details=Details(parts=(part,)))
+    data = encode(ORIGIN, [message])
+    (back,) = decode(data)
+    assert back.details.parts == (part,)
+    field = len(b"part/type").to_bytes(4, "big") + b"part/type"
+    assert data.count(field) == 1
+    with pytest.raises(EnvelopeError):
+        decode(data.replace(field, b"\xff\xff\xff\xff"))

@@ -10,7 +10,8 @@ import pytest
 from brokerd.cluster.address import RedisAddress, parse
 from brokerd.cluster.seal import Sealer, read_secret_file
 from brokerd.errors import ConfigurationError
-from brokerd.tap import Options, StartupError, node_name
+from brokerd.compose import node_name
+from brokerd.tap import Options, StartupError
 from tests.support.redis import cluster_secret
 
 

@@ -119,7 +119,7 @@ def test_keep_stores_for_durable_subscribers_only(core):
     first = _result(store.find_message(pending[1].seq))
     message = stored.decode(first.data)
     assert (first.publisher, first.topic, first.expires) == ("ssmp:sam", "news", 1060.0)
-    assert message.message_id == first.smuid and message.created == 1000.0
+    assert message.message_id == first.message_id and message.created == 1000.0
     assert durable.stats["kept"] == 2
 
 
@@ -205,13 +205,13 @@ def test_a_failing_sweep_logs_its_failure_readably_and_a_store_outage_not_at_all
 
     with capturedLogs() as events:
         DurableService(FailingStore(RuntimeError("disk on fire")), Clock()).sweep()
-        DurableService(FailingStore(RuntimeError("disk on fire")), Clock()).empty_trash()
+        DurableService(FailingStore(RuntimeError("disk on fire")), Clock()).purge_dead_letters()
     texts = [formatEvent(event) for event in events]
-    assert texts == ["Expiring stored messages", "Emptying the Trash"], texts
+    assert texts == ["Expiring stored messages", "Purging the dead letters"], texts
     assert all(event["log_failure"].check(RuntimeError) for event in events)
     with capturedLogs() as events:
         DurableService(FailingStore(StoreUnavailable("away")), Clock()).sweep()
-        DurableService(FailingStore(StoreUnavailable("away")), Clock()).empty_trash()
+        DurableService(FailingStore(StoreUnavailable("away")), Clock()).purge_dead_letters()
     assert list(events) == []  # the store logs its outage once, as a change of state
 
 
@@ -280,7 +280,7 @@ def test_a_message_no_longer_in_memory_is_read_once_for_its_outcome_events():
     assert [kind for kind, _fields in events.records] == ["delivered", "acked"]
     for kind, fields in events.records:
         assert fields["sender"] == "ssmp:sam" and fields["bytes"] == 5
-        assert fields["message_id"].startswith(durable.suid + "/")
+        assert fields["message_id"].startswith(durable.server_id + "/")
         # the shape the event log writes from its format (brokerd.events.outcome_lines)
         assert outcome_line(1, record_head("node", "durable", kind), fields) is not None
     assert store.reads == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from brokerd.core import stored
 from brokerd.core.access import Perm
-from brokerd.core.durable import owned_prefix, owned_subscriber, subscriber_principal
+from brokerd.core.subscriber import SubscriberId, owner_of
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import ACCOUNT, ANONYMOUS, CERTIFICATE, Principal
 from brokerd.core.subscriptions import FILTER
@@ -26,19 +26,19 @@ def _mcast(topic: bytes, payload: bytes, protocol: str = "ssmp") -> Message:
 
 def test_an_owned_name_holds_its_owner_and_never_reads_as_an_smqp_subscriber():
     for principal in (ALICE, Principal("CN=dev/1:x", CERTIFICATE), Principal("", ANONYMOUS)):
-        name = owned_subscriber("mqtt", principal, "dev:7/a b", "1")
-        assert ":" not in name and name.startswith(owned_prefix("mqtt", principal, "dev:7/a b"))
-        assert subscriber_principal(name) == principal
-    assert subscriber_principal("bob:1") == Principal("bob", ACCOUNT)
+        name = SubscriberId(principal, "mqtt", "dev:7/a b", "1").encode()
+        assert ":" not in name and name.startswith(SubscriberId.session_prefix(principal, "mqtt", "dev:7/a b"))
+        assert owner_of(name) == principal
+    assert owner_of("bob:1") == Principal("bob", ACCOUNT)
     # another client identifier's prefix is not a prefix of this one's
-    assert not owned_subscriber("mqtt", ALICE, "dev10", "1").startswith(owned_prefix("mqtt", ALICE, "dev1"))
+    assert not SubscriberId(ALICE, "mqtt", "dev10", "1").encode().startswith(SubscriberId.session_prefix(ALICE, "mqtt", "dev1"))
 
 
 def test_a_filter_keeps_every_topic_it_matches_and_nothing_else(core):
     broker, durable, store = core
-    name = owned_subscriber("mqtt", ALICE, "dev", "1")
+    name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "sensors/+/temp", ("ADD", "q1")), []))
-    remembered = owned_subscriber("mqtt", ALICE, "other", "1")
+    remembered = SubscriberId(ALICE, "mqtt", "other", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(remembered, FILTER, "#", ("q0",)), []))  # QoS 0: no ADD
     assert broker.keep([_mcast(b"sensors/kitchen/humidity", b"no")]) is None
     assert broker.keep([_mcast(b"$SYS/kitchen/temp", b"no")]) is None
@@ -62,7 +62,7 @@ def test_the_owner_is_asked_at_every_delivery(core):
 
     policy = Policy()
     broker.set_policy(policy)
-    name = owned_subscriber("mqtt", ALICE, "dev", "1")
+    name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "secret/#", ("ADD", "q1")), []))
     _result(broker.keep([_mcast(b"secret/a", b"allowed")]))
     policy.allowed = False
@@ -77,7 +77,7 @@ def test_smqp_subscribers_are_stored_for_once_and_filters_take_smqp_s_messages(c
     broker, durable, store = core
     durable.topics.put([TopicRecord("news", "news")])
     _result(durable.subscribe(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)), ["news"]))
-    name = owned_subscriber("mqtt", ALICE, "dev", "1")
+    name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "news", ("ADD", "q1")), []))
     _result(broker.keep([_mcast(b"news", b"from ssmp")]))
     # SMQP stores its own message for its subscribers; the core keeps it for the filters only
@@ -89,8 +89,8 @@ def test_smqp_subscribers_are_stored_for_once_and_filters_take_smqp_s_messages(c
 
 def test_a_forgotten_subscriber_loses_its_subscriptions_and_pending_messages(core):
     broker, durable, store = core
-    name = owned_subscriber("mqtt", ALICE, "dev", "1")
-    other = owned_subscriber("mqtt", ALICE, "dev", "2")
+    name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
+    other = SubscriberId(ALICE, "mqtt", "dev", "2").encode()
     for subscriber in (name, other):
         _result(durable.subscribe(SubscriptionRecord(subscriber, FILTER, "a/#", ("ADD", "q1")), []))
     for n in range(5):

@@ -17,13 +17,12 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 
 from brokerd.auth.accounts import PasswordHash, write_accounts
 from brokerd.auth.tls import ServerTLS, listen_endpoint
-from brokerd.config import Runtime, Settings
-from brokerd.core.broker import Broker
-from brokerd.core.durable import attach_durable
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.config import Settings
 from brokerd.protocols.smqp.client import SMQPClientProtocol, client_endpoint, connect
-from brokerd.protocols.smqp.server import build_factory
+from brokerd.protocols.smqp.plugin import front_end as smqp
+from brokerd.runtime import Runtime
 from brokerd.store.sqlite import FILENAME, SQLiteStore
+from tests.support.services import services_for
 
 # Cheap hashes: the tests exercise the protocol, not scrypt's cost.
 ACCOUNTS = {"alice": "alicepw", "bob": "bobpw", "guest": ""}
@@ -71,7 +70,7 @@ class Running:
                 client.transport.abortConnection()
                 await client.when_closed()
         await self.port.stopListening()
-        await self.runtime.resources["store"].close()
+        await self.runtime.services.store.close()
 
 
 @pytest_twisted.async_yield_fixture
@@ -83,12 +82,10 @@ async def smqp_server(tmp_path: Path):
 
     async def start(tls: ServerTLS | None = None, **overrides: Any) -> Running:
         settings = Settings(**{"data_dir": tmp_path / "data", "accounts_file": accounts, **overrides})
-        runtime = Runtime(settings=settings, broker=Broker(), portal=None, reactor=reactor, tls=tls)
-        store = runtime.resources["store"] = SQLiteStore(Path(settings.data_dir) / FILENAME, reactor)
-        opened = store.open()
-        attach_durable(runtime.broker, store, opened, reactor, NULL_EVENT_LOG, settings)  # as brokerd.tap does
-        opened.addErrback(lambda _failure: None)  # the front end reports it (start_error), as under tap
-        factory = build_factory(runtime)
+        services = services_for(settings, reactor, store=SQLiteStore(Path(settings.data_dir) / FILENAME, reactor),
+                                tls=tls)
+        factory = smqp.build(services)
+        runtime = Runtime(services, front_ends={"smqp": factory})
         await factory.started
         if tls is not None:
             endpoint = listen_endpoint(reactor, tls, "tls:0:interface=127.0.0.1")

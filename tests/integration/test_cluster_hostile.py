@@ -102,7 +102,7 @@ def protocol_labels(metrics: str) -> set[str]:
 def scrape(node: Node) -> str:
     from brokerd.admin.metrics import exposition
 
-    figures = node.service.runtime.resources["operations"].figures
+    figures = node.service.operations.figures
     return exposition(figures.snapshot(), None).decode()
 
 

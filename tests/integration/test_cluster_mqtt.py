@@ -17,6 +17,7 @@ from brokerd.core.principal import ACCOUNT, Principal
 from brokerd.protocols.mqtt.client import MQTTConnectError
 from brokerd.protocols.mqtt.client import connect as mqtt_connect
 from brokerd.protocols.mqtt.packets import MQTT_5, Properties
+from brokerd.protocols.mqtt.sessions import STORED_SESSIONS
 from tests.integration.cluster_nodes import TIMEOUT, Node, Waiter, reactor
 from tests.integration.smqp_fixtures import write_test_accounts
 from tests.integration.test_cluster_routing import poll_until
@@ -125,7 +126,7 @@ async def test_a_client_identifier_connecting_on_another_node_takes_the_session_
         await second.publish("status", b"still here", qos=1).addTimeout(TIMEOUT, reactor())
         await got.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())
         assert got.items == [("status", b"still here")]  # the new connection works
-        assert "device-7" not in one.service.runtime.resources["mqtt_sessions"].by_id
+        assert "device-7" not in one.service.runtime.mqtt_sessions.by_id
     finally:
         for node in (one, two):
             await node.stop()
@@ -240,7 +241,7 @@ async def test_a_persistent_session_is_taken_up_on_another_node_from_the_shared_
         suback = await device.subscribe([("fleet/+/cmd", 1)]).addTimeout(TIMEOUT, reactor())
         assert list(suback.reason_codes) == [1]
         await device.disconnect()
-        [name] = one.broker.durable.index.subscribers_named("mqtt/")
+        [name] = one.broker.durable.index.subscribers_named(STORED_SESSIONS)
         read = Waiter()
         poll_until(lambda: bool(two.broker.durable.index.of(name)), read)  # node 2 read the subscription
         await read.until(lambda items: bool(items)).addTimeout(TIMEOUT, reactor())

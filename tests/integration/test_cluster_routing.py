@@ -184,7 +184,7 @@ def scrape(node: Node) -> str:
     """What GET /metrics would answer on ``node``."""
     from brokerd.admin.metrics import exposition
 
-    figures = node.service.runtime.resources["operations"].figures
+    figures = node.service.operations.figures
     return exposition(figures.snapshot(), None).decode()
 
 

@@ -36,7 +36,7 @@ STRICTER = POLICY.replace("echo/ok-*", "echo/ok-1")
 
 
 def hub(node: Node) -> Any:
-    return node.service.runtime.resources["socketmq.hub"]
+    return node.service.runtime.socketmq_hub
 
 
 async def until(condition: Any) -> None:

@@ -71,7 +71,7 @@ async def test_rounds_of_connections_leave_no_objects_behind(tmp_path):
     service.startService()
     try:
         broker = service.runtime.broker
-        operator_log = service.runtime.resources["event_log"]
+        operator_log = service.runtime.event_log
         await in_thread(one_round, ports, 40, "warm")  # the broker serves every protocol
         counts = []
         for number in range(ROUNDS):

@@ -17,7 +17,6 @@ import pytest_twisted
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from brokerd.auth.policy import RESOURCE as ACCESS_LIST
 from brokerd.auth.policy import UALPolicy
 from brokerd.core.access import Perm
 from brokerd.core.message import MULTICAST, Message
@@ -61,7 +60,7 @@ def live(tmp_path: Path) -> Any:
 
 
 def stricter(live: LiveBroker) -> StricterThanTheFile:
-    policy = StricterThanTheFile(UALPolicy(live.runtime.resources[ACCESS_LIST].current))
+    policy = StricterThanTheFile(UALPolicy(live.runtime.access_list.current))
     live.broker.set_policy(policy)
     return policy
 

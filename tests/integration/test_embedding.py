@@ -10,7 +10,7 @@ import time
 import pytest
 import pytest_twisted
 from twisted.internet import defer, protocol, reactor
-from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
 
 from brokerd.config import Settings
 from brokerd.core.message import MULTICAST, Message
@@ -56,6 +56,32 @@ def test_make_service_in_process_and_publish_from_host_code():
         assert data.endswith(b"000 app:host MCAST app/events hello from the host\n")
         client.transport.loseConnection()
     finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_program_listens_with_a_running_front_end_on_its_own_endpoint(tmp_path):
+    """docs/embedding.md, "Your own listener": the typed runtime's factory on the program's port
+    meets the same broker as the service's own listener."""
+    settings = Settings(listeners={"ssmp": ["tcp:0:interface=127.0.0.1"]}, open_login=True, data_dir=tmp_path)
+    service = makeService(settings, reactor)
+    service.startService()
+    own = yield TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(service.runtime.front_ends["ssmp"])
+    try:
+        assert service.runtime.services.broker is service.runtime.broker
+        listener = next(child for child in service if getattr(child, "option", None) == "ssmp")
+        subscriber = yield connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", own.getHost().port), Collector())
+        subscriber.transport.write(b"LOGIN sub open\nSUBSCRIBE app/events\n")
+        yield subscriber.wait_for(b"200\n200\n")
+        port = listener.running_port.getHost().port
+        publisher = yield connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), Collector())
+        publisher.transport.write(b"LOGIN pub open\nMCAST app/events over two listeners\n")
+        data = yield subscriber.wait_for(b"over two listeners\n")
+        assert data.endswith(b"000 pub MCAST app/events over two listeners\n")
+        for client in (subscriber, publisher):
+            client.transport.loseConnection()
+    finally:
+        yield own.stopListening()
         yield service.stopService()
 
 

@@ -36,7 +36,7 @@ def _records(data_dir: Path) -> list[dict[str, Any]]:
 def logged(live: LiveBroker, data_dir: Path, condition: Callable[[list[dict[str, Any]]], bool]) -> Deferred:
     """Fires once the event log took a record (bounded) after which ``condition`` holds of
     what is written: the log's buffer is handed to its writer thread and written first."""
-    log = live.runtime.resources["event_log_service"]
+    log = live.runtime.event_log_service
 
     def written() -> bool:
         log.flush()
@@ -99,7 +99,7 @@ async def test_latency_samples_queued_time_and_queue_gauges(tmp_path: Path) -> N
     finally:
         await web.close()
         await live.stop()
-        await live.runtime.resources["store"].close()
+        await live.runtime.store.close()
 
     records = _records(data)
     samples = [r for r in records if r["kind"] == schema.LATENCY]

@@ -116,7 +116,7 @@ async def test_close_for_keeps_an_mcchat_certificate_out(tmp_path: Path, pki: Te
         again = await live.mcchat(**with_cert)  # the TLS handshake and INFO happen; its first packet ends it
         again.subscribe("room")
         await again.when_closed().addTimeout(TIMEOUT, reactor())
-        assert live.runtime.resources["event_log"].auth_failures["mcchat"] == 1
+        assert live.runtime.event_log.auth_failures["mcchat"] == 1
         inbox = Inbox()  # positive control: a connection without that certificate goes on
         other = await live.mcchat(inbox, tls=True, hostname=SERVER_HOSTNAME, ca=pki.ca)
         other.subscribe("room")

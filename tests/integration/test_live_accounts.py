@@ -16,6 +16,8 @@ import pytest_twisted
 from twisted.internet import endpoints, threads
 from twisted.internet.protocol import Factory
 
+from brokerd.auth import accounts as accounts_module
+from brokerd.auth.accounts import read_accounts
 from brokerd.config import Settings
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError
 from brokerd.protocols.smqp.client import connect as smqp_connect
@@ -51,7 +53,7 @@ class Broker:
     async def start(self) -> None:
         self.service = makeService(self.settings, reactor())
         self.service.startService()
-        await self.service.runtime.resources["factories"]["smqp"].started
+        await self.service.runtime.front_ends["smqp"].started
 
     async def stop(self) -> None:
         for client in self.clients:
@@ -151,5 +153,35 @@ async def test_accounts_and_access_entries_managed_live(tmp_path: Path) -> None:
         assert answer == b"200"
         assert (await broker.smqp("bob", "bobpw")).transport is not None
         assert "alice" not in (tmp_path / "accounts").read_text()
+    finally:
+        await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_accounts_file_is_read_once_for_ssmp_and_smqp(tmp_path: Path, monkeypatch) -> None:
+    """SSMP's ``password`` scheme and SMQP's LOGIN check one copy of the accounts file: read
+    at start, and once more after it changed, whichever protocol asks first."""
+    reads: list[Path] = []
+
+    def counted(path: Path) -> Any:
+        reads.append(path)
+        return read_accounts(path)
+
+    monkeypatch.setattr(accounts_module, "read_accounts", counted)
+    assert accounts_cli("add", str(tmp_path / "accounts"), "bob", "bobpw").returncode == 0
+    broker = Broker(tmp_path)
+    await broker.start()
+    try:
+        assert len(reads) == 1  # SMQP's start-up check of the file
+        _client, answer = await broker.ssmp(b"LOGIN bob password bobpw")
+        assert answer == b"200"
+        assert (await broker.smqp("bob", "bobpw")).transport is not None
+        assert len(reads) == 1
+        assert (await threads.deferToThread(accounts_cli, "add", str(tmp_path / "accounts"), "carol",
+                                            "carolpw")).returncode == 0
+        _client, answer = await broker.ssmp(b"LOGIN carol password carolpw")  # the change is seen at once
+        assert answer == b"200"
+        assert (await broker.smqp("carol", "carolpw")).transport is not None
+        assert len(reads) == 2
     finally:
         await broker.stop()

@@ -49,8 +49,8 @@ class Broker:
     async def start(self) -> None:
         self.service = makeService(self.settings, reactor())
         self.service.startService()
-        await self.service.runtime.resources["factories"]["smqp"].started
-        self.throttle = self.service.runtime.resources["login_throttle"]
+        await self.service.runtime.front_ends["smqp"].started
+        self.throttle = self.service.runtime.services.login_throttle
         self.throttle.clock = self.clock
 
     async def stop(self) -> None:

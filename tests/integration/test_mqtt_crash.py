@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from typing import Any
 import pytest
 from paho.mqtt.client import MQTTMessage, MQTTv5, MQTTv311
 
+from brokerd.core.subscriber import OWNED_TAG
+from brokerd.store.sqlite import FILENAME, SUBSCRIBER_TABLES
 from tests.integration.test_mqtt_crossproto import SSMPPeer
 from tests.integration.test_mqtt_paho import (
     ANONYMOUS_SESSIONS,
@@ -101,16 +104,24 @@ def _resume(clients: Callable[..., MQTTClient], broker: RunningBroker, version: 
     return client, client.connect()
 
 
+def _kept_while_away(clients: Callable[..., MQTTClient], broker: RunningBroker, client_id: str,
+                     topic_filter: str, topic: str, payloads: list[bytes]) -> MQTTClient:
+    """``client_id``'s 3.1.1 session subscribes to ``topic_filter`` at QoS 1 and goes away; a
+    publisher then sends ``payloads`` to ``topic`` at QoS 1, each answered PUBACK (so stored
+    for the session).  Returns the publisher, still connected."""
+    device = clients(broker, MQTTv311, client_id, clean=False)
+    assert device.subscribe(topic_filter, 1) == 1
+    device.disconnect()
+    publisher = clients(broker, MQTTv311)
+    for payload in payloads:
+        assert publisher.publish(topic, payload, 1) == 0  # PUBACK
+    return publisher
+
+
 def test_v311_session_and_acknowledged_messages_survive_kill_9(tmp_path: Path, clients) -> None:
     broker = _start(tmp_path)
-    device = clients(broker, MQTTv311, "crash-dev", clean=False)
-    assert device.subscribe("crash/+/t", 1) == 1
-    device.disconnect()
-
-    publisher = clients(broker, MQTTv311)
     sent = [f"mqtt {i}".encode() for i in range(20)]
-    for payload in sent:
-        assert publisher.publish("crash/a/t", payload, 1) == 0  # PUBACK
+    publisher = _kept_while_away(clients, broker, "crash-dev", "crash/+/t", "crash/a/t", sent)
     # Kept for the absent session and delivered at QoS 1 like the MQTT ones: it was stored for
     # the session before SSMP's 200 (docs/mqtt.md, "QoS").
     ssmp = SSMPPeer(broker, "crashpub")
@@ -196,4 +207,34 @@ def test_v5_session_expiry_decides_what_survives_kill_9(tmp_path: Path, clients)
     _next_is(brief, publisher, "crash5/fresh", b"fresh", 2)
     fresh = keeper.message()  # and nothing again for the keeper before it
     assert (fresh.topic, fresh.payload, fresh.qos) == ("crash5/fresh", b"fresh", 2)
+    _stop(broker)
+
+
+def test_a_session_stored_before_subscriber_names_had_a_version_tag_is_taken_up(tmp_path: Path, clients) -> None:
+    """A store written before owned subscribers' names carried their encoding's tag (schema
+    version 5: ``mqtt/<realm>/<name>/<client id>/<incarnation>``) is migrated when the broker
+    opens it: the session, its subscription and its pending messages are all there."""
+    broker = _start(tmp_path)
+    sent = [f"kept {i}".encode() for i in range(3)]
+    _kept_while_away(clients, broker, "old-dev", "old/+/t", "old/a/t", sent).disconnect()
+    assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert_clean_log(broker)
+
+    path = tmp_path / "data" / FILENAME
+    with sqlite3.connect(path) as connection:  # the names as the previous schema wrote them
+        for table in SUBSCRIBER_TABLES:
+            connection.execute(f"UPDATE {table} SET subscriber = substr(subscriber, 4)"
+                               f" WHERE substr(subscriber, 1, 3) = '{OWNED_TAG}'")
+        names = {name for (name,) in connection.execute("SELECT subscriber FROM deliveries")}
+        assert len(names) == 1 and names.pop().startswith("mqtt/")
+        connection.execute("PRAGMA user_version=5")
+    connection.close()
+
+    broker = _start(tmp_path)
+    device, present = _resume(clients, broker, MQTTv311, "old-dev")
+    assert present, "the session written by the previous schema was not taken up"
+    got = _receive(device, 3)
+    assert [m.payload for m in got] == sent, texts(got)
+    publisher = clients(broker, MQTTv311)
+    _next_is(device, publisher, "old/b/t", b"live after the migration", 1)
     _stop(broker)

@@ -80,7 +80,7 @@ async def broker(tmp_path: Path, pki: TestPKI):  # noqa: F811
     running = Broker(tmp_path, pki)
     yield running
     await running.service.stopService()
-    await running.service.runtime.resources["store"].close()
+    await running.service.runtime.store.close()
 
 
 def check_both_ends(transport: Any) -> None:

@@ -17,7 +17,6 @@ import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.endpoints import TCP4ClientEndpoint
 
-from brokerd.auth.policy import RESOURCE as ACCESS_LIST
 from brokerd.protocols.smqp.client import SMQPError
 from brokerd.protocols.smqp.client import connect as smqp_connect
 from brokerd.protocols.socketmq.api import Client as SocketMQClient
@@ -203,7 +202,7 @@ def _ready(live: LiveBroker) -> Deferred:
 
 async def _stop(live: LiveBroker) -> None:
     await live.stop()
-    await live.runtime.resources["store"].close()
+    await live.runtime.store.close()
 
 
 async def _admin(live: LiveBroker) -> Any:
@@ -321,7 +320,7 @@ async def test_a_reload_revokes_live_and_durable_subscriptions(tmp_path: Path) -
             await peer.wait_for("before")
 
         (tmp_path / "ual").write_text(REVOKED_UAL)
-        await live.runtime.resources[ACCESS_LIST].reload()
+        await live.runtime.access_list.reload()
         await alice.publish("news/sec", "after")
         await alice.publish("news/other", "other news")
         for peer in peers:

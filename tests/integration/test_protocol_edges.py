@@ -371,7 +371,7 @@ def test_silent_subscribers_cannot_hoard_a_one_topic(tmp_path: Path) -> None:
     --smqp-max-one-held, 8, each) while the guests are still connected, and the rest once the
     guests' retry timeout has closed them with 421."""
     retry = 15
-    broker, _admin = broker_with_admin(tmp_path, "--smqp-retry-timeout", str(retry))
+    broker, _admin = broker_with_admin(tmp_path, "--durable-retry-timeout", str(retry))
     ports = broker.ports
     try:
         alice = BlockingSMQP(ports["smqp"], timeout=BOUND)

@@ -60,7 +60,7 @@ async def test_smqp_to_ssmp_and_mcchat_and_back(tmp_path: Path) -> None:
         assert await inbox.quiet()
     finally:
         await live.stop()
-        await live.runtime.resources["store"].close()
+        await live.runtime.store.close()
 
 
 @pytest_twisted.ensureDeferred
@@ -91,7 +91,7 @@ async def test_an_offline_durable_subscriber_gets_other_protocols_messages_when_
         await synced(mc)
         await web.connect()
         await web.publish("room", "from socket.mq")
-        store = live.runtime.resources["store"]
+        store = live.runtime.store
         assert await store.count_messages(["room"]) == 3
         assert await store.count_messages(["elsewhere"]) == 0
 
@@ -110,7 +110,7 @@ async def test_an_offline_durable_subscriber_gets_other_protocols_messages_when_
     finally:
         await web.close()
         await live.stop()
-        await live.runtime.resources["store"].close()
+        await live.runtime.store.close()
 
 
 @pytest_twisted.ensureDeferred

@@ -39,7 +39,7 @@ async def domain(smqp_server, tmp_path: Path, name: str, links: dict[str, Any] |
         settings["smqp_link"] = [f"{other}=tcp:127.0.0.1:{server.port_number}" for other, server in links.items()]
         settings["smqp_link_account"] = "peer"
         settings["smqp_link_password_file"] = home / "peer.pw"
-    return await smqp_server(data_dir=home / "data", accounts_file=accounts, smqp_domain=name, **settings)
+    return await smqp_server(data_dir=home / "data", accounts_file=accounts, domain=name, **settings)
 
 
 def link_of(server, other: str):
@@ -112,7 +112,7 @@ async def test_forward_by_depth_and_none_at_depth_zero(smqp_server, tmp_path):
     status = link_of(beta, "alpha.test").status()
     assert (status["state"], status["connects"], status["received"], status["subscriptions"]) == ("up", 1, 3, 1)
     assert beta.factory.forwarded.counts["local_only"] == 1
-    assert beta.runtime.resources["smqp_links"].status() == [status]  # what /metrics shows
+    assert beta.runtime.smqp_links.status() == [status]  # what /metrics shows
 
 
 @pytest_twisted.ensureDeferred
@@ -133,7 +133,7 @@ async def test_link_account_refused_by_the_other_sides_access_list(smqp_server, 
     assert link.refused == {"/secret": 404}  # no permission at all: alpha does not even show it
     wrong = tmp_path / "wrong.pw"
     write_private(wrong, "not the password\n")
-    intruder = await smqp_server(data_dir=tmp_path / "delta-data", smqp_domain="delta.test",
+    intruder = await smqp_server(data_dir=tmp_path / "delta-data", domain="delta.test",
                                  smqp_link=[f"alpha.test=tcp:127.0.0.1:{alpha.port_number}"],
                                  smqp_link_account="peer", smqp_link_password_file=wrong)
     outsider = link_of(intruder, "alpha.test")
@@ -213,9 +213,9 @@ async def test_link_over_tls_logs_in_with_its_client_certificate(smqp_server, tm
     (trust / "ca.pem").write_bytes(pki.ca.read_bytes())
     endpoint = (f"tls:localhost:{alpha.port_number}:certificate={pki.client.cert}:privateKey={pki.client.key}"
                 f":trustRoots={trust}")
-    gamma = await smqp_server(data_dir=tmp_path / "gamma-data", smqp_domain="gamma.test",
+    gamma = await smqp_server(data_dir=tmp_path / "gamma-data", domain="gamma.test",
                               smqp_link=[f"alpha.test={endpoint}"], smqp_link_account="alice")
-    refused = await smqp_server(data_dir=tmp_path / "delta-data", smqp_domain="delta.test",
+    refused = await smqp_server(data_dir=tmp_path / "delta-data", domain="delta.test",
                                 smqp_link=[f"alpha.test={endpoint}"], smqp_link_account="bob")
     admin = await gamma.login("alice", "c1")
     await create(admin, "/alpha_test", "/alpha_test/news")
@@ -242,7 +242,7 @@ def _twistd_domain(home: Path, name: str, port: int, *links: str) -> Any:
     if not accounts.exists():
         write_test_accounts(accounts, {**ACCOUNTS, "peer": PEER_PASSWORD})
         write_private(home / "peer.pw", PEER_PASSWORD + "\n")
-    options = ["--accounts", str(accounts), "--smqp-domain", name, "--smqp-retry-timeout", "2",
+    options = ["--accounts", str(accounts), "--smqp-domain", name, "--durable-retry-timeout", "2",
                "--smqp", f"tcp:{port}:interface=127.0.0.1"]
     for link in links:
         options += ["--smqp-link", link]
@@ -512,7 +512,7 @@ async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_pat
     write_private(home / "peer.pw", PEER_PASSWORD + "\n")
     beta = LiveBroker.start(
         home / "data", listeners={p: [LOOPBACK] for p in ("ssmp", "mcchat", "smqp", "socketmq")},
-        accounts_file=accounts, smqp_domain="beta.test", event_log=False,
+        accounts_file=accounts, domain="beta.test", event_log=False,
         smqp_link=[f"alpha.test=tcp:127.0.0.1:{alpha.port_number}"], smqp_link_account="peer",
         smqp_link_password_file=home / "peer.pw",
     )
@@ -536,7 +536,7 @@ async def test_rogue_server_cannot_store_outside_its_mirror(smqp_server, tmp_pat
         inbox = SMQPInbox(reader)
         await reader.subscribe("/alpha_test/payroll")
         await reader.subscribe("/alpha_test/news")
-        link = next(link for link in beta.runtime.resources["smqp_links"].links if link.spec.domain == "alpha.test")
+        link = next(link for link in beta.runtime.smqp_links.links if link.spec.domain == "alpha.test")
         await until(lambda: link.state == "up" and {"/news", "/payroll"} <= link.remote, reader,
                     "the link to subscribe at alpha")
         await publisher.publish("/payroll", "P1", [("text/plain", b"raise for mallory")], [("Depth", "1")])

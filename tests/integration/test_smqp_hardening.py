@@ -305,7 +305,7 @@ async def test_a_retry_waits_for_the_output_limit_like_any_notification(smqp_ser
     re-send arrives and its acknowledgement settles the message."""
     limit, size = 64 * 1024, 900_000
     message = size + 4096
-    server = await smqp_server(max_output_buffer=limit, smqp_retry_timeout=0.05, smqp_max_attempts=50)
+    server = await smqp_server(max_output_buffer=limit, durable_retry_timeout=0.05, durable_max_attempts=50)
     alice = await server.login()
     await alice.create_topic("/news")
     slow = await raw_login(server, "alice", "slow", b"SUBSCRIBE MESSAGE /news\r\n", read=False)

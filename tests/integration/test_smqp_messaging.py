@@ -138,7 +138,7 @@ async def test_one_message_left_unanswered_goes_to_a_subscriber_that_answers(smq
     """Without a window too: a ONE message its holder leaves unanswered for the retry
     timeout is not sent to it again; the holder is closed with 421 and the message goes to
     the other subscriber, which acknowledges it."""
-    server = await smqp_server(smqp_retry_timeout=0.3)
+    server = await smqp_server(durable_retry_timeout=0.3)
     silent, silent_inbox = await session(server, "alice", "silent")
     await silent.create_topic("/work")
     await silent.set_delivery("/work", "ONE")
@@ -236,7 +236,7 @@ async def test_expiry_receipt_and_trash(smqp_server):
 
 @pytest_twisted.ensureDeferred
 async def test_receipt_one_and_retries_into_the_trash(smqp_server):
-    server = await smqp_server(smqp_retry_timeout=0.2, smqp_max_attempts=2)
+    server = await smqp_server(durable_retry_timeout=0.2, durable_max_attempts=2)
     alice, inbox = await session(server)
     await alice.create_topic("/flaky")
     bob, bob_inbox = await session(server, "bob")

@@ -102,7 +102,7 @@ async def test_window_of_n_keeps_n_outstanding_and_each_310_precedes_the_next_no
 @pytest_twisted.ensureDeferred
 async def test_acknowledgements_of_one_subscriber_share_commits_only_with_a_window(smqp_server):
     server = await smqp_server()
-    store = server.runtime.resources["store"]
+    store = server.runtime.store
     await backlog(server, "/g", 40)
 
     # The draft's exchange: each acknowledgement is a commit of its own.
@@ -215,7 +215,7 @@ async def test_window_on_a_one_topic_with_416(smqp_server):
 
 @pytest_twisted.ensureDeferred
 async def test_unanswered_window_closes_the_session_and_comes_again(smqp_server):
-    server = await smqp_server(smqp_retry_timeout=0.3)
+    server = await smqp_server(durable_retry_timeout=0.3)
     await backlog(server, "/r", 3)
     alice = await server.login("alice", "c1")
     inbox = SMQPInbox(alice)

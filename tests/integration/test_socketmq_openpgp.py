@@ -233,3 +233,53 @@ async def test_proof_from_another_connection_is_401(required: LiveBrokerd) -> No
     with pytest.raises(SocketMQError) as refused:
         await connection.call(Auth(None, "OpenPGP", proof=replayed))
     assert refused.value.status == 401
+
+
+
+def _break_the_proof_check(monkeypatch: pytest.MonkeyPatch, broker: LiveBrokerd) -> tuple[str, Any]:
+    from brokerd.protocols.socketmq import session
+    from brokerd.protocols.socketmq.events import Auth
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a bug in the proof check")
+
+    monkeypatch.setattr(session, "check_client_proof", broken)
+    return "socket.mq OpenPGP authentication", Auth(None, "OpenPGP", proof="a proof")
+
+
+def _break_the_portal(monkeypatch: pytest.MonkeyPatch, broker: LiveBrokerd) -> tuple[str, Any]:
+    from twisted.internet.defer import fail
+
+    from brokerd.protocols.socketmq.events import Auth
+
+    monkeypatch.setattr(broker.hub.portal, "login", lambda *_args: fail(RuntimeError("a bug in a checker")))
+    return "socket.mq login", Auth(None, "secret", identity="alice", secret="a secret")
+
+
+@pytest.mark.parametrize("breaking", [_break_the_proof_check, _break_the_portal])
+@pytest_twisted.ensureDeferred
+async def test_an_unexpected_error_of_a_login_is_logged_with_its_traceback(
+        required: LiveBrokerd, monkeypatch: pytest.MonkeyPatch, breaking: Any) -> None:
+    """A login that fails for no reason the protocol knows is logged as the failure it is
+    (its traceback), not as an event nobody can read."""
+    from twisted.logger import globalLogPublisher
+
+    from brokerd.protocols.socketmq import session
+
+    text, auth = breaking(monkeypatch, required)
+    logged = Waiter()
+
+    def observe(event: dict[str, Any]) -> None:
+        if event.get("log_namespace", "").startswith(session.__name__):
+            logged(event)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        connection = await required.track(Client(required.url)).connect()
+        connection.call(auth).addErrback(lambda _: None)
+        await logged.until(lambda events: any("log_failure" in event for event in events))
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    [event] = [event for event in logged.items if "log_failure" in event]
+    assert event["log_format"] == text
+    assert event["log_failure"].check(RuntimeError)

@@ -26,7 +26,6 @@ def main() -> None:
             service.removeService(child)
     log = EventLog(args.data_dir, reactor=reactor, include_payloads=True, flush_interval=0.2)
     service.runtime.broker.observer = log
-    service.runtime.resources["event_log"] = log
     log.startService()
     service.startService()
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)

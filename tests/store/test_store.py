@@ -16,6 +16,8 @@ from twisted.internet.task import deferLater
 
 from brokerd.core import stored
 from brokerd.core.message import MULTICAST, Details, Message
+from brokerd.core.principal import ACCOUNT, Principal
+from brokerd.core.subscriber import SubscriberId
 from brokerd.store.memory import MemoryStore, StoreClosed
 from brokerd.store.pg_schema import SCHEMA, SCHEMA_VERSION
 from brokerd.store.pg_writer import connection_info
@@ -32,6 +34,35 @@ from brokerd.store.sqlite import FILENAME, MIGRATIONS, SQLiteStore
 
 def topic(key: str, **fields: object) -> TopicRecord:
     return TopicRecord(key=key, name=key.rsplit("/", 1)[-1], **fields)  # type: ignore[arg-type]
+
+
+OLD_OWNED = "mqtt/account/alice/dev%2F1/000000000001.0000.1"
+"""An MQTT session's subscriber as stored before the names had their encoding's tag."""
+OLD_NAMES = (OLD_OWNED, "bridge/service/sys%2Fbridge%2Fb/b/1", "bob:c1", "bob:link_beta", "~beta")
+
+
+def insert_old_subscribers(connection, marker: str) -> None:
+    """A subscription, a pending delivery (of one stored message) and a packet flow for each of
+    OLD_NAMES, as the previous schema wrote them (``marker``: the driver's placeholder)."""
+    values = ", ".join([marker] * 6)
+    connection.execute(f"INSERT INTO messages (seq, smuid, topic, publisher, cmuid, received, expires, priority,"
+                       f" data) VALUES (7, 's/7', 'news', 'p', '', 1.0, NULL, 1, {marker})", (b"x",))
+    for name in OLD_NAMES:
+        connection.execute(f"INSERT INTO subscriptions VALUES ({values})", (name, "FILTER", "news", "ADD", None, None))
+        connection.execute(f"INSERT INTO deliveries VALUES ({marker}, 7, 0, 0, 'ADD')", (name,))
+        connection.execute(f"INSERT INTO flows VALUES ({marker}, {marker}, 1, 7, {marker})", (name, False, False))
+
+
+async def assert_tagged(store) -> None:
+    """The store opened over insert_old_subscribers' rows names the owned ones by SubscriberId."""
+    owned = SubscriberId(Principal("alice", ACCOUNT), "mqtt", "dev/1", "000000000001.0000.1")
+    expected = [owned.encode(), "@1/bridge/service/sys%2Fbridge%2Fb/b/1", "bob:c1", "bob:link_beta", "~beta"]
+    assert SubscriberId.decode(expected[0]) == owned
+    assert sorted(record.subscriber for record in await store.load_subscriptions()) == sorted(expected)
+    for name in expected:
+        assert [delivery.seq for delivery in await store.pending(name, 10)] == [7], name
+        assert [flow.packet_id for flow in await store.flows_of(name)] == [1], name
+    assert await store.pending(OLD_OWNED, 10) == []
 
 
 def message(smuid: str, topic_key: str = "news", data: bytes = b"x") -> MessageRecord:
@@ -119,7 +150,7 @@ class StoreContract:
         await store.add_message(message("h/3", "other"))
         assert second > first
         listed = await store.get_messages("news")
-        assert [(m.smuid, m.seq) for m in listed] == [("h/1", first), ("h/2", second)]
+        assert [(m.message_id, m.seq) for m in listed] == [("h/1", first), ("h/2", second)]
         assert await store.list_messages("news") == [first, second]
         assert [m.seq for m in await store.get_messages("news", limit=1)] == [first]
         assert [m.seq for m in await store.get_messages("news", [second, first], limit=1)] == [first]
@@ -492,7 +523,25 @@ class TestPostgreSQLStore(StoreContract, DurableContract):
         finally:
             await store.close()
         with psycopg.connect(postgres_url) as connection:
-            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(3,)]
+            assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)] == [(4,)]
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_version_3_database_s_owned_subscribers_get_their_encoding_s_tag(self, postgres_url):
+        """Version 4 tags the names of owned durable subscribers (brokerd.core.subscriber):
+        the rows of a version 3 database name them as before; channels and queues keep theirs."""
+        import psycopg
+
+        with psycopg.connect(postgres_url) as connection:
+            for statement in SCHEMA.split(";"):
+                connection.execute(statement)
+            connection.execute("INSERT INTO brokerd_schema (version) VALUES (3)")
+            insert_old_subscribers(connection, "%s")
+        store = PostgreSQLStore(postgres_url, connection_info(postgres_url), reactor)
+        await store.open()
+        try:
+            await assert_tagged(store)
+        finally:
+            await store.close()
 
 
 class TestSQLiteStore(StoreContract, DurableContract):
@@ -660,7 +709,27 @@ class TestSQLiteStore(StoreContract, DurableContract):
             assert await store.load_retained() == [("news", b"kept")]
         finally:
             await store.close()
-        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5 == len(MIGRATIONS)
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 6 == len(MIGRATIONS)
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_version_5_database_s_owned_subscribers_get_their_encoding_s_tag(self, tmp_path):
+        """Migration 6 tags the names of owned durable subscribers (brokerd.core.subscriber):
+        a file written by the previous schema names them as before; channels and queues keep
+        theirs."""
+        path = tmp_path / FILENAME
+        connection = sqlite3.connect(path)
+        for script in MIGRATIONS[:5]:
+            connection.executescript(script)
+        insert_old_subscribers(connection, "?")
+        connection.execute("PRAGMA user_version=5")
+        connection.commit()
+        connection.close()
+        store = SQLiteStore(path, reactor)
+        await store.open()
+        try:
+            await assert_tagged(store)
+        finally:
+            await store.close()
 
     @pytest_twisted.ensureDeferred
     async def test_newer_schema_is_refused(self, tmp_path):

@@ -11,29 +11,30 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory
 
 from brokerd.auth.realm import build_portal
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.protocols.socketmq.server import build_factory
+from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.protocols.socketmq.plugin import front_end as socketmq
 from brokerd.protocols.ssmp.server import SSMPServerFactory
 from tests.support.broker import RunningBroker, start_broker
 from tests.support.collect import eventually
 from tests.support.live import TIMEOUT, LineProtocol, reactor
+from tests.support.services import services_for
 
 
 class LiveBrokerd:
     """SSMP and socket.mq front ends on 127.0.0.1 (OS-chosen ports) around one Broker."""
 
     def __init__(self, data_dir: Path, events: Any = None, **settings: Any) -> None:
-        """``events``: an IEventRecorder for the front ends (the runtime's ``event_log``)."""
+        """``events``: an IEventRecorder for the front ends (the services' ``event_log``)."""
         self.settings = Settings(open_login=True, data_dir=data_dir, **settings)
         self.broker = Broker(max_connections=self.settings.max_connections)
         portal = build_portal(open_login=True)
-        self.runtime = Runtime(self.settings, self.broker, portal, reactor())
-        if events is not None:
-            self.runtime.resources["event_log"] = events
+        self.services = services_for(self.settings, reactor(), broker=self.broker, portal=portal,
+                                     events=events if events is not None else NULL_EVENT_LOG)
         self.ssmp_factory = SSMPServerFactory(self.broker, portal, self.settings, reactor())
-        self.site = build_factory(self.runtime)
-        self.hub = self.runtime.resources["socketmq.hub"]
+        self.site = socketmq.build(self.services)
+        self.hub = self.site.hub
         self.ports: list[Any] = []
         self.clients: list[Any] = []
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionClosed
@@ -69,7 +69,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
     """One MCCHAT connection seen from the client side."""
 
     _log = Logger()
-    factory: MCChatClientFactory | None = None  # type: ignore[assignment]
+    factory: MCChatClientFactory | None = None
 
     def __init__(self) -> None:
         self._parser = MCChatParser()
@@ -93,7 +93,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
         no_delay(self.transport)
         self._usable = True
 
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+    def connectionLost(self, reason: Failure | None = None) -> None:
         """Fail whatever still waits for the server (TL answers, INFO) with ``reason``."""
         self._usable = False
         self._reading = False
@@ -142,21 +142,20 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
         for event in events:
             if not self._reading:
                 return
-            kind = event.__class__
-            if kind is Msg:
-                topic, username, message = event  # type: ignore[misc]
-                try:
-                    self.on_message(_text(topic), _text(username), _text(message))
-                except Exception:
-                    self._log.failure("Handling MCCHAT message {event!r}", event=event)
-            elif kind is TopicList:
-                self._topic_list(event)  # type: ignore[arg-type]
-            elif kind is Info:
-                self._info(event)  # type: ignore[arg-type]
-            elif kind is Malformed:
-                self._log.warn("Dropped a malformed MCCHAT packet: {reason}", reason=event.reason)  # type: ignore[union-attr]
-            else:
-                self._violation("the server sent a client packet {event!r}", event=event)
+            match event:
+                case Msg(topic, username, message):
+                    try:
+                        self.on_message(_text(topic), _text(username), _text(message))
+                    except Exception:
+                        self._log.failure("Handling MCCHAT message {event!r}", event=event)
+                case TopicList():
+                    self._topic_list(event)
+                case Info():
+                    self._info(event)
+                case Malformed():
+                    self._log.warn("Dropped a malformed MCCHAT packet: {reason}", reason=event.reason)
+                case _:
+                    self._violation("the server sent a client packet {event!r}", event=event)
         if error is not None and self._reading:
             self._violation("{error}", error=error)
 
@@ -186,7 +185,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
     def _write(self, data: bytes) -> None:
         if not self._usable:
             raise ConnectionClosed("the MCCHAT connection is not open")
-        self.transport.write(data)
+        self._made().write(data)
 
     def subscribe(self, topic: str | bytes) -> None:
         """Send SUB.  ValueError for a topic MCCHAT cannot carry; ConnectionClosed when the
@@ -208,7 +207,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
             return fail(ConnectionClosed("the MCCHAT connection is not open"))
         d: Deferred = Deferred()
         self._topic_requests.append(d)
-        self.transport.write(encode_tlrq())
+        self._made().write(encode_tlrq())
         return d
 
     def sync(self) -> Deferred:
@@ -219,7 +218,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
 class MCChatClientFactory(ClientFactory):
     """Builds :class:`MCChatClientProtocol` instances sharing one ``on_message`` callable."""
 
-    protocol = MCChatClientProtocol
+    protocol = MCChatClientProtocol  # type: ignore[assignment]  # Twisted's Factory[P] wants P.factory set, a client protocol may have none
 
     def __init__(self, on_message: MessageHandler | None = None) -> None:
         self.on_message = on_message
@@ -229,6 +228,7 @@ async def connect(
     endpoint: IStreamClientEndpoint, on_message: MessageHandler | None = None
 ) -> MCChatClientProtocol:
     """Connect through ``endpoint`` and return the protocol once the server's INFO arrived."""
-    protocol = await endpoint.connect(MCChatClientFactory(on_message))
-    return await protocol.when_ready()  # type: ignore[no-any-return]
+    protocol = cast(MCChatClientProtocol, await endpoint.connect(MCChatClientFactory(on_message)))  # what the factory built
+    ready: MCChatClientProtocol = await protocol.when_ready()
+    return ready
 

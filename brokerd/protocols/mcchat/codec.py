@@ -209,7 +209,7 @@ class MCChatParser:
                     if _EOT in topic or not (valid or is_utf8(topic)):
                         append(_malformed(op, (topic,)))
                     else:
-                        append(_new(Sub if op == SUB else Unsub, (topic,)))
+                        append(_new(Sub, (topic,)) if op == SUB else _new(Unsub, (topic,)))
                     pos = end + 1
                     continue
             elif op == TLRQ:
@@ -287,7 +287,7 @@ class MCChatParser:
         elif op == MSG:
             events.append(_new(Msg, tuple(fields)))
         else:
-            events.append(_new(Sub if op == SUB else Unsub, (fields[0],)))
+            events.append(_new(Sub, (fields[0],)) if op == SUB else _new(Unsub, (fields[0],)))
 
 
 def _malformed(op: int, fields: Iterable[bytes]) -> Malformed:
@@ -362,17 +362,17 @@ def encode_tl(topics: Iterable[bytes]) -> bytes:
 
 def encode(packet: Packet) -> bytes:
     """The wire form of any of the six packets; ValueError for content MCCHAT cannot carry."""
-    kind = type(packet)
-    if kind is Msg:
-        return encode_msg(*packet)
-    if kind is Sub:
-        return encode_sub(packet[0])
-    if kind is Unsub:
-        return encode_unsub(packet[0])
-    if kind is TopicListRequest:
-        return encode_tlrq()
-    if kind is TopicList:
-        return encode_tl(packet[0])
-    if kind is Info:
-        return encode_info(packet[0])
+    match packet:
+        case Msg():
+            return encode_msg(*packet)
+        case Sub():
+            return encode_sub(packet.topic)
+        case Unsub():
+            return encode_unsub(packet.topic)
+        case TopicListRequest():
+            return encode_tlrq()
+        case TopicList():
+            return encode_tl(packet.topics)
+        case Info():
+            return encode_info(packet.version)
     raise TypeError(f"not an MCCHAT packet: {packet!r}")

@@ -42,17 +42,17 @@ the packet that could not be framed when that closed it (``outcome`` ``closed``)
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, Message
@@ -62,8 +62,9 @@ from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, Subscrip
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.admission import admit
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
+from brokerd.protocols.lifecycle import LivenessSweep
 from brokerd.protocols.mcchat.codec import MAX_TL_TOPICS, VERSION, MCChatParser, encode_info
 from brokerd.protocols.mcchat.events import (
     EOT_IN_TOPIC,
@@ -84,7 +85,6 @@ from brokerd.protocols.mcchat.wire import (
     display_name,
     is_mcchat_topic,
 )
-from brokerd.protocols.nodelay import no_delay
 from brokerd.store.base import log_unless_outage
 
 
@@ -108,6 +108,15 @@ class MCChatStats:
         "idle_closed",
         "announcements",
     )
+    eot_in_topic: int
+    not_utf8: int
+    client_only_packets: int
+    reserved_topic: int
+    subscription_limit: int
+    forbidden: int
+    protocol_errors: int
+    idle_closed: int
+    announcements: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -220,7 +229,6 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def __init__(self) -> None:
         self._parser = MCChatParser()
-        self._admission = None
         self._bound: bytes | None = None
         """The certificate name that replaces this connection's usernames, when bound."""
         self._started = False
@@ -249,29 +257,24 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        if not self.open_connection(factory.settings.max_output_buffer):
+            self.closed = True  # MCCHAT has no packet to refuse with: the connection closes
             self.transport.loseConnection()
             return
-        self._admission.login()  # MCCHAT has no login: a connection is a session at once
+        self.logged_in()  # MCCHAT has no login: a connection is a session at once
         self.name = transport_id(self.transport.getPeer())
-        no_delay(self.transport)
         self.start_flow_control(factory.settings.max_output_buffer)
         keepalive = getattr(self.transport, "setTcpKeepAlive", None)
         if keepalive is not None:
             keepalive(1)
         self.transport.write(INFO_PACKET)
         self.heard = False  # silence counts from now, not from the sweep's next tick
-        self.last_heard = factory.clock.seconds()
-        factory.live[self] = None
+        factory.liveness.watch(self)
         factory.broker.attach(self)
 
     def connectionLost(self, reason: Any = None) -> None:
-        admission, self._admission = self._admission, None
-        if admission is not None:
+        if self.release_connection():
             self._leave()
-            admission.release()
         self.closed = True
         self.send = _discard
 
@@ -291,7 +294,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self._held = []
         self._held_bytes = 0
         self._report()
-        self.factory.live.pop(self, None)
+        self.factory.liveness.forget(self)
         self.factory.broker.detach(self)
 
     def _report(self) -> None:
@@ -523,9 +526,11 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         self._lists.request(TL)
         self._write_lists()
 
-    def client_only(self, packet: Info | TopicList) -> None:
+    def do_INFO(self, packet: Info | TopicList) -> None:
         """INFO and TL are what a server sends; from a client they mean nothing."""
         self.factory.stats.client_only_packets += 1
+
+    do_TL = do_INFO
 
     def malformed(self, packet: Malformed) -> None:
         if packet.opcode == MSG:
@@ -538,18 +543,17 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
 
 
 P = MCChatServerProtocol
-_HANDLERS = {
-    Sub: P.do_SUB,
-    Unsub: P.do_UNSUB,
-    TopicListRequest: P.do_TLRQ,
-    Info: P.client_only,
-    TopicList: P.client_only,
+# The codec's packet classes and their verbs (brokerd.protocols.dispatch); a packet that is
+# not a verb (one the codec could frame but not read) has its own handler.
+_VERBS: dict[Hashable, str] = {Sub: "SUB", Unsub: "UNSUB", TopicListRequest: "TLRQ", Info: "INFO", TopicList: "TL"}
+_HANDLERS: dict[type, Callable[..., None]] = {
+    **command_table(P, _VERBS),
     Malformed: P.malformed,
 }
 del P
 
 
-class MCChatServerFactory(Factory):
+class MCChatServerFactory(Factory[MCChatServerProtocol]):
     """One per MCCHAT listener set; all share the Broker and its Discovery.
 
     From ``settings``: ``mcchat_idle_timeout``, the seconds a connection without any
@@ -581,36 +585,19 @@ class MCChatServerFactory(Factory):
         self.stats = MCChatStats()
         self.discovery = discovery_for(broker)
         self.discovery.stats = self.stats
-        self.live: dict[MCChatServerProtocol, None] = {}
-        """Open connections, for the idle sweep."""
-        self._sweeper: LoopingCall | None = None
+        self.liveness = LivenessSweep(clock, self.idle_timeout / 4, self._silent)
+        """Open connections, closed when idle (brokerd.protocols.lifecycle)."""
+        self.live: dict[MCChatServerProtocol, None] = self.liveness.live
 
     def startFactory(self) -> None:
-        self._sweeper = LoopingCall(self.sweep)
-        self._sweeper.clock = self.clock
-        self._sweeper.start(self.idle_timeout / 4, now=False)
+        self.liveness.start()
 
     def stopFactory(self) -> None:
-        if self._sweeper is not None and self._sweeper.running:
-            self._sweeper.stop()
-        self._sweeper = None
+        self.liveness.stop()
 
-    def sweep(self) -> None:
-        """Close connections that have no subscription and were silent for idle_timeout."""
-        now = self.clock.seconds()
-        limit = self.idle_timeout
-        for connection in tuple(self.live):
-            if connection.heard:
-                connection.heard = False
-                connection.last_heard = now
-            elif connection.subscribed == 0 and now - connection.last_heard >= limit:
-                self.stats.idle_closed += 1
-                connection._close()
+    def _silent(self, connection: MCChatServerProtocol, now: float) -> None:
+        """Close a connection that has no subscription and was silent for idle_timeout."""
+        if connection.subscribed == 0 and now - connection.last_heard >= self.idle_timeout:
+            self.stats.idle_closed += 1
+            connection._close()
 
-
-def build_factory(runtime: Runtime) -> MCChatServerFactory:
-    """The MCCHAT front end's entry point for brokerd.tap."""
-    return MCChatServerFactory(
-        runtime.broker, runtime.settings, runtime.reactor,
-        events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-    )

@@ -138,7 +138,7 @@ class MCChatWireFormat(WireFormat):
             self.not_multicast += 1
             return None
         topic = message.target
-        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic) and not is_announcement(message):  # type: ignore[arg-type]
+        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic) and not is_announcement(message):  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
             self.bad_topic += 1
             return None
         payload = message.payload
@@ -149,7 +149,7 @@ class MCChatWireFormat(WireFormat):
             self.not_text += 1
             return None
         username = foreign_username(message)
-        return b"".join((b"\x03", topic, _NUL, username, _NUL, payload, b"\x00"))  # type: ignore[arg-type]
+        return b"".join((b"\x03", topic, _NUL, username, _NUL, payload, b"\x00"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
 
     def render_presence(
         self, topic: bytes, member: ISubscriber, joined: bool, presence: bool

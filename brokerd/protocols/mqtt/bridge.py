@@ -38,7 +38,7 @@ from zope.interface import implementer
 
 from brokerd.config import Settings
 from brokerd.core.access import system_topic
-from brokerd.core.durable import owned_subscriber
+from brokerd.core.subscriber import SubscriberId
 from brokerd.core.filters import matches
 from brokerd.core.message import Message
 from brokerd.core.principal import SERVICE, Principal
@@ -93,7 +93,9 @@ def bridge_endpoint(reactor: Any, spec: BridgeSpec) -> Any:
 
 def _topic_of(message: Message) -> str:
     """The local topic of a multicast (the only kind a bridge is handed)."""
-    return message.target.decode("utf-8", "replace")  # type: ignore[union-attr]
+    target = message.target
+    assert target is not None  # a multicast's topic
+    return target.decode("utf-8", "replace")
 
 
 @implementer(ISubscriber)
@@ -148,7 +150,7 @@ class Bridge:
             self._connect()
             return
         if stored_rules:
-            self.durable_name = owned_subscriber("bridge", self.principal, self.spec.name, "1")
+            self.durable_name = SubscriberId(self.principal, "bridge", self.spec.name, "1").encode()
         # The connection waits for the store: what comes in is then stored for the durable
         # subscribers (it is acknowledged as kept), and what goes out was subscribed to first.
         d = durable.when_started().addCallbacks(
@@ -205,7 +207,7 @@ class Bridge:
         self.queue = BridgeQueue(self, durable, self.settings.max_output_buffer, self.spec.max_queued,
                                  self.spec.max_queued_bytes)
         self.queue.open()
-        durable.start_sweeps()  # expiry and Trash, which a node without MQTT or SMQP listener would not run
+        durable.start_sweeps()  # expiry and dead letters, which a node without MQTT or SMQP listener would not run
         return gatherResults(commits) if commits else None
 
     def _no_store(self, failure: Failure) -> None:
@@ -244,7 +246,7 @@ class Bridge:
         if not self._running:
             return
         self._set_state("connecting")
-        d = self._endpoint.connect(self._factory())  # type: ignore[call-arg]
+        d = self._endpoint.connect(self._factory())
         d.addCallback(self._accepted)
         d.addCallbacks(self._connected, self._failed)
 
@@ -295,8 +297,9 @@ class Bridge:
                                name=self.spec.name, filter=topic_filter, code=f"0x{code:02X}")
 
     def _failed(self, failure: Failure) -> None:
-        if failure.check(MQTTConnectError):
-            code = failure.value.reason_code
+        error = failure.value
+        if isinstance(error, MQTTConnectError):
+            code = error.reason_code
             if self._private and code == UNACCEPTABLE_PROTOCOL_VERSION:
                 self._private = False
                 self._log.info("MQTT bridge {name}: the other broker does not take the bridge flag; "

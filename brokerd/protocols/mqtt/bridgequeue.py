@@ -17,6 +17,7 @@ bridge builds its own PUBLISH), for the QoS 0 patterns the core routes live.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.logger import Logger
@@ -81,12 +82,14 @@ class BridgeQueue(StoredDeliveries):
     def queued(self) -> int:
         return len(self.counted)
 
-    def open(self) -> None:
+    def open(self, resumed: Callable[[], object] | None = None) -> None:
         """Attach, count what the store holds for the bridge (up to the bounds), then read
-        the first page."""
+        the first page.  A bridge has no QoS 2 exchanges to take up: ``resumed`` is called at once."""
         self.durable.attach(self)
         d = self.durable.pending(self.name, self.max_count, (), self.max_bytes, frozenset())
         d.addCallbacks(self._counted, self._not_read)
+        if resumed is not None:
+            resumed()
 
     def _counted(self, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:

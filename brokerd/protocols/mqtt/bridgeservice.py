@@ -8,7 +8,8 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, gatherResults
 
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
+from brokerd.frontend import Services
 from brokerd.protocols.mqtt.bridge import Bridge, bridge_endpoint
 from brokerd.protocols.mqtt.bridges import parse_bridges
 
@@ -16,9 +17,8 @@ from brokerd.protocols.mqtt.bridges import parse_bridges
 class Bridges(Service):
     """Every bridge of the node, started and stopped with the broker."""
 
-    name = "mqtt-bridges"
-
     def __init__(self, bridges: list[Bridge]) -> None:
+        self.setName("mqtt-bridges")  # Twisted's Service types its class attribute name as None
         self.bridges = bridges
 
     def startService(self) -> None:
@@ -48,9 +48,9 @@ def check_bridges(settings: Settings) -> None:
         bridge_endpoint(None, spec)
 
 
-def build_bridges(runtime: Runtime) -> Bridges | None:
+def build_bridges(services: Services) -> Bridges | None:
     """The node's bridges (None when none is configured)."""
-    specs = parse_bridges(runtime.settings.mqtt_bridge)
+    specs = parse_bridges(services.settings.mqtt_bridge)
     if not specs:
         return None
-    return Bridges([Bridge(spec, runtime.broker, runtime.settings, runtime.reactor) for spec in specs])
+    return Bridges([Bridge(spec, services.broker, services.settings, services.reactor) for spec in specs])

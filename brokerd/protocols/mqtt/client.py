@@ -41,11 +41,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionClosed
-from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.internet.interfaces import IAddress, IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -288,7 +288,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
             self._usable = False
             self._stop_keep_alive()
             self._reading = False
-            self.transport.loseConnection()
+            self._made().loseConnection()
         return d
 
     def abort(self) -> None:
@@ -310,8 +310,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
                 reason_code = reasons.PROTOCOL_ERROR
             self._usable = False
             self._stop_keep_alive()
-            self.transport.write(encode(Disconnect(reason_code), MQTT_5))
-            self.transport.loseConnection()
+            self._made().write(encode(Disconnect(reason_code), MQTT_5))
+            self._made().loseConnection()
         else:
             self.abort()
 
@@ -329,31 +329,32 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
             self._violation(str(error), error.reason_code)
 
     def _packet_received(self, packet: Packet) -> None:
-        kind = type(packet)
+        name = type(packet).__name__.upper()
         if self.connack is None:
-            if kind is Connack:
-                self._connack(packet)  # type: ignore[arg-type]
-            elif kind is Auth:
+            if isinstance(packet, Connack):
+                self._connack(packet)
+            elif isinstance(packet, Auth):
                 self._violation("AUTH, but this client does not do enhanced authentication")
             else:
-                self._violation(f"{kind.__name__.upper()} before CONNACK")
+                self._violation(f"{name} before CONNACK")
             return
-        if kind is Publish:
-            self._publish_received(packet)  # type: ignore[arg-type]
-        elif kind is Pubrel:
-            self._pubrel_received(packet)  # type: ignore[arg-type]
-        elif kind in (Puback, Pubrec, Pubcomp, Suback, Unsuback):
-            self._answer_received(packet)  # type: ignore[arg-type]
-        elif kind is Pingresp:
-            if self._pings:
-                sent, d = self._pings.popleft()
-                d.callback(self._clock.seconds() - sent)
-        elif kind is Disconnect:
-            self._server_disconnected(packet)  # type: ignore[arg-type]
-        elif kind is Connack:
-            self._violation("a second CONNACK")
-        else:
-            self._violation(f"{kind.__name__.upper()}, which this client does not support")
+        match packet:
+            case Publish():
+                self._publish_received(packet)
+            case Pubrel():
+                self._pubrel_received(packet)
+            case Puback() | Pubrec() | Pubcomp() | Suback() | Unsuback():
+                self._answer_received(packet)
+            case Pingresp():
+                if self._pings:
+                    sent, d = self._pings.popleft()
+                    d.callback(self._clock.seconds() - sent)
+            case Disconnect():
+                self._server_disconnected(packet)
+            case Connack():
+                self._violation("a second CONNACK")
+            case _:
+                self._violation(f"{name}, which this client does not support")
 
     def _connack(self, connack: Connack) -> None:
         if connack.reason_code != reasons.SUCCESS:
@@ -364,7 +365,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
                 if not d.called:
                     d.errback(self._error)
             self._usable = False
-            self.transport.loseConnection()
+            self._made().loseConnection()
             return
         self.connack = connack
         if self.version == MQTT_5:
@@ -399,7 +400,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
         self._reading = False
         self._usable = False
         self._stop_keep_alive()
-        self.transport.loseConnection()
+        self._made().loseConnection()
 
     def _publish_received(self, packet: Publish) -> None:
         alias = packet.properties.topic_alias
@@ -413,7 +414,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
                 return
         qos = packet.qos
         if qos == 2:
-            packet_id: int = packet.packet_id  # type: ignore[assignment]
+            packet_id = packet.packet_id
+            assert packet_id is not None  # the decoder refuses a QoS 2 PUBLISH without one
             handled = None
             if packet_id not in self._incoming_qos2:
                 self._incoming_qos2.add(packet_id)
@@ -422,7 +424,8 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
             return
         handled = self._deliver(packet)
         if qos == 1:
-            self._answer(Puback(packet.packet_id), handled)  # type: ignore[arg-type]
+            assert packet.packet_id is not None  # as at QoS 2
+            self._answer(Puback(packet.packet_id), handled)
         elif handled is not None:
             handled.addErrback(self._not_handled, packet)
 
@@ -505,15 +508,15 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
                 f"{flow.expects.__name__.upper()}"
             )
             return
-        if kind is Pubrec:
-            if packet.reason_code >= 0x80:  # type: ignore[union-attr]
-                self._end_flow(packet.packet_id, MQTTReasonCodeError(packet))  # type: ignore[arg-type]
+        if isinstance(packet, Pubrec):
+            if packet.reason_code >= 0x80:
+                self._end_flow(packet.packet_id, MQTTReasonCodeError(packet))
             else:
                 flow.expects = Pubcomp
                 self._send(encode(Pubrel(packet.packet_id), self.version))
             return
-        if kind in (Puback, Pubcomp) and packet.reason_code >= 0x80:  # type: ignore[union-attr]
-            self._end_flow(packet.packet_id, MQTTReasonCodeError(packet))  # type: ignore[arg-type]
+        if isinstance(packet, (Puback, Pubcomp)) and packet.reason_code >= 0x80:
+            self._end_flow(packet.packet_id, MQTTReasonCodeError(packet))
             return
         self._end_flow(packet.packet_id, packet)
 
@@ -531,7 +534,7 @@ class MQTTClientProtocol(ClosedNotifier, Protocol):
 
     def _send(self, data: bytes) -> None:
         self._last_sent = self._clock.seconds()
-        self.transport.write(data)
+        self._made().write(data)
 
     def _not_ready(self) -> Deferred | None:
         """A failed Deferred when nothing can be sent yet or any more, else None."""
@@ -668,7 +671,7 @@ class MQTTClientFactory(ClientFactory):
     """Builds :class:`MQTTClientProtocol` instances with the same options (the keyword
     arguments of :class:`MQTTClientProtocol`)."""
 
-    protocol = MQTTClientProtocol
+    protocol = MQTTClientProtocol  # type: ignore[assignment]  # Twisted's Factory[P] wants P.factory set, a client protocol may have none
     noisy = False
 
     def __init__(self, client_id: str = "", **options: Any) -> None:
@@ -677,7 +680,7 @@ class MQTTClientFactory(ClientFactory):
         self.on_message = options.get("on_message")
         MQTTClientProtocol(client_id, **options)  # refuse bad options now, not once connected
 
-    def buildProtocol(self, addr: Any) -> MQTTClientProtocol:
+    def buildProtocol(self, addr: IAddress) -> MQTTClientProtocol:  # type: ignore[override]  # as for protocol
         protocol = self.protocol(self.client_id, **self.options)
         protocol.factory = self
         return protocol
@@ -701,7 +704,7 @@ def connect(reactor: Any, endpoint: str | IStreamClientEndpoint, **options: Any)
 
 
 async def _connected(endpoint: IStreamClientEndpoint, factory: MQTTClientFactory) -> MQTTClientProtocol:
-    protocol: MQTTClientProtocol = await endpoint.connect(factory)
+    protocol = cast(MQTTClientProtocol, await endpoint.connect(factory))  # what the factory built
     try:
         await protocol.when_connected()
     except BaseException:

@@ -9,18 +9,19 @@ grants.  A mixin of :class:`~.server.MQTTServerProtocol`, which has the connecti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from twisted.cred.credentials import UsernamePassword
+from twisted.cred.credentials import ICredentials, UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
+from twisted.python.failure import Failure
 
 from brokerd.auth.credentials import ClientCertificate
+from brokerd.auth.identity import Identity
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.message import property_problem
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.events.log import transport_source
 from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.connection import ConnectionBase
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
@@ -64,13 +65,15 @@ _V3_CONNACK = {
 }
 
 
-class Login:
+class Login(ConnectionBase):
     """The CONNECT half of an MQTT connection (see the module docstring)."""
 
-    def _on_connect(self, packet: Connect) -> None:
+    def do_CONNECT(self, packet: Connect) -> None:
         factory = self.factory
         settings = factory.settings
-        self.version = self._decoder.version or MQTT_311  # type: ignore[union-attr]
+        decoder = self._decoder
+        assert decoder is not None  # made with the connection, before it reads the CONNECT
+        self.version = decoder.version or MQTT_311
         self._connect = packet
         properties = packet.properties
         if properties.authentication_method is not None:
@@ -112,7 +115,7 @@ class Login:
         d.addCallbacks(self._login_succeeded, self._login_failed)
         d.addErrback(self._login_broke)
 
-    def _credentials(self, packet: Connect) -> Any:
+    def _credentials(self, packet: Connect) -> ICredentials | None:
         names = peer_names(self.transport)
         if packet.username is not None and packet.password is not None:
             return UsernamePassword(packet.username.encode("utf-8"), packet.password)
@@ -123,20 +126,20 @@ class Login:
             return UsernamePassword((packet.username or "").encode("utf-8"), packet.password or b"")
         return None
 
-    def _login_succeeded(self, result: Any) -> None:
+    def _login_succeeded(self, result: tuple[object, Identity, Callable[[], None]]) -> None:
         _interface, identity, _logout = result
         self._end_login()
         if not self.closed:
             self._logged_in(identity.principal)
             self._continue()
 
-    def _login_failed(self, failure: Any) -> None:
+    def _login_failed(self, failure: Failure) -> None:
         failure.trap(UnauthorizedLogin, UnhandledCredentials)
         self._end_login()
         self._refuse_connect(reasons.BAD_USER_NAME_OR_PASSWORD, "bad user name or password",
                              event=failure.getErrorMessage() or "refused")
 
-    def _login_broke(self, failure: Any) -> None:
+    def _login_broke(self, failure: Failure) -> None:
         self._log.failure("MQTT login of {client!r} failed", failure, client=self._client_id)
         self._end_login()
         self._refuse_connect(reasons.SERVER_UNAVAILABLE, "the login could not be checked", event="checker error")
@@ -202,8 +205,7 @@ class Login:
             self._refuse_connect(reasons.NOT_AUTHORIZED, "the client identifier is another login's",
                                  event="client identifier of another principal")
             return
-        if self._connect_timer is not None and self._connect_timer.active():
-            self._connect_timer.cancel()
+        self.cancel_timer(self._connect_timer)
         self._connect_timer = None
         self.session = session
         session.expiry = expiry
@@ -213,9 +215,8 @@ class Login:
         self.keep_alive = packet.keep_alive
         if settings.mqtt_max_keep_alive and (self.keep_alive == 0 or self.keep_alive > settings.mqtt_max_keep_alive):
             self.keep_alive = settings.mqtt_max_keep_alive
-        self.silent_since = factory.clock.seconds()
-        factory.live[self] = None
-        self._admission.login()
+        factory.liveness.watch(self)
+        self.logged_in()
         connack_properties = NO_PROPERTIES
         if self.version == MQTT_5:
             connack_properties = Properties(

@@ -187,7 +187,7 @@ class _Decoder(ABC):
             self.version = data[pos + 6]
             self._set_receives(self._receives_in(self.version))
         elif self._from_clients and first >> 4 == PUBLISH:
-            if packet.properties.subscription_identifiers:  # type: ignore[union-attr]
+            if packet.properties.subscription_identifiers:
                 raise self._at(protocol_error("a client's PUBLISH with a Subscription Identifier"), first)
         packets.append(packet)
 

@@ -170,6 +170,7 @@ def read_properties(data: bytes, pos: int, end: int, packet_type: int) -> tuple[
     if stop > end:
         raise malformed("property block longer than the packet")
     values: dict[str, object] = {}
+    lists: dict[str, list[object]] = {}
     while pos < stop:
         identifier, pos = read_vbi(data, pos, stop)
         spec = PROPERTIES.get(identifier)
@@ -182,18 +183,17 @@ def read_properties(data: bytes, pos: int, end: int, packet_type: int) -> tuple[
             raise protocol_error(f"{spec.name} of {value!r} is not allowed")
         attribute = spec.attribute
         if attribute in _LISTS:
-            held = values.setdefault(attribute, [])
+            held = lists.setdefault(attribute, [])
             if held and packet_type not in spec.repeatable_in:
                 raise protocol_error(f"{spec.name} more than once in {PACKET_NAMES[packet_type]}")
-            held.append(value)  # type: ignore[attr-defined]
+            held.append(value)
         elif attribute in values:
             raise protocol_error(f"{spec.name} more than once")
         else:
             values[attribute] = value
-    for attribute in _LISTS:
-        if attribute in values:
-            values[attribute] = tuple(values[attribute])  # type: ignore[arg-type]
-    return Properties(**values), stop  # type: ignore[arg-type]
+    for attribute, held in lists.items():
+        values[attribute] = tuple(held)
+    return Properties(**values), stop  # type: ignore[arg-type]  # each value has the kind PROPERTIES gives its attribute
 
 
 def _read_value(kind: str, data: bytes, pos: int, end: int) -> tuple[object, int]:

@@ -12,15 +12,15 @@ answered once the core stored it, if it had to.  A mixin of
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from brokerd.core.message import Details, Message, property_problem
 from brokerd.core.publication import Multicast
 from brokerd.core.retained import RetainRefused
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.connection import ConnectionBase, PendingAnswer
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
@@ -42,15 +42,16 @@ _PUBACK = b"\x40\x02"
 _NOT_FOUND = "no message with this Packet Identifier is in flight"
 
 
-class Publishing:
+class Publishing(ConnectionBase):
     """The PUBLISH half of an MQTT connection (see the module docstring)."""
 
     _valid_topic: str | None = None
     """The topic name of this connection's last valid PUBLISH, and its UTF-8 (``_valid_target``)."""
     _valid_target = b""
 
-    def _on_publish(self, packet: Publish) -> None:
+    def do_PUBLISH(self, packet: Publish) -> None:
         session = self.session
+        assert session is not None  # the decoder reads no PUBLISH before the CONNECT, handled once accepted
         factory = self.factory
         settings = factory.settings
         topic = packet.topic
@@ -77,7 +78,7 @@ class Publishing:
                 return
             self._valid_topic, self._valid_target = topic, topic.encode("utf-8")
         qos = packet.qos
-        packet_id = packet.packet_id
+        packet_id = packet.packet_id or 0  # None at QoS 0, which is answered with none
         if qos == 2 and packet_id in session.received_qos2:
             self._publish_run()
             self._acknowledge([Pubrec(packet_id)], None)  # a resent one: answered, not published again
@@ -184,13 +185,14 @@ class Publishing:
             if not self.closed:
                 self.write_now(_PUBACK + run[0][2].to_bytes(2, "big"))
             return
-        acks = [Puback(packet_id) if qos == 1 else Pubrec(packet_id) for _message, qos, packet_id in run if qos]
+        acks: list[Puback | Pubrec] = [Puback(packet_id) if qos == 1 else Pubrec(packet_id)
+                                       for _message, qos, packet_id in run if qos]
         if acks:
             self._acknowledge(acks, kept)
         elif kept is not None:  # stored for durable subscribers all the same, as other protocols' messages
             kept.addErrback(log_unless_outage, self._log, NOT_KEPT)
 
-    def _refuse_publishes(self, publishes: list[tuple[int, int | None]], refusal: int = reasons.NOT_AUTHORIZED,
+    def _refuse_publishes(self, publishes: list[tuple[int, int]], refusal: int = reasons.NOT_AUTHORIZED,
                           why: str | None = None) -> None:
         """PUBLISHes the access list refuses (or, ``refusal``, 0x90 a client's to a server
         topic, 0x97 a retain over quota or properties over the limits, 0x99 a payload that is
@@ -203,23 +205,23 @@ class Publishing:
             self.factory.forbidden += len(publishes)
         reason = refusal if self.version == MQTT_5 else 0
         properties = self._problem(why if reason else None)
-        acks = []
+        acks: list[Puback | Pubrec] = []
         for qos, packet_id in publishes:
             if qos == 1:
                 acks.append(Puback(packet_id, reason, properties))
             elif qos == 2:
-                if reason:
+                if reason and self.session is not None:
                     self.session.received_qos2.discard(packet_id)  # the flow ends with the refusal
                 acks.append(Pubrec(packet_id, reason, properties))
         if acks:
             self._acknowledge(acks, None)
 
-    def _acknowledge(self, acks: list[Puback | Pubrec], kept: Any) -> None:
+    def _acknowledge(self, acks: list[Puback | Pubrec], kept: Deferred[object] | None) -> None:
         """Answer QoS 1 and 2 PUBLISHes in their turn: at once, or once ``kept`` (the core
         storing them for durable subscribers) fired; messages that could not be stored are
         answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
         has no way to say so)."""
-        entries = [[kept is None, encode(ack, self.version), _released_by_pubrel(ack)] for ack in acks]
+        entries = [PendingAnswer(kept is None, encode(ack, self.version), _released_by_pubrel(ack)) for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)
         if kept is None:
@@ -228,10 +230,10 @@ class Publishing:
 
         def stored(_: object) -> None:
             for entry in entries:
-                entry[0] = True
+                entry.ready = True
             self._write_acks()
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             log_unless_outage(failure, self._log, NOT_KEPT)
             if self.version != MQTT_5:
                 self._acks.clear()
@@ -244,8 +246,8 @@ class Publishing:
             for entry, ack in zip(entries, acks):
                 ack.reason_code = reason
                 ack.properties = why
-                entry[1] = encode(ack, MQTT_5)
-                entry[2] = None
+                entry.data = encode(ack, MQTT_5)
+                entry.released_by = None
                 if isinstance(ack, Pubrec) and self.session is not None:
                     self.session.received_qos2.discard(ack.packet_id)
             stored(None)
@@ -255,22 +257,25 @@ class Publishing:
     def _write_acks(self) -> None:
         acks = self._acks
         ready = []
-        while acks and acks[0][0]:
-            _ready, data, released_by = acks.popleft()
-            ready.append(data)
+        while acks and acks[0].ready:
+            answer = acks.popleft()
+            ready.append(answer.data)
             self._unacknowledged -= 1
-            if released_by is not None:
-                self._releasing.add(released_by)
+            if answer.released_by is not None:
+                self._releasing.add(answer.released_by)
         if ready and not self.closed:
             self.write_now(ready[0] if len(ready) == 1 else b"".join(ready))
 
     # ------------------------------------------------------------------ acknowledgements from the client
 
-    def _on_puback(self, packet: Puback) -> None:
-        self.session.acknowledged(packet.packet_id)
-
-    def _on_pubrec(self, packet: Pubrec) -> None:
+    def do_PUBACK(self, packet: Puback) -> None:
         session = self.session
+        assert session is not None  # as for PUBLISH: no acknowledgement is handled before the CONNECT was accepted
+        session.acknowledged(packet.packet_id)
+
+    def do_PUBREC(self, packet: Pubrec) -> None:
+        session = self.session
+        assert session is not None  # as for PUBLISH
         if packet.reason_code >= 0x80:  # v5: the client refused the message; it is done
             session.acknowledged(packet.packet_id)
             return
@@ -279,11 +284,14 @@ class Publishing:
         self._answer(encode(Pubrel(packet.packet_id, reason, self._problem(_NOT_FOUND if reason else None)),
                             self.version), found)
 
-    def _on_pubcomp(self, packet: Pubcomp) -> None:
-        self.session.acknowledged(packet.packet_id)
-
-    def _on_pubrel(self, packet: Pubrel) -> None:
+    def do_PUBCOMP(self, packet: Pubcomp) -> None:
         session = self.session
+        assert session is not None  # as for PUBLISH: no acknowledgement is handled before the CONNECT was accepted
+        session.acknowledged(packet.packet_id)
+
+    def do_PUBREL(self, packet: Pubrel) -> None:
+        session = self.session
+        assert session is not None  # as for PUBLISH
         packet_id = packet.packet_id
         found = packet_id in session.received_qos2
         session.received_qos2.discard(packet_id)
@@ -301,13 +309,17 @@ class Publishing:
         else:
             self.transport.write(answer)
 
-    def _answer(self, data: bytes, after: Any) -> None:
+    def _answer(self, data: bytes, after: bool | Deferred[object]) -> None:
         """Write ``data`` now, or once ``after`` (a Deferred: the store has what it says)
         fired, unless the connection ended by then."""
         if not isinstance(after, Deferred):
             self.transport.write(data)
             return
-        after.addCallback(lambda _: None if self.closed else self.transport.write(data))
+        def write(_: object) -> None:
+            if not self.closed:
+                self.transport.write(data)
+
+        after.addCallback(write)
 
 
 def _released_by_pubrel(ack: Puback | Pubrec) -> int | None:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
-from urllib.parse import unquote
 
 from twisted.logger import Logger
 
 from brokerd.config import Settings
-from brokerd.core.durable import subscriber_principal
+from brokerd.core.subscriber import SubscriberId
 from brokerd.core.principal import ANONYMOUS, Principal
 from brokerd.core.throttled import ThrottledWarning
 
@@ -40,12 +39,12 @@ Owner = tuple[Principal, str]
 
 
 def stored_owner(name: str) -> Owner | None:
-    """The principal and client identifier of a stored session's durable subscriber name
-    (``mqtt/<realm>/<name>/<client id>/<incarnation>``); None for another kind of name."""
-    parts = name.split("/")
-    if len(parts) != 5 or parts[0] != "mqtt":
+    """The principal and client identifier of a stored MQTT session's durable subscriber
+    name; None for another kind of name."""
+    identity = SubscriberId.decode(name)
+    if identity is None or identity.protocol != "mqtt":
         return None
-    return subscriber_principal(name), unquote(parts[3])
+    return identity.owner, identity.session
 
 
 class SessionQuotas:
@@ -98,10 +97,10 @@ class SessionQuotas:
         the oldest first (an incarnation starts with its creation time); the names of the
         others, which the caller ends, so a restart re-arms no more than the quotas allow."""
         beyond = []
-        for name in sorted(names, key=lambda name: name.rsplit("/", 1)[-1]):
-            owner = stored_owner(name)
-            if owner is None:
-                continue
+        stored = [(identity, name) for name in names
+                  if (identity := SubscriberId.decode(name)) is not None and identity.protocol == "mqtt"]
+        for identity, name in sorted(stored, key=lambda pair: pair[0].incarnation):
+            owner = (identity.owner, identity.session)
             quota = self.refusal(owner)
             if quota is None:
                 self.add(owner)

@@ -23,7 +23,13 @@ page gets the live message first.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+    from brokerd.protocols.mqtt.connection import MQTTConnection
+    from brokerd.protocols.mqtt.session import MQTTSession
 
 from brokerd.core.message import Message
 from brokerd.core.publication import RetainedReplay
@@ -38,13 +44,13 @@ class RetainedDelivery:
     """What one connection still has to send of its subscriptions' retained messages: the
     filters in the order they were subscribed, each with the topic it goes on after."""
 
-    def __init__(self, connection: Any, session: Any, clock: Any) -> None:
+    def __init__(self, connection: MQTTConnection, session: MQTTSession, clock: IReactorTime) -> None:
         self.connection = connection
         self.session = session
         self.clock = clock
         self._filters: deque[list[Any]] = deque()
         """[filter (str), the topic to go on after (bytes, None: from the start)] each."""
-        self._call: Any = None
+        self._call: IDelayedCall | None = None
 
     def add(self, topic_filter: str) -> None:
         """Send the retained messages ``topic_filter`` matches (after those of the filters

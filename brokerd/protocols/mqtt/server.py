@@ -19,20 +19,24 @@ authorized), so no login can take over or read someone else's session.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
 
-from twisted.internet.interfaces import IPushProducer
+from twisted.cred.portal import Portal
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.admission import admit
+from brokerd.core.message import Message
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.connect import Login
+from brokerd.protocols.mqtt.connection import PendingAnswer
 from brokerd.protocols.mqtt.decoder import MQTTServerDecoder
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
@@ -57,8 +61,9 @@ from brokerd.protocols.mqtt.publishing import Publishing
 from brokerd.protocols.mqtt.session import MQTTSession
 from brokerd.protocols.mqtt.sessions import MQTTSessions
 from brokerd.protocols.mqtt.subscribing import Subscribing
-from brokerd.protocols.nodelay import no_delay
-from brokerd.twistedio import DirectWrites, limit_output_buffer
+from brokerd.protocols.lifecycle import ConnectionLifecycle, LivenessSweep
+from brokerd.store.records import PacketFlow
+from brokerd.twistedio import DirectWrites
 
 PINGRESP = b"\xd0\x00"
 _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
@@ -66,7 +71,7 @@ _V3_CONNACK_FOR = frozenset((reasons.CLIENT_IDENTIFIER_NOT_VALID,))
 
 
 @implementer(IPushProducer)
-class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol):
+class MQTTServerProtocol(Login, Publishing, Subscribing, ConnectionLifecycle, DirectWrites, Protocol):
     """One MQTT network connection (see the module docstring)."""
 
     _log = Logger()
@@ -79,7 +84,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
     and 2 ones wait in the session until the client reads again."""
     keep_alive = 0
     heard = True
-    silent_since = 0.0
+    last_heard = 0.0
     _will: Will | None = None
     _connect: Connect | None = None
     _normal_end = False
@@ -91,20 +96,18 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
 
     def __init__(self) -> None:
         self._decoder: MQTTServerDecoder | None = None
-        self._admission: Any = None
-        self._connect_timer: Any = None
-        self._pending: list[Any] = []
+        self._connect_timer: DelayedCall | None = None
+        self._pending: list[object] = []
         """Packets read while the login is checked, handled after it."""
         self._logging_in = False
-        self._acks: deque[list] = deque()
-        """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6):
-        ``[ready, bytes, packet id a PUBREL releases or None]`` each; one waiting for a
-        commit holds back those after it."""
+        self._acks: deque[PendingAnswer] = deque()
+        """Acknowledgements of QoS 1 and 2 PUBLISHes in the order they came (4.6); one
+        waiting for a commit holds back those after it."""
         self._unacknowledged = 0
-        self._run: list[tuple[Any, int, int | None]] = []
-        """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id)."""
+        self._run: list[tuple[Message, int, int]] = []
+        """PUBLISHes of this read to one topic, not yet routed: (message, QoS, packet id; 0 at QoS 0)."""
         self._run_acks = 0
-        self._run_flows: list[Any] = []
+        self._run_flows: list[PacketFlow] = []
         """The run's QoS 2 PUBLISHes as a persistent session stores them (store PacketFlows)."""
         self._releasing: set[int] = set()
         """Packet Identifiers of QoS 2 PUBLISHes of this connection answered PUBREC and
@@ -113,30 +116,23 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
-        factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        settings = self.factory.settings
+        if not self.open_connection(settings.max_output_buffer):
+            self.closed = True  # MQTT has no packet to refuse a connection before its CONNECT
             self.transport.abortConnection()
             return
-        no_delay(self.transport)
         self.check_direct_writes()
-        self._decoder = MQTTServerDecoder(factory.settings.mqtt_max_packet_size)
-        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
-        self.transport.registerProducer(self, True)
-        self._connect_timer = factory.clock.callLater(factory.settings.mqtt_connect_timeout, self._connect_timed_out)
+        self._decoder = MQTTServerDecoder(settings.mqtt_max_packet_size)
+        self.register_producer()
+        self._connect_timer = self.call_later(settings.mqtt_connect_timeout, self._connect_timed_out)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self.closed = True
-        if self._connect_timer is not None and self._connect_timer.active():
-            self._connect_timer.cancel()
         self._connect_timer = None
-        admission, self._admission = self._admission, None
-        if admission is None:
+        if not self.release_connection():
             return
-        admission.release()
         factory = self.factory
-        factory.live.pop(self, None)
+        factory.liveness.forget(self)
         session = self.session
         if session is not None and session.retained_out is not None and session.retained_out.connection is self:
             session.retained_out.stop()
@@ -158,7 +154,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
             self._publish_run()  # the valid PUBLISHes read before the reason to close
         if not self.closed:
             self.closed = True
-            self.transport.unregisterProducer()
+            self.unregister_producer()
             self.transport.loseConnection()
 
     def _disconnect(self, reason_code: int, reason: str | None = None) -> None:
@@ -221,7 +217,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
             return
         self._handle(packets, error)
 
-    def _handle(self, packets: list[Any], error: Any) -> None:
+    def _handle(self, packets: Sequence[object], error: reasons.MQTTProtocolError | None) -> None:
         try:
             self._handle_packets(packets)
         finally:
@@ -237,7 +233,7 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
             else:
                 self._refuse_input(error)
 
-    def _handle_packets(self, packets: list[Any]) -> None:
+    def _handle_packets(self, packets: Sequence[object]) -> None:
         for packet in packets:
             if self.closed:
                 return
@@ -293,10 +289,10 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
 
     # ------------------------------------------------------------------ the rest
 
-    def _on_pingreq(self, packet: Any) -> None:
+    def do_PINGREQ(self, packet: Pingreq) -> None:
         self.transport.write(PINGRESP)
 
-    def _on_disconnect(self, packet: Disconnect) -> None:
+    def do_DISCONNECT(self, packet: Disconnect) -> None:
         session = self.session
         expiry = packet.properties.session_expiry_interval
         if expiry is not None and session is not None:
@@ -307,78 +303,58 @@ class MQTTServerProtocol(Login, Publishing, Subscribing, DirectWrites, Protocol)
         self._normal_end = packet.reason_code != reasons.DISCONNECT_WITH_WILL_MESSAGE
         self._close()
 
-    def _on_auth(self, packet: Any) -> None:
+    def do_AUTH(self, packet: Auth) -> None:
         self._disconnect(reasons.PROTOCOL_ERROR, "no enhanced authentication was begun")
 
 
-_HANDLERS = {
-    Connect: MQTTServerProtocol._on_connect,
-    Publish: MQTTServerProtocol._on_publish,
-    Puback: MQTTServerProtocol._on_puback,
-    Pubrec: MQTTServerProtocol._on_pubrec,
-    Pubrel: MQTTServerProtocol._on_pubrel,
-    Pubcomp: MQTTServerProtocol._on_pubcomp,
-    Subscribe: MQTTServerProtocol._on_subscribe,
-    Unsubscribe: MQTTServerProtocol._on_unsubscribe,
-    Disconnect: MQTTServerProtocol._on_disconnect,
-    Pingreq: MQTTServerProtocol._on_pingreq,
-    Auth: MQTTServerProtocol._on_auth,
+# The decoder's packet classes and their packet names (brokerd.protocols.dispatch): one
+# ``do_<PACKET>`` each, looked up once here.
+_PACKETS: dict[Hashable, str] = {
+    Connect: "CONNECT", Publish: "PUBLISH", Puback: "PUBACK", Pubrec: "PUBREC", Pubrel: "PUBREL",
+    Pubcomp: "PUBCOMP", Subscribe: "SUBSCRIBE", Unsubscribe: "UNSUBSCRIBE", Disconnect: "DISCONNECT",
+    Pingreq: "PINGREQ", Auth: "AUTH",
 }
+_HANDLERS: dict[type, Callable[..., None]] = command_table(MQTTServerProtocol, _PACKETS)
 
 
 _HOLDING = frozenset((Puback, Pubcomp))
 """Acknowledgements whose handling writes only through :meth:`MQTTServerProtocol.write_now`."""
 
 
-class MQTTServerFactory(Factory):
+class MQTTServerFactory(Factory[MQTTServerProtocol]):
     """One per MQTT listener; the sessions are the front end's, shared by its listeners
     through :class:`MQTTSessions`."""
 
     protocol = MQTTServerProtocol
     _log = Logger()
 
-    def __init__(self, broker: Broker, portal: Any, settings: Settings, clock: Any, sessions: MQTTSessions,
-                 events: Any = NULL_EVENT_LOG) -> None:
+    def __init__(self, broker: Broker, portal: Portal, settings: Settings, clock: IReactorTime, sessions: MQTTSessions,
+                 events: IEventRecorder = NULL_EVENT_LOG) -> None:
         self.broker = broker
         self.portal = portal
         self.settings = settings
         self.clock = clock
         self.events = events
         self.sessions = sessions
-        self.live: dict[MQTTServerProtocol, None] = {}
+        self.liveness = LivenessSweep(clock, 1.0, self._silent)
+        """Connections past their CONNECT, closed when silent too long (3.1.2.10)."""
+        self.live: dict[MQTTServerProtocol, None] = self.liveness.live
         self.forbidden = 0
         self.refused_properties = 0
         """PUBLISHes refused for their message properties: over --max-user-properties or
         --max-property-bytes, or a payload that is not what its Payload Format Indicator says."""
-        self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:
-        self._sweeper = LoopingCall(self.sweep)
-        self._sweeper.clock = self.clock
-        self._sweeper.start(1.0, now=False)
+        self.liveness.start()
         self.sessions.listening(True)
 
     def stopFactory(self) -> None:
-        if self._sweeper is not None and self._sweeper.running:
-            self._sweeper.stop()
-        self._sweeper = None
+        self.liveness.stop()
         self.sessions.listening(False)
 
-    def sweep(self) -> None:
-        """Close connections silent for one and a half times their keep-alive (3.1.2.10)."""
-        now = self.clock.seconds()
-        for connection in tuple(self.live):
-            if connection.heard:
-                connection.heard = False
-                connection.silent_since = now
-            elif connection.keep_alive and now - connection.silent_since >= 1.5 * connection.keep_alive:
-                connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+    def _silent(self, connection: MQTTServerProtocol, now: float) -> None:
+        """Close a connection silent for one and a half times its keep-alive (3.1.2.10), with
+        the v5 DISCONNECT 0x8D."""
+        if connection.keep_alive and now - connection.last_heard >= 1.5 * connection.keep_alive:
+            connection._disconnect(reasons.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
 
-
-def build_factory(runtime: Runtime) -> MQTTServerFactory:
-    """The MQTT front end's entry point for brokerd.tap."""
-    sessions = runtime.resources.get("mqtt_sessions")
-    if sessions is None:
-        sessions = runtime.resources["mqtt_sessions"] = MQTTSessions(runtime.broker, runtime.settings, runtime.reactor)
-    return MQTTServerFactory(runtime.broker, runtime.portal, runtime.settings, runtime.reactor, sessions,
-                             runtime.resources.get("event_log", NULL_EVENT_LOG))

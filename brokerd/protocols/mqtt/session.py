@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from zope.interface import implementer
 
@@ -31,6 +31,7 @@ from brokerd.interfaces import ISubscriber
 from brokerd.protocols.mqtt.packets import MQTT_5
 from brokerd.protocols.mqtt.publish import PublishFrame
 from brokerd.protocols.mqtt.wire import MQTTPublishes, MQTTWireFormat, Rendered
+from brokerd.store.records import Delivery
 
 MAX_PACKET_ID = 0xFFFF
 
@@ -62,7 +63,7 @@ class Outgoing:
 
     __slots__ = ("delivery", "frame", "qos", "released", "retain")
 
-    def __init__(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None) -> None:
+    def __init__(self, frame: PublishFrame | None, qos: int, retain: bool, delivery: Delivery | None = None) -> None:
         self.frame = frame
         self.qos = qos
         self.retain = retain
@@ -172,9 +173,9 @@ class MQTTSession:
         """(highest granted QoS, whether every match is no-local, Subscription Identifiers,
         whether one is Retain As Published, whether one is :attr:`kept`) of this session's
         subscriptions matching ``topic``; None when none does."""
-        cached = self._matching.get(topic, False)
+        cached: tuple[int, bool, tuple[int, ...], bool, bool] | None | Literal[False] = self._matching.get(topic, False)
         if cached is not False:
-            return cached  # type: ignore[return-value]
+            return cached
         target = topic.encode("utf-8")
         qos = -1
         no_local = True
@@ -449,7 +450,9 @@ class MQTTSession:
             if outgoing.released:
                 packets.append(pubrel(packet_id))
             else:
-                packets.append(outgoing.frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
+                frame = outgoing.frame
+                assert frame is not None  # only a released one (the store resumed) has none
+                packets.append(frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
         return packets
 
     def bind(self, connection: Any, window: int, max_packet_size: int | None, topic_alias_maximum: int = 0) -> None:

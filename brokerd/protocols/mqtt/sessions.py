@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import succeed
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.core.durable import owned_prefix, owned_subscriber
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Multicast
+from brokerd.core.subscriber import SubscriberId, protocol_prefix
 from brokerd.core.subscriptions import FILTER
 from brokerd.errors import BrokerError, Forbidden
 from brokerd.protocols.mqtt.packets import (
@@ -38,6 +39,9 @@ from brokerd.protocols.mqtt.topics import server_topic
 from brokerd.protocols.mqtt.wire import core_message, wire_formats
 from brokerd.store.base import log_unless_outage
 
+STORED_SESSIONS = protocol_prefix(MQTTSession.protocol)
+"""What the durable subscriber names of every stored MQTT session start with."""
+
 
 class MQTTSessions:
     """The MQTT front end's sessions by client identifier, and what outlives a connection:
@@ -45,7 +49,7 @@ class MQTTSessions:
 
     _log = Logger()
 
-    def __init__(self, broker: Broker, settings: Settings, clock: Any) -> None:
+    def __init__(self, broker: Broker, settings: Settings, clock: IReactorTime) -> None:
         self.broker = broker
         self.settings = settings
         self.clock = clock
@@ -60,10 +64,10 @@ class MQTTSessions:
         self.quotas = SessionQuotas(settings, clock)
         """The persistent sessions by owner, within the operator's quotas (:mod:`.quotas`)."""
         if broker.durable is not None:  # what the store keeps for each stored session, at most
-            broker.durable.bound_pending("mqtt/", settings.mqtt_max_stored_queued)
+            broker.durable.bound_pending(STORED_SESSIONS, settings.mqtt_max_stored_queued)
 
     @property
-    def durable(self) -> Any:
+    def durable(self) -> DurableService | None:
         """The core's durable service once it started; None without a store, or on a node
         of a cluster without the shared one (``--store``)."""
         durable = self.broker.durable
@@ -130,7 +134,8 @@ class MQTTSessions:
             return
         self._incarnations += 1
         incarnation = f"{int(self.clock.seconds() * 1000):012x}.{id(self) & 0xFFFF:04x}.{self._incarnations}"
-        session.durable_name = owned_subscriber("mqtt", session.principal, session.client_id, incarnation)
+        identity = SubscriberId(session.principal, MQTTSession.protocol, session.client_id, incarnation)
+        session.durable_name = identity.encode()
         for topic_filter, options in list(session.subscriptions.items()):
             if topic_filter.startswith("$share/"):
                 continue  # shared subscriptions are the node's (docs/mqtt.md)
@@ -145,7 +150,8 @@ class MQTTSessions:
         durable = self.durable
         if durable is None:
             return False
-        names = durable.index.subscribers_named(owned_prefix("mqtt", session.principal, session.client_id))
+        prefix = SubscriberId.session_prefix(session.principal, MQTTSession.protocol, session.client_id)
+        names = durable.index.subscribers_named(prefix)
         if not names:
             return False
         names.sort()
@@ -171,19 +177,22 @@ class MQTTSessions:
             session.subscribed(topic_filter, options, kept=qos > 0)
         return True
 
-    def store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Any:
+    def store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Deferred:
         """Keep one subscription of durable ``session`` in the store (its QoS 1 and 2 ones
         collect messages from the commit on).  A Deferred that fires once committed."""
-        record = subscription_record(session.durable_name, topic_filter, options)  # type: ignore[arg-type]
-        return self.broker.durable.subscribe(record, [])
+        durable, name = self.broker.durable, session.durable_name
+        assert durable is not None and name is not None  # a durable session is a store's
+        record = subscription_record(name, topic_filter, options)
+        return durable.subscribe(record, [])
 
-    def drop_subscription(self, session: MQTTSession, topic_filter: str) -> Any:
+    def drop_subscription(self, session: MQTTSession, topic_filter: str) -> Deferred:
         """Take one subscription of durable ``session`` out of the store; a Deferred."""
-        durable = self.broker.durable
-        sub = durable.index.get(session.durable_name, FILTER, topic_filter)
+        durable, name = self.broker.durable, session.durable_name
+        assert durable is not None and name is not None  # a durable session is a store's
+        sub = durable.index.get(name, FILTER, topic_filter)
         if sub is None:
             return succeed(None)
-        return durable.unsubscribe(session.durable_name, [sub], lambda _sub: ())
+        return durable.unsubscribe(name, [sub], lambda _sub: ())
 
     def _forget(self, name: str) -> None:
         durable = self.broker.durable
@@ -193,8 +202,8 @@ class MQTTSessions:
 
     def listening(self, started: bool) -> None:
         """A listener of the front end started (``started``) or stopped.  While one listens
-        and the store is read, the stored messages expire into their Trash and the Trash is
-        emptied (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
+        and the store is read, the stored messages expire into dead letters and those are
+        purged (DurableService's sweeps, which SMQP runs too: on a node without SMQP nobody
         else would); at the first start the unclaimed stored sessions are timed."""
         self._listeners += 1 if started else -1
         durable = self.broker.durable
@@ -208,10 +217,12 @@ class MQTTSessions:
         if started and self._listeners == 1:
             durable.when_started().addCallbacks(self._store_read, lambda _failure: None)
 
-    def _store_read(self, _result: Any) -> None:
+    def _store_read(self, _result: object) -> None:
+        durable = self.broker.durable
+        assert durable is not None  # called once the store it has was read
         if self._listeners > 0 and not self._sweeping:
             self._sweeping = True
-            self.broker.durable.start_sweeps()
+            durable.start_sweeps()
             if not self._timed:
                 self._timed = True
                 self._admit_stored_sessions()
@@ -225,7 +236,7 @@ class MQTTSessions:
         durable = self.durable
         if durable is None or self.settings.cluster is not None:
             return
-        names = durable.index.subscribers_named("mqtt/")
+        names = durable.index.subscribers_named(STORED_SESSIONS)
         if names:
             self.clock.callLater(self.settings.mqtt_max_session_expiry, self._end_unclaimed, names)
 
@@ -237,7 +248,7 @@ class MQTTSessions:
         durable = self.durable
         if durable is None or self.settings.cluster is not None:
             return
-        for name in self.quotas.admit_stored(durable.index.subscribers_named("mqtt/")):
+        for name in self.quotas.admit_stored(durable.index.subscribers_named(STORED_SESSIONS)):
             self._forget(name)
 
     def _end_unclaimed(self, names: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 With a store on the node (the default), a session that outlives its connection (3.1.1 Clean
 Session 0, v5 a Session Expiry Interval above 0) keeps its subscriptions as the core's durable
-FILTER subscriptions, named by :func:`brokerd.core.durable.owned_subscriber` (protocol, owner,
+FILTER subscriptions, named by :class:`brokerd.core.subscriber.SubscriberId` (protocol, owner,
 client identifier).  A QoS 1 or 2 subscription collects messages: every protocol's publish to
 a topic it matches is committed with a pending delivery for the session before its publisher is
 answered, and the delivery is settled when the client acknowledged it (PUBACK, or PUBCOMP at
@@ -28,11 +28,13 @@ again is answered PUBREC without being published twice, and a PUBREL is answered
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from twisted.logger import Logger
 
 from brokerd.core import stored
+from brokerd.core.storedtopics import EVERY
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.protocols.mqtt.session import Outgoing, pubrel
 from brokerd.store.base import log_unless_outage
@@ -104,7 +106,7 @@ class StoredDeliveries:
     def wire_format(self) -> Any:
         return self.session.wire_format
 
-    def open(self, resumed: Any = None) -> None:
+    def open(self, resumed: Callable[[], object] | None = None) -> None:
         """Start delivering; a session taken up from the store first reads its QoS 2
         exchanges back, then calls ``resumed`` (the connection reads on)."""
         self.durable.attach(self)
@@ -125,7 +127,7 @@ class StoredDeliveries:
             elif flow.packet_id in session.inflight:
                 continue
             elif flow.released:
-                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, "ALL", b""))  # type: ignore[arg-type]
+                outgoing = Outgoing(None, 2, False, Delivery(flow.seq, "", 0, ADD, 0, EVERY, b""))
                 outgoing.released = True
                 session.inflight[flow.packet_id] = outgoing
                 packets.append(pubrel(flow.packet_id))

@@ -10,9 +10,8 @@ messages the filter matches follow the SUBACK (Retain Handling), a page at a tim
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred, gatherResults
+from twisted.python.failure import Failure
 
 from brokerd.errors import (
     AlreadySubscribed,
@@ -22,6 +21,7 @@ from brokerd.errors import (
     SubscriptionLimit,
 )
 from brokerd.protocols.mqtt import reasons
+from brokerd.protocols.mqtt.connection import ConnectionBase
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import (
     MQTT_5,
@@ -34,7 +34,7 @@ from brokerd.protocols.mqtt.packets import (
 )
 from brokerd.protocols.mqtt.retaining import RetainedDelivery
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
-from brokerd.protocols.mqtt.topics import shared_subscription, topic_filter_problem
+from brokerd.protocols.mqtt.topics import SharedSubscription, shared_subscription, topic_filter_problem
 from brokerd.store.base import log_unless_outage
 
 
@@ -54,16 +54,17 @@ def refusals(codes: tuple[int, ...]) -> str | None:
     return "refused " + "; ".join(refused) if refused else None
 
 
-class Subscribing:
+class Subscribing(ConnectionBase):
     """The SUBSCRIBE and UNSUBSCRIBE half of an MQTT connection (see the module docstring)."""
 
-    def _on_subscribe(self, packet: Subscribe) -> None:
+    def do_SUBSCRIBE(self, packet: Subscribe) -> None:
         session = self.session
         assert session is not None
         settings = self.factory.settings
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
-        codes: list[Any] = []
+        codes: list[int] = []
+        stored: dict[int, Deferred[int]] = {}  # the SUBACK codes the store decides, by their place in codes
         retained: list[tuple[str, int]] = []
         for subscription in packet.subscriptions:
             topic_filter = subscription.topic_filter
@@ -89,22 +90,28 @@ class Subscribing:
                 continue
             new = session.subscribed(topic_filter, options, kept)
             if session.durable_name is not None and shared is None:
-                codes.append(self._store_subscription(session, topic_filter, options))
+                stored[len(codes)] = self._store_subscription(session, topic_filter, options)
+                codes.append(0)  # the store's answer, below, takes its place
             else:
                 codes.append(subscription.qos)
             handling = subscription.retain_handling
             # 4.8.2: retained messages are not sent for a shared subscription when it is made
             if shared is None and handling != RETAIN_DO_NOT_SEND and (new or handling != RETAIN_SEND_IF_NEW):
                 retained.append((topic_filter, subscription.qos))
-        waits = [code for code in codes if isinstance(code, Deferred)]
-        if not waits:
+        if not stored:
             self._subscribed(packet.packet_id, codes, retained)
             return
-        # A stored session's SUBACK says the subscription is committed: it waits for the store.
-        gatherResults(waits).addCallback(lambda _: self._subscribed(packet.packet_id, codes, retained))
 
-    def _subscribe(self, session: MQTTSession, topic_filter: str, shared: Any, options: SubscriptionOptions,
-                   kept: bool) -> int | None:
+        def committed(results: list[int]) -> None:
+            for place, code in zip(stored, results):
+                codes[place] = code
+            self._subscribed(packet.packet_id, codes, retained)
+
+        # A stored session's SUBACK says the subscription is committed: it waits for the store.
+        gatherResults(list(stored.values())).addCallback(committed)
+
+    def _subscribe(self, session: MQTTSession, topic_filter: str, shared: SharedSubscription | None,
+                   options: SubscriptionOptions, kept: bool) -> int | None:
         """Make one subscription with the core: None when it is made, else the v5 reason code
         that refuses it.  A ``kept`` one (a stored session's QoS 1 or 2) is the store's, not a
         live one: the access list and the subscription limit are asked here."""
@@ -139,7 +146,7 @@ class Subscribing:
     def _store_subscription(self, session: MQTTSession, topic_filter: str, options: SubscriptionOptions) -> Deferred:
         """Commit a stored session's subscription; a Deferred of its SUBACK code (0x80 when
         the store failed: the client is told it has no subscription)."""
-        def failed(failure: Any) -> int:
+        def failed(failure: Failure) -> int:
             log_unless_outage(failure, self._log, "Storing an MQTT subscription")
             session.unsubscribed(topic_filter)
             return reasons.UNSPECIFIED_ERROR
@@ -147,11 +154,11 @@ class Subscribing:
         d = self.factory.sessions.store_subscription(session, topic_filter, options)
         return d.addCallbacks(lambda _: options.qos, failed)
 
-    def _subscribed(self, packet_id: int, codes: list[Any], retained: list[tuple[str, int]]) -> None:
+    def _subscribed(self, packet_id: int, codes: list[int], retained: list[tuple[str, int]]) -> None:
         if self.closed or self.session is None:
             return
         session = self.session
-        final = tuple(code.result if isinstance(code, Deferred) else code for code in codes)
+        final = tuple(codes)
         self.transport.write(encode(Suback(packet_id, final, self._problem(refusals(final))), self.version))
         if retained:
             # A page at a time, each message only if the access list lets the subscriber read
@@ -162,7 +169,7 @@ class Subscribing:
             for topic_filter, _qos in retained:
                 delivery.add(topic_filter)
 
-    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+    def do_UNSUBSCRIBE(self, packet: Unsubscribe) -> None:
         session = self.session
         assert session is not None
         broker = self.factory.broker

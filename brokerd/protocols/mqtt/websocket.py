@@ -15,31 +15,32 @@ Section 6 and RFC 6455: the client must offer the subprotocol ``mqtt`` (``mqttv3
 refused (400) and never completed.  A text message is not MQTT: the server closes with 1003
 (unsupported data) and the connection ends, as an abnormal end (the will is published).
 
-Front ends never import each other, so this module knows nothing of socket.mq: brokerd.tap calls
-:func:`mount` when the MQTT front end runs, which puts an Autobahn factory under ``b"mqtt"`` in
-``runtime.resources["websocket_mounts"]``; socket.mq's listeners serve what that dict holds,
+Front ends never import each other, so this module knows nothing of socket.mq: the MQTT front
+end's plugin calls :func:`mount` when it is built, which puts an Autobahn factory under ``b"mqtt"``
+in the broker's :class:`~brokerd.frontend.WebSocketMounts`; socket.mq's listeners serve what it holds,
 after their Origin check (``--socketmq-origins``), and hand the connection over: the HTTP
 request's connection count is released and :class:`~.server.MQTTServerProtocol` counts the
 connection itself (not logged in until its CONNECT is accepted, as over TCP).
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Protocol, cast
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
-from autobahn.websocket.types import ConnectionDeny
-from twisted.internet.interfaces import IConsumer, ISSLTransport, ITransport
+from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IAddress, IConsumer, ISSLTransport, ITransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from brokerd.config import Runtime
+from brokerd.frontend import WebSocketMounts
 from brokerd.protocols.mqtt.server import MQTTServerFactory, MQTTServerProtocol
 from brokerd.protocols.nodelay import no_delay
 from brokerd.twistedio import limit_output_buffer
 
-MOUNTS = "websocket_mounts"
-"""The ``runtime.resources`` key of the WebSockets socket.mq listeners serve: path segment ->
-Autobahn WebSocketServerFactory (brokerd.protocols.socketmq.server.MOUNTS, the same string)."""
 PATH = b"mqtt"
 """The path (``/mqtt``) MQTT is served at on socket.mq listeners."""
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
@@ -54,9 +55,39 @@ CLOSE_HANDSHAKE_TIMEOUT = 5.0
 """Seconds the server waits for the client's answer to its close frame before dropping."""
 
 
-def mount(runtime: Runtime, factory: MQTTServerFactory) -> None:
-    """Serve ``factory``'s MQTT at ``/mqtt`` on the socket.mq listeners (brokerd.tap's hook)."""
-    runtime.resources.setdefault(MOUNTS, {})[PATH] = MQTTWebSocketFactory(factory)
+def mount(mounts: WebSocketMounts, factory: MQTTServerFactory) -> None:
+    """Serve ``factory``'s MQTT at ``/mqtt`` on the socket.mq listeners."""
+    mounts.mount(PATH, MQTTWebSocketFactory(factory))
+
+
+class Connection(Protocol):
+    """The TCP connection (or TLS layer) under a WebSocket, as :class:`WebSocketStream` uses
+    it: Twisted has no one interface for a transport that is also a producer and, over TLS,
+    has TCP options and a certificate (ITCPTransport, IProducer, ISSLTransport)."""
+
+    def getPeer(self) -> IAddress: ...
+
+    def getHost(self) -> IAddress: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
+
+    def unregisterProducer(self) -> None: ...
+
+    def pauseProducing(self) -> None: ...
+
+    def resumeProducing(self) -> None: ...
+
+    def getTcpNoDelay(self) -> bool: ...
+
+    def setTcpNoDelay(self, enabled: bool) -> None: ...
+
+    def getTcpKeepAlive(self) -> bool: ...
+
+    def setTcpKeepAlive(self, enabled: bool) -> None: ...
+
+    def getHandle(self) -> object: ...
+
+    def getPeerCertificate(self) -> object: ...
 
 
 @implementer(ITransport, IConsumer)
@@ -68,7 +99,7 @@ class WebSocketStream:
 
     def __init__(self, websocket: MQTTWebSocketProtocol) -> None:
         self.websocket = websocket
-        self.connection = websocket.transport
+        self.connection = cast(Connection, websocket.transport)  # the WebSocket is open: it has one
         """The TCP connection (or TLS layer) under the WebSocket."""
 
     def write(self, data: bytes) -> None:
@@ -84,7 +115,7 @@ class WebSocketStream:
         for start in range(0, len(data), largest):  # a packet may span messages (MQTT-6.0.0-2)
             websocket.sendMessage(data[start:start + largest], isBinary=True)
 
-    def writeSequence(self, data: Any) -> None:
+    def writeSequence(self, data: Iterable[bytes]) -> None:
         self.write(b"".join(data))
 
     def loseConnection(self) -> None:
@@ -100,13 +131,13 @@ class WebSocketStream:
         self.disconnecting = True
         self.websocket.dropConnection(abort=True)
 
-    def getPeer(self) -> Any:
+    def getPeer(self) -> IAddress:
         return self.connection.getPeer()
 
-    def getHost(self) -> Any:
+    def getHost(self) -> IAddress:
         return self.connection.getHost()
 
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
+    def registerProducer(self, producer: object, streaming: bool) -> None:
         self.connection.registerProducer(producer, streaming)
 
     def unregisterProducer(self) -> None:
@@ -125,6 +156,12 @@ class TLSWebSocketStream(WebSocketStream):
     """A WebSocketStream over TLS: ISSLTransport (so the client certificate can log in), and
     so ITCPTransport, whose TCP options are the connection's."""
 
+    def getPeer(self) -> IPv4Address | IPv6Address:
+        return cast("IPv4Address | IPv6Address", self.connection.getPeer())  # TLS here is over TCP
+
+    def getHost(self) -> IPv4Address | IPv6Address:
+        return cast("IPv4Address | IPv6Address", self.connection.getHost())
+
     def loseWriteConnection(self) -> None:
         """A WebSocket cannot be half-closed: close it."""
         self.loseConnection()
@@ -141,10 +178,10 @@ class TLSWebSocketStream(WebSocketStream):
     def setTcpKeepAlive(self, enabled: bool) -> None:
         self.connection.setTcpKeepAlive(enabled)
 
-    def getHandle(self) -> Any:
+    def getHandle(self) -> object:
         return self.connection.getHandle()
 
-    def getPeerCertificate(self) -> Any:
+    def getPeerCertificate(self) -> object:
         return self.connection.getPeerCertificate()
 
 
@@ -154,22 +191,27 @@ class MQTTWebSocketProtocol(WebSocketServerProtocol):
     _log = Logger()
     factory: MQTTWebSocketFactory
     mqtt: MQTTServerProtocol | None = None
+    maxMessagePayloadSize: int
+    """Set by Autobahn from the factory's protocol options (:class:`MQTTWebSocketFactory`)."""
     refused = False
     """A text message came: nothing more is read."""
 
-    def onConnect(self, request: Any) -> str:
+    def onConnect(self, request: ConnectionRequest) -> str:
         for subprotocol in SUBPROTOCOLS:
             if subprotocol in request.protocols:
                 return subprotocol
         raise ConnectionDeny(400, "offer the WebSocket subprotocol mqtt")
 
     def onOpen(self) -> None:
-        transport = self.transport
+        transport = cast(Connection, self.transport)  # open: the HTTP channel's connection
         limit_output_buffer(transport, self.factory.mqtt.settings.max_output_buffer)
         no_delay(transport)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
         stream = (TLSWebSocketStream if ISSLTransport.providedBy(transport) else WebSocketStream)(self)
         mqtt = self.mqtt = self.factory.mqtt.buildProtocol(transport.getPeer())
+        if mqtt is None:  # the factory refused the connection
+            self.dropConnection(abort=True)
+            return
         try:
             mqtt.makeConnection(stream)
         except Exception:  # noqa: BLE001 - Autobahn would swallow it and keep a WebSocket
@@ -187,7 +229,7 @@ class MQTTWebSocketProtocol(WebSocketServerProtocol):
             return
         mqtt.dataReceived(payload)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)
         mqtt, self.mqtt = self.mqtt, None
         if mqtt is not None:
@@ -197,7 +239,7 @@ class MQTTWebSocketProtocol(WebSocketServerProtocol):
 class MQTTWebSocketFactory(WebSocketServerFactory):
     """Builds the WebSocket protocols of one MQTT front end (``mqtt``, its factory)."""
 
-    protocol = MQTTWebSocketProtocol
+    protocol = MQTTWebSocketProtocol  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, mqtt: MQTTServerFactory) -> None:
         super().__init__()

@@ -25,6 +25,7 @@ cannot carry (another protocol's text with a NUL, a response topic with a wildca
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from zope.interface import implementer
 
@@ -101,7 +102,7 @@ def carried(properties: Properties) -> Properties:
             kept[name] = value
     kept["user_properties"] = tuple(pair for pair in properties.user_properties
                                     if _fits(Properties(user_properties=(pair,))))
-    return Properties(**kept)  # type: ignore[arg-type]
+    return Properties(**kept)  # type: ignore[arg-type]  # each value was read from the field of its name
 
 
 def _fits(properties: Properties) -> bool:
@@ -130,7 +131,6 @@ class MQTTPublishes(bytes):
     items: tuple[Rendered, ...]
 
 
-_UNKNOWN = object()
 _NAME_ENTRIES = 4096
 _NAME_LONGEST = 256
 
@@ -173,12 +173,12 @@ class MQTTWireFormat(WireFormat):
         """``message`` as MQTT sessions of this version receive it (a retained message sent
         to a new subscription, a stored one read for a persistent session); None when MQTT
         cannot carry it (no multicast, no valid topic name)."""
-        if message.kind != MULTICAST:
-            return None
         target = message.target
-        name = self._names.get(target, _UNKNOWN)  # type: ignore[arg-type]
-        if name is _UNKNOWN:
-            name = self._name_of(target)  # type: ignore[arg-type]
+        if message.kind != MULTICAST or target is None:  # a multicast always has its topic
+            return None
+        name: str | None | Literal[False] = self._names.get(target, False)  # False: not named yet
+        if name is False:
+            name = self._name_of(target)
         if name is None:
             return None
         properties = NO_PROPERTIES

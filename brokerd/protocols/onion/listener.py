@@ -19,7 +19,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.endpoints import SSL4ServerEndpoint, TCP4ServerEndpoint
-from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
+from twisted.internet.interfaces import IAddress, IListeningPort, IStreamServerEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -31,6 +31,7 @@ _log = Logger()
 _YES = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
 
 
+@implementer(IAddress)
 @dataclass(frozen=True)
 class OnionAddress:
     """Where an onion listener is reached: ``host`` (the .onion name) and ``port``."""

@@ -9,7 +9,7 @@ outbox's state (``sent``, ``settles``, ``known``...), documented in
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -59,7 +59,13 @@ class Answers:
     _resend_attempt: int
     _resending: set[int]
     _later: dict[int, Any]
-    # and the outbox's suspend(), offer() and pump()
+
+    if TYPE_CHECKING:  # the outbox's (brokerd.protocols.smqp.outbox.Outbox)
+        def suspend(self, topic: str | None) -> None: ...
+
+        def offer(self, delivery: Delivery) -> None: ...
+
+        def pump(self) -> None: ...
 
     # ------------------------------------------------------------------ the client's answer
 

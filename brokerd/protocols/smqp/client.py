@@ -15,11 +15,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionClosed
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IProtocol, IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -98,7 +98,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         no_delay(self.transport)
         self._open = True
 
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self._open = False
         self._lost = reason.value if reason is not None else ConnectionClosed()
         if not self.greeting.called:
@@ -133,7 +133,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
             self.greeting.callback(self)
         else:
             self.greeting.errback(ConnectionClosed(f"server not available: {greeting.status}"))
-            self.transport.loseConnection()
+            self._made().loseConnection()
 
     def _replied(self, reply: Reply) -> None:
         if not self._pending:
@@ -162,7 +162,7 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
             return fail(ConnectionClosed("the SMQP connection is not open"))
         d: Deferred = Deferred()
         self._pending.append(d)
-        self.transport.write(data)
+        self._made().write(data)
         return d
 
     def command(self, *words: str) -> Deferred:
@@ -283,9 +283,12 @@ class SMQPClientProtocol(ClosedNotifier, Protocol):
         """SET LOGIN PASSWORD CLEAR/1.0, then the old and the new password."""
         account = self.account or ""
         d = self.command("SET", "LOGIN", "PASSWORD", "CLEAR/1.0")
+
+        def send(_: object, words: tuple[str, ...]) -> Deferred:
+            return self.send_raw(encode_command(*words))
+
         for password in (old, new):
-            words = ("PASSWORD", account, password) if password else ("PASSWORD", account)
-            d.addCallback(lambda _, w=words: self.send_raw(encode_command(*w)))
+            d.addCallback(send, ("PASSWORD", account, password) if password else ("PASSWORD", account))
         return d
 
     def set_contact(self, mime: str, data: bytes) -> Deferred:
@@ -356,7 +359,7 @@ def _not_redirected(reply: Reply) -> Reply:
 
 
 class SMQPClientFactory(ClientFactory):
-    protocol = SMQPClientProtocol
+    protocol = SMQPClientProtocol  # type: ignore[assignment]  # Twisted's Factory[P] wants P.factory set, a client protocol may have none
 
     def __init__(self, on_notify: NotifyHandler | None = None) -> None:
         self.on_notify = on_notify
@@ -364,8 +367,10 @@ class SMQPClientFactory(ClientFactory):
 
 def connect(endpoint: IStreamClientEndpoint, on_notify: NotifyHandler | None = None) -> Deferred:
     """Connect and wait for the greeting; Deferred[SMQPClientProtocol]."""
-    d = endpoint.connect(SMQPClientFactory(on_notify))
-    return d.addCallback(lambda protocol: protocol.greeting)
+    def greeted(protocol: IProtocol) -> Deferred:
+        return cast(SMQPClientProtocol, protocol).greeting  # what the factory built
+
+    return endpoint.connect(SMQPClientFactory(on_notify)).addCallback(greeted)
 
 
 def client_endpoint(reactor: Any, description: str, *, tls: bool = False, hostname: str | None = None,

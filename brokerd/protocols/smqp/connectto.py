@@ -34,11 +34,11 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IProtocol, IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -158,6 +158,9 @@ class NotificationConnection(Protocol):
     NOTIFYs out and the client's acknowledgements in."""
 
     _log = Logger()
+    transport: Any
+    """The TCP connection to the client's listener, also a producer (paused while its
+    replies wait): no single Twisted interface describes both."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -339,7 +342,8 @@ def connect_notifications(session: Any, command: Command) -> Deferred:
     endpoint = HostnameEndpoint(clock, host, port, timeout=timeout)
     d = endpoint.connect(_Connector(session))
 
-    def connected(connection: NotificationConnection) -> Deferred:
+    def connected(built: IProtocol) -> Deferred:
+        connection = cast(NotificationConnection, built)  # what the _Connector built
         timer = clock.callLater(max(0.0, deadline - clock.seconds()), connection._fail,
                                 f"no greeting within {timeout:g} s")
 

@@ -75,7 +75,7 @@ class MessageService:
         """Topic key -> the path to show in notifications."""
         self.domain = domain
         self.index = self.durable.index
-        self.outboxes: dict[str, Outbox] = self.durable.sessions  # type: ignore[assignment]
+        self.outboxes: dict[str, Outbox] = self.durable.sessions  # type: ignore[assignment]  # SMQP attaches Outboxes only
         """The connected SMQP sessions' outboxes by ``account:channel`` (the durable
         service's sessions)."""
         self.max_queued_bytes: int = Settings.smqp_max_queued_bytes
@@ -96,7 +96,7 @@ class MessageService:
 
     @property
     def suid(self) -> str:
-        return self.durable.suid
+        return self.durable.server_id
 
     def smuid(self, seq: int, stamp: str) -> str:
         return f"{self.suid}/{seq}({stamp})"
@@ -136,7 +136,7 @@ class MessageService:
         def committed(seq: int) -> Any:
             routed = message is not None and self.forward(message)
             if not routed:
-                self.accepted(record.topic, record.publisher, record.smuid, size, bool(deliveries))
+                self.accepted(record.topic, record.publisher, record.message_id, size, bool(deliveries))
                 return seq
             # The core keeps it for the other protocols' durable sessions (MQTT's persistent
             # ones) too, before the publisher is answered: nothing acknowledged is lost.
@@ -166,7 +166,7 @@ class MessageService:
         main part as the payload, see :mod:`~brokerd.protocols.smqp.mapping`).  False when
         it is not for them: a login topic, or no section they can carry
         (:func:`carried`)."""
-        key = message.target.decode("utf-8")  # type: ignore[union-attr]
+        key = message.target.decode("utf-8")  # type: ignore[union-attr]  # an SMQP publication's topic is set
         if key.startswith("accounts/") or key == "accounts":
             return False
         if not carried(message):
@@ -215,7 +215,7 @@ class MessageService:
                                f"receipt/{due.seq}", now, expires, 1, data, seq)
         self.counts["receipts"] += 1
         d = self.publish(record, [(due.publisher, "RAW")], size=len(data))
-        return d.addErrback(self._log.failure, "Storing a receipt for {p}", p=due.publisher)
+        return d.addErrback(lambda failure: self._log.failure("Storing a receipt for {p}", failure, p=due.publisher))
 
     # ------------------------------------------------------------------ slow readers
 

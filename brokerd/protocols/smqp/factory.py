@@ -5,14 +5,13 @@ listener).
 The connection's modules (the session's contract, its command mixins, the protocol) name this
 class as their factory's type, so it names none of them: the Twisted factory that builds
 connections, :class:`~brokerd.protocols.smqp.server.SMQPServerFactory`, is this class with its
-protocol, in :mod:`~brokerd.protocols.smqp.server` with ``build_factory``, brokerd.tap's entry
-point.  Of a session it reads only :class:`SessionState`.
+protocol, in :mod:`~brokerd.protocols.smqp.server`; :mod:`~brokerd.protocols.smqp.plugin` builds
+it for brokerd.tap.  Of a session it reads only :class:`SessionState`.
 """
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from twisted.cred.portal import Portal
@@ -22,13 +21,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline
-from brokerd.auth.checkers import ClientCertificateChecker
-from brokerd.auth.realm import BrokerRealm
-from brokerd.auth.throttle import LoginThrottle, ThrottledPortal
 from brokerd.auth.policy import AccessListFile, ual_account
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Settings
-from brokerd.core.durable import DurableService, attach_durable, server_domain
+from brokerd.core.durable import DurableService, server_domain
 from brokerd.core.principal import Principal
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG
@@ -60,7 +56,11 @@ class SessionState(Protocol):
 class SMQPFrontEnd(Factory):
     """The SMQP front end: the topic tree, the UAL, the accounts checker and the store,
     shared by every SMQP connection (and every SMQP listener).  Every limit and timeout
-    comes from ``settings`` (brokerd.config.Settings, the ``smqp_*`` fields)."""
+    comes from ``settings`` (brokerd.config.Settings, the ``smqp_*`` fields).
+
+    It constructs nothing the core owns: the Portal its logins go through, the access list
+    (the core's policy, watched by its own service) and the core's durable service over
+    ``store`` are given, by the front end's plugin from the broker's Services."""
 
     _log = Logger()
     disk: Any = None
@@ -74,11 +74,9 @@ class SMQPFrontEnd(Factory):
         store: Any,
         checker: AccountsChecker,
         *,
-        portal: Portal | None = None,
-        throttle: LoginThrottle | None = None,
-        ual: AccessList | None = None,
-        ual_file: Path | None = None,
-        access_list: AccessListFile | None = None,
+        portal: Portal,
+        access_list: AccessListFile,
+        durable: DurableService,
         run: Callable[..., Deferred] = run_inline,
         events: Any = NULL_EVENT_LOG,
     ) -> None:
@@ -89,12 +87,12 @@ class SMQPFrontEnd(Factory):
         self.clock = clock
         self.store = store
         self.checker = checker
-        self.portal = portal or ThrottledPortal(BrokerRealm(broker), [checker, ClientCertificateChecker()], throttle)
-        self._owns_access_list = access_list is None
-        self.access_list = access_list or AccessListFile(ual_file, ual or AccessList(), broker, clock, run)
-        """The UAL (shared with the core's policy when the broker has one)."""
+        self.portal = portal
+        """Password logins against ``checker`` and verified client certificates."""
+        self.access_list = access_list
+        """The UAL: the core's access policy, which SMQP's commands read and edit."""
         self.domain = server_domain(settings)
-        self.message_timeout: float | None = settings.smqp_message_timeout
+        self.message_timeout: float | None = settings.durable_message_timeout
         """The server's default message timeout (the login reply's Timeout attribute)."""
         self._run_in_thread = run
         self.max_topics_per_account = settings.smqp_max_topics_per_account
@@ -116,9 +114,8 @@ class SMQPFrontEnd(Factory):
         self._links_started = False
         self.tree = TopicTree(max_owned=self.max_topics_per_account)
         self.wire = SMQPWireFormat("", self.domain, clock.seconds, self.display)
-        self.durable: DurableService = broker.durable if broker.durable is not None else attach_durable(
-            broker, store, None, clock, events, settings)
-        """The core's durable service (brokerd.tap builds it over the node's store): SMQP's
+        self.durable = durable
+        """The core's durable service (brokerd.compose builds it over the node's store): SMQP's
         subscriptions are its durable subscriptions, and the stored topics it reads are the
         tree SMQP's commands change."""
         self.durable.on_tree_changed = self._tree_read
@@ -140,7 +137,7 @@ class SMQPFrontEnd(Factory):
     @property
     def suid(self) -> str:
         """The server's unique id (the core's: the head of every stored message's id)."""
-        return self.durable.suid
+        return self.durable.server_id
 
     def start(self) -> Deferred:
         """Once the core's durable service has read the store (topics, SUID,
@@ -170,7 +167,7 @@ class SMQPFrontEnd(Factory):
     def message_timeout_for(self, key: str) -> float | None:
         """The timeout (seconds; None: INFINITE) of a message kept in queue ``key`` that
         has no Timeout attribute: the topic's own (SET TOPIC TIMEOUT), else its nearest
-        ancestor's, else the server default (``--smqp-message-timeout``): the core's answer,
+        ancestor's, else the server default (``--durable-message-timeout``): the core's answer,
         the same for every protocol's messages."""
         return self.durable.topics.timeout_for(key)
 
@@ -211,8 +208,6 @@ class SMQPFrontEnd(Factory):
             self.started.addCallback(self._start_links)
         if self.started.called and self.start_error is None:
             self.durable.start_sweeps()
-        if self._owns_access_list:
-            self.access_list.watch()
 
     def _start_links(self, result: Any) -> Any:
         if self.start_error is None and self._factory_started:
@@ -251,8 +246,6 @@ class SMQPFrontEnd(Factory):
     def stopFactory(self) -> None:
         """Tell every session the server goes away (NOTIFY SERVER BYE, which every client is
         subscribed to) before the connections drop."""
-        if self._owns_access_list:
-            self.access_list.unwatch()
         self._factory_started = False
         self.draining = True
         self.links.stop()

@@ -30,7 +30,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
-from brokerd.core.durable import LINK_CHANNEL_PREFIX, OUTGOING_PREFIX
+from brokerd.core.subscriber import QUEUE_PREFIX, RELAY_CHANNEL_PREFIX
 from brokerd.core.principal import BROKER
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import format_datetime
@@ -52,21 +52,21 @@ def domain_leaf(domain: str) -> str:
 
 def link_channel(domain: str) -> str:
     """The channel a server of ``domain`` logs in with over its links."""
-    return LINK_CHANNEL_PREFIX + domain_leaf(domain)
+    return RELAY_CHANNEL_PREFIX + domain_leaf(domain)
 
 
 def link_domain_leaf(subscriber: str) -> str | None:
     """The domain leaf of a link subscriber (``account:link_<leaf>``), None for a client."""
     _account, _colon, channel = subscriber.partition(":")
-    if channel.startswith(LINK_CHANNEL_PREFIX):
-        return channel[len(LINK_CHANNEL_PREFIX):]
+    if channel.startswith(RELAY_CHANNEL_PREFIX):
+        return channel[len(RELAY_CHANNEL_PREFIX):]
     return None
 
 
-OUT_PREFIX = OUTGOING_PREFIX
+OUT_PREFIX = QUEUE_PREFIX
 """Outgoing point-to-point messages of a linked domain wait in ``accounts/~<domain>/...`` for
 the subscriber ``~<domain>:out`` (a ``~`` name no login can have), which the link is.  Channels
-starting with LINK_CHANNEL_PREFIX are server links (docs/smqp.md: reserved for them); both
+starting with RELAY_CHANNEL_PREFIX are server links (docs/smqp.md: reserved for them); both
 names are the core's (brokerd.core.durable), which keeps the core's publishes from links."""
 
 

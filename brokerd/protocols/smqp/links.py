@@ -267,7 +267,9 @@ class Link:
 
     def _subscribe_refused(self, failure: Failure, topic: str) -> None:
         failure.trap(SMQPError)
-        code = failure.value.code
+        error = failure.value
+        assert isinstance(error, SMQPError)  # trap() passed only an SMQPError on
+        code = error.code
         self.refused[topic] = code
         self.counts["refused"] += 1
         self._log.warn("SMQP link to {domain}: subscribing to {topic} refused: {reason}", domain=self.spec.domain,
@@ -375,7 +377,8 @@ class Link:
             return self._settle(outbox, delivery.seq)
 
         def refused(failure: Failure) -> Deferred | None:
-            if not failure.check(SMQPError) or failure.value.code == 451:
+            error = failure.value
+            if not isinstance(error, SMQPError) or error.code == 451:
                 self._pushing = None  # not answered or not stored there: sent again later
                 return None
             self.counts["undeliverable"] += 1
@@ -384,7 +387,8 @@ class Link:
             return self._settle(outbox, delivery.seq)
 
         d.addCallbacks(answered, refused)
-        d.addErrback(self._log.failure, "SMQP link to {domain}: sending a message", domain=self.spec.domain)
+        d.addErrback(lambda failure: self._log.failure("SMQP link to {domain}: sending a message", failure,
+                                                       domain=self.spec.domain))
 
     def _settle(self, outbox: Any, seq: int) -> Deferred | None:
         self._pushing = None
@@ -420,7 +424,7 @@ class Link:
         record = MessageRecord(service.smuid(seq, format_datetime(now)), login_key(publisher),
                                "server", f"receipt/{seq}", now, None, 1, data, seq)
         d = service.publish(record, [(publisher, "RAW")], size=len(data))
-        d.addErrback(self._log.failure, "Storing a receipt from {domain}", domain=self.spec.domain)
+        d.addErrback(lambda failure: self._log.failure("Storing a receipt from {domain}", failure, domain=self.spec.domain))
 
 
 def read_password(path: str | Path | None) -> str | None:

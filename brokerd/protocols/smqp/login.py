@@ -165,7 +165,7 @@ class LoginCommands(SessionBase):
         self.principal = principal
         self.name = f"{account}:{channel}".encode("utf-8")
         self.address = b"smqp:" + self.name
-        self._admission.login()
+        self.logged_in()
         factory.logged_in(self)
         factory.broker.attach(self)
         self.outbox = factory.service.attach(self)

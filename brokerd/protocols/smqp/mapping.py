@@ -141,7 +141,7 @@ def stored_body(data: bytes, domain: str) -> Body:
         if isinstance(found, Message):
             return to_body(found, domain)
         attributes, parts = found  # what to_body renders of a message with attributes or parts
-        return Body(attributes, tuple(Section(part_attributes, part_data) for part_attributes, part_data in parts))  # type: ignore[arg-type]
+        return Body(attributes, tuple(Section(part_attributes, part_data) for part_attributes, part_data in parts))
     return decode_body(data)
 
 

@@ -131,7 +131,7 @@ def read_publication(body: Body) -> Publication:
     if created is None:
         raise ValueError("the REQUIRED Created attribute is missing")
     return Publication(created=created, smuids=tuple(smuids), cmuids=tuple(cmuids),
-                       **values)  # type: ignore[arg-type]
+                       **values)  # type: ignore[arg-type]  # each value parsed for the field of its name
 
 
 def smuid_number(smuid: str) -> int | None:

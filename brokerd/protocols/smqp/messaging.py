@@ -22,7 +22,7 @@ from brokerd.protocols.smqp.codec import encode_reply, format_datetime
 from brokerd.protocols.smqp.events import Body, ClientReply, Command, TopicRef
 from brokerd.protocols.smqp.federation import is_outgoing, out_subscriber, outgoing_key, recipients_for
 from brokerd.protocols.smqp.mapping import published_over_smqp, to_message, user_properties_of
-from brokerd.protocols.smqp.messages import ABSENT, Publication, read_publication, smuid_number, stored_body
+from brokerd.protocols.smqp.messages import Missing, Publication, read_publication, smuid_number, stored_body
 from brokerd.protocols.smqp.outbox import NoNotification, Outbox
 from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.session import SessionBase
@@ -148,7 +148,7 @@ class MessagingCommands(SessionBase):
             raise Refused(400, f"Bad request: Smuid {given!r} names no message")
 
         def found(record: MessageRecord | None) -> None:
-            if record is None or not _same_message(given, record.smuid):
+            if record is None or not _same_message(given, record.message_id):
                 raise Refused(404, "Not found: the message answered is not on the server")
             key = record.topic
             if record.trashed is not None:
@@ -245,9 +245,9 @@ class MessagingCommands(SessionBase):
         """When a message kept in ``key`` expires: its Timeout, else the topic's default
         (inherited from the nearest ancestor that sets one), else the server's."""
         timeout = publication.timeout
-        if timeout is ABSENT:
+        if isinstance(timeout, Missing):  # ABSENT
             timeout = self.factory.message_timeout_for(key)
-        return None if timeout is None else now + timeout  # type: ignore[operator]
+        return None if timeout is None else now + timeout
 
     def _publish(self, key: str, body: Body, publication: Publication, command: Command,
                  explicit: list[str], node_mode: str, change: str, history: bool) -> Deferred:
@@ -305,7 +305,7 @@ class MessagingCommands(SessionBase):
                 return self._publish(key, body, publication, command, [], node_mode, "ADD", False)
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator replaces a message")
-            trashed = self.factory.durable.trash(record.seq, "replaced")
+            trashed = self.factory.durable.to_dead_letters(record.seq, "replaced")
             return trashed.addCallback(
                 lambda _: self._publish(key, body, publication, command, [], node_mode, "REPLACE", False))
 
@@ -326,12 +326,12 @@ class MessagingCommands(SessionBase):
                 raise Refused(404, "Not found: the message is no longer in the topic")
             if not self._owned(record, key):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator recalls a message")
-            return factory.durable.trash(seq, "recalled").addCallback(gone, record)
+            return factory.durable.to_dead_letters(seq, "recalled").addCallback(gone, record)
 
         def gone(_settled: Any, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
-            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.smuid)
+            self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.message_id)
 
         return d.addCallback(found)
 

@@ -11,10 +11,10 @@ written (:meth:`Outbox.acknowledge`, then :meth:`Outbox.pump` once the reply is 
   and unanswered; the others are parked (left to the other subscribers) until an answer
   makes room.  One left unanswered for the retry timeout ends the session like a window's
   (below), so it goes to a subscriber that answers instead of being sent here again.
-- No acknowledgement within the durable service's ``retry_timeout`` (``--smqp-retry-timeout``)
+- No acknowledgement within the durable service's ``retry_timeout`` (``--durable-retry-timeout``)
   seconds: the notification is sent again (once the session's output is under its limit,
   like any notification; the next timeout starts when it is written), up to
-  ``max_attempts`` (``--smqp-max-attempts``) attempts in all; then the delivery is
+  ``max_attempts`` (``--durable-max-attempts``) attempts in all; then the delivery is
   given up (the message goes to its topic's Trash once nobody has it pending).
 - ``416`` (not available): the delivery is offered again after ``retry_timeout`` (counting
   an attempt), and a ``ONE`` message is offered to the other subscribers at once.
@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.core.storedtopics import HELD
 from brokerd.core.subscriptions import wildcard_covers
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.base import is_outage
@@ -160,7 +161,7 @@ class Outbox(Answers):
     def blocked(self, topic: str) -> bool:
         """Not to be sent now: suspended, a NONE topic, or one the subscriber may no longer
         read (the UAL changed after the message was stored for it; it stays pending)."""
-        if topic in self.suspended or self.durable.delivery_mode(topic) == "NONE":
+        if topic in self.suspended or self.durable.delivery_mode(topic) == HELD:
             return True
         readable = self.durable.readable
         if readable is not None and not readable(self.name, topic):

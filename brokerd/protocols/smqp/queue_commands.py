@@ -91,7 +91,7 @@ class QueueCommands(SessionBase):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator removes a message")
             if record.trashed is not None:
                 return durable.delete(seq).addCallback(lambda _: self._reply(200, "OK"))
-            return durable.trash(seq, "removed").addCallback(removed, record)
+            return durable.to_dead_letters(seq, "removed").addCallback(removed, record)
 
         def removed(_settled: Any, record: MessageRecord) -> None:
             service.message_notice(key, "DELETE", record)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, ISSLTransport
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -41,17 +42,11 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd import __version__
-from brokerd.auth.accounts import AccountsChecker, thread_runner
-from brokerd.auth.policy import access_list_for
-from brokerd.auth.workers import shared_work_queue
-from brokerd.config import Runtime
 from brokerd.core.principal import NOBODY, Principal
-from brokerd.errors import Busy, ConfigurationError
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.errors import Busy
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.admission import admit
-from brokerd.twistedio import limit_output_buffer
-from brokerd.protocols.nodelay import no_delay
+from brokerd.protocols.dispatch import command_table, verbs_of
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.smqp.codec import SMQPParser, encode_greeting, encode_reply
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected
 from brokerd.protocols.smqp.factory import SMQPFrontEnd
@@ -88,7 +83,7 @@ class _Slot:
 
 @implementer(ISubscriber, IPushProducer, IHandshakeListener)
 class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, SubscriptionCommands,
-                         QueueCommands, Protocol):
+                         QueueCommands, ConnectionLifecycle, Protocol):
     """One SMQP connection; once logged in also its session as the Broker sees it."""
 
     _log = Logger()
@@ -105,9 +100,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self._slot: _Slot | None = None
         self._busy = False
         self._running = False
-        self._admission: Any = None
         self._greeted = False
-        self._login_timer: Any = None
+        self._login_timer: DelayedCall | None = None
         self._paused_reading = False
         self._paused_output = False
         self._failures = 0
@@ -136,8 +130,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
 
     def connectionMade(self) -> None:
         factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
+        if not self.admit_connection():
             if not factory.may_redirect(self):
                 self.transport.write(encode_greeting(SERVER_IDENT, ready=False))
                 self.closed = True
@@ -145,11 +138,9 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
                 return
             self.redirect_only = True
         self._parser = SMQPParser(max_body=factory.max_message_size)
-        no_delay(self.transport)
-        limit_output_buffer(self.transport, factory.settings.max_output_buffer)
-        self.transport.registerProducer(self, True)
-        self._login_timer = factory.clock.callLater(
-            factory.settings.login_timeout, self._login_timed_out)
+        self.prepare_transport(factory.settings.max_output_buffer)
+        self.register_producer()
+        self._login_timer = self.call_later(factory.settings.login_timeout, self._login_timed_out)
         if not ISSLTransport.providedBy(self.transport):
             self._ready_to_greet()
 
@@ -184,7 +175,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
     def connectionLost(self, reason: Failure | None = None) -> None:
         self.closed = True
         self._queue.clear()
-        self._cancel_login_timer()
+        self._login_timer = None  # cancelled by release_connection, with any other timer
         if self._stream is not None:
             self._stream.stop()
         if self.outbox is not None:
@@ -194,15 +185,12 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         if self.redirect_only:
             self.redirect_only = False
             self.factory.redirecting -= 1
-        admission, self._admission = self._admission, None
-        if admission is not None:
-            admission.release()
+        if self.release_connection():
             self.factory.logged_out(self)
             self.factory.broker.detach(self)
 
     def _cancel_login_timer(self) -> None:
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
+        self.cancel_timer(self._login_timer)
         self._login_timer = None
 
     def _close(self, code: int | None = None, text: str = "") -> None:
@@ -374,10 +362,10 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
                 self._password_change = None
             if self.account is None and event.name not in _BEFORE_LOGIN:
                 raise Refused(403, "Forbidden: log in first")
-            handler = getattr(self, "do_" + event.name.replace(" ", "_"), None)
+            handler = _COMMANDS.get(event.name)
             if handler is None:
                 raise Refused(502, f"Not implemented: {event.name}")
-            return handler(event)
+            return handler(self, event)
         except Refused as exc:
             self._reply(exc.code, exc.text)
         except TopicError as exc:
@@ -477,38 +465,15 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         return not self._paused_output and bool(self._slots) and self._slots[0].stream is stream
 
 
+_COMMANDS = command_table(SMQPServerProtocol, verbs_of(SMQPServerProtocol))
+"""Every SMQP command verb and its ``do_<VERB>`` (brokerd.protocols.dispatch)."""
+
+
 class SMQPServerFactory(SMQPFrontEnd):
     """The front end's shared state (:class:`~brokerd.protocols.smqp.factory.SMQPFrontEnd`)
     as the Twisted factory of its connections: one per broker, shared by every SMQP listener.
     (Twisted types ``protocol`` as a maker of protocols whose ``factory`` is exactly a
     ``Factory[Self]``; the connection's is the typed front end.)"""
 
-    protocol = SMQPServerProtocol  # type: ignore[assignment]
+    protocol = SMQPServerProtocol  # type: ignore[assignment]  # the docstring says why
 
-
-def build_factory(runtime: Runtime) -> SMQPServerFactory:
-    """The SMQP front end's entry point for brokerd.tap.
-
-    Uses ``runtime.resources["store"]`` (opening ``DATA_DIR/smqp.sqlite3`` and putting it
-    there when absent), checks logins against ``settings.accounts_file`` and reads the UAL
-    from ``settings.ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists).  Files that are
-    unreadable or malformed raise ConfigurationError now, not at the first login.  The
-    delivery constants (retry timeout, attempts, Trash retention) come from the settings.
-    """
-    settings = runtime.settings
-    reactor = runtime.reactor
-    run = thread_runner(reactor)
-    checker = AccountsChecker(settings.accounts_file, guest=settings.smqp_guest,
-                              run=shared_work_queue(runtime).run)
-    checker.load()
-    store = runtime.resources.get("store")
-    if store is None or runtime.broker.durable is None:
-        raise ConfigurationError("SMQP needs the node's store and durable service (brokerd.tap builds them)")
-    factory = SMQPServerFactory(
-        runtime.broker, settings, reactor, store, checker, access_list=access_list_for(runtime, run), run=run, events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-        throttle=runtime.resources.get("login_throttle"),
-    )
-    factory.disk = runtime.resources.get("disk")
-    runtime.resources["smqp_links"] = factory.links
-    factory.start()
-    return factory

@@ -51,7 +51,6 @@ class SMQPSession(Protocol):
     name: bytes = b""
     """``account:channel`` as the Broker names the session."""
     address: bytes | None = None
-    _admission: Any = None
     _failures: int = 0
     """Failed logins on this connection."""
     _pending_login: tuple[str, str] | None = None
@@ -81,6 +80,10 @@ class SMQPSession(Protocol):
     def _close(self, code: int | None = None, text: str = "") -> None: ...
 
     def _cancel_login_timer(self) -> None: ...
+
+    # -- provided by ConnectionLifecycle (brokerd.protocols.lifecycle)
+
+    def logged_in(self) -> None: ...
 
     def stream_reply(self, head: bytes, source: Callable[[], Deferred], tail: bytes) -> Deferred: ...
 

@@ -160,10 +160,11 @@ class TopicCommands(SessionBase):
         old_parent, old_name = source.parent, source.name
         old_key = source.key
         changed = tree.rename(source, parent, new.leaves[-1])
+        assert old_parent is not None  # the root has none, and rename refused it
         renames = [(old, node.record()) for old, node in changed]
         service = self.factory.service
         return self._persist(self.factory.durable.rename_topics(renames),
-                             lambda: tree.rename(source, old_parent, old_name),  # type: ignore[arg-type]
+                             lambda: tree.rename(source, old_parent, old_name),
                              lambda: service.topic_notice(old_key, "RENAME", source.display))
 
     def do_SET_TOPIC_KEYWORDS(self, command: Command) -> Deferred:

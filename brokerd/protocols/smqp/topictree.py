@@ -194,7 +194,7 @@ class TopicTree:
         return Found(node)
 
     def _target(self, node: Node) -> Node:
-        target = self._nodes.get(node.link)  # type: ignore[arg-type]
+        target = self._nodes.get(node.link) if node.link is not None else None
         if target is None:
             raise TopicError(404, f"Not found: the target of {node.display}")
         return target
@@ -340,7 +340,9 @@ class TopicTree:
         changed: list[tuple[str, Node]] = []
         for current in moved:
             self._nodes.pop(current.key, None)
-        node.parent.children.pop(node.key, None)  # type: ignore[union-attr]
+        old_parent = node.parent
+        assert old_parent is not None  # only the root has none, and it is refused above
+        old_parent.children.pop(node.key, None)
         for current in moved:
             old = current.key
             current.key = new_key + old[len(old_prefix):]

@@ -73,11 +73,11 @@ class SMQPWireFormat(WireFormat):
 
     def render_message(self, message: Message) -> bytes | None:
         if message.kind == MULTICAST:
-            topic = smqp_topic(message.target)  # type: ignore[arg-type]
+            topic = smqp_topic(message.target)  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
             if topic is not None and self.display is not None:
-                topic = self.display(message.target.decode("utf-8"))  # type: ignore[union-attr]
+                topic = self.display(message.target.decode("utf-8"))  # type: ignore[union-attr]  # as above
         elif message.kind == UNICAST:
-            topic = _login_topic(message.target)  # type: ignore[arg-type]
+            topic = _login_topic(message.target)  # type: ignore[arg-type]  # as above
         else:
             topic = None
         if topic is None:

@@ -23,14 +23,15 @@ import json
 from dataclasses import dataclass, field, replace
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from urllib.parse import quote, urlsplit
 
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IPushProducer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.internet.protocol import Protocol
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
@@ -207,7 +208,9 @@ class Server:
 
     def _subscribe_hook(self, event: str, client_id: str | None) -> Deferred:
         subscription = Subscription(event, client_id)
-        self._on_subscribe(subscription)  # type: ignore[misc]
+        on_subscribe = self._on_subscribe
+        assert on_subscribe is not None  # the hub has this hook only when there is one
+        on_subscribe(subscription)
         return subscription.decided
 
     def listen(self, port: int | str, interface: str = "") -> Deferred:
@@ -506,11 +509,11 @@ class _BoundedBody(Protocol):
         if self.size > self.limit:
             if not self.done.called:
                 self.done.errback(SocketMQError(413, f"reply larger than {self.limit} bytes"))
-            self.transport.stopProducing()
+            cast(IPushProducer, self.transport).stopProducing()  # a response body's transport produces it
             return
         self.parts.append(data)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         if self.done.called:
             return
         if reason is None or reason.check(ResponseDone, PotentialDataLoss):
@@ -568,30 +571,30 @@ class ClientConnection(WebSocketClientProtocol):
             code = 1007 if isinstance(exc, FrameError) else 1008
             self.sendCloseFrame(code, str(exc).encode("utf-8")[:120])
             return
-        kind = type(message)
-        if kind is Event:
-            callback = self._subscriptions.get(message.event) or self.on_event
-            if callback is not None:
-                callback(message)
-        elif kind is Result:
-            d = self._calls.pop(message.id, None) if isinstance(message.id, int) else None
-            if d is not None:
-                if message.status == 200:
-                    d.callback(message)
-                else:
-                    d.errback(SocketMQError(message.status, message.reason))
-            elif message.status != 200:
-                if self.on_error is not None:
-                    self.on_error(message)
-                else:
-                    self._log.warn("socket.mq: {status} {reason}", status=message.status, reason=message.reason)
-        elif kind is Hello:
-            if not self.ready.called:
-                self.ready.callback(message)
-        elif kind is Request:
-            self._serve(message)
-        elif kind is Dropped:
-            self.dropped += message.count
+        match message:
+            case Event():
+                callback = self._subscriptions.get(message.event) or self.on_event
+                if callback is not None:
+                    callback(message)
+            case Result():
+                d = self._calls.pop(message.id, None) if isinstance(message.id, int) else None
+                if d is not None:
+                    if message.status == 200:
+                        d.callback(message)
+                    else:
+                        d.errback(SocketMQError(message.status, message.reason))
+                elif message.status != 200:
+                    if self.on_error is not None:
+                        self.on_error(message)
+                    else:
+                        self._log.warn("socket.mq: {status} {reason}", status=message.status, reason=message.reason)
+            case Hello():
+                if not self.ready.called:
+                    self.ready.callback(message)
+            case Request():
+                self._serve(message)
+            case Dropped():
+                self.dropped += message.count
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         error = SocketMQError(code or 1006, reason or "connection closed")

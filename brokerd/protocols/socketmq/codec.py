@@ -24,7 +24,7 @@ import binascii
 import json
 import re
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Literal, TypeGuard, overload
 
 from brokerd.errors import ProtocolError
 from brokerd.protocols.socketmq.events import (
@@ -71,6 +71,9 @@ class FrameError(ProtocolError):
 class InvalidMessage(ProtocolError):
     """A JSON object that is not a valid message; answer ``status`` to ``id``."""
 
+    reply: bytes
+    """The Result that says so (always set, as the constructor does)."""
+
     def __init__(self, reason: str, status: int = 400, id: MessageId = None) -> None:
         self.status = status
         self.id = id
@@ -81,7 +84,7 @@ class InvalidMessage(ProtocolError):
 # ---------------------------------------------------------------------- names
 
 
-def is_event_name(name: object) -> bool:
+def is_event_name(name: object) -> TypeGuard[str]:
     """1-255 UTF-8 bytes, no control characters."""
     if not isinstance(name, str) or not name or _CONTROL.search(name):
         return False
@@ -101,7 +104,7 @@ def is_unicode(text: str) -> bool:
     return True
 
 
-def is_application_name(name: object) -> bool:
+def is_application_name(name: object) -> TypeGuard[str]:
     """1-64 of ``[A-Za-z0-9._-]``, not a reserved resource name, not ``.`` or ``..``."""
     return (
         isinstance(name, str)
@@ -185,6 +188,12 @@ class _Fields:
     def __init__(self, obj: dict[str, Any], data: bytes | None, id: MessageId) -> None:
         self.obj, self.data, self.id = obj, data, id
 
+    @overload
+    def text(self, name: str, required: Literal[True] = True, limit: int = MAX_TEXT_FIELD) -> str: ...
+
+    @overload
+    def text(self, name: str, required: bool, limit: int = MAX_TEXT_FIELD) -> str | None: ...
+
     def text(self, name: str, required: bool = True, limit: int = MAX_TEXT_FIELD) -> str | None:
         value = self.obj.get(name)
         if value is None:
@@ -201,13 +210,13 @@ class _Fields:
         value = self.obj.get("event")
         if not is_event_name(value):
             raise _BadField("event must be 1-255 UTF-8 bytes without control characters")
-        return value  # type: ignore[return-value]
+        return value
 
     def application(self) -> str:
         value = self.obj.get("application")
         if not is_application_name(value):
             raise _BadField("application must be 1-64 of A-Z a-z 0-9 . _ - (not reserved)")
-        return value  # type: ignore[return-value]
+        return value
 
     def integer(self, name: str, low: int, high: int) -> int:
         value = self.obj.get(name)
@@ -300,7 +309,7 @@ def _respond(f: _Fields) -> Respond:
     data, binary = f.payload(required=False)
     return Respond(
         f.id,
-        f.text("request", limit=MAX_MESSAGE_ID),  # type: ignore[arg-type]
+        f.text("request", limit=MAX_MESSAGE_ID),
         f.integer("status", 100, 599),
         data,
         binary,
@@ -327,9 +336,9 @@ def _event(f: _Fields) -> Event:
 def _request(f: _Fields) -> Request:
     data, _binary = f.payload(required=False)
     return Request(
-        f.text("request", limit=MAX_MESSAGE_ID),  # type: ignore[arg-type]
+        f.text("request", limit=MAX_MESSAGE_ID),
         f.application(),
-        f.text("request_id"),  # type: ignore[arg-type]
+        f.text("request_id"),
         data,
         f.text("client", False),
         f.text("version", False),

@@ -13,9 +13,12 @@ It works through the frame hooks of Autobahn's public IWebSocketChannel interfac
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from brokerd.protocols.socketmq import limits
+
+if TYPE_CHECKING:
+    from autobahn.twisted.websocket import WebSocketServerProtocol
 
 CLOSE_TOO_BIG = 1009
 FRAME_COST = 64
@@ -23,9 +26,30 @@ FRAME_COST = 64
 Autobahn holds per frame (a list slot and a bytes object) and on its wire header (2-14 bytes)."""
 
 
-class FragmentBudget:
+class FrameLimit(Protocol):
+    @property
+    def max_frames(self) -> int: ...
+
+
+class HubFactory(Protocol):
+    """A WebSocket factory with a ``hub`` that says how many frames a message may have."""
+
+    @property
+    def hub(self) -> FrameLimit: ...
+
+
+if TYPE_CHECKING:
+    ProtocolBase = WebSocketServerProtocol
+else:
+    ProtocolBase = object
+"""The mixin's base: the Autobahn protocol it is mixed into for the type checker (so its
+``super()`` calls reach Autobahn's frame hooks), ``object`` at run time."""
+
+
+class FragmentBudget(ProtocolBase):
     """Mixin for a WebSocketServerProtocol whose factory has a ``hub`` (``hub.max_frames``)."""
 
+    factory: HubFactory
     _frames = 0
     _charged = 0
     _over_budget = False
@@ -34,15 +58,15 @@ class FragmentBudget:
     def onMessageBegin(self, isBinary: bool) -> None:
         self._frames = 0
         self._charged = -FRAME_COST  # an unfragmented message may use the whole budget
-        super().onMessageBegin(isBinary)  # type: ignore[misc]
+        super().onMessageBegin(isBinary)
 
     def onMessageFrameBegin(self, length: int) -> None:
-        super().onMessageFrameBegin(length)  # type: ignore[misc]  # Autobahn's payload limits
+        super().onMessageFrameBegin(length)  # Autobahn's payload limits
         if self._over_budget:
             return
         self._frames += 1
         self._charged += length + FRAME_COST
-        max_frames = self.factory.hub.max_frames  # type: ignore[attr-defined]
+        max_frames = self.factory.hub.max_frames
         if self._frames > max_frames:
             self._refuse_message(f"a message may have at most {max_frames} frames")
         elif self._charged > limits.MAX_WS_MESSAGE:
@@ -51,15 +75,15 @@ class FragmentBudget:
                 f"{FRAME_COST} per frame after the first included"
             )
 
-    def onMessageFrame(self, payload: Any) -> None:
+    def onMessageFrame(self, payload: bytes) -> None:
         if not self._over_budget:
-            super().onMessageFrame(payload)  # type: ignore[misc]
+            super().onMessageFrame(payload)
 
     def onMessageEnd(self) -> None:
         if not self._over_budget:
-            super().onMessageEnd()  # type: ignore[misc]
+            super().onMessageEnd()
 
     def _refuse_message(self, reason: str) -> None:
         self._over_budget = True
-        if self.state == self.STATE_OPEN:  # type: ignore[attr-defined]
-            self.sendCloseFrame(CLOSE_TOO_BIG, reason.encode("utf-8")[:120])  # type: ignore[attr-defined]
+        if self.state == self.STATE_OPEN:
+            self.sendCloseFrame(CLOSE_TOO_BIG, reason.encode("utf-8")[:120])

@@ -39,7 +39,7 @@ class IncomingRequest:
         matched, and what another node serving the application matches again."""
         self.answered: Deferred = Deferred()
         """Fires with (status, body, content_type) once, on the first respond()."""
-        self._cleanups: list[Callable[[], None]] = []
+        self._cleanups: list[Callable[[], object]] = []
 
     @property
     def responded(self) -> bool:
@@ -58,6 +58,6 @@ class IncomingRequest:
         self._cleanups.clear()
         self.answered.callback((status, bytes(body), content_type))
 
-    def on_done(self, cleanup: Callable[[], None]) -> None:
+    def on_done(self, cleanup: Callable[[], object]) -> None:
         """Call ``cleanup`` when this request is answered (by anyone, timeouts included)."""
         self._cleanups.append(cleanup)

@@ -137,8 +137,8 @@ def check_request_origin(request: Any, policy: OriginPolicy) -> bool:
     request.setHeader(b"Vary", b"Origin")
     if not policy.allows(origin, host, secure):
         return False
-    if policy.cross_origin(origin, host, secure):
-        request.setHeader(b"Access-Control-Allow-Origin", origin.encode("latin-1"))  # type: ignore[union-attr]
+    if origin is not None and policy.cross_origin(origin, host, secure):
+        request.setHeader(b"Access-Control-Allow-Origin", origin.encode("latin-1"))
         request.setHeader(b"Access-Control-Allow-Credentials", b"true")
         request.setHeader(b"Access-Control-Expose-Headers", CORS_EXPOSED)
     return True

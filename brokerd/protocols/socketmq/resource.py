@@ -20,11 +20,13 @@ from autobahn.twisted.resource import WebSocketResource
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource
+from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.util import Redirect
 
 from brokerd.auth.tls import peer_names
 from brokerd.errors import Busy
+from brokerd.frontend import WebSocketMounts
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import is_application_name
 from brokerd.protocols.socketmq.hub import REASONS, TEXT, Hub
@@ -77,10 +79,10 @@ def finish(request: Any, status: int, body: bytes, content_type: bytes = _TEXT, 
     request.finish()
 
 
-def error(request: Any, status: int, reason: str) -> bytes:
+def error(request: Any, status: int, reason: str) -> int:
     """Answer ``status`` with a one-line text body; for synchronous render methods."""
     finish(request, status, reason.encode("utf-8") + b"\n")
-    return NOT_DONE_YET  # type: ignore[return-value]
+    return NOT_DONE_YET
 
 
 class NotFound(resource.Resource):
@@ -92,7 +94,7 @@ class NotFound(resource.Resource):
         super().__init__()
         self.reason = reason
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Any) -> bytes | int:
         return error(request, 404, self.reason)
 
 
@@ -107,7 +109,7 @@ class RequestResource(resource.Resource):
         self.hub = hub
         self.application = application
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Any) -> bytes | int:
         if request.method == b"OPTIONS":
             request.setHeader(VERSION_HEADER, _VERSION)
             return b"" if answer_preflight(request, self.hub.origins) else self._foreign(request)
@@ -116,13 +118,13 @@ class RequestResource(resource.Resource):
             return error(request, 405, "socket.mq requests are POSTs")
         return self.render_POST(request)
 
-    def _foreign(self, request: Any) -> bytes:
+    def _foreign(self, request: Any) -> int:
         """403 for a page whose origin may not use this server (see origin.py)."""
         origin = _header(request, b"Origin") or ""
         self.hub.auth_failure(request.getClientAddress(), None, None, f"origin not allowed: {origin[:200]}")
         return error(request, 403, "pages of this origin may not POST here")
 
-    def render_POST(self, request: Any) -> bytes:
+    def render_POST(self, request: Any) -> bytes | int:
         hub = self.hub
         if not check_request_origin(request, hub.origins):
             return self._foreign(request)
@@ -153,7 +155,7 @@ class RequestResource(resource.Resource):
                 return error(request, 496, "this server accepts secure requests only (Security-Method: OpenPGP)")
             client_id = names[0] if names else None
             self._authorized(request, application, request_id, body, names, client_id, interface, content_type, None)
-            return NOT_DONE_YET  # type: ignore[return-value]
+            return NOT_DONE_YET
         if method.lower() != SECURITY_METHOD.lower():
             return error(request, 400, f"unsupported Security-Method {method[:32]!r} (only OpenPGP)")
         key = hub.key
@@ -173,7 +175,7 @@ class RequestResource(resource.Resource):
         d = hub.run_crypto(key.open, body, hub.keyring)
         d.addCallbacks(opened, refused)
         d.addErrback(self._failed, request)
-        return NOT_DONE_YET  # type: ignore[return-value]
+        return NOT_DONE_YET
 
     def _authorized(
         self,
@@ -215,7 +217,8 @@ class RequestResource(resource.Resource):
         if getattr(request, "gone", False):
             return
         key = self.hub.key
-        d = self.hub.run_crypto(key.seal, body, identity.cert)  # type: ignore[union-attr]
+        assert key is not None  # a client is identified by OpenPGP only where the server has a key
+        d = self.hub.run_crypto(key.seal, body, identity.cert)
         d.addCallback(lambda sealed: finish(request, status, sealed, CONTENT_TYPE.encode(), secure=True))
         d.addErrback(self._failed, request)
 
@@ -236,11 +239,11 @@ class PublicKeyResource(resource.Resource):
         super().__init__()
         self.hub = hub
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Any) -> bytes | int:
         if self.hub.key is None:
             return error(request, 404, "OpenPGP is disabled on this server")
         finish(request, 200, self.hub.key.armored_public().encode("ascii"), b"application/pgp-keys")
-        return NOT_DONE_YET  # type: ignore[return-value]
+        return NOT_DONE_YET
 
     render_HEAD = render_GET
 
@@ -259,7 +262,7 @@ class SocketMQWebSocketResource(WebSocketResource):
 
 
 class MountedWebSocketResource(resource.Resource):
-    """``GET /<mount>``: a WebSocket another front end serves on this listener (server.MOUNTS:
+    """``GET /<mount>``: a WebSocket another front end serves on this listener (WebSocketMounts:
     ``factory``, an Autobahn WebSocketServerFactory), behind this listener's Origin check (403
     for a page whose origin ``--socketmq-origins`` does not allow, before any upgrade).
 
@@ -295,7 +298,8 @@ class _HandOver:
         if built is None:
             return None
         channel = self.channel
-        admission, channel.admission = getattr(channel, "admission", None), None
+        take = getattr(channel, "take_admission", None)
+        admission = take() if take is not None else None
         if admission is not None:
             admission.release()
         lost = built.connectionLost
@@ -321,7 +325,7 @@ class _Static(resource.Resource):
         self.data = path.read_bytes()
         self.content_type = content_type.encode("ascii")
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Any) -> bytes | int:
         request.setHeader(b"Content-Type", self.content_type)
         request.setHeader(b"Cache-Control", b"no-cache")
         request.setHeader(b"X-Content-Type-Options", b"nosniff")
@@ -343,7 +347,7 @@ class DemoResource(resource.Resource):
             return self.page
         return NotFound()
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Any) -> bytes | int:
         return Redirect(b"/socket.mq/demo/").render(request)
 
 
@@ -353,7 +357,7 @@ class SocketMQResource(resource.Resource):
     def __init__(self, hub: Hub, websocket_factory: SocketMQWebSocketFactory, demo: bool = True) -> None:
         super().__init__()
         self.hub = hub
-        self.fixed: dict[bytes, resource.Resource] = {
+        self.fixed: dict[bytes, IResource] = {
             b"ws": SocketMQWebSocketResource(websocket_factory),
             b"public-key": PublicKeyResource(hub),
             b"socketmq.js": _Static(STATIC / "socketmq.js", "text/javascript; charset=utf-8"),
@@ -361,25 +365,25 @@ class SocketMQResource(resource.Resource):
         if demo:
             self.fixed[b"demo"] = DemoResource()
 
-    def getChild(self, name: bytes, request: Any) -> resource.Resource:
+    def getChild(self, name: bytes, request: Any) -> IResource:
         if request.method == b"POST" or name not in self.fixed:
             if request.postpath:  # /socket.mq/<application>/<request-id>
                 return RequestResource(self.hub, name)
             return NotFound()
         return self.fixed[name]
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Any) -> bytes | int:
         return error(request, 404, "see /socket.mq/demo/ or POST /socket.mq/<application>/<request-id>")
 
 
 class RootResource(resource.Resource):
     """The site root: ``/socket.mq``, and the WebSockets other front ends mounted (``mounts``,
-    server.MOUNTS: read per request, so a front end built after this one may mount)."""
+    a brokerd.frontend.WebSocketMounts read per request, so a front end built after this one may mount)."""
 
-    def __init__(self, socketmq: SocketMQResource, mounts: dict[bytes, Any] | None = None) -> None:
+    def __init__(self, socketmq: SocketMQResource, mounts: WebSocketMounts | None = None) -> None:
         super().__init__()
         self.socketmq = socketmq
-        self.mounts = mounts if mounts is not None else {}
+        self.mounts = mounts if mounts is not None else WebSocketMounts()
 
     def getChild(self, name: bytes, request: Any) -> resource.Resource:
         if name == b"socket.mq":

@@ -1,6 +1,6 @@
 """The socket.mq front end: one twisted.web Site per ``--socketmq`` listener.
 
-``build_factory(runtime)`` is brokerd's entry point (brokered mode: many applications on one
+The plugin in :mod:`~brokerd.protocols.socketmq.plugin` is brokerd's entry point (brokered mode: many applications on one
 port, events are broker topics).  :func:`build_site` is shared with the embedded, brokerless
 Server API in :mod:`brokerd.protocols.socketmq.api`.
 
@@ -12,7 +12,7 @@ access log.
 twisted.web's own timeout is an idle timeout: every byte restarts it, so a request sent one byte
 every few seconds (slowloris) would hold its connection forever.  The channel therefore gives
 each request a deadline from its first byte: its request line within the handshake timeout, the
-WebSocket upgrade (a request for WEBSOCKET_PATH or a MOUNTS path) whole within the handshake
+WebSocket upgrade (a request for WEBSOCKET_PATH or a mounted path) whole within the handshake
 timeout, any other
 request's headers and body within the read timeout; then 408 and close.
 """
@@ -21,29 +21,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.base import DelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http, server
 
-from brokerd.auth.workers import shared_work_queue
-from brokerd.config import Runtime, Settings
-from brokerd.core.admission import Admission
-from brokerd.events.log import NULL_EVENT_LOG
-from brokerd.protocols.admission import admit
+from brokerd.config import Settings
+from brokerd.core.broker import Broker
+from brokerd.frontend import WebSocketMounts
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.hub import Hub
-from brokerd.protocols.socketmq.pgp import PGPError, SecretKey
-from brokerd.errors import ConfigurationError
-from brokerd.protocols.socketmq.policy import load_policy
 from brokerd.protocols.socketmq.resource import RootResource, SocketMQResource
 from brokerd.protocols.socketmq.session import SocketMQWebSocketFactory
 
 SERVER_KEY_USER_ID = "brokerd socket.mq server"
 WEBSOCKET_PATH = b"/socket.mq/ws"
 """The path whose request is a WebSocket opening handshake (resource.py serves it)."""
-MOUNTS = "websocket_mounts"
-"""``runtime.resources`` key of the WebSockets other front ends serve on socket.mq listeners:
-a dict of one top-level path segment (``b"mqtt"``) -> an Autobahn WebSocketServerFactory
-(resource.py, MountedWebSocketResource, says what it gets)."""
 
 
 def _raw_response(status: bytes, body: bytes) -> bytes:
@@ -62,23 +57,31 @@ def _request_target(line: bytes) -> bytes:
     return parts[1].partition(b"?")[0] if len(parts) == 3 else b""
 
 
-class SocketMQChannel(http.HTTPChannel):
+class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
     """An HTTP connection counted against the broker's connection limit, whose requests must
-    arrive within their deadline (see the module docstring)."""
+    arrive within their deadline (see the module docstring), on the shared connection
+    lifecycle (brokerd.protocols.lifecycle; twisted.web's channel is its own producer, and the
+    output limit is the WebSocket session's, set when the connection upgrades)."""
 
     _log = Logger()
-    admission: Admission | None = None
+    site: SocketMQSite
+    """Set by the site that built the channel (Twisted's Site.buildProtocol)."""
     refused = False
-    _deadline: Any = None
-    """The IDelayedCall of the request being received, None between requests."""
+    _deadline: DelayedCall | None = None
+    """The deadline of the request being received, None between requests."""
     _started = 0.0
     _handling = False
     """True from a request's last byte until its response is done (no deadline then)."""
 
+    def lifecycle_broker(self) -> Broker:
+        return self.site.hub.broker
+
+    def lifecycle_clock(self) -> Any:
+        return self.site.reactor
+
     def connectionMade(self) -> None:
         super().connectionMade()
-        self.admission = admit(self.site.hub.broker, self.transport)
-        if self.admission is None:
+        if not self.open_connection(None):
             self.refused = True
             self.transport.write(_raw_response(b"503 Service Unavailable", b"too many connections\n"))
             self.transport.loseConnection()
@@ -90,7 +93,7 @@ class SocketMQChannel(http.HTTPChannel):
             hub = self.site.hub
             self._started = self.site.reactor.seconds()
             first_line = min(hub.read_timeout, hub.handshake_timeout)
-            self._deadline = self.site.reactor.callLater(first_line, self._too_slow)
+            self._deadline = self.call_later(first_line, self._too_slow)
         super().dataReceived(data)
 
     def lineReceived(self, line: bytes) -> None:
@@ -125,13 +128,11 @@ class SocketMQChannel(http.HTTPChannel):
 
     def _cancel_deadline(self) -> None:
         deadline, self._deadline = self._deadline, None
-        if deadline is not None and deadline.active():
-            deadline.cancel()
+        self.cancel_timer(deadline)
 
-    def connectionLost(self, reason: Any) -> None:
-        self._cancel_deadline()
-        if self.admission is not None:
-            self.admission.release()
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._deadline = None
+        self.release_connection()  # the deadline too; nothing attached to the Broker yet
         super().connectionLost(reason)
 
 
@@ -139,6 +140,7 @@ class SocketMQRequest(server.Request):
     """Refuses a body larger than MAX_BODY as soon as it is announced or has arrived that far
     (413 and close), without storing more than MAX_BODY bytes of it."""
 
+    channel: SocketMQChannel
     max_body = limits.MAX_BODY
     too_large = False
     _received = 0
@@ -164,9 +166,9 @@ class SocketMQRequest(server.Request):
         self.channel.transport.loseConnection()
 
     def process(self) -> None:
-        admission = getattr(self.channel, "admission", None)
-        if admission is not None:
-            admission.login()  # a whole request arrived (anonymous requests may be allowed)
+        logged_in = getattr(self.channel, "logged_in", None)
+        if logged_in is not None:
+            logged_in()  # a whole request arrived (anonymous requests may be allowed)
         if not self.too_large:
             super().process()
 
@@ -174,27 +176,27 @@ class SocketMQRequest(server.Request):
 class SocketMQSite(server.Site):
     """One listener's HTTP + WebSocket site."""
 
-    protocol = SocketMQChannel
+    protocol = SocketMQChannel  # type: ignore[assignment]  # the HTTP/1.1 channel itself, not Twisted's HTTP/1-or-2 wrapper
     requestFactory = SocketMQRequest
     displayTracebacks = False
     noisy = False
 
     def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT,
-                 mounts: dict[bytes, Any] | None = None) -> None:
+                 mounts: WebSocketMounts | None = None) -> None:
         super().__init__(root, timeout=timeout, reactor=hub.reactor)
         self.hub = hub
-        self.mounts = mounts if mounts is not None else {}
+        self.mounts = mounts if mounts is not None else WebSocketMounts()
 
     def log(self, request: Any) -> None:
         """No access log: nothing is logged per request on the hot path."""
 
 
-def build_site(hub: Hub, demo: bool = True, mounts: dict[bytes, Any] | None = None) -> SocketMQSite:
+def build_site(hub: Hub, demo: bool = True, mounts: WebSocketMounts | None = None) -> SocketMQSite:
     """The Site serving ``hub`` (brokerd and the embedded Server both use this), with the
-    hub's settings' keepalive, and the WebSockets of ``mounts`` (see MOUNTS; read per request)."""
+    hub's settings' keepalive, and the WebSockets of ``mounts`` (brokerd.frontend.WebSocketMounts; read per request)."""
     websocket = SocketMQWebSocketFactory(hub, ping_interval=hub.settings.ping_interval,
                                          pong_timeout=hub.settings.pong_timeout)
-    mounts = mounts if mounts is not None else {}
+    mounts = mounts if mounts is not None else WebSocketMounts()
     return SocketMQSite(hub, RootResource(SocketMQResource(hub, websocket, demo=demo), mounts), mounts=mounts)
 
 
@@ -203,39 +205,3 @@ def server_key_path(settings: Settings) -> Path:
     if settings.socketmq_key is not None:
         return Path(settings.socketmq_key)
     return Path(settings.data_dir) / "socketmq" / "server-key.asc"
-
-
-def build_hub(runtime: Runtime) -> Hub:
-    """brokerd's Hub: the runtime's broker and portal, the policy file, the server key."""
-    settings = runtime.settings
-    policy = load_policy(settings.socketmq_policy)
-    key = None
-    if policy.enabled:
-        path = server_key_path(settings)
-        try:
-            key = SecretKey.load_or_create(path, SERVER_KEY_USER_ID)
-        except (OSError, PGPError) as exc:
-            raise ConfigurationError(f"--socketmq-key {path}: {exc}") from None
-    try:
-        return Hub(
-            runtime.broker, runtime.reactor, settings, runtime.portal, policy, key,
-            events=runtime.resources.get("event_log", NULL_EVENT_LOG),
-            work_queue=shared_work_queue(runtime),
-        )
-    except PGPError as exc:
-        raise ConfigurationError(f"--socketmq-policy {policy.source}: keyring: {exc}") from None
-
-
-def build_factory(runtime: Runtime) -> SocketMQSite:
-    """The socket.mq front end's entry point for brokerd.tap: one Site shared by every
-    ``--socketmq`` listener (so applications registered on one are served on all)."""
-    hub = runtime.resources.get("socketmq.hub")
-    if hub is None:
-        hub = runtime.resources["socketmq.hub"] = build_hub(runtime)
-    Logger().info(
-        "socket.mq: security {security}, {keys} client keys, server key {fingerprint}",
-        security=hub.security,
-        keys=len(hub.keyring),
-        fingerprint=hub.key.fingerprint if hub.key is not None else "-",
-    )
-    return build_site(hub, mounts=runtime.resources.setdefault(MOUNTS, {}))

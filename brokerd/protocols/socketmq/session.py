@@ -33,15 +33,18 @@ and ``open:<name>``, never the bare name a certificate or key would give.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from itertools import count
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import autobahn
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
-from autobahn.websocket.types import ConnectionDeny
+from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
-from twisted.internet.interfaces import IPushProducer, ISSLTransport
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IAddress, IPushProducer, ISSLTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -56,7 +59,9 @@ from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, Su
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
 from brokerd.interfaces import ISubscriber
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import record_drops
+from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
     FrameError,
@@ -83,6 +88,7 @@ from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
 from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
+    Identity,
     PGPError,
     check_client_proof,
     new_nonce,
@@ -90,7 +96,6 @@ from brokerd.protocols.socketmq.pgp import (
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
 from brokerd.store.base import is_outage
-from brokerd.twistedio import limit_output_buffer
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
@@ -122,7 +127,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -132,8 +137,6 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
     address = None
     principal: Principal = NOBODY
     factory: SocketMQWebSocketFactory
-    admission: Any = None
-    """The connection-count admission handed over by the HTTP channel (see resource.py)."""
     http_channel: Any = None
     """The HTTP channel this session took the connection over from: the transport reports
     the end of the connection to this session only, so the session passes it on (the
@@ -141,7 +144,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hub: Hub = None  # type: ignore[assignment]
+        self.hub: Hub = None  # type: ignore[assignment]  # the factory's, from onOpen on; _cleanup checks for None before
         self.names: tuple[str, ...] | None = None
         """Who the client is (None until it authenticates): the names policy rules match."""
         self.client_id: str | None = None
@@ -153,7 +156,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._unreported = 0
         self._busy = False
         self._queue: list[tuple[bytes, bool]] = []
-        self._congested_timer: Any = None
+        self._congested_timer: DelayedCall | None = None
         self.applications: set[str] = set()
         self.pending: dict[str, IncomingRequest] = {}
         self.send: Callable[[bytes], None] = self._discard
@@ -166,7 +169,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     # ------------------------------------------------------------------ opening
 
-    def onConnect(self, request: Any) -> str:
+    def onConnect(self, request: ConnectionRequest) -> str:
         hub, origin = self.factory.hub, request.headers.get("origin")
         if not hub.origins.allows(origin, request.headers.get("host"), ISSLTransport.providedBy(self.transport)):
             hub.auth_failure(self.transport.getPeer(), None, None, f"origin not allowed: {origin[:200]}")
@@ -187,9 +190,11 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._compressing = True
             self.wire_format.compressing += 1  # no pre-rendered frames from other nodes now
         self.send = self._write
-        limit_output_buffer(transport, hub.max_output_buffer)
+        # The lifecycle's steps 2-4 (brokerd.protocols.lifecycle); step 1, the admission, was
+        # the HTTP channel's, handed over (SocketMQWebSocketFactory.buildProtocol).
+        self.prepare_transport(hub.max_output_buffer)
         transport.unregisterProducer()  # the HTTP channel's, from before the upgrade
-        transport.registerProducer(self, True)
+        self.register_producer()
         names = peer_names(transport)
         if names:
             self._authenticated(names, names[0], CERT, certificate_principal(names))
@@ -226,7 +231,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._stop_sending()
         super().dropConnection(abort)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_sending()
         if self._compressing:
             self._compressing = False
@@ -239,13 +244,15 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         if channel is not None:
             channel.connectionLost(reason)
 
+    def lifecycle_broker(self) -> Any:
+        return self.factory.hub.broker
+
+    def lifecycle_clock(self) -> Any:
+        return self.factory.hub.reactor
+
     def _cleanup(self) -> None:
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
         self._congested_timer = None
-        admission, self.admission = self.admission, None
-        if admission is not None:
-            admission.release()
+        self.release_connection()  # the slow-consumer timer too
         hub = self.hub
         if hub is None:
             return
@@ -305,14 +312,13 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._congested = True
         self.send = self._drop
         self.transport.pauseProducing()
-        self._congested_timer = self.hub.reactor.callLater(SLOW_CONSUMER_TIMEOUT, self._too_slow)
+        self._congested_timer = self.call_later(SLOW_CONSUMER_TIMEOUT, self._too_slow)
 
     def resumeProducing(self) -> None:
         if self.closed or not self._congested:
             return
         self._congested = False
-        if self._congested_timer is not None and self._congested_timer.active():
-            self._congested_timer.cancel()
+        self.cancel_timer(self._congested_timer)
         self._congested_timer = None
         self.send = self._write
         if self._unreported:
@@ -353,7 +359,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._close(exc.close_code, str(exc))
             return
         except InvalidMessage as exc:
-            self._reply(frame(exc.reply, False))  # type: ignore[arg-type]
+            self._reply(frame(exc.reply, False))
             return
         if self.names is None and self.hub.policy.required and type(message) is not Auth:
             self._refused(None, None, "authentication required")
@@ -392,7 +398,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     # ------------------------------------------------------------------ auth
 
-    def do_auth(self, message: Auth) -> None:
+    def do_AUTH(self, message: Auth) -> None:
         if self.names is not None:
             self._reply(_result(message.id, 409, f"already authenticated as {self.client_id}"))
             return
@@ -408,11 +414,14 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
             self._reply(_result(message.id, 501, "OpenPGP is not enabled on this server"))
             return
 
-        def check() -> tuple[Any, str]:
-            identity, client_nonce = check_client_proof(key, message.proof, hub.keyring, self.nonce)  # type: ignore[arg-type]
+        proof = message.proof
+        assert proof is not None  # the codec requires one for OpenPGP
+
+        def check() -> tuple[Identity, str]:
+            identity, client_nonce = check_client_proof(key, proof, hub.keyring, self.nonce)
             return identity, server_proof(key, identity.cert, client_nonce)
 
-        def succeeded(result: tuple[Any, str]) -> None:
+        def succeeded(result: tuple[Identity, str]) -> None:
             identity, proof = result
             fingerprint = "fpr:" + identity.fingerprint
             self._logged_in((identity.user_id, fingerprint), identity.user_id, OPENPGP,
@@ -430,7 +439,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._wait()
         d = hub.run_crypto(check)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq OpenPGP authentication")
+        d.addErrback(lambda failure: self._log.failure("socket.mq OpenPGP authentication", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     def _auth_portal(self, message: Auth) -> None:
@@ -463,12 +472,12 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._wait()
         d = portal.login(credentials, self, IIdentity)
         d.addCallbacks(succeeded, failed)
-        d.addErrback(self._log.failure, "socket.mq login")
+        d.addErrback(lambda failure: self._log.failure("socket.mq login", failure))
         d.addBoth(lambda _: self._done_waiting())
 
     # ------------------------------------------------------------------ publish-subscribe
 
-    def do_subscribe(self, message: Subscribe) -> None:
+    def do_SUBSCRIBE(self, message: Subscribe) -> None:
         hub = self.hub
         if not hub.policy.allows("subscribe", self.names, message.event):
             self._deny(message.id, f"subscribe to {message.event}")
@@ -500,7 +509,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         d = hub.may_subscribe(message.event, self.client_id)
         d.addCallbacks(decided, failed)
 
-    def do_unsubscribe(self, message: Unsubscribe) -> None:
+    def do_UNSUBSCRIBE(self, message: Unsubscribe) -> None:
         try:
             self.hub.broker.unsubscribe(self, message.event.encode("utf-8"))
         except NotSubscribed:
@@ -508,7 +517,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         else:
             self._ok(message.id)
 
-    def do_publish(self, message: Publish) -> None:
+    def do_PUBLISH(self, message: Publish) -> None:
         hub = self.hub
         if not hub.policy.allows("publish", self.names, message.event):
             self._deny(message.id, f"publish to {message.event}")
@@ -547,7 +556,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
 
     # ------------------------------------------------------------------ serving (brokered mode)
 
-    def do_register(self, message: Register) -> None:
+    def do_REGISTER(self, message: Register) -> None:
         hub = self.hub
         name = message.application
         if not hub.policy.allows("serve", self.names, name):
@@ -562,7 +571,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self.applications.add(name)
         self._ok(message.id)
 
-    def do_unregister(self, message: Unregister) -> None:
+    def do_UNREGISTER(self, message: Unregister) -> None:
         if message.application not in self.applications:
             self._reply(_result(message.id, 404, f"not serving {message.application}"))
             return
@@ -592,7 +601,7 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         )
         self.transport.write(frame(*encode(forwarded)))
 
-    def do_respond(self, message: Respond) -> None:
+    def do_RESPOND(self, message: Respond) -> None:
         request = self.pending.get(message.request)
         if request is None:
             self._reply(_result(message.id, 404, "no such request (answered, timed out or unknown)"))
@@ -601,15 +610,13 @@ class SocketMQSession(FragmentBudget, WebSocketServerProtocol):
         self._ok(message.id)
 
 
-_DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = {
-    Auth: SocketMQSession.do_auth,
-    Subscribe: SocketMQSession.do_subscribe,
-    Unsubscribe: SocketMQSession.do_unsubscribe,
-    Publish: SocketMQSession.do_publish,
-    Register: SocketMQSession.do_register,
-    Unregister: SocketMQSession.do_unregister,
-    Respond: SocketMQSession.do_respond,
+# The codec's message classes and their message types (brokerd.protocols.dispatch): one
+# ``do_<TYPE>`` each, the JSON ``type`` in capitals as MQTT's packet names are written.
+_TYPES: dict[Hashable, str] = {
+    Auth: "AUTH", Subscribe: "SUBSCRIBE", Unsubscribe: "UNSUBSCRIBE", Publish: "PUBLISH", Register: "REGISTER",
+    Unregister: "UNREGISTER", Respond: "RESPOND",
 }
+_DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = command_table(SocketMQSession, _TYPES)
 
 
 class SocketMQWebSocketFactory(WebSocketServerFactory):
@@ -617,7 +624,7 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
     upgrades a connection, so the session inherits the channel's connection count (its
     admission) and tells the channel when the connection ends."""
 
-    protocol = SocketMQSession
+    protocol = SocketMQSession  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
         super().__init__()
@@ -643,10 +650,11 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
                     return PerMessageDeflateOfferAccept(offer)
         return None
 
-    def buildProtocol(self, addr: Any) -> SocketMQSession:
-        session = super().buildProtocol(addr)
+    def buildProtocol(self, addr: IAddress) -> SocketMQSession:  # type: ignore[override]  # as for protocol
+        session = cast(SocketMQSession, super().buildProtocol(addr))
         channel, self.pending_channel = self.pending_channel, None
         if channel is not None:
-            session.admission, channel.admission = getattr(channel, "admission", None), None
+            take = getattr(channel, "take_admission", None)
+            session.adopt_admission(take() if take is not None else None)
             session.http_channel = channel
         return session

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from autobahn.twisted.websocket import WebSocketServerFactory
+from autobahn.websocket.protocol import PreparedMessage
 from zope.interface import implementer
 
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message
@@ -23,10 +23,13 @@ from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.socketmq.codec import encode, is_event_name
 from brokerd.protocols.socketmq.events import Event
 
-_PREPARER = WebSocketServerFactory()
-"""Only for ``prepareMessage``: a server factory prepares unmasked frames (the message, not
-the factory, is what every session sends)."""
-_prepare = _PREPARER.prepareMessage
+
+def _prepare(payload: bytes, binary: bool) -> PreparedMessage:
+    """What ``WebSocketServerFactory.prepareMessage`` makes (a server's frames are unmasked; the
+    message, not a factory, is what every session sends), without a factory: Autobahn's imports
+    the global reactor when it is made, and brokerd's modules must import none (twistd installs
+    the reactor ``--reactor`` names after it imported the plugins that import them)."""
+    return PreparedMessage(payload, binary, False, False)
 
 
 class PreparedFrames(bytes):
@@ -72,12 +75,13 @@ class SocketMQWireFormat(WireFormat):
         and carry no PreparedMessage for Autobahn to compress)."""
         return self.compressing == 0
 
-    def render_message(self, message: Message) -> bytes | None:
-        if message.kind != MULTICAST:
+    def render_message(self, message: Message) -> PreparedFrames | None:
+        target = message.target
+        if message.kind != MULTICAST or target is None:  # a multicast always has its topic
             self.unrepresentable += 1
             return None
         try:
-            name = message.target.decode("utf-8")  # type: ignore[union-attr]
+            name = target.decode("utf-8")
         except UnicodeDecodeError:
             name = ""
         if not is_event_name(name):

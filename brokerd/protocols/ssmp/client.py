@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults, succeed
 from twisted.internet.error import ConnectionClosed
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IAddress, IProtocol, IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -118,7 +118,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
     """
 
     _log = Logger()
-    factory: SSMPClientFactory | None = None  # type: ignore[assignment]
+    factory: SSMPClientFactory | None = None
 
     def __init__(
         self, reactor: Any = None, keepalive: float | None = 30.0, pong_timeout: float = 30.0
@@ -224,7 +224,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
 
     def event_PING(self, event: Event) -> None:
         """The server checks that we are alive: the spec says we MUST answer PONG."""
-        self.transport.write(_PONG_REQUEST)
+        self._made().write(_PONG_REQUEST)
 
     def event_PONG(self, event: Event) -> None:
         """Answers our oldest PING; an unexpected PONG is harmless and ignored."""
@@ -240,9 +240,11 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
         """
         if event.verb in _PRESENCE_VERBS:
             presence = event.option == PRESENCE
-            self.on_presence(event.sender, event.verb, event.target, presence)  # type: ignore[arg-type]
+            assert event.target is not None  # the codec reads no SUBSCRIBE or UNSUBSCRIBE event without a topic
+            self.on_presence(event.sender, event.verb, event.target, presence)
             return
-        content, binary = payload_content(event.payload)  # type: ignore[arg-type]
+        assert event.payload is not None  # nor a message without its payload
+        content, binary = payload_content(event.payload)
         self.on_message(event.sender, event.verb, event.target, content, binary)
 
     def on_message(
@@ -269,7 +271,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
             return fail(ConnectionClosed("the SSMP connection is not open"))
         d: Deferred = Deferred()
         self._pending.append((verb, d))
-        self.transport.write(encode_request(verb, *args))
+        self._made().write(encode_request(verb, *args))
         return d
 
     def login(
@@ -317,7 +319,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
             return fail(ConnectionClosed("the SSMP connection is not open"))
         d: Deferred = Deferred()
         self._pings.append((self._reactor.seconds(), d))
-        self.transport.write(_PING_REQUEST)
+        self._made().write(_PING_REQUEST)
         return d
 
     def close(self) -> Deferred:
@@ -379,7 +381,7 @@ class SSMPClientFactory(ClientFactory):
     """Builds :class:`SSMPClientProtocol` instances that share one clock, one keepalive
     setting and one pair of event callbacks (used unless a subclass overrides them)."""
 
-    protocol = SSMPClientProtocol
+    protocol = SSMPClientProtocol  # type: ignore[assignment]  # Twisted's Factory[P] wants P.factory set, a client protocol may have none
 
     def __init__(
         self,
@@ -395,7 +397,7 @@ class SSMPClientFactory(ClientFactory):
         self.on_message = on_message
         self.on_presence = on_presence
 
-    def buildProtocol(self, addr: Any) -> SSMPClientProtocol:
+    def buildProtocol(self, addr: IAddress) -> SSMPClientProtocol:  # type: ignore[override]  # as for protocol
         protocol = self.protocol(
             reactor=self.reactor, keepalive=self.keepalive, pong_timeout=self.pong_timeout
         )
@@ -523,7 +525,7 @@ class SSMPClient(Service):
 
     # ------------------------------------------------------------------ each connection
 
-    def _prepare(self, protocol: SSMPClientProtocol) -> Deferred:
+    def _prepare(self, connection: IProtocol) -> Deferred:
         """Log in and restore the subscriptions.
 
         The result always succeeds: ClientService cannot cope with a connection that closes
@@ -532,6 +534,7 @@ class SSMPClient(Service):
         answers with a reconnect after backoff.  Our own waiters hear of the outcome one
         reactor turn later, once ClientService has settled, because they may well stop it.
         """
+        protocol = cast(SSMPClientProtocol, connection)  # what self.factory built
         d = protocol.login(self.identifier, self.scheme, self.credential)
         d.addCallback(self._resubscribe)
         d.addCallbacks(self._ready, self._not_ready, errbackArgs=(protocol,))
@@ -550,7 +553,9 @@ class SSMPClient(Service):
         """One topic the server will not give back is logged and forgotten (409, already
         subscribed, is fine); it does not cost the whole connection."""
         failure.trap(SSMPError)
-        if failure.value.code != CONFLICT:
+        error = failure.value
+        assert isinstance(error, SSMPError)  # trap() passed only an SSMPError on
+        if error.code != CONFLICT:
             self._subscriptions.pop(topic, None)
             self._log.warn(
                 "Re-subscribing to {topic!r} refused: {error}", topic=topic, error=failure.value

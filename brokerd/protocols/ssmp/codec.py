@@ -359,7 +359,7 @@ class SSMPParser:
         """Return the requests completed by ``data`` and, if the stream then broke the
         grammar, the error (the server answers the requests, then 400 and close)."""
         lines, error = self._framer.frame(data)
-        requests = []
+        requests: list[Request] = []
         append = requests.append
         parsers = _REQUEST_PARSERS
         known = _KNOWN_IDS

@@ -19,20 +19,23 @@ session, and SSMP identifiers may not begin with another protocol's name and a c
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
-from twisted.cred.credentials import UsernamePassword
+from twisted.cred.credentials import ICredentials, UsernamePassword
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.defer import Deferred
+from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.auth.credentials import ClientCertificate, OpenLogin, SharedSecret
+from brokerd.auth.identity import Identity
 from brokerd.auth.realm import IIdentity, enabled_schemes
 from brokerd.auth.tls import peer_names
-from brokerd.config import Runtime, Settings
+from brokerd.config import Settings
 from brokerd.core.access import SYSTEM_MARK, Perm
 from brokerd.core.broker import Broker
 from brokerd.core.message import BROADCAST, MULTICAST, PLAIN, UNICAST, Message
@@ -41,9 +44,9 @@ from brokerd.core.publication import Broadcast, Multicast, Unicast
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import NULL_EVENT_LOG, transport_source
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.admission import admit
+from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import DropWhenCongested, begin_read, end_read
-from brokerd.protocols.nodelay import no_delay
+from brokerd.protocols.lifecycle import LivenessSweep
 from brokerd.protocols.ssmp.codec import (
     _KNOWN_IDS,  # is_id's memory of valid ids: looked up inline, as the codec's parser does, on the hot path
     ANONYMOUS,
@@ -108,6 +111,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     dropped = 0
     """Messages dropped because this connection's reader was too slow."""
     pinged_at: float | None = None
+    """When the liveness sweep PINGed this connection (older than ``last_heard``: answered)."""
+    _login_timer: DelayedCall | None = None
     _close_when_answered = False
     _commit_paused = False
     _pending_error: SSMPProtocolError | None = None
@@ -118,8 +123,6 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def __init__(self) -> None:
         self._parser = SSMPParser()
         self._dispatch = _BEFORE_LOGIN
-        self._admission = None
-        self._login_timer = None
         self._fallback = SSMPServerProtocol._not_logged_in
         self._replies: list[bytes] = []
         """Responses to the requests of the current read, written as one."""
@@ -146,20 +149,16 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     # ------------------------------------------------------------------ connection
 
     def connectionMade(self) -> None:
-        factory = self.factory
-        self._admission = admit(factory.broker, self.transport)
-        if self._admission is None:
-            self.closed = True
+        settings = self.factory.settings
+        if not self.open_connection(settings.max_output_buffer):
+            self.closed = True  # SSMP refuses a connection over a limit by closing it
             self._dispatch = _CLOSED
             self.transport.loseConnection()
             return
-        no_delay(self.transport)
-        self.start_flow_control(factory.settings.max_output_buffer)
-        self._ucast_limit = max(1, factory.settings.max_output_buffer // MAX_EVENT_LINE)
+        self.start_flow_control(settings.max_output_buffer)
+        self._ucast_limit = max(1, settings.max_output_buffer // MAX_EVENT_LINE)
         self.register_producer()
-        self._login_timer = factory.clock.callLater(
-            factory.settings.login_timeout, self._login_timed_out
-        )
+        self._login_timer = self.call_later(settings.login_timeout, self._login_timed_out)
 
     def connectionLost(self, reason=None) -> None:
         self.closed = True
@@ -167,13 +166,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._waiting.clear()
         self._close_when_answered = False
         self._dispatch = _CLOSED
-        if self._login_timer is not None and self._login_timer.active():
-            self._login_timer.cancel()
-        admission, self._admission = self._admission, None
-        if admission is not None:
+        self._login_timer = None
+        if self.release_connection():
             self.report_drops()
-            admission.release()
-            self.factory.live.pop(self, None)
+            self.factory.liveness.forget(self)
             self.factory.broker.detach(self)
 
     def _close(self, reply: bytes | None = None) -> None:
@@ -377,7 +373,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         ucasts, self._ucasts = self._ucasts, []
         broker = self.factory.broker
         try:
-            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]
+            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]  # an UCAST message has its target: Message.target is Optional for broadcasts
         except Forbidden:
             reply = NOT_ALLOWED
         else:
@@ -395,7 +391,8 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         are committed), so that a ``200`` always means "stored" and replies stay in order.
         A run that could not be stored is answered ``500``."""
         replies = self._replies
-        entry = [False, list(replies)]
+        held = list(replies)
+        entry = [False, held]
         replies.clear()
         if self._waiting is None:
             self._waiting = deque()
@@ -408,11 +405,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             entry[0] = True
             self._answer_committed()
 
-        def failed(failure) -> None:
+        def failed(failure: Failure) -> None:
             if not is_outage(failure):  # the store logs its outage once
                 self._log.failure("Storing an SSMP message for durable subscribers", failure)
-            parts = entry[1]
-            parts[len(parts) - count:] = [NOT_STORED] * count
+            held[len(held) - count:] = [NOT_STORED] * count
             committed(None)
 
         kept.addCallbacks(committed, failed)
@@ -446,6 +442,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def do_LOGIN(self, request: Request) -> None:
         factory = self.factory
         identifier = request.target
+        assert identifier is not None  # the codec reads no LOGIN without one
         self._login_request = request
         if identifier == ANONYMOUS:
             if factory.settings.anonymous:
@@ -466,8 +463,9 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         d.addCallbacks(self._login_succeeded, self._login_failed)
         d.addErrback(self._login_broke, identifier)
 
-    def _credentials(self, request: Request):
+    def _credentials(self, request: Request) -> ICredentials | None:
         scheme, identifier = request.option, request.target
+        assert identifier is not None  # a LOGIN's
         if scheme == b"open":
             return OpenLogin(identifier)
         if scheme == b"secret":
@@ -482,7 +480,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             return UsernamePassword(identifier, _content(request.payload)[0])
         return None
 
-    def _login_succeeded(self, result) -> None:
+    def _login_succeeded(self, result: tuple[object, Identity, Callable[[], None]]) -> None:
         _interface, identity, _logout = result
         self._finish_login()
         if not self.closed:
@@ -490,7 +488,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._continue_after_login()
             self._flush()
 
-    def _login_failed(self, failure) -> None:
+    def _login_failed(self, failure: Failure) -> None:
         failure.trap(UnauthorizedLogin, UnhandledCredentials)
         self._finish_login()
         if failure.check(UnhandledCredentials):
@@ -498,7 +496,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         else:
             self._refuse_login(failure.getErrorMessage() or "refused")
 
-    def _login_broke(self, failure, identifier: bytes) -> None:
+    def _login_broke(self, failure: Failure, identifier: bytes) -> None:
         """A checker failed in an unexpected way: log it, and refuse the login."""
         self._log.failure("SSMP login of {identifier!r} failed", failure, identifier=identifier)
         self._waiting_for_login = False
@@ -516,24 +514,22 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
     def _refuse_login(self, reason: str) -> None:
         request = self._login_request
+        assert request is not None  # set by do_LOGIN, the only way here
         self.factory.events.auth_failure(
             "ssmp", request.target, source=transport_source(self.transport), scheme=request.option, reason=reason
         )
         self._close(self.factory.unauthorized_reply)
 
     def _logged_in(self, identifier: bytes, principal: Principal, anonymous: bool) -> None:
-        if self._login_timer is not None:
-            if self._login_timer.active():
-                self._login_timer.cancel()
-            self._login_timer = None
+        self.cancel_timer(self._login_timer)
+        self._login_timer = None
         self.name = identifier
         self.principal = principal
         self.address = None if anonymous else identifier
         self._dispatch = _ANONYMOUS if anonymous else _NAMED
         self._fallback = SSMPServerProtocol._not_implemented
-        self.last_heard = self.factory.clock.seconds()
-        self.factory.live[self] = None
-        self._admission.login()
+        self.factory.liveness.watch(self)
+        self.logged_in()
         self.factory.broker.attach(self)
         self._replies.append(OK)
 
@@ -561,6 +557,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         """Liveness only: ``heard`` was already set; the spec forbids any reply."""
 
     def do_SUBSCRIBE(self, request: Request) -> None:
+        assert request.target is not None  # the codec reads no SUBSCRIBE without a topic
         try:
             self.factory.broker.subscribe(self, request.target, request.option is not None)
         except AlreadySubscribed:
@@ -573,6 +570,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
             self._replies.append(OK)
 
     def do_UNSUBSCRIBE(self, request: Request) -> None:
+        assert request.target is not None  # as SUBSCRIBE's
         try:
             self.factory.broker.unsubscribe(self, request.target)
         except NotSubscribed:
@@ -602,6 +600,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         return OK if found else NOT_FOUND
 
     def do_BCAST(self, request: Request) -> None:
+        assert request.payload is not None  # the codec reads no BCAST without one
         content, binary = _content(request.payload)
         message = Message(BROADCAST, None, content, "ssmp", self.name, binary, principal=self.principal)
         self.factory.broker.route(Broadcast(message, self))
@@ -609,16 +608,12 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
 
 
 P = SSMPServerProtocol
-_BEFORE_LOGIN = {b"LOGIN": P.do_LOGIN}
+# One table per connection state (brokerd.protocols.dispatch).
+_BEFORE_LOGIN = command_table(P, [b"LOGIN"])
 _NAMED = {
     b"LOGIN": P._already_logged_in,
-    b"CLOSE": P.do_CLOSE,
-    b"PING": P.do_PING,
-    b"PONG": P.do_PONG,
-    b"SUBSCRIBE": P.do_SUBSCRIBE,
-    b"UNSUBSCRIBE": P.do_UNSUBSCRIBE,
     # MCAST and UCAST are parsed and handled inline by _handle_lines once logged in.
-    b"BCAST": P.do_BCAST,
+    **command_table(P, [b"CLOSE", b"PING", b"PONG", b"SUBSCRIBE", b"UNSUBSCRIBE", b"BCAST"]),
 }
 _ANONYMOUS = dict(_NAMED)
 _ANONYMOUS.update({b"SUBSCRIBE": P._not_allowed, b"UNSUBSCRIBE": P._not_allowed, b"BCAST": P._not_allowed})
@@ -628,7 +623,7 @@ _CLOSED: dict = {}
 del P
 
 
-class SSMPServerFactory(Factory):
+class SSMPServerFactory(Factory[SSMPServerProtocol]):
     """One per SSMP listener; all of them share the Broker, the portal and the settings."""
 
     protocol = SSMPServerProtocol
@@ -642,48 +637,27 @@ class SSMPServerFactory(Factory):
         self.events = events
         """The event log's IEventRecorder (auth failures, slow-consumer drops; routing goes
         through the Broker)."""
-        self.live: dict[SSMPServerProtocol, None] = {}
-        """Logged-in connections, for the liveness sweep."""
+        tick = min(settings.ping_interval, settings.pong_timeout) / 4
+        self.liveness = LivenessSweep(clock, tick, self._silent)
+        """Logged-in connections, PINGed when silent (brokerd.protocols.lifecycle)."""
+        self.live: dict[SSMPServerProtocol, None] = self.liveness.live
         schemes = " ".join(enabled_schemes(portal)).encode("ascii")
         self.unauthorized_reply = b"401 " + schemes + b"\n" if schemes else b"401\n"
-        self._sweeper: LoopingCall | None = None
 
     def startFactory(self) -> None:
-        tick = min(self.settings.ping_interval, self.settings.pong_timeout) / 4
-        self._sweeper = LoopingCall(self.sweep)
-        self._sweeper.clock = self.clock
-        self._sweeper.start(tick, now=False)
+        self.liveness.start()
 
     def stopFactory(self) -> None:
-        if self._sweeper is not None and self._sweeper.running:
-            self._sweeper.stop()
-        self._sweeper = None
+        self.liveness.stop()
 
-    def sweep(self) -> None:
-        """PING connections silent for ``ping_interval``; close those that stay silent for
-        ``pong_timeout`` after the PING."""
-        now = self.clock.seconds()
-        ping_after = self.settings.ping_interval
-        give_up_after = self.settings.pong_timeout
-        for connection in tuple(self.live):
-            if connection.heard:
-                connection.heard = False
-                connection.last_heard = now
-                connection.pinged_at = None
-            elif connection.pinged_at is None:
-                if now - connection.last_heard >= ping_after:
-                    connection.pinged_at = now
-                    connection.transport.write(PING_EVENT)
-            elif now - connection.pinged_at >= give_up_after:
-                connection._close()
+    def _silent(self, connection: SSMPServerProtocol, now: float) -> None:
+        """PING a connection silent for ``ping_interval``; close one that stays silent for
+        ``pong_timeout`` after the PING (docs/ssmp.md)."""
+        pinged = connection.pinged_at
+        if pinged is None or pinged < connection.last_heard:
+            if now - connection.last_heard >= self.settings.ping_interval:
+                connection.pinged_at = now
+                connection.transport.write(PING_EVENT)
+        elif now - pinged >= self.settings.pong_timeout:
+            connection._close()
 
-
-def build_factory(runtime: Runtime) -> SSMPServerFactory:
-    """The SSMP front end's entry point for brokerd.tap."""
-    return SSMPServerFactory(
-        runtime.broker,
-        runtime.portal,
-        runtime.settings,
-        runtime.reactor,
-        runtime.resources.get("event_log", NULL_EVENT_LOG),
-    )

@@ -61,21 +61,22 @@ class SSMPWireFormat(WireFormat):
         # Text that SSMP carries as it is (the common case, checked inline: this runs once per
         # message and format on the hot path); anything else takes encode_payload's rules.
         if message.binary or not payload or payload[0] <= 3 or len(payload) > MAX_PAYLOAD or _LF in payload:
-            payload = encode_payload(payload, message.binary)  # type: ignore[assignment]
-            if payload is None:
+            encoded = encode_payload(payload, message.binary)
+            if encoded is None:
                 self.unrepresentable += 1
                 return None
+            payload = encoded
         kind = message.kind
-        if kind == MULTICAST and message.target not in _KNOWN_IDS and not is_id(message.target):  # type: ignore[arg-type]
+        if kind == MULTICAST and message.target not in _KNOWN_IDS and not is_id(message.target):  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
             self.unrepresentable += 1
             return None
         protocol = message.protocol
         sender = message.sender_name if protocol == "ssmp" else foreign_id(protocol, message.sender_name)
         if kind == MULTICAST:
             target = message.target
-            return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]
+            return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
         if kind == UNICAST:
-            return b"".join((b"000 ", sender, b" UCAST ", message.target, b" ", payload, b"\n"))  # type: ignore[arg-type]
+            return b"".join((b"000 ", sender, b" UCAST ", message.target, b" ", payload, b"\n"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
         if kind == BROADCAST:
             return b"".join((b"000 ", sender, b" BCAST ", payload, b"\n"))
         return None
@@ -93,7 +94,7 @@ class SSMPWireFormat(WireFormat):
             if message.binary or message.sender_name is not sender or message.protocol != "ssmp":
                 return None
         verb = b" MCAST " if kind == MULTICAST else b" UCAST "
-        head = b"".join((b"000 ", sender, verb, first.target, b" "))  # type: ignore[arg-type]
+        head = b"".join((b"000 ", sender, verb, first.target, b" "))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
         return b"".join((head, (b"\n" + head).join([message.payload for message in messages]), b"\n"))
 
     def render_presence(

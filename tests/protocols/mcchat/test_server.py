@@ -25,12 +25,12 @@ from brokerd.protocols.mcchat.codec import encode_msg, encode_sub, encode_tl, en
 from brokerd.protocols.mcchat.server import (
     MCChatServerFactory,
     MCChatServerProtocol,
-    build_factory,
     transport_id,
 )
-from brokerd.config import Runtime
+from brokerd.protocols.mcchat.plugin import front_end as mcchat
 from brokerd.protocols.ssmp.server import SSMPServerFactory
 from tests.protocols.recording import RecordingEvents
+from tests.support.services import services_for
 
 TLRQ = b"\x04"
 
@@ -153,14 +153,14 @@ def test_connections_over_the_limit_are_closed_without_info() -> None:
     assert server.broker.stats.connections == 1
 
 
-def test_build_factory_uses_the_runtime(server: Server) -> None:
-    runtime = Runtime(settings=Settings(), broker=Broker(), portal=None, reactor=Clock())
-    factory = build_factory(runtime)
-    assert factory.broker is runtime.broker and factory.clock is runtime.reactor
+def test_the_plugin_builds_over_the_services(server: Server, tmp_path) -> None:
+    services = services_for(Settings(data_dir=tmp_path), Clock())
+    factory = mcchat.build(services)
+    assert factory.broker is services.broker and factory.clock is services.reactor
     assert factory.idle_timeout == 300.0 and factory.bind_username is False
     assert factory.events is NULL_EVENT_LOG
-    runtime.resources["event_log"] = events = RecordingEvents()
-    assert build_factory(runtime).events is events
+    events = RecordingEvents()
+    assert mcchat.build(services_for(Settings(data_dir=tmp_path), Clock(), events=events)).events is events
 
 
 # ---------------------------------------------------------------------------- SUB, MSG, UNSUB
@@ -423,6 +423,33 @@ def test_subscribers_and_active_clients_are_not_idle() -> None:
         server.clock.advance(10.0)
         talker.send(encode_msg(b"t", b"u", b"ping"))
     assert listener.closed and not talker.closed
+
+
+def test_an_idle_connection_closed_or_lost_leaves_the_sweep_and_no_timer() -> None:
+    server = Server(idle_timeout=40.0)
+    assert len(server.clock.getDelayedCalls()) == 1  # the idle sweep
+    silent, lost, kept = server.connect(), server.connect(), server.connect()
+    kept.send(encode_sub(b"t"))
+    lost.lose()
+    for _ in range(5):
+        server.clock.advance(10.0)
+    assert silent.closed and not kept.closed
+    assert list(server.factory.live) == [kept.protocol]  # the closed one left at once
+    silent.lose()
+    assert server.broker.stats.connections == 1
+    assert len(server.clock.getDelayedCalls()) == 1
+    server.factory.stopFactory()
+    assert server.clock.getDelayedCalls() == []
+
+
+def test_a_connection_over_the_limit_is_closed_before_info_and_counts_nothing() -> None:
+    server = Server(broker=Broker(max_connections=1))
+    admitted = server.connect()
+    refused = server.connect(info=False)
+    assert refused.take() == b"" and refused.closed
+    assert list(server.factory.live) == [admitted.protocol]
+    refused.lose()
+    assert server.broker.stats.connections == 1
 
 
 def test_stop_factory_stops_the_sweep() -> None:

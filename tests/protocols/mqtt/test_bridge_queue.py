@@ -17,7 +17,7 @@ from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
 from tests.core.test_durable import _result
 
-NAME = "bridge/service/sys%2Fbridge%2Fb/b/1"
+NAME = "@1/bridge/service/sys%2Fbridge%2Fb/b/1"
 OWN = b"sys/bridge/b"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 
 from brokerd.config import Settings
-from brokerd.core.durable import owned_subscriber
+from brokerd.core.subscriber import SubscriberId
 from brokerd.core.principal import ACCOUNT, NOBODY, Principal
 from brokerd.protocols.mqtt.quotas import (
     ANONYMOUS_SESSIONS,
@@ -39,8 +39,8 @@ def test_a_connect_is_refused_by_the_first_quota_it_would_exceed_and_not_for_its
 
 def test_at_the_start_the_oldest_stored_sessions_within_the_quotas_are_kept() -> None:
     q = quotas(mqtt_max_sessions_per_principal=2, mqtt_anonymous_sessions=0)
-    names = [owned_subscriber("mqtt", ALICE, f"c{n}", f"{n:012x}.0001.1") for n in (3, 1, 2)]
-    anonymous = owned_subscriber("mqtt", NOBODY, "x/y", "000000000001.0001.1")
+    names = [SubscriberId(ALICE, "mqtt", f"c{n}", f"{n:012x}.0001.1").encode() for n in (3, 1, 2)]
+    anonymous = SubscriberId(NOBODY, "mqtt", "x/y", "000000000001.0001.1").encode()
     beyond = q.admit_stored([*names, anonymous, "smqp-account:channel"])
     assert sorted(beyond) == sorted([names[0], anonymous])
     assert set(q.owners) == {(ALICE, "c1"), (ALICE, "c2")}

@@ -121,6 +121,19 @@ def test_the_connect_timer_ends_with_a_connection_lost_before_it() -> None:
     assert waiting.closed
 
 
+def test_a_connection_over_the_limit_is_dropped_with_no_timer_and_one_that_ends_leaves_the_sweep() -> None:
+    harness = Harness(max_connections=1)
+    admitted = harness.connected(MQTT_311, "admitted", keep_alive=10)
+    assert list(harness.factory.live) == [admitted.protocol]
+    refused = harness.connection()
+    assert refused.closed and refused.take() == b"" and refused.transport.producer is None
+    assert _connect_timers(harness) == 0
+    admitted.lose()
+    assert harness.factory.live == {} and harness.broker.stats.connections == 0
+    harness.factory.stopFactory()
+    assert harness.clock.getDelayedCalls() == []
+
+
 def _connect_timers(harness: Harness) -> int:
     return sum(getattr(call.func, "__name__", "") == "_connect_timed_out" for call in harness.clock.getDelayedCalls())
 

@@ -11,7 +11,8 @@ from twisted.internet.testing import StringTransport
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
-from brokerd.core.durable import DurableService, owned_subscriber
+from brokerd.core.durable import DurableService
+from brokerd.core.subscriber import SubscriberId
 from brokerd.core.message import MULTICAST, Details, Message
 from brokerd.core.principal import ACCOUNT, Principal
 from brokerd.core.subscriptions import FILTER
@@ -35,7 +36,7 @@ def _node(*stored: tuple[Principal, str]) -> tuple[MQTTSessions, DurableService,
     store.open()
     names = []
     for principal, client_id in stored:
-        name = owned_subscriber("mqtt", principal, client_id, "000000000001.0000.1")
+        name = SubscriberId(principal, "mqtt", client_id, "000000000001.0000.1").encode()
         _result(store.put_subscription(SubscriptionRecord(name, FILTER, "a/+", ("ADD", "q1", "nl"))))
         _result(store.put_subscription(SubscriptionRecord(name, FILTER, "b/#", ("q0",))))
         names.append(name)

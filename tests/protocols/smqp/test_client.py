@@ -19,8 +19,8 @@ from brokerd.core.broker import Broker
 from brokerd.protocols.smqp.client import LoginInfo, SMQPClientFactory, SMQPError
 from brokerd.protocols.smqp.codec import SMQPProtocolError, encode_notify, encode_reply
 from brokerd.protocols.smqp.events import Body, Notify, Section
-from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
+from tests.support.smqp import smqp_factory
 
 
 def outcome(d):
@@ -105,7 +105,7 @@ def test_a_broken_server_is_dropped_and_pending_commands_fail():
 def test_conversation_with_the_real_server(tmp_path: Path):
     path = tmp_path / "accounts"
     write_accounts(path, {"alice": PasswordHash.create("pw", n=2)})
-    server_factory = SMQPServerFactory(Broker(), Settings(), Clock(), MemoryStore(),
+    server_factory = smqp_factory(Broker(), Settings(), Clock(), MemoryStore(),
                                        AccountsChecker(path, run=run_inline), run=run_inline)
     server_factory.start()
     client, server, pump = iosim.connectedServerAndClient(

@@ -17,11 +17,11 @@ from brokerd.auth.ual import AccessList
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.smqp import outbox as outbox_module
-from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from tests.protocols.recording import RecordingEvents
+from tests.support.smqp import smqp_factory
 
-MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.smqp_max_attempts, Settings.smqp_retry_timeout
+MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.durable_max_attempts, Settings.durable_retry_timeout
 
 PUB = (b"PUB MESSAGE /a %s\r\nCreated: D20020101T000000Z\r\n%s\r\n"
        b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n%s\r\n.\r\n")
@@ -60,8 +60,8 @@ class Setup:
         self.clock.advance(1000.0)
         self.events = RecordingEvents()
         self.routed = RoutedMessages()
-        self.factory = SMQPServerFactory(
-            Broker(observer=self.routed), Settings(login_timeout=5.0, smqp_domain="test.example"), self.clock,
+        self.factory = smqp_factory(
+            Broker(observer=self.routed), Settings(login_timeout=5.0, domain="test.example"), self.clock,
             MemoryStore(), AccountsChecker(path, run=run_inline), ual=AccessList(),
             run=run_inline, events=self.events,
         )
@@ -297,7 +297,7 @@ def test_smqp_subscriptions_are_the_cores_durable_subscriptions(s):
 
 def test_without_an_event_log_nothing_breaks(tmp_path):
     clock = Clock()
-    factory = SMQPServerFactory(Broker(), Settings(), clock, MemoryStore(), AccountsChecker(None, run=run_inline),
+    factory = smqp_factory(Broker(), Settings(), clock, MemoryStore(), AccountsChecker(None, run=run_inline),
                                 run=run_inline)
     factory.start()
     from brokerd.events.log import NULL_EVENT_LOG

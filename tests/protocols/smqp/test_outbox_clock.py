@@ -35,8 +35,8 @@ from tests.protocols.recording import RecordingEvents
 
 SUBSCRIBER = "alice:s1"
 TOPIC = "a"
-RETRY = Settings.smqp_retry_timeout
-MAX_ATTEMPTS = Settings.smqp_max_attempts
+RETRY = Settings.durable_retry_timeout
+MAX_ATTEMPTS = Settings.durable_max_attempts
 EPSILON = 2.0 ** -10
 """Exact in binary, so ``(RETRY - EPSILON) + EPSILON == RETRY`` on the Clock."""
 
@@ -242,7 +242,7 @@ def test_a_window_left_unanswered_closes_the_session_and_comes_again_on_the_next
 
 
 def test_a_window_notification_whose_attempts_are_spent_is_given_up_then_the_session_closed() -> None:
-    rig = Rig(Settings(smqp_max_attempts=2))
+    rig = Rig(Settings(durable_max_attempts=2))
     rig.publish(b"m0")
     rig.publish(b"m1")
     rig.outbox.set_window(2)
@@ -263,7 +263,7 @@ def test_a_window_notification_whose_attempts_are_spent_is_given_up_then_the_ses
 # ---------------------------------------------------------------------------- 416
 
 def test_a_refusal_offers_the_delivery_again_after_the_retry_timeout_counting_an_attempt() -> None:
-    rig = Rig(Settings(smqp_max_attempts=3))
+    rig = Rig(Settings(durable_max_attempts=3))
     rig.publish(b"m1")
     fired(rig.outbox.refuse())
     rig.outbox.pump()

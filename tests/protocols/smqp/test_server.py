@@ -21,6 +21,7 @@ from brokerd.protocols.smqp.codec import SMQPClientParser, parse_topic
 from brokerd.protocols.smqp.server import MAX_PIPELINE, SERVER_IDENT, SMQPServerFactory
 from brokerd.protocols.smqp.wire import SMQPWireFormat, core_topic, smqp_topic
 from brokerd.store.memory import MemoryStore
+from tests.support.smqp import smqp_factory
 
 GREETING = f"SMQP/1.0 Ready. {SERVER_IDENT}\r\n".encode()
 
@@ -41,8 +42,8 @@ def factory(tmp_path: Path) -> SMQPServerFactory:
     path = tmp_path / "accounts"
     write_accounts(path, {"alice": PasswordHash.create("alicepw", n=2)})
     clock = Clock()
-    settings = Settings(login_timeout=5.0, max_output_buffer=1000, smqp_domain="test.example")
-    factory = SMQPServerFactory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
+    settings = Settings(login_timeout=5.0, max_output_buffer=1000, domain="test.example")
+    factory = smqp_factory(Broker(), settings, clock, FlakyStore(), AccountsChecker(path, run=run_inline),
                                 ual=AccessList(), run=run_inline)
     factory.start()
     return factory
@@ -85,7 +86,7 @@ def test_connections_wait_for_the_store(tmp_path):
         def load_topics(self):
             return gate.addCallback(lambda _: [])
 
-    factory = SMQPServerFactory(Broker(), Settings(), Clock(), SlowStore(), AccountsChecker(None, run=run_inline),
+    factory = smqp_factory(Broker(), Settings(), Clock(), SlowStore(), AccountsChecker(None, run=run_inline),
                                 run=run_inline)
     factory.start()
     protocol, transport = connect(factory)
@@ -103,6 +104,21 @@ def test_login_timer_and_connection_limit(factory):
     other, other_transport = connect(factory)
     assert other_transport.value() == f"SMQP/1.0 Not Available. {SERVER_IDENT}\r\n".encode()
     assert other_transport.disconnecting
+
+
+def test_a_login_cancels_its_timer_and_an_ended_connection_leaves_none(factory):
+    assert factory.clock.getDelayedCalls() == []
+    waiting, waiting_transport = connect(factory)
+    alice, alice_transport = logged_in(factory)
+    assert len(factory.clock.getDelayedCalls()) == 1  # the waiting one's login timer
+    factory.clock.advance(5.0)
+    assert waiting_transport.value().endswith(b"421 Login timeout: no login within 5 s\r\n")
+    assert alice_transport.value() == b"" and not alice_transport.disconnecting
+    late, _ = connect(factory)
+    for protocol in (waiting, alice, late):
+        protocol.connectionLost(None)
+    assert factory.clock.getDelayedCalls() == []
+    assert factory.broker.stats.connections == 0
 
 
 def test_replies_of_one_read_are_one_write(factory):
@@ -226,19 +242,23 @@ def test_remove_reports_the_messages_still_pending(factory):
 
 
 def test_the_ual_file_is_watched_on_the_clock(factory, tmp_path):
+    """The access list is the core's, watched by its own service (brokerd.tap starts it): the
+    front end reads each version it installs."""
     from brokerd.auth.ual import Perm, read_access_list
 
     ual = tmp_path / "ual"
     ual.write_text("/ alice psacr\n")
-    watched = SMQPServerFactory(factory.broker, factory.settings, factory.clock, MemoryStore(),
-                                factory.checker, ual=read_access_list(ual), ual_file=ual, run=run_inline)
+    watched = smqp_factory(Broker(), factory.settings, factory.clock, MemoryStore(),
+                           factory.checker, ual=read_access_list(ual), ual_file=ual, run=run_inline)
     watched.start()
     watched.startFactory()
+    watched.access_list.startService()
     ual.write_text("/ alice s   # read-only now\n")
     factory.clock.advance(4.9)
     assert watched.ual.permissions("alice", ()) != Perm.SUBSCRIBE
     factory.clock.advance(0.1)
     assert watched.ual.permissions("alice", ()) == Perm.SUBSCRIBE
+    watched.access_list.stopService()
     watched.stopFactory()
 
 
@@ -284,7 +304,7 @@ def test_count_subscribers_counts_message_subscribers_of_the_topic(factory):
 
 
 def test_unacknowledged_notifications_are_retried_then_trashed(factory):
-    MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.smqp_max_attempts, Settings.smqp_retry_timeout  # noqa: N806
+    MAX_ATTEMPTS, RETRY_TIMEOUT = Settings.durable_max_attempts, Settings.durable_retry_timeout  # noqa: N806
 
     subscriber, sub_transport = logged_in(factory, "s1")
     subscriber.dataReceived(b"CREATE TOPIC /a\r\nSUB MESSAGE /a\r\n")

@@ -20,6 +20,7 @@ from brokerd.protocols.smqp.events import Reply
 from brokerd.protocols.smqp.server import SMQPServerFactory
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
+from tests.support.smqp import smqp_factory
 
 PUB = ("PUB MESSAGE {target} {cmuid}\r\nCreated: D20020101T000000Z\r\n{headers}\r\n"
        "Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi\r\n.\r\n")
@@ -39,7 +40,7 @@ class FlakyStore(MemoryStore):
 def make_factory(tmp_path: Path, ual: str = "", **settings) -> SMQPServerFactory:
     path = tmp_path / "accounts"
     write_accounts(path, {name: PasswordHash.create(name + "pw", n=2) for name in ("alice", "bob")})
-    factory = SMQPServerFactory(Broker(), Settings(smqp_domain="test.example", **settings), Clock(), FlakyStore(),
+    factory = smqp_factory(Broker(), Settings(domain="test.example", **settings), Clock(), FlakyStore(),
                                 AccountsChecker(path, run=run_inline), ual=parse_access_list(ual), run=run_inline)
     factory.start()
     factory.startFactory()
@@ -96,7 +97,7 @@ def ok(replies: list) -> None:
 
 def expiry(factory: SMQPServerFactory, client_id: str) -> float | None:
     """The ``expires`` of the stored message the client published as ``client_id``."""
-    [found] = [m for m in factory.store._messages.values() if f"/{client_id}(" in m.cmuid]
+    [found] = [m for m in factory.store._messages.values() if f"/{client_id}(" in m.client_message_id]
     return found.expires
 
 
@@ -152,9 +153,9 @@ def test_a_message_without_timeout_takes_its_topics_then_the_servers(factory):
     assert expiry(factory, "Ma") == now + 10  # the topic's own
     assert expiry(factory, "Mab") is None  # /v is virtual: INFINITE was set on its target /a/b
     assert expiry(factory, "Mv") is None
-    assert expiry(factory, "Mc") == now + Settings.smqp_message_timeout
+    assert expiry(factory, "Mc") == now + Settings.durable_message_timeout
     assert expiry(factory, "T1") == now + 5  # the message's Timeout wins
-    assert expiry(factory, "P1") == now + Settings.smqp_message_timeout
+    assert expiry(factory, "P1") == now + Settings.durable_message_timeout
     ok(alice.send("SET TOPIC TIMEOUT /accounts/alice 20"))  # the account's login topics inherit
     ok(alice.publish("alice:c9@test.example", "P2"))
     assert expiry(factory, "P2") == now + 20
@@ -194,7 +195,7 @@ def test_receipts_take_the_login_topics_timeout(factory):
 # ---------------------------------------------------------------------------- delivery settings
 
 def test_delivery_settings_shape_retries_and_the_trash(tmp_path):
-    factory = make_factory(tmp_path, smqp_retry_timeout=2.0, smqp_max_attempts=2, smqp_trash_retention=120.0)
+    factory = make_factory(tmp_path, durable_retry_timeout=2.0, durable_max_attempts=2, durable_dead_letter_retention=120.0)
     bob = Client(factory, "bob", "b1")
     ok(bob.send("CREATE TOPIC /a", "SUB MESSAGE /a"))
     alice = Client(factory)
@@ -300,7 +301,7 @@ def test_a_reply_to_an_address_needs_reply_permission_on_the_answered_messages_t
     ok(bob.publish(to_alice, "R7", ("Smuid", opened), mode="REPLY"))
     # The reply itself sits in alice's login topic; she may answer it (her own topic).
     replies = [m for m in factory.store._messages.values() if m.topic == "accounts/alice/c1"]
-    answer = replies[0].smuid
+    answer = replies[0].message_id
     ok(alice.publish("bob:b1@test.example", "A1", ("Smuid", opened), ("Smuid", answer), mode="REPLY"))
     # A new message to an account still needs publish permission on /.
     guest = Client(factory, "guest", "g1")

@@ -267,6 +267,36 @@ def test_a_slow_consumer_episode_is_one_event_and_a_consumer_congested_too_long_
     assert [r["dropped"] for r in events.of("dropped")] == [5, 1]
 
 
+def _ours(server: Server, name: str) -> list[Any]:
+    """The pending delayed calls of brokerd's own timers called ``name``."""
+    return [call for call in server.clock.getDelayedCalls() if getattr(call.func, "__name__", "") == name]
+
+
+def test_the_request_deadline_and_the_admission_end_with_the_http_connection() -> None:
+    server = Server()
+    http = server.connect()
+    http.protocol.dataReceived(b"GET /socket.mq/ws HTTP/1.1\r\n")
+    assert len(_ours(server, "_too_slow")) == 1 and server.broker.stats.connections == 1
+    http.protocol.connectionLost(Failure(ConnectionAborted()))
+    assert _ours(server, "_too_slow") == [] and server.broker.stats.connections == 0
+    server.clock.advance(server.hub.read_timeout)
+    assert http.value() == b""  # no 408 after the end
+
+
+def test_the_congestion_timer_and_the_handed_over_admission_end_with_the_websocket() -> None:
+    server = Server(max_connections=1)
+    ws = server.websocket()
+    assert server.broker.stats.connections == 1  # the HTTP channel's count, now the session's
+    assert server.connect().disconnecting  # still counted: the limit is full
+    session = ws.protocol
+    session.pauseProducing()
+    assert len(_ours(server, "_too_slow")) == 1
+    ws.protocol.connectionLost(Failure(ConnectionAborted()))
+    assert _ours(server, "_too_slow") == [] and server.broker.stats.connections == 0
+    again = server.connect()
+    assert again.value() == b"" and not again.disconnecting
+
+
 def test_portal_logins_and_refusals_are_events() -> None:
     events = RecordingEvents()
     server = Server(events=events)

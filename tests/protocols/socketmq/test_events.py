@@ -54,7 +54,7 @@ def required(tmp_path: Path) -> Any:
 
 
 def _events(broker: LiveBrokerd) -> RecordingEvents:
-    return broker.runtime.resources["event_log"]
+    return broker.services.event_log
 
 
 def _failures(broker: LiveBrokerd) -> list[tuple]:

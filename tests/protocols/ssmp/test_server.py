@@ -148,6 +148,31 @@ def test_login_cancels_the_timeout():
     assert not c.closed
 
 
+def test_a_connection_that_ends_leaves_no_timer_and_leaves_the_sweep():
+    h = Harness(login_timeout=3.0)
+    sweep = h.clock.getDelayedCalls()
+    assert len(sweep) == 1  # the factory's liveness sweep
+    waiting, alice = h.connect(), h.login("alice")
+    assert len(h.clock.getDelayedCalls()) == 2  # and the login timer of the one not logged in
+    assert list(h.factory.live) == [alice.protocol]
+    waiting.lose()
+    alice.lose()
+    assert h.clock.getDelayedCalls() == sweep and h.factory.live == {}
+    assert h.broker.stats.connections == 0
+    h.factory.stopFactory()
+    assert h.clock.getDelayedCalls() == []
+
+
+def test_a_connection_over_the_limit_is_closed_without_a_reply_and_without_a_timer():
+    h = Harness(max_connections=1)
+    admitted = h.connect()
+    refused = h.connect()
+    assert refused.closed and refused.take() == b""
+    assert refused.transport.producer is None
+    assert len(h.clock.getDelayedCalls()) == 2  # the sweep and the admitted one's login timer
+    assert admitted.request("LOGIN alice open") == b"200\n"
+
+
 # ------------------------------------------------------------------ ping / pong
 
 def test_client_ping_gets_pong_from_anonymous(h):

@@ -286,7 +286,8 @@ def _p_find(w: _Words) -> Command:
 def _p_publish(w: _Words) -> Command:
     w.choice(_MESSAGE, "MESSAGE")
     mode = "NEW"
-    if w.peek() is not None and w.peek().upper() in _PUBLISH_MODES and len(w.tokens) - w.i >= 3:  # type: ignore[union-attr]
+    following = w.peek()
+    if following is not None and following.upper() in _PUBLISH_MODES and len(w.tokens) - w.i >= 3:
         mode = w.word("mode").upper()
     target = w.word("topic or recipient")
     topic = None

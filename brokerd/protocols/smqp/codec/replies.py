@@ -6,7 +6,7 @@ import re
 
 from brokerd.protocols.smqp.codec.reader import _BodyError, _BodyReader, _Input, _LONG, _NEED
 from brokerd.protocols.smqp.codec.values import MAX_MESSAGE, MAX_SERVER_LINE, SMQPProtocolError
-from brokerd.protocols.smqp.events import Greeting, Notify, Reply
+from brokerd.protocols.smqp.events import Body, Greeting, Notify, Reply
 
 _REPLY = re.compile(r"([0-9]{3})(?:([ -])(.*))?")
 _NOTIFY_KINDS = {"MESSAGE": "MESSAGE", "MESS": "MESSAGE", "RECEIPT": "RECEIPT", "TOPIC": "TOPIC",
@@ -55,8 +55,10 @@ class SMQPClientParser:
                     raise SMQPProtocolError(f"bad notification body: {exc.text}") from None
                 if result is _NEED:
                     break
-                kind, args = self._notify  # type: ignore[misc]
-                events.append(Notify(kind, args, result))  # type: ignore[arg-type]
+                notify = self._notify
+                assert notify is not None and isinstance(result, Body)  # the NOTIFY the body reader was started for
+                kind, args = notify
+                events.append(Notify(kind, args, result))
                 self._reader = self._notify = None
                 continue
             line = source.line()
