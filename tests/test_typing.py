@@ -23,9 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BROKERD = ROOT / "brokerd"
 
 NOT_YET_TYPED = frozenset({
-    "brokerd/core/durable.py",
     "brokerd/core/router.py",
-    "brokerd/core/stored.py",
 })
 """The modules mypy still reports errors in (the rest of brokerd passes)."""
 
@@ -37,11 +35,10 @@ IGNORES_WITHOUT_A_REASON_YET = frozenset({
     "brokerd/core/broker.py",
     "brokerd/core/durable.py",
     "brokerd/core/router.py",
-    "brokerd/core/stored.py",
 })
 """The modules whose ``type: ignore`` comments do not all say why yet (every other module's do)."""
 
-IGNORE_CEILING = 60
+IGNORE_CEILING = 57
 """``type: ignore`` comments in brokerd at most: lower it as modules are typed (the goal is 30)."""
 
 _ERROR = re.compile(r"^(brokerd/[^:]+\.py):\d+: error: ", re.MULTILINE)

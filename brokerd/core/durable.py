@@ -265,7 +265,8 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
     def start_sweeps(self) -> None:
         if self._loops:
             return
-        work_list = [(EXPIRY_INTERVAL, self.sweep), (PURGE_INTERVAL, self.purge_dead_letters)]
+        work_list: list[tuple[float, Callable[[], Deferred | None]]] = [
+            (EXPIRY_INTERVAL, self.sweep), (PURGE_INTERVAL, self.purge_dead_letters)]
         if self.gauge_interval is not None:
             work_list.append((self.gauge_interval, self.gauge))
         for interval, work in work_list:
@@ -338,7 +339,7 @@ class DurableService(DurableSync, DurableQueues, DurableOutcomes):
         principal = owner_of(subscriber)
         if principal is None or self.access_control is None:
             return True
-        return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)  # type: ignore[no-any-return]
+        return self.access_control().allows(principal, key.encode("utf-8"), Perm.SUBSCRIBE)
 
     def recipients(self, key: str, change: str, received: float, kind: str = MESSAGE) -> list[str]:
         """The durable subscribers of topic ``key`` (by their ``kind`` subscriptions: MESSAGE
@@ -660,7 +661,7 @@ def attach_durable(broker: Any, store: Any, opened: Deferred | None, clock: Any,
     # Retained messages load once the store is open; a failure is the store's to report.
     durable.when_started().addCallbacks(
         lambda _: broker.retained.use_store(store).addErrback(_retained_not_loaded), lambda _failure: None)
-    return durable  # type: ignore[no-any-return]
+    return durable
 
 
 def _retained_not_loaded(failure: Failure) -> None:

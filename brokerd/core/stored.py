@@ -128,7 +128,7 @@ def _plain_header(message: Message, message_id: str | None, created: float | Non
         if len(_HEADS) >= _MAX_HEADS:
             _HEADS.clear()
         head = _HEADS[key] = (
-            f'{{"k":{e(kind)},"t":{e(target.decode("latin-1"))},"p":{e(protocol)},'  # type: ignore[union-attr]
+            f'{{"k":{e(kind)},"t":{e(target.decode("latin-1"))},"p":{e(protocol)},'
             f'"s":{e(sender.decode("latin-1"))},'
             f'"d":{"null" if display is None else e(display.decode("latin-1"))},'
             f'"b":{"true" if binary else "false"},"c":null,"i":')
@@ -211,9 +211,9 @@ def _message(header: dict, payload: bytes, read: list[tuple[list, bytes]]) -> Me
                           response_topic=header.get("rt"), correlation=_bytes(header.get("cd")),
                           payload_format=header.get("pf"),
                           user_properties=tuple(map(tuple, header.get("u", ()))))
-        return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], _bytes(header["s"]),
+        return Message(header.get("k", MULTICAST), _bytes(header["t"]), payload, header["p"], header["s"].encode("latin-1"),
                        bool(header["b"]), display_name=_bytes(header["d"]), details=details)
-    except (KeyError, TypeError, struct.error, UnicodeError) as exc:
+    except (KeyError, TypeError, AttributeError, struct.error, UnicodeError) as exc:  # AttributeError: no sender
         raise ValueError(f"corrupt stored message: {exc}") from None
 
 

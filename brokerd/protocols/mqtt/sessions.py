@@ -20,6 +20,7 @@ from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
+from brokerd.core.durable import DurableService
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Multicast
 from brokerd.core.subscriber import SubscriberId, protocol_prefix

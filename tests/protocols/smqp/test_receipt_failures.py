@@ -18,7 +18,7 @@ from brokerd.store.records import ReceiptDue
 
 def failing_service() -> MessageService:
     """A MessageService whose store fails every publication with a bug (a RuntimeError)."""
-    durable = SimpleNamespace(clock=Clock(), index=None, sessions={}, suid="node", next_seq=lambda: 7,
+    durable = SimpleNamespace(clock=Clock(), index=None, sessions={}, server_id="node", next_seq=lambda: 7,
                               topics=SimpleNamespace(timeout_for=lambda key: None))
     service = MessageService(durable, broker=None, wire=None, display=lambda key: "/" + key)  # type: ignore[arg-type]
     service.publish = lambda *args, **kwargs: fail(RuntimeError("a bug in the store"))  # type: ignore[method-assign]
