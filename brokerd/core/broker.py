@@ -112,9 +112,7 @@ class Broker(Service):
         self.topics = TopicRegistry()
         self.filtered = FilterSubscriptions()
         """Subscriptions to topic filters (:meth:`subscribe_filter`)."""
-        self.retained = RetainedMessages()
-        """The last retained message of each topic (MQTT's retain flag), kept in the store
-        when the node has one (brokerd.core.durable.attach_durable)."""
+        self._retained = RetainedMessages()
         self.registry = SessionRegistry()
         """Attached sessions and who holds each address (brokerd.core.sessions)."""
         self.owned_namespaces = self.registry.owned_namespaces
@@ -134,7 +132,7 @@ class Broker(Service):
         joined: dict[ISubscriber, dict[bytes, Topic]] = {}
         self.router = Router(self.stats, self.topics, self.filtered, self.registry.addresses, joined)
         """Where every publication is delivered (brokerd.core.router)."""
-        self.router.install(access=self.access)
+        self.router.install(access=self.access, retained=self._retained)
         self.route: Callable[[Publication], int] = self.router.route
         """The one routing entry point (:meth:`brokerd.core.router.Router.route`), bound here
         so that a front end's call costs no extra frame."""
@@ -351,6 +349,20 @@ class Broker(Service):
     def remote_topics_changed(self) -> None:
         """The engine's report that another node's topics changed."""
         self.live.remote_topics_changed()
+
+    # ------------------------------------------------------------------ retained messages
+
+    @property
+    def retained(self) -> RetainedMessages:
+        """The last retained message of each topic (MQTT's retain flag), kept in the store
+        when the node has one (brokerd.core.durable.attach_durable); the router's retain stage
+        keeps them.  Setting it (the server's bounds) installs the stage with it."""
+        return self._retained
+
+    @retained.setter
+    def retained(self, retained: RetainedMessages) -> None:
+        self._retained = retained
+        self.router.install(retained=retained)
 
     # ------------------------------------------------------------------ access policy
 

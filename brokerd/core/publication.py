@@ -11,12 +11,14 @@ twice as much to make as a class with ``__slots__``, and one is made per read of
 end (benchmarks/ssmp_cpu.py counted 2 % more instructions per SSMP message with NamedTuples).
 
 A run (``messages``) is consecutive messages of one sender that a front end read in one go,
-all to one topic (or one address), in order; a single message is a run of one.
+all to one topic (or one address), in order; a single message is a run of one.  A message its
+publisher asked to retain starts a run: the router's retain stage looks at a run's first
+message only, so that a run with none to retain pays one test.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from brokerd.core.message import Message
 
@@ -124,7 +126,33 @@ class RemoteBroadcast(_Publication):
         self.topics: Final = topics
 
 
-Publication = Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast | RemoteBroadcast
+class ReplaySink(Protocol):
+    """Where a :class:`RetainedReplay`'s messages go: the paged sender of one session (MQTT's
+    brokerd.protocols.mqtt.retaining.RetainedDelivery), which queues each for its client."""
+
+    def send_retained(self, message: Message) -> bool:
+        """Queue ``message`` for the session; False when its wire format cannot carry it."""
+
+    def full(self) -> bool:
+        """Whether the session takes no more now (the rest of the page waits)."""
+
+
+class RetainedReplay(_Publication):
+    """The retained messages a new subscription of ``reader`` to ``topic_filter`` matches (a
+    page of them, in topic order), for ``sink`` to queue: each only if the access list lets
+    the reader's principal read its topic, as a live message to the reader would be."""
+
+    __slots__ = ("reader", "topic_filter", "messages", "sink")
+
+    def __init__(self, reader: ISubscriber, topic_filter: bytes, messages: list[Message], sink: ReplaySink) -> None:
+        self.reader: Final = reader
+        self.topic_filter: Final = topic_filter
+        self.messages: Final = messages
+        self.sink: Final = sink
+
+
+Publication = (Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast
+               | RemoteBroadcast | RetainedReplay)
 """Everything :meth:`brokerd.core.router.Router.route` takes."""
 
 

@@ -7,9 +7,12 @@ in the core, and in the core's store, not in the MQTT front end: they must survi
 the filter rules that pick them are the core's (:mod:`brokerd.core.filters`), and any front end
 that learns to retain or to hand retained messages out uses the same ones.
 
-Who writes: the front end that accepted a publish its client asked to retain (MQTT's) calls
-:meth:`RetainedMessages.retain` with the Message it publishes; a front end answering a new
-subscription reads :meth:`RetainedMessages.matching`.  Whoever assembles the broker gives it
+Who writes: the router's retain stage (:mod:`brokerd.core.router`, installed when the broker
+has retained messages) calls :meth:`RetainedMessages.retain` with each message a publisher
+asked to retain, after the access decision; a front end that must refuse a publish whose
+retain would be refused asks :meth:`RetainedMessages.check` first.  A front end answering a new
+subscription reads :meth:`RetainedMessages.page` and routes what it found as a
+:class:`brokerd.core.publication.RetainedReplay`, which the access list filters.  Whoever assembles the broker gives it
 the node's store once (:meth:`RetainedMessages.use_store`), which loads what the store holds;
 every change is written through from then on, in the stored form of
 :mod:`brokerd.core.stored`, keyed by the topic decoded as UTF-8.
@@ -192,14 +195,7 @@ class RetainedMessages:
         write, which fires with True once the change is durable, or with False when the
         write failed (logged here; the value held in memory stays and is served): it never
         fails, and nobody has to wait for it."""
-        topic = message.target
-        if message.kind != MULTICAST or topic is None:
-            raise ValueError(f"{message!r} is not sent to a topic: only a publish is retained")
-        try:
-            key = _key(topic)
-        except RetainRefused as refused:
-            self.quotas.count_refusal(UNKEYABLE, str(refused))
-            raise
+        topic, key = self._topic_key(message)
         old = self._messages.get(topic)
         data: builtins.bytes | None = None
         if not message.payload:
@@ -209,13 +205,9 @@ class RetainedMessages:
             owner = quota_owner(message.principal)
             new_size = size(message)
             grown = new_size - (size(old) if old is not None else 0)
-            if old is None and len(self._messages) >= self.max_messages:
-                self._refuse(FULL, f"{self.max_messages} topics have a retained message already")
-            if grown > 0 and self._size + grown > self.max_bytes:
-                self._refuse(FULL, f"retained messages would hold more than {self.max_bytes} bytes")
-            over = self.quotas.exceeds(owner, topic, new_size)
-            if over is not None:
-                self._refuse(QUOTA, over)
+            refusal = self._refusal(topic, old, owner, new_size, grown)
+            if refusal is not None:
+                self._refuse(*refusal)
             data = _owned(owner, message)
             self._put(topic, message, grown, old is None)
             self.quotas.take(topic, owner, new_size)
@@ -224,6 +216,22 @@ class RetainedMessages:
         if self._store is None:
             return None
         return self._write(key, data)
+
+    def check(self, message: Message) -> None:
+        """Raise :class:`RetainRefused` (counted and logged as a refused retain) when
+        :meth:`retain` would refuse ``message`` now; change nothing.  For a front end that must
+        refuse the whole publish when its retain is refused (MQTT 5's QoS 1 and 2, 0x97): it
+        asks here before it routes, and the router's retain stage keeps the message (the
+        check and the retain run in one reactor turn, with nothing retained between)."""
+        topic, _key_text = self._topic_key(message)
+        if not message.payload:
+            return  # deleting is never refused
+        old = self._messages.get(topic)
+        new_size = size(message)
+        grown = new_size - (size(old) if old is not None else 0)
+        refusal = self._refusal(topic, old, quota_owner(message.principal), new_size, grown)
+        if refusal is not None:
+            self._refuse(*refusal)
 
     def use_store(self, store: Any) -> Deferred:
         """Load the retained messages ``store`` (brokerd.store.base.IStore) holds and write
@@ -246,6 +254,29 @@ class RetainedMessages:
         return loading.addBoth(self._loaded, changed)
 
     # ------------------------------------------------------------------ inside
+
+    def _topic_key(self, message: Message) -> tuple[builtins.bytes, str]:
+        """``message``'s topic and the store's key for it; ValueError for a message not sent to
+        a topic, RetainRefused (counted) for a topic no store can key."""
+        topic = message.target
+        if message.kind != MULTICAST or topic is None:
+            raise ValueError(f"{message!r} is not sent to a topic: only a publish is retained")
+        try:
+            return topic, _key(topic)
+        except RetainRefused as refused:
+            self.quotas.count_refusal(UNKEYABLE, str(refused))
+            raise
+
+    def _refusal(self, topic: builtins.bytes, old: Message | None, owner: Principal, new_size: int,
+                 grown: int) -> tuple[str, str] | None:
+        """Why ``owner`` may not make ``topic``'s retained message one of ``new_size`` bytes
+        (``grown`` more than ``old``), as (reason, why); None: it may."""
+        if old is None and len(self._messages) >= self.max_messages:
+            return FULL, f"{self.max_messages} topics have a retained message already"
+        if grown > 0 and self._size + grown > self.max_bytes:
+            return FULL, f"retained messages would hold more than {self.max_bytes} bytes"
+        over = self.quotas.exceeds(owner, topic, new_size)
+        return None if over is None else (QUOTA, over)
 
     def _refuse(self, reason: str, why: str) -> None:
         self.quotas.count_refusal(reason, why)

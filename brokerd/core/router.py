@@ -13,13 +13,19 @@ them.  Here each kind of publication has one path, and each path is a pipeline o
 * cluster forwarding, only when the engine is shared;
 * the fan-out, rendered once per wire format;
 * the observer's per-message report, only when the observer records messages (the operator log
-  in front of a disabled event log does not).
+  in front of a disabled event log does not);
+* the retain stage, only when the broker keeps retained messages: each message of a run its
+  publisher asked to retain becomes its topic's retained message (brokerd.core.retained, with
+  its bounds and per-publisher quotas), after the access decision let the run through.
+
+The retained messages a new subscription matches come back through here as a
+:class:`RetainedReplay`: the reader's access decision, the statistics and the observer, as for
+a live message, then the session's paged sender.
 
 A stage that is not configured is not in the path: a single node with no access list, no
 sampler and no event log runs the access check of system topics, the counters and the fan-out,
 and tests nothing else.  The durable hand-off (:meth:`brokerd.core.broker.Broker.keep`) stays a
-call of its own because the publisher's acknowledgement waits on the Deferred it returns;
-retained messages are kept by the front end that has the notion (MQTT) before it routes.
+call of its own because the publisher's acknowledgement waits on the Deferred it returns.
 Everything here runs on the reactor thread and never blocks.
 """
 from __future__ import annotations
@@ -40,8 +46,10 @@ from brokerd.core.publication import (
     RemoteRun,
     RemoteShare,
     RemoteUnicast,
+    RetainedReplay,
     Unicast,
 )
+from brokerd.core.retained import RetainedMessages, RetainRefused
 from brokerd.core.topics import FanOut, by_format
 from brokerd.errors import Forbidden
 from brokerd.interfaces import IBrokerObserver, IEngine, ISubscriber, IWireFormat
@@ -89,13 +97,17 @@ class Router:
         self.forwards = False
         """Whether the engine is shared (a node of a cluster): what the subscription paths
         test before they tell the engine."""
+        self.retained: RetainedMessages | None = None
+        """Where the retain stage keeps what publishers ask to retain; None: no retain stage."""
+        self._deliver_multicast: Callable[[Multicast], int] = self._multicast
+        """The multicast path behind the retain stage, when there is one."""
         self._paths: dict[type, Callable[[Any], int]] = {}
         self.install()
 
     def install(self, *, access: AccessControl | None = None, observer: Any = False, engine: IEngine | None = None,
-                sampler: Any = False) -> None:
-        """Change what the router is configured with (what is not given stays) and put each
-        path's stages together again."""
+                sampler: Any = False, retained: Any = False) -> None:
+        """Change what the router is configured with (what is not given stays; ``retained``
+        None removes the retain stage) and put each path's stages together again."""
         if access is not None:
             self.access = access
         if observer is not False:
@@ -106,12 +118,17 @@ class Router:
             self.forwards = engine.shared
         if sampler is not False:
             self.sampler = sampler
+        if retained is not False:
+            self.retained = retained
         if self._forward is not None:
             multicast = self._multicast_clustered
         elif self.sampler is not None:
             multicast = self._multicast_sampled
         else:
             multicast = self._multicast
+        if self.retained is not None:
+            self._deliver_multicast = multicast
+            multicast = self._multicast_retaining
         self._paths = {
             Multicast: multicast,
             Unicast: self._unicast,
@@ -121,6 +138,7 @@ class Router:
             RemoteShare: self._remote_share,
             RemoteUnicast: self._remote_unicast,
             RemoteBroadcast: self._remote_broadcast,
+            RetainedReplay: self._retained_replay,
         }
 
     def route(self, publication: Publication) -> int:
@@ -128,7 +146,9 @@ class Router:
         session) deliveries of a multicast or broadcast; the messages accepted of a unicast (0:
         no session has the address, here or on another node); 1 when a member of a shared
         group took a :class:`RemoteShare`, else 0; for a :class:`RemoteUnicast` 1 when it was
-        handed to the session, 0 when the session left or the access list forbids it.
+        handed to the session, 0 when the session left or the access list forbids it; for a
+        :class:`RetainedReplay` how many of its messages were dealt with (sent or refused),
+        fewer than all when its sink filled up.
 
         Raises Forbidden when the sender's principal may not publish there (a multicast to
         its topic, a unicast to the recipient's login topic, brokerd.core.access.inbox)."""
@@ -196,6 +216,24 @@ class Router:
         self._forward(messages, rendered)  # type: ignore[misc]
         return delivered
 
+    def _multicast_retaining(self, publication: Multicast) -> int:
+        """The retain stage, after the multicast path (which raises Forbidden before anything
+        is delivered when the publisher may not publish there, so nothing forbidden is
+        retained): a run whose first message is to be retained has each such message kept.
+        A retain the store refuses (a bound, the publisher's quota: counted and logged there)
+        leaves the message live only."""
+        delivered = self._deliver_multicast(publication)
+        messages = publication.messages
+        if messages[0].details.retained and self.retained is not None:
+            retain = self.retained.retain
+            for message in messages:
+                if message.details.retained:
+                    try:
+                        retain(message)
+                    except RetainRefused:
+                        pass
+        return delivered
+
     def _remote_multicast(self, publication: RemoteMulticast) -> int:
         """Another node checked and counted the run: here it only counts as delivered."""
         return self.fan_out(publication.messages, None, None, None, None, _NO_GROUPS)
@@ -254,6 +292,36 @@ class Router:
         recipients, time in ns) once each format's recipients were handed it: the
         delivery-latency sampler's route."""
         return self.fan_out(messages, exclude, stamps)
+
+    # ------------------------------------------------------------------ retained replay
+
+    def _retained_replay(self, replay: RetainedReplay) -> int:
+        """Hand the retained messages of a new subscription to the reader's paged sender, each
+        only if the access list lets the reader read its topic (what a live message to a
+        filter subscription asks); counted and reported as a delivery to one session."""
+        reader = replay.reader
+        principal = reader.principal
+        fmt = reader.wire_format
+        access = self.access
+        checked = access.policy is not None
+        sink = replay.sink
+        stats = self.stats
+        observer = self.observer
+        taken = 0
+        for message in replay.messages:
+            taken += 1
+            if not checked or access.allows(principal, message.target, Perm.SUBSCRIBE):
+                sent = sink.send_retained(message)
+                if sent:
+                    stats.delivered += 1
+                    stats.routed_by[message.protocol][fmt] += 1
+                else:
+                    stats.unrenderable += 1
+                if observer is not None:
+                    observer.message_routed(message, int(sent), int(not sent))
+            if sink.full():
+                break
+        return taken
 
     # ------------------------------------------------------------------ fan-out
 

@@ -8,11 +8,17 @@ import time
 import pytest
 
 from brokerd.admin.oplog import OperatorLog
+from brokerd.core.access import Perm
 from brokerd.core.broker import Broker
-from brokerd.core.message import MULTICAST, UNICAST, Message
-from brokerd.core.publication import Multicast, Unicast, unicast_to
+from brokerd.core.message import MULTICAST, UNICAST, Details, Message
+from brokerd.core.principal import ACCOUNT, Principal
+from brokerd.core.publication import Multicast, RetainedReplay, Unicast, unicast_to
+from brokerd.core.retained import RetainedMessages
+from brokerd.core.retainedquota import RetainQuotas
+from brokerd.core.router import Router
+from brokerd.errors import Forbidden
 from brokerd.events.log import NULL_EVENT_LOG
-from tests.core.test_broker import Format, Observer, Session, attached, msg
+from tests.core.test_broker import Format, Observer, Policy, Session, attached, msg
 
 
 class QuietObserver(Observer):
@@ -81,3 +87,96 @@ class SamplerStub:
     def route(self, messages, exclude):
         self.routed.append([m.payload for m in messages])
         return self.broker.router.timed(messages, exclude, [])
+
+
+class Sink:
+    """A session's paged sender: queues what it can carry, and is full after ``room``."""
+
+    def __init__(self, fmt: Format, room: int = 1000) -> None:
+        self.fmt = fmt
+        self.room = room
+        self.queued: list[bytes] = []
+
+    def send_retained(self, message):
+        data = self.fmt.render_message(message)
+        if data is None:
+            return False
+        self.queued.append(data)
+        return True
+
+    def full(self):
+        return len(self.queued) >= self.room
+
+
+def retained_msg(topic, payload, principal_name="a"):
+    return Message(MULTICAST, topic, payload, "test", b"s", principal=Principal(principal_name, ACCOUNT),
+                   details=Details(qos=0, retained=True))
+
+
+def test_a_retained_replay_sends_only_what_the_access_list_lets_the_reader_read():
+    broker = Broker()
+    fmt = Format("f", refuse=b"uncarried")
+    (reader,) = attached(broker, Session("r", fmt))
+    broker.set_policy(Policy({("r", b"open/1"): Perm.SUBSCRIBE, ("r", b"open/2"): Perm.SUBSCRIBE}))
+    broker.observer = observer = Observer()
+    page = [retained_msg(b"open/1", b"allowed"), retained_msg(b"secret/1", b"refused"),
+            retained_msg(b"open/2", b"uncarried")]
+    sink = Sink(fmt)
+    assert broker.route(RetainedReplay(reader, b"#", page, sink)) == 3
+    assert sink.queued == [b"f|multicast|b'open/1'|allowed"]  # the refused topic: nothing
+    assert observer.events == [("routed", b"allowed", 1, 0), ("routed", b"uncarried", 0, 1)]
+    assert broker.stats.delivered == 1 and broker.stats.unrenderable == 1
+    assert broker.stats.routed_by["test"][fmt] == 1
+
+
+def test_a_retained_replay_stops_where_the_sink_fills_up():
+    broker = Broker()
+    fmt = Format("f")
+    (reader,) = attached(broker, Session("r", fmt))
+    page = [retained_msg(b"t/%d" % n, b"%d" % n) for n in range(5)]
+    sink = Sink(fmt, room=2)
+    assert broker.route(RetainedReplay(reader, b"t/+", page, sink)) == 2  # the rest waits
+    assert sink.queued == [b"f|multicast|b't/0'|0", b"f|multicast|b't/1'|1"]
+
+
+def test_the_retain_stage_keeps_what_is_retained_after_the_access_decision():
+    broker = Broker()
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(b, b"t")
+    broker.set_policy(Policy({("a", b"t"): Perm.PUBLISH, ("b", b"t"): Perm.SUBSCRIBE}))
+    plain = msg(MULTICAST, b"t", b"live")
+    assert broker.route(Multicast([retained_msg(b"t", b"kept"), plain])) == 2
+    assert broker.retained.get(b"t").payload == b"kept" and len(broker.retained) == 1
+    with pytest.raises(Forbidden):  # refused: neither delivered nor retained
+        broker.route(Multicast([retained_msg(b"other", b"no")]))
+    assert broker.retained.get(b"other") is None
+    assert b.got == [b"f|multicast|b't'|keptf|multicast|b't'|live"]  # the run, in one send
+
+
+def test_a_retain_over_the_quota_goes_out_live_only():
+    broker = Broker()
+    broker.retained = RetainedMessages(quotas=RetainQuotas(max_messages=1))
+    fmt = Format("f")
+    a, b = attached(broker, Session("a", fmt), Session("b", fmt))
+    broker.subscribe(b, b"t2")
+    broker.route(Multicast([retained_msg(b"t1", b"first")]))
+    assert broker.route(Multicast([retained_msg(b"t2", b"second")])) == 1  # delivered
+    assert broker.retained.get(b"t2") is None and broker.retained.get(b"t1").payload == b"first"
+    assert broker.retained.quotas.refused["quota"] == 1
+
+
+def test_the_retain_stage_is_absent_without_retained_messages():
+    router = Broker().router
+    plain = Router(router.stats, router.topics, router.filtered, router.addresses, router.joined)
+    assert plain.retained is None and plain._paths[Multicast] == plain._multicast
+    held = RetainedMessages()
+    plain.install(retained=held)
+    assert plain._paths[Multicast] == plain._multicast_retaining
+    assert plain._deliver_multicast == plain._multicast
+    plain.route(Multicast([retained_msg(b"t", b"kept")]))
+    assert held.get(b"t").payload == b"kept"
+    plain.install(retained=None)
+    assert plain._paths[Multicast] == plain._multicast
+    plain.route(Multicast([retained_msg(b"t", b"not kept")]))
+    assert held.get(b"t").payload == b"kept"

@@ -43,7 +43,6 @@ from brokerd.core.filters import matches
 from brokerd.core.message import Message
 from brokerd.core.principal import SERVICE, Principal
 from brokerd.core.publication import Multicast
-from brokerd.core.retained import RetainRefused
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.errors import AlreadySubscribed, BrokerError, ConfigurationError
 from brokerd.interfaces import ISubscriber
@@ -343,13 +342,8 @@ class Bridge:
             return None
         message = core_message(local.encode("utf-8"), packet.payload, packet.qos, packet.retain, packet.properties,
                                self.name, self.principal, self.reactor.seconds())
-        if packet.retain:
-            try:
-                self.broker.retained.retain(message)
-            except RetainRefused:
-                self.counts["dropped"] += 1
         self.counts["received"] += 1
-        self.broker.route(Multicast([message], self))
+        self.broker.route(Multicast([message], self))  # retained by the router's retain stage
         kept = self.broker.keep([message])
         if kept is not None and packet.qos == 0:  # no acknowledgement waits for it
             kept.addErrback(log_unless_outage, self._log, "Storing a message of MQTT bridge {name}",

@@ -15,8 +15,9 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from brokerd.core.message import Details, property_problem
+from brokerd.core.message import Details, Message, property_problem
 from brokerd.core.publication import Multicast
+from brokerd.core.retained import RetainRefused
 from brokerd.errors import Forbidden
 from brokerd.protocols.mqtt import reasons
 from brokerd.protocols.mqtt.connection import ConnectionBase, PendingAnswer
@@ -108,12 +109,13 @@ class Publishing(ConnectionBase):
                 self._publish_run()
                 self._refuse_publishes([(qos, packet_id)], *refusal)
                 return
-        if packet.retain and not factory.sessions.retain(message) and qos and self.version == MQTT_5:
-            # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
-            # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
-            self._publish_run()
-            self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, "over the retained message quota")
-            return
+        if packet.retain:
+            self._publish_run()  # a retained message starts a run (the router's retain stage keeps it)
+            if qos and self.version == MQTT_5 and not self._may_retain(message):
+                # Over a retained bound: a v5 client can be told (0x97), and nothing is published,
+                # as the reason code says; QoS 0 and 3.1.1 cannot be, and go out live, not retained.
+                self._refuse_publishes([(qos, packet_id)], reasons.QUOTA_EXCEEDED, "over the retained message quota")
+                return
         run = self._run
         if run and run[0][0].target != target:
             self._publish_run()
@@ -124,6 +126,15 @@ class Publishing(ConnectionBase):
                 if session.durable_name is not None:  # committed with the message (:mod:`.stored`)
                     self._run_flows.append(PacketFlow(session.durable_name, True, packet_id))
         self._run.append((message, qos, packet_id))
+
+    def _may_retain(self, message: Message) -> bool:
+        """Whether the router's retain stage will keep ``message`` (the core's bounds and its
+        publisher's quota; a refusal is counted and logged there)."""
+        try:
+            self.factory.broker.retained.check(message)
+        except RetainRefused:
+            return False
+        return True
 
     def _properties_refusal(self, details: Details, payload: bytes) -> tuple[int, str] | None:
         """Why a v5 PUBLISH with properties is refused, as (reason code, Reason String): its

@@ -12,11 +12,13 @@ and 2 messages waiting) stops the sending until it takes more (:meth:`RetainedDe
 which the connection and the session call).  So a subscription gets every retained message
 it matches, in topic order, however slowly its client reads.
 
-Each message is sent only if the access list lets the subscriber read its topic, the decision
-a live message takes (``Broker.may_subscribe``), and only while its Message Expiry Interval
-has not passed (v5 3.3.2.3.3; it goes with what is left of it).  Live messages are sent as they come,
-between pages: a topic published to while its retained message waits in a later page gets the
-live message first.
+Each page goes through the router as a :class:`brokerd.core.publication.RetainedReplay`, whose
+sink this sender is: a message is sent only if the access list lets the subscriber read its
+topic, the decision a live message takes, and is counted and reported as a live delivery is
+(:meth:`brokerd.core.router.Router.route`).  Only messages whose Message Expiry Interval has not
+passed are in a page (v5 3.3.2.3.3; each goes with what is left of it).  Live messages are sent
+as they come, between pages: a topic published to while its retained message waits in a later
+page gets the live message first.
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 
     from brokerd.protocols.mqtt.connection import MQTTConnection
     from brokerd.protocols.mqtt.session import MQTTSession
+
+from brokerd.core.message import Message
+from brokerd.core.publication import RetainedReplay
 
 PAGE = 256
 """Retained messages sent in one reactor turn at most."""
@@ -75,6 +80,20 @@ class RetainedDelivery:
         connection = self.connection
         return connection.closed or connection.congested or bool(self.session.queued)
 
+    full = _blocked
+    """The replay's sink (brokerd.core.publication.ReplaySink): whether the connection takes
+    no more now."""
+
+    def send_retained(self, message: Message) -> bool:
+        """The replay's sink: queue ``message`` for the session as a retained message; False
+        when the session's format cannot carry it."""
+        session = self.session
+        item = session.wire_format.rendered(message)
+        if item is None:
+            return False
+        session.deliver(item, retained=True)
+        return True
+
     def _turn(self) -> None:
         self._call = None
         connection = self.connection
@@ -88,21 +107,17 @@ class RetainedDelivery:
         topic_filter, after = entry
         if topic_filter not in session.subscriptions:
             after = None  # unsubscribed meanwhile: its retained messages are not wanted
-            found = []
         else:
-            factory = connection.factory
-            found, after = factory.broker.retained.page(topic_filter.encode("utf-8"), after, PAGE, SCAN)
-        may_read = connection.factory.broker.may_subscribe
-        now = self.clock.seconds()
-        for message in found:
-            expires = message.details.expires
-            if (expires is None or expires > now) and may_read(session.principal, message.target):
-                item = session.wire_format.rendered(message)
-                if item is not None:
-                    session.deliver(item, retained=True)
-            if self._blocked():
-                after = message.target  # the rest of the page goes when it takes more
-                break
+            broker = connection.factory.broker
+            encoded = topic_filter.encode("utf-8")
+            found, after = broker.retained.page(encoded, after, PAGE, SCAN)
+            now = self.clock.seconds()
+            current = [message for message in found
+                       if message.details.expires is None or message.details.expires > now]
+            if current:
+                taken = broker.route(RetainedReplay(session, encoded, current, self))
+                if taken < len(current):
+                    after = current[taken - 1].target  # the rest of the page goes when it takes more
         if after is None:
             self._filters.popleft()
         else:

@@ -3,7 +3,7 @@
 Persistent sessions wait here (attached to the core, so they keep receiving) until they expire;
 a CONNECT with a known client identifier takes the session over if it is the same principal's
 and is refused otherwise; wills are published from here; retained messages are the core's
-(``Broker.retained``).  One instance serves every MQTT listener of the node.
+(``Broker.retained``, kept by the router's retain stage).  One instance serves every MQTT listener of the node.
 
 On a node with a store a persistent session is also the core's durable subscriber
 (:mod:`.stored`): a CONNECT that finds no session here looks for the principal's stored one
@@ -21,10 +21,8 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
-from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import Multicast
-from brokerd.core.retained import RetainRefused
 from brokerd.core.subscriber import SubscriberId, protocol_prefix
 from brokerd.core.subscriptions import FILTER
 from brokerd.errors import BrokerError, Forbidden
@@ -350,24 +348,10 @@ class MQTTSessions:
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
-        if will.retain:
-            self.retain(message)
-        try:
+        try:  # a will to retain is kept by the router's retain stage
             self.broker.route(Multicast([message]))
         except Forbidden:
             return
         kept = self.broker.keep([message])
         if kept is not None:
             kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
-
-    def retain(self, message: Message) -> bool:
-        """Keep ``message`` as its topic's retained message (the core's, in the store);
-        False when the core refused it (a bound or its publisher's quota: the core counted
-        and logged it), and the topic keeps what it had."""
-        try:
-            self.broker.retained.retain(message)
-        except RetainRefused:
-            return False
-        return True
-
-
