@@ -437,7 +437,9 @@ class Broker(Service):
         durable = self.durable
         if durable is None:
             return None
-        if not durable.covers(messages[0].target):  # type: ignore[arg-type]
+        topic = messages[0].target
+        assert topic is not None  # a multicast run names its topic (Message.target)
+        if not durable.covers(topic):
             return durable.put_flows(flows) if flows else None
         return durable.keep(messages, flows=flows)
 
@@ -445,8 +447,8 @@ class Broker(Service):
         """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a
         front end that stores its own messages for its own durable subscribers asks,
         so that those sessions get its messages too.  None when no filter matches."""
-        durable = self.durable
-        if durable is None or not durable.index.has_filter_subscribers(messages[0].target):  # type: ignore[arg-type]
+        durable, topic = self.durable, messages[0].target
+        if durable is None or topic is None or not durable.index.has_filter_subscribers(topic):
             return None
         return durable.keep(messages, filters_only=True)
 

@@ -288,7 +288,9 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
         publisher's QoS 2 PUBLISHes received) are stored in the same transaction, or alone
         when nothing is kept."""
         now = self.clock.seconds()
-        key = messages[0].target.decode("utf-8")  # type: ignore[union-attr]
+        topic = messages[0].target
+        assert topic is not None  # a multicast run names its topic (Message.target)
+        key = topic.decode("utf-8")
         deliveries = [(name, ADD) for name in self.kept_recipients(key, now, filters_only)]
         kept_bare = not filters_only and self.topics.reachable(key)  # a stored topic keeps it unread too
         if not deliveries and not kept_bare:
@@ -358,7 +360,9 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
         ``explicit`` ones (a login topic's owner), rendered once per wire format; nothing is
         kept for one that is offline, and relays take only stored messages.  Returns how
         many sessions it was handed to."""
-        key = message.target.decode("utf-8")  # type: ignore[union-attr]
+        topic = message.target
+        assert topic is not None  # a multicast names its topic (Message.target)
+        key = topic.decode("utf-8")
         names = dict.fromkeys(explicit)
         now = self.clock.seconds()
         names.update(dict.fromkeys(self.core_recipients(key, now)))

@@ -172,8 +172,10 @@ class Router:
     def _accept(self, messages: list[Message]) -> None:
         """The access decision and the statistics of a multicast run from this node."""
         first = messages[0]
-        if self.access.policy is not None or first.target[:1] == _SYSTEM:  # type: ignore[index]
-            self.check_publish(first, first.target)  # type: ignore[arg-type]
+        topic = first.target
+        assert topic is not None  # a multicast names its topic (Message.target)
+        if self.access.policy is not None or topic[:1] == _SYSTEM:
+            self.check_publish(first, topic)
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[first.protocol] += len(messages)
@@ -184,8 +186,10 @@ class Router:
         """A single node without a sampler: accept, fan out."""
         messages = publication.messages
         first = messages[0]  # _accept, inlined: the path every single node's multicast takes
-        if self.access.policy is not None or first.target[:1] == _SYSTEM:  # type: ignore[index]
-            self.check_publish(first, first.target)  # type: ignore[arg-type]
+        topic = first.target
+        assert topic is not None  # a multicast names its topic (Message.target)
+        if self.access.policy is not None or topic[:1] == _SYSTEM:
+            self.check_publish(first, topic)
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[first.protocol] += len(messages)
@@ -195,8 +199,9 @@ class Router:
         """A single node with a delivery-latency sampler: a run it asked for is timed."""
         messages = publication.messages
         self._accept(messages)
-        if self.sampling:
-            return self.sampler.route(messages, publication.exclude)  # type: ignore[union-attr]
+        sampler = self.sampler
+        if self.sampling and sampler is not None:  # installed only with a sampler
+            return sampler.route(messages, publication.exclude)
         return self.fan_out(messages, publication.exclude)
 
     def _multicast_clustered(self, publication: Multicast) -> int:
@@ -208,12 +213,14 @@ class Router:
         messages = publication.messages
         self._accept(messages)
         groups = self.engine.place_shared(messages)
-        if self.sampling and groups is None:
-            self._forward(messages, None)  # type: ignore[misc]
-            return self.sampler.route(messages, publication.exclude)  # type: ignore[union-attr]
+        forward, sampler = self._forward, self.sampler
+        assert forward is not None  # this stage is installed only with a shared engine
+        if self.sampling and sampler is not None and groups is None:
+            forward(messages, None)
+            return sampler.route(messages, publication.exclude)
         rendered: dict[str, bytes] = {}
         delivered = self.fan_out(messages, publication.exclude, None, rendered, None, groups)
-        self._forward(messages, rendered)  # type: ignore[misc]
+        forward(messages, rendered)
         return delivered
 
     def _multicast_retaining(self, publication: Multicast) -> int:
@@ -266,7 +273,7 @@ class Router:
             routed[fmt] += len(members) * count
         self.stats.delivered += reached * count
         if observer is not None:
-            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,  # type: ignore[attr-defined]
+            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,  # type: ignore[attr-defined]  # only an observer that summarizes_runs gets here: an optional capability IBrokerObserver does not declare
                                         run.total, reached, 0)
         return reached * count
 
@@ -278,7 +285,8 @@ class Router:
         (as on one node)."""
         messages = publication.messages
         group = self.filtered.group(publication.key)
-        name: bytes = messages[0].target  # type: ignore[assignment]
+        name = messages[0].target
+        assert name is not None  # a shared group's run names its topic
         member = None if group is None else group.pick(name, self.access)
         if member is None:
             return 0
@@ -310,7 +318,7 @@ class Router:
         taken = 0
         for message in replay.messages:
             taken += 1
-            if not checked or access.allows(principal, message.target, Perm.SUBSCRIBE):
+            if not checked or access.allows(principal, message.target or b"", Perm.SUBSCRIBE):
                 sent = sink.send_retained(message)
                 if sent:
                     stats.delivered += 1
@@ -338,7 +346,8 @@ class Router:
         bytes; with ``rendered``, keep there the bytes of each portable wire format that carried
         every message (by name, for the other nodes of a cluster)."""
         if fanout is None:
-            name: bytes = messages[0].target  # type: ignore[assignment]
+            name = messages[0].target
+            assert name is not None  # a multicast names its topic (Message.target)
             topic = self.topics.get(name)
             if self.filtering:
                 fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
@@ -410,18 +419,21 @@ class Router:
                         member.send(data)
             delivered += recipients * carried
             routed[fmt] += recipients * carried
-            if stamps is not None:
-                stamps.append((fmt, recipients, self.sampler.clock_ns()))  # type: ignore[union-attr]
+            if stamps is not None and self.sampler is not None:  # stamps come from the sampler
+                stamps.append((fmt, recipients, self.sampler.clock_ns()))
         return delivered, unrenderable, reached, dropped
 
     def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
         """Some recipients could not be sent some messages of a run: report each stretch of
         messages that reached the same number of sessions as a run of its own, so the event
         log counts every message's fan-out right."""
+        observer = self.observer
+        if observer is None:
+            return
         start = 0
         for end in range(1, len(messages) + 1):
             if end == len(messages) or dropped[end] != dropped[start]:
-                self.observer.messages_routed(messages[start:end], reached - dropped[start], dropped[start])  # type: ignore[union-attr]
+                observer.messages_routed(messages[start:end], reached - dropped[start], dropped[start])
                 start = end
 
     # ------------------------------------------------------------------ unicast
@@ -556,4 +568,4 @@ def _render_each(fmt: IWireFormat, messages: list[Message]) -> tuple[bytes | Non
     render = fmt.render_message
     parts = [render(message) for message in messages]
     carried = [part for part in parts if part is not None] if None in parts else parts
-    return (b"".join(carried) if carried else None), parts  # type: ignore[arg-type]
+    return (b"".join(carried) if carried else None), parts
