@@ -32,8 +32,8 @@ the types it is written against (the quick loop runs with the ``test`` extra onl
 IGNORES_WITHOUT_A_REASON_YET: frozenset[str] = frozenset()
 """The modules whose ``type: ignore`` comments do not all say why yet (every other module's do)."""
 
-IGNORE_CEILING = 40
-"""``type: ignore`` comments in brokerd at most: lower it as modules are typed (the goal is 30)."""
+IGNORE_CEILING = 29
+"""``type: ignore`` comments in brokerd at most: lower it as modules are typed (the goal was 30)."""
 
 _ERROR = re.compile(r"^(brokerd/[^:]+\.py):\d+: error: ", re.MULTILINE)
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b")

@@ -137,8 +137,8 @@ class MCChatWireFormat(WireFormat):
         if message.kind != MULTICAST:
             self.not_multicast += 1
             return None
-        topic = message.target
-        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic) and not is_announcement(message):  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+        topic = message.target or b""  # set for a multicast (None for a broadcast)
+        if topic not in _KNOWN_TOPICS and not is_mcchat_topic(topic) and not is_announcement(message):
             self.bad_topic += 1
             return None
         payload = message.payload
@@ -149,7 +149,7 @@ class MCChatWireFormat(WireFormat):
             self.not_text += 1
             return None
         username = foreign_username(message)
-        return b"".join((b"\x03", topic, _NUL, username, _NUL, payload, b"\x00"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+        return b"".join((b"\x03", topic, _NUL, username, _NUL, payload, b"\x00"))
 
     def render_presence(
         self, topic: bytes, member: ISubscriber, joined: bool, presence: bool

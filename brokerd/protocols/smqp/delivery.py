@@ -166,7 +166,7 @@ class MessageService:
         main part as the payload, see :mod:`~brokerd.protocols.smqp.mapping`).  False when
         it is not for them: a login topic, or no section they can carry
         (:func:`carried`)."""
-        key = message.target.decode("utf-8")  # type: ignore[union-attr]  # an SMQP publication's topic is set
+        key = (message.target or b"").decode("utf-8")  # an SMQP publication's topic is set
         if key.startswith("accounts/") or key == "accounts":
             return False
         if not carried(message):

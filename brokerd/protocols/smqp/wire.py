@@ -72,12 +72,13 @@ class SMQPWireFormat(WireFormat):
         """Messages SMQP could not carry (a topic SMQP cannot name)."""
 
     def render_message(self, message: Message) -> bytes | None:
+        target = message.target or b""  # set for a multicast and a unicast (None for a broadcast)
         if message.kind == MULTICAST:
-            topic = smqp_topic(message.target)  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+            topic = smqp_topic(target)
             if topic is not None and self.display is not None:
-                topic = self.display(message.target.decode("utf-8"))  # type: ignore[union-attr]  # as above
+                topic = self.display(target.decode("utf-8"))
         elif message.kind == UNICAST:
-            topic = _login_topic(message.target)  # type: ignore[arg-type]  # as above
+            topic = _login_topic(target)
         else:
             topic = None
         if topic is None:

@@ -373,7 +373,7 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
         ucasts, self._ucasts = self._ucasts, []
         broker = self.factory.broker
         try:
-            found = broker.route(Unicast(ucasts[0].target, "ssmp", ucasts))  # type: ignore[arg-type]  # an UCAST message has its target: Message.target is Optional for broadcasts
+            found = broker.route(Unicast(ucasts[0].target or b"", "ssmp", ucasts))  # an UCAST has its target
         except Forbidden:
             reply = NOT_ALLOWED
         else:

@@ -67,16 +67,16 @@ class SSMPWireFormat(WireFormat):
                 return None
             payload = encoded
         kind = message.kind
-        if kind == MULTICAST and message.target not in _KNOWN_IDS and not is_id(message.target):  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+        target = message.target or b""  # set for a multicast and a unicast (None for a broadcast)
+        if kind == MULTICAST and target not in _KNOWN_IDS and not is_id(target):
             self.unrepresentable += 1
             return None
         protocol = message.protocol
         sender = message.sender_name if protocol == "ssmp" else foreign_id(protocol, message.sender_name)
         if kind == MULTICAST:
-            target = message.target
-            return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+            return b"".join((b"000 ", sender, b" MCAST ", target, b" ", payload, b"\n"))
         if kind == UNICAST:
-            return b"".join((b"000 ", sender, b" UCAST ", message.target, b" ", payload, b"\n"))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+            return b"".join((b"000 ", sender, b" UCAST ", target, b" ", payload, b"\n"))
         if kind == BROADCAST:
             return b"".join((b"000 ", sender, b" BCAST ", payload, b"\n"))
         return None
@@ -94,7 +94,7 @@ class SSMPWireFormat(WireFormat):
             if message.binary or message.sender_name is not sender or message.protocol != "ssmp":
                 return None
         verb = b" MCAST " if kind == MULTICAST else b" UCAST "
-        head = b"".join((b"000 ", sender, verb, first.target, b" "))  # type: ignore[arg-type]  # a multicast's and a unicast's target is set: Message.target is Optional for broadcasts
+        head = b"".join((b"000 ", sender, verb, first.target or b"", b" "))
         return b"".join((head, (b"\n" + head).join([message.payload for message in messages]), b"\n"))
 
     def render_presence(
