@@ -10,6 +10,7 @@ A front end (one per wire protocol) gives the core two things:
 """
 from __future__ import annotations
 
+from twisted.internet.interfaces import IReactorCore, IReactorThreads, IReactorTime
 from zope.interface import Attribute, Interface
 
 
@@ -249,3 +250,9 @@ class IEngine(Interface):
     def other_nodes():
         """The names of the cluster's other live nodes (heard from within the node timeout),
         a set of str; None when there is no cluster (one node)."""
+
+
+class IBrokerReactor(IReactorCore, IReactorTime, IReactorThreads):
+    """The reactor as brokerd uses it: running, shutdown triggers, timers, a thread pool and
+    calls from threads.  A type for annotations only (no reactor declares it; Twisted types
+    each facet of its reactor apart, and brokerd's services use several at once)."""
