@@ -63,11 +63,12 @@ SEAMS = """\
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.cluster.sharing import PlacingEngine
+from brokerd.cluster.shards import ShardsEngine
 from brokerd.core.broker import Broker
 
 
-def seams(broker: Broker, engine: RedisEngine) -> tuple[LocalBroker, PlacingEngine]:
-    return broker, engine
+def seams(broker: Broker, engine: RedisEngine) -> tuple[LocalBroker, PlacingEngine, ShardsEngine]:
+    return broker, engine, engine
 """
 """The Protocols that stand for a collaborator, and the class that is it: checked with the rest."""
 
