@@ -10,7 +10,14 @@ A front end (one per wire protocol) gives the core two things:
 """
 from __future__ import annotations
 
-from twisted.internet.interfaces import IReactorCore, IReactorThreads, IReactorTime
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorSSL,
+    IReactorTCP,
+    IReactorThreads,
+    IReactorTime,
+    IReactorUNIX,
+)
 from zope.interface import Attribute, Interface
 
 
@@ -252,7 +259,9 @@ class IEngine(Interface):
         a set of str; None when there is no cluster (one node)."""
 
 
-class IBrokerReactor(IReactorCore, IReactorTime, IReactorThreads):
-    """The reactor as brokerd uses it: running, shutdown triggers, timers, a thread pool and
-    calls from threads.  A type for annotations only (no reactor declares it; Twisted types
-    each facet of its reactor apart, and brokerd's services use several at once)."""
+class IBrokerReactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorSSL, IReactorUNIX):
+    """The reactor as brokerd uses it: running, shutdown triggers, timers, a thread pool,
+    calls from threads, and the connections its endpoints make (TCP, TLS, UNIX sockets).
+
+    A type for annotations only (no reactor declares it): Twisted types each facet of its
+    reactor apart, and brokerd's services and commands use several at once."""
