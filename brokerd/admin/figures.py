@@ -7,12 +7,6 @@ they never disagree.  Nothing here runs per message.
 """
 from __future__ import annotations
 
-from brokerd.cluster.redis_engine import RedisEngine
-
-from brokerd.core.broker import Broker
-
-from brokerd.admin.oplog import WallClock
-
 import os
 import resource
 import sys
@@ -23,7 +17,9 @@ from twisted.internet.defer import Deferred, succeed
 
 from brokerd import __version__
 from brokerd.admin.connections import ConnectionCounts
-from brokerd.admin.oplog import OperatorLog
+from brokerd.admin.oplog import OperatorLog, WallClock
+from brokerd.cluster.redis_engine import RedisEngine
+from brokerd.core.broker import Broker
 from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -21,8 +21,6 @@ file) in a thread, never on the reactor.
 """
 from __future__ import annotations
 
-from brokerd.interfaces import IBrokerReactor
-
 import base64
 import fcntl
 import functools
@@ -47,6 +45,7 @@ from zope.interface import implementer
 
 from brokerd.core.principal import GUEST_ACCOUNT
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 
 GUEST = GUEST_ACCOUNT
 """The draft's guest account: logs in with a blank password."""

@@ -18,8 +18,6 @@ writer never appends to a file of an earlier run, nor to one whose write failed.
 """
 from __future__ import annotations
 
-from twisted.internet.interfaces import IDelayedCall, ITransport
-
 import os
 import re
 import socket
@@ -33,6 +31,7 @@ from typing import Any, Protocol, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, ITransport
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import Interface, implementer

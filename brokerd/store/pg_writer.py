@@ -22,8 +22,6 @@ store acknowledged is lost: a Deferred fires only after its COMMIT returned.
 """
 from __future__ import annotations
 
-from brokerd.interfaces import IBrokerReactor
-
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import StoreUnavailable
 from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed

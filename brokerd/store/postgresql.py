@@ -21,22 +21,19 @@ lazily: the broker runs without it.
 """
 from __future__ import annotations
 
-from brokerd.store.latency import Latencies
-
-from twisted.internet.interfaces import IDelayedCall
-
-from brokerd.interfaces import IBrokerReactor
-
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.config import Settings
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import IStore
+from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_schema import (
     INSERT_DELIVERY,
@@ -48,10 +45,10 @@ from brokerd.store.pg_schema import (
     SUBSCRIPTION_COLUMNS,
     TOPIC_COLUMNS,
     create_schema,
-    one_row,
     drop_pending_of,
     lock_message,
     message_record,
+    one_row,
     receipt as due_receipt,
     subscription,
     topic_record,

@@ -41,8 +41,6 @@ the packet that could not be framed when that closed it (``outcome`` ``closed``)
 """
 from __future__ import annotations
 
-from twisted.python.failure import Failure
-
 import itertools
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -51,6 +49,7 @@ from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IAddress, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
