@@ -29,7 +29,7 @@ from urllib.parse import quote, urlsplit
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IPushProducer
+from twisted.internet.interfaces import IListeningPort, IOpenSSLClientConnectionCreator, IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.internet.protocol import Protocol
@@ -45,6 +45,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
 from brokerd.core.publication import Multicast
 from brokerd.errors import BrokerError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
@@ -100,11 +101,11 @@ __all__ = [
 ]
 
 
-def _reactor(reactor: Any) -> Any:
+def _reactor(reactor: IBrokerReactor | None) -> IBrokerReactor:
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
-        return default_reactor
+        return cast(IBrokerReactor, default_reactor)  # the global reactor has every facet
     return reactor
 
 
@@ -187,7 +188,7 @@ class Server:
         on_request: Callable[[IncomingRequest], Any],
         security: SecurityOptions | None = None,
         on_subscribe: Callable[[Subscription], Any] | None = None,
-        reactor: Any = None,
+        reactor: IBrokerReactor | None = None,
         settings: Settings | None = None,
     ) -> None:
         """``settings``: brokerd.config.Settings whose socket.mq limits, timeouts and keepalive
@@ -221,7 +222,7 @@ class Server:
             endpoint = endpoints.serverFromString(self.reactor, port)
         d = endpoint.listen(self.site)
 
-        def listening(listening_port: Any) -> Server:
+        def listening(listening_port: IListeningPort) -> Server:
             self._ports.append(listening_port)
             return self
 
@@ -265,7 +266,7 @@ def listen(
     security_options: SecurityOptions | None,
     on_request: Callable[[IncomingRequest], Any],
     on_subscribe: Callable[[Subscription], Any] | None = None,
-    reactor: Any = None,
+    reactor: IBrokerReactor | None = None,
 ) -> Deferred:
     """The draft's ``listen(port, applicationName, securityOptions)``; fires with the Server."""
     server = Server(application_name, on_request, security_options, on_subscribe, reactor)
@@ -316,7 +317,7 @@ class Client:
         server_key: str | None = None,
         known_servers: Path | None = None,
         tls: IOpenSSLClientConnectionCreator | None = None,
-        reactor: Any = None,
+        reactor: IBrokerReactor | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -618,7 +619,7 @@ class ClientConnection(WebSocketClientProtocol):
     def subscribe(self, event: str, callback: Callable[[Event], Any]) -> Deferred:
         self._subscriptions[event] = callback
 
-        def failed(failure: Any) -> Any:
+        def failed(failure: Failure) -> Failure:
             self._subscriptions.pop(event, None)
             return failure
 
@@ -679,7 +680,7 @@ class ClientConnection(WebSocketClientProtocol):
             return succeed(None)
         done: Deferred = Deferred()
 
-        def passed_on(result: Any) -> Any:
+        def passed_on(result: object) -> object:
             done.callback(None)
             return result
 

@@ -52,7 +52,7 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise RemoteError(f"a field that is not text: {value!r}")
     return value
