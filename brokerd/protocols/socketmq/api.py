@@ -29,14 +29,19 @@ from urllib.parse import quote, urlsplit
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IListeningPort, IOpenSSLClientConnectionCreator, IPushProducer
+from twisted.internet.interfaces import (
+    IListeningPort,
+    IOpenSSLClientConnectionCreator,
+    IPushProducer,
+    IStreamClientEndpoint,
+)
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.internet.protocol import Protocol
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IPolicyForHTTPS
+from twisted.web.iweb import IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 from brokerd.config import Settings
@@ -345,7 +350,7 @@ class Client:
         """GET /socket.mq/public-key; fires with the armored key (str)."""
         d = self._agent.request(b"GET", (self.url + "/socket.mq/public-key").encode())
 
-        def got(response: Any) -> Deferred:
+        def got(response: IResponse) -> Deferred:
             if response.code != 200:
                 raise SocketMQError(response.code, "no public key")
             return read_body(response).addCallback(lambda body: body.decode("ascii", "replace"))
@@ -447,10 +452,10 @@ class Client:
         factory.setProtocolOptions(maxMessagePayloadSize=limits.MAX_WS_MESSAGE, maxFramePayloadSize=limits.MAX_WS_MESSAGE)
         if self.secure_transport:
             creator = self.tls if self.tls is not None else _default_tls().creatorForNetloc(self.host.encode(), self.port)
-            endpoint: Any = endpoints.SSL4ClientEndpoint(self.reactor, self.host, self.port, creator)
+            endpoint: IStreamClientEndpoint = endpoints.SSL4ClientEndpoint(self.reactor, self.host, self.port, creator)
         else:
             endpoint = endpoints.TCP4ClientEndpoint(self.reactor, self.host, self.port)
-        connection: ClientConnection = await endpoint.connect(factory)
+        connection = cast(ClientConnection, await endpoint.connect(factory))  # what _ClientFactory builds
         hello = await connection.ready
         self.connection = connection
         if authenticate if authenticate is not None else self.key is not None:
@@ -523,14 +528,14 @@ class _BoundedBody(Protocol):
             self.done.errback(reason)
 
 
-def read_body(response: Any, limit: int = limits.MAX_WS_MESSAGE) -> Deferred:
+def read_body(response: IResponse, limit: int = limits.MAX_WS_MESSAGE) -> Deferred:
     """The body of a twisted.web.client response, bounded to ``limit`` bytes."""
     done: Deferred = Deferred()
     response.deliverBody(_BoundedBody(done, limit))
     return done
 
 
-def _default_tls() -> Any:
+def _default_tls() -> IPolicyForHTTPS:
     from twisted.web.client import BrowserLikePolicyForHTTPS
 
     return BrowserLikePolicyForHTTPS()
