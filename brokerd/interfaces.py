@@ -10,6 +10,14 @@ A front end (one per wire protocol) gives the core two things:
 """
 from __future__ import annotations
 
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorSSL,
+    IReactorTCP,
+    IReactorThreads,
+    IReactorTime,
+    IReactorUNIX,
+)
 from zope.interface import Attribute, Interface
 
 
@@ -249,3 +257,11 @@ class IEngine(Interface):
     def other_nodes():
         """The names of the cluster's other live nodes (heard from within the node timeout),
         a set of str; None when there is no cluster (one node)."""
+
+
+class IBrokerReactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorSSL, IReactorUNIX):
+    """The reactor as brokerd uses it: running, shutdown triggers, timers, a thread pool,
+    calls from threads, and the connections its endpoints make (TCP, TLS, UNIX sockets).
+
+    A type for annotations only (no reactor declares it): Twisted types each facet of its
+    reactor apart, and brokerd's services and commands use several at once."""

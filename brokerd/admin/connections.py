@@ -9,10 +9,13 @@ is per connection, never per message.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.interfaces import IProtocolFactory
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from brokerd.events.log import peer_text
 
@@ -32,7 +35,7 @@ class ConnectionLog(Factory):
     """A factory in front of ``factory`` (a front end's) that logs and counts connections."""
 
 
-    def __init__(self, protocol: str, factory: Any, counts: ConnectionCounts) -> None:
+    def __init__(self, protocol: str, factory: IProtocolFactory, counts: ConnectionCounts) -> None:
         self.protocol_name = protocol
         self.wrapped = factory
         self.counts = counts
@@ -47,7 +50,8 @@ class ConnectionLog(Factory):
     def doStop(self) -> None:
         self.wrapped.doStop()
 
-    def buildProtocol(self, addr: Any) -> Any:
+    def buildProtocol(self, addr: Any) -> Any:  # Factory's (IAddress | None, a private Protocol type) and the
+        # wrapped IProtocolFactory's (IAddress, IProtocol) do not meet
         built = self.wrapped.buildProtocol(addr)
         if built is None:
             return None
@@ -56,14 +60,14 @@ class ConnectionLog(Factory):
         self.counts.open[name] += 1
         self.counts.made[name] += 1
         _log.info("{protocol}: connection from {source}", protocol=name, source=source)
-        lost = built.connectionLost
+        lost: Callable[[Failure | None], None] = getattr(built, "connectionLost")  # noqa: B009 (typed as it is called: no reason is None)
 
-        def connection_lost(reason: Any = None) -> None:
+        def connection_lost(reason: Failure | None = None) -> None:
             self.counts.open[name] -= 1
             why = reason.getErrorMessage() if reason is not None and hasattr(reason, "getErrorMessage") else "closed"
             _log.info("{protocol}: connection from {source} closed: {why}", protocol=name, source=source, why=why)
-            vars(lost.__self__).pop("connectionLost", None)  # no cycle left behind
+            vars(built).pop("connectionLost", None)  # no cycle left behind
             lost(reason)
 
-        built.connectionLost = connection_lost
+        setattr(built, "connectionLost", connection_lost)  # noqa: B010 (this instance's only)
         return built

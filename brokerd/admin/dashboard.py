@@ -17,14 +17,19 @@ import heapq
 from importlib import resources
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import Request
 
 from brokerd.admin import strictjson
 from brokerd.admin.figures import Figures
 from brokerd.admin.sessions import describe_session, list_topics
+from brokerd.core.broker import Broker
+from brokerd.interfaces import ISubscriber
 from brokerd.twistedio import queued_bytes
 
 _log = Logger(namespace="brokerd.admin")
@@ -58,17 +63,17 @@ class Asset(Resource):
         self.body = asset(name)
         self.content_type = content_type
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Request) -> bytes:
         request.setHeader(b"content-type", self.content_type)
         request.setHeader(b"content-security-policy", b"default-src 'self'; img-src 'self' data:")
         request.setHeader(b"x-frame-options", b"DENY")
         return self.body
 
 
-def slowest_consumers(broker: Any, count: int = TOP) -> list[dict[str, Any]]:
+def slowest_consumers(broker: Broker, count: int = TOP) -> list[dict[str, Any]]:
     """The sessions that dropped the most (then: have the most queued), described."""
 
-    def lag(session: Any) -> tuple[int, int]:
+    def lag(session: ISubscriber) -> tuple[int, int]:
         return getattr(session, "dropped", 0), queued_bytes(getattr(session, "transport", None)) or 0
 
     chosen = heapq.nlargest(count, broker.sessions(), key=lag)
@@ -90,14 +95,14 @@ class Events(Resource):
 
     isLeaf = True
 
-    def __init__(self, figures: Figures, clock: Any) -> None:
+    def __init__(self, figures: Figures, clock: IReactorTime) -> None:
         super().__init__()
         self.figures = figures
         self.clock = clock
-        self.watchers: set[Any] = set()
+        self.watchers: set[Request] = set()
         self._loop: LoopingCall | None = None
 
-    def render_GET(self, request: Any) -> Any:
+    def render_GET(self, request: Request) -> bytes | int:
         if len(self.watchers) >= MAX_WATCHERS:
             request.setResponseCode(503)
             request.setHeader(b"content-type", b"application/json")
@@ -115,14 +120,14 @@ class Events(Resource):
             self.tick()
         return NOT_DONE_YET
 
-    def _gone(self, request: Any) -> None:
+    def _gone(self, request: Request) -> None:
         self.watchers.discard(request)
         if not self.watchers and self._loop is not None:
             if self._loop.running:
                 self._loop.stop()
             self._loop = None
 
-    def tick(self) -> Any:
+    def tick(self) -> Deferred[None]:
         return self.figures.queues().addCallback(self._send)
 
     def _send(self, queues: dict[str, Any] | None) -> None:

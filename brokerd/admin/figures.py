@@ -11,13 +11,15 @@ import os
 import resource
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 
 from brokerd import __version__
 from brokerd.admin.connections import ConnectionCounts
-from brokerd.admin.oplog import OperatorLog
+from brokerd.admin.oplog import OperatorLog, WallClock
+from brokerd.cluster.redis_engine import RedisEngine
+from brokerd.core.broker import Broker
 from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -52,7 +54,7 @@ class Figures:
     :meth:`queues` asks the store (a Deferred)."""
 
     def __init__(self, runtime: Runtime, operator_log: OperatorLog, connections: ConnectionCounts,
-                 clock: Any = time) -> None:
+                 clock: WallClock = time) -> None:
         self.runtime = runtime
         self.operator_log = operator_log
         self.connections = connections
@@ -64,10 +66,10 @@ class Figures:
         return round(self._clock.time() - self.started, 3)
 
     @property
-    def broker(self) -> Any:
+    def broker(self) -> Broker:
         return self.runtime.broker
 
-    def queues(self) -> Deferred:
+    def queues(self) -> Deferred[dict[str, Any] | None]:
         """Deferred[dict | None]: the SMQP store's queue figures (see SQLiteStore.queue_figures);
         None when no store is open.  Never fails: a store error is None too."""
         ask = getattr(self.runtime.store, "queue_figures", None)
@@ -171,7 +173,8 @@ class Figures:
         engine = self.broker.engine
         if not engine.shared:
             return None
-        figures = engine.stats.as_dict()
+        engine = cast(RedisEngine, engine)  # the one shared engine: its figures are beyond IEngine
+        figures: dict[str, Any] = dict(engine.stats.as_dict())
         figures["node"] = engine.node_name
         figures["nodes"] = 1 + len(engine.directory.nodes)
         figures["rejected"] = dict(engine.sealer.rejected)

@@ -11,8 +11,11 @@ from collections import deque
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+
+from brokerd.admin.figures import Figures
 
 HISTORY_SECONDS = 3600
 """Samples kept: one an interval, so an hour."""
@@ -25,7 +28,7 @@ _log = Logger(namespace="brokerd.admin")
 class RateHistory(Service):
     """Samples the broker's message counters every :data:`INTERVAL` seconds of ``clock``."""
 
-    def __init__(self, figures: Any, clock: Any, seconds: int = HISTORY_SECONDS) -> None:
+    def __init__(self, figures: Figures, clock: IReactorTime, seconds: int = HISTORY_SECONDS) -> None:
         self.figures = figures
         self.clock = clock
         self.samples: deque[tuple[float, float, float]] = deque(maxlen=seconds)

@@ -10,9 +10,8 @@ credential, and a token-guarded listener reached by a DNS name simply lists that
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.web.resource import Resource
+from twisted.web.server import Request
 
 from brokerd.admin import strictjson
 from brokerd.auth.hosts import OwnNames
@@ -21,7 +20,7 @@ from brokerd.auth.hosts import OwnNames
 class Misdirected(Resource):
     isLeaf = True
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Request) -> bytes:
         request.setResponseCode(421, b"Misdirected Request")
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-store")
@@ -36,11 +35,11 @@ class HostCheck(Resource):
         self.inner = inner
         self.own = own
 
-    def getChildWithDefault(self, path: bytes, request: Any) -> Resource:
+    def getChildWithDefault(self, path: bytes, request: Request) -> Resource:
         host = request.getHeader(b"host")
         if not self.own.owns(None if host is None else host.decode("latin-1")):
             return Misdirected()
         return self.inner.getChildWithDefault(path, request)
 
-    def render(self, request: Any) -> bytes:  # only reached for an empty path, which HTTP has not
+    def render(self, request: Request) -> bytes:  # only reached for an empty path, which HTTP has not
         return Misdirected().render(request)

@@ -17,8 +17,10 @@ import json
 import re
 import signal
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from types import FrameType
+from typing import IO, Any
 
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import (
@@ -31,6 +33,7 @@ from twisted.logger import (
     formatEventAsClassicLogText,
 )
 from twisted.python import logfile
+from twisted.python.failure import Failure
 
 from brokerd.config import Settings
 from brokerd.errors import ConfigurationError
@@ -86,7 +89,7 @@ def _escape_traceback(text: str) -> str:
 class _EscapedFailure:
     """Stands for an event's failure where the text format asks it for its traceback."""
 
-    def __init__(self, failure: Any) -> None:
+    def __init__(self, failure: Failure) -> None:
         self._failure = failure
 
     def getTraceback(self) -> str:  # noqa: N802 (twisted's name)
@@ -109,7 +112,7 @@ def text_line(event: dict) -> str | None:
     return formatEventAsClassicLogText(escaped_event(event))
 
 
-def choose(settings: Settings, twistd_options: Any) -> str:
+def choose(settings: Settings, twistd_options: Mapping[str, object]) -> str:
     """Remember the choices for :func:`twistd_observer` and return its dotted name."""
     _CHOSEN.update(
         level=LEVELS[settings.log_level],
@@ -120,7 +123,7 @@ def choose(settings: Settings, twistd_options: Any) -> str:
     return OBSERVER
 
 
-def make_observer(level: LogLevel, format: str, out: Any) -> ILogObserver:
+def make_observer(level: LogLevel, format: str, out: IO[str]) -> ILogObserver:
     """An observer writing events at ``level`` or above to ``out`` as text or JSON lines."""
     base = FileLogObserver(out, json_line if format == "json" else text_line)
     return FilteringLogObserver(base, [LogLevelFilterPredicate(defaultLogLevel=level)])
@@ -173,7 +176,7 @@ def _reopen_on_sigusr1(out: logfile.LogFile) -> None:
     unless something else already handles the signal."""
     if signal.getsignal(signal.SIGUSR1) in (None, signal.SIG_DFL):
 
-        def rotate(signum: int, frame: Any) -> None:
+        def rotate(signum: int, frame: FrameType | None) -> None:
             from twisted.internet import reactor
 
             IReactorFromThreads(reactor).callFromThread(out.rotate)

@@ -19,13 +19,15 @@ password).  Password hashing and file work run in the reactor's thread pool.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 
 from brokerd.admin import strictjson
 from brokerd.auth.accounts import (
@@ -42,12 +44,15 @@ from brokerd.auth.policy import UAL_FILENAME, AccessListFile
 from brokerd.auth.ual import Entry, edit_access_list, entry_of, format_permissions, read_access_list
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import peer_text
+from brokerd.jsontypes import JSONObject, JSONValue
 from brokerd.runtime import Runtime
 
 MAX_BODY = 4096
 """Bytes of a change's JSON body read at most."""
 JSON = b"application/json"
 _log = Logger(namespace="brokerd.admin")
+_Result = TypeVar("_Result")
+"""What a change's function returns (run in the thread pool), before its answer is made of it."""
 
 
 class Refusal(Exception):
@@ -58,19 +63,29 @@ class Refusal(Exception):
         self.code = code
 
 
-def _answer(request: Any, code: int, body: Any) -> bytes:
+def _answer(request: Request, code: int, body: JSONValue) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
     return strictjson.dumps(body) + b"\n"
 
 
-def _body(request: Any, fields: tuple[str, ...]) -> dict[str, str]:
+def rest_of_path(request: Request) -> list[bytes]:
+    """The path segments past the resource (Site sets them before any resource renders)."""
+    return request.postpath or []
+
+
+def read_body(request: Request, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the request's body (Request holds none only once it is done)."""
+    return request.content.read(limit) if request.content is not None else b""
+
+
+def _body(request: Request, fields: tuple[str, ...]) -> dict[str, str]:
     """The JSON object of a change, with exactly ``fields``, all strings; Refusal otherwise."""
     content_type = (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
     if content_type != JSON:
         raise Refusal(415, "send Content-Type: application/json")
-    raw = request.content.read(MAX_BODY + 1)
+    raw = read_body(request, MAX_BODY + 1)
     if len(raw) > MAX_BODY:
         raise Refusal(413, f"the body is over {MAX_BODY} bytes")
     try:
@@ -83,7 +98,7 @@ def _body(request: Any, fields: tuple[str, ...]) -> dict[str, str]:
     return given
 
 
-class _Managed(Resource):
+class _Managed(Resource, Generic[_Result]):
     """``GET`` the listing; ``POST .../ACTION`` a change, run in the thread pool."""
 
     isLeaf = True
@@ -94,13 +109,13 @@ class _Managed(Resource):
         self.runtime = runtime
         self._run = thread_runner(runtime.reactor)
 
-    def render_GET(self, request: Any) -> Any:
-        if request.postpath not in ([], [b""]):
+    def render_GET(self, request: Request) -> bytes | int:
+        if rest_of_path(request) not in ([], [b""]):
             return _answer(request, 404, {"error": "no such resource"})
         return self._later(request, self._run(self.listing), "list")
 
-    def render_POST(self, request: Any) -> Any:
-        action = b"/".join(request.postpath).decode("ascii", "replace")
+    def render_POST(self, request: Request) -> bytes | int:
+        action = b"/".join(rest_of_path(request)).decode("ascii", "replace")
         if action not in self.actions:
             return _answer(request, 404, {"error": "POST to " + " or ".join(sorted(self.actions))})
         try:
@@ -113,22 +128,23 @@ class _Managed(Resource):
         d.addCallback(self.applied, action, given, source)
         return self._later(request, d, action)
 
-    def _later(self, request: Any, d: Deferred, action: str) -> Any:
+    def _later(self, request: Request, d: Deferred[JSONObject], action: str) -> int:
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _f: gone.append(True))
 
-        def done(body: Any) -> None:
+        def done(body: JSONObject) -> None:
             if not gone:
                 request.write(_answer(request, 200, body))
                 request.finish()
 
-        def failed(failure: Any) -> None:
-            if failure.check(Refusal):
-                code, reason = failure.value.code, str(failure.value)
-            elif failure.check(ConfigurationError, ValueError):
-                code, reason = 422, str(failure.value)
-            elif failure.check(OSError):
-                code, reason = 500, f"cannot write: {failure.value.strerror or failure.value}"
+        def failed(failure: Failure) -> None:
+            error = failure.value
+            if isinstance(error, Refusal):
+                code, reason = error.code, str(error)
+            elif isinstance(error, (ConfigurationError, ValueError)):
+                code, reason = 422, str(error)
+            elif isinstance(error, OSError):
+                code, reason = 500, f"cannot write: {error.strerror or error}"
             else:
                 _log.failure("admin: {action} failed", failure, action=action)
                 code, reason = 500, failure.getErrorMessage()
@@ -139,17 +155,19 @@ class _Managed(Resource):
         d.addCallbacks(done, failed)
         return NOT_DONE_YET
 
-    def listing(self) -> Any:
+    def listing(self) -> JSONObject:
         raise NotImplementedError
 
-    def prepare(self, action: str, given: dict[str, str]) -> Any:
+    def prepare(self, action: str, given: dict[str, str]) -> Callable[[], _Result]:
         raise NotImplementedError
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
-        return result
+    def applied(self, result: _Result, action: str, given: dict[str, str],
+                source: str | None) -> JSONObject | Deferred[JSONObject]:
+        """The answer to a change once made (``result``: what ``prepare``'s function returned)."""
+        raise NotImplementedError
 
 
-class Accounts(_Managed):
+class Accounts(_Managed[dict[str, str]]):
     """``/api/accounts``: the ``--accounts`` file."""
 
     actions = {"add": ("name", "password"), "passwd": ("name", "password"), "remove": ("name",)}
@@ -166,7 +184,7 @@ class Accounts(_Managed):
         names = sorted(read_accounts(path)) if path.exists() else []
         return {"file": str(path), "accounts": names}
 
-    def prepare(self, action: str, given: dict[str, str]) -> Any:
+    def prepare(self, action: str, given: dict[str, str]) -> Callable[[], dict[str, str]]:
         path = self.path
         try:
             name = normalize_name(given["name"])
@@ -175,7 +193,7 @@ class Accounts(_Managed):
         except ValueError as exc:
             raise Refusal(400, str(exc)) from None
 
-        def change() -> dict[str, Any]:
+        def change() -> dict[str, str]:
             new_hash = PasswordHash.create(given["password"]) if "password" in given else None
 
             def edit(accounts: dict[str, PasswordHash]) -> None:
@@ -195,14 +213,14 @@ class Accounts(_Managed):
 
         return change
 
-    def applied(self, result: Any, action: str, given: dict[str, str], source: str | None) -> Any:
+    def applied(self, result: dict[str, str], action: str, given: dict[str, str], source: str | None) -> JSONObject:
         what = {"add": "added", "passwd": "changed the password of", "remove": "removed"}[action]
         _log.info("admin: {what} account {name} in {file} (from {source})", what=what, name=result["account"],
                   file=str(self.path), source=source)
         return result
 
 
-class AccessEntries(_Managed):
+class AccessEntries(_Managed[Entry]):
     """``/api/ual``: the access list's file (``--ual``, else ``DATA_DIR/smqp.ual``)."""
 
     actions = {"set": ("topic", "who", "permissions"), "remove": ("topic", "who")}
@@ -230,7 +248,7 @@ class AccessEntries(_Managed):
             {"topic": "/" + "/".join(e.topic), "who": e.principal, "permissions": format_permissions(e.permissions)}
             for e in entries]}
 
-    def prepare(self, action: str, given: dict[str, str]) -> Any:
+    def prepare(self, action: str, given: dict[str, str]) -> Callable[[], Entry]:
         try:
             entry = entry_of(given["topic"], given["who"], given.get("permissions", "-"))
         except ConfigurationError as exc:
@@ -252,7 +270,7 @@ class AccessEntries(_Managed):
 
         return change
 
-    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str | None) -> Deferred:
+    def applied(self, entry: Entry, action: str, given: dict[str, str], source: str | None) -> Deferred[JSONObject]:
         if self.access.path is None:  # the first entry: the broker reads this file from now on
             self.access.path = self.path
         d = self.access.reload_now()  # installed before the answer: the next publish obeys it

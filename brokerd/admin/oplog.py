@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -25,11 +25,17 @@ _log = Logger(namespace="brokerd")
 """Module-level, not a class attribute: a Logger that is a class attribute takes its class's
 name as its namespace (Logger.__get__), which the log's ``source`` would then show."""
 
+class WallClock(Protocol):
+    """What reads the wall clock: the time module, or a test's Clock."""
+
+    def time(self) -> float: ...
+
+
 RECENT_AUTH_FAILURES = 50
 """Refused logins the admin API and the dashboard can show (the newest ones)."""
 
 
-def _text(value: Any) -> str:
+def _text(value: bytes | str | None) -> str:
     """A name, address or reason for a log line ("-" when there is none)."""
     return text(value) or "-"
 
@@ -40,7 +46,7 @@ class OperatorLog:
     log, or brokerd.events.log.NULL_EVENT_LOG when it is off)."""
 
 
-    def __init__(self, events: EventLog | NullEventLog, clock: Any = time) -> None:
+    def __init__(self, events: EventLog | NullEventLog, clock: WallClock = time) -> None:
         self.events = events
         self._clock = clock
         self.message_routed = events.message_routed
@@ -59,7 +65,7 @@ class OperatorLog:
         self.slow_consumer_episodes = 0
         self.recent_auth_failures: deque[dict[str, Any]] = deque(maxlen=RECENT_AUTH_FAILURES)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # whatever the event log's attribute is
         """Everything else is the event log's (``stats()``, ``writer``, ``flush()``...), so
         code that took the Broker's observer for the event log keeps working."""
         if name == "events":
@@ -101,19 +107,18 @@ class OperatorLog:
     def auth_failure(
         self,
         protocol: str,
-        identity: Any,
-        source: Any = None,
-        scheme: Any = None,
-        reason: Any = None,
+        identity: bytes | str | None,
+        source: str | None = None,
+        scheme: bytes | str | None = None,
+        reason: str | None = None,
     ) -> None:
         self.auth_failures[protocol] += 1
-        source_text = source if isinstance(source, str) or source is None else peer_text(source)
         self.recent_auth_failures.append(
             {
                 "time": self._clock.time(),
                 "protocol": protocol,
                 "identity": text(identity),
-                "source": source_text,
+                "source": source,
                 "scheme": text(scheme),
                 "reason": reason,
             }
@@ -122,13 +127,13 @@ class OperatorLog:
             "{protocol}: login refused for {identity} from {source} ({scheme}): {reason}",
             protocol=protocol,
             identity=_text(identity),
-            source=_text(source_text),
+            source=_text(source),
             scheme=_text(scheme),
             reason=_text(reason),
         )
         self.events.auth_failure(protocol, identity, source=source, scheme=scheme, reason=reason)
 
-    def _count_drop(self, reason: Any, count: Any) -> None:
+    def _count_drop(self, reason: str | None, count: int | None) -> None:
         reason = reason or "unknown"
         if reason == SLOW_CONSUMER:
             self.slow_consumer_episodes += 1

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.interfaces import IProtocolFactory
 from twisted.logger import Logger
+from twisted.web import http
 from twisted.web.server import Site
 
 from brokerd.admin.connections import ConnectionCounts, ConnectionLog
@@ -99,7 +101,7 @@ class AdminSite(Site):
     something write their own operator line (``admin: closed ...``), and the dashboard and
     ``brokerd-ctl status --interval`` poll the API often enough to bury the log otherwise."""
 
-    def log(self, request: Any) -> None:
+    def log(self, request: http.Request) -> None:
         """No access log."""
 
 
@@ -115,7 +117,7 @@ class Operations:
         self._streams: DashboardStreams | None = None
         self._history: RateHistory | None = None
 
-    def counted(self, protocol: str, factory: Any) -> ConnectionLog:
+    def counted(self, protocol: str, factory: IProtocolFactory) -> ConnectionLog:
         """``factory`` behind connection counting and logging, for one listener."""
         return ConnectionLog(protocol, factory, self.connections)
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+
+from brokerd.jsontypes import JSONValue
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: JSONValue) -> JSONValue:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     if isinstance(value, dict):
@@ -24,6 +25,6 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def dumps(body: Any) -> bytes:
+def dumps(body: JSONValue) -> bytes:
     """``body`` as strict JSON bytes, keys sorted."""
     return json.dumps(_finite(body), sort_keys=True, allow_nan=False).encode()

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -50,7 +52,7 @@ class StatisticsTopics(Service):
     """Publishes the figures every ``interval`` seconds while running."""
 
 
-    def __init__(self, figures: Figures, interval: float, clock: Any) -> None:
+    def __init__(self, figures: Figures, interval: float, clock: IReactorTime) -> None:
         self.setName("sys-topics")  # Twisted's Service declares ``name = None`` untyped
         self.figures = figures
         self.interval = interval
@@ -70,11 +72,9 @@ class StatisticsTopics(Service):
             self._loop.stop()
         self._loop = None
 
-    def publish(self) -> Any:
+    def publish(self) -> Deferred[int]:
         """Publish the watched figures now: the store's queue figures are asked first."""
-        d = self.figures.queues()
-        d.addCallback(self._publish)
-        return d
+        return self.figures.queues().addCallback(self._publish)
 
     def _publish(self, queues: dict[str, Any] | None) -> int:
         snapshot = self.figures.snapshot()

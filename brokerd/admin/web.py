@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 
 from brokerd.admin import strictjson
 from brokerd.admin.dashboard import ASSETS, Asset, Events
 from brokerd.admin.figures import Figures
-from brokerd.admin.manage import AccessEntries, Accounts
+from brokerd.admin.history import RateHistory
+from brokerd.admin.manage import AccessEntries, Accounts, read_body, rest_of_path
 from brokerd.admin.metrics import CONTENT_TYPE, exposition
 from brokerd.admin.sessions import (
     MAX_CLOSE_BODY,
@@ -36,11 +39,13 @@ from brokerd.admin.sessions import (
 from brokerd.auth.tls import peer_names
 from brokerd.events.log import peer_text
 from brokerd.events.schema import text
+from brokerd.jsontypes import JSONObject, JSONValue
 
 _log = Logger(namespace="brokerd.admin")
 """Module-level, as brokerd.admin.oplog's is (why: there)."""
 
 JSON = b"application/json"
+_T = TypeVar("_T")
 
 
 class Access:
@@ -55,7 +60,7 @@ class Access:
     def open(self) -> bool:
         return self.token is None and not self.certificate_names
 
-    def allows(self, request: Any) -> bool:
+    def allows(self, request: Request) -> bool:
         if self.open:
             return True
         if self.token is not None:
@@ -70,25 +75,25 @@ class Access:
         return False
 
 
-def _json(request: Any, code: int, body: Any) -> bytes:
+def _json(request: Request, code: int, body: JSONValue) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
     return strictjson.dumps(body) + b"\n"
 
 
-def _finish_later(request: Any, d: Deferred, render: Callable[[Any], bytes]) -> Any:
+def _finish_later(request: Request, d: Deferred[_T], render: Callable[[_T], bytes]) -> int:
     """Answer ``request`` once ``d`` fires (NOT_DONE_YET now); a client gone meanwhile is fine."""
     gone: list[bool] = []
     request.notifyFinish().addErrback(lambda _f: gone.append(True))
 
-    def answer(result: Any) -> None:
+    def answer(result: _T) -> None:
         if gone:
             return
         request.write(render(result))
         request.finish()
 
-    def failed(failure: Any) -> None:
+    def failed(failure: Failure) -> None:
         _log.failure("admin request {uri}", failure, uri=request.uri)
         if not gone:
             request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
@@ -104,7 +109,7 @@ class AdminResource(Resource):
         super().__init__()
         self.figures = figures
 
-    def render(self, request: Any) -> Any:
+    def render(self, request: Request) -> bytes | int:
         method = request.method.decode("ascii", "replace")
         handler = getattr(self, f"render_{method}", None)
         if handler is None:
@@ -118,10 +123,10 @@ class AdminResource(Resource):
 class Metrics(AdminResource):
     isLeaf = True
 
-    def render_GET(self, request: Any) -> Any:
+    def render_GET(self, request: Request) -> int:
         figures = self.figures
 
-        def render(queues: Any) -> bytes:
+        def render(queues: dict[str, Any] | None) -> bytes:
             request.setHeader(b"content-type", CONTENT_TYPE.encode())
             return exposition(figures.snapshot(), queues)
 
@@ -133,21 +138,21 @@ class History(Resource):
 
     isLeaf = True
 
-    def __init__(self, history: Any) -> None:
+    def __init__(self, history: RateHistory) -> None:
         super().__init__()
         self.history = history
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Request) -> bytes:
         return _json(request, 200, self.history.view())
 
 
 class Status(AdminResource):
     isLeaf = True
 
-    def render_GET(self, request: Any) -> Any:
+    def render_GET(self, request: Request) -> int:
         figures = self.figures
 
-        def render(queues: Any) -> bytes:
+        def render(queues: dict[str, Any] | None) -> bytes:
             snapshot = figures.snapshot()
             snapshot["smqp_queues"] = queues
             snapshot["recent_auth_failures"] = list(figures.operator_log.recent_auth_failures)
@@ -159,11 +164,11 @@ class Status(AdminResource):
 class Topics(AdminResource):
     isLeaf = True
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Request) -> bytes:
         return _json(request, 200, {"topics": list_topics(self.figures.broker)})
 
 
-def _posted_json(request: Any) -> bool:
+def _posted_json(request: Request) -> bool:
     content_type = (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
     return content_type == JSON
 
@@ -174,19 +179,19 @@ class Sessions(AdminResource):
 
     isLeaf = True
 
-    def render_GET(self, request: Any) -> bytes:
-        if request.postpath not in ([], [b""]):
+    def render_GET(self, request: Request) -> bytes:
+        if rest_of_path(request) not in ([], [b""]):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"sessions": list_sessions(self.figures.broker)})
 
-    def render_POST(self, request: Any) -> bytes:
-        if len(request.postpath) != 2 or request.postpath[1] != b"close":
+    def render_POST(self, request: Request) -> bytes:
+        if len(rest_of_path(request)) != 2 or rest_of_path(request)[1] != b"close":
             return _json(request, 404, {"error": "POST /api/sessions/ID/close"})
         if not _posted_json(request):
             return _json(request, 415, {"error": "send Content-Type: application/json"})
-        wanted = request.postpath[0].decode("ascii", "replace")
+        wanted = rest_of_path(request)[0].decode("ascii", "replace")
         try:
-            seconds = keep_out_seconds(request.content.read(MAX_CLOSE_BODY + 1))
+            seconds = keep_out_seconds(read_body(request, MAX_CLOSE_BODY + 1))
         except ValueError as exc:
             return _json(request, 400, {"error": str(exc)})
         session = find_session(self.figures.broker, wanted)
@@ -198,7 +203,7 @@ class Sessions(AdminResource):
         if not close_session(session):
             return _json(request, 409, {"error": f"session {wanted} has no connection to close"})
         answer: dict[str, Any] = {"closed": wanted}
-        if seconds:
+        if seconds and principal is not None:  # refused above when there is none
             self.figures.broker.keep_out(principal, seconds)
             answer["kept_out"] = {"principal": str(principal), "seconds": seconds}
             _log.info("admin: closed {protocol} session {name} ({id}) and keeps {principal} out for "
@@ -224,7 +229,7 @@ class Reload(AdminResource):
 
     isLeaf = True
 
-    def render_POST(self, request: Any) -> Any:
+    def render_POST(self, request: Request) -> bytes | int:
         if not _posted_json(request):
             return _json(request, 415, {"error": "send Content-Type: application/json"})
         factories = self.figures.runtime.front_ends
@@ -232,18 +237,18 @@ class Reload(AdminResource):
         names = list(reloading)
         d = gatherResults([maybeDeferred(factory.reload_files) for factory in reloading.values()], consumeErrors=True)
 
-        def failed(failure: Any) -> bytes:
+        def failed(failure: Failure) -> bytes:
             error = getattr(failure.value, "subFailure", failure)
             return _json(request, 422, {"error": error.getErrorMessage()})
 
-        d.addCallbacks(lambda _: _json(request, 200, {"reloaded": names}), failed)
-        return _finish_later(request, d, lambda body: body)
+        answered: Deferred[bytes] = d.addCallbacks(lambda _: _json(request, 200, {"reloaded": names}), failed)
+        return _finish_later(request, answered, lambda body: body)
 
 
 class Refused(Resource):
     isLeaf = True
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Request) -> bytes:
         request.setHeader(b"www-authenticate", b'Bearer realm="brokerd"')
         return _json(request, 401, {"error": "authentication required"})
 
@@ -251,7 +256,7 @@ class Refused(Resource):
 class NotFound(Resource):
     isLeaf = True
 
-    def render(self, request: Any) -> bytes:
+    def render(self, request: Request) -> bytes:
         return _json(request, 404, {"error": "no such resource"})
 
 
@@ -260,8 +265,8 @@ class Index(AdminResource):
 
     isLeaf = True
 
-    def render_GET(self, request: Any) -> bytes:
-        if request.postpath not in ([], [b""]):
+    def render_GET(self, request: Request) -> bytes:
+        if rest_of_path(request) not in ([], [b""]):
             return _json(request, 404, {"error": "no such resource"})
         return _json(request, 200, {"brokerd": self.figures.snapshot()["version"], "endpoints": [
             "GET /", "GET /metrics", "GET /api/status", "GET /api/sessions", "GET /api/topics", "GET /api/events",
@@ -275,14 +280,14 @@ class Api(Resource):
         super().__init__()
         self.index = index
 
-    def getChild(self, path: bytes, request: Any) -> Resource:
+    def getChild(self, path: bytes, request: Request) -> Resource:
         return self.index if path == b"" else NotFound()
 
 
 class AdminRoot(Resource):
     """Checks every request but those for the dashboard's static files, then dispatches it."""
 
-    def __init__(self, figures: Figures, access: Access, clock: Any, history: Any) -> None:
+    def __init__(self, figures: Figures, access: Access, clock: IReactorTime, history: RateHistory) -> None:
         super().__init__()
         self.figures = figures
         self.access = access
@@ -300,7 +305,7 @@ class AdminRoot(Resource):
         self.putChild(b"metrics", Metrics(figures))
         self.putChild(b"api", api)
 
-    def getChildWithDefault(self, path: bytes, request: Any) -> Resource:
+    def getChildWithDefault(self, path: bytes, request: Request) -> Resource:
         if path in self.assets and request.postpath == [] and request.method in (b"GET", b"HEAD"):
             return self.assets[path]  # no data, no secret: the page asks /api/events with the token
         if not self.access.allows(request):

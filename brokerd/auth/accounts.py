@@ -35,7 +35,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.credentials import IUsernamePassword
@@ -45,6 +45,7 @@ from zope.interface import implementer
 
 from brokerd.core.principal import GUEST_ACCOUNT
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 
 GUEST = GUEST_ACCOUNT
 """The draft's guest account: logs in with a blank password."""
@@ -276,7 +277,7 @@ Runner = Callable[..., Deferred]
 """Runs ``f(*args)`` somewhere other than the reactor thread; returns a Deferred."""
 
 
-def thread_runner(reactor: Any) -> Runner:
+def thread_runner(reactor: IBrokerReactor) -> Runner:
     """A Runner that calls ``f(*args)`` in ``reactor``'s thread pool (file reads and scrypt
     stay off the reactor thread)."""
     from twisted.internet.threads import deferToThreadPool
@@ -347,7 +348,7 @@ class AccountsChecker:
     credentialInterfaces = (IUsernamePassword,)
 
     def __init__(self, path: Path | None, *, guest: bool = True, run: Runner | None = None,
-                 reactor: Any = None, file: AccountsFile | None = None) -> None:
+                 reactor: IBrokerReactor | None = None, file: AccountsFile | None = None) -> None:
         self.file = file if file is not None else AccountsFile(path)
         self.path = self.file.path
         self.guest = guest
@@ -355,7 +356,7 @@ class AccountsChecker:
             if reactor is None:
                 from twisted.internet import reactor as default_reactor
 
-                reactor = default_reactor
+                reactor = cast(IBrokerReactor, default_reactor)  # the global reactor has every facet
             run = thread_runner(reactor)
         self._run = run
 
@@ -372,9 +373,9 @@ class AccountsChecker:
         """Read the file now (blocking; for start-up checks): ConfigurationError if bad."""
         return dict(self._current())
 
-    def requestAvatarId(self, credentials: Any) -> Deferred:
-        username = credentials.username
-        password = credentials.password
+    def requestAvatarId(self, credentials: IUsernamePassword) -> Deferred:
+        username: bytes | str = credentials.username  # bytes by the interface; a str from some callers
+        password: bytes | str = credentials.password
         if isinstance(username, bytes):
             username = username.decode("utf-8", "replace")
         if isinstance(password, bytes):

@@ -27,6 +27,7 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -47,6 +48,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.principal import GUEST, PROVEN, Principal
 from brokerd.errors import ConfigurationError
 from brokerd.interfaces import IAccessPolicy
+from brokerd.interfaces import IBrokerReactor
 
 UAL_RELOAD_INTERVAL = 5.0
 """Seconds between checks of the UAL file for changes."""
@@ -90,7 +92,7 @@ class AccessListFile(Service):
 
     _log = Logger()
 
-    def __init__(self, path: Path | None, current: AccessList, broker: Broker, clock: Any,
+    def __init__(self, path: Path | None, current: AccessList, broker: Broker, clock: IReactorTime,
                  run: Callable[..., Deferred] = run_inline) -> None:
         self.path = path
         self.current = current
@@ -131,7 +133,7 @@ class AccessListFile(Service):
         path = self.path
         d = self._run(_stamp, path)
 
-        def check(stamp: tuple[int, int, int] | None) -> Any:
+        def check(stamp: tuple[int, int, int] | None) -> Deferred[None] | None:
             if stamp is None or stamp == self._stamp:
                 return None
             self._stamp = stamp
@@ -184,7 +186,7 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def access_list_for(settings: Settings, broker: Any, reactor: Any,
+def access_list_for(settings: Settings, broker: Broker, reactor: IBrokerReactor,
                     run: Callable[..., Deferred] | None = None) -> AccessListFile:
     """The broker's AccessListFile (brokerd.compose makes the one every front end shares) from the
     settings: ``ual_file`` (or ``DATA_DIR/smqp.ual`` when that exists) and

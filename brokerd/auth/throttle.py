@@ -27,18 +27,26 @@ trusted pairs); the least recently used entry goes first.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from twisted.cred.credentials import IUsernamePassword
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import ICredentials, IUsernamePassword
 from twisted.cred.error import UnauthorizedLogin
-from twisted.cred.portal import Portal
+from twisted.cred.portal import IRealm, Portal
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
+from zope.interface import Interface
 
 from brokerd.auth.credentials import ISharedSecret
 from brokerd.config import Settings
+
+
+_R = TypeVar("_R")
+"""What a callback passes on unchanged."""
 
 
 class TooManyFailures(UnauthorizedLogin):
@@ -88,7 +96,7 @@ class LoginThrottle:
 
     ``clock`` has ``seconds()`` and ``callLater`` (the reactor)."""
 
-    def __init__(self, clock: Any, *, after: int = Settings.login_backoff_after,
+    def __init__(self, clock: IReactorTime, *, after: int = Settings.login_backoff_after,
                  backoff: float = Settings.login_backoff, maximum: float = Settings.login_backoff_max,
                  entries: int = Settings.login_backoff_entries) -> None:
         self.clock = clock
@@ -107,7 +115,7 @@ class LoginThrottle:
         """Attempts refused unchecked because the wait would have been too long."""
 
     @classmethod
-    def from_settings(cls, settings: Settings, clock: Any) -> LoginThrottle:
+    def from_settings(cls, settings: Settings, clock: IReactorTime) -> LoginThrottle:
         return cls(clock, after=settings.login_backoff_after, backoff=settings.login_backoff,
                    maximum=settings.login_backoff_max, entries=settings.login_backoff_entries)
 
@@ -153,7 +161,7 @@ class LoginThrottle:
         d.addBoth(self._waited)
         return d
 
-    def _waited(self, result: Any) -> Any:
+    def _waited(self, result: _R) -> _R:
         self.waiting -= 1
         return result
 
@@ -178,7 +186,7 @@ class LoginThrottle:
                 self._trusted.popitem(last=False)
 
 
-def peer_host(mind: Any) -> str | None:
+def peer_host(mind: object) -> str | None:
     """The IP address a login comes from (the mind is the front end's protocol), or None
     (a UNIX socket, no transport)."""
     transport = getattr(mind, "transport", None)
@@ -189,7 +197,7 @@ def peer_host(mind: Any) -> str | None:
     return host if isinstance(host, str) else None
 
 
-def _account(credentials: Any) -> str | None:
+def _account(credentials: ICredentials) -> str | None:
     """The account a password login names (lower case, as accounts are kept), or None."""
     if not IUsernamePassword.providedBy(credentials):
         return None
@@ -203,11 +211,11 @@ class ThrottledPortal(Portal):
     (other schemes prove nothing that can be guessed and pass straight through).  Only the
     checker's verdict counts: a realm's refusal (a principal kept out) is no guess."""
 
-    def __init__(self, realm: Any, checkers: Any = (), throttle: LoginThrottle | None = None) -> None:
+    def __init__(self, realm: IRealm, checkers: Iterable[ICredentialsChecker] = (), throttle: LoginThrottle | None = None) -> None:
         super().__init__(realm, checkers)
         self.throttle = throttle
 
-    def login(self, credentials: Any, mind: Any, *interfaces: Any) -> Deferred:
+    def login(self, credentials: ICredentials, mind: object, *interfaces: type[Interface]) -> Deferred:
         throttle = self.throttle
         checker = next((c for i, c in self.checkers.items() if i.providedBy(credentials)), None)
         guessable = IUsernamePassword.providedBy(credentials) or ISharedSecret.providedBy(credentials)
@@ -215,11 +223,11 @@ class ThrottledPortal(Portal):
             return super().login(credentials, mind, *interfaces)
         address, account = peer_host(mind), _account(credentials)
 
-        def passed(avatar_id: Any) -> Any:
+        def passed(avatar_id: _R) -> _R:
             throttle.succeeded(address, account)
             return avatar_id
 
-        def refused(failure: Any) -> Any:
+        def refused(failure: Failure) -> Failure:
             if failure.check(UnauthorizedLogin) and not failure.check(TooManyFailures):
                 throttle.failed(address, account)
             return failure

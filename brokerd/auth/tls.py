@@ -47,6 +47,7 @@ from twisted.internet.ssl import (
 from twisted.logger import Logger, LogLevel
 
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 
 _log = Logger()
 
@@ -118,7 +119,7 @@ def _server_options(
         **_PROFILE, **verify_options)
 
 
-def listen_endpoint(reactor: Any, tls: ServerTLS, description: str) -> IStreamServerEndpoint:
+def listen_endpoint(reactor: IBrokerReactor, tls: ServerTLS, description: str) -> IStreamServerEndpoint:
     """The server endpoint for ``tls:PORT[:interface=ADDR][:backlog=N]``; a colon inside an
     address is written ``\\:`` as in Twisted's strports (``tls:8788:interface=\\:\\:1``)."""
     port, interface, backlog = _parse_tls_description(description)
@@ -173,7 +174,7 @@ def _bad_endpoint(description: str, reason: str) -> ConfigurationError:
     return ConfigurationError(f"bad TLS endpoint {description!r}: {reason}")
 
 
-def peer_names(transport: Any) -> tuple[str, ...]:
+def peer_names(transport: object) -> tuple[str, ...]:
     """The names a verified client certificate vouches for: its subject CN, then its DNS and
     URI subjectAltNames, without duplicates.  Empty for anything else (plain TCP, no client
     certificate, a server that does not verify clients, a handshake not finished yet); never

@@ -10,13 +10,18 @@ answers with its temporary-failure reply.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
 
 from brokerd.config import Settings
 from brokerd.errors import Busy
+from brokerd.interfaces import IBrokerReactor
+
+
+_R = TypeVar("_R")
+"""What a callback passes on unchanged."""
 
 
 class WorkQueue:
@@ -24,7 +29,7 @@ class WorkQueue:
     or running; ``run`` is an accounts-checker Runner.  Without a thread pool (a test clock)
     the work runs inline."""
 
-    def __init__(self, reactor: Any, limit: int = Settings.max_auth_queue) -> None:
+    def __init__(self, reactor: IBrokerReactor, limit: int = Settings.max_auth_queue) -> None:
         self._reactor = reactor
         self.limit = limit
         self.pending = 0
@@ -43,7 +48,7 @@ class WorkQueue:
         d.addBoth(self._finished)
         return d
 
-    def _finished(self, result: Any) -> Any:
+    def _finished(self, result: _R) -> _R:
         self.pending -= 1
         return result
 

@@ -11,12 +11,14 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from brokerd.errors import ConfigurationError
 
 if TYPE_CHECKING:  # Twisted is imported by what connects, not by every command's start
     from twisted.internet.interfaces import IStreamClientEndpoint
+
+    from brokerd.interfaces import IBrokerReactor
 
 EXIT_ERROR = 2
 """The exit status of a usage, configuration or connection problem."""
@@ -37,12 +39,21 @@ class CommandError(Exception):
         self.retryable = retryable
 
 
+_T = TypeVar("_T")
+
+
+class OptionGroup(Protocol):
+    """An argparse parser or argument group: where options are added."""
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
+
+
 class Interruption:
     """Whether the reactor is shutting down because the command was interrupted (Ctrl-C,
     SIGTERM): the connection it then loses is not an error, and the command ends quietly
     with status 0, as a subscriber stopped by its user should."""
 
-    def __init__(self, reactor: Any) -> None:
+    def __init__(self, reactor: IBrokerReactor) -> None:
         self.stopping = False
         reactor.addSystemEventTrigger("before", "shutdown", self._stopping)
 
@@ -50,7 +61,7 @@ class Interruption:
         self.stopping = True
 
 
-def add_retry_option(group: Any, suppress: bool = False) -> None:
+def add_retry_option(group: OptionGroup, suppress: bool = False) -> None:
     """``--retry``: see :func:`with_retries`."""
     group.add_argument(
         "--retry", action="store_true", default=option_default(False, suppress),
@@ -60,7 +71,7 @@ def add_retry_option(group: Any, suppress: bool = False) -> None:
 
 
 async def with_retries(
-    reactor: Any, args: argparse.Namespace, prog: str, interruption: Interruption,
+    reactor: IBrokerReactor, args: argparse.Namespace, prog: str, interruption: Interruption,
     attempt: Callable[[], Awaitable[None]],
 ) -> None:
     """Run ``attempt`` (one connection, to its end) once; with ``--retry``, again after each
@@ -91,7 +102,7 @@ def closed_reason(reason: BaseException | None) -> str:
     return error_text(reason)
 
 
-def option_default(value: Any, suppress: bool) -> Any:
+def option_default(value: _T, suppress: bool) -> _T | str:
     """``value``, or SUPPRESS for options repeated on a subcommand's parser (``suppress``), so
     that an option given before the subcommand is not overwritten by the subcommand's
     default."""
@@ -131,7 +142,7 @@ class ConfigAddress:
 
 
 def add_address_options(
-    group: Any, default_host: str, default_port: int, suppress: bool = False, protocol: str | None = None
+    group: OptionGroup, default_host: str, default_port: int, suppress: bool = False, protocol: str | None = None
 ) -> None:
     """``--connect ENDPOINT``, or ``-H/--host`` and ``-p/--port``, or ``--config FILE`` (the
     ``protocol`` listener of a broker's config file; see :func:`endpoint_description`)."""
@@ -155,7 +166,7 @@ def add_address_options(
 
 
 def add_tls_options(
-    group: Any,
+    group: OptionGroup,
     *,
     cert_help: str,
     hostname_help: str,
@@ -220,7 +231,7 @@ def uses_tls(args: argparse.Namespace) -> bool:
 
 def build_endpoint(
     make: Callable[..., IStreamClientEndpoint],
-    reactor: Any,
+    reactor: IBrokerReactor,
     description: str,
     args: argparse.Namespace,
     hostname: str | None,

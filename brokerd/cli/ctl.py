@@ -21,7 +21,7 @@ import ssl
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
@@ -31,6 +31,7 @@ from brokerd.cli.common import EXIT_ERROR, CommandError, ConfigAddress
 from brokerd.cli.ctlstatus import summary
 from brokerd.config import read_first_line
 from brokerd.errors import ConfigurationError
+from brokerd.jsontypes import JSONValue
 
 PROG = "brokerd-ctl"
 DEFAULT_ADMIN = "http://127.0.0.1:8081"
@@ -107,7 +108,7 @@ def _context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
-def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> tuple[bytes, str]:
+def call(args: argparse.Namespace, method: str, path: str, body: JSONValue = None) -> tuple[bytes, str]:
     """One request to the admin API (a POST sends ``body`` as JSON, ``{}`` by default):
     (body, content type), or CommandError."""
     headers = {}
@@ -123,18 +124,18 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
         with urlopen(request, timeout=args.timeout, context=_context(args)) as response:
             return response.read(), response.headers.get("content-type", "")
     except HTTPError as exc:
-        body = exc.read()
+        answer = exc.read()
         try:
-            message = json.loads(body)["error"]
+            message = json.loads(answer)["error"]
         except (ValueError, KeyError, TypeError):
-            message = body.decode("utf-8", "replace").strip()
+            message = answer.decode("utf-8", "replace").strip()
         raise CommandError(EXIT_REFUSED, f"{exc.code} {message}") from None
     except (URLError, OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CommandError(EXIT_ERROR, f"cannot reach {args.admin}: {reason}") from None
 
 
-def _json(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+def _json(args: argparse.Namespace, method: str, path: str, body: JSONValue = None) -> Any:  # json.loads's
     answer, _type = call(args, method, path, body)
     return json.loads(answer)
 
@@ -169,7 +170,7 @@ def backup(data_dir: Path, output: Path) -> int:
     return pages
 
 
-def manage_accounts(args: argparse.Namespace, out: Any) -> None:
+def manage_accounts(args: argparse.Namespace, out: TextIO) -> None:
     """``accounts [add|passwd|remove]``: the broker's accounts file, through the admin API."""
     if args.action is None:
         listing = _json(args, "GET", "/api/accounts")
@@ -187,7 +188,7 @@ def manage_accounts(args: argparse.Namespace, out: Any) -> None:
     out.write(f"{what} {done['account']}\n")
 
 
-def manage_ual(args: argparse.Namespace, out: Any) -> None:
+def manage_ual(args: argparse.Namespace, out: TextIO) -> None:
     """``ual [set|remove]``: the broker's access list, through the admin API."""
     if args.action is None:
         for entry in _json(args, "GET", "/api/ual")["entries"]:
@@ -203,7 +204,7 @@ def manage_ual(args: argparse.Namespace, out: Any) -> None:
         out.write(f"removed {done['topic']} {done['who']}\n")
 
 
-def run(args: argparse.Namespace, out: Any) -> None:
+def run(args: argparse.Namespace, out: TextIO) -> None:
     command = args.command
     if command == "status" and args.json:
         json.dump(_json(args, "GET", "/api/status"), out, indent=2, sort_keys=True)

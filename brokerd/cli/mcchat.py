@@ -19,7 +19,7 @@ import argparse
 import getpass
 import os
 import sys
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, TypeVar
 
 from twisted.internet import defer, task
 from twisted.internet.defer import Deferred
@@ -27,7 +27,8 @@ from twisted.internet.defer import Deferred
 from brokerd import __version__
 from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, uses_tls
-from brokerd.protocols.mcchat.client import MCChatClientProtocol, MCChatError, client_endpoint, connect
+from brokerd.interfaces import IBrokerReactor
+from brokerd.protocols.mcchat.client import MCChatClientProtocol, MCChatError, MessageHandler, client_endpoint, connect
 from brokerd.protocols.mcchat.codec import MAX_MESSAGE, MAX_USERNAME, check_string, check_topic
 
 PROG = "brokerd-mcchat"
@@ -35,6 +36,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1502
 EXIT_CLOSED = 1
 _DEFAULT_FORMAT = "{topic} <{username}> {message}"
+
+_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -152,7 +155,7 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 
 # ---------------------------------------------------------------------------- running
 
-async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = None) -> MCChatClientProtocol:
+async def connected(reactor: IBrokerReactor, args: argparse.Namespace, on_message: MessageHandler | None = None) -> MCChatClientProtocol:
     """The connection once the server's INFO arrived, or CommandError (exit 2)."""
     where = endpoint_description(args)
     endpoint = common.build_endpoint(
@@ -170,7 +173,7 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
         raise CommandError(EXIT_ERROR, f"cannot connect to {where}: {error_text(exc)}", retryable=True) from None
 
 
-async def _answer(reactor: Any, args: argparse.Namespace, d: Deferred, what: str) -> Any:
+async def _answer(reactor: IBrokerReactor, args: argparse.Namespace, d: Deferred[_T], what: str) -> _T:
     d.addTimeout(args.timeout, reactor)
     try:
         return await d
@@ -201,7 +204,7 @@ class Printer:
                 self.done.callback(None)
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
+async def run_sub(reactor: IBrokerReactor, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     printer = Printer(out, args.format or _DEFAULT_FORMAT, args.count)
 
     async def subscription() -> None:
@@ -224,7 +227,7 @@ async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interru
     await common.with_retries(reactor, args, PROG, interruption, subscription)
 
 
-async def run_pub(reactor: Any, args: argparse.Namespace, stdin: BinaryIO) -> None:
+async def run_pub(reactor: IBrokerReactor, args: argparse.Namespace, stdin: BinaryIO) -> None:
     messages = read_messages(args, stdin)
     protocol = await connected(reactor, args)
     try:
@@ -236,7 +239,7 @@ async def run_pub(reactor: Any, args: argparse.Namespace, stdin: BinaryIO) -> No
         await protocol.close()
 
 
-async def run_topics(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> None:
+async def run_topics(reactor: IBrokerReactor, args: argparse.Namespace, out: BinaryIO) -> None:
     protocol = await connected(reactor, args)
     try:
         topics = await _answer(reactor, args, protocol.topics(), "TLRQ")
@@ -247,7 +250,7 @@ async def run_topics(reactor: Any, args: argparse.Namespace, out: BinaryIO) -> N
     out.flush()
 
 
-async def run(reactor: Any, args: argparse.Namespace) -> None:
+async def run(reactor: IBrokerReactor, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code."""
     interruption = Interruption(reactor)
     try:

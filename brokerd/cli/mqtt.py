@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 from brokerd import __version__
 from brokerd.cli import common, oneshot
@@ -40,8 +40,13 @@ from brokerd.protocols.mqtt.topics import topic_filter_problem, topic_name_probl
 # Twisted and the Twisted client are imported where they are used: 'pub' at QoS 0 over plain
 # TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
 if TYPE_CHECKING:
-    from brokerd.protocols.mqtt.client import MQTTClientProtocol
+    from twisted.internet.defer import Deferred
+    from twisted.python.failure import Failure
 
+    from brokerd.interfaces import IBrokerReactor
+    from brokerd.protocols.mqtt.client import MessageHandler, MQTTClientProtocol
+
+_T = TypeVar("_T")
 PROG = "brokerd-mqtt"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1883
@@ -84,7 +89,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
     """On the main parser with real defaults; on subcommands with SUPPRESS (see
     :func:`common.option_default`)."""
 
-    def default(value: Any) -> Any:
+    def default(value: _T) -> _T | str:
         return common.option_default(value, suppress)
 
     group = parser.add_argument_group("connection")
@@ -177,7 +182,7 @@ def read_password(path: Path) -> bytes:
 
 # ---------------------------------------------------------------------------- connecting
 
-async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = None) -> MQTTClientProtocol:
+async def connected(reactor: IBrokerReactor, args: argparse.Namespace, on_message: MessageHandler | None = None) -> MQTTClientProtocol:
     """The connection once the CONNACK accepted it, or CommandError (exit 1)."""
     from twisted.internet import defer
 
@@ -209,7 +214,7 @@ async def connected(reactor: Any, args: argparse.Namespace, on_message: Any = No
         raise CommandError(EXIT_FAILED, f"cannot connect to {where}: {error_text(exc)}", retryable=True) from None
 
 
-async def _answer(reactor: Any, args: argparse.Namespace, d: Any, what: str) -> Any:
+async def _answer(reactor: IBrokerReactor, args: argparse.Namespace, d: Deferred[_T], what: str) -> _T:
     """What ``d`` fires with, or CommandError (exit 1) naming ``what`` it waited for."""
     from twisted.internet import defer
 
@@ -264,7 +269,7 @@ class Printer:
             self.done.callback(None)
 
 
-def watch_end_of_input(ended: Any) -> None:
+def watch_end_of_input(ended: Deferred[None]) -> None:
     """Fire ``ended`` at the end of standard input when it is a terminal or a pipe: the way
     to stop ``sub`` from a script (close its input) or a terminal (Ctrl-D).  /dev/null and files
     are left alone, so ``sub < /dev/null &`` runs until stopped, as a daemonised one must."""
@@ -283,14 +288,14 @@ def watch_end_of_input(ended: Any) -> None:
         def dataReceived(self, data: bytes) -> None:
             """What is typed is not for us."""
 
-        def connectionLost(self, reason: Any = None) -> None:
+        def connectionLost(self, reason: Failure | None = None) -> None:
             if not ended.called:
                 ended.callback(None)
 
     stdio.StandardIO(EndOfInput(), stdin=0, stdout=os.open(os.devnull, os.O_WRONLY))  # type: ignore[call-arg]  # mypy reads Twisted's Windows StandardIO
 
 
-async def run_pub(reactor: Any, args: argparse.Namespace) -> None:
+async def run_pub(reactor: IBrokerReactor, args: argparse.Namespace) -> None:
     protocol = await connected(reactor, args)
     try:
         what = f"PUBLISH to {args.topic} at QoS {args.qos}"
@@ -306,7 +311,7 @@ async def run_pub(reactor: Any, args: argparse.Namespace) -> None:
         await protocol.disconnect()
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
+async def run_sub(reactor: IBrokerReactor, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     from twisted.internet import defer
 
     printer = Printer(out, args.count)
@@ -338,7 +343,7 @@ async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interru
     await common.with_retries(reactor, args, PROG, interruption, subscription)
 
 
-async def _subscribe(reactor: Any, args: argparse.Namespace, protocol: MQTTClientProtocol) -> None:
+async def _subscribe(reactor: IBrokerReactor, args: argparse.Namespace, protocol: MQTTClientProtocol) -> None:
     """SUBSCRIBE to every filter; CommandError for a refused one."""
     suback = await _answer(
         reactor, args, protocol.subscribe([(topic_filter, args.qos) for topic_filter in args.filters]),
@@ -352,7 +357,7 @@ async def _subscribe(reactor: Any, args: argparse.Namespace, protocol: MQTTClien
     Logger().info("Subscribed to {filters}", filters=" ".join(args.filters))
 
 
-async def run(reactor: Any, args: argparse.Namespace) -> None:
+async def run(reactor: IBrokerReactor, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code and one
     line on stderr."""
     interruption = Interruption(reactor)

@@ -37,10 +37,12 @@ from typing import Any, NoReturn, TextIO
 
 from twisted.internet import defer, task
 from twisted.internet.error import ConnectError, ConnectionClosed
+from twisted.internet.interfaces import IStreamClientEndpoint
 
 from brokerd import __version__
 from brokerd.cli import common
 from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, client_endpoint, connect
 from brokerd.protocols.smqp.codec import format_timeout, parse_topic_timeout
 from brokerd.protocols.smqp.events import Notify
@@ -166,7 +168,7 @@ def password_for(args: argparse.Namespace, stdin: TextIO) -> str:
     return ""
 
 
-def endpoint_for(reactor: Any, args: argparse.Namespace) -> Any:
+def endpoint_for(reactor: IBrokerReactor, args: argparse.Namespace) -> IStreamClientEndpoint:
     description = common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
     return common.build_endpoint(client_endpoint, reactor, description, args, args.tls_hostname or args.host)
 
@@ -180,7 +182,7 @@ def where(args: argparse.Namespace) -> str:
     return common.endpoint_description(args, DEFAULT_HOST, DEFAULT_PORT)
 
 
-async def session(reactor: Any, args: argparse.Namespace, stdin: TextIO) -> SMQPClientProtocol:
+async def session(reactor: IBrokerReactor, args: argparse.Namespace, stdin: TextIO) -> SMQPClientProtocol:
     """A connected, logged-in client; CommandError otherwise (a refused login is retryable:
     an operator may keep the account out for a while)."""
     endpoint = endpoint_for(reactor, args)
@@ -394,7 +396,7 @@ async def _contact(client: SMQPClientProtocol, args: argparse.Namespace, stdin: 
         raise CommandError(EXIT_ERROR, str(exc)) from None
 
 
-async def run(reactor: Any, args: argparse.Namespace, stdin: TextIO = sys.stdin,
+async def run(reactor: IBrokerReactor, args: argparse.Namespace, stdin: TextIO = sys.stdin,
               out: TextIO = sys.stdout) -> None:
     """The chosen command; expected failures leave as SystemExit with their code."""
     interruption = Interruption(reactor)

@@ -18,7 +18,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 from brokerd import __version__
 from brokerd.cli import common, oneshot
@@ -30,6 +30,7 @@ from brokerd.protocols.ssmp.codec import is_id, wire_payload
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from brokerd.interfaces import IBrokerReactor
     from brokerd.protocols.ssmp.client import SSMPClient, SSMPClientProtocol, SSMPError
 
 ID_RULE = "1 to 64 letters, digits or .:@/_-+=~"
@@ -51,6 +52,8 @@ _CODE_MEANINGS = {
 }
 _DEFAULT_FORMAT = "{topic} {payload}"
 _VERBOSE_FORMAT = "{sender} {topic} {payload}"
+
+_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -112,7 +115,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, suppress: bool) -> 
     """On the main parser with real defaults; on subcommands with SUPPRESS, so that an option
     given before the subcommand is not overwritten by the subcommand's default."""
 
-    def default(value: Any) -> Any:
+    def default(value: _T) -> _T | str:
         return common.option_default(value, suppress)
 
     group = parser.add_argument_group("connection")
@@ -275,7 +278,7 @@ def read_messages(args: argparse.Namespace, stdin: BinaryIO) -> list[bytes]:
 
 # ---------------------------------------------------------------------------- connecting
 
-def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMPClient:
+def make_client(reactor: IBrokerReactor, args: argparse.Namespace, **handlers: Any) -> SSMPClient:
     """An SSMPClient for the connection options; CommandError for unusable ones."""
     from brokerd.protocols.ssmp.client import SSMPClient, client_endpoint
 
@@ -295,7 +298,7 @@ def make_client(reactor: Any, args: argparse.Namespace, **handlers: Any) -> SSMP
 
 
 async def connected(
-    reactor: Any, client: SSMPClient, args: argparse.Namespace
+    reactor: IBrokerReactor, client: SSMPClient, args: argparse.Namespace
 ) -> SSMPClientProtocol:
     """The logged-in connection, or CommandError: 1 for a refused login, 2 for the rest.  One
     attempt only: a command line tool should say what is wrong, not retry quietly."""
@@ -408,7 +411,7 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-async def run_sub(reactor: Any, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
+async def run_sub(reactor: IBrokerReactor, args: argparse.Namespace, out: BinaryIO, interruption: Interruption) -> None:
     template = args.format or (_VERBOSE_FORMAT if args.verbose else _DEFAULT_FORMAT)
     printer = Printer(out, template, args.count, args.binary_hex)
     handlers: dict[str, Callable[..., object]] = {"on_message": printer.message}
@@ -453,7 +456,7 @@ async def _until_done_or_closed(printer: Printer, protocol: SSMPClientProtocol, 
 
 
 async def run_send(
-    reactor: Any, args: argparse.Namespace, stdin: BinaryIO
+    reactor: IBrokerReactor, args: argparse.Namespace, stdin: BinaryIO
 ) -> None:
     """pub, ucast and bcast: send every message at once (SSMP answers in order), then wait
     for all the answers, so the exit status covers each message."""
@@ -504,7 +507,7 @@ async def _settle(requests: list[tuple[str, Deferred]]) -> None:
         raise CommandError(EXIT_ERROR, lost)
 
 
-async def run(reactor: Any, args: argparse.Namespace) -> None:
+async def run(reactor: IBrokerReactor, args: argparse.Namespace) -> None:
     """The chosen command; every expected failure leaves as SystemExit with its code."""
     interruption = Interruption(reactor)
     try:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
 
@@ -239,9 +240,9 @@ class Link:
         self.role = role
         self.protocol_class = protocol_class
         self.ready = ready
-        self.protocol: Any = None
+        self.protocol: Any = None  # a txredisapi protocol (no type hints)
         self.delay = RECONNECT_FIRST
-        self.retry: Any = None
+        self.retry: IDelayedCall | None = None
         self.stopped = False
         self.connecting: Deferred | None = None
 

@@ -8,8 +8,7 @@ and the latest reason.  A flood of garbage costs one log line per interval, what
 """
 from __future__ import annotations
 
-from typing import Any
-
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from brokerd.core.throttled import ThrottledWarning
@@ -23,7 +22,7 @@ INTERVAL = 10.0
 class DamagedLog:
     """One warning line per ``interval`` seconds about the damaged messages dropped."""
 
-    def __init__(self, clock: Any, interval: float = INTERVAL) -> None:
+    def __init__(self, clock: IReactorTime, interval: float = INTERVAL) -> None:
         self._warning = ThrottledWarning(
             _log, clock, "Cluster: dropped {count} damaged message(s) (one such line per {interval:.0f} s at most); "
             "the latest, on {where}: {error}", interval)

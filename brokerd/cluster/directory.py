@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from zope.interface import implementer
+
 from brokerd.cluster.envelope import OTHER, PROTOCOLS
+from brokerd.cluster.localbroker import LocalBroker
 from brokerd.config import Settings
 from brokerd.core.filters import FilterIndex, filter_problem
 from brokerd.core.principal import NOBODY, Principal
+from brokerd.interfaces import ISubscriber
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
@@ -103,13 +108,13 @@ def _is_name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= MAX_NAME
 
 
-def _is_bytes(value: Any) -> bool:
+def _is_bytes(value: object) -> TypeGuard[str]:
     """A name that travels as latin-1 (every character maps back to one byte)."""
     return isinstance(value, str) and (value.isascii() or max(value) <= "\xff")
 
 
-def _is_time(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+def _is_time(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _require(condition: bool, what: str) -> None:
@@ -160,7 +165,7 @@ def _check_state(message: dict[str, Any]) -> None:
              "a damaged state shared group")
 
 
-def _is_share(group: Any, topic_filter: Any, members: Any) -> bool:
+def _is_share(group: object, topic_filter: object, members: object) -> bool:
     return (_is_bytes(group) and bool(group) and _is_filter(topic_filter) and type(members) is int
             and 0 <= members <= MAX_GROUP_MEMBERS)
 
@@ -169,7 +174,7 @@ def _check_share(message: dict[str, Any]) -> None:
     _require(_is_share(message.get("g"), message.get("f"), message.get("c")), "a damaged shared group")
 
 
-def _is_filter(value: Any) -> bool:
+def _is_filter(value: object) -> TypeGuard[str]:
     return _is_bytes(value) and filter_problem(_b(value)) is None
 
 
@@ -201,7 +206,7 @@ def address_fields(namespace: str, address: bytes, at: float = 0.0, principal: P
     return fields
 
 
-def _principal(name: Any, realm: Any) -> Principal | None:
+def _principal(name: object, realm: object) -> Principal | None:
     if isinstance(name, str) and isinstance(realm, str):
         return Principal(name, realm)
     return None
@@ -221,7 +226,7 @@ def read_keep_out(message: dict[str, Any]) -> tuple[Principal, float]:
     return principal, float(seconds)
 
 
-def durable_fields(tree: bool, subscribers: Any, pending: Any) -> dict[str, Any]:
+def durable_fields(tree: bool, subscribers: Iterable[str], pending: Iterable[str]) -> dict[str, Any]:
     return {"tr": bool(tree), "s": sorted(subscribers), "p": sorted(pending)}
 
 
@@ -256,6 +261,7 @@ def member_fields(topic: bytes, protocol: str, name: bytes, presence: bool) -> d
     return {"t": _s(topic), "p": protocol, "m": _s(name), "pr": presence}
 
 
+@implementer(ISubscriber)
 class RemoteMember:
     """A session of another node as the core's presence rendering sees it (an ISubscriber
     that nothing is ever sent to)."""
@@ -302,7 +308,9 @@ class Directory:
     a local one with the address stays).
     """
 
-    def __init__(self, on_presence: Any, on_address: Any, on_topics: Any = None) -> None:
+    def __init__(self, on_presence: Callable[[bytes, RemoteMember, bool, bool], None],
+                 on_address: Callable[[str, bytes, float, str, Principal | None], None],
+                 on_topics: Callable[[], None] | None = None) -> None:
         self.on_topics = on_topics
         """Called (no arguments) when a topic appears on or disappears from another node."""
         self.nodes: dict[str, RemoteNode] = {}
@@ -487,7 +495,7 @@ class Directory:
         return {topic for node in self.nodes.values() for topic in node.members}
 
 
-def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[str, Any]:
+def state_fields(broker: LocalBroker, logins: dict[tuple[str, bytes], float]) -> dict[str, Any]:
     """This node's whole state (its answer to a hello); ``logins`` the local addresses and
     when each was taken."""
     addresses = []
@@ -501,6 +509,8 @@ def state_fields(broker: Any, logins: dict[tuple[str, bytes], float]) -> dict[st
     members = []
     for name in broker.topics.active():
         topic = broker.topics.get(name)
+        if topic is None:  # active() names topics that exist
+            continue
         for member, presence in topic.members.items():
             members.append([_s(name), member.protocol, _s(member.name), presence])
     filters = [_s(topic_filter) for topic_filter in broker.filtered.counts]

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.cluster import directory as control
@@ -42,11 +46,12 @@ from brokerd.cluster.connection import CHANNEL_PREFIX, channel
 from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.shards import Shards
+from brokerd.cluster.stats import ClusterStats
 from brokerd.config import Settings
 from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import RemoteBroadcast, RemoteRun, RemoteUnicast
-from brokerd.interfaces import IEngine
+from brokerd.interfaces import IBrokerReactor, IEngine, ISubscriber
 
 _log = Logger()
 
@@ -59,33 +64,6 @@ FILTER_CHANNEL = b"brokerd:f"
 here too when another node announced a filter matching its topic; a node follows it while it
 has a filter subscription, and delivers from it only topics it does not follow (those arrive on
 their own channel, and the core's routing adds the filters' members)."""
-
-
-class ClusterStats:
-    """The engine's figures, plain ints on the hot path (the metrics collector reads them)."""
-
-    __slots__ = ("connected", "outages", "envelopes_sent", "messages_sent", "envelopes_received",
-                 "envelopes_decoded", "messages_received", "dropped_unreachable", "dropped_backlog", "bad_envelopes",
-                 "shards", "redirects")
-    connected: int
-    outages: int
-    envelopes_sent: int
-    messages_sent: int
-    envelopes_received: int
-    envelopes_decoded: int
-    messages_received: int
-    dropped_unreachable: int
-    dropped_backlog: int
-    bad_envelopes: int
-    shards: int
-    redirects: int
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class _QueuedRun:
@@ -110,13 +88,13 @@ class RedisEngine:
     def __init__(
         self,
         address: RedisAddress,
-        reactor: Any,
+        reactor: IBrokerReactor,
         node_name: str,
         *,
         secrets: Sequence[bytes],
-        secret_file: Any = None,
+        secret_file: Path | str | None = None,
         password: str | None = None,
-        tls_ca: Any = None,
+        tls_ca: Path | None = None,
         max_backlog: int = Settings.cluster_max_backlog,
         heartbeat: float = Settings.cluster_heartbeat,
         node_timeout: float = Settings.cluster_node_timeout,
@@ -147,7 +125,7 @@ class RedisEngine:
         self._secret_reading = False
         self._secret_error: str | None = None
         self._secrets_installed = list(secrets)
-        self.secret_listeners: list[Any] = []
+        self.secret_listeners: list[Callable[[list[str]], None]] = []
         """Called with the key ids after the secret file was read again and installed."""
         self.directory = control.Directory(self._remote_presence, self._remote_address,
                                            lambda: self.broker.remote_topics_changed())
@@ -157,9 +135,9 @@ class RedisEngine:
         self._durable_pending: set[str] = set()
         """This turn's durable changes, sent as one DURABLE control message at the flush."""
         """Encoded control messages and unicasts waiting for this turn's flush, in order."""
-        self._beat: Any = None
+        self._beat: LoopingCall | None = None
         self._last_beat = 0.0
-        self._expiry: Any = None
+        self._expiry: IDelayedCall | None = None
         """The call that forgets the quietest other node at its deadline (None: no other node)."""
         self._watching = True
         """Whether other nodes' silences are watched (until the engine stops)."""
@@ -171,12 +149,12 @@ class RedisEngine:
         self._broker: LocalBroker | None = None
         self._queued: dict[bytes, _QueuedRun] = {}
         """This turn's runs by topic."""
-        self._flush_call: Any = None
+        self._flush_call: IDelayedCall | None = None
         self._backlog = 0
         self._down = False
         self.shards: Shards | None = None
         self._ready: list[Deferred] = []
-        self._services: dict[str, Any] = {}
+        self._services: dict[str, Callable[[str, bytes], None]] = {}
         """Front ends' handlers of node messages (:meth:`serve`), by service name."""
         self.node_listeners: list[Any] = []
         self.sharing = sharing.SharedPlacement(self, max_shared_pending)
@@ -205,8 +183,6 @@ class RedisEngine:
         if broker.filtered.counts:
             self.shards.follow(FILTER_CHANNEL, True)
         self.shards.start()
-        from twisted.internet.task import LoopingCall
-
         self._beat = LoopingCall(self._heartbeat)
         self._beat.clock = self.reactor
         self._last_beat = self.reactor.seconds()
@@ -299,11 +275,11 @@ class RedisEngine:
     def owner(self, namespace: str, name: bytes) -> str | None:
         return self.directory.owner.get((namespace, name))
 
-    def principal_of(self, namespace: str, address: bytes) -> Any:
+    def principal_of(self, namespace: str, address: bytes) -> Principal | None:
         """The principal of the other node's session at ``address``, when known."""
         return self.directory.principals.get((namespace, address))
 
-    def serve(self, service: str, handler: Any) -> None:
+    def serve(self, service: str, handler: Callable[[str, bytes], None]) -> None:
         self._services[service] = handler
 
     def send(self, origin: str, service: str, data: bytes) -> bool:
@@ -333,18 +309,18 @@ class RedisEngine:
         for listener in tuple(self.node_listeners):
             listener(origin)
 
-    def session_attached(self, session: Any) -> None:
+    def session_attached(self, session: ISubscriber) -> None:
         if session.address is not None:
             at = self._logins[(session.protocol, session.address)] = time.time()
             self._announce(control.ATTACH, **control.address_fields(session.protocol, session.address, at,
                                                                     session.principal))
 
-    def session_detached(self, session: Any) -> None:
+    def session_detached(self, session: ISubscriber) -> None:
         if session.address is not None:
             self._logins.pop((session.protocol, session.address), None)
             self._announce(control.DETACH, **control.address_fields(session.protocol, session.address))
 
-    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+    def member_changed(self, topic: bytes, session: ISubscriber, joined: bool, presence: bool) -> None:
         self._announce(control.JOIN if joined else control.LEAVE,
                        **control.member_fields(topic, session.protocol, session.name or b"", presence))
 
@@ -392,7 +368,7 @@ class RedisEngine:
         self._durable_pending.update(pending)
         self._schedule()
 
-    def keep_out(self, principal: Any, seconds: float) -> None:
+    def keep_out(self, principal: Principal, seconds: float) -> None:
         """Tell the other nodes to keep ``principal`` out for ``seconds`` (a control message;
         lost while Redis is away, like every announcement)."""
         self._announce(control.KEEP_OUT, **control.keep_out_fields(principal, seconds))
@@ -448,7 +424,7 @@ class RedisEngine:
             if secrets != self._secrets_installed:
                 self._install_secrets(secrets)
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             error = str(failure.value)
             if error != self._secret_error:
                 self._secret_error = error
@@ -505,7 +481,7 @@ class RedisEngine:
         self.stats.bad_envelopes += 1
         self.damaged.dropped(where, error)
 
-    def _remote_presence(self, topic: bytes, member: Any, joined: bool, presence: bool) -> None:
+    def _remote_presence(self, topic: bytes, member: control.RemoteMember, joined: bool, presence: bool) -> None:
         self.broker.tell_presence(topic, member, joined, presence)
 
     def _remote_address(self, namespace: str, address: bytes, at: float, origin: str,

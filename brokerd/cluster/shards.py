@@ -21,15 +21,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.cluster import slots
 from brokerd.cluster.address import RedisAddress, client_endpoint
 from brokerd.cluster.connection import Link, load_txredisapi, protocols
+from brokerd.cluster.seal import Sealer
+from brokerd.cluster.stats import ClusterStats
+from brokerd.interfaces import IBrokerReactor
 from brokerd.twistedio import send_now
 
 _log = Logger()
@@ -44,7 +49,36 @@ SLOT_CACHE = 65536
 the memory is emptied and starts again, so it stays bounded whatever the topics."""
 
 
-def _messages_in(engine: Any, name: bytes, data: bytes) -> int:
+class ShardsEngine(Protocol):
+    """What the shards need of their engine (brokerd.cluster.redis_engine.RedisEngine): a
+    Protocol, since the engine imports this module."""
+
+    password: str | None
+    username: str | None
+    sealer: Sealer
+    stats: ClusterStats
+
+    @property
+    def reactor(self) -> IBrokerReactor:
+        """Connects, and times the reconnections."""
+
+    def acknowledged(self, size: int, reply: Any) -> None:
+        """Redis answered one publish of ``size`` bytes (``reply``: txredisapi's, or None)."""
+
+    def received(self, name: bytes, data: bytes) -> None:
+        """A message on a followed channel."""
+
+    def drop_damaged(self, where: str, error: str) -> None:
+        """A message that does not parse was dropped."""
+
+    def shards_ready(self) -> None:
+        """Every shard is connected and follows its channels."""
+
+    def went_down(self, server: str, why: str) -> None:
+        """A connection to ``server`` failed or was lost."""
+
+
+def _messages_in(engine: ShardsEngine, name: bytes, data: bytes) -> int:
     """How many messages a dropped publish carried (an envelope's count, read in the frame the
     engine sealed; 0 for control)."""
     if name.startswith(_ENVELOPE_PREFIX):
@@ -58,7 +92,7 @@ class Shard:
     """One Redis server (a cluster's master, or the one plain server): the connections'
     owner, so that replies and pushes reach the engine with their shard known."""
 
-    def __init__(self, shards: Shards, key: slots.Address, address: RedisAddress, endpoint: Any) -> None:
+    def __init__(self, shards: Shards, key: slots.Address, address: RedisAddress, endpoint: IStreamClientEndpoint) -> None:
         engine = shards.engine
         self.shards = shards
         self.engine = engine
@@ -249,7 +283,7 @@ class Shard:
 class Shards:
     """Every shard of the node's Redis, the slot map, and the channels the node wants."""
 
-    def __init__(self, engine: Any, seed: RedisAddress, tls_ca: Any = None) -> None:
+    def __init__(self, engine: ShardsEngine, seed: RedisAddress, tls_ca: Path | None = None) -> None:
         self.engine = engine
         self.seed = seed
         self.tls_ca = tls_ca
@@ -283,7 +317,7 @@ class Shards:
         waits = [shard.stop() for shard in self.shards.values()] + self._stopping
         return DeferredList(waits)
 
-    def _add(self, key: slots.Address, address: RedisAddress, endpoint: Any) -> Shard:
+    def _add(self, key: slots.Address, address: RedisAddress, endpoint: IStreamClientEndpoint) -> Shard:
         shard = self.shards[key] = Shard(self, key, address, endpoint)
         shard.connect()
         return shard

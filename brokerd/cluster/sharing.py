@@ -149,7 +149,10 @@ class PlacingEngine(Protocol):
     instance: bytes
     directory: Directory
     """The other nodes' groups."""
-    reactor: IReactorTime
+
+    @property
+    def reactor(self) -> IReactorTime:
+        """The clock of placements and their deadlines."""
 
     @property
     def broker(self) -> LocalBroker:

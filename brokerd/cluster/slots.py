@@ -83,11 +83,11 @@ def redirect(error: str, default_host: str) -> Redirect | None:
     return Redirect(parts[0] == "MOVED", slot, (host or default_host, number))
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def parse_cluster_slots(reply: Any, default_host: str) -> list[tuple[int, int, Address]]:
+def parse_cluster_slots(reply: object, default_host: str) -> list[tuple[int, int, Address]]:
     """The (first slot, last slot, master) ranges of a CLUSTER SLOTS reply.  A master whose
     address is empty or ``?`` is taken to be on ``default_host`` (the node asked)."""
     if not isinstance(reply, list):

@@ -27,10 +27,11 @@ from collections.abc import Callable
 from json.encoder import encode_basestring  # the escaping of schema.encode (ensure_ascii=False)
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, ITransport
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import Interface, implementer
@@ -40,7 +41,7 @@ from brokerd.events import schema
 from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.events.retention import Retention
 from brokerd.events.writer import HourlyFiles, WriterThread
-from brokerd.interfaces import IBrokerObserver, ISubscriber
+from brokerd.interfaces import IBrokerObserver, IBrokerReactor, ISubscriber
 
 DEFAULT_BATCH_LIMIT = 16_384
 """Entries buffered on the reactor thread before they are handed off early."""
@@ -88,7 +89,7 @@ class IEventRecorder(Interface):
         trashed) for ``session`` (an ISubscriber)."""
 
 
-def peer_text(address: Any) -> str | None:
+def peer_text(address: object) -> str | None:
     """An event's ``source``: ``host:port`` of a peer address, or a UNIX socket's path; None
     when there is nothing to tell."""
     if address is None:
@@ -125,7 +126,7 @@ class RoutedMessage(Protocol):
     def message_id(self) -> str | None: ...
 
 
-def transport_source(transport: Any) -> str | None:
+def transport_source(transport: ITransport | None) -> str | None:
     """:func:`peer_text` of a transport's peer (None without a transport or a peer)."""
     if transport is None:
         return None
@@ -295,7 +296,7 @@ class Encoder:
         return parts
 
     def _routed_fields(
-        self, protocol: str, sender: bytes, target: Any, kind: str, delivered: int, dropped: int
+        self, protocol: str, sender: bytes, target: bytes | None, kind: str, delivered: int, dropped: int
     ) -> dict[str, Any]:
         if delivered:
             outcome = "partial" if dropped else "routed"
@@ -362,7 +363,7 @@ class EventLog(Service):
         self,
         data_dir: Path | str,
         *,
-        reactor: Any = None,
+        reactor: IBrokerReactor | None = None,
         broker_id: str | None = None,
         include_payloads: bool = False,
         flush_interval: float = Settings.event_log_flush,
@@ -391,7 +392,7 @@ class EventLog(Service):
         self._lines: list[bytes] = []
         """Encoded, not yet handed to the writer (bounded: flush() hands them over at
         batch_limit buffered messages or every flush_interval)."""
-        self._encode_call: Any = None
+        self._encode_call: IDelayedCall | None = None
         """The pending encode() (an IDelayedCall), scheduled when the buffer stops being empty,
         so an idle broker does not wake up for the log more than once a flush interval."""
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -420,7 +421,7 @@ class EventLog(Service):
         if self._reactor is None:
             from twisted.internet import reactor
 
-            self._reactor = reactor
+            self._reactor = cast(IBrokerReactor, reactor)  # the global reactor has every facet
         self._timer = LoopingCall(self.flush)
         self._timer.clock = self._reactor
         self._timer.start(self.flush_interval, now=False)
@@ -452,7 +453,7 @@ class EventLog(Service):
             self._report(f"event log: {self.directory} did not keep up; queued events are lost at shutdown")
             done.callback(None)
 
-        timer = self._reactor.callLater(STOP_TIMEOUT, gave_up)
+        timer = self._started_reactor().callLater(STOP_TIMEOUT, gave_up)
         self.writer.stop(lambda: call_from_thread(finished))
         return done
 
@@ -473,10 +474,16 @@ class EventLog(Service):
         self._stamps, self._lines = [], []
         self.writer.submit(stamps, lines)
 
+    def _started_reactor(self) -> IBrokerReactor:
+        """The reactor: the one given, else the global one from startService on."""
+        if self._reactor is None:
+            raise RuntimeError("the event log is not started")
+        return self._reactor
+
     def _encode_soon(self) -> None:
         """Called as the first entry goes into an empty buffer: encode it ENCODE_INTERVAL later."""
         if self._encode_call is None and self.running:
-            self._encode_call = self._reactor.callLater(min(ENCODE_INTERVAL, self.flush_interval), self._encode_due)
+            self._encode_call = self._started_reactor().callLater(min(ENCODE_INTERVAL, self.flush_interval), self._encode_due)
 
     def _encode_due(self) -> None:
         self._encode_call = None
@@ -686,7 +693,8 @@ class NullEventLog:
     def record(self, kind: str, protocol: str, **fields: Any) -> None:
         pass
 
-    def auth_failure(self, protocol: str, identity: Any, source: Any = None, scheme: Any = None, reason: Any = None) -> None:
+    def auth_failure(self, protocol: str, identity: bytes | str | None, source: str | None = None,
+                     scheme: bytes | str | None = None, reason: str | None = None) -> None:
         pass
 
     def delivery(self, kind: str, session: ISubscriber, **fields: Any) -> None:

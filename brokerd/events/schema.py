@@ -242,7 +242,7 @@ def encode(record: Mapping[str, Any]) -> str:
     return _dumps({key: value for key, value in record.items() if value is not None}) + "\n"
 
 
-def validate(record: Any) -> dict[str, Any]:
+def validate(record: object) -> dict[str, Any]:
     """Return ``record`` (a parsed JSON value) if it is a valid record; raise SchemaError."""
     if not isinstance(record, dict):
         raise SchemaError(MALFORMED, "not a JSON object")

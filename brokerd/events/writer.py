@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from brokerd.events.retention import Retention
 from brokerd.events.schema import FILE_SUFFIX, HOUR_US, partition_of
@@ -46,7 +46,7 @@ class HourlyFiles:
         self.fsync = fsync
         self.max_file_bytes = max_file_bytes
         """A new file is started once the current one holds this much (0: one file an hour)."""
-        self._handle: Any = None
+        self._handle: BinaryIO | None = None
         self._partition: tuple[str, str] | None = None
         self._serial = 0
         self._file_bytes = 0
@@ -121,6 +121,8 @@ class HourlyFiles:
 
     def _append(self, data: bytes) -> None:
         if data:
+            if self._handle is None:  # _write_chunk opens the file first
+                raise RuntimeError("the event log's file is not open")
             self._handle.write(data)
             self._file_bytes += len(data)
             self.bytes_written += len(data)

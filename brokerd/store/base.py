@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import Interface
 
 
@@ -32,14 +34,14 @@ class StoreFull(StoreUnavailable):
     store's: the disk guard logs the change of state once."""
 
 
-def is_outage(failure: Any) -> bool:
+def is_outage(failure: Failure) -> bool:
     """Whether a store call failed because the store is away (StoreUnavailable): the store
     logged that change of state once (unavailable, connected again), so whoever gets the
     failure answers its client and logs nothing more, per call, with no traceback."""
     return failure.check(StoreUnavailable) is not None
 
 
-def log_unless_outage(failure: Any, log: Any, what: str, **fields: Any) -> None:
+def log_unless_outage(failure: Failure, log: Logger, what: str, **fields: Any) -> None:
     """Log a failure of ``what`` with its traceback on ``log`` (a twisted.logger Logger),
     unless the store is away (:func:`is_outage`), which is logged once where it happens.  An
     errback: ``d.addErrback(log_unless_outage, self._log, "Storing ...")``."""

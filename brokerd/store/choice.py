@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.pg_writer import connection_info, is_postgres_url, redacted
+
+if TYPE_CHECKING:  # imported when a PostgreSQL store is made (psycopg's extra)
+    from brokerd.store.postgresql import PostgreSQLStore
 
 
 def check_store_url(url: str, password_file: Path | None) -> str:
@@ -54,7 +58,7 @@ def check_database(url: str, info: str) -> None:
             raise ConfigurationError(f"--store {redacted(url)}: the server refuses it: {fatal}") from None
 
 
-def store_for(url: str, password_file: Path | None, reactor: Any) -> Any:
+def store_for(url: str, password_file: Path | None, reactor: IBrokerReactor) -> PostgreSQLStore:
     """The (not yet opened) store ``--store`` names."""
     from brokerd.store.postgresql import PostgreSQLStore
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
-
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from brokerd.interfaces import IBrokerReactor
 
 DEFAULT_INTERVAL = 2.0
 """Seconds between two measurements."""
@@ -36,7 +38,7 @@ class DiskSpace(Service):
 
     _log = Logger()
 
-    def __init__(self, path: Path, limit: int, reactor: Any, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, path: Path, limit: int, reactor: IBrokerReactor, interval: float = DEFAULT_INTERVAL) -> None:
         self.setName("disk-space")  # Twisted's Service declares ``name = None`` untyped
         self.path = Path(path)
         self.limit = limit
@@ -62,12 +64,11 @@ class DiskSpace(Service):
             self._loop.stop()
         self._loop = None
 
-    def _measure(self) -> Any:
-        d = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), free_bytes, self.path)
-        d.addCallbacks(self._measured, self._failed)
-        return d
+    def _measure(self) -> Deferred[None]:
+        measured = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), free_bytes, self.path)
+        return measured.addCallbacks(self._measured, self._failed)
 
-    def _failed(self, failure: Any) -> None:
+    def _failed(self, failure: Failure) -> None:
         failure.trap(OSError)
         self._unmeasurable(failure.value)
 
@@ -84,6 +85,6 @@ class DiskSpace(Service):
             self._log.info("{path}: {free} bytes free again: publishes are accepted", path=str(self.path), free=free)
         self.low = low
 
-    def _unmeasurable(self, error: Any) -> None:
+    def _unmeasurable(self, error: BaseException | None) -> None:
         """The file system cannot be asked (gone, permissions): keep the last verdict."""
         self._log.warn("{path}: cannot measure free space: {error}", path=str(self.path), error=error)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from brokerd.store.pg_writer import PgConnection, PgCursor
 from brokerd.store.records import (
     ACKED,
     PENDING,
@@ -111,11 +112,19 @@ def subscription(row: tuple) -> SubscriptionRecord:
     return SubscriptionRecord(subscriber, kind, topic, tuple(filter(None, changes.split(","))), since, until)
 
 
-def create_schema(c: Any) -> None:
+def one_row(cursor: PgCursor) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, ``nextval``)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the database returned no row where one is always returned")
+    return row
+
+
+def create_schema(c: PgConnection) -> None:
     c.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
     for statement in SCHEMA.split(";"):
         c.execute(statement)
-    row = c.execute("SELECT MAX(version) FROM brokerd_schema").fetchone()
+    row = one_row(c.execute("SELECT MAX(version) FROM brokerd_schema"))
     if row[0] is None:
         c.execute("INSERT INTO brokerd_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
     elif row[0] > SCHEMA_VERSION:
@@ -127,35 +136,35 @@ def create_schema(c: Any) -> None:
         c.execute("UPDATE brokerd_schema SET version = %s", (SCHEMA_VERSION,))
 
 
-def lock_message(c: Any, seq: int, live: bool = False) -> tuple | None:
+def lock_message(c: PgConnection, seq: int, live: bool = False) -> tuple | None:
     """Lock message ``seq``'s row until the transaction ends: ``(topic, mode, receipt, done)``."""
     where = " AND trashed IS NULL" if live else ""
     return c.execute(f"SELECT topic, mode, receipt, done FROM messages WHERE seq = %s{where} FOR UPDATE",
                      (seq,)).fetchone()
 
 
-def receipt(c: Any, seq: int, final: bool) -> ReceiptDue | None:
+def receipt(c: PgConnection, seq: int, final: bool) -> ReceiptDue | None:
     """The receipt of (locked) message ``seq`` if it is due now, marked as given."""
     row = c.execute("SELECT topic, publisher, cmuid, receipt, receipted, data FROM messages WHERE seq = %s",
                     (seq,)).fetchone()
     if row is None or row[3] == "NONE" or row[4]:
         return None
-    total, acked = c.execute(
+    total, acked = one_row(c.execute(
         f"SELECT COUNT(*), COUNT(*) FILTER (WHERE state = {ACKED}) FROM deliveries WHERE seq = %s",
-        (seq,)).fetchone()
+        (seq,)))
     if not receipt_due(row[3], acked, total, final):
         return None
     c.execute("UPDATE messages SET receipted = TRUE WHERE seq = %s", (seq,))
     return ReceiptDue(seq, row[0], row[1], row[2], bytes(row[5]), int(acked), int(total))
 
 
-def drop_pending_of(c: Any, seq: int) -> tuple[str, ...]:
+def drop_pending_of(c: PgConnection, seq: int) -> tuple[str, ...]:
     """Delete message ``seq``'s pending deliveries; who had one."""
     rows = c.execute(f"DELETE FROM deliveries WHERE seq = %s AND state = {PENDING} RETURNING subscriber", (seq,))
     return tuple(sorted(row[0] for row in rows))
 
 
-def trash(c: Any, seq: int, now: float) -> Settled | None:
+def trash(c: PgConnection, seq: int, now: float) -> Settled | None:
     row = lock_message(c, seq, live=True)
     if row is None:
         return None

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -35,9 +35,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import StoreUnavailable
 from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
+
+if TYPE_CHECKING:  # psycopg is the postgresql extra's: the broker runs without it
+    from psycopg import Connection, Cursor
 
 MAX_BATCH = 512
 """Operations in one transaction at most."""
@@ -53,6 +57,9 @@ MAX_BACKOFF = 5.0
 """Seconds during which calls fail at once after a failed connection (doubling up to this)."""
 SCHEMES = ("postgresql", "postgres")
 
+PgConnection: TypeAlias = "Connection[tuple[Any, ...]]"
+"""A psycopg connection with psycopg's default rows (tuples)."""
+PgCursor: TypeAlias = "Cursor[tuple[Any, ...]]"
 Operation = Callable[..., Any]
 _Op = TypeVar("_Op", bound=Operation)
 
@@ -142,14 +149,14 @@ class PostgresWriter:
 
     _log = Logger()
 
-    def __init__(self, info: str, reactor: Any, setup: Callable[[Any], None], name: str = "") -> None:
+    def __init__(self, info: str, reactor: IBrokerReactor, setup: Callable[[PgConnection], None], name: str = "") -> None:
         self._info = info
         self._reactor = reactor
         self._setup = setup
         self.name = name
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="brokerd-pgstore")
         self._pool.threadFactory = _DaemonThread
-        self._connection: Any = None
+        self._connection: PgConnection | None = None
         self._queue: list[tuple[Operation, tuple, Deferred]] = []
         self._busy = False
         self._started = False
@@ -200,7 +207,7 @@ class PostgresWriter:
             self._flush()
         return d
 
-    def _close_connection(self, connection: Any) -> None:
+    def _close_connection(self, connection: PgConnection | None) -> None:
         if connection is not None:
             connection.close()
         self._connection = None
@@ -213,7 +220,7 @@ class PostgresWriter:
 
     # ------------------------------------------------------------------ the writer thread
 
-    def _connect(self) -> Any:
+    def _connect(self) -> PgConnection:
         import psycopg  # the broker starts without psycopg when no PostgreSQL store is used
 
         try:
@@ -256,7 +263,7 @@ class PostgresWriter:
             self._drop_connection()
             return Failure(StoreUnavailable(f"PostgreSQL: {_first_line(exc)}"))
 
-    def _one_by_one(self, connection: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+    def _one_by_one(self, connection: PgConnection, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
         from psycopg import errors
 
         results: list[tuple[bool, Any]] = []
@@ -281,7 +288,7 @@ class PostgresWriter:
             except Exception:
                 pass
 
-    def _transaction(self, connection: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+    def _transaction(self, connection: PgConnection, batch: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
         """One transaction.  Database errors that are no operation's own (a lost connection,
         a deadlock) propagate; an operation's own error ends a batch of one with its failure,
         and a longer batch with _OperationFailed (the caller runs it one by one)."""
@@ -320,7 +327,7 @@ class PostgresWriter:
         self.commit_latency.observe(time.perf_counter() - started)
         return results
 
-    def _pipelined(self, connection: Any, run: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
+    def _pipelined(self, connection: PgConnection, run: list[tuple[Operation, tuple, Deferred]]) -> list[tuple[bool, Any]]:
         """Operations that read no result (``operation.pipelined``: a publish) sent in one
         pipeline: one round trip for them all, not one each.  An error surfaces at the end
         of the pipeline, not at its operation: the batch then runs one by one."""
@@ -338,7 +345,7 @@ class PostgresWriter:
 
     # ------------------------------------------------------------------ back on the reactor
 
-    def _batch_done(self, outcome: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
+    def _batch_done(self, outcome: list[tuple[bool, Any]] | Failure, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
         self._busy = False
         self.batches += 1
         if isinstance(outcome, Failure):

@@ -25,12 +25,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.config import Settings
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import IStore
+from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
 from brokerd.store.pg_schema import (
     INSERT_DELIVERY,
@@ -45,13 +48,14 @@ from brokerd.store.pg_schema import (
     drop_pending_of,
     lock_message,
     message_record,
+    one_row,
     receipt as due_receipt,
     subscription,
     topic_record,
     topic_row,
     trash,
 )
-from brokerd.store.pg_writer import MAX_QUEUE, PostgresWriter, StoreUnavailable, pipelined, redacted
+from brokerd.store.pg_writer import MAX_QUEUE, Operation, PgConnection, PostgresWriter, StoreUnavailable, pipelined, redacted
 from brokerd.store.records import (
     ACKED,
     DEAD,
@@ -76,21 +80,21 @@ class PostgreSQLStore:
 
     _log = Logger()
 
-    def __init__(self, url: str, info: str, reactor: Any) -> None:
+    def __init__(self, url: str, info: str, reactor: IBrokerReactor) -> None:
         self.url = redacted(url)
         self._reactor = reactor
         self._writer = PostgresWriter(info, reactor, create_schema, name=self.url)
         self._state = "new"  # new -> open -> closing -> closed
         self._closed: Deferred | None = None
-        self._trigger: Any = None
+        self._trigger: object | None = None  # what addSystemEventTrigger returned
         self._block: tuple[int, int] | None = None
         """The first and last message number of this store's block (writer thread only)."""
         self._high = 0
         """The highest number of the block used so far (writer thread only)."""
-        self._waiting: list[tuple[Any, tuple, Deferred]] | None = []
+        self._waiting: list[tuple[Operation, tuple, Deferred]] | None = []
         """Calls made before the first connection (None once connected)."""
         self._opened: Deferred | None = None
-        self._retry: Any = None
+        self._retry: IDelayedCall | None = None
 
     # ------------------------------------------------------------------ figures
 
@@ -108,7 +112,7 @@ class PostgreSQLStore:
         return self._writer.batches
 
     @property
-    def commit_latency(self) -> Any:
+    def commit_latency(self) -> Latencies:
         return self._writer.commit_latency
 
     # ------------------------------------------------------------------ lifecycle
@@ -179,13 +183,13 @@ class PostgreSQLStore:
         self._closed = d
         return d
 
-    def _stopped(self, result: Any) -> None:
+    def _stopped(self, result: None | Failure) -> None:
         self._state = "closed"
         self._writer.stop()
         if isinstance(result, Failure) and not result.check(StoreUnavailable):
             self._log.failure("Closing the store {url}", result, url=self.url)
 
-    def _submit(self, operation: Any, *args: Any) -> Deferred:
+    def _submit(self, operation: Operation, *args: Any) -> Deferred:
         if self._state != "open":
             return fail(StoreClosed(f"the store is {self._state}"))
         if self._waiting is not None:  # not connected yet: wait for it
@@ -198,10 +202,10 @@ class PostgreSQLStore:
 
     # ------------------------------------------------------------------ message numbers
 
-    def _take(self, c: Any) -> int:
+    def _take(self, c: PgConnection) -> int:
         """The next unused number of this store's block (taking the block first)."""
         if self._block is None:
-            first = c.execute("SELECT nextval('message_blocks')").fetchone()[0]
+            first = one_row(c.execute("SELECT nextval('message_blocks')"))[0]
             self._block = (first, first + SEQ_BLOCK - 1)
             self._high = first - 1
         return self._high + 1
@@ -210,7 +214,7 @@ class PostgreSQLStore:
         if self._block is not None and self._block[0] <= seq <= self._block[1]:
             self._high = max(self._high, seq)
 
-    def _insert_message(self, c: Any, record: MessageRecord, seq: int, subscribers: Sequence[str] = (),
+    def _insert_message(self, c: PgConnection, record: MessageRecord, seq: int, subscribers: Sequence[str] = (),
                         changes: Sequence[str] = ()) -> int:
         """Insert the message and, in the same statement, a pending delivery per subscriber."""
         from psycopg import errors
@@ -236,7 +240,7 @@ class PostgreSQLStore:
     # ------------------------------------------------------------------ meta
 
     def get_meta(self, key: str) -> Deferred:
-        def get(c: Any) -> str | None:
+        def get(c: PgConnection) -> str | None:
             row = c.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
             return row[0] if row else None
 
@@ -256,7 +260,7 @@ class PostgreSQLStore:
     def put_topics(self, records: Iterable[TopicRecord]) -> Deferred:
         rows = [topic_row(r) for r in records]
 
-        def put(c: Any) -> None:
+        def put(c: PgConnection) -> None:
             if rows:
                 c.cursor().executemany(PUT_TOPIC, rows)
 
@@ -266,7 +270,7 @@ class PostgreSQLStore:
         keys = sorted(set(keys))
         doomed = list(subscriptions)
 
-        def delete(c: Any) -> int:
+        def delete(c: PgConnection) -> int:
             count = c.execute("DELETE FROM topics WHERE key = ANY(%s::text[])", (keys,)).rowcount
             if doomed:
                 c.cursor().executemany(
@@ -278,7 +282,7 @@ class PostgreSQLStore:
     def rename_topics(self, renames: Iterable[tuple[str, TopicRecord]]) -> Deferred:
         renames = list(renames)
 
-        def rename(c: Any) -> None:
+        def rename(c: PgConnection) -> None:
             c.execute("DELETE FROM topics WHERE key = ANY(%s::text[])", ([old for old, _r in renames],))
             if renames:
                 c.cursor().executemany(PUT_TOPIC, [topic_row(record) for _old, record in renames])
@@ -288,7 +292,7 @@ class PostgreSQLStore:
     # ------------------------------------------------------------------ contacts
 
     def get_contact(self, account: str) -> Deferred:
-        def get(c: Any) -> Contact | None:
+        def get(c: PgConnection) -> Contact | None:
             row = c.execute("SELECT mime, data FROM contacts WHERE account = %s", (account,)).fetchone()
             return Contact(row[0], bytes(row[1])) if row else None
 
@@ -314,7 +318,7 @@ class PostgreSQLStore:
         changes = [change for _subscriber, change in pairs]
 
         @pipelined
-        def publish(c: Any) -> int:
+        def publish(c: PgConnection) -> int:
             # One statement: the message and its deliveries; it reads no result, so the
             # publishes of a batch go out in one pipeline (pg_writer).
             return self._insert_message(c, record, record.seq, subscribers, changes)
@@ -330,7 +334,7 @@ class PostgreSQLStore:
             rows.append((record, [subscriber for subscriber, _change in pairs], [change for _s, change in pairs]))
 
         @pipelined
-        def publish(c: Any) -> list[int]:
+        def publish(c: PgConnection) -> list[int]:
             seqs = [self._insert_message(c, record, record.seq, subscribers, changes)
                     for record, subscribers, changes in rows]
             for row in flow_rows:
@@ -340,7 +344,7 @@ class PostgreSQLStore:
         return self._submit(publish)
 
     def find_message(self, seq: int) -> Deferred:
-        def get(c: Any) -> MessageRecord | None:
+        def get(c: PgConnection) -> MessageRecord | None:
             row = c.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq = %s", (seq,)).fetchone()
             return message_record(row) if row else None
 
@@ -349,7 +353,7 @@ class PostgreSQLStore:
     def get_messages(self, topic: str, seqs: Iterable[int] | None = None, limit: int | None = None) -> Deferred:
         wanted = None if seqs is None else sorted(set(seqs))
 
-        def get(c: Any) -> list[MessageRecord]:
+        def get(c: PgConnection) -> list[MessageRecord]:
             where = "" if wanted is None else " AND seq = ANY(%s::bigint[])"
             params: list[Any] = [topic] + ([] if wanted is None else [wanted]) + [limit]
             rows = c.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE topic = %s{where}"
@@ -363,14 +367,14 @@ class PostgreSQLStore:
             "SELECT seq FROM messages WHERE topic = %s ORDER BY seq", (topic,))])
 
     def delete_message(self, seq: int) -> Deferred:
-        def delete(c: Any) -> bool:
+        def delete(c: PgConnection) -> bool:
             c.execute("DELETE FROM deliveries WHERE seq = %s", (seq,))
             return c.execute("DELETE FROM messages WHERE seq = %s", (seq,)).rowcount > 0
 
         return self._submit(delete)
 
     def remove_message(self, topic: str, smuid: str) -> Deferred:
-        def remove(c: Any) -> bool:
+        def remove(c: PgConnection) -> bool:
             row = c.execute("SELECT seq FROM messages WHERE topic = %s AND smuid = %s FOR UPDATE",
                             (topic, smuid)).fetchone()
             if row is None:
@@ -387,7 +391,7 @@ class PostgreSQLStore:
     def move_message(self, seq: int, topic: str, deliveries: Iterable[tuple[str, str]]) -> Deferred:
         rows = [(subscriber, seq, PENDING, 0, change) for subscriber, change in deliveries]
 
-        def move(c: Any) -> Settled | None:
+        def move(c: PgConnection) -> Settled | None:
             row = lock_message(c, seq, live=True)
             if row is None:
                 return None
@@ -400,7 +404,7 @@ class PostgreSQLStore:
         return self._submit(move)
 
     def expire(self, now: float, limit: int) -> Deferred:
-        def expire(c: Any) -> list[Settled]:
+        def expire(c: PgConnection) -> list[Settled]:
             seqs = [row[0] for row in c.execute(
                 "SELECT seq FROM messages WHERE trashed IS NULL AND expires IS NOT NULL AND expires <= %s"
                 " ORDER BY expires LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit))]
@@ -421,15 +425,15 @@ class PostgreSQLStore:
         """Deferred[dict]: as the SQLite store's (``pending``, ``unacknowledged``, ``trash`` of
         the ``top`` fullest Trash queues, ``trash_total``, ``trash_queues``)."""
 
-        def figures(c: Any) -> dict[str, Any]:
-            waiting = dict(c.execute(
+        def figures(c: PgConnection) -> dict[str, Any]:
+            waiting: dict[bool, int] = dict(c.execute(
                 "SELECT d.attempts > 0, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
                 f" WHERE d.state = {PENDING} AND m.trashed IS NULL GROUP BY d.attempts > 0").fetchall())
-            trash = dict(c.execute(
+            trash: dict[str, int] = dict(c.execute(
                 "SELECT topic, COUNT(*) AS n FROM messages WHERE trashed IS NOT NULL GROUP BY topic"
                 " ORDER BY n DESC, topic LIMIT %s", (max(top, 0),)).fetchall())
-            total, queues = c.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT topic) FROM messages WHERE trashed IS NOT NULL").fetchone()
+            total, queues = one_row(c.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT topic) FROM messages WHERE trashed IS NOT NULL"))
             return {"pending": waiting.get(False, 0), "unacknowledged": waiting.get(True, 0), "trash": trash,
                     "trash_total": total, "trash_queues": queues}
 
@@ -442,7 +446,7 @@ class PostgreSQLStore:
         excluded = sorted(set(exclude_topics))
         skipped = frozenset(skip)
 
-        def get(c: Any) -> list[Delivery]:
+        def get(c: PgConnection) -> list[Delivery]:
             # The sizes first, the bodies only of the rows within the budget (as SQLite does):
             # a window of large messages must not be read whole to keep a few of them.
             rows = c.execute(
@@ -455,7 +459,7 @@ class PostgreSQLStore:
             rows = rows[:fitting((row[6] for row in rows), max_bytes)]
             if not rows:
                 return []
-            bodies = dict(c.execute("SELECT seq, data FROM messages WHERE seq = ANY(%s::bigint[])",
+            bodies: dict[int, bytes] = dict(c.execute("SELECT seq, data FROM messages WHERE seq = ANY(%s::bigint[])",
                                     ([row[0] for row in rows],)).fetchall())
             return [Delivery(seq, topic, priority, change, attempts, mode, bytes(bodies[seq]))
                     for seq, topic, priority, change, attempts, mode, _size in rows if seq in bodies]
@@ -463,7 +467,7 @@ class PostgreSQLStore:
         return self._submit(get)
 
     def pending_counts(self, prefix: str) -> Deferred:
-        def count(c: Any) -> dict[str, int]:
+        def count(c: PgConnection) -> dict[str, int]:
             return dict(c.execute(
                 "SELECT d.subscriber, COUNT(*) FROM deliveries d JOIN messages m ON m.seq = d.seq"
                 f" WHERE left(d.subscriber, %s) = %s AND d.state = {PENDING} AND m.trashed IS NULL"
@@ -472,7 +476,7 @@ class PostgreSQLStore:
         return self._submit(count)
 
     def acknowledge(self, subscriber: str, seq: int) -> Deferred:
-        def ack(c: Any) -> Settled | None:
+        def ack(c: PgConnection) -> Settled | None:
             # One round trip in the common case: lock the message's row (the claim: a racing
             # acknowledgement on another node waits here, then sees ``done``), then mark the
             # delivery acknowledged unless a ONE message was settled by someone else.
@@ -500,7 +504,7 @@ class PostgreSQLStore:
         return self._submit(ack)
 
     def attempt(self, subscriber: str, seq: int) -> Deferred:
-        def count(c: Any) -> int:
+        def count(c: PgConnection) -> int:
             row = c.execute(f"UPDATE deliveries SET attempts = attempts + 1 WHERE subscriber = %s AND seq = %s"
                             f" AND state = {PENDING} RETURNING attempts", (subscriber, seq)).fetchone()
             return int(row[0]) if row else 0
@@ -508,7 +512,7 @@ class PostgreSQLStore:
         return self._submit(count)
 
     def give_up(self, subscriber: str, seq: int, now: float) -> Deferred:
-        def give_up(c: Any) -> Settled | None:
+        def give_up(c: PgConnection) -> Settled | None:
             row = lock_message(c, seq)
             if c.execute(f"UPDATE deliveries SET state = {DEAD} WHERE subscriber = %s AND seq = %s"
                          f" AND state = {PENDING}", (subscriber, seq)).rowcount == 0 or row is None:
@@ -523,7 +527,7 @@ class PostgreSQLStore:
     def backfill(self, subscriber: str, topics: Iterable[str], since: float | None, now: float) -> Deferred:
         keys = sorted(set(topics))
 
-        def backfill(c: Any) -> int:
+        def backfill(c: PgConnection) -> int:
             added = c.execute(
                 f"INSERT INTO deliveries (subscriber, seq, state, attempts, change) SELECT %s, seq, {PENDING}, 0,"
                 " 'ADD' FROM messages WHERE topic = ANY(%s::text[]) AND trashed IS NULL AND NOT done"
@@ -573,7 +577,7 @@ class PostgreSQLStore:
         rows = [_flow_row(flow) for flow in flows]
 
         @pipelined
-        def put(c: Any) -> None:
+        def put(c: PgConnection) -> None:
             for row in rows:
                 c.execute(PUT_FLOW, row)
 
@@ -597,7 +601,7 @@ class PostgreSQLStore:
     def put_retained(self, topic: str, data: bytes | None) -> Deferred:
         # It reads no result: the retains of a batch go out in one pipeline (pg_writer).
         @pipelined
-        def put(c: Any) -> None:
+        def put(c: PgConnection) -> None:
             if data is None:
                 c.execute("DELETE FROM retained WHERE topic = %s", (topic,))
             else:

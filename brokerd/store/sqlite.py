@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.config import Settings
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import IStore
 from brokerd.store.latency import Latencies
 from brokerd.store.memory import StoreClosed
@@ -218,7 +219,7 @@ class SQLiteStore:
 
     _log = Logger()
 
-    def __init__(self, path: Path, reactor: Any) -> None:
+    def __init__(self, path: Path, reactor: IBrokerReactor) -> None:
         self.path = Path(path)
         self._reactor = reactor
         self._inbox: queue.SimpleQueue[list | None] = queue.SimpleQueue()
@@ -231,7 +232,7 @@ class SQLiteStore:
         self._busy = False
         self._state = "new"  # new -> open -> closing -> closed
         self._closed: Deferred | None = None
-        self._trigger: Any = None
+        self._trigger: object | None = None  # what addSystemEventTrigger returned
         self.batches = 0
         """Transactions committed (a batch of operations each)."""
         self.commit_latency = Latencies()
@@ -325,12 +326,12 @@ class SQLiteStore:
             if batch is None:
                 return
             try:
-                outcome: Any = self._run_batch(batch)
+                outcome: list[tuple[bool, Any]] | Failure = self._run_batch(batch)
             except BaseException:
                 outcome = Failure()
             call(self._batch_done, outcome, batch)
 
-    def _stopped(self, result: Any) -> Any:
+    def _stopped(self, result: None | Failure) -> None:
         self._state = "closed"
         self._inbox.put(None)
         thread, self._thread = self._thread, None
@@ -427,7 +428,7 @@ class SQLiteStore:
         self.commit_latency.observe(time.perf_counter() - started)
         return results
 
-    def _batch_done(self, outcome: Any, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
+    def _batch_done(self, outcome: list[tuple[bool, Any]] | Failure, batch: list[tuple[Operation, tuple, Deferred]]) -> None:
         """Start the next batch first, then fire this one's Deferreds: the writer thread
         commits the next transaction while the reactor runs the callbacks of this one (they
         still fire in order, and only after their commit)."""

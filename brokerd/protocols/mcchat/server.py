@@ -46,9 +46,10 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IAddress, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.auth.tls import peer_names
@@ -59,7 +60,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER, NOBODY, Principal, certificate_principal, reserved_name
 from brokerd.core.publication import Multicast
 from brokerd.errors import AlreadySubscribed, Forbidden, NotSubscribed, SubscriptionLimit
-from brokerd.events.log import NULL_EVENT_LOG, transport_source
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder, transport_source
 from brokerd.events.schema import DROPPED, REJECTED
 from brokerd.interfaces import ISubscriber
 from brokerd.protocols.dispatch import command_table
@@ -126,7 +127,7 @@ class MCChatStats:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def transport_id(address: Any) -> bytes:
+def transport_id(address: IAddress) -> bytes:
     """The spec's client identifier: ``ip:port`` for TCP (``[ip]:port`` for IPv6); for a
     transport without ports (UNIX sockets...) ``<kind>#<serial>``, unique in this process."""
     if isinstance(address, IPv6Address):
@@ -272,7 +273,7 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         factory.liveness.watch(self)
         factory.broker.attach(self)
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         if self.release_connection():
             self._leave()
         self.closed = True
@@ -571,9 +572,9 @@ class MCChatServerFactory(Factory[MCChatServerProtocol]):
         self,
         broker: Broker,
         settings: Settings,
-        clock: Any,
+        clock: IReactorTime,
         *,
-        events: Any = NULL_EVENT_LOG,
+        events: IEventRecorder = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
         self.settings = settings

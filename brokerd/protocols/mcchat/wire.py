@@ -60,7 +60,7 @@ def is_announcement(message: Message) -> bool:
             and message.display_name == SERVER_USERNAME)
 
 
-def display_name(value: Any) -> bytes:
+def display_name(value: bytes | str) -> bytes:
     """``value`` (bytes or str) as an MCCHAT username: invalid UTF-8 replaced, NUL bytes
     turned into ``_``, cut to 256 bytes on a character boundary."""
     if isinstance(value, str):

@@ -29,14 +29,19 @@ from urllib.parse import quote, urlsplit
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IPushProducer
+from twisted.internet.interfaces import (
+    IListeningPort,
+    IOpenSSLClientConnectionCreator,
+    IPushProducer,
+    IStreamClientEndpoint,
+)
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.internet.protocol import Protocol
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IPolicyForHTTPS
+from twisted.web.iweb import IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 from brokerd.config import Settings
@@ -45,6 +50,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import BROKER
 from brokerd.core.publication import Multicast
 from brokerd.errors import BrokerError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.socketmq import limits
 from brokerd.protocols.socketmq.codec import (
@@ -100,11 +106,11 @@ __all__ = [
 ]
 
 
-def _reactor(reactor: Any) -> Any:
+def _reactor(reactor: IBrokerReactor | None) -> IBrokerReactor:
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
-        return default_reactor
+        return cast(IBrokerReactor, default_reactor)  # the global reactor has every facet
     return reactor
 
 
@@ -187,7 +193,7 @@ class Server:
         on_request: Callable[[IncomingRequest], Any],
         security: SecurityOptions | None = None,
         on_subscribe: Callable[[Subscription], Any] | None = None,
-        reactor: Any = None,
+        reactor: IBrokerReactor | None = None,
         settings: Settings | None = None,
     ) -> None:
         """``settings``: brokerd.config.Settings whose socket.mq limits, timeouts and keepalive
@@ -221,7 +227,7 @@ class Server:
             endpoint = endpoints.serverFromString(self.reactor, port)
         d = endpoint.listen(self.site)
 
-        def listening(listening_port: Any) -> Server:
+        def listening(listening_port: IListeningPort) -> Server:
             self._ports.append(listening_port)
             return self
 
@@ -265,7 +271,7 @@ def listen(
     security_options: SecurityOptions | None,
     on_request: Callable[[IncomingRequest], Any],
     on_subscribe: Callable[[Subscription], Any] | None = None,
-    reactor: Any = None,
+    reactor: IBrokerReactor | None = None,
 ) -> Deferred:
     """The draft's ``listen(port, applicationName, securityOptions)``; fires with the Server."""
     server = Server(application_name, on_request, security_options, on_subscribe, reactor)
@@ -316,7 +322,7 @@ class Client:
         server_key: str | None = None,
         known_servers: Path | None = None,
         tls: IOpenSSLClientConnectionCreator | None = None,
-        reactor: Any = None,
+        reactor: IBrokerReactor | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -344,7 +350,7 @@ class Client:
         """GET /socket.mq/public-key; fires with the armored key (str)."""
         d = self._agent.request(b"GET", (self.url + "/socket.mq/public-key").encode())
 
-        def got(response: Any) -> Deferred:
+        def got(response: IResponse) -> Deferred:
             if response.code != 200:
                 raise SocketMQError(response.code, "no public key")
             return read_body(response).addCallback(lambda body: body.decode("ascii", "replace"))
@@ -446,10 +452,10 @@ class Client:
         factory.setProtocolOptions(maxMessagePayloadSize=limits.MAX_WS_MESSAGE, maxFramePayloadSize=limits.MAX_WS_MESSAGE)
         if self.secure_transport:
             creator = self.tls if self.tls is not None else _default_tls().creatorForNetloc(self.host.encode(), self.port)
-            endpoint: Any = endpoints.SSL4ClientEndpoint(self.reactor, self.host, self.port, creator)
+            endpoint: IStreamClientEndpoint = endpoints.SSL4ClientEndpoint(self.reactor, self.host, self.port, creator)
         else:
             endpoint = endpoints.TCP4ClientEndpoint(self.reactor, self.host, self.port)
-        connection: ClientConnection = await endpoint.connect(factory)
+        connection = cast(ClientConnection, await endpoint.connect(factory))  # what _ClientFactory builds
         hello = await connection.ready
         self.connection = connection
         if authenticate if authenticate is not None else self.key is not None:
@@ -522,14 +528,14 @@ class _BoundedBody(Protocol):
             self.done.errback(reason)
 
 
-def read_body(response: Any, limit: int = limits.MAX_WS_MESSAGE) -> Deferred:
+def read_body(response: IResponse, limit: int = limits.MAX_WS_MESSAGE) -> Deferred:
     """The body of a twisted.web.client response, bounded to ``limit`` bytes."""
     done: Deferred = Deferred()
     response.deliverBody(_BoundedBody(done, limit))
     return done
 
 
-def _default_tls() -> Any:
+def _default_tls() -> IPolicyForHTTPS:
     from twisted.web.client import BrowserLikePolicyForHTTPS
 
     return BrowserLikePolicyForHTTPS()
@@ -618,7 +624,7 @@ class ClientConnection(WebSocketClientProtocol):
     def subscribe(self, event: str, callback: Callable[[Event], Any]) -> Deferred:
         self._subscriptions[event] = callback
 
-        def failed(failure: Any) -> Any:
+        def failed(failure: Failure) -> Failure:
             self._subscriptions.pop(event, None)
             return failure
 
@@ -679,7 +685,7 @@ class ClientConnection(WebSocketClientProtocol):
             return succeed(None)
         done: Deferred = Deferred()
 
-        def passed_on(result: Any) -> Any:
+        def passed_on(result: object) -> object:
             done.callback(None)
             return result
 

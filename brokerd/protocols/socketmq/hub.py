@@ -10,13 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from twisted.cred.portal import Portal
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from brokerd.auth.hosts import OwnNames
 from brokerd.auth.workers import WorkQueue
 from brokerd.config import Settings
-from brokerd.events.log import NULL_EVENT_LOG, peer_text
+from brokerd.core.broker import Broker
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder, peer_text
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.origin import OriginPolicy
 from brokerd.protocols.socketmq.pgp import Keyring, SecretKey
@@ -69,7 +73,7 @@ class LocalApplication:
     def handle(self, request: IncomingRequest) -> None:
         d = maybeDeferred(self._on_request, request)
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             self._log.failure("socket.mq request callback failed", failure)
             request.respond(500, b"the application failed\n", TEXT)
 
@@ -87,14 +91,14 @@ class Hub:
 
     def __init__(
         self,
-        broker: Any,
-        reactor: Any,
+        broker: Broker,
+        reactor: IBrokerReactor,
         settings: Settings | None = None,
-        portal: Any = None,
+        portal: Portal | None = None,
         policy: Policy | None = None,
         key: SecretKey | None = None,
         subscribe_hook: SubscribeHook | None = None,
-        events: Any = NULL_EVENT_LOG,
+        events: IEventRecorder = NULL_EVENT_LOG,
         work_queue: WorkQueue | None = None,
     ) -> None:
         self.broker = broker
@@ -128,7 +132,7 @@ class Hub:
         self.origins = OriginPolicy.from_setting(settings.socketmq_origins, own)
         """The browser origins that may use this server (docs/socketmq.md, Browsers)."""
         self.stats = {"requests": 0, "timeouts": 0}
-        self.remote: Any = None
+        self.remote: RemoteApplications | None = None
         """Applications of the other nodes of a cluster (None on a single node)."""
         engine = getattr(broker, "engine", None)
         if engine is not None and engine.shared:
@@ -140,7 +144,7 @@ class Hub:
     def security(self) -> str:
         return self.policy.security if self.key is not None else "disabled"
 
-    def auth_failure(self, address: Any, identity: str | None, scheme: str | None, reason: str) -> None:
+    def auth_failure(self, address: object, identity: str | None, scheme: str | None, reason: str) -> None:
         """A refused authentication or a request the policy refused (401, 403, 496) from the
         peer at ``address``."""
         self.events.auth_failure(PROTOCOL, identity, source=peer_text(address), scheme=scheme, reason=reason)

@@ -25,6 +25,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
 
+from twisted.web.server import Request
+
 from brokerd.auth.hosts import OwnNames
 
 SELF = "self"
@@ -125,12 +127,12 @@ def allowed_request_headers(requested: str | None) -> bytes:
     return ", ".join(allowed).encode("ascii")
 
 
-def _header(request: Any, name: bytes) -> str | None:
+def _header(request: Request, name: bytes) -> str | None:
     value = request.getHeader(name)
     return None if value is None else value.decode("latin-1").strip()
 
 
-def check_request_origin(request: Any, policy: OriginPolicy) -> bool:
+def check_request_origin(request: Request, policy: OriginPolicy) -> bool:
     """May the page that sent this twisted.web ``request`` (if a page did) use the server?  For
     an allowed page of another origin, also add the CORS headers that let it read the answer."""
     origin, host, secure = _header(request, b"Origin"), _header(request, b"Host"), request.isSecure()
@@ -144,7 +146,7 @@ def check_request_origin(request: Any, policy: OriginPolicy) -> bool:
     return True
 
 
-def answer_preflight(request: Any, policy: OriginPolicy) -> bool:
+def answer_preflight(request: Request, policy: OriginPolicy) -> bool:
     """Answer an ``OPTIONS`` request with 204: a CORS preflight for a POST from an allowed origin
     gets the methods and headers it may use, an OPTIONS that is no preflight (no ``Origin`` or
     no ``Access-Control-Request-Method``) gets ``Allow``.  False, with no CORS header set, for a

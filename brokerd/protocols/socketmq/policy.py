@@ -124,7 +124,7 @@ def parse_policy(document: dict[str, Any], path: Path) -> Policy:
     return Policy(security, keyring_data, rules, str(path))
 
 
-def _rule(entry: Any, index: int, where: str) -> Rule:
+def _rule(entry: object, index: int, where: str) -> Rule:
     if not isinstance(entry, dict):
         raise ConfigurationError(f"{where}: allow #{index} must be a table")
     unknown = set(entry) - {"clients", *ACTIONS}
@@ -141,7 +141,7 @@ def _rule(entry: Any, index: int, where: str) -> Rule:
     return Rule(clients, actions)
 
 
-def _patterns(value: Any, where: str) -> tuple[str, ...]:
+def _patterns(value: object, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):

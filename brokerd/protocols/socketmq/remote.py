@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 
 from brokerd.cluster.damaged import DamagedLog
+from brokerd.interfaces import IEngine
 from brokerd.protocols.socketmq.incoming import IncomingRequest
+from brokerd.protocols.socketmq.policy import Policy
 
 NAMESPACE = "socketmq-app"
 """Where registered application names live in the cluster's directory."""
@@ -52,10 +57,29 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise RemoteError(f"a field that is not text: {value!r}")
     return value
+
+
+class RequestHub(Protocol):
+    """What the cluster side needs of its Hub (brokerd.protocols.socketmq.hub), which imports
+    this module: a Protocol, so that no import cycle is needed."""
+
+    @property
+    def reactor(self) -> IReactorTime:
+        """The clock of the damaged-message lines."""
+
+    @property
+    def policy(self) -> Policy:
+        """Who may request what."""
+
+    def auth_failure(self, address: object, identity: str | None, scheme: str | None, reason: str) -> None:
+        """A request the policy refused."""
+
+    def dispatch(self, request: IncomingRequest, here_only: bool = False) -> Deferred:
+        """Hand ``request`` to its application; fires with (status, body, content type)."""
 
 
 class ServedElsewhere:
@@ -65,17 +89,17 @@ class ServedElsewhere:
         self.remote = remote
         self.origin = origin
 
-    def handle(self, request: Any) -> None:
+    def handle(self, request: IncomingRequest) -> None:
         self.remote.forward(request, self.origin)
 
 
 class RemoteApplications:
     """The cluster side of one Hub: registrations announced, requests forwarded and served."""
 
-    def __init__(self, hub: Any, engine: Any) -> None:
+    def __init__(self, hub: RequestHub, engine: IEngine) -> None:
         self.hub = hub
         self.engine = engine
-        self.waiting: dict[str, tuple[Any, str]] = {}
+        self.waiting: dict[str, tuple[IncomingRequest, str]] = {}
         """Requests sent to another node: token -> (IncomingRequest, that node's id)."""
         self.stats = {"forwarded": 0, "served": 0, "bad": 0}
         self.damaged = DamagedLog(hub.reactor)
@@ -98,7 +122,7 @@ class RemoteApplications:
 
     # ------------------------------------------------------------------ the requesting node
 
-    def forward(self, request: Any, origin: str) -> None:
+    def forward(self, request: IncomingRequest, origin: str) -> None:
         """Send ``request`` (already allowed here) to node ``origin``; its answer, a 502 when
         the node leaves, or the Hub's timeout answers it."""
         token = str(next(_tokens))

@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource
 from twisted.web.resource import IResource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.util import Redirect
 
 from brokerd.auth.tls import peer_names
@@ -43,7 +43,7 @@ _VERSION = str(limits.PROTOCOL_VERSION).encode("ascii")
 _TEXT = b"text/plain; charset=utf-8"
 
 
-def _header(request: Any, name: bytes) -> str | None:
+def _header(request: Request, name: bytes) -> str | None:
     values = request.requestHeaders.getRawHeaders(name)
     if not values:
         return None
@@ -63,7 +63,7 @@ def _valid_request_id(segment: bytes) -> str | None:
     return text
 
 
-def finish(request: Any, status: int, body: bytes, content_type: bytes = _TEXT, secure: bool = False) -> None:
+def finish(request: Request, status: int, body: bytes, content_type: bytes = _TEXT, secure: bool = False) -> None:
     """Write a complete response (unless the client went away)."""
     if getattr(request, "gone", False) or request.finished:
         return
@@ -79,7 +79,7 @@ def finish(request: Any, status: int, body: bytes, content_type: bytes = _TEXT, 
     request.finish()
 
 
-def error(request: Any, status: int, reason: str) -> int:
+def error(request: Request, status: int, reason: str) -> int:
     """Answer ``status`` with a one-line text body; for synchronous render methods."""
     finish(request, status, reason.encode("utf-8") + b"\n")
     return NOT_DONE_YET
@@ -94,7 +94,7 @@ class NotFound(resource.Resource):
         super().__init__()
         self.reason = reason
 
-    def render(self, request: Any) -> bytes | int:
+    def render(self, request: Request) -> bytes | int:
         return error(request, 404, self.reason)
 
 
@@ -109,7 +109,7 @@ class RequestResource(resource.Resource):
         self.hub = hub
         self.application = application
 
-    def render(self, request: Any) -> bytes | int:
+    def render(self, request: Request) -> bytes | int:
         if request.method == b"OPTIONS":
             request.setHeader(VERSION_HEADER, _VERSION)
             return b"" if answer_preflight(request, self.hub.origins) else self._foreign(request)
@@ -118,13 +118,13 @@ class RequestResource(resource.Resource):
             return error(request, 405, "socket.mq requests are POSTs")
         return self.render_POST(request)
 
-    def _foreign(self, request: Any) -> int:
+    def _foreign(self, request: Request) -> int:
         """403 for a page whose origin may not use this server (see origin.py)."""
         origin = _header(request, b"Origin") or ""
         self.hub.auth_failure(request.getClientAddress(), None, None, f"origin not allowed: {origin[:200]}")
         return error(request, 403, "pages of this origin may not POST here")
 
-    def render_POST(self, request: Any) -> bytes | int:
+    def render_POST(self, request: Request) -> bytes | int:
         hub = self.hub
         if not check_request_origin(request, hub.origins):
             return self._foreign(request)
@@ -137,14 +137,15 @@ class RequestResource(resource.Resource):
             application = ""
         if not is_application_name(application):
             return error(request, 404, "not a valid application name")
-        if len(request.postpath) != 1:
+        rest = request.postpath or []
+        if len(rest) != 1:
             return error(request, 404, "expected /socket.mq/<application>/<request-id>")
-        request_id = _valid_request_id(request.postpath[0])
+        request_id = _valid_request_id(rest[0])
         if request_id is None:
             return error(request, 400, "the request id must be 1-255 bytes of UTF-8 text without / or control characters")
         method = _header(request, SECURITY_HEADER)
         body = request.content.read() if request.content is not None else b""
-        request.gone = False
+        setattr(request, "gone", False)  # noqa: B010 (a flag of this request's own, read with getattr)
         request.notifyFinish().addErrback(lambda _: setattr(request, "gone", True))
         content_type = _header(request, b"Content-Type")
         interface = _header(request, INTERFACE_HEADER)
@@ -179,7 +180,7 @@ class RequestResource(resource.Resource):
 
     def _authorized(
         self,
-        request: Any,
+        request: Request,
         application: str,
         request_id: str,
         body: bytes,
@@ -209,11 +210,11 @@ class RequestResource(resource.Resource):
             d.addCallback(lambda answer: self._seal(request, identity, *answer))
         d.addErrback(self._failed, request)
 
-    def _answer(self, request: Any, status: int, body: bytes, content_type: str | None) -> None:
+    def _answer(self, request: Request, status: int, body: bytes, content_type: str | None) -> None:
         kind = content_type.encode("latin-1", "replace") if content_type else b"application/octet-stream"
         finish(request, status, body, kind)
 
-    def _seal(self, request: Any, identity: Identity, status: int, body: bytes, content_type: str | None) -> None:
+    def _seal(self, request: Request, identity: Identity, status: int, body: bytes, content_type: str | None) -> None:
         if getattr(request, "gone", False):
             return
         key = self.hub.key
@@ -222,7 +223,7 @@ class RequestResource(resource.Resource):
         d.addCallback(lambda sealed: finish(request, status, sealed, CONTENT_TYPE.encode(), secure=True))
         d.addErrback(self._failed, request)
 
-    def _failed(self, failure: Failure, request: Any) -> None:
+    def _failed(self, failure: Failure, request: Request) -> None:
         if failure.check(Busy):
             finish(request, 503, b"busy: too much OpenPGP work is waiting; try again later\n")
             return
@@ -239,7 +240,7 @@ class PublicKeyResource(resource.Resource):
         super().__init__()
         self.hub = hub
 
-    def render_GET(self, request: Any) -> bytes | int:
+    def render_GET(self, request: Request) -> bytes | int:
         if self.hub.key is None:
             return error(request, 404, "OpenPGP is disabled on this server")
         finish(request, 200, self.hub.key.armored_public().encode("ascii"), b"application/pgp-keys")
@@ -252,7 +253,7 @@ class SocketMQWebSocketResource(WebSocketResource):
     """Autobahn's WebSocketResource, handing the HTTP connection (its admission, and the end
     of the connection) to the session."""
 
-    def render(self, request: Any) -> Any:
+    def render(self, request: Request) -> bytes | int:
         factory: SocketMQWebSocketFactory = self._factory
         factory.pending_channel = request.channel
         try:
@@ -277,7 +278,7 @@ class MountedWebSocketResource(resource.Resource):
         self.hub = hub
         self.factory = factory
 
-    def render(self, request: Any) -> Any:
+    def render(self, request: Request) -> bytes | int:
         hub = self.hub
         origin = _header(request, b"Origin")
         if not hub.origins.allows(origin, _header(request, b"Host"), request.isSecure()):
@@ -304,7 +305,7 @@ class _HandOver:
             admission.release()
         lost = built.connectionLost
 
-        def connection_lost(reason: Any = None) -> None:
+        def connection_lost(reason: Failure | None = None) -> None:
             vars(built).pop("connectionLost", None)  # no cycle left behind
             try:
                 lost(reason)
@@ -325,7 +326,7 @@ class _Static(resource.Resource):
         self.data = path.read_bytes()
         self.content_type = content_type.encode("ascii")
 
-    def render_GET(self, request: Any) -> bytes | int:
+    def render_GET(self, request: Request) -> bytes | int:
         request.setHeader(b"Content-Type", self.content_type)
         request.setHeader(b"Cache-Control", b"no-cache")
         request.setHeader(b"X-Content-Type-Options", b"nosniff")
@@ -342,12 +343,12 @@ class DemoResource(resource.Resource):
         super().__init__()
         self.page = _Static(STATIC / "demo" / "index.html", "text/html; charset=utf-8")
 
-    def getChild(self, name: bytes, request: Any) -> resource.Resource:
+    def getChild(self, name: bytes, request: Request) -> resource.Resource:
         if name in (b"", b"index.html"):
             return self.page
         return NotFound()
 
-    def render_GET(self, request: Any) -> bytes | int:
+    def render_GET(self, request: Request) -> bytes | int:
         return Redirect(b"/socket.mq/demo/").render(request)
 
 
@@ -365,14 +366,14 @@ class SocketMQResource(resource.Resource):
         if demo:
             self.fixed[b"demo"] = DemoResource()
 
-    def getChild(self, name: bytes, request: Any) -> IResource:
+    def getChild(self, name: bytes, request: Request) -> IResource:
         if request.method == b"POST" or name not in self.fixed:
             if request.postpath:  # /socket.mq/<application>/<request-id>
                 return RequestResource(self.hub, name)
             return NotFound()
         return self.fixed[name]
 
-    def render(self, request: Any) -> bytes | int:
+    def render(self, request: Request) -> bytes | int:
         return error(request, 404, "see /socket.mq/demo/ or POST /socket.mq/<application>/<request-id>")
 
 
@@ -385,7 +386,7 @@ class RootResource(resource.Resource):
         self.socketmq = socketmq
         self.mounts = mounts if mounts is not None else WebSocketMounts()
 
-    def getChild(self, name: bytes, request: Any) -> resource.Resource:
+    def getChild(self, name: bytes, request: Request) -> resource.Resource:
         if name == b"socket.mq":
             return self.socketmq
         mounted = self.mounts.get(name)

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http, server
+from twisted.web.resource import IResource
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
@@ -76,7 +78,7 @@ class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
     def lifecycle_broker(self) -> Broker:
         return self.site.hub.broker
 
-    def lifecycle_clock(self) -> Any:
+    def lifecycle_clock(self) -> IReactorTime:
         return self.site.reactor
 
     def connectionMade(self) -> None:
@@ -112,7 +114,7 @@ class SocketMQChannel(ConnectionLifecycle, http.HTTPChannel):
         self._handling = True
         super().allContentReceived()
 
-    def requestDone(self, request: Any) -> None:
+    def requestDone(self, request: http.Request) -> None:
         self._handling = False  # before the next pipelined request is read
         super().requestDone(request)
 
@@ -181,13 +183,13 @@ class SocketMQSite(server.Site):
     displayTracebacks = False
     noisy = False
 
-    def __init__(self, hub: Hub, root: Any, timeout: float = limits.HTTP_IDLE_TIMEOUT,
+    def __init__(self, hub: Hub, root: IResource, timeout: float = limits.HTTP_IDLE_TIMEOUT,
                  mounts: WebSocketMounts | None = None) -> None:
         super().__init__(root, timeout=timeout, reactor=hub.reactor)
         self.hub = hub
         self.mounts = mounts if mounts is not None else WebSocketMounts()
 
-    def log(self, request: Any) -> None:
+    def log(self, request: http.Request) -> None:
         """No access log: nothing is logged per request on the hot path."""
 
 

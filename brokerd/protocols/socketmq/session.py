@@ -41,6 +41,7 @@ import autobahn
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
+from twisted.cred.credentials import ICredentials
 from twisted.cred.error import UnauthorizedLogin, UnhandledCredentials
 from twisted.internet.base import DelayedCall
 from twisted.internet.interfaces import IAddress, IPushProducer, ISSLTransport
@@ -52,13 +53,14 @@ from zope.interface import implementer
 from brokerd.auth.credentials import OpenLogin, SharedSecret
 from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
+from brokerd.core.broker import Broker
 from brokerd.core.message import MULTICAST, PLAIN, Details, Message, property_problem
 from brokerd.core.principal import NOBODY, OPENPGP as OPENPGP_REALM, Principal, certificate_principal
 from brokerd.core.publication import Multicast
 from brokerd.errors import AlreadySubscribed, Busy, Forbidden, NotSubscribed, SubscriptionLimit
 from brokerd.events.log import transport_source
 from brokerd.events.schema import LOGIN
-from brokerd.interfaces import ISubscriber
+from brokerd.interfaces import IBrokerReactor, ISubscriber
 from brokerd.protocols.dispatch import command_table
 from brokerd.protocols.flow import record_drops
 from brokerd.protocols.lifecycle import ConnectionLifecycle
@@ -244,10 +246,10 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         if channel is not None:
             channel.connectionLost(reason)
 
-    def lifecycle_broker(self) -> Any:
+    def lifecycle_broker(self) -> Broker:
         return self.factory.hub.broker
 
-    def lifecycle_clock(self) -> Any:
+    def lifecycle_clock(self) -> IBrokerReactor:
         return self.factory.hub.reactor
 
     def _cleanup(self) -> None:
@@ -428,7 +430,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
                             Principal(fingerprint, OPENPGP_REALM))
             self._reply(_result(message.id, 200, identity=identity.user_id, proof=proof))
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             if failure.check(Busy):
                 self._reply(_result(message.id, 503, "busy: too much OpenPGP work is waiting; try again later"))
                 return
@@ -450,7 +452,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             self._reply(_result(message.id, 401, "login is not available"))
             return
         if message.method == "secret":
-            credentials: Any = SharedSecret(identifier, (message.secret or "").encode("utf-8"))
+            credentials: ICredentials = SharedSecret(identifier, (message.secret or "").encode("utf-8"))
         else:
             credentials = OpenLogin(identifier)
 
@@ -460,7 +462,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             self._logged_in((str(identity.principal),), name, message.method, identity.principal)
             self._reply(_result(message.id, 200, identity=name))
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             failure.trap(UnauthorizedLogin, UnhandledCredentials, NotImplementedError)
             if failure.check(UnhandledCredentials):
                 reason = "scheme not enabled"
@@ -483,7 +485,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             self._deny(message.id, f"subscribe to {message.event}")
             return
 
-        def decided(status: Any) -> None:
+        def decided(status: object) -> None:
             if self.closed:
                 return
             if status != 200:
@@ -501,7 +503,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
             else:
                 self._reply(_result(message.id, 200))
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             self._log.failure("socket.mq subscribe callback failed", failure)
             if not self.closed:
                 self._reply(_result(message.id, 500, "the subscribe callback failed"))

@@ -28,7 +28,7 @@ from twisted.application.internet import ClientService, backoffPolicy
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, fail, gatherResults, succeed
 from twisted.internet.error import ConnectionClosed
-from twisted.internet.interfaces import IAddress, IProtocol, IStreamClientEndpoint
+from twisted.internet.interfaces import IAddress, IDelayedCall, IProtocol, IProtocolFactory, IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -121,9 +121,9 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
     factory: SSMPClientFactory | None = None
 
     def __init__(
-        self, reactor: Any = None, keepalive: float | None = 30.0, pong_timeout: float = 30.0
+        self, reactor: IReactorTime | None = None, keepalive: float | None = 30.0, pong_timeout: float = 30.0
     ) -> None:
-        self._reactor = reactor
+        self._reactor: Any = reactor  # None until connectionMade puts the global reactor here: loose, so no use must narrow it
         self.keepalive = keepalive
         self.pong_timeout = pong_timeout
         self.identifier: bytes | None = None
@@ -136,8 +136,8 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
         self._lost: BaseException | None = None
         self._lost_waiters: list[Deferred] = []
         self._last_event = 0.0
-        self._idle_call: Any = None
-        self._pong_call: Any = None
+        self._idle_call: IDelayedCall | None = None
+        self._pong_call: IDelayedCall | None = None
 
     @property
     def is_open(self) -> bool:
@@ -385,7 +385,7 @@ class SSMPClientFactory(ClientFactory):
 
     def __init__(
         self,
-        reactor: Any = None,
+        reactor: IReactorTime | None = None,
         keepalive: float | None = 30.0,
         pong_timeout: float = 30.0,
         on_message: MessageHandler | None = None,
@@ -414,7 +414,7 @@ class _WatchedEndpoint:
         self._endpoint = endpoint
         self._on_failure = on_failure
 
-    def connect(self, protocolFactory: Any) -> Deferred:
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred:
         d = self._endpoint.connect(protocolFactory)
         d.addErrback(self._failed)
         return d
@@ -447,7 +447,7 @@ class SSMPClient(Service):
         scheme: bytes = b"open",
         credential: bytes | None = None,
         *,
-        reactor: Any = None,
+        reactor: IReactorTime | None = None,
         on_message: MessageHandler | None = None,
         on_presence: PresenceHandler | None = None,
         keepalive: float | None = 30.0,
