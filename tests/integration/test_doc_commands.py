@@ -60,6 +60,9 @@ NOT_RUN: dict[tuple[str, int], str] = {
                    "through the private network's client tor",
     ("tor.md", 2): "brokerd-onion and client authorization with a system tor: tests/tor/test_onion_client_auth.py "
                    "runs them on the private network",
+    ("mqtt.md", 1): "Eclipse paho's interoperability suites: cloned from the public network and run by hand "
+                    "(not part of brokerd's tests); tests/integration/test_example_configs.py starts brokerd "
+                    "with docs/examples/paho-interop.toml",
 }
 
 NOT_RUN_PAGES: dict[str, str] = {
