@@ -126,7 +126,7 @@ class Router:
             multicast = self._multicast_sampled
         else:
             multicast = self._multicast
-        if self.retained is not None:
+        if self.retained is not None and multicast != self._multicast:  # _multicast retains itself
             self._deliver_multicast = multicast
             multicast = self._multicast_retaining
         self._paths = {
@@ -183,7 +183,9 @@ class Router:
     # ------------------------------------------------------------------ multicast
 
     def _multicast(self, publication: Multicast) -> int:
-        """A single node without a sampler: accept, fan out."""
+        """A single node without a sampler: accept, fan out, and retain what asks for it when
+        there is a retained store (the retain stage, inlined on the path every single node's
+        multicast takes: a test of the first message's flag instead of a call per run)."""
         messages = publication.messages
         first = messages[0]  # _accept, inlined: the path every single node's multicast takes
         topic = first.target
@@ -193,7 +195,10 @@ class Router:
         stats = self.stats
         stats.published += len(messages)
         stats.accepted_by[first.protocol] += len(messages)
-        return self.fan_out(messages, publication.exclude)
+        delivered = self.fan_out(messages, publication.exclude)
+        if first.details.retained and self.retained is not None:
+            self._retain(messages)
+        return delivered
 
     def _multicast_sampled(self, publication: Multicast) -> int:
         """A single node with a delivery-latency sampler: a run it asked for is timed."""
@@ -232,14 +237,19 @@ class Router:
         delivered = self._deliver_multicast(publication)
         messages = publication.messages
         if messages[0].details.retained and self.retained is not None:
-            retain = self.retained.retain
-            for message in messages:
-                if message.details.retained:
-                    try:
-                        retain(message)
-                    except RetainRefused:
-                        pass
+            self._retain(messages)
         return delivered
+
+    def _retain(self, messages: list[Message]) -> None:
+        """Keep each message of the run marked retained (a refused one goes out live only)."""
+        assert self.retained is not None  # called only with a retained store
+        retain = self.retained.retain
+        for message in messages:
+            if message.details.retained:
+                try:
+                    retain(message)
+                except RetainRefused:
+                    pass
 
     def _remote_multicast(self, publication: RemoteMulticast) -> int:
         """Another node checked and counted the run: here it only counts as delivered."""
