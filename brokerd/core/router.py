@@ -183,9 +183,8 @@ class Router:
     # ------------------------------------------------------------------ multicast
 
     def _multicast(self, publication: Multicast) -> int:
-        """A single node without a sampler: accept, fan out, and retain what asks for it when
-        there is a retained store (the retain stage, inlined on the path every single node's
-        multicast takes: a test of the first message's flag instead of a call per run)."""
+        """A single node without a sampler: accept, fan out, and with a retained store keep what
+        asks for it (the retain stage inlined here: a flag's test instead of a call per run)."""
         messages = publication.messages
         first = messages[0]  # _accept, inlined: the path every single node's multicast takes
         topic = first.target
