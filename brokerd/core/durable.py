@@ -105,8 +105,6 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
     and ``on_tree_changed`` (called with the topic records another node committed).
     """
 
-    _log = Logger()
-
     def __init__(self, store: Any, clock: Any, events: Any = NULL_EVENT_LOG,
                  settings: Settings | None = None) -> None:
         settings = settings if settings is not None else Settings()
