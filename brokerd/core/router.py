@@ -345,60 +345,34 @@ class Router:
     def fan_out(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps | None = None,
                 rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None,
                 groups: frozenset[tuple[bytes, bytes]] | None = None) -> int:
-        """Render ``messages`` (one, or a run of one sender's to one topic) once per wire format
-        and hand each session of the format but ``exclude`` the bytes with one ``send``; count it
-        and tell the observer (one message as one, a run as a run); return the (message,
-        session) deliveries.  The sessions are the members of the messages' topic (its filters'
-        and shared groups', ``groups`` being those this node serves for the run, None: all), or
-        ``fanout`` (a broadcast's peers) when given.  With ``stamps`` (a timed route), append
-        (wire format, recipients, time in ns) once each format's sessions were handed their
-        bytes; with ``rendered``, keep there the bytes of each portable wire format that carried
-        every message (by name, for the other nodes of a cluster)."""
+        """Render ``messages`` (one, or a run of one sender's to one topic) once per wire format,
+        hand each session of the format but ``exclude`` the bytes with one ``send``, count and
+        report it; return the (message, session) deliveries.  The sessions: those the topic
+        reaches (members, filters, the shared ``groups`` this node serves, None: all), or
+        ``fanout`` (a broadcast's peers).  ``stamps`` (a timed route) gets (wire format,
+        recipients, time in ns) once each format's sessions were sent; ``rendered`` the bytes of
+        each portable format that carried every message (for the other nodes of a cluster)."""
+        first = messages[0]
         if fanout is None:
-            name = messages[0].target
+            name = first.target
             assert name is not None  # a multicast names its topic (Message.target)
             topic = self.topics.get(name)
-            if self.filtering:
-                fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
-                if exclude is not None and exclude not in reached_by:
-                    exclude = None
-            elif topic is None:
-                fanout = ()
+            if self.filtering or topic is None:
+                fanout, exclude = self._matching(name, topic, exclude, groups)
             else:
                 fanout = topic.grouped or topic.fanout()
                 if exclude is not None and exclude not in topic.members:
                     exclude = None
-        delivered, unrenderable, reached, dropped = self._send(messages, fanout, exclude, rendered, stamps)
         stats = self.stats
-        stats.delivered += delivered
-        stats.unrenderable += unrenderable
-        observer = self.observer
-        if observer is not None:
-            if len(messages) == 1:
-                observer.message_routed(messages[0], delivered, unrenderable)
-            elif dropped is None:
-                observer.messages_routed(messages, reached, 0)
-            else:
-                self._report_uneven_run(messages, reached, dropped)
-        return delivered
-
-    def _send(self, messages: list[Message], fanout: FanOut, exclude: ISubscriber | None,
-              rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, list[int] | None]:
-        """Hand ``messages`` to ``fanout`` but ``exclude``, one ``send`` per session: (delivered,
-        unrenderable, the sessions a run was for, and None or per message of a run the sessions
-        whose format could not carry it).  One message takes its format's ``render_message``; a
-        run its ``render_run``, else it is rendered message by message, and a format that cannot
-        carry some messages of it gets the others."""
-        routed = self.stats.routed_by[messages[0].protocol]
+        routed = stats.routed_by[first.protocol]
         count = len(messages)
-        single = messages[0] if count == 1 else None
         delivered = unrenderable = reached = 0
         dropped: list[int] | None = None
         for fmt, members in fanout:
             recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
             carried = count
-            if single is not None:
-                data = fmt.render_message(single)
+            if count == 1:
+                data = fmt.render_message(first)
                 if data is None:
                     unrenderable += recipients
                     continue
@@ -406,17 +380,10 @@ class Router:
                 reached += recipients
                 data = fmt.render_run(messages)
                 if data is None:
-                    data, parts = _render_each(fmt, messages)
-                    if None in parts:
-                        if dropped is None:
-                            dropped = [0] * count
-                        for index, part in enumerate(parts):
-                            if part is None:
-                                dropped[index] += recipients
-                        carried -= parts.count(None)
-                        unrenderable += (count - carried) * recipients
-                        if data is None:
-                            continue
+                    data, carried, dropped = _render_partly(fmt, messages, recipients, dropped)
+                    unrenderable += (count - carried) * recipients
+                    if data is None:
+                        continue
             if rendered is not None and carried == count and fmt.portable:
                 rendered[fmt.protocol] = data
             if exclude is None:
@@ -430,14 +397,36 @@ class Router:
             routed[fmt] += recipients * carried
             if stamps is not None and self.sampler is not None:  # stamps come from the sampler
                 stamps.append((fmt, recipients, self.sampler.clock_ns()))
-        return delivered, unrenderable, reached, dropped
+        stats.delivered += delivered
+        stats.unrenderable += unrenderable
+        if self.observer is not None:
+            self._report(messages, delivered, unrenderable, reached, dropped)
+        return delivered
 
-    def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
-        """Some recipients could not be sent some messages of a run: report each stretch of
-        messages that reached the same number of sessions as a run of its own, so the event
-        log counts every message's fan-out right."""
+    def _matching(self, name: bytes, topic: Topic | None, exclude: ISubscriber | None,
+                  groups: frozenset[tuple[bytes, bytes]] | None) -> tuple[FanOut, ISubscriber | None]:
+        """The sessions by wire format that a message to ``name`` reaches when some filter has a
+        member (the topic's members and those of its matching filters and shared groups) or the
+        topic has none (its filters' only): and ``exclude`` if it is one of them, else None."""
+        if not self.filtering:
+            return (), None
+        fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
+        return fanout, exclude if exclude is not None and exclude in reached_by else None
+
+    def _report(self, messages: list[Message], delivered: int, unrenderable: int, reached: int,
+                dropped: list[int] | None) -> None:
+        """Tell the observer of a fan-out: one message as one, a run as a run; when some
+        recipients could not be sent some messages of a run (``dropped``), each stretch of
+        messages that reached the same number of sessions as a run of its own, so the event log
+        counts every message's fan-out right."""
         observer = self.observer
         if observer is None:
+            return
+        if len(messages) == 1:
+            observer.message_routed(messages[0], delivered, unrenderable)
+            return
+        if dropped is None:
+            observer.messages_routed(messages, reached, 0)
             return
         start = 0
         for end in range(1, len(messages) + 1):
@@ -568,6 +557,23 @@ class Router:
             if topic is not None:
                 peers.update(dict.fromkeys(topic.members))
         return peers
+
+
+def _render_partly(fmt: IWireFormat, messages: list[Message], recipients: int,
+                   dropped: list[int] | None) -> tuple[bytes | None, int, list[int] | None]:
+    """A run ``fmt``'s ``render_run`` declined, rendered message by message for ``recipients``
+    sessions: the bytes of the messages it carries (None: none), how many those are, and
+    ``dropped`` (per message, the sessions that could not be sent it; made at the first such
+    message) counting these sessions where a message could not be carried."""
+    data, parts = _render_each(fmt, messages)
+    if None not in parts:
+        return data, len(messages), dropped
+    if dropped is None:
+        dropped = [0] * len(messages)
+    for index, part in enumerate(parts):
+        if part is None:
+            dropped[index] += recipients
+    return data, len(messages) - parts.count(None), dropped
 
 
 def _render_each(fmt: IWireFormat, messages: list[Message]) -> tuple[bytes | None, list[bytes | None]]:
