@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from brokerd.core.message import Message
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
     from brokerd.interfaces import ISubscriber
+    from brokerd.store.records import PacketFlow
 
 
 class _Publication:
@@ -36,15 +39,37 @@ class _Publication:
         return f"{type(self).__name__}({fields})"
 
 
+NEVER_KEEP: Final = 0
+"""A :class:`Multicast` for live subscribers only: nothing is stored of it."""
+KEEP_FOR_FILTERS: Final = 1
+"""A :class:`Multicast` kept for the durable FILTER subscribers only."""
+KEEP: Final = 2
+"""A :class:`Multicast` kept for every durable subscriber its topic has (the default)."""
+
+
 class Multicast(_Publication):
     """A run published to its topic: every member, matching filter and shared group gets it,
-    except ``exclude`` (the sending session, for the protocols that do not echo)."""
+    except ``exclude`` (the sending session, for the protocols that do not echo).
 
-    __slots__ = ("messages", "exclude")
+    On a node with a store the router's durable stage keeps the run for the durable
+    subscribers its topic has and leaves in ``kept`` the Deferred that fires once it is
+    committed (None: nothing to keep): the publisher's acknowledgement waits for it, so nothing
+    acknowledged is lost.  ``flows`` (store PacketFlows: an MQTT persistent session's QoS 2
+    PUBLISHes received) are committed with it, or alone.  ``keeping`` says for whom: every
+    durable subscriber (:data:`KEEP`), only the FILTER ones (:data:`KEEP_FOR_FILTERS`: a front
+    end with a durable topic tree of its own stored the run for that tree's subscribers), or
+    none (:data:`NEVER_KEEP`: its publisher asked that it not be stored).  ``kept`` is the one
+    field the router writes."""
 
-    def __init__(self, messages: list[Message], exclude: ISubscriber | None = None) -> None:
+    __slots__ = ("messages", "exclude", "flows", "keeping", "kept")
+
+    def __init__(self, messages: list[Message], exclude: ISubscriber | None = None,
+                 flows: list[PacketFlow] | None = None, keeping: int = KEEP) -> None:
         self.messages: Final = messages
         self.exclude: Final = exclude
+        self.flows: Final = flows
+        self.keeping: Final = keeping
+        self.kept: Deferred[object] | None = None
 
 
 class Unicast(_Publication):

@@ -31,13 +31,16 @@ Everything here runs on the reactor thread and never blocks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
+from brokerd.core.clustered import ClusterPaths
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY
 from brokerd.core.publication import (
+    KEEP,
+    KEEP_FOR_FILTERS,
     Broadcast,
     Multicast,
     Publication,
@@ -55,20 +58,19 @@ from brokerd.errors import Forbidden
 from brokerd.interfaces import IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 if TYPE_CHECKING:
+    from brokerd.core.durable import DurableService
     from brokerd.core.filtered import FilterSubscriptions
     from brokerd.core.sampling import DeliverySampler
+    from brokerd.core.stats import BrokerStats
     from brokerd.core.topics import Topic, TopicRegistry
 
 _SYSTEM = SYSTEM_TOPICS[:1]
 """A topic starting with this may be a system topic: checked even without a policy."""
-_NO_GROUPS: frozenset[tuple[bytes, bytes]] = frozenset()
-"""What a node of a cluster serves of the shared groups for a run another node accepted: none
-(the publishing node sends each group's share to the node it chose, :class:`RemoteShare`)."""
 
 Stamps = list[tuple[IWireFormat, int, int]]
 
 
-class Router:
+class Router(ClusterPaths):
     """Routes publications to the sessions of this node and, in a cluster, to the other nodes.
 
     It shares its tables with the broker that owns it: ``addresses`` ((namespace, address) to
@@ -76,7 +78,7 @@ class Router:
     ``filtering`` is whether some filter has a member (the one attribute routing tests for
     filters).  Change ``access``, ``observer``, ``engine`` or ``sampler`` with :meth:`install`."""
 
-    def __init__(self, stats: Any, topics: TopicRegistry, filtered: FilterSubscriptions,
+    def __init__(self, stats: BrokerStats, topics: TopicRegistry, filtered: FilterSubscriptions,
                  addresses: dict[tuple[str, bytes], ISubscriber], joined: dict[ISubscriber, dict[bytes, Topic]]) -> None:
         self.stats = stats
         self.topics = topics
@@ -101,13 +103,18 @@ class Router:
         """Where the retain stage keeps what publishers ask to retain; None: no retain stage."""
         self._deliver_multicast: Callable[[Multicast], int] = self._multicast
         """The multicast path behind the retain stage, when there is one."""
+        self.durable: DurableService | None = None
+        """Where the durable stage keeps runs for durable subscribers; None: no durable stage."""
+        self._keep_after: Callable[[Multicast], int] = self._multicast
+        """The multicast path behind the durable stage, when there is one."""
         self._paths: dict[type, Callable[[Any], int]] = {}
         self.install()
 
     def install(self, *, access: AccessControl | None = None, observer: Any = False, engine: IEngine | None = None,
-                sampler: Any = False, retained: Any = False) -> None:
+                sampler: Any = False, retained: Any = False,
+                durable: DurableService | None | Literal[False] = False) -> None:
         """Change what the router is configured with (what is not given stays; ``retained``
-        None removes the retain stage) and put each path's stages together again."""
+        or ``durable`` None removes its stage) and put each path's stages together again."""
         if access is not None:
             self.access = access
         if observer is not False:
@@ -120,6 +127,8 @@ class Router:
             self.sampler = sampler
         if retained is not False:
             self.retained = retained
+        if durable is not False:
+            self.durable = durable
         if self._forward is not None:
             multicast = self._multicast_clustered
         elif self.sampler is not None:
@@ -129,6 +138,9 @@ class Router:
         if self.retained is not None and multicast != self._multicast:  # _multicast retains itself
             self._deliver_multicast = multicast
             multicast = self._multicast_retaining
+        if self.durable is not None:
+            self._keep_after = multicast
+            multicast = self._multicast_keeping
         self._paths = {
             Multicast: multicast,
             Unicast: self._unicast,
@@ -208,25 +220,6 @@ class Router:
             return sampler.route(messages, publication.exclude)
         return self.fan_out(messages, publication.exclude)
 
-    def _multicast_clustered(self, publication: Multicast) -> int:
-        """A node of a cluster: the engine first chooses which node serves each shared group
-        the run matches (it sends the run to the chosen other nodes itself); this node routes
-        to its members, one member of each group it serves, and forwards the run to the other
-        nodes' plain members, with the bytes rendered here for the portable wire formats, so a
-        node whose members all take those never decodes it (docs/cluster.md)."""
-        messages = publication.messages
-        self._accept(messages)
-        groups = self.engine.place_shared(messages)
-        forward, sampler = self._forward, self.sampler
-        assert forward is not None  # this stage is installed only with a shared engine
-        if self.sampling and sampler is not None and groups is None:
-            forward(messages, None)
-            return sampler.route(messages, publication.exclude)
-        rendered: dict[str, bytes] = {}
-        delivered = self.fan_out(messages, publication.exclude, None, rendered, None, groups)
-        forward(messages, rendered)
-        return delivered
-
     def _multicast_retaining(self, publication: Multicast) -> int:
         """The retain stage, after the multicast path (which raises Forbidden before anything
         is delivered when the publisher may not publish there, so nothing forbidden is
@@ -239,6 +232,29 @@ class Router:
             self._retain(messages)
         return delivered
 
+    def _multicast_keeping(self, publication: Multicast) -> int:
+        """The durable stage, after the live delivery (which raises Forbidden before anything
+        is delivered or kept when the publisher may not publish there): a run whose topic some
+        durable subscription covers is kept for its subscribers, and ``publication.kept`` is
+        the Deferred its publisher's acknowledgement waits for.  A topic none covers costs a
+        cached lookup and leaves ``kept`` None (or the ``flows``' own commit)."""
+        delivered = self._keep_after(publication)
+        durable = self.durable
+        assert durable is not None  # this stage is installed only with a durable service
+        messages = publication.messages
+        topic = messages[0].target
+        assert topic is not None  # a multicast names its topic (Message.target)
+        flows = publication.flows
+        keeping = publication.keeping
+        if keeping == KEEP:
+            if durable.covers(topic):
+                publication.kept = durable.keep(messages, flows=flows)
+            elif flows:
+                publication.kept = durable.put_flows(flows)
+        elif keeping == KEEP_FOR_FILTERS and durable.index.has_filter_subscribers(topic):
+            publication.kept = durable.keep(messages, filters_only=True)
+        return delivered
+
     def _retain(self, messages: list[Message]) -> None:
         """Keep each message of the run marked retained (a refused one goes out live only)."""
         assert self.retained is not None  # called only with a retained store
@@ -249,60 +265,6 @@ class Router:
                     retain(message)
                 except RetainRefused:
                     pass
-
-    def _remote_multicast(self, publication: RemoteMulticast) -> int:
-        """Another node checked and counted the run: here it only counts as delivered."""
-        return self.fan_out(publication.messages, None, None, None, None, _NO_GROUPS)
-
-    def _remote_run(self, publication: RemoteRun) -> int:
-        """When every local wire format of the topic is portable and the run carries its
-        bytes, each member gets them with one ``send`` and the messages are never decoded (the
-        observer gets the run's summary: protocol, sender, topic, kind, count, payload bytes);
-        otherwise the run is decoded (EnvelopeError when it does not parse; nothing was sent)."""
-        run = publication.run
-        first = run.first
-        topic = self.topics.get(first.target)
-        sections = run.sections
-        observer = self.observer
-        if topic is None or not sections or self.filtering or (
-                observer is not None and not getattr(observer, "summarizes_runs", False)):
-            return self._remote_multicast(RemoteMulticast(run.messages()))
-        fanout = topic.fanout()
-        for fmt, _members in fanout:
-            if not (fmt.portable and fmt.protocol in sections):
-                return self._remote_multicast(RemoteMulticast(run.messages()))
-        count = run.count
-        routed = self.stats.routed_by[first.protocol]
-        reached = 0
-        for fmt, members in fanout:
-            data = sections[fmt.protocol]
-            for member in members:
-                member.send(data)
-            reached += len(members)
-            routed[fmt] += len(members) * count
-        self.stats.delivered += reached * count
-        if observer is not None:
-            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,  # type: ignore[attr-defined]  # only an observer that summarizes_runs gets here: an optional capability IBrokerObserver does not declare
-                                        run.total, reached, 0)
-        return reached * count
-
-    def _remote_share(self, publication: RemoteShare) -> int:
-        """Another node chose this one to serve the shared group: one member here takes the
-        run; 0 when none may (none left, or the access list lets none read the topic), and the
-        engine tells the publishing node, which chooses again.  A member that is also a plain
-        subscriber of the topic got the run from the topic's channel and is not sent it twice
-        (as on one node)."""
-        messages = publication.messages
-        group = self.filtered.group(publication.key)
-        name = messages[0].target
-        assert name is not None  # a shared group's run names its topic
-        member = None if group is None else group.pick(name, self.access)
-        if member is None:
-            return 0
-        _plain, reached = self.filtered.fanout(name, self.topics.get(name), self.access, _NO_GROUPS)
-        if member not in reached:
-            self.fan_out(messages, None, None, None, ((member.wire_format, (member,)),))
-        return 1
 
     def timed(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps) -> int:
         """Fan out an accepted run as :meth:`fan_out` does, appending to ``stamps`` (wire format,
@@ -455,34 +417,6 @@ class Router:
         self._send_to(recipient, messages)
         return count
 
-    def _unicast_remote(self, publication: Unicast) -> int:
-        """Hand the run to the engine, for the node that holds the address; the messages it
-        accepted (0: no node does)."""
-        first = publication.messages[0]
-        if self.access.policy is not None:
-            remote = self.engine.principal_of(publication.namespace, publication.target)
-            if remote is not None:
-                self.check_publish(first, inbox(remote))
-        unicast = self.engine.unicast
-        accepted = sum(1 for message in publication.messages if unicast(message, publication.namespace))
-        self.stats.published += accepted
-        self.stats.accepted_by[first.protocol] += accepted
-        return accepted
-
-    def _remote_unicast(self, publication: RemoteUnicast) -> int:
-        """The access list is asked here, where the recipient's principal is known; a message
-        it forbids is dropped (0, as when the session left)."""
-        recipient = self.addresses.get((publication.namespace, publication.target))
-        if recipient is None:
-            return 0
-        message = publication.message
-        if self.access.policy is not None:
-            principal = message.principal
-            if principal is not None and not self.access.allows(principal, inbox(recipient.principal), Perm.PUBLISH):
-                return 0
-        self._send_to(recipient, [message])
-        return 1
-
     def _send_to(self, recipient: ISubscriber, messages: list[Message]) -> None:
         """Render ``messages`` for one session and send them with one ``send``; count and
         report each (a run that its format renders whole as one entry)."""
@@ -529,17 +463,6 @@ class Router:
         if self._forward is not None and names:
             self.engine.broadcast(message, names)
         return delivered
-
-    def _remote_broadcast(self, publication: RemoteBroadcast) -> int:
-        """The access list is applied again here to each topic, by the message's principal, so
-        a node with the same policy reaches exactly the topics the sender's node did."""
-        message = publication.message
-        names = publication.topics
-        access = self.access
-        if access.policy is not None:
-            principal = message.principal if message.principal is not None else NOBODY
-            names = [name for name in names if access.allows(principal, name, Perm.PUBLISH)]
-        return self.fan_out([message], None, None, None, by_format(self.members_of(names)))
 
     def publishable(self, session: ISubscriber) -> list[bytes]:
         """The topics ``session`` joined and the access policy lets it publish to."""

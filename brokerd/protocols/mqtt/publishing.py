@@ -171,13 +171,14 @@ class Publishing(ConnectionBase):
             self._run_flows = []
         broker = self.factory.broker
         messages = [message for message, _qos, _packet_id in run]
+        publication = Multicast(messages, None, flows or None)
         try:
-            broker.route(Multicast(messages))
+            broker.route(publication)
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
             self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run],
                                    why="not authorized to publish to this topic")
             return
-        kept = broker.keep(messages, flows) if flows else broker.keep(messages)
+        kept = publication.kept  # the durable stage's commit (with the QoS 2 flows), or None
         if kept is None and len(run) == 1 and run[0][1] == 1 and not self._acks:
             # One QoS 1 PUBLISH per read, no durable subscriber, no answer waiting before
             # it (the common case with each PUBACK awaited): its PUBACK, success in either

@@ -540,8 +540,9 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
                 return
         published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
                             details=details, principal=self.principal)
-        hub.broker.route(Multicast([published], self))
-        kept = hub.broker.keep([published])
+        publication = Multicast([published], self)
+        hub.broker.route(publication)
+        kept = publication.kept
         if kept is None:
             self._ok(message.id)
             return
