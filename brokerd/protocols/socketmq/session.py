@@ -89,6 +89,7 @@ from brokerd.protocols.socketmq.events import (
 from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
 from brokerd.protocols.socketmq.incoming import IncomingRequest
+from brokerd.protocols.socketmq.keepalive import KeepAlive
 from brokerd.protocols.socketmq.pgp import (
     Identity,
     PGPError,
@@ -101,6 +102,8 @@ from brokerd.store.base import is_outage
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
+CLOSE_HANDSHAKE_TIMEOUT = 5.0
+"""Seconds the server waits for the client's answer to its close frame before dropping."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CERT = "cert"
@@ -143,6 +146,10 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
     """The HTTP channel this session took the connection over from: the transport reports
     the end of the connection to this session only, so the session passes it on (the
     channel's own bookkeeping, and whatever counts connections around it, end with it)."""
+    heard = False
+    """Set by every message, ping and pong from the client (keepalive.py reads it)."""
+    last_heard = 0.0
+    pinged_at: float | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,6 +208,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         if names:
             self._authenticated(names, names[0], CERT, certificate_principal(names))
         hub.broker.attach(self)
+        self.factory.keepalive.watch(self)
         fingerprint = hub.key.fingerprint if hub.key is not None else None
         hello = Hello(limits.PROTOCOL_VERSION, hub.security, self.nonce, fingerprint)
         transport.write(frame(*encode(hello)))
@@ -226,8 +234,13 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
     # ------------------------------------------------------------------ closing
 
     def sendCloseFrame(self, code: int | None = None, reasonUtf8: bytes | None = None, isReply: bool = False) -> None:
+        """Also the close handshake's timeout, on the hub's clock: a client that does not
+        answer our close frame is dropped (Autobahn's own timer would be txaio's reactor's)."""
         self._stop_sending()  # nothing may follow a close frame
+        opening = self.state == self.STATE_OPEN and not isReply
         super().sendCloseFrame(code, reasonUtf8, isReply)
+        if opening:
+            self.call_later(CLOSE_HANDSHAKE_TIMEOUT, self.onCloseHandshakeTimeout)
 
     def dropConnection(self, abort: bool = False) -> None:
         self._stop_sending()
@@ -235,6 +248,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_sending()
+        self.factory.keepalive.forget(self)
         if self._compressing:
             self._compressing = False
             self.wire_format.compressing -= 1
@@ -346,7 +360,15 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ input
 
+    def onPing(self, payload: bytes) -> None:
+        self.heard = True
+        super().onPing(payload)  # the pong (RFC 6455 section 5.5.2)
+
+    def onPong(self, payload: bytes) -> None:
+        self.heard = True
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self.heard = True
         if self.closed or not self._open:
             return
         if self._busy:
@@ -633,14 +655,20 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
         super().__init__()
         self.hub = hub
         self.pending_channel: Any = None
+        self.keepalive = KeepAlive(hub.reactor, ping_interval, pong_timeout)
+        # Every timer is the hub's clock's, none Autobahn's (those are txaio's global
+        # reactor's): the pings are keepalive.py's, the close handshake's timeout is the
+        # session's, and the opening handshake's is the HTTP channel's deadline
+        # (server.SocketMQChannel), since the whole upgrade request has arrived before
+        # Autobahn sees it and Autobahn answers it at once.
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
-            openHandshakeTimeout=hub.handshake_timeout,
-            closeHandshakeTimeout=5,
+            openHandshakeTimeout=0,
+            closeHandshakeTimeout=0,
             failByDrop=False,
-            autoPingInterval=ping_interval,
-            autoPingTimeout=pong_timeout,
+            autoPingInterval=0,
+            autoPingTimeout=0,
             perMessageCompressionAccept=self._accept_compression,
         )
 
