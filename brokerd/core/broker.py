@@ -170,6 +170,7 @@ class Broker(Service):
         self.durable = self.live.durable = durable
         self.router.install(durable=durable)
         durable.access_control = lambda: self.access  # set_policy replaces it
+        durable.route = self.router.route
         durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
 
@@ -352,6 +353,8 @@ class Broker(Service):
         if policy is None:
             return 0
         revoked = self.live.revoke(access)
+        if self.durable is not None:
+            self.durable.recheck()
         if revoked:
             self._log.info("The new access policy revoked {count} subscriptions", count=revoked)
         return revoked

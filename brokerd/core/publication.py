@@ -17,7 +17,7 @@ message only, so that a run with none to retain pays one test.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from brokerd.core.message import Message
@@ -25,8 +25,9 @@ from brokerd.core.message import Message
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from brokerd.core.principal import Principal
     from brokerd.interfaces import ISubscriber
-    from brokerd.store.records import PacketFlow
+    from brokerd.store.records import Delivery, PacketFlow
 
 
 class _Publication:
@@ -176,8 +177,36 @@ class RetainedReplay(_Publication):
         self.sink: Final = sink
 
 
+class StoredSink(Protocol):
+    """Where a :class:`StoredPage`'s deliveries go: the outbox of one durable subscriber's
+    connected session (each front end with durable subscribers has its own, e.g. MQTT's
+    brokerd.protocols.mqtt.stored.StoredDeliveries)."""
+
+    def take(self, delivery: Delivery) -> None:
+        """Queue ``delivery`` to be sent in its turn (the outbox's window and order)."""
+
+    def forbid(self, delivery: Delivery) -> None:
+        """The subscriber's owner may not read ``delivery``'s topic now: not to be sent (what
+        becomes of it is the outbox's protocol's choice)."""
+
+
+class StoredPage(_Publication):
+    """Pending deliveries of the store for the durable subscriber owned by ``owner`` (a page
+    read from the store, one just committed, or what waits unsent when the access list
+    changed), for ``sink`` to queue: each only if the access list lets ``owner`` read its
+    topic now, as a live message to its session would be.  ``owner`` None: a subscriber no
+    principal owns (a relay between servers) takes what was stored for it."""
+
+    __slots__ = ("owner", "deliveries", "sink")
+
+    def __init__(self, owner: Principal | None, deliveries: Sequence[Delivery], sink: StoredSink) -> None:
+        self.owner: Final = owner
+        self.deliveries: Final = deliveries
+        self.sink: Final = sink
+
+
 Publication = (Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast
-               | RemoteBroadcast | RetainedReplay)
+               | RemoteBroadcast | RetainedReplay | StoredPage)
 """Everything :meth:`brokerd.core.router.Router.route` takes."""
 
 

@@ -50,6 +50,7 @@ from brokerd.core.publication import (
     RemoteShare,
     RemoteUnicast,
     RetainedReplay,
+    StoredPage,
     Unicast,
 )
 from brokerd.core.retained import RetainedMessages, RetainRefused
@@ -151,6 +152,7 @@ class Router(ClusterPaths):
             RemoteUnicast: self._remote_unicast,
             RemoteBroadcast: self._remote_broadcast,
             RetainedReplay: self._retained_replay,
+            StoredPage: self._stored_page,
         }
 
     def route(self, publication: Publication) -> int:
@@ -300,6 +302,31 @@ class Router(ClusterPaths):
                     observer.message_routed(message, int(sent), int(not sent))
             if sink.full():
                 break
+        return taken
+
+    # ------------------------------------------------------------------ stored
+
+    def _stored_page(self, page: StoredPage) -> int:
+        """Hand pending deliveries of the store to a durable subscriber's outbox, each only if
+        the access list lets the subscriber's owner read its topic now: the decision made at
+        the commit (DurableService.recipients) may have been taken back by a reload since.  A
+        refused one goes to the outbox's ``forbid``.  The deliveries taken.  Counting and the
+        event log's outcomes are the durable service's (``delivered``, ``acked``...), as the
+        outbox sends and settles them."""
+        sink = page.sink
+        owner = page.owner
+        access = self.access
+        if owner is None or access.policy is None:
+            for delivery in page.deliveries:
+                sink.take(delivery)
+            return len(page.deliveries)
+        taken = 0
+        for delivery in page.deliveries:
+            if access.allows(owner, delivery.topic.encode("utf-8"), Perm.SUBSCRIBE):
+                sink.take(delivery)
+                taken += 1
+            else:
+                sink.forbid(delivery)
         return taken
 
     # ------------------------------------------------------------------ fan-out

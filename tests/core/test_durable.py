@@ -97,6 +97,9 @@ class Outbox:
     def refresh(self) -> None:
         pass
 
+    def recheck(self) -> None:
+        pass
+
 
 @pytest.fixture
 def core():

@@ -3,8 +3,8 @@
 
 The PUBLISHes of one read that go to one topic, one after the other, are one run: the core
 routes it at once (``Router.route(Multicast)``: each recipient gets the run in one write, rendered
-once per wire format) and stores it for durable subscribers in one store operation
-(``Broker.keep``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
+once per wire format) and stores it for durable subscribers in one store operation (the
+router's durable stage: the Multicast's ``kept``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
 other packet, the end of the read, a reason to close) routes the run first, so the order of
 messages and of acknowledgements (4.6) is the order the client sent.  A QoS 1 or 2 PUBLISH is
 answered once the core stored it, if it had to.  A mixin of
