@@ -38,7 +38,6 @@ from itertools import count
 from typing import Any, Callable, cast
 
 import autobahn
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.credentials import ICredentials
@@ -98,12 +97,11 @@ from brokerd.protocols.socketmq.pgp import (
     server_proof,
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+from brokerd.protocols.websocket import ClockedServerFactory, ClockedServerProtocol
 from brokerd.store.base import is_outage
 
 SLOW_CONSUMER_TIMEOUT = 30.0
 """Seconds a WebSocket reader may stay congested before it is disconnected."""
-CLOSE_HANDSHAKE_TIMEOUT = 5.0
-"""Seconds the server waits for the client's answer to its close frame before dropping."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CERT = "cert"
@@ -132,7 +130,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, ClockedServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -234,13 +232,8 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
     # ------------------------------------------------------------------ closing
 
     def sendCloseFrame(self, code: int | None = None, reasonUtf8: bytes | None = None, isReply: bool = False) -> None:
-        """Also the close handshake's timeout, on the hub's clock: a client that does not
-        answer our close frame is dropped (Autobahn's own timer would be txaio's reactor's)."""
         self._stop_sending()  # nothing may follow a close frame
-        opening = self.state == self.STATE_OPEN and not isReply
         super().sendCloseFrame(code, reasonUtf8, isReply)
-        if opening:
-            self.call_later(CLOSE_HANDSHAKE_TIMEOUT, self.onCloseHandshakeTimeout)
 
     def dropConnection(self, abort: bool = False) -> None:
         self._stop_sending()
@@ -644,7 +637,7 @@ _TYPES: dict[Hashable, str] = {
 _DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = command_table(SocketMQSession, _TYPES)
 
 
-class SocketMQWebSocketFactory(WebSocketServerFactory):
+class SocketMQWebSocketFactory(ClockedServerFactory):
     """Builds sessions for one listener; ``pending_channel`` is set by the resource while it
     upgrades a connection, so the session inherits the channel's connection count (its
     admission) and tells the channel when the connection ends."""
@@ -652,23 +645,17 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
     protocol = SocketMQSession  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
-        super().__init__()
+        super().__init__(hub.reactor)
         self.hub = hub
         self.pending_channel: Any = None
         self.keepalive = KeepAlive(hub.reactor, ping_interval, pong_timeout)
-        # Every timer is the hub's clock's, none Autobahn's (those are txaio's global
-        # reactor's): the pings are keepalive.py's, the close handshake's timeout is the
-        # session's, and the opening handshake's is the HTTP channel's deadline
-        # (server.SocketMQChannel), since the whole upgrade request has arrived before
-        # Autobahn sees it and Autobahn answers it at once.
+        # Every timer is the hub's clock's, none Autobahn's (brokerd.protocols.websocket):
+        # the pings are keepalive.py's, the close handshake's timeout ClockedServerProtocol's,
+        # and the opening handshake's the HTTP channel's deadline (server.SocketMQChannel).
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
-            openHandshakeTimeout=0,
-            closeHandshakeTimeout=0,
             failByDrop=False,
-            autoPingInterval=0,
-            autoPingTimeout=0,
             perMessageCompressionAccept=self._accept_compression,
         )
 

@@ -13,7 +13,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.protocols.socketmq.hub import Hub
 from brokerd.protocols.socketmq.server import build_site
-from brokerd.protocols.socketmq.session import CLOSE_HANDSHAKE_TIMEOUT
+from brokerd.protocols.websocket import CLOSE_HANDSHAKE_TIMEOUT
 from tests.protocols.socketmq.test_adapter import Server, masked, send
 
 PING_INTERVAL = 30.0
