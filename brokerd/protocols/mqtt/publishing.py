@@ -222,6 +222,14 @@ class Publishing(ConnectionBase):
         storing them for durable subscribers) fired; messages that could not be stored are
         answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
         has no way to say so)."""
+        if kept is None and not self._acks:  # nothing to wait for, none before them: written now
+            for ack in acks:
+                released_by = _released_by_pubrel(ack)
+                if released_by is not None:
+                    self._releasing.add(released_by)
+            if not self.closed:
+                self.write_now(b"".join([encode(ack, self.version) for ack in acks]))
+            return
         entries = [PendingAnswer(kept is None, encode(ack, self.version), _released_by_pubrel(ack)) for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)
