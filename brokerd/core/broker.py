@@ -382,16 +382,6 @@ class Broker(Service):
         may publish to (:class:`Broadcast`); the deliveries."""
         return self.router.route(Broadcast(message, sender))
 
-    def publish_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
-        """Deliver a multicast ``message`` its publisher asked the broker not to store
-        (a guarantee of none) to the durable subscribers of its topic connected to this
-        node and to the ``explicit`` ones, once each; nothing is kept for one that is offline.
-        The live subscribers of the other protocols get it from :meth:`publish`, which the
-        front end calls when they can carry it.  Returns the sessions reached."""
-        if self.durable is None:
-            return 0
-        return self.durable.offer_unstored(message, explicit)
-
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with
         ``publishing``, only topics the access policy lets ``session`` publish to."""

@@ -177,6 +177,20 @@ class RetainedReplay(_Publication):
         self.sink: Final = sink
 
 
+class Unstored(_Publication):
+    """A multicast its publisher asked the broker not to store (a guarantee of none), for the
+    durable subscribers of its topic connected to this node and the ``explicit`` ones (by
+    subscriber name: a login topic's owner), once each; nothing is kept for one that is
+    offline.  The live subscribers of the other protocols get it as a :class:`Multicast`
+    with ``keeping`` :data:`NEVER_KEEP`."""
+
+    __slots__ = ("message", "explicit")
+
+    def __init__(self, message: Message, explicit: Iterable[str] = ()) -> None:
+        self.message: Final = message
+        self.explicit: Final = explicit
+
+
 class StoredSink(Protocol):
     """Where a :class:`StoredPage`'s deliveries go: the outbox of one durable subscriber's
     connected session (each front end with durable subscribers has its own, e.g. MQTT's
@@ -206,7 +220,7 @@ class StoredPage(_Publication):
 
 
 Publication = (Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast
-               | RemoteBroadcast | RetainedReplay | StoredPage)
+               | RemoteBroadcast | RetainedReplay | StoredPage | Unstored)
 """Everything :meth:`brokerd.core.router.Router.route` takes."""
 
 

@@ -52,6 +52,7 @@ from brokerd.core.publication import (
     RetainedReplay,
     StoredPage,
     Unicast,
+    Unstored,
 )
 from brokerd.core.retained import RetainedMessages, RetainRefused
 from brokerd.core.topics import FanOut, by_format
@@ -153,6 +154,7 @@ class Router(ClusterPaths):
             RemoteBroadcast: self._remote_broadcast,
             RetainedReplay: self._retained_replay,
             StoredPage: self._stored_page,
+            Unstored: self._unstored,
         }
 
     def route(self, publication: Publication) -> int:
@@ -328,6 +330,15 @@ class Router(ClusterPaths):
             else:
                 sink.forbid(delivery)
         return taken
+
+    def _unstored(self, publication: Unstored) -> int:
+        """To the durable subscribers of its topic connected here (and the explicit ones),
+        rendered once per wire format, by the durable service, which asks the access list for
+        each subscriber's owner as it does for a message it keeps: the sessions reached (0 on a
+        node without a store)."""
+        if self.durable is None:
+            return 0
+        return self.durable.offer_unstored(publication.message, publication.explicit)
 
     # ------------------------------------------------------------------ fan-out
 

@@ -11,7 +11,7 @@ from brokerd.core import stored
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Details, Message, Part
-from brokerd.core.publication import KEEP, Multicast
+from brokerd.core.publication import KEEP, Multicast, Unstored
 from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord, TopicRecord
@@ -229,7 +229,7 @@ def test_a_failing_sweep_logs_its_failure_readably_and_a_store_outage_not_at_all
 
 
 def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_each(core):
-    """Broker.publish_unstored (SMQP's Guarantee: NO): rendered once per wire format, handed to
+    """route(Unstored) (SMQP's Guarantee: NO): rendered once per wire format, handed to
     each connected durable subscriber of the topic and each explicit one, never to a link (it
     takes stored messages only), and nothing is stored for an offline subscriber."""
     broker, durable, store = core
@@ -241,7 +241,7 @@ def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_e
         durable.attach(session)
     sessions["eve:1"].closed = True  # closing: gets nothing more
     message = Message(MULTICAST, b"news", b"hi", "smqp", b"alice:c1")
-    assert broker.publish_unstored(message, ["carol:1"]) == 2
+    assert broker.route(Unstored(message, ["carol:1"])) == 2
     assert sessions["bob:1"].volatile == [b"<hi>"] and sessions["carol:1"].volatile == [b"<hi>"]
     assert sessions["peer:link_beta"].volatile == [] and sessions["eve:1"].volatile == []
     assert fmt.rendered == 1

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from brokerd.config import Settings
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.publication import KEEP_FOR_FILTERS, NEVER_KEEP, Multicast
+from brokerd.core.publication import KEEP_FOR_FILTERS, NEVER_KEEP, Multicast, Unstored
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
 from brokerd.errors import Forbidden
 from brokerd.events import schema
@@ -157,7 +157,7 @@ class MessageService:
         subscribers connected here (and ``explicit`` ones) and to the other protocols' live
         subscribers.  ``size`` is what the event log reports."""
         self.counts["volatile"] += 1
-        reached = self.broker.publish_unstored(message, explicit)
+        reached = self.broker.route(Unstored(message, explicit))
         if self.forward(message) is None:
             self.accepted(key, publisher, message.message_id, size, bool(reached))
 
