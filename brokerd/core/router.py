@@ -446,41 +446,44 @@ class Router(ClusterPaths):
         recipient = self.addresses.get((publication.namespace, publication.target))
         if recipient is None:
             return 0 if self._forward is None else self._unicast_remote(publication)
+        first = messages[0]
         if self.access.policy is not None:
-            self.check_publish(messages[0], inbox(recipient.principal))
+            self.check_publish(first, inbox(recipient.principal))
         count = len(messages)
         stats = self.stats
         stats.published += count
-        stats.accepted_by[messages[0].protocol] += count
-        self._send_to(recipient, messages)
+        stats.accepted_by[first.protocol] += count
+        fmt = recipient.wire_format
+        data = fmt.render_run(messages) if count > 1 else None
+        if data is None:  # one message, or a run its format renders message by message
+            self._send_to(recipient, messages)
+            return count
+        recipient.send(data)
+        stats.delivered += count
+        stats.routed_by[first.protocol][fmt] += count
+        if self.observer is not None:
+            self.observer.messages_routed(messages, 1, 0)
         return count
 
     def _send_to(self, recipient: ISubscriber, messages: list[Message]) -> None:
-        """Render ``messages`` for one session and send them with one ``send``; count and
-        report each (a run that its format renders whole as one entry)."""
+        """Render ``messages`` (one, or a run its wire format's ``render_run`` declined) for one
+        session message by message and send what it carries with one ``send``; count and
+        report each."""
         fmt = recipient.wire_format
-        stats = self.stats
-        observer = self.observer
         if len(messages) == 1:
             data = fmt.render_message(messages[0])
             parts = [data]
         else:
-            data = fmt.render_run(messages)
-            if data is not None:
-                recipient.send(data)
-                stats.delivered += len(messages)
-                stats.routed_by[messages[0].protocol][fmt] += len(messages)
-                if observer is not None:
-                    observer.messages_routed(messages, 1, 0)
-                return
             data, parts = _render_each(fmt, messages)
         if data is not None:
             recipient.send(data)
+        stats = self.stats
         sent = len(messages) - parts.count(None)
         stats.delivered += sent
         stats.unrenderable += len(messages) - sent
         if sent:
             stats.routed_by[messages[0].protocol][fmt] += sent
+        observer = self.observer
         if observer is not None:
             for message, part in zip(messages, parts):
                 observer.message_routed(message, int(part is not None), int(part is None))
