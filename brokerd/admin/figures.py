@@ -20,6 +20,7 @@ from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog, WallClock
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.core.broker import Broker
+from brokerd.protocols.onion.control import OnionStatus
 from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -163,7 +164,7 @@ class Figures:
         bridges = self.runtime.bridges
         return bridges.status() if bridges is not None else {}
 
-    def _onion_services(self) -> list[dict[str, Any]]:
+    def _onion_services(self) -> list[OnionStatus]:
         """The onion listeners' addresses (brokerd.protocols.onion), as Tor published them."""
         tor = self.runtime.tor
         return tor.status() if tor is not None else []
