@@ -20,6 +20,7 @@ from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog, WallClock
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.core.broker import Broker
+from brokerd.protocols.mqtt.quotas import QuotaFigures
 from brokerd.protocols.onion.control import OnionStatus
 from brokerd.runtime import Runtime
 
@@ -182,7 +183,7 @@ class Figures:
         figures["shared"] = dict(engine.sharing.stats, pending=engine.sharing.pending)
         return figures
 
-    def _mqtt(self) -> dict[str, Any] | None:
+    def _mqtt(self) -> QuotaFigures | None:
         """The MQTT front end's persistent sessions and quota refusals; None without it."""
         sessions = self.runtime.mqtt_sessions
         return sessions.quotas.figures() if sessions is not None else None
