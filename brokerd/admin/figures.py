@@ -22,6 +22,7 @@ from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.core.broker import Broker
 from brokerd.protocols.mqtt.quotas import QuotaFigures
 from brokerd.protocols.onion.control import OnionStatus
+from brokerd.protocols.smqp.links import LinkStatus
 from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -154,7 +155,7 @@ class Figures:
         figures["backlog"] = figures.get("buffered", 0) + figures.get("encoded", 0)
         return figures
 
-    def _smqp_links(self) -> list[dict[str, Any]]:
+    def _smqp_links(self) -> list[LinkStatus]:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
         links = self.runtime.smqp_links
         return links.status() if links is not None else []

@@ -73,7 +73,11 @@ BATCH = 64 * 1024
 
 
 class Session(Protocol):
-    subscriber: str
+    """Who an outbox notifies: an SMQP session (or a link to another domain's server), named
+    as a durable subscriber, which writes one notification at a time when it can."""
+
+    @property
+    def subscriber(self) -> str: ...
 
     def write_notify(self, parts: list[bytes]) -> None: ...
 
