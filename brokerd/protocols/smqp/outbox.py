@@ -53,6 +53,7 @@ import heapq
 from collections import deque
 from typing import Any, Protocol
 
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -120,7 +121,7 @@ class Outbox(Answers):
         """Client answers the session has not written its own answer to yet."""
         self._counting = False
         """A retry's attempt is being counted, or a delivery given up."""
-        self._later: dict[int, Any] = {}
+        self._later: dict[int, IDelayedCall] = {}
         self.waiting_one: dict[int, Delivery] = {}
         self.stale = True
         self.loading = False
