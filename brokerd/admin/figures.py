@@ -20,6 +20,7 @@ from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog, WallClock
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.core.broker import Broker
+from brokerd.protocols.mqtt.bridge import BridgeStatus
 from brokerd.protocols.mqtt.quotas import QuotaFigures
 from brokerd.protocols.onion.control import OnionStatus
 from brokerd.protocols.smqp.links import LinkStatus
@@ -160,7 +161,7 @@ class Figures:
         links = self.runtime.smqp_links
         return links.status() if links is not None else []
 
-    def _mqtt_bridges(self) -> dict[str, dict[str, Any]]:
+    def _mqtt_bridges(self) -> dict[str, BridgeStatus]:
         """Each MQTT bridge's state and counts by name (brokerd.protocols.mqtt.bridge): a
         dictionary, so the ~sys topics name each bridge (``~sys/brokerd/mqtt_bridges/<name>/state``)."""
         bridges = self.runtime.bridges
