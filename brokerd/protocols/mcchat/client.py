@@ -123,7 +123,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
             self.transport.loseConnection()
         return d
 
-    def _violation(self, why: str, **fields: Any) -> None:
+    def _violation(self, why: str, **fields: object) -> None:
         self._log.warn("MCCHAT server broke the protocol, closing: " + why, **fields)
         self._usable = False
         self._reading = False
