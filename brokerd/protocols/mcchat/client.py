@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionClosed

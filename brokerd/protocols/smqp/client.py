@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionClosed
