@@ -266,7 +266,7 @@ ROLES = {**{name: front_end.title for name, front_end in FRONT_ENDS.items()}, "a
 """How the start-up log names each listener's role."""
 
 
-def _address_text(address: Any) -> str:
+def _address_text(address: object) -> str:
     """host:port of a listening port (``[host]:port`` for IPv6), or a unix socket's path."""
     host, port = getattr(address, "host", None), getattr(address, "port", None)
     if host is not None and port is not None:

@@ -59,6 +59,7 @@ from twisted.python.failure import Failure
 
 from brokerd.core.storedtopics import HELD
 from brokerd.core.subscriptions import wildcard_covers
+from brokerd.interfaces import IWireFormat
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.base import is_outage
 from brokerd.store.memory import StoreClosed
@@ -213,7 +214,7 @@ class Outbox(Answers):
         self.pump()
 
     @property
-    def wire_format(self) -> Any:
+    def wire_format(self) -> IWireFormat:
         """How the core renders a message never stored for this session (NOTIFY MESSAGE
         with Guarantee: NO)."""
         return self.service.wire
