@@ -39,10 +39,11 @@ from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.endpoints import client_from_string
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, connect
 from brokerd.protocols.smqp.codec import encode_notify, encode_publish, format_datetime
-from brokerd.protocols.smqp.delivery import MessageService, login_key
+from brokerd.protocols.smqp.delivery import login_key
 from brokerd.protocols.smqp.events import Body, Notify, Reply
 from brokerd.protocols.smqp.federation import (
     Forwarded,
+    ForwardingHost,
     domain_leaf,
     is_outgoing,
     link_channel,
@@ -85,19 +86,13 @@ def parse_links(value: str | list[str] | None) -> tuple[LinkSpec, ...]:
     return tuple(specs)
 
 
-class LinkHost(Protocol):
+class LinkHost(ForwardingHost, Protocol):
     """The SMQP factory as its links see it (brokerd.protocols.smqp.factory, which imports
-    this module): the reactor they connect and wait with, the server's domain, the message
-    service their outgoing messages and receipts go through, the store of what they bring."""
+    this module): as :class:`Forwarded` sees it, with the reactor the links connect and wait
+    with, and the store of what they bring."""
 
     @property
     def clock(self) -> IBrokerReactor: ...
-
-    @property
-    def domain(self) -> str: ...
-
-    @property
-    def service(self) -> MessageService: ...
 
     @property
     def forwarded(self) -> Forwarded: ...
