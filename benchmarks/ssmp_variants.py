@@ -8,7 +8,10 @@ feature taken out, and the minimal server, in the in-process harness (ssmp_cpu.p
 Each variant is ``git archive REV brokerd`` with a few exact lines replaced (VARIANTS below):
 not a broker anyone should run (it drops a guarantee), but the measured price of that
 guarantee.  A replacement that no longer matches the source stops the script, so the
-variants cannot silently measure nothing after the code moved.  The difference between a
+variants cannot silently measure nothing after the code moved.  There is no variant for the
+durable hand-off: the router's durable stage (Router._multicast_keeping) is installed only with
+a durable service, and the harness's node has none, so its path has no durable test to take out
+(the server's ``publication.kept`` test goes with ``core``).  The difference between a
 variant and the revision is what the feature costs per message; ``all`` takes every one of
 them out at once, and what is left beside the minimal server is the structure itself
 (framing, parse, one request loop, run rendering, replies).  Results: docs/performance-history.md.
@@ -26,56 +29,68 @@ SERVER = "brokerd/protocols/ssmp/server.py"
 WIRE = "brokerd/protocols/ssmp/wire.py"
 FLOW = "brokerd/protocols/flow.py"
 BROKER = "brokerd/core/broker.py"
+ROUTER = "brokerd/core/router.py"
 
 Edit = tuple[str, str, str]
 """(file, exact text, replacement): the text must occur in the file."""
 
 VARIANTS: dict[str, tuple[str, list[Edit]]] = {
-    "observer": ("no event-log call (the broker's observer is None)", [
-        (BROKER, "        self.observer = observer\n", "        self.observer = None\n"),
-        (BROKER, "    def use_engine(", "    observer = property(lambda self: None, lambda self, value: None)\n\n"
-                                      "    def use_engine("),
+    "observer": ("no event-log call (the broker's observer is None, so the router has no observer stage)", [
+        (BROKER, "        self._observer = self.live.observer = observer\n        self.router.install(observer=observer)\n",
+                 "        self._observer = self.live.observer = None\n        self.router.install(observer=None)\n"),
     ]),
-    "counters": ("no operations counters (published, delivered, by protocol and format)", [
-        (BROKER, "        stats.published += len(messages)\n        stats.accepted_by[messages[0].protocol] += len(messages)\n", ""),
-        (BROKER, "                delivered += count * rendered\n                routed[fmt] += count * rendered\n",
-                 "                delivered += count * rendered\n"),
-        (BROKER, "            stats.delivered += delivered\n            stats.unrenderable += unrenderable\n", ""),
-        (BROKER, "        stats.published += count\n        stats.accepted_by[first.protocol] += count\n", ""),
-        (BROKER, "            stats.delivered += count\n            stats.routed_by[first.protocol][fmt] += count\n", ""),
-        (BROKER, "        stats.published += 1\n        stats.accepted_by[message.protocol] += 1\n        # _deliver_unicast, inlined",
-                 "        # _deliver_unicast, inlined"),
-        (BROKER, "            stats.delivered += 1\n            stats.routed_by[message.protocol][fmt] += 1\n", ""),
+    "counters": ("no operations counters (published, delivered, by protocol and format: Router._multicast,"
+                 " fan_out, _unicast, _send_to)", [
+        (ROUTER, "        stats = self.stats\n        stats.published += len(messages)\n"
+                 "        stats.accepted_by[first.protocol] += len(messages)\n        delivered = self.fan_out(",
+                 "        delivered = self.fan_out("),
+        (ROUTER, "        stats = self.stats\n        routed = stats.routed_by[first.protocol]\n        count = len(messages)\n",
+                 "        count = len(messages)\n"),
+        (ROUTER, "            delivered += recipients * carried\n            routed[fmt] += recipients * carried\n",
+                 "            delivered += recipients * carried\n"),
+        (ROUTER, "        stats.delivered += delivered\n        stats.unrenderable += unrenderable\n", ""),
+        (ROUTER, "        count = len(messages)\n        stats = self.stats\n        stats.published += count\n"
+                 "        stats.accepted_by[messages[0].protocol] += count\n",
+                 "        count = len(messages)\n"),
+        (ROUTER, "                recipient.send(data)\n                stats.delivered += len(messages)\n"
+                 "                stats.routed_by[messages[0].protocol][fmt] += len(messages)\n",
+                 "                recipient.send(data)\n"),
+        (ROUTER, "        sent = len(messages) - parts.count(None)\n        stats.delivered += sent\n"
+                 "        stats.unrenderable += len(messages) - sent\n        if sent:\n"
+                 "            stats.routed_by[messages[0].protocol][fmt] += sent\n", ""),
     ]),
-    "permissions": ("no access-policy tests (the request loop's and the core's `policy is not None`)", [
+    "permissions": ("no access decision: the request loop's and the router's `policy is not None`"
+                    " and system-topic tests", [
         (SERVER, "        guarded = access.policy is not None\n", "        guarded = False\n"),
-        (BROKER, "        if self.access.policy is not None:\n            self._check_publish(messages[0], messages[0].target)",
-                 "        if False:\n            self._check_publish(messages[0], messages[0].target)"),
-        (BROKER, "        if self.access.policy is not None:\n            self._check_publish(first, inbox(recipient.principal))",
-                 "        if False:\n            self._check_publish(first, inbox(recipient.principal))"),
-        (BROKER, "        if self.access.policy is not None:\n            self._check_publish(message, inbox(recipient.principal))",
-                 "        if False:\n            self._check_publish(message, inbox(recipient.principal))"),
+        (SERVER, "if (guarded or target[0] == SYSTEM_MARK) and not access.allows(", "if False and not access.allows("),
+        (ROUTER, "# _accept, inlined: the path every single node's multicast takes\n        topic = first.target\n"
+                 "        assert topic is not None  # a multicast names its topic (Message.target)\n"
+                 "        if self.access.policy is not None or topic[:1] == _SYSTEM:\n",
+                 "# _accept, inlined: the path every single node's multicast takes\n        topic = first.target\n"
+                 "        assert topic is not None  # a multicast names its topic (Message.target)\n"
+                 "        if False:\n"),
+        (ROUTER, "        if self.access.policy is not None:\n            self.check_publish(messages[0], inbox(recipient.principal))",
+                 "        if False:\n            self.check_publish(messages[0], inbox(recipient.principal))"),
     ]),
-    "durable": ("no durable-subscriber test per run (Broker.keep)", [
-        (SERVER, "        kept = broker.keep(run)\n", "        kept = None\n"),
-    ]),
-    "core": ("SSMP renders an MCAST run and sends it to the topic's members itself, past the Broker"
-             " (publish_batch, _route_run: counters, observer, policy, cluster forward and durable tests,"
-             " the generic fan-out loop)", [
-        (SERVER, "        broker = self.factory.broker\n        if len(run) == 1:\n            broker.publish(run[0], self)\n"
-                 "        else:\n            broker.publish_batch(run, self)\n        kept = broker.keep(run)\n",
+    "core": ("SSMP renders an MCAST run and sends it to the topic's members itself, past the router"
+             " (Router.route's dispatch; _multicast: access and system-topic test, counters, retain test;"
+             " fan_out: topic lookup, the generic per-format render and send loop, counters, observer;"
+             " the server's test of publication.kept)", [
+        (SERVER, "        broker = self.factory.broker\n        publication = Multicast(run, self)\n"
+                 "        broker.route(publication)\n"
+                 "        if publication.kept is not None:  # kept for durable subscribers: the answers wait for it\n"
+                 "            self._hold(publication.kept, len(run))\n",
                  "        topic = self.factory.broker.topics.get(run[0].target)\n"
                  "        if topic is not None:\n"
                  "            data = SSMP_WIRE.render_run(run)\n"
                  "            for _fmt, members in topic.fanout():\n"
                  "                for member in members:\n"
                  "                    if member is not self:\n"
-                 "                        member.send(data)\n"
-                 "        kept = None\n"),
+                 "                        member.send(data)\n"),
     ]),
     "flow": ("no flow control: no read holding, sends straight to transport.write", [
-        (FLOW, "        self.send = self.deliver\n        limit_output_buffer", "        self.send = self.transport.write\n"
-                                                                            "        limit_output_buffer"),
+        (FLOW, "        self._output_limit = limit\n        self.send = self.deliver\n",
+               "        self._output_limit = limit\n        self.send = self.transport.write\n"),
         (FLOW, "        if self.send == self.deliver:\n            self._read_held = into", "        if False:\n"
                                                                                       "            self._read_held = into"),
         (FLOW, "    global _corked\n    if _corked is not None:\n        return False\n    _corked = []\n    return True\n",

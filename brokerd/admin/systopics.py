@@ -87,9 +87,9 @@ class StatisticsTopics(Service):
             if not broker.watched(name):
                 continue
             message = Message(MULTICAST, name, str(value).encode("utf-8"), PROTOCOL, SENDER, principal=BROKER)
-            broker.route(Multicast([message]))
-            kept = broker.keep([message])  # a stored MQTT session's subscription takes it from the store
-            if kept is not None:
-                kept.addErrback(log_unless_outage, _log, "Storing a statistics message")
+            publication = Multicast([message])
+            broker.route(publication)  # a stored MQTT session's subscription takes it from the store
+            if publication.kept is not None:
+                publication.kept.addErrback(log_unless_outage, _log, "Storing a statistics message")
             sent += 1
         return sent

@@ -3,18 +3,15 @@
 It knows sessions (ISubscriber "minds"), topics and how to route a Message to them, and
 nothing about any wire protocol: a front end parses its protocol, calls the Broker, and the
 Broker hands back bytes rendered by each recipient's IWireFormat.  A message to a topic with
-durable subscribers is also handed to the durable service (:meth:`Broker.keep`), which stores
-it before the publisher is answered.  Everything here runs on the reactor thread and never
+durable subscribers is also kept by the durable service (the router's durable stage, which
+leaves the commit's Deferred in the publication's ``kept``) before the publisher is answered.  Everything here runs on the reactor thread and never
 blocks.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from brokerd.config import Settings
@@ -30,49 +27,14 @@ from brokerd.core.principal import Principal
 from brokerd.core.publication import Broadcast, Multicast, Publication, unicast_to
 from brokerd.core.retained import RetainedMessages
 from brokerd.core.router import Router
+from brokerd.core.stats import BrokerStats
 from brokerd.core.sampling import DeliverySampler
 from brokerd.core.sessions import SessionRegistry
 from brokerd.core.topics import Topic, TopicRegistry
-from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber, IWireFormat
+from brokerd.interfaces import IAccessPolicy, IBrokerObserver, IEngine, ISubscriber
 
 _SYSTEM = SYSTEM_TOPICS[:1]
 """A topic starting with this may be a system topic: checked even without a policy."""
-
-
-def _counts() -> defaultdict[IWireFormat, int]:
-    return defaultdict(int)
-
-
-class BrokerStats:
-    """Counters an operator (and the tests) can read; plain ints, cheap to bump."""
-
-    __slots__ = (
-        "published",
-        "delivered",
-        "unrenderable",
-        "slow_consumer_drops",
-        "connections",
-        "refused_connections",
-        "accepted_by",
-        "routed_by",
-    )
-
-    def __init__(self) -> None:
-        self.published = 0
-        self.delivered = 0
-        self.unrenderable = 0
-        self.slow_consumer_drops = 0
-        self.connections = 0
-        self.refused_connections = 0
-        self.accepted_by: defaultdict[str, int] = defaultdict(int)
-        """Messages accepted, by the sending session's protocol."""
-        self.routed_by: defaultdict[str, defaultdict[IWireFormat, int]] = defaultdict(_counts)
-        """Deliveries by sending protocol, then by the recipients' wire format: one bump per
-        wire format of a fan-out, not per recipient (keyed by the format object, whose
-        ``protocol`` names the receiving protocol, because hashing it costs nothing)."""
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__ if not name.endswith("_by")}
 
 
 class Broker(Service):
@@ -206,7 +168,9 @@ class Broker(Service):
         """Keep messages for durable subscribers with ``durable`` (over the node's store):
         brokerd.tap makes it for every node that has a store, whatever front ends it runs."""
         self.durable = self.live.durable = durable
+        self.router.install(durable=durable)
         durable.access_control = lambda: self.access  # set_policy replaces it
+        durable.route = self.router.route
         durable.announce = self.engine.durable_changed if self.engine.shared else None
         return durable
 
@@ -389,6 +353,8 @@ class Broker(Service):
         if policy is None:
             return 0
         revoked = self.live.revoke(access)
+        if self.durable is not None:
+            self.durable.recheck()
         if revoked:
             self._log.info("The new access policy revoked {count} subscriptions", count=revoked)
         return revoked
@@ -415,42 +381,6 @@ class Broker(Service):
         """Route ``message`` once to each peer sharing a topic with ``sender`` that the sender
         may publish to (:class:`Broadcast`); the deliveries."""
         return self.router.route(Broadcast(message, sender))
-
-    def publish_unstored(self, message: Message, explicit: Iterable[str] = ()) -> int:
-        """Deliver a multicast ``message`` its publisher asked the broker not to store
-        (a guarantee of none) to the durable subscribers of its topic connected to this
-        node and to the ``explicit`` ones, once each; nothing is kept for one that is offline.
-        The live subscribers of the other protocols get it from :meth:`publish`, which the
-        front end calls when they can carry it.  Returns the sessions reached."""
-        if self.durable is None:
-            return 0
-        return self.durable.offer_unstored(message, explicit)
-
-    def keep(self, messages: list[Message], flows: list[Any] | None = None) -> Deferred | None:
-        """Store multicast ``messages`` (consecutive, one topic, as :meth:`publish_batch`
-        takes them; already routed to the live subscribers) for the durable subscribers of
-        their topic.  None when the topic has none: nothing is stored, and the publisher may
-        be answered at once.  Otherwise a Deferred that fires once every one is committed:
-        the publisher's acknowledgement waits for it.  A topic without durable subscribers
-        costs one dict lookup here.  ``flows`` (store PacketFlows: an MQTT persistent
-        session's QoS 2 PUBLISHes received) are committed with the messages, or alone."""
-        durable = self.durable
-        if durable is None:
-            return None
-        topic = messages[0].target
-        assert topic is not None  # a multicast run names its topic (Message.target)
-        if not durable.covers(topic):
-            return durable.put_flows(flows) if flows else None
-        return durable.keep(messages, flows=flows)
-
-    def keep_for_filters(self, messages: list[Message]) -> Deferred | None:
-        """:meth:`keep` for the FILTER subscribers only (MQTT's persistent sessions): what a
-        front end that stores its own messages for its own durable subscribers asks,
-        so that those sessions get its messages too.  None when no filter matches."""
-        durable, topic = self.durable, messages[0].target
-        if durable is None or topic is None or not durable.index.has_filter_subscribers(topic):
-            return None
-        return durable.keep(messages, filters_only=True)
 
     def peers_of(self, session: ISubscriber, publishing: bool = False) -> list[ISubscriber]:
         """Every other session sharing at least one topic with ``session``, each once; with

@@ -29,7 +29,7 @@ from __future__ import annotations
 import socket
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
@@ -39,7 +39,7 @@ from brokerd.config import Settings
 from brokerd.core import stored
 from brokerd.core.access import Perm
 from brokerd.core.message import Message
-from brokerd.core.outcomes import UNACKNOWLEDGED, DurableOutcomes, Published
+from brokerd.core.outcomes import FORBIDDEN, UNACKNOWLEDGED, DurableOutcomes, Published
 from brokerd.core.pending import PendingQuota
 from brokerd.core.queues import DurableQueues
 from brokerd.core.subscriber import owner_of, takes_core_publishes
@@ -51,6 +51,9 @@ from brokerd.events.log import NULL_EVENT_LOG
 from brokerd.stamps import format_datetime
 from brokerd.store.base import StoreFull, is_outage
 from brokerd.store.records import Delivery, MessageRecord, PacketFlow, ReceiptDue, Settled, TopicRecord
+
+if TYPE_CHECKING:
+    from brokerd.core.publication import Publication
 
 __all__ = ["ADD", "DurableService", "FILTER", "IDurableSession", "Published", "UNACKNOWLEDGED", "attach_durable",
            "publisher_of", "server_domain"]
@@ -81,6 +84,15 @@ class IDurableSession(Protocol):
 
     def offer_volatile(self, data: bytes) -> None:
         """Bytes to write that take no acknowledgement (a message never stored, a notice)."""
+
+    def recheck(self) -> None:
+        """The access list changed: what waits here unsent goes through the router's stored
+        path again (:class:`brokerd.core.publication.StoredPage`)."""
+
+
+def _unrouted(publication: Publication) -> int:
+    """The route of a durable service no Broker uses yet: nothing is delivered before it is."""
+    raise RuntimeError("the durable service routes through its Broker (Broker.use_durable)")
 
 
 def publisher_of(message: Message) -> str:
@@ -124,13 +136,13 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
         self.published: OrderedDict[int, Published] = OrderedDict()
         """seq -> recent stored message, at most PUBLISHED_MEMORY (brokerd.core.outcomes)."""
         self.server_id = ""
-        """The server's unique id, shared by the nodes of a cluster: the head of every stored
-        message's id."""
+        """The server's unique id (one for a cluster's nodes): the head of every stored message's id."""
         self.protocol = "durable"
         self.access_control: Callable[[], Any] | None = None
-        """The core's current AccessControl (the Broker sets it): with an access policy, who
-        may read a topic is asked at every delivery, so a revoked permission stops live and
-        durable subscriptions alike."""
+        """The core's current AccessControl (the Broker sets it): asked who may read a topic when
+        a message is kept (the router asks again as the outboxes read it: StoredPage)."""
+        self.route: Callable[[Publication], int] = _unrouted
+        """The router's (the Broker sets it): the outboxes route what they read as StoredPages."""
         self.receipts: Callable[[ReceiptDue], Any] | None = None
         self.size_of: Callable[[bytes], int] | None = None
         """The size the event log reports of a stored row that is no stored Message (a front
@@ -197,6 +209,13 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
         if self.sessions.get(session.name) is session:
             del self.sessions[session.name]
             self.online.pop(session.name, None)
+
+    def recheck(self) -> None:
+        """The access list changed (the Broker's ``set_policy``): every connected subscriber's
+        outbox routes what waits in it unsent again, so nothing its owner may no longer read
+        goes out (what it reads from the store later is routed as it is read)."""
+        for session in list(self.sessions.values()):
+            session.recheck()
 
     def delivery_mode(self, key: str) -> str:
         return HELD if key in self.topics.held else EVERY
@@ -452,14 +471,17 @@ class DurableService(DurableUpkeep, DurableSync, DurableQueues, DurableOutcomes)
 
         return d.addCallback(done)
 
-    def give_up(self, session: Any, delivery: Delivery) -> Deferred:
+    def give_up(self, session: Any, delivery: Delivery, reason: str = UNACKNOWLEDGED) -> Deferred:
+        """``session``'s subscriber will never be sent ``delivery``: settled for it (a dead
+        letter when nobody else waits for it).  ``reason``: why, for the event log
+        (:data:`UNACKNOWLEDGED`, or :data:`FORBIDDEN` when its owner may no longer read it)."""
         d = self.store.give_up(session.name, delivery.seq, self.clock.seconds())
 
         def done(settled: Settled | None) -> None:
             if settled is not None:
                 self._settled_pending(session.name)
-                self.given_up(session, delivery)
-                self.settle(settled, "undeliverable")
+                self.given_up(session, delivery, reason)
+                self.settle(settled, "forbidden" if reason == FORBIDDEN else "undeliverable")
 
         return d.addCallback(done)
 

@@ -27,6 +27,9 @@ PUBLISHED_MEMORY = 16_384
 (the oldest is forgotten first; a forgotten one is read back from the store)."""
 UNACKNOWLEDGED = schema.UNACKNOWLEDGED
 """The drop reason of a delivery given up after ``max_attempts`` sends without an ack."""
+FORBIDDEN = schema.REJECTED
+"""The drop reason of a delivery given up because its subscriber's owner may no longer read
+its topic (the access list changed after it was stored)."""
 
 
 class Published(NamedTuple):
@@ -96,10 +99,11 @@ class DurableOutcomes:
         self.stats["redelivered"] += 1
         self._outcome(schema.REDELIVERED, session.session, delivery.seq, delivery.topic)
 
-    def given_up(self, session: Outbox, delivery: Delivery) -> None:
-        """No ack after ``max_attempts`` sends: never sent to this subscriber again."""
+    def given_up(self, session: Outbox, delivery: Delivery, reason: str = UNACKNOWLEDGED) -> None:
+        """Never sent to this subscriber again (``reason``: no ack after ``max_attempts``
+        sends, or its owner may no longer read the topic)."""
         self.stats["given_up"] += 1
-        self._outcome(schema.DROPPED, session.session, delivery.seq, delivery.topic, UNACKNOWLEDGED)
+        self._outcome(schema.DROPPED, session.session, delivery.seq, delivery.topic, reason)
 
     def expired(self, settled: Settled) -> None:
         """Message ``settled.seq`` reached its timeout (it becomes a dead letter): one event for

@@ -17,13 +17,17 @@ message only, so that a run with none to retain pays one test.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from brokerd.core.message import Message
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from brokerd.core.principal import Principal
     from brokerd.interfaces import ISubscriber
+    from brokerd.store.records import Delivery, PacketFlow
 
 
 class _Publication:
@@ -36,15 +40,37 @@ class _Publication:
         return f"{type(self).__name__}({fields})"
 
 
+NEVER_KEEP: Final = 0
+"""A :class:`Multicast` for live subscribers only: nothing is stored of it."""
+KEEP_FOR_FILTERS: Final = 1
+"""A :class:`Multicast` kept for the durable FILTER subscribers only."""
+KEEP: Final = 2
+"""A :class:`Multicast` kept for every durable subscriber its topic has (the default)."""
+
+
 class Multicast(_Publication):
     """A run published to its topic: every member, matching filter and shared group gets it,
-    except ``exclude`` (the sending session, for the protocols that do not echo)."""
+    except ``exclude`` (the sending session, for the protocols that do not echo).
 
-    __slots__ = ("messages", "exclude")
+    On a node with a store the router's durable stage keeps the run for the durable
+    subscribers its topic has and leaves in ``kept`` the Deferred that fires once it is
+    committed (None: nothing to keep): the publisher's acknowledgement waits for it, so nothing
+    acknowledged is lost.  ``flows`` (store PacketFlows: an MQTT persistent session's QoS 2
+    PUBLISHes received) are committed with it, or alone.  ``keeping`` says for whom: every
+    durable subscriber (:data:`KEEP`), only the FILTER ones (:data:`KEEP_FOR_FILTERS`: a front
+    end with a durable topic tree of its own stored the run for that tree's subscribers), or
+    none (:data:`NEVER_KEEP`: its publisher asked that it not be stored).  ``kept`` is the one
+    field the router writes."""
 
-    def __init__(self, messages: list[Message], exclude: ISubscriber | None = None) -> None:
+    __slots__ = ("messages", "exclude", "flows", "keeping", "kept")
+
+    def __init__(self, messages: list[Message], exclude: ISubscriber | None = None,
+                 flows: list[PacketFlow] | None = None, keeping: int = KEEP) -> None:
         self.messages: Final = messages
         self.exclude: Final = exclude
+        self.flows: Final = flows
+        self.keeping: Final = keeping
+        self.kept: Deferred[object] | None = None
 
 
 class Unicast(_Publication):
@@ -151,8 +177,50 @@ class RetainedReplay(_Publication):
         self.sink: Final = sink
 
 
+class Unstored(_Publication):
+    """A multicast its publisher asked the broker not to store (a guarantee of none), for the
+    durable subscribers of its topic connected to this node and the ``explicit`` ones (by
+    subscriber name: a login topic's owner), once each; nothing is kept for one that is
+    offline.  The live subscribers of the other protocols get it as a :class:`Multicast`
+    with ``keeping`` :data:`NEVER_KEEP`."""
+
+    __slots__ = ("message", "explicit")
+
+    def __init__(self, message: Message, explicit: Iterable[str] = ()) -> None:
+        self.message: Final = message
+        self.explicit: Final = explicit
+
+
+class StoredSink(Protocol):
+    """Where a :class:`StoredPage`'s deliveries go: the outbox of one durable subscriber's
+    connected session (each front end with durable subscribers has its own, e.g. MQTT's
+    brokerd.protocols.mqtt.stored.StoredDeliveries)."""
+
+    def take(self, delivery: Delivery) -> None:
+        """Queue ``delivery`` to be sent in its turn (the outbox's window and order)."""
+
+    def forbid(self, delivery: Delivery) -> None:
+        """The subscriber's owner may not read ``delivery``'s topic now: not to be sent (what
+        becomes of it is the outbox's protocol's choice)."""
+
+
+class StoredPage(_Publication):
+    """Pending deliveries of the store for the durable subscriber owned by ``owner`` (a page
+    read from the store, one just committed, or what waits unsent when the access list
+    changed), for ``sink`` to queue: each only if the access list lets ``owner`` read its
+    topic now, as a live message to its session would be.  ``owner`` None: a subscriber no
+    principal owns (a relay between servers) takes what was stored for it."""
+
+    __slots__ = ("owner", "deliveries", "sink")
+
+    def __init__(self, owner: Principal | None, deliveries: Sequence[Delivery], sink: StoredSink) -> None:
+        self.owner: Final = owner
+        self.deliveries: Final = deliveries
+        self.sink: Final = sink
+
+
 Publication = (Multicast | Unicast | Broadcast | RemoteMulticast | RemoteRun | RemoteShare | RemoteUnicast
-               | RemoteBroadcast | RetainedReplay)
+               | RemoteBroadcast | RetainedReplay | StoredPage | Unstored)
 """Everything :meth:`brokerd.core.router.Router.route` takes."""
 
 

@@ -31,13 +31,16 @@ Everything here runs on the reactor thread and never blocks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from brokerd.core.access import SYSTEM_TOPICS, AccessControl, Perm, inbox
+from brokerd.core.clustered import ClusterPaths
 from brokerd.core.engine import IN_MEMORY
 from brokerd.core.message import Message
 from brokerd.core.principal import NOBODY
 from brokerd.core.publication import (
+    KEEP,
+    KEEP_FOR_FILTERS,
     Broadcast,
     Multicast,
     Publication,
@@ -47,7 +50,9 @@ from brokerd.core.publication import (
     RemoteShare,
     RemoteUnicast,
     RetainedReplay,
+    StoredPage,
     Unicast,
+    Unstored,
 )
 from brokerd.core.retained import RetainedMessages, RetainRefused
 from brokerd.core.topics import FanOut, by_format
@@ -55,20 +60,19 @@ from brokerd.errors import Forbidden
 from brokerd.interfaces import IBrokerObserver, IEngine, ISubscriber, IWireFormat
 
 if TYPE_CHECKING:
+    from brokerd.core.durable import DurableService
     from brokerd.core.filtered import FilterSubscriptions
     from brokerd.core.sampling import DeliverySampler
+    from brokerd.core.stats import BrokerStats
     from brokerd.core.topics import Topic, TopicRegistry
 
 _SYSTEM = SYSTEM_TOPICS[:1]
 """A topic starting with this may be a system topic: checked even without a policy."""
-_NO_GROUPS: frozenset[tuple[bytes, bytes]] = frozenset()
-"""What a node of a cluster serves of the shared groups for a run another node accepted: none
-(the publishing node sends each group's share to the node it chose, :class:`RemoteShare`)."""
 
 Stamps = list[tuple[IWireFormat, int, int]]
 
 
-class Router:
+class Router(ClusterPaths):
     """Routes publications to the sessions of this node and, in a cluster, to the other nodes.
 
     It shares its tables with the broker that owns it: ``addresses`` ((namespace, address) to
@@ -76,7 +80,7 @@ class Router:
     ``filtering`` is whether some filter has a member (the one attribute routing tests for
     filters).  Change ``access``, ``observer``, ``engine`` or ``sampler`` with :meth:`install`."""
 
-    def __init__(self, stats: Any, topics: TopicRegistry, filtered: FilterSubscriptions,
+    def __init__(self, stats: BrokerStats, topics: TopicRegistry, filtered: FilterSubscriptions,
                  addresses: dict[tuple[str, bytes], ISubscriber], joined: dict[ISubscriber, dict[bytes, Topic]]) -> None:
         self.stats = stats
         self.topics = topics
@@ -101,13 +105,18 @@ class Router:
         """Where the retain stage keeps what publishers ask to retain; None: no retain stage."""
         self._deliver_multicast: Callable[[Multicast], int] = self._multicast
         """The multicast path behind the retain stage, when there is one."""
+        self.durable: DurableService | None = None
+        """Where the durable stage keeps runs for durable subscribers; None: no durable stage."""
+        self._keep_after: Callable[[Multicast], int] = self._multicast
+        """The multicast path behind the durable stage, when there is one."""
         self._paths: dict[type, Callable[[Any], int]] = {}
         self.install()
 
     def install(self, *, access: AccessControl | None = None, observer: Any = False, engine: IEngine | None = None,
-                sampler: Any = False, retained: Any = False) -> None:
+                sampler: Any = False, retained: Any = False,
+                durable: DurableService | None | Literal[False] = False) -> None:
         """Change what the router is configured with (what is not given stays; ``retained``
-        None removes the retain stage) and put each path's stages together again."""
+        or ``durable`` None removes its stage) and put each path's stages together again."""
         if access is not None:
             self.access = access
         if observer is not False:
@@ -120,6 +129,8 @@ class Router:
             self.sampler = sampler
         if retained is not False:
             self.retained = retained
+        if durable is not False:
+            self.durable = durable
         if self._forward is not None:
             multicast = self._multicast_clustered
         elif self.sampler is not None:
@@ -129,6 +140,9 @@ class Router:
         if self.retained is not None and multicast != self._multicast:  # _multicast retains itself
             self._deliver_multicast = multicast
             multicast = self._multicast_retaining
+        if self.durable is not None:
+            self._keep_after = multicast
+            multicast = self._multicast_keeping
         self._paths = {
             Multicast: multicast,
             Unicast: self._unicast,
@@ -139,6 +153,8 @@ class Router:
             RemoteUnicast: self._remote_unicast,
             RemoteBroadcast: self._remote_broadcast,
             RetainedReplay: self._retained_replay,
+            StoredPage: self._stored_page,
+            Unstored: self._unstored,
         }
 
     def route(self, publication: Publication) -> int:
@@ -208,25 +224,6 @@ class Router:
             return sampler.route(messages, publication.exclude)
         return self.fan_out(messages, publication.exclude)
 
-    def _multicast_clustered(self, publication: Multicast) -> int:
-        """A node of a cluster: the engine first chooses which node serves each shared group
-        the run matches (it sends the run to the chosen other nodes itself); this node routes
-        to its members, one member of each group it serves, and forwards the run to the other
-        nodes' plain members, with the bytes rendered here for the portable wire formats, so a
-        node whose members all take those never decodes it (docs/cluster.md)."""
-        messages = publication.messages
-        self._accept(messages)
-        groups = self.engine.place_shared(messages)
-        forward, sampler = self._forward, self.sampler
-        assert forward is not None  # this stage is installed only with a shared engine
-        if self.sampling and sampler is not None and groups is None:
-            forward(messages, None)
-            return sampler.route(messages, publication.exclude)
-        rendered: dict[str, bytes] = {}
-        delivered = self.fan_out(messages, publication.exclude, None, rendered, None, groups)
-        forward(messages, rendered)
-        return delivered
-
     def _multicast_retaining(self, publication: Multicast) -> int:
         """The retain stage, after the multicast path (which raises Forbidden before anything
         is delivered when the publisher may not publish there, so nothing forbidden is
@@ -239,6 +236,29 @@ class Router:
             self._retain(messages)
         return delivered
 
+    def _multicast_keeping(self, publication: Multicast) -> int:
+        """The durable stage, after the live delivery (which raises Forbidden before anything
+        is delivered or kept when the publisher may not publish there): a run whose topic some
+        durable subscription covers is kept for its subscribers, and ``publication.kept`` is
+        the Deferred its publisher's acknowledgement waits for.  A topic none covers costs a
+        cached lookup and leaves ``kept`` None (or the ``flows``' own commit)."""
+        delivered = self._keep_after(publication)
+        durable = self.durable
+        assert durable is not None  # this stage is installed only with a durable service
+        messages = publication.messages
+        topic = messages[0].target
+        assert topic is not None  # a multicast names its topic (Message.target)
+        flows = publication.flows
+        keeping = publication.keeping
+        if keeping == KEEP:
+            if durable.covers(topic):
+                publication.kept = durable.keep(messages, flows=flows)
+            elif flows:
+                publication.kept = durable.put_flows(flows)
+        elif keeping == KEEP_FOR_FILTERS and durable.index.has_filter_subscribers(topic):
+            publication.kept = durable.keep(messages, filters_only=True)
+        return delivered
+
     def _retain(self, messages: list[Message]) -> None:
         """Keep each message of the run marked retained (a refused one goes out live only)."""
         assert self.retained is not None  # called only with a retained store
@@ -249,60 +269,6 @@ class Router:
                     retain(message)
                 except RetainRefused:
                     pass
-
-    def _remote_multicast(self, publication: RemoteMulticast) -> int:
-        """Another node checked and counted the run: here it only counts as delivered."""
-        return self.fan_out(publication.messages, None, None, None, None, _NO_GROUPS)
-
-    def _remote_run(self, publication: RemoteRun) -> int:
-        """When every local wire format of the topic is portable and the run carries its
-        bytes, each member gets them with one ``send`` and the messages are never decoded (the
-        observer gets the run's summary: protocol, sender, topic, kind, count, payload bytes);
-        otherwise the run is decoded (EnvelopeError when it does not parse; nothing was sent)."""
-        run = publication.run
-        first = run.first
-        topic = self.topics.get(first.target)
-        sections = run.sections
-        observer = self.observer
-        if topic is None or not sections or self.filtering or (
-                observer is not None and not getattr(observer, "summarizes_runs", False)):
-            return self._remote_multicast(RemoteMulticast(run.messages()))
-        fanout = topic.fanout()
-        for fmt, _members in fanout:
-            if not (fmt.portable and fmt.protocol in sections):
-                return self._remote_multicast(RemoteMulticast(run.messages()))
-        count = run.count
-        routed = self.stats.routed_by[first.protocol]
-        reached = 0
-        for fmt, members in fanout:
-            data = sections[fmt.protocol]
-            for member in members:
-                member.send(data)
-            reached += len(members)
-            routed[fmt] += len(members) * count
-        self.stats.delivered += reached * count
-        if observer is not None:
-            observer.run_summary_routed(first.protocol, first.sender_name, first.target, first.kind, count,  # type: ignore[attr-defined]  # only an observer that summarizes_runs gets here: an optional capability IBrokerObserver does not declare
-                                        run.total, reached, 0)
-        return reached * count
-
-    def _remote_share(self, publication: RemoteShare) -> int:
-        """Another node chose this one to serve the shared group: one member here takes the
-        run; 0 when none may (none left, or the access list lets none read the topic), and the
-        engine tells the publishing node, which chooses again.  A member that is also a plain
-        subscriber of the topic got the run from the topic's channel and is not sent it twice
-        (as on one node)."""
-        messages = publication.messages
-        group = self.filtered.group(publication.key)
-        name = messages[0].target
-        assert name is not None  # a shared group's run names its topic
-        member = None if group is None else group.pick(name, self.access)
-        if member is None:
-            return 0
-        _plain, reached = self.filtered.fanout(name, self.topics.get(name), self.access, _NO_GROUPS)
-        if member not in reached:
-            self.fan_out(messages, None, None, None, ((member.wire_format, (member,)),))
-        return 1
 
     def timed(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps) -> int:
         """Fan out an accepted run as :meth:`fan_out` does, appending to ``stamps`` (wire format,
@@ -340,65 +306,73 @@ class Router:
                 break
         return taken
 
+    # ------------------------------------------------------------------ stored
+
+    def _stored_page(self, page: StoredPage) -> int:
+        """Hand pending deliveries of the store to a durable subscriber's outbox, each only if
+        the access list lets the subscriber's owner read its topic now: the decision made at
+        the commit (DurableService.recipients) may have been taken back by a reload since.  A
+        refused one goes to the outbox's ``forbid``.  The deliveries taken.  Counting and the
+        event log's outcomes are the durable service's (``delivered``, ``acked``...), as the
+        outbox sends and settles them."""
+        sink = page.sink
+        owner = page.owner
+        access = self.access
+        if owner is None or access.policy is None:
+            for delivery in page.deliveries:
+                sink.take(delivery)
+            return len(page.deliveries)
+        taken = 0
+        for delivery in page.deliveries:
+            if access.allows(owner, delivery.topic.encode("utf-8"), Perm.SUBSCRIBE):
+                sink.take(delivery)
+                taken += 1
+            else:
+                sink.forbid(delivery)
+        return taken
+
+    def _unstored(self, publication: Unstored) -> int:
+        """To the durable subscribers of its topic connected here (and the explicit ones),
+        rendered once per wire format, by the durable service, which asks the access list for
+        each subscriber's owner as it does for a message it keeps: the sessions reached (0 on a
+        node without a store)."""
+        if self.durable is None:
+            return 0
+        return self.durable.offer_unstored(publication.message, publication.explicit)
+
     # ------------------------------------------------------------------ fan-out
 
     def fan_out(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps | None = None,
                 rendered: dict[str, bytes] | None = None, fanout: FanOut | None = None,
                 groups: frozenset[tuple[bytes, bytes]] | None = None) -> int:
-        """Render ``messages`` (one, or a run of one sender's to one topic) once per wire format
-        and hand each session of the format but ``exclude`` the bytes with one ``send``; count it
-        and tell the observer (one message as one, a run as a run); return the (message,
-        session) deliveries.  The sessions are the members of the messages' topic (its filters'
-        and shared groups', ``groups`` being those this node serves for the run, None: all), or
-        ``fanout`` (a broadcast's peers) when given.  With ``stamps`` (a timed route), append
-        (wire format, recipients, time in ns) once each format's sessions were handed their
-        bytes; with ``rendered``, keep there the bytes of each portable wire format that carried
-        every message (by name, for the other nodes of a cluster)."""
+        """Render ``messages`` (one, or a run of one sender's to one topic) once per wire format,
+        hand each session of the format but ``exclude`` the bytes with one ``send``, count and
+        report it; return the (message, session) deliveries.  The sessions: those the topic
+        reaches (members, filters, the shared ``groups`` this node serves, None: all), or
+        ``fanout`` (a broadcast's peers).  ``stamps`` (a timed route) gets (wire format,
+        recipients, time in ns) once each format's sessions were sent; ``rendered`` the bytes of
+        each portable format that carried every message (for the other nodes of a cluster)."""
+        first = messages[0]
         if fanout is None:
-            name = messages[0].target
+            name = first.target
             assert name is not None  # a multicast names its topic (Message.target)
             topic = self.topics.get(name)
-            if self.filtering:
-                fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
-                if exclude is not None and exclude not in reached_by:
-                    exclude = None
-            elif topic is None:
-                fanout = ()
+            if self.filtering or topic is None:
+                fanout, exclude = self._matching(name, topic, exclude, groups)
             else:
                 fanout = topic.grouped or topic.fanout()
                 if exclude is not None and exclude not in topic.members:
                     exclude = None
-        delivered, unrenderable, reached, dropped = self._send(messages, fanout, exclude, rendered, stamps)
         stats = self.stats
-        stats.delivered += delivered
-        stats.unrenderable += unrenderable
-        observer = self.observer
-        if observer is not None:
-            if len(messages) == 1:
-                observer.message_routed(messages[0], delivered, unrenderable)
-            elif dropped is None:
-                observer.messages_routed(messages, reached, 0)
-            else:
-                self._report_uneven_run(messages, reached, dropped)
-        return delivered
-
-    def _send(self, messages: list[Message], fanout: FanOut, exclude: ISubscriber | None,
-              rendered: dict[str, bytes] | None, stamps: Stamps | None) -> tuple[int, int, int, list[int] | None]:
-        """Hand ``messages`` to ``fanout`` but ``exclude``, one ``send`` per session: (delivered,
-        unrenderable, the sessions a run was for, and None or per message of a run the sessions
-        whose format could not carry it).  One message takes its format's ``render_message``; a
-        run its ``render_run``, else it is rendered message by message, and a format that cannot
-        carry some messages of it gets the others."""
-        routed = self.stats.routed_by[messages[0].protocol]
+        routed = stats.routed_by[first.protocol]
         count = len(messages)
-        single = messages[0] if count == 1 else None
         delivered = unrenderable = reached = 0
         dropped: list[int] | None = None
         for fmt, members in fanout:
             recipients = len(members) - (exclude is not None and exclude.wire_format is fmt)
             carried = count
-            if single is not None:
-                data = fmt.render_message(single)
+            if count == 1:
+                data = fmt.render_message(first)
                 if data is None:
                     unrenderable += recipients
                     continue
@@ -406,17 +380,10 @@ class Router:
                 reached += recipients
                 data = fmt.render_run(messages)
                 if data is None:
-                    data, parts = _render_each(fmt, messages)
-                    if None in parts:
-                        if dropped is None:
-                            dropped = [0] * count
-                        for index, part in enumerate(parts):
-                            if part is None:
-                                dropped[index] += recipients
-                        carried -= parts.count(None)
-                        unrenderable += (count - carried) * recipients
-                        if data is None:
-                            continue
+                    data, carried, dropped = _render_partly(fmt, messages, recipients, dropped)
+                    unrenderable += (count - carried) * recipients
+                    if data is None:
+                        continue
             if rendered is not None and carried == count and fmt.portable:
                 rendered[fmt.protocol] = data
             if exclude is None:
@@ -430,14 +397,36 @@ class Router:
             routed[fmt] += recipients * carried
             if stamps is not None and self.sampler is not None:  # stamps come from the sampler
                 stamps.append((fmt, recipients, self.sampler.clock_ns()))
-        return delivered, unrenderable, reached, dropped
+        stats.delivered += delivered
+        stats.unrenderable += unrenderable
+        if self.observer is not None:
+            self._report(messages, delivered, unrenderable, reached, dropped)
+        return delivered
 
-    def _report_uneven_run(self, messages: list[Message], reached: int, dropped: list[int]) -> None:
-        """Some recipients could not be sent some messages of a run: report each stretch of
-        messages that reached the same number of sessions as a run of its own, so the event
-        log counts every message's fan-out right."""
+    def _matching(self, name: bytes, topic: Topic | None, exclude: ISubscriber | None,
+                  groups: frozenset[tuple[bytes, bytes]] | None) -> tuple[FanOut, ISubscriber | None]:
+        """The sessions by wire format that a message to ``name`` reaches when some filter has a
+        member (the topic's members and those of its matching filters and shared groups) or the
+        topic has none (its filters' only): and ``exclude`` if it is one of them, else None."""
+        if not self.filtering:
+            return (), None
+        fanout, reached_by = self.filtered.fanout(name, topic, self.access, groups)
+        return fanout, exclude if exclude is not None and exclude in reached_by else None
+
+    def _report(self, messages: list[Message], delivered: int, unrenderable: int, reached: int,
+                dropped: list[int] | None) -> None:
+        """Tell the observer of a fan-out: one message as one, a run as a run; when some
+        recipients could not be sent some messages of a run (``dropped``), each stretch of
+        messages that reached the same number of sessions as a run of its own, so the event log
+        counts every message's fan-out right."""
         observer = self.observer
         if observer is None:
+            return
+        if len(messages) == 1:
+            observer.message_routed(messages[0], delivered, unrenderable)
+            return
+        if dropped is None:
+            observer.messages_routed(messages, reached, 0)
             return
         start = 0
         for end in range(1, len(messages) + 1):
@@ -465,34 +454,6 @@ class Router:
         stats.accepted_by[messages[0].protocol] += count
         self._send_to(recipient, messages)
         return count
-
-    def _unicast_remote(self, publication: Unicast) -> int:
-        """Hand the run to the engine, for the node that holds the address; the messages it
-        accepted (0: no node does)."""
-        first = publication.messages[0]
-        if self.access.policy is not None:
-            remote = self.engine.principal_of(publication.namespace, publication.target)
-            if remote is not None:
-                self.check_publish(first, inbox(remote))
-        unicast = self.engine.unicast
-        accepted = sum(1 for message in publication.messages if unicast(message, publication.namespace))
-        self.stats.published += accepted
-        self.stats.accepted_by[first.protocol] += accepted
-        return accepted
-
-    def _remote_unicast(self, publication: RemoteUnicast) -> int:
-        """The access list is asked here, where the recipient's principal is known; a message
-        it forbids is dropped (0, as when the session left)."""
-        recipient = self.addresses.get((publication.namespace, publication.target))
-        if recipient is None:
-            return 0
-        message = publication.message
-        if self.access.policy is not None:
-            principal = message.principal
-            if principal is not None and not self.access.allows(principal, inbox(recipient.principal), Perm.PUBLISH):
-                return 0
-        self._send_to(recipient, [message])
-        return 1
 
     def _send_to(self, recipient: ISubscriber, messages: list[Message]) -> None:
         """Render ``messages`` for one session and send them with one ``send``; count and
@@ -541,17 +502,6 @@ class Router:
             self.engine.broadcast(message, names)
         return delivered
 
-    def _remote_broadcast(self, publication: RemoteBroadcast) -> int:
-        """The access list is applied again here to each topic, by the message's principal, so
-        a node with the same policy reaches exactly the topics the sender's node did."""
-        message = publication.message
-        names = publication.topics
-        access = self.access
-        if access.policy is not None:
-            principal = message.principal if message.principal is not None else NOBODY
-            names = [name for name in names if access.allows(principal, name, Perm.PUBLISH)]
-        return self.fan_out([message], None, None, None, by_format(self.members_of(names)))
-
     def publishable(self, session: ISubscriber) -> list[bytes]:
         """The topics ``session`` joined and the access policy lets it publish to."""
         access = self.access
@@ -568,6 +518,23 @@ class Router:
             if topic is not None:
                 peers.update(dict.fromkeys(topic.members))
         return peers
+
+
+def _render_partly(fmt: IWireFormat, messages: list[Message], recipients: int,
+                   dropped: list[int] | None) -> tuple[bytes | None, int, list[int] | None]:
+    """A run ``fmt``'s ``render_run`` declined, rendered message by message for ``recipients``
+    sessions: the bytes of the messages it carries (None: none), how many those are, and
+    ``dropped`` (per message, the sessions that could not be sent it; made at the first such
+    message) counting these sessions where a message could not be carried."""
+    data, parts = _render_each(fmt, messages)
+    if None not in parts:
+        return data, len(messages), dropped
+    if dropped is None:
+        dropped = [0] * len(messages)
+    for index, part in enumerate(parts):
+        if part is None:
+            dropped[index] += recipients
+    return data, len(messages) - parts.count(None), dropped
 
 
 def _render_each(fmt: IWireFormat, messages: list[Message]) -> tuple[bytes | None, list[bytes | None]]:

@@ -1,5 +1,6 @@
 """The core's durable delivery: the stored form of a Message, DurableService over a store,
-Broker.keep, and a front end (SSMP) answering only after the commit."""
+the router's durable stage (a Multicast's ``kept``), and a front end (SSMP) answering only
+after the commit."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ from brokerd.core import stored
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Details, Message, Part
+from brokerd.core.publication import KEEP, Multicast, Unstored
 from brokerd.events.outcome_lines import outcome_line, record_head
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord, TopicRecord
@@ -21,6 +23,14 @@ def _result(d: Deferred):
     d.addBoth(results.append)
     assert results, "the Deferred has not fired"
     return results[0]
+
+
+def keep(broker: Broker, messages: list[Message], keeping: int = KEEP) -> Deferred | None:
+    """Route ``messages`` as a front end does and return what the durable stage kept (the
+    commit's Deferred, or None when nothing was kept)."""
+    publication = Multicast(messages, keeping=keeping)
+    broker.route(publication)
+    return publication.kept
 
 
 def test_a_stored_message_comes_back_with_every_field():
@@ -87,6 +97,9 @@ class Outbox:
     def refresh(self) -> None:
         pass
 
+    def recheck(self) -> None:
+        pass
+
 
 @pytest.fixture
 def core():
@@ -102,16 +115,16 @@ def core():
 
 def test_keep_stores_for_durable_subscribers_only(core):
     broker, durable, store = core
-    assert broker.keep([Message(MULTICAST, b"news", b"early", "ssmp", b"sam")]) is None
+    assert keep(broker, [Message(MULTICAST, b"news", b"early", "ssmp", b"sam")]) is None
     durable.index.add(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)))
     durable.index.add(SubscriptionRecord("eve:1", "MESSAGE", "news", ("DELETE",)))  # takes no ADD
     online = Outbox("bob:1")
     durable.attach(online)
     durable.topics.put([TopicRecord("news", "news", timeout=60.0)])  # its default timeout
-    kept = broker.keep([Message(MULTICAST, b"news", b"m1", "ssmp", b"sam"),
+    kept = keep(broker, [Message(MULTICAST, b"news", b"m1", "ssmp", b"sam"),
                         Message(MULTICAST, b"news", b"m2", "ssmp", b"sam", details=Details(priority=5))])
     assert _result(kept) is None
-    assert broker.keep([Message(MULTICAST, b"sport", b"x", "ssmp", b"sam")]) is None
+    assert keep(broker, [Message(MULTICAST, b"sport", b"x", "ssmp", b"sam")]) is None
     assert [d.priority for d in online.offered] == [1, 5]
     pending = _result(store.pending("bob:1", 10))
     assert [(d.priority, stored.decode(d.data).payload) for d in pending] == [(5, b"m2"), (1, b"m1")]
@@ -132,10 +145,10 @@ def test_a_topic_the_owner_does_not_open_to_others_is_not_kept(core):
     durable.topics.put([TopicRecord("accounts", "accounts", system=True),
                         TopicRecord("accounts/bob", "bob", system=True), TopicRecord("news", "news"),
                         TopicRecord("virtual", "virtual", link="news")])
-    assert broker.keep([Message(MULTICAST, b"accounts/bob", b"x", "ssmp", b"sam")]) is None  # a login topic
-    assert broker.keep([Message(MULTICAST, b"virtual", b"x", "ssmp", b"sam")]) is None  # a virtual topic
-    assert broker.keep([Message(MULTICAST, b"absent", b"x", "ssmp", b"sam")]) is None  # no such topic
-    assert broker.keep([Message(MULTICAST, b"news", b"x", "ssmp", b"sam")]) is not None
+    assert keep(broker, [Message(MULTICAST, b"accounts/bob", b"x", "ssmp", b"sam")]) is None  # a login topic
+    assert keep(broker, [Message(MULTICAST, b"virtual", b"x", "ssmp", b"sam")]) is None  # a virtual topic
+    assert keep(broker, [Message(MULTICAST, b"absent", b"x", "ssmp", b"sam")]) is None  # no such topic
+    assert keep(broker, [Message(MULTICAST, b"news", b"x", "ssmp", b"sam")]) is not None
 
 
 class SlowStore(MemoryStore):
@@ -216,7 +229,7 @@ def test_a_failing_sweep_logs_its_failure_readably_and_a_store_outage_not_at_all
 
 
 def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_each(core):
-    """Broker.publish_unstored (SMQP's Guarantee: NO): rendered once per wire format, handed to
+    """route(Unstored) (SMQP's Guarantee: NO): rendered once per wire format, handed to
     each connected durable subscriber of the topic and each explicit one, never to a link (it
     takes stored messages only), and nothing is stored for an offline subscriber."""
     broker, durable, store = core
@@ -228,7 +241,7 @@ def test_a_message_never_stored_reaches_the_connected_durable_subscribers_once_e
         durable.attach(session)
     sessions["eve:1"].closed = True  # closing: gets nothing more
     message = Message(MULTICAST, b"news", b"hi", "smqp", b"alice:c1")
-    assert broker.publish_unstored(message, ["carol:1"]) == 2
+    assert broker.route(Unstored(message, ["carol:1"])) == 2
     assert sessions["bob:1"].volatile == [b"<hi>"] and sessions["carol:1"].volatile == [b"<hi>"]
     assert sessions["peer:link_beta"].volatile == [] and sessions["eve:1"].volatile == []
     assert fmt.rendered == 1

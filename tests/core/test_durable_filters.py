@@ -8,10 +8,11 @@ from brokerd.core import stored
 from brokerd.core.access import Perm
 from brokerd.core.subscriber import SubscriberId, owner_of
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.principal import ACCOUNT, ANONYMOUS, CERTIFICATE, Principal
+from brokerd.core.principal import ACCOUNT, ANONYMOUS, BROKER, CERTIFICATE, Principal
+from brokerd.core.publication import KEEP_FOR_FILTERS
 from brokerd.core.subscriptions import FILTER
 from brokerd.store.records import SubscriptionRecord, TopicRecord
-from tests.core.test_durable import _result, core  # noqa: F401 - core is the fixture
+from tests.core.test_durable import _result, core, keep  # noqa: F401 - core is the fixture
 
 ALICE = Principal("alice", ACCOUNT)
 
@@ -40,10 +41,10 @@ def test_a_filter_keeps_every_topic_it_matches_and_nothing_else(core):
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "sensors/+/temp", ("ADD", "q1")), []))
     remembered = SubscriberId(ALICE, "mqtt", "other", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(remembered, FILTER, "#", ("q0",)), []))  # QoS 0: no ADD
-    assert broker.keep([_mcast(b"sensors/kitchen/humidity", b"no")]) is None
-    assert broker.keep([_mcast(b"$SYS/kitchen/temp", b"no")]) is None
-    _result(broker.keep([_mcast(b"sensors/kitchen/temp", b"21")]))  # no stored topic needed
-    _result(broker.keep([_mcast(b"sensors/hall/temp", b"19", "mqtt")]))
+    assert keep(broker, [_mcast(b"sensors/kitchen/humidity", b"no")]) is None
+    assert keep(broker, [Message(MULTICAST, b"$SYS/kitchen/temp", b"no", "ssmp", b"sam", principal=BROKER)]) is None
+    _result(keep(broker, [_mcast(b"sensors/kitchen/temp", b"21")]))  # no stored topic needed
+    _result(keep(broker, [_mcast(b"sensors/hall/temp", b"19", "mqtt")]))
     assert _pending(store, name) == [b"21", b"19"]
     assert _pending(store, remembered) == []
     assert [sub.record.topic for sub in durable.index.of(remembered)] == ["#"]  # found again at CONNECT
@@ -64,10 +65,10 @@ def test_the_owner_is_asked_at_every_delivery(core):
     broker.set_policy(policy)
     name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "secret/#", ("ADD", "q1")), []))
-    _result(broker.keep([_mcast(b"secret/a", b"allowed")]))
+    _result(keep(broker, [_mcast(b"secret/a", b"allowed")]))
     policy.allowed = False
     broker.set_policy(policy)  # a reload: the decisions cached so far are forgotten
-    kept = broker.keep([_mcast(b"secret/b", b"revoked")])
+    kept = keep(broker, [_mcast(b"secret/b", b"revoked")])
     if kept is not None:
         _result(kept)
     assert _pending(store, name) == [b"allowed"]
@@ -79,12 +80,12 @@ def test_smqp_subscribers_are_stored_for_once_and_filters_take_smqp_s_messages(c
     _result(durable.subscribe(SubscriptionRecord("bob:1", "MESSAGE", "news", ("ADD",)), ["news"]))
     name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
     _result(durable.subscribe(SubscriptionRecord(name, FILTER, "news", ("ADD", "q1")), []))
-    _result(broker.keep([_mcast(b"news", b"from ssmp")]))
+    _result(keep(broker, [_mcast(b"news", b"from ssmp")]))
     # SMQP stores its own message for its subscribers; the core keeps it for the filters only
-    _result(broker.keep_for_filters([_mcast(b"news", b"from smqp", "smqp")]))
+    _result(keep(broker, [_mcast(b"news", b"from smqp", "smqp")], keeping=KEEP_FOR_FILTERS))
     assert _pending(store, "bob:1") == [b"from ssmp"]
     assert _pending(store, name) == [b"from ssmp", b"from smqp"]
-    assert broker.keep_for_filters([_mcast(b"elsewhere", b"x", "smqp")]) is None
+    assert keep(broker, [_mcast(b"elsewhere", b"x", "smqp")], keeping=KEEP_FOR_FILTERS) is None
 
 
 def test_a_forgotten_subscriber_loses_its_subscriptions_and_pending_messages(core):
@@ -94,10 +95,10 @@ def test_a_forgotten_subscriber_loses_its_subscriptions_and_pending_messages(cor
     for subscriber in (name, other):
         _result(durable.subscribe(SubscriptionRecord(subscriber, FILTER, "a/#", ("ADD", "q1")), []))
     for n in range(5):
-        _result(broker.keep([_mcast(b"a/b", f"m{n}".encode())]))
+        _result(keep(broker, [_mcast(b"a/b", f"m{n}".encode())]))
     assert _result(durable.forget_subscriber(name, page=2)) == 5
     assert durable.index.of(name) == [] and _result(store.subscriptions_of(name)) == []
     assert _pending(store, name) == []
     assert len(_pending(store, other)) == 5  # the other incarnation keeps its own
-    _result(broker.keep([_mcast(b"a/b", b"after")]))
+    _result(keep(broker, [_mcast(b"a/b", b"after")]))
     assert _pending(store, name) == [] and _pending(store, other)[-1] == b"after"

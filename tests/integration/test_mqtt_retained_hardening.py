@@ -35,6 +35,7 @@ from tests.integration.test_mqtt_paho import (
     texts,
     unique,
 )
+from tests.admin.support import http
 from tests.support.broker import RunningBroker, free_port, start_broker
 
 pytestmark = pytest.mark.slow
@@ -159,6 +160,47 @@ def test_every_delivery_path_asks_the_access_list_for_the_reader(login, version:
     insider = login(version, "alice")
     assert insider.subscribe(f"secret/kept/{name}", 1) == 1
     assert texts([insider.message()]) == [(f"secret/kept/{name}", b"retained secret")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_what_was_stored_before_a_reload_goes_only_to_who_may_still_read_it(tmp_path: Path, version: int) -> None:
+    """The access decision made when a message was stored for a persistent session is asked
+    again when the session reads it: bob's session, away, has a message stored to
+    ``news/sec`` and one to ``news/open``; the operator then takes ``/news/sec`` from bob
+    (``POST /api/ual/set``, installed before its answer).  Back, bob gets the open one only,
+    in the order sent, so its arrival shows the other did not come; alice, who may still
+    read it, gets both (the positive control)."""
+    admin = free_port()
+    running = start_with_access(tmp_path, "--admin", f"tcp:{admin}:interface=127.0.0.1", wait_for=(admin,))
+    made: list[MQTTClient] = []
+
+    def login(account: str, client_id: str = "", **options: Any) -> MQTTClient:
+        client = MQTTClient(running.ports["mqtt"], version, client_id, username=account, password=ACCOUNTS[account],
+                            **options)
+        made.append(client)
+        return client
+
+    try:
+        readers = {name: unique(f"reload-{name}", version) for name in ("bob", "alice")}
+        for name, client_id in readers.items():
+            away = login(name, client_id, clean=False, expiry=300)
+            assert away.subscribe("open/news/#", 1) == 1
+            away.disconnect()
+        publisher = login("alice")
+        publisher.publish("open/news/sec", b"stored secret", 1)  # PUBACK: stored for both
+        publisher.publish("open/news/open", b"stored open", 1)
+        reply = http(admin, "POST", "/api/ual/set", None,
+                     b'{"topic": "/open/news/sec", "who": "bob", "permissions": "-"}', "application/json")
+        assert reply.status == 200, reply.body
+        bob = login("bob", readers["bob"], clean=False, expiry=300)
+        assert texts([bob.message()]) == [("open/news/open", b"stored open")]
+        alice = login("alice", readers["alice"], clean=False, expiry=300)
+        assert texts(alice.messages_until(b"stored open")) == [("open/news/sec", b"stored secret"),
+                                                               ("open/news/open", b"stored open")]
+    finally:
+        close_clients(made)
+        running.stop()
+    assert_clean_log(running)
 
 
 # ---------------------------------------------------------------------- the server's topics

@@ -458,11 +458,11 @@ class MCChatServerProtocol(DropWhenCongested, Protocol):
         """Route ``run`` and keep it for the topic's durable subscribers (MCCHAT answers
         nothing, so nothing waits for the commit)."""
         broker = self.factory.broker
-        broker.route(Multicast(run))
-        kept = broker.keep(run)
-        if kept is not None:
+        publication = Multicast(run)
+        broker.route(publication)
+        if publication.kept is not None:
             # MCCHAT has no way to say a message was not stored
-            kept.addErrback(log_unless_outage, self._log, "Storing MCCHAT messages for durable subscribers")
+            publication.kept.addErrback(log_unless_outage, self._log, "Storing MCCHAT messages for durable subscribers")
 
     def _first_read(self) -> None:
         """What waits for the TLS handshake, which is over once application data flows.

@@ -369,8 +369,9 @@ class Bridge:
         message = core_message(local.encode("utf-8"), packet.payload, packet.qos, packet.retain, packet.properties,
                                self.name, self.principal, self.reactor.seconds())
         self.counts["received"] += 1
-        self.broker.route(Multicast([message], self))  # retained by the router's retain stage
-        kept = self.broker.keep([message])
+        publication = Multicast([message], self)
+        self.broker.route(publication)  # retained by the router's retain stage, kept by its durable stage
+        kept = publication.kept
         if kept is not None and packet.qos == 0:  # no acknowledgement waits for it
             kept.addErrback(log_unless_outage, self._log, "Storing a message of MQTT bridge {name}",
                             name=self.spec.name)

@@ -161,10 +161,17 @@ class BridgeQueue(StoredDeliveries):
         super()._read(deliveries)
 
     def settle(self, delivery: Delivery, packet_id: int | None = None) -> None:
+        self._uncount(delivery)
+        super().settle(delivery)
+
+    def forbid(self, delivery: Delivery) -> None:
+        self._uncount(delivery)
+        super().forbid(delivery)
+
+    def _uncount(self, delivery: Delivery) -> None:
         size = self.counted.pop(delivery.seq, None)
         if size is not None:
             self.counted_bytes -= size
-        super().settle(delivery)
 
     def forget(self, delivery: Delivery) -> None:
         """``delivery`` was sent and not acknowledged (the connection went): it is read from

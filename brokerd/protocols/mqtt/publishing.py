@@ -3,8 +3,8 @@
 
 The PUBLISHes of one read that go to one topic, one after the other, are one run: the core
 routes it at once (``Router.route(Multicast)``: each recipient gets the run in one write, rendered
-once per wire format) and stores it for durable subscribers in one store operation
-(``Broker.keep``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
+once per wire format) and stores it for durable subscribers in one store operation (the
+router's durable stage: the Multicast's ``kept``), as SSMP and MCCHAT do with theirs.  Anything else read (another topic, any
 other packet, the end of the read, a reason to close) routes the run first, so the order of
 messages and of acknowledgements (4.6) is the order the client sent.  A QoS 1 or 2 PUBLISH is
 answered once the core stored it, if it had to.  A mixin of
@@ -171,13 +171,14 @@ class Publishing(ConnectionBase):
             self._run_flows = []
         broker = self.factory.broker
         messages = [message for message, _qos, _packet_id in run]
+        publication = Multicast(messages, None, flows or None)
         try:
-            broker.route(Multicast(messages))
+            broker.route(publication)
         except Forbidden:  # a policy reload since may_publish: refused as it would be now
             self._refuse_publishes([(qos, packet_id) for _message, qos, packet_id in run],
                                    why="not authorized to publish to this topic")
             return
-        kept = broker.keep(messages, flows) if flows else broker.keep(messages)
+        kept = publication.kept  # the durable stage's commit (with the QoS 2 flows), or None
         if kept is None and len(run) == 1 and run[0][1] == 1 and not self._acks:
             # One QoS 1 PUBLISH per read, no durable subscriber, no answer waiting before
             # it (the common case with each PUBACK awaited): its PUBACK, success in either
@@ -221,6 +222,14 @@ class Publishing(ConnectionBase):
         storing them for durable subscribers) fired; messages that could not be stored are
         answered 0x80 in v5 (0x97 below the disk floor), and close a 3.1.1 connection (which
         has no way to say so)."""
+        if kept is None and not self._acks:  # nothing to wait for, none before them: written now
+            for ack in acks:
+                released_by = _released_by_pubrel(ack)
+                if released_by is not None:
+                    self._releasing.add(released_by)
+            if not self.closed:
+                self.write_now(b"".join([encode(ack, self.version) for ack in acks]))
+            return
         entries = [PendingAnswer(kept is None, encode(ack, self.version), _released_by_pubrel(ack)) for ack in acks]
         self._acks.extend(entries)
         self._unacknowledged += len(entries)

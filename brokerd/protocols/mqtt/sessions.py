@@ -350,10 +350,10 @@ class MQTTSessions:
             return
         message = core_message(target, will.payload, will.qos, will.retain, will.properties, session.name,
                                session.principal, self.clock.seconds())
-        try:  # a will to retain is kept by the router's retain stage
-            self.broker.route(Multicast([message]))
+        publication = Multicast([message])
+        try:  # a will to retain is kept by the router's retain stage, for durable subscribers by its durable stage
+            self.broker.route(publication)
         except Forbidden:
             return
-        kept = self.broker.keep([message])
-        if kept is not None:
-            kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")
+        if publication.kept is not None:
+            publication.kept.addErrback(log_unless_outage, self._log, "Storing an MQTT will for durable subscribers")

@@ -38,7 +38,10 @@ from twisted.python.failure import Failure
 from brokerd.core import stored
 from brokerd.core.durable import DurableService
 from brokerd.core.message import Message
+from brokerd.core.outcomes import FORBIDDEN
+from brokerd.core.publication import StoredPage
 from brokerd.core.storedtopics import EVERY
+from brokerd.core.subscriber import owner_of
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.interfaces import IWireFormat
 from brokerd.protocols.mqtt.session import Outgoing, SubscriptionOptions, pubrel
@@ -94,6 +97,8 @@ class StoredDeliveries:
         self.session = session  # an MQTTSession, or a bridge (BridgeQueue): they share no type
         self.durable = durable
         self.name: str = session.durable_name
+        self.owner = owner_of(self.name)
+        """Whose subscriber this is: the router asks the access list for this principal."""
         self.max_bytes = max_bytes
         self.closed = False
         self.waiting: deque[Delivery] = deque()
@@ -160,9 +165,34 @@ class StoredDeliveries:
         if self._reading or self._behind or len(self.waiting) >= PAGE:
             self._behind = True  # the next read finds it, in the store's order
             return
-        self.known.add(delivery.seq)
-        self.waiting.append(delivery)
+        self.durable.route(StoredPage(self.owner, (delivery,), self))
         self.pump()
+
+    def take(self, delivery: Delivery) -> None:
+        """The router let the session read ``delivery``: it waits here for the window."""
+        if delivery.seq not in self.known:
+            self.known.add(delivery.seq)
+            self.waiting.append(delivery)
+
+    def forbid(self, delivery: Delivery) -> None:
+        """The session's owner may no longer read ``delivery``'s topic (the access list
+        changed after it was stored): given up, a dead letter when nobody else waits for it.
+        MQTT has no way to wait for a topic to open again, and the session would read it
+        again with every page.  Known until the store settled it, so no read brings it back."""
+        seq = delivery.seq
+        self.known.add(seq)
+        d = self.durable.give_up(self, delivery, FORBIDDEN)
+        d.addErrback(log_unless_outage, self._log, "Giving up a stored message of MQTT session {name}", name=self.name)
+        d.addBoth(lambda _: self.known.discard(seq))
+
+    def recheck(self) -> None:
+        """The access list changed: what waits here unsent is routed again."""
+        waiting = list(self.waiting)
+        self.waiting.clear()
+        self.known.difference_update(delivery.seq for delivery in waiting)
+        if waiting and not self.closed:
+            self.durable.route(StoredPage(self.owner, waiting, self))
+            self.pump()
 
     def discard(self, seq: int) -> None:
         """Settled elsewhere (expired, removed): not sent if it still waits here."""
@@ -197,10 +227,7 @@ class StoredDeliveries:
         self._reading = False
         if self.closed:
             return
-        for delivery in deliveries:
-            if delivery.seq not in self.known:
-                self.known.add(delivery.seq)
-                self.waiting.append(delivery)
+        self.durable.route(StoredPage(self.owner, deliveries, self))
         if deliveries:
             self._behind = True  # a page (or the byte budget) full: more may wait
         elif self.resumed:

@@ -21,13 +21,18 @@ in the broker's :class:`~brokerd.frontend.WebSocketMounts`; socket.mq's listener
 after their Origin check (``--socketmq-origins``), and hand the connection over: the HTTP
 request's connection count is released and :class:`~.server.MQTTServerProtocol` counts the
 connection itself (not logged in until its CONNECT is accepted, as over TCP).
+
+Every timer is the MQTT front end's clock's (its factory's ``clock``, which runs MQTT's
+keep-alive), none Autobahn's (brokerd.protocols.websocket): the close handshake the server
+began is bounded by :data:`~brokerd.protocols.websocket.CLOSE_HANDSHAKE_TIMEOUT` on it, the
+opening handshake by the socket.mq listener's HTTP deadline (``--socketmq-handshake-timeout``),
+and liveness is MQTT's own Keep Alive (no WebSocket pings).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Protocol, cast
 
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IAddress, IConsumer, ISSLTransport, ITransport
@@ -39,6 +44,7 @@ from zope.interface import implementer
 from brokerd.frontend import WebSocketMounts
 from brokerd.protocols.mqtt.server import MQTTServerFactory, MQTTServerProtocol
 from brokerd.protocols.nodelay import no_delay
+from brokerd.protocols.websocket import ClockedServerFactory, ClockedServerProtocol
 from brokerd.twistedio import limit_output_buffer
 
 PATH = b"mqtt"
@@ -51,8 +57,6 @@ a packet of the largest size and others); a larger message closes the connection
 Autobahn applies the bound to the messages it sends too, so longer writes are split."""
 CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
-CLOSE_HANDSHAKE_TIMEOUT = 5.0
-"""Seconds the server waits for the client's answer to its close frame before dropping."""
 
 
 def mount(mounts: WebSocketMounts, factory: MQTTServerFactory) -> None:
@@ -185,7 +189,7 @@ class TLSWebSocketStream(WebSocketStream):
         return self.connection.getPeerCertificate()
 
 
-class MQTTWebSocketProtocol(WebSocketServerProtocol):
+class MQTTWebSocketProtocol(ClockedServerProtocol):
     """One WebSocket carrying one MQTT connection (see the module docstring)."""
 
     _log = Logger()
@@ -236,19 +240,18 @@ class MQTTWebSocketProtocol(WebSocketServerProtocol):
             mqtt.connectionLost(reason)
 
 
-class MQTTWebSocketFactory(WebSocketServerFactory):
+class MQTTWebSocketFactory(ClockedServerFactory):
     """Builds the WebSocket protocols of one MQTT front end (``mqtt``, its factory)."""
 
     protocol = MQTTWebSocketProtocol  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, mqtt: MQTTServerFactory) -> None:
-        super().__init__()
+        super().__init__(mqtt.clock)  # the MQTT front end's, which runs MQTT's keep-alive
         self.mqtt = mqtt
         largest = mqtt.settings.mqtt_max_packet_size + MESSAGE_SLACK
         self.setProtocolOptions(
             maxMessagePayloadSize=largest,
             maxFramePayloadSize=largest,
-            closeHandshakeTimeout=CLOSE_HANDSHAKE_TIMEOUT,
             failByDrop=False,
             webStatus=False,
         )

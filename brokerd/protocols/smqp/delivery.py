@@ -20,7 +20,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
-from brokerd.core.publication import Multicast
+from brokerd.core.publication import KEEP_FOR_FILTERS, NEVER_KEEP, Multicast, Unstored
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
 from brokerd.errors import Forbidden
 from brokerd.events import schema
@@ -136,12 +136,13 @@ class MessageService:
         d = self.durable.publish(record, deliveries, size)
 
         def committed(seq: int) -> int | Deferred[int]:
-            if message is None or not self.forward(message):
-                self.accepted(record.topic, record.publisher, record.message_id, size, bool(deliveries))
-                return seq
             # The core keeps it for the other protocols' durable sessions (MQTT's persistent
             # ones) too, before the publisher is answered: nothing acknowledged is lost.
-            kept = self.broker.keep_for_filters([message])
+            publication = None if message is None else self.forward(message, stored=True)
+            if publication is None:
+                self.accepted(record.topic, record.publisher, record.message_id, size, bool(deliveries))
+                return seq
+            kept = publication.kept
             return seq if kept is None else kept.addCallback(lambda _: seq)
 
         return d.addCallback(committed)
@@ -158,31 +159,34 @@ class MessageService:
         subscribers connected here (and ``explicit`` ones) and to the other protocols' live
         subscribers.  ``size`` is what the event log reports."""
         self.counts["volatile"] += 1
-        reached = self.broker.publish_unstored(message, explicit)
-        if not self.forward(message):
+        reached = self.broker.route(Unstored(message, explicit))
+        if self.forward(message) is None:
             self.accepted(key, publisher, message.message_id, size, bool(reached))
 
-    def forward(self, message: Message) -> bool:
+    def forward(self, message: Message, stored: bool = False) -> Multicast | None:
         """An SMQP message to the other protocols' live subscribers of the same topic (its
-        main part as the payload, see :mod:`~brokerd.protocols.smqp.mapping`).  False when
-        it is not for them: a login topic, or no section they can carry
+        main part as the payload, see :mod:`~brokerd.protocols.smqp.mapping`), and when
+        ``stored`` (SMQP kept it for its own subscribers) to their durable FILTER subscribers
+        (the router's durable stage: the publication's ``kept``).  The routed publication, or
+        None when it is not for them: a login topic, or no section they can carry
         (:func:`carried`)."""
         key = (message.target or b"").decode("utf-8")  # an SMQP publication's topic is set
         if key.startswith("accounts/") or key == "accounts":
-            return False
+            return None
         if not carried(message):
             self.counts["not_forwarded"] += 1
-            return False
+            return None
+        publication = Multicast([message], keeping=KEEP_FOR_FILTERS if stored else NEVER_KEEP)
         try:
-            reached = self.broker.route(Multicast([message]))
+            reached = self.broker.route(publication)
         except Forbidden:
             # The core decides for SMQP as for every protocol: the same cached decision the
             # session was answered with, so this only refuses when a reload came in between.
             self.counts["forbidden"] += 1
-            return False
+            return None
         if reached:
             self.counts["foreign_out"] += 1
-        return True
+        return publication
 
     def body_bytes(self, data: bytes) -> bytes:
         """A stored row's SMQP body, encoded (GET MESSAGE, NOTIFY MESSAGE)."""

@@ -57,7 +57,9 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from brokerd.core.publication import StoredPage
 from brokerd.core.storedtopics import HELD
+from brokerd.core.subscriber import owner_of
 from brokerd.core.subscriptions import wildcard_covers
 from brokerd.interfaces import IWireFormat
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
@@ -94,6 +96,8 @@ class Outbox(Answers):
         self.service = service
         self.durable = service.durable
         self.name = session.subscriber
+        self.owner = owner_of(self.name)
+        """Whose subscriber this is: the router asks the access list for this principal."""
         self.heap: list[tuple[int, int, Delivery]] = []
         self.known: set[int] = set()
         """Seqs in the heap, in flight, waiting for a ONE claim, or refused for now."""
@@ -165,12 +169,9 @@ class Outbox(Answers):
     # ------------------------------------------------------------------ suspension
 
     def blocked(self, topic: str) -> bool:
-        """Not to be sent now: suspended, a NONE topic, or one the subscriber may no longer
-        read (the UAL changed after the message was stored for it; it stays pending)."""
+        """Not to be sent now: suspended, or a NONE topic (whether the subscriber may read it
+        the router decided before it came in: :meth:`take`, :meth:`forbid`)."""
         if topic in self.suspended or self.durable.delivery_mode(topic) == HELD:
-            return True
-        readable = self.durable.readable
-        if readable is not None and not readable(self.name, topic):
             return True
         return any("*" in s and _covers(s, topic) for s in self.suspended)
 
@@ -205,12 +206,35 @@ class Outbox(Answers):
         """A new pending delivery, committed in the store."""
         if self.closed or delivery.seq in self.known:
             return
-        if self.blocked(delivery.topic):
+        self.durable.route(StoredPage(self.owner, (delivery,), self))
+        self.pump()
+
+    def take(self, delivery: Delivery) -> None:
+        """The router let the subscriber read ``delivery``: into the window, unless it is
+        here already, blocked, or the window is full (then read again once it drains)."""
+        if delivery.seq in self.known or self.blocked(delivery.topic):
             return
         if self._window_full():
             self.stale = True
             return
         self._push(delivery)
+
+    def forbid(self, delivery: Delivery) -> None:
+        """The subscriber's owner may no longer read ``delivery``'s topic (the UAL changed
+        after it was stored for it): not sent, and it stays pending, should the UAL let the
+        subscriber read it again."""
+
+    def recheck(self) -> None:
+        """The access list changed: what waits here unsent (the heap, the parked ONE
+        deliveries) is routed again."""
+        waiting = [entry[2] for entry in self.heap] + list(self.parked.values())
+        if not waiting or self.closed:
+            return
+        self.heap.clear()
+        self.parked.clear()
+        self.window_bytes = 0
+        self.known.difference_update(delivery.seq for delivery in waiting)
+        self.durable.route(StoredPage(self.owner, waiting, self))
         self.pump()
 
     @property
@@ -367,16 +391,9 @@ class Outbox(Answers):
         self.loading = False
         if self.closed:
             return
-        added = 0
-        for delivery in deliveries:
-            if delivery.seq in self.known or self.blocked(delivery.topic):
-                continue
-            if self._window_full():
-                self.stale = True
-                break
-            self._push(delivery)
-            added += 1
-        if added:
+        held = len(self.heap)
+        self.durable.route(StoredPage(self.owner, deliveries, self))
+        if len(self.heap) > held:
             self.stale = True  # the read may have stopped at the budget: read again once drained
         self.pump()
 

@@ -5,7 +5,7 @@ a core topic is reachable from SMQP when ``/`` + its name is a valid SMQP path.
 
 The core hands SMQP sessions only what was never stored: another protocol's unicast to an
 SMQP address, and an SMQP ``Guarantee: NO`` message to the durable subscribers of its topic
-(brokerd.core.broker.Broker.publish_unstored).  It reaches the session as ``NOTIFY MESSAGE <topic> ADD`` with ``Guarantee:
+(the router's ``Unstored`` publication).  It reaches the session as ``NOTIFY MESSAGE <topic> ADD`` with ``Guarantee:
 NO``, so the session must not expect (or send) the two-phase 310 ACK; its attributes are
 made as :func:`~brokerd.protocols.smqp.mapping.to_body` says, with a ``Smuid`` from this
 server's counter.  Messages to topics reach SMQP subscribers through the durable service

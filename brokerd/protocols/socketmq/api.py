@@ -251,10 +251,10 @@ class Server:
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         message = Message(MULTICAST, event.encode("utf-8"), payload, "socketmq", self.application_name.encode(), binary,
                           principal=BROKER)
-        delivered = self.broker.route(Multicast([message]))
-        kept = self.broker.keep([message])
-        if kept is not None:
-            kept.addErrback(log_unless_outage, self._log, "Storing a socket.mq event for durable subscribers")
+        publication = Multicast([message])
+        delivered = self.broker.route(publication)
+        if publication.kept is not None:
+            publication.kept.addErrback(log_unless_outage, self._log, "Storing a socket.mq event for durable subscribers")
         return delivered
 
     def close(self) -> Deferred:

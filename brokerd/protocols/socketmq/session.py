@@ -38,7 +38,6 @@ from itertools import count
 from typing import Any, Callable, cast
 
 import autobahn
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.compress import PerMessageDeflateOffer, PerMessageDeflateOfferAccept
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 from twisted.cred.credentials import ICredentials
@@ -89,6 +88,7 @@ from brokerd.protocols.socketmq.events import (
 from brokerd.protocols.socketmq.fragments import FragmentBudget
 from brokerd.protocols.socketmq.hub import PROTOCOL, REASONS, TEXT, Hub
 from brokerd.protocols.socketmq.incoming import IncomingRequest
+from brokerd.protocols.socketmq.keepalive import KeepAlive
 from brokerd.protocols.socketmq.pgp import (
     Identity,
     PGPError,
@@ -97,6 +97,7 @@ from brokerd.protocols.socketmq.pgp import (
     server_proof,
 )
 from brokerd.protocols.socketmq.wire import SOCKETMQ_WIRE
+from brokerd.protocols.websocket import ClockedServerFactory, ClockedServerProtocol
 from brokerd.store.base import is_outage
 
 SLOW_CONSUMER_TIMEOUT = 30.0
@@ -129,7 +130,7 @@ def _result(id: MessageId, status: int, reason: str = "", **extra: Any) -> bytes
 
 
 @implementer(ISubscriber, IPushProducer)
-class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
+class SocketMQSession(ConnectionLifecycle, FragmentBudget, ClockedServerProtocol):  # type: ignore[misc]  # Autobahn's own bases disagree on peer and _transport_details
     """One WebSocket connection; also its session as the Broker sees it."""
 
     _log = Logger()
@@ -143,6 +144,10 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
     """The HTTP channel this session took the connection over from: the transport reports
     the end of the connection to this session only, so the session passes it on (the
     channel's own bookkeeping, and whatever counts connections around it, end with it)."""
+    heard = False
+    """Set by every message, ping and pong from the client (keepalive.py reads it)."""
+    last_heard = 0.0
+    pinged_at: float | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,6 +206,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
         if names:
             self._authenticated(names, names[0], CERT, certificate_principal(names))
         hub.broker.attach(self)
+        self.factory.keepalive.watch(self)
         fingerprint = hub.key.fingerprint if hub.key is not None else None
         hello = Hello(limits.PROTOCOL_VERSION, hub.security, self.nonce, fingerprint)
         transport.write(frame(*encode(hello)))
@@ -235,6 +241,7 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_sending()
+        self.factory.keepalive.forget(self)
         if self._compressing:
             self._compressing = False
             self.wire_format.compressing -= 1
@@ -346,7 +353,15 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
 
     # ------------------------------------------------------------------ input
 
+    def onPing(self, payload: bytes) -> None:
+        self.heard = True
+        super().onPing(payload)  # the pong (RFC 6455 section 5.5.2)
+
+    def onPong(self, payload: bytes) -> None:
+        self.heard = True
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self.heard = True
         if self.closed or not self._open:
             return
         if self._busy:
@@ -540,8 +555,9 @@ class SocketMQSession(ConnectionLifecycle, FragmentBudget, WebSocketServerProtoc
                 return
         published = Message(MULTICAST, topic, message.data, "socketmq", self.name, message.binary,
                             details=details, principal=self.principal)
-        hub.broker.route(Multicast([published], self))
-        kept = hub.broker.keep([published])
+        publication = Multicast([published], self)
+        hub.broker.route(publication)
+        kept = publication.kept
         if kept is None:
             self._ok(message.id)
             return
@@ -621,7 +637,7 @@ _TYPES: dict[Hashable, str] = {
 _DISPATCH: dict[type, Callable[[SocketMQSession, Any], None]] = command_table(SocketMQSession, _TYPES)
 
 
-class SocketMQWebSocketFactory(WebSocketServerFactory):
+class SocketMQWebSocketFactory(ClockedServerFactory):
     """Builds sessions for one listener; ``pending_channel`` is set by the resource while it
     upgrades a connection, so the session inherits the channel's connection count (its
     admission) and tells the channel when the connection ends."""
@@ -629,17 +645,17 @@ class SocketMQWebSocketFactory(WebSocketServerFactory):
     protocol = SocketMQSession  # type: ignore[assignment]  # Autobahn's factories are not generic over their protocol as Twisted's Factory[P] is
 
     def __init__(self, hub: Hub, ping_interval: float, pong_timeout: float) -> None:
-        super().__init__()
+        super().__init__(hub.reactor)
         self.hub = hub
         self.pending_channel: Any = None
+        self.keepalive = KeepAlive(hub.reactor, ping_interval, pong_timeout)
+        # Every timer is the hub's clock's, none Autobahn's (brokerd.protocols.websocket):
+        # the pings are keepalive.py's, the close handshake's timeout ClockedServerProtocol's,
+        # and the opening handshake's the HTTP channel's deadline (server.SocketMQChannel).
         self.setProtocolOptions(
             maxMessagePayloadSize=limits.MAX_WS_MESSAGE,
             maxFramePayloadSize=limits.MAX_WS_MESSAGE,
-            openHandshakeTimeout=hub.handshake_timeout,
-            closeHandshakeTimeout=5,
             failByDrop=False,
-            autoPingInterval=ping_interval,
-            autoPingTimeout=pong_timeout,
             perMessageCompressionAccept=self._accept_compression,
         )
 

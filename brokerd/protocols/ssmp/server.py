@@ -363,10 +363,10 @@ class SSMPServerProtocol(DropWhenCongested, Protocol):
     def _publish_run(self) -> None:
         run, self._run = self._run, []
         broker = self.factory.broker
-        broker.route(Multicast(run, self))
-        kept = broker.keep(run)
-        if kept is not None:
-            self._hold(kept, len(run))
+        publication = Multicast(run, self)
+        broker.route(publication)
+        if publication.kept is not None:  # kept for durable subscribers: the answers wait for it
+            self._hold(publication.kept, len(run))
 
     def _publish_ucasts(self) -> None:
         """Send the pending UCAST run to its peer and add its replies (one per UCAST)."""

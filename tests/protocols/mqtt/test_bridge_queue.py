@@ -15,7 +15,7 @@ from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.protocols.mqtt.bridgequeue import BridgeQueue
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import SubscriptionRecord
-from tests.core.test_durable import _result
+from tests.core.test_durable import _result, keep
 
 NAME = "@1/bridge/service/sys%2Fbridge%2Fb/b/1"
 OWN = b"sys/bridge/b"
@@ -38,7 +38,7 @@ def queue_of(max_count: int, max_bytes: int) -> tuple[Broker, BridgeQueue]:
 
 
 def publish(broker: Broker, payload: bytes, sender: bytes = b"dev") -> None:
-    _result(broker.keep([Message(MULTICAST, b"t/x", payload, "mqtt", sender)]))
+    _result(keep(broker, [Message(MULTICAST, b"t/x", payload, "mqtt", sender)]))
 
 
 def pending(queue: BridgeQueue) -> list[int]:

@@ -11,6 +11,7 @@ from twisted.internet.testing import StringTransport
 
 from brokerd.config import Settings
 from brokerd.core.broker import Broker
+from brokerd.core.access import Perm
 from brokerd.core.durable import DurableService
 from brokerd.core.subscriber import SubscriberId
 from brokerd.core.message import MULTICAST, Details, Message
@@ -19,10 +20,11 @@ from brokerd.core.subscriptions import FILTER
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311
 from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.sessions import MQTTSessions
+from brokerd.protocols.mqtt.stored import StoredDeliveries
 from brokerd.protocols.mqtt.wire import wire_formats
 from brokerd.store.memory import MemoryStore
 from brokerd.store.records import Delivery, PacketFlow, SubscriptionRecord
-from tests.core.test_durable import _result
+from tests.core.test_durable import _result, keep
 
 ALICE = Principal("alice", ACCOUNT)
 MALLORY = Principal("mallory", ACCOUNT)
@@ -143,3 +145,41 @@ def test_a_session_taken_up_reads_its_qos2_exchanges_back_before_the_client_s_pa
     assert _result(durable.store.flows_of(name)) == [PacketFlow(name, True, 7), PacketFlow(name, False, 4, second)]
     sessions._end(session)
     assert _result(durable.store.flows_of(name)) == []
+
+
+def test_a_reload_takes_back_what_waits_unsent_for_an_owner_it_no_longer_lets_read():
+    """What waits in a connected session's outbox for its window is routed again when the
+    access list changes (a StoredPage): a message the owner may no longer read is given up
+    (gone from the store, never sent); the one it may still read waits on."""
+    clock = Clock()
+    store = MemoryStore()
+    store.open()
+    broker = Broker()
+    durable = broker.use_durable(DurableService(store, clock))
+    _result(durable.start())
+    name = SubscriberId(ALICE, "mqtt", "dev", "1").encode()
+    _result(durable.subscribe(SubscriptionRecord(name, FILTER, "a/#", ("ADD", "q1")), []))
+
+    class Policy:
+        secret_readable = True
+
+        def permissions(self, principal, topic):
+            if topic == b"a/secret" and not self.secret_readable:
+                return Perm.PUBLISH
+            return Perm.SUBSCRIBE | Perm.PUBLISH
+
+    policy = Policy()
+    broker.set_policy(policy)
+    for topic in (b"a/secret", b"a/open"):
+        _result(keep(broker, [Message(MULTICAST, topic, b"x", "ssmp", b"pub")]))
+    session = SimpleNamespace(durable_name=name, wire_format=None, can_send_stored=lambda: False,
+                              stored_in_flight=set)
+    outbox = StoredDeliveries(session, durable, 1 << 20)
+    outbox.open()
+    assert [delivery.topic for delivery in outbox.waiting] == ["a/secret", "a/open"]  # both readable then
+
+    policy.secret_readable = False
+    broker.set_policy(policy)
+    assert [delivery.topic for delivery in outbox.waiting] == ["a/open"]
+    assert [delivery.topic for delivery in _result(store.pending(name, 10))] == ["a/open"]
+    assert durable.stats["given_up"] == 1

@@ -25,6 +25,7 @@ from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
 from brokerd.config import Settings
+from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.protocols.smqp import outbox as outbox_module
 from brokerd.protocols.smqp.delivery import MessageService
@@ -91,7 +92,7 @@ class Rig:
         self.clock = Clock()
         self.store = MemoryStore()
         self.events = RecordingEvents()
-        self.durable = DurableService(self.store, self.clock, self.events, settings)
+        self.durable = Broker().use_durable(DurableService(self.store, self.clock, self.events, settings))
         self.service = MessageService(self.durable, None, None, lambda key: f"/{key}", self.events)
         self.service.max_queued_bytes = settings.smqp_max_queued_bytes
         self.service.max_one_held = settings.smqp_max_one_held

@@ -55,6 +55,15 @@ def payloads(data: bytes) -> list[bytes]:
     return out
 
 
+def http_connection(site: Any, transport: StringTransport | None = None) -> StringTransport:
+    """A new connection to ``site`` on ``transport`` (by default a new StringTransport)."""
+    channel = site.buildProtocol(None)
+    transport = transport if transport is not None else StringTransport()
+    transport.protocol = channel  # autobahn hands the connection over through it, as on TCP
+    channel.makeConnection(transport)
+    return transport
+
+
 class Server:
     """A socket.mq Site around one Broker, connections on StringTransports."""
 
@@ -65,11 +74,7 @@ class Server:
         self.site = build_site(self.hub, demo=False)
 
     def connect(self) -> StringTransport:
-        channel = self.site.buildProtocol(None)
-        transport = StringTransport()
-        transport.protocol = channel  # autobahn hands the connection over through it, as on TCP
-        channel.makeConnection(transport)
-        return transport
+        return http_connection(self.site)
 
     def websocket(self) -> StringTransport:
         """An upgraded connection, its hello frame read and cleared."""
