@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
 
 from twisted.logger import Logger
 
@@ -39,8 +38,10 @@ from brokerd.errors import INSTALL_CLUSTER, ConfigurationError
 from brokerd.events.log import NULL_EVENT_LOG, EventLog
 from brokerd.frontend import Services
 from brokerd.frontends import BY_NAME as FRONT_ENDS
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.flow import after_read
 from brokerd.runtime import Runtime
+from brokerd.store.base import IStore
 from brokerd.store.choice import store_for
 from brokerd.store.disk import DiskSpace
 from brokerd.store.sqlite import FILENAME as SQLITE_FILENAME
@@ -113,7 +114,8 @@ def cluster_engine(settings: Settings, reactor):
                        max_shared_pending=settings.cluster_max_shared_pending)
 
 
-def account_checkers(settings: Settings, accounts: AccountsChecker, reactor: Any) -> tuple[AccountsChecker, ...]:
+def account_checkers(settings: Settings, accounts: AccountsChecker,
+                     reactor: IBrokerReactor) -> tuple[AccountsChecker, ...]:
     """With ``--accounts``: SSMP's ``password`` scheme checks the accounts file, the one
     SMQP logs in against and read once for both (no guest: a guest login has nothing to
     prove), in the reactor's thread pool as before (SSMP answers no Busy)."""
@@ -227,7 +229,7 @@ DURABLE_FRONT_ENDS = ("smqp", "mqtt")
 --store (the SQLite file in DATA_DIR)."""
 
 
-def _node_store(settings: Settings, reactor) -> Any:
+def _node_store(settings: Settings, reactor: IBrokerReactor) -> IStore | None:
     """The node's store, not yet opened: the --store database, else the SQLite file in
     DATA_DIR when a front end with durable subscribers listens or an MQTT bridge keeps
     messages for another broker, else None (nothing on this

@@ -15,7 +15,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from autobahn.twisted.websocket import WebSocketServerFactory
 from twisted.cred.portal import Portal
@@ -33,6 +32,7 @@ from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.errors import ConfigurationError
 from brokerd.events.log import IEventRecorder
+from brokerd.interfaces import IBrokerReactor
 from brokerd.store.base import IStore
 from brokerd.store.disk import DiskSpace
 
@@ -71,8 +71,8 @@ class Services:
     """
 
     settings: Settings
-    reactor: Any
-    """The reactor (or a test's Clock with a thread pool): Twisted gives it no single type."""
+    reactor: IBrokerReactor
+    """The reactor (in tests, a Clock with a thread pool, standing for it)."""
     broker: Broker
     portal: Portal
     """Every front end's logins (brokerd.auth.realm.build_portal), shared with its throttle."""

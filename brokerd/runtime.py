@@ -9,7 +9,6 @@ factory, not a string key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from twisted.cred.portal import Portal
 from twisted.internet.interfaces import IProtocolFactory
@@ -20,6 +19,7 @@ from brokerd.config import Settings
 from brokerd.core.broker import Broker
 from brokerd.events.log import EventLog, IEventRecorder
 from brokerd.frontend import Services
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.mqtt.bridgeservice import Bridges
 from brokerd.protocols.mqtt.server import MQTTServerFactory
 from brokerd.protocols.mqtt.sessions import MQTTSessions
@@ -59,7 +59,7 @@ class Runtime:
         return self.services.portal
 
     @property
-    def reactor(self) -> Any:
+    def reactor(self) -> IBrokerReactor:
         return self.services.reactor
 
     @property

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import Field, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import Any, Callable, TypeVar
 
 from brokerd.errors import ConfigurationError
+
+_T = TypeVar("_T")
 
 OPTION = "option"
 """The key of a Settings field's metadata that holds its :class:`Option`."""
@@ -45,8 +48,9 @@ class Option:
     unit file or config file still says them; not in ``--help``, named in the docs' row."""
 
 
-def setting(default: Any, metavar: str | None = None, **option: Any) -> Any:
-    """A Settings field: its default (still ``Settings.name``) and its :class:`Option`."""
+def setting(default: _T, metavar: str | None = None, **option: Any) -> _T:
+    """A Settings field: its default (still ``Settings.name``) and its :class:`Option` (the
+    keywords are Option's fields).  Typed as its default, as :func:`dataclasses.field` is."""
     return field(default=default, metadata={OPTION: Option(metavar=metavar, **option)})
 
 
@@ -113,7 +117,7 @@ def command_line_name(key: str, spec: Field) -> str:
     return f"--{command_option(key, spec)}"
 
 
-def former_name_use(given: dict[str, Any], formers: dict[str, str], written: Callable[[str], str],
+def former_name_use(given: Mapping[str, object], formers: dict[str, str], written: Callable[[str], str],
                     where: str = "") -> tuple[list[str], list[str]]:
     """The problems and the warnings of the former names among the keys of ``given`` (one
     source: the command line, or the TOML file).  ``formers`` maps a former name to the
@@ -136,7 +140,7 @@ def former_name_use(given: dict[str, Any], formers: dict[str, str], written: Cal
     return problems, warnings
 
 
-def convert(key: str, spec: Field, value: Any) -> Any:
+def convert(key: str, spec: Field, value: object) -> object:
     """The field's value from a command-line string or a TOML value; ConfigurationError
     (one line naming ``key``) for anything the setting does not take."""
     found = kind(spec)
@@ -161,7 +165,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def boolean(key: str, value: Any) -> bool:
+def boolean(key: str, value: object) -> bool:
     """A flag's value, strictly: a TOML boolean, or one of the words both ways; anything else
     is a mistake named as such (``mqtt-anonymous = "flase"`` must not quietly mean false)."""
     if isinstance(value, bool):
@@ -174,7 +178,7 @@ def boolean(key: str, value: Any) -> bool:
     raise ConfigurationError(f"{key}: {value!r} is not a boolean (true or false)")
 
 
-def number(key: str, spec: Field, value: Any) -> int | float:
+def number(key: str, spec: Field, value: object) -> int | float:
     """A number within the setting's range.  A whole-number setting takes no fraction (2.5
     connections would quietly be 2), no setting takes a boolean, NaN or infinity."""
     found = _parse_number(value)
@@ -195,7 +199,7 @@ def number(key: str, spec: Field, value: Any) -> int | float:
     return found
 
 
-def _parse_number(value: Any) -> int | float | None:
+def _parse_number(value: object) -> int | float | None:
     """A finite number from a TOML number or a command-line string (a whole one kept exact),
     else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):

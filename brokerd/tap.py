@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
@@ -37,6 +37,7 @@ from brokerd.config import (
 from brokerd.errors import ConfigurationError
 from brokerd.frontend import FrontEndPlugin, build_front_end
 from brokerd.frontends import BY_NAME as FRONT_ENDS
+from brokerd.interfaces import IBrokerReactor
 from brokerd.optiontable import flags, former_options, negative_flags, parameters, repeatable_help
 from brokerd.preflight import DataDirLock, data_dir_problems, exposure_warnings, listen_problems
 from brokerd.protocols.mqtt.bridgeservice import build_bridges, check_bridges
@@ -265,7 +266,7 @@ ROLES = {**{name: front_end.title for name, front_end in FRONT_ENDS.items()}, "a
 """How the start-up log names each listener's role."""
 
 
-def _address_text(address: Any) -> str:
+def _address_text(address: object) -> str:
     """host:port of a listening port (``[host]:port`` for IPv6), or a unix socket's path."""
     host, port = getattr(address, "host", None), getattr(address, "port", None)
     if host is not None and port is not None:
@@ -367,7 +368,9 @@ def _check_cluster(settings: Settings) -> None:
 
 
 def _endpoint_problems(settings: Settings, listeners: dict[str, list[str]]) -> list[str]:
-    from twisted.internet import reactor
+    from twisted.internet import reactor as default_reactor
+
+    reactor = cast(IBrokerReactor, default_reactor)  # the global reactor has every facet
 
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:

@@ -19,10 +19,14 @@ to twistd's runner.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import twisted
+from twisted.internet.interfaces import ITransport
 from twisted.internet.tcp import Connection
+
+if TYPE_CHECKING:
+    from twisted.application.service import IServiceMaker
 
 CHECKED_TWISTED = ((26, 4), (26, 10))
 """(major, minor) of the Twisted releases whose internals the fast paths were checked on."""
@@ -41,13 +45,13 @@ FAST_PATHS = twisted_release() in CHECKED_TWISTED
 """Whether this Twisted is one the fast paths were checked on."""
 
 
-def direct_writes(transport: Any) -> bool:
+def direct_writes(transport: object) -> TypeGuard[Connection]:
     """True for a plain TCP transport on a checked Twisted, whose socket brokerd may write
     itself (not TLS: its bytes must go through the TLS layer)."""
     return FAST_PATHS and isinstance(transport, Connection) and not getattr(transport, "TLS", False)
 
 
-def limit_output_buffer(transport: Any, limit: int) -> None:
+def limit_output_buffer(transport: object, limit: int) -> None:
     """Make Twisted pause the producer when more than ``limit`` bytes are queued.  For TLS the
     queue that matters is the TCP transport's under the TLS layer.
 
@@ -63,18 +67,18 @@ def limit_output_buffer(transport: Any, limit: int) -> None:
         if FAST_PATHS and isinstance(layer, Connection):
             layer._isSendBufferFull = partial(_queued_over, layer, limit)  # type: ignore[method-assign]  # replaced on purpose: see above
         elif layer is transport or hasattr(layer, "bufferSize"):
-            layer.bufferSize = limit
+            setattr(layer, "bufferSize", limit)  # noqa: B010 (any transport: what Twisted compares its queue with)
 
 
-def _queued_over(transport: Any, limit: int) -> bool:
+def _queued_over(transport: Connection, limit: int) -> bool:
     return _queued(transport) > limit
 
 
-def _queued(transport: Any) -> int:
+def _queued(transport: Connection) -> int:
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
 
 
-def queued_bytes(transport: Any) -> int | None:
+def queued_bytes(transport: object) -> int | None:
     """Bytes written to a connection and not yet taken by the kernel (the TCP transport's
     queue, under the TLS layer if there is one); None when the transport does not tell: not
     a TCP transport, or a Twisted release whose queue was not checked (no public API tells)."""
@@ -120,7 +124,7 @@ class DirectWrites:
             transport.write(data[sent:])
 
 
-def send_now(transport: Any, data: bytes) -> None:
+def send_now(transport: ITransport, data: bytes) -> None:
     """Write ``data`` with one ``send()`` when the transport allows direct writes and nothing
     is queued for it; else, or for what the kernel did not take, queue it behind the rest as
     ``transport.write`` does (so the order of the bytes is kept either way)."""
@@ -138,7 +142,7 @@ def send_now(transport: Any, data: bytes) -> None:
         transport.write(data[sent:])
 
 
-def twistd_with_one_command(service_maker: Any) -> type:
+def twistd_with_one_command(service_maker: IServiceMaker) -> type:
     """twistd's option parser with ``service_maker`` (an IServiceMaker) as its only command,
     for the ``brokerd`` console command: no plugin discovery, so it also runs where twistd
     cannot see the plugin (an editable install run from another directory).

@@ -20,6 +20,10 @@ from brokerd.admin.connections import ConnectionCounts
 from brokerd.admin.oplog import OperatorLog, WallClock
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.core.broker import Broker
+from brokerd.protocols.mqtt.bridge import BridgeStatus
+from brokerd.protocols.mqtt.quotas import QuotaFigures
+from brokerd.protocols.onion.control import OnionStatus
+from brokerd.protocols.smqp.links import LinkStatus
 from brokerd.runtime import Runtime
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -152,18 +156,18 @@ class Figures:
         figures["backlog"] = figures.get("buffered", 0) + figures.get("encoded", 0)
         return figures
 
-    def _smqp_links(self) -> list[dict[str, Any]]:
+    def _smqp_links(self) -> list[LinkStatus]:
         """Each SMQP server link's state and counts (brokerd.protocols.smqp.links)."""
         links = self.runtime.smqp_links
         return links.status() if links is not None else []
 
-    def _mqtt_bridges(self) -> dict[str, dict[str, Any]]:
+    def _mqtt_bridges(self) -> dict[str, BridgeStatus]:
         """Each MQTT bridge's state and counts by name (brokerd.protocols.mqtt.bridge): a
         dictionary, so the ~sys topics name each bridge (``~sys/brokerd/mqtt_bridges/<name>/state``)."""
         bridges = self.runtime.bridges
         return bridges.status() if bridges is not None else {}
 
-    def _onion_services(self) -> list[dict[str, Any]]:
+    def _onion_services(self) -> list[OnionStatus]:
         """The onion listeners' addresses (brokerd.protocols.onion), as Tor published them."""
         tor = self.runtime.tor
         return tor.status() if tor is not None else []
@@ -181,7 +185,7 @@ class Figures:
         figures["shared"] = dict(engine.sharing.stats, pending=engine.sharing.pending)
         return figures
 
-    def _mqtt(self) -> dict[str, Any] | None:
+    def _mqtt(self) -> QuotaFigures | None:
         """The MQTT front end's persistent sessions and quota refusals; None without it."""
         sessions = self.runtime.mqtt_sessions
         return sessions.quotas.figures() if sessions is not None else None

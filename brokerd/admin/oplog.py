@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from brokerd.events.log import EventLog, IEventRecorder, NullEventLog, peer_text, transport_source
+from brokerd.events.log import DeliveryFields, EventLog, IEventRecorder, NullEventLog, peer_text, transport_source
 from brokerd.events.schema import DROPPED, SLOW_CONSUMER, text
 from brokerd.interfaces import IBrokerObserver, ISubscriber
 
@@ -94,12 +94,12 @@ class OperatorLog:
 
     # ------------------------------------------------------------------ IEventRecorder
 
-    def record(self, kind: str, protocol: str, **fields: Any) -> None:
+    def record(self, kind: str, protocol: str, **fields: Any) -> None:  # schema fields, handed on
         if kind == DROPPED:
             self._count_drop(fields.get("reason"), fields.get("dropped"))
         self.events.record(kind, protocol, **fields)
 
-    def delivery(self, kind: str, session: ISubscriber, **fields: Any) -> None:
+    def delivery(self, kind: str, session: ISubscriber, **fields: Unpack[DeliveryFields]) -> None:
         if kind == DROPPED:
             self._count_drop(fields.get("reason"), None)
         self.events.delivery(kind, session, **fields)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, cast
+from typing import Iterator, cast
 
 from twisted.cred.checkers import ICredentialsChecker
 from twisted.cred.credentials import IUsernamePassword
@@ -282,13 +282,13 @@ def thread_runner(reactor: IBrokerReactor) -> Runner:
     stay off the reactor thread)."""
     from twisted.internet.threads import deferToThreadPool
 
-    def run(f: Callable[..., Any], *args: Any) -> Deferred:
+    def run(f: Callable[..., object], *args: object) -> Deferred:
         return deferToThreadPool(reactor, reactor.getThreadPool(), f, *args)
 
     return run
 
 
-def run_inline(f: Callable[..., Any], *args: Any) -> Deferred:
+def run_inline(f: Callable[..., object], *args: object) -> Deferred:
     """A :data:`Runner` that runs on the calling thread (for tests and command-line tools)."""
     return maybeDeferred(f, *args)
 

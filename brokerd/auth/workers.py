@@ -10,7 +10,7 @@ answers with its temporary-failure reply.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
@@ -36,7 +36,7 @@ class WorkQueue:
         self.refused = 0
         """Jobs refused because the queue was full."""
 
-    def run(self, f: Callable[..., Any], *args: Any) -> Deferred:
+    def run(self, f: Callable[..., object], *args: object) -> Deferred:
         if self.pending >= self.limit:
             self.refused += 1
             return fail(Busy(f"{self.pending} jobs are waiting for the thread pool"))

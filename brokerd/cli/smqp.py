@@ -350,8 +350,9 @@ def _chain(previous: defer.Deferred | None, answer: defer.Deferred) -> defer.Def
     return previous.addCallback(lambda _: answer)
 
 
-def _print_message(notify: Any, verbose: bool, out: TextIO) -> None:
+def _print_message(notify: Notify, verbose: bool, out: TextIO) -> None:
     body = notify.body
+    assert body is not None  # the caller prints the MESSAGEs that have one
     topic = notify.args[0] if notify.args else "?"
     if verbose:
         for name, value in body.attributes:

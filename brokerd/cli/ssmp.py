@@ -24,6 +24,7 @@ from brokerd import __version__
 from brokerd.cli import common, oneshot
 from brokerd.cli.common import EXIT_ERROR, CommandError, Interruption, error_text, start_debug_log
 from brokerd.protocols.ssmp.codec import is_id, wire_payload
+from brokerd.protocols.ssmp.events import Response
 
 # Twisted and the Twisted client are imported where they are used, not here: 'pub' over plain
 # TCP needs neither (brokerd.cli.oneshot), and importing them takes longer than the publish.
@@ -535,7 +536,7 @@ def send_at_once(args: argparse.Namespace, stdin: BinaryIO) -> bool:
     if args.secret_file is not None:
         login.append(wire_payload(read_secret(args.secret_file)))
 
-    def refused(what: str, answer: Any) -> CommandError:
+    def refused(what: str, answer: Response) -> CommandError:
         if what == "LOGIN":
             line = _login_refused_line(answer.code, _content(answer.payload), identifier, how)
             return CommandError(EXIT_REFUSED, f"{endpoint_description(args)}: {line}", retryable=True)

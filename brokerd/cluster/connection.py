@@ -18,12 +18,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol, TypeAlias, Union, cast
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IProtocol, IReactorTime, IStreamClientEndpoint, ITCPTransport
 from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
+
+RespReply: TypeAlias = Union[bytes, int, None, list["RespReply"], Exception]
+"""One RESP2 reply as :class:`RespReader` gives it: a bulk or simple string (bytes), an
+integer, a null (None), an array, or an error (the reader's ``error_type``)."""
+Pipelined = tuple[bytes, bytes, int]
+"""A SPUBLISH waiting for its answer: (channel, envelope, redirections so far)."""
 
 CHANNEL_PREFIX = b"brokerd:t:"
 """Channel of a topic: the prefix, then the topic's bytes (the shard is the channel's hash)."""
@@ -74,7 +81,7 @@ class RespReader:
         self.buffered = 0
         self.waiting = 0
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes) -> list[RespReply]:
         if self.waiting:
             self.chunks.append(data)
             self.buffered += len(data)
@@ -84,7 +91,7 @@ class RespReader:
             self.chunks, self.buffered, self.waiting = [], 0, 0
         else:
             buffer = self.rest + data if self.rest else data
-        replies = []
+        replies: list[RespReply] = []
         position = 0
         try:
             while position < len(buffer):
@@ -102,7 +109,7 @@ class RespReader:
         self.rest = buffer[position:]
         return replies
 
-    def _read(self, buffer: bytes, position: int, depth: int) -> tuple[Any, int]:
+    def _read(self, buffer: bytes, position: int, depth: int) -> tuple[RespReply, int]:
         end = buffer.find(b"\r\n", position)
         if end < 0:
             raise _Incomplete
@@ -124,7 +131,7 @@ class RespReader:
                     return None, end + 2
                 if depth >= MAX_DEPTH:
                     raise ProtocolError("arrays nested deeper than the limit")
-                items = []
+                items: list[RespReply] = []
                 position = end + 2
                 for _ in range(count):
                     item, position = self._read(buffer, position, depth + 1)
@@ -143,7 +150,70 @@ class RespReader:
         raise ProtocolError(f"an unknown reply type {bytes((kind,))!r}")
 
 
-def load_txredisapi() -> Any:
+class ConnectionOwner(Protocol):
+    """What the connections tell their shard (:class:`brokerd.cluster.shards.Shard`, which
+    imports this module)."""
+
+    def protocol_error(self, why: str) -> None: ...
+
+    def acknowledged(self, entry: Pipelined, reply: RespReply) -> None: ...
+
+    def connection_lost(self, protocol: object, reason: Failure) -> None: ...
+
+    def received(self, name: bytes, data: bytes) -> None: ...
+
+    def confirmed(self, name: bytes, subscribed: bool) -> None: ...
+
+    def refused(self, error: Exception) -> None: ...
+
+
+class LinkOwner(ConnectionOwner, Protocol):
+    """The shard as its :class:`Link` sees it: where and how to connect, and what to tell."""
+
+    @property
+    def endpoint(self) -> IStreamClientEndpoint: ...
+
+    @property
+    def password(self) -> str | None: ...
+
+    @property
+    def username(self) -> str | None: ...
+
+    @property
+    def address(self) -> RedisServer: ...
+
+    @property
+    def reactor(self) -> IReactorTime: ...
+
+    @property
+    def following(self) -> set[bytes]: ...
+
+    def unreachable(self, role: str, failure: Failure) -> None: ...
+
+
+class RedisServer(Protocol):
+    """The part of a shard's address a connection SELECTs."""
+
+    @property
+    def db(self) -> int | None: ...
+
+
+class RedisConnection(Protocol):
+    """One of the two connection classes of :func:`protocols` (built on txredisapi's, which
+    has no type hints), as the shards use it."""
+
+    transport: ITCPTransport
+    """Set when the connection was made (before the Link holds it), and kept after it ends."""
+    expected: deque[Deferred | Pipelined]
+
+    def command(self, *args: bytes | str | int) -> Deferred: ...
+
+    def whenDisconnected(self) -> Deferred: ...
+
+    def _build_command(self, *args: bytes | str | int) -> bytes: ...
+
+
+def load_txredisapi() -> ModuleType:
     try:
         import txredisapi
     except ModuleNotFoundError:  # pragma: no cover - the cluster extra is not installed
@@ -164,10 +234,10 @@ def protocols() -> tuple[type, type]:
         SPUBLISH waits as its (channel, envelope, redirections) tuple, not a Deferred, so
         that a ``-MOVED`` answer can send it again; the bytes in flight bound the backlog."""
 
-        def __init__(self, engine: Any) -> None:
+        def __init__(self, engine: ConnectionOwner) -> None:
             super().__init__(charset=None, convertNumbers=False)
             self.engine = engine
-            self.expected: deque[Deferred | tuple[bytes, bytes, int]] = deque()
+            self.expected: deque[Deferred | Pipelined] = deque()
             self.reader = RespReader(txredisapi.ResponseError)
 
         def dataReceived(self, data: bytes) -> None:
@@ -186,7 +256,7 @@ def protocols() -> tuple[type, type]:
             self.transport.write(self._build_command(*args))
             return d
 
-        def replyReceived(self, reply: Any) -> None:
+        def replyReceived(self, reply: RespReply) -> None:
             if not self.expected:
                 return
             waiting = self.expected.popleft()
@@ -212,14 +282,16 @@ def protocols() -> tuple[type, type]:
         ``ssubscribe``/``sunsubscribe`` confirmations (one per channel) are not replies, and
         an error nothing waits for answers a SSUBSCRIBE (the shard's ``refused``)."""
 
-        def replyReceived(self, reply: Any) -> None:
+        def replyReceived(self, reply: RespReply) -> None:
             if isinstance(reply, list) and reply:
                 kind = reply[0]
+                # a push's channel and message are bulk strings: anything else matches no channel
+                # here, and a message's fails the shard's decoding (counted as damaged)
                 if kind == b"smessage" and len(reply) == 3:
-                    self.engine.received(reply[1], reply[2])
+                    self.engine.received(cast(bytes, reply[1]), cast(bytes, reply[2]))
                     return
                 if kind in (b"ssubscribe", b"sunsubscribe") and len(reply) == 3:
-                    self.engine.confirmed(reply[1], kind == b"ssubscribe")
+                    self.engine.confirmed(cast(bytes, reply[1]), kind == b"ssubscribe")
                     return
             if isinstance(reply, Exception) and not self.expected:
                 self.engine.refused(reply)
@@ -234,13 +306,13 @@ class Link:
     ``engine`` is the owner (a shard): its ``endpoint``, ``password``, ``username``,
     ``address.db``, ``reactor``, ``following`` and ``unreachable``."""
 
-    def __init__(self, engine: Any, role: str, protocol_class: type,
-                 ready: Callable[[Any], Deferred | None]) -> None:
+    def __init__(self, engine: LinkOwner, role: str, protocol_class: type,
+                 ready: Callable[[RedisConnection], Deferred | None]) -> None:
         self.engine = engine
         self.role = role
         self.protocol_class = protocol_class
         self.ready = ready
-        self.protocol: Any = None  # a txredisapi protocol (no type hints)
+        self.protocol: RedisConnection | None = None
         self.delay = RECONNECT_FIRST
         self.retry: IDelayedCall | None = None
         self.stopped = False
@@ -256,15 +328,17 @@ class Link:
         d.addCallback(self._prepare)
         d.addErrback(self._failed)
 
-    def _prepare(self, protocol: Any) -> Deferred:
+    def _prepare(self, built: IProtocol) -> Deferred:
+        protocol = cast(RedisConnection, built)  # what protocol_class, one of protocols(), builds
         self.connecting = None
         engine = self.engine
         steps: Deferred = succeed(None)
         if engine.password is not None:
             args = ("AUTH", engine.username, engine.password) if engine.username else ("AUTH", engine.password)
             steps.addCallback(lambda _: protocol.command(*args))
-        if engine.address.db is not None:
-            steps.addCallback(lambda _: protocol.command("SELECT", engine.address.db))
+        db = engine.address.db
+        if db is not None:
+            steps.addCallback(lambda _: protocol.command("SELECT", db))
 
         def prepared(_: object) -> None:
             if self.stopped:  # stopped while AUTH/SELECT were on their way

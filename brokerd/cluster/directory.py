@@ -35,6 +35,7 @@ from brokerd.config import Settings
 from brokerd.core.filters import FilterIndex, filter_problem
 from brokerd.core.principal import NOBODY, Principal
 from brokerd.interfaces import ISubscriber
+from brokerd.jsontypes import JSONValue
 
 HELLO, STATE, BEAT, BYE = "hello", "state", "beat", "bye"
 ATTACH, DETACH, JOIN, LEAVE = "attach", "detach", "join", "leave"
@@ -68,7 +69,7 @@ def _b(text: str) -> bytes:
     return text.encode("latin-1")
 
 
-def encode(origin: str, node: str, kind: str, **fields: Any) -> bytes:
+def encode(origin: str, node: str, kind: str, **fields: JSONValue) -> bytes:
     return json.dumps({"o": origin, "n": node, "k": kind, **fields}, separators=(",", ":")).encode()
 
 

@@ -42,7 +42,7 @@ from zope.interface import implementer
 from brokerd.cluster import directory as control
 from brokerd.cluster import envelope, frames, seal, sharing
 from brokerd.cluster.address import RedisAddress
-from brokerd.cluster.connection import CHANNEL_PREFIX, channel
+from brokerd.cluster.connection import CHANNEL_PREFIX, RespReply, channel
 from brokerd.cluster.damaged import DamagedLog
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.shards import Shards
@@ -52,6 +52,7 @@ from brokerd.core.message import BROADCAST, MULTICAST, UNICAST, Message
 from brokerd.core.principal import Principal
 from brokerd.core.publication import RemoteBroadcast, RemoteRun, RemoteUnicast
 from brokerd.interfaces import IBrokerReactor, IEngine, ISubscriber
+from brokerd.jsontypes import JSONValue
 
 _log = Logger()
 
@@ -343,7 +344,7 @@ class RedisEngine:
         ``node_timeout``."""
         return {node.name for node in self.directory.nodes.values()}
 
-    def _announce(self, kind: str, **fields: Any) -> None:
+    def _announce(self, kind: str, **fields: JSONValue) -> None:
         """Queue a control message for this turn's flush (dropped while Redis is away: the
         hello and state sent on reconnection bring the other nodes up to date)."""
         if not self._online():
@@ -652,7 +653,7 @@ class RedisEngine:
                 self._backlog += len(data)
         shards.write()
 
-    def acknowledged(self, size: int, reply: Any) -> None:
+    def acknowledged(self, size: int, reply: RespReply) -> None:
         """Redis answered one SPUBLISH (or the connection went): free its bytes."""
         self._backlog -= size
         if isinstance(reply, Exception):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 
 from brokerd.cluster import slots
 from brokerd.cluster.address import RedisAddress, client_endpoint
-from brokerd.cluster.connection import Link, load_txredisapi, protocols
+from brokerd.cluster.connection import Link, Pipelined, RespReply, load_txredisapi, protocols
 from brokerd.cluster.seal import Sealer
 from brokerd.cluster.stats import ClusterStats
 from brokerd.interfaces import IBrokerReactor
@@ -62,8 +62,8 @@ class ShardsEngine(Protocol):
     def reactor(self) -> IBrokerReactor:
         """Connects, and times the reconnections."""
 
-    def acknowledged(self, size: int, reply: Any) -> None:
-        """Redis answered one publish of ``size`` bytes (``reply``: txredisapi's, or None)."""
+    def acknowledged(self, size: int, reply: RespReply) -> None:
+        """Redis answered one publish of ``size`` bytes (``reply``; None: the connection went first)."""
 
     def received(self, name: bytes, data: bytes) -> None:
         """A message on a followed channel."""
@@ -178,7 +178,7 @@ class Shard:
             self.engine.stats.dropped_unreachable += _messages_in(self.engine, name, data)
             self.engine.acknowledged(len(data), None)
 
-    def acknowledged(self, entry: tuple[bytes, bytes, int], reply: Any) -> None:
+    def acknowledged(self, entry: Pipelined, reply: RespReply) -> None:
         """This server answered a SPUBLISH (reply None: the connection went first)."""
         name, data, hops = entry
         if isinstance(reply, Exception):
@@ -266,7 +266,7 @@ class Shard:
         self.engine.went_down(str(self), failure.getErrorMessage())
         self.shards.refresh()
 
-    def connection_lost(self, protocol: Any, reason: Failure) -> None:
+    def connection_lost(self, protocol: object, reason: Failure) -> None:
         for link in (self.publisher, self.subscriber):
             if link.protocol is protocol:
                 if link is self.subscriber:
@@ -488,8 +488,10 @@ class Shards:
         shard = next((s for s in candidates if s.key in self.shards and s.publisher.protocol is not None), None)
         if shard is None:
             return  # a shard that connects again asks
+        protocol = shard.publisher.protocol
+        assert protocol is not None  # the shard was chosen for it
         self._refreshing = True
-        d = shard.publisher.protocol.command(b"CLUSTER", b"SLOTS")
+        d = protocol.command(b"CLUSTER", b"SLOTS")
         d.addCallbacks(self._discovered, self._not_discovered, callbackArgs=(shard,), errbackArgs=(shard,))
         d.addBoth(self._refreshed)
 
@@ -499,7 +501,7 @@ class Shards:
         if again:
             self.refresh(via=again if isinstance(again, Shard) else None)
 
-    def _discovered(self, reply: Any, shard: Shard) -> None:
+    def _discovered(self, reply: RespReply, shard: Shard) -> None:
         try:
             ranges = slots.parse_cluster_slots(reply, shard.key[0])
         except slots.TopologyError as exc:

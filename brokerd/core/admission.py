@@ -14,7 +14,15 @@ so the maps hold only live connections.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Protocol
+
+
+class ConnectionCounters(Protocol):
+    """The Broker's counters the admissions keep (brokerd.core.broker.BrokerStats, whose
+    module imports this one)."""
+
+    connections: int
+    refused_connections: int
 
 
 class Admissions:
@@ -24,7 +32,7 @@ class Admissions:
 
     def __init__(
         self,
-        stats: Any,
+        stats: ConnectionCounters,
         *,
         max_connections: int,
         max_listener_connections: int,

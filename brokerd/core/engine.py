@@ -7,13 +7,13 @@ lets the Broker skip the engine on its publish path altogether.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from zope.interface import implementer
 
 from brokerd.core.message import Message
-from brokerd.interfaces import IEngine
+from brokerd.core.principal import Principal
+from brokerd.interfaces import IEngine, ISubscriber
 
 
 @implementer(IEngine)
@@ -22,7 +22,7 @@ class InMemoryEngine:
 
     shared = False
 
-    def start(self, broker: Any) -> None:
+    def start(self, broker: object) -> None:
         """Nothing to connect to."""
 
     def stop(self) -> None:
@@ -55,20 +55,20 @@ class InMemoryEngine:
         """No other node has sessions."""
         return None
 
-    def serve(self, service: str, handler: Any) -> None:
+    def serve(self, service: str, handler: Callable[[str, bytes], None]) -> None:
         """No other node sends anything."""
 
     def send(self, origin: str, service: str, data: bytes) -> bool:
         """No other node to send to."""
         return False
 
-    def session_attached(self, session: Any) -> None:
+    def session_attached(self, session: ISubscriber) -> None:
         """Nobody else to tell."""
 
-    def session_detached(self, session: Any) -> None:
+    def session_detached(self, session: ISubscriber) -> None:
         """Nobody else to tell."""
 
-    def member_changed(self, topic: bytes, session: Any, joined: bool, presence: bool) -> None:
+    def member_changed(self, topic: bytes, session: ISubscriber, joined: bool, presence: bool) -> None:
         """Nobody else to tell."""
 
     def filter_changed(self, topic_filter: bytes, active: bool) -> None:
@@ -81,7 +81,7 @@ class InMemoryEngine:
         """Every shared group is this node's own."""
         return None
 
-    def durable_changed(self, tree: bool = False, subscribers: Any = (), pending: Any = ()) -> None:
+    def durable_changed(self, tree: bool = False, subscribers: Iterable[str] = (), pending: Iterable[str] = ()) -> None:
         """No other node reads the store."""
 
     def members(self, topic: bytes) -> list:
@@ -96,7 +96,7 @@ class InMemoryEngine:
         """No cluster."""
         return None
 
-    def keep_out(self, principal: Any, seconds: float) -> None:
+    def keep_out(self, principal: Principal, seconds: float) -> None:
         """No other node to tell."""
 
 

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from brokerd.core import stored
 from brokerd.events import schema
+from brokerd.events.log import IEventRecorder
+from brokerd.store.base import IStore
 from brokerd.store.records import Delivery, MessageRecord, Settled
 
 PUBLISHED_MEMORY = 16_384
@@ -36,22 +41,34 @@ class Published(NamedTuple):
     size: int
 
 
+class Outbox(Protocol):
+    """A durable subscriber's outbox as its outcome events name it: ``name`` is the
+    subscriber's name in the store, ``session`` the session it writes to (the event log names
+    the subscriber by the session's ``name``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def session(self) -> object: ...
+
+
 class DurableOutcomes:
     """Writes the outcome events; the service sets ``events``, ``protocol``, ``clock``,
     ``store``, ``stats``, ``online`` and ``size_of``."""
 
-    events: Any
+    events: IEventRecorder
     protocol: str
-    clock: Any
-    store: Any
+    clock: IReactorTime
+    store: IStore
     stats: dict[str, int]
     online: dict[str, float]
-    size_of: Any
+    size_of: Callable[[bytes], int] | None
     published: OrderedDict[int, Published]
     """seq -> recent stored message, at most PUBLISHED_MEMORY, oldest first."""
 
     if TYPE_CHECKING:
-        def _report(self, what: str, **fields: Any) -> Callable[[Any], None]: ...
+        def _report(self, what: str, **fields: object) -> Callable[[Failure], None]: ...
 
     def remember(self, seq: int, published: Published) -> None:
         """Keep ``published`` for the events of message ``seq``, forgetting the oldest.
@@ -65,24 +82,24 @@ class DurableOutcomes:
             memory.popitem(last=False)
         memory[seq] = published
 
-    def delivered(self, session: Any, delivery: Delivery) -> None:
+    def delivered(self, session: Outbox, delivery: Delivery) -> None:
         """A stored message was written to the subscriber's connection (not a resend after
         an acknowledgement timed out: that is :meth:`redelivered`)."""
         self.stats["delivered"] += 1
         self._outcome(schema.DELIVERED, session.session, delivery.seq, delivery.topic,
                       online=self.online.get(session.name))
 
-    def acked(self, session: Any, delivery: Delivery) -> None:
+    def acked(self, session: Outbox, delivery: Delivery) -> None:
         """The subscriber's acknowledgement of ``delivery`` is stored (never sent again)."""
         self.stats["acked"] += 1
         self._outcome(schema.ACKED, session.session, delivery.seq, delivery.topic, online=self.online.get(session.name))
 
-    def redelivered(self, session: Any, delivery: Delivery, attempt: int) -> None:
+    def redelivered(self, session: Outbox, delivery: Delivery, attempt: int) -> None:
         """``delivery`` was sent again (attempt number ``attempt``): no ack in time."""
         self.stats["redelivered"] += 1
         self._outcome(schema.REDELIVERED, session.session, delivery.seq, delivery.topic)
 
-    def given_up(self, session: Any, delivery: Delivery, reason: str = UNACKNOWLEDGED) -> None:
+    def given_up(self, session: Outbox, delivery: Delivery, reason: str = UNACKNOWLEDGED) -> None:
         """Never sent to this subscriber again (``reason``: no ack after ``max_attempts``
         sends, or its owner may no longer read the topic)."""
         self.stats["given_up"] += 1
@@ -101,7 +118,7 @@ class DurableOutcomes:
         self._outcome(schema.TRASHED, None, settled.seq, settled.topic, reason)
         self.published.pop(settled.seq, None)
 
-    def _outcome(self, kind: str, session: Any, seq: int, topic: str, reason: str | None = None,
+    def _outcome(self, kind: str, session: object, seq: int, topic: str, reason: str | None = None,
                  online: float | None = None) -> None:
         """Write one outcome event about message ``seq`` for ``session`` (the subscriber's
         ISubscriber, its name, or None for an event about the message itself); ``online``:
@@ -136,10 +153,10 @@ class DurableOutcomes:
             size = self.size_of(record.data)
         return Published(record.message_id, record.publisher, record.received, size)
 
-    def _write(self, kind: str, session: Any, topic: str, reason: str | None, now: float,
+    def _write(self, kind: str, session: object, topic: str, reason: str | None, now: float,
                published: Published | None, online: float | None = None) -> None:
         name = getattr(session, "name", session)
-        fields: dict[str, Any] = {"session": name, "topic": topic, "reason": reason, "outcome": kind}
+        fields: dict[str, object] = {"session": name, "topic": topic, "reason": reason, "outcome": kind}
         if published is not None:
             fields["sender"] = published.publisher
             fields["message_id"] = published.message_id

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
-
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from brokerd.core.throttled import ThrottledWarning
@@ -31,7 +30,7 @@ class PendingQuota:
 
     _log = Logger()
 
-    def __init__(self, prefix: str, limit: int, clock: Any) -> None:
+    def __init__(self, prefix: str, limit: int, clock: IReactorTime) -> None:
         self.prefix = prefix
         self.limit = limit
         self.clock = clock

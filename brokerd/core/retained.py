@@ -31,7 +31,6 @@ import builtins
 import json
 from bisect import bisect_left, bisect_right, insort
 from itertools import takewhile
-from typing import Any
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
@@ -51,7 +50,7 @@ from brokerd.core.message import MULTICAST, Message
 from brokerd.core.principal import Principal
 from brokerd.core.retainedquota import FULL, QUOTA, UNKEYABLE, RetainQuotas, quota_owner
 from brokerd.errors import BrokerError
-from brokerd.store.base import is_outage
+from brokerd.store.base import IStore, is_outage
 
 DEFAULT_MAX_MESSAGES = Settings.mqtt_max_retained
 """Topics with a retained message at most."""
@@ -107,7 +106,7 @@ class RetainedMessages:
         self._topics: list[builtins.bytes] = []
         """The keys of ``_messages`` in order (bytes order, which is the store's order)."""
         self._size = 0
-        self._store: Any = None
+        self._store: IStore | None = None
         self._loading: set[builtins.bytes] | None = None
         """While the store's messages are read: the topics changed since (the read, asked
         before those changes, must not bring back what they replaced)."""
@@ -213,9 +212,10 @@ class RetainedMessages:
             self.quotas.take(topic, owner, new_size)
         if self._loading is not None:
             self._loading.add(topic)
-        if self._store is None:
+        store = self._store
+        if store is None:
             return None
-        return self._write(key, data)
+        return self._write(store, key, data)
 
     def check(self, message: Message) -> None:
         """Raise :class:`RetainRefused` (counted and logged as a refused retain) when
@@ -233,7 +233,7 @@ class RetainedMessages:
         if refusal is not None:
             self._refuse(*refusal)
 
-    def use_store(self, store: Any) -> Deferred:
+    def use_store(self, store: IStore) -> Deferred[int]:
         """Load the retained messages ``store`` (brokerd.store.base.IStore) holds and write
         every change through to it from now on; once only.  Deferred[int]: how many were
         loaded, once they are all here (serve subscriptions after that); it fails as the
@@ -250,7 +250,7 @@ class RetainedMessages:
         changed = self._loading = set(self._messages)
         loading = maybeDeferred(store.load_retained)
         for topic, message in self._messages.items():
-            self._write(_key(topic), _owned(self.quotas.owner(topic), message))
+            self._write(store, _key(topic), _owned(self.quotas.owner(topic), message))
         return loading.addBoth(self._loaded, changed)
 
     # ------------------------------------------------------------------ inside
@@ -295,7 +295,7 @@ class RetainedMessages:
         index = bisect_left(self._topics, topic)
         del self._topics[index]
 
-    def _loaded(self, rows: list[tuple[str, builtins.bytes]] | Failure, changed: set[builtins.bytes]) -> Any:
+    def _loaded(self, rows: list[tuple[str, builtins.bytes]] | Failure, changed: set[builtins.bytes]) -> int | Failure:
         if self._loading is changed:
             self._loading = None
         if isinstance(rows, Failure):
@@ -330,8 +330,8 @@ class RetainedMessages:
                 max_messages=self.max_messages, max_bytes=self.max_bytes)
         return count
 
-    def _write(self, key: str, data: builtins.bytes | None) -> Deferred:
-        d = maybeDeferred(self._store.put_retained, key, data)
+    def _write(self, store: IStore, key: str, data: builtins.bytes | None) -> Deferred:
+        d = maybeDeferred(store.put_retained, key, data)
         return d.addCallbacks(self._written, self._write_failed, errbackArgs=(key,))
 
     def _written(self, _result: object) -> bool:

@@ -17,7 +17,7 @@ owned it.  Refusals are counted by reason and logged at most once per ``log_inte
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
@@ -61,7 +61,7 @@ class RetainQuotas:
 
     def __init__(self, max_messages: int = DEFAULT_MAX_MESSAGES_PER_OWNER,
                  max_bytes: int = DEFAULT_MAX_BYTES_PER_OWNER, log_interval: float = LOG_INTERVAL,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self._owners: dict[bytes, tuple[Principal | None, int]] = {}

@@ -24,10 +24,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from brokerd.config import Settings
+from brokerd.core.message import Message
 from brokerd.events import schema
+from brokerd.events.log import IEventRecorder
+from brokerd.interfaces import ISubscriber, IWireFormat
+
+Stamps = list[tuple[IWireFormat, int, int]]
+"""(wire format, recipients, time in ns) of each format a timed run was handed to."""
+
+
+class TimedRouter(Protocol):
+    """The Broker's router as the sampler uses it (brokerd.core.router, which imports this module)."""
+
+    def timed(self, messages: list[Message], exclude: ISubscriber | None, stamps: Stamps) -> int: ...
+
+
+class SampledBroker(Protocol):
+    """The Broker as its sampler sees it (brokerd.core.broker, which imports this module):
+    whether the next multicast is timed, and the router that times it."""
+
+    sampling: bool
+
+    @property
+    def router(self) -> TimedRouter: ...
 
 
 def _never(_callback: Callable[[], None]) -> bool:
@@ -43,9 +67,9 @@ class DeliverySampler:
 
     def __init__(
         self,
-        broker: Any,
-        recorder: Any,
-        reactor: Any,
+        broker: SampledBroker,
+        recorder: IEventRecorder,
+        reactor: IReactorTime | None,
         *,
         interval: float = Settings.event_log_sample,
         after_read: Callable[[Callable[[], None]], bool] = _never,
@@ -61,7 +85,7 @@ class DeliverySampler:
         self.clock_ns = clock_ns
         self.samples = 0
         """Latency records written (for tests and operators)."""
-        self._rearm: Any = None
+        self._rearm: IDelayedCall | None = None
 
     def start(self) -> None:
         """Take the next publish's sample (the Broker calls this when it starts)."""
@@ -77,13 +101,13 @@ class DeliverySampler:
         self._rearm = None
         self.broker.sampling = True
 
-    def route(self, messages: list, exclude: Any) -> int:
+    def route(self, messages: list[Message], exclude: ISubscriber | None) -> int:
         """Route ``messages`` (one accepted run, as ``Router.timed`` takes it) with time
         stamps; return the deliveries."""
         broker = self.broker
         broker.sampling = False
         clock = self.clock_ns
-        stamps: list[tuple[Any, int, int]] = []
+        stamps: Stamps = []
         accepted = clock()
         delivered = broker.router.timed(messages, exclude, stamps)
         taken = [(fmt, count, at) for fmt, count, at in stamps if count and not fmt.queued_delivery]
@@ -102,7 +126,7 @@ class DeliverySampler:
             self._rearm = self.reactor.callLater(self.interval, self._arm)
         return delivered
 
-    def _log(self, accepted: int, stamps: list[tuple[Any, int, int]], details: tuple) -> None:
+    def _log(self, accepted: int, stamps: Stamps, details: tuple) -> None:
         protocol, sender, topic, count = details
         for fmt, recipients, at in stamps:
             self.samples += 1

@@ -13,16 +13,18 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.python.failure import Failure
 
 from brokerd.core.storedtopics import StoredTopics
 from brokerd.core.subscriptions import SubscriptionIndex
-from brokerd.store.records import TopicRecord
+from brokerd.store.base import IStore
+from brokerd.store.records import SubscriptionRecord, TopicRecord
 
 
 class DurableSync:
     """The topic tree and the subscriptions, kept in step with the store."""
 
-    store: Any
+    store: IStore
     index: SubscriptionIndex
     topics: StoredTopics
     sessions: dict[str, Any]
@@ -37,7 +39,7 @@ class DurableSync:
     change while it ran may predate one of them)."""
 
     if TYPE_CHECKING:
-        def _report(self, what: str, **fields: Any) -> Callable[[Any], None]: ...
+        def _report(self, what: str, **fields: object) -> Callable[[Failure], None]: ...
 
     def _released(self, keys: set[str]) -> None:
         """Topics no longer held back: every connected subscriber reads its pending
@@ -77,11 +79,11 @@ class DurableSync:
         would take back what the front end just answered (see :meth:`reload_topics`)."""
         self._tree_changing += 1
 
-        def committed(_result: Any) -> None:
+        def committed(_result: object) -> None:
             self._released(apply())
             self.changed(tree=True, subscribers=subscribers)
 
-        def answered(result: Any) -> Any:
+        def answered(result: object) -> object:
             self._tree_changing -= 1
             self._tree_changes += 1
             if self._tree_again and not self._tree_changing and self._tree_reading is None:
@@ -112,7 +114,7 @@ class DurableSync:
             if self.on_tree_changed is not None:
                 self.on_tree_changed(self.topics.records())
 
-        def done(result: Any) -> Any:
+        def done(result: object) -> object:
             self._tree_reading = None
             if self._tree_again and not self._tree_changing:
                 self.reload_topics()
@@ -151,7 +153,7 @@ class DurableSync:
         self.reload_topics()
         d = self.store.load_subscriptions()
 
-        def read(records: list[Any]) -> None:
+        def read(records: list[SubscriptionRecord]) -> None:
             self.index.replace(records)
             for session in list(self.sessions.values()):
                 if not session.closed:
@@ -163,7 +165,7 @@ class DurableSync:
     def _reload(self, subscriber: str) -> Deferred:
         d = self.store.subscriptions_of(subscriber)
 
-        def read(records: list[Any]) -> None:
+        def read(records: list[SubscriptionRecord]) -> None:
             index = self.index
             for sub in index.of(subscriber):
                 index.remove(subscriber, sub.record.kind, sub.record.topic)

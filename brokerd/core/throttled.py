@@ -8,8 +8,9 @@ which says how many happened since the last line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 INTERVAL = 60.0
@@ -20,16 +21,16 @@ class ThrottledWarning:
     """One ``log.warn(text)`` per ``interval`` seconds at most; ``text`` may use ``{count}``
     (events since the last line), ``{interval}`` and the fields given to :meth:`happened`."""
 
-    def __init__(self, log: Logger, clock: Any, text: str, interval: float = INTERVAL) -> None:
+    def __init__(self, log: Logger, clock: IReactorTime | Callable[[], float], text: str, interval: float = INTERVAL) -> None:
         """``clock``: an IReactorTime (its ``seconds``), or a function that returns the time."""
         self.log = log
-        self.now: Callable[[], float] = getattr(clock, "seconds", clock)
+        self.now: Callable[[], float] = cast("Callable[[], float]", getattr(clock, "seconds", clock))
         self.text = text
         self.interval = interval
         self.unreported = 0
         self.next_line = 0.0
 
-    def happened(self, count: int = 1, **fields: Any) -> None:
+    def happened(self, count: int = 1, **fields: object) -> None:
         """``count`` more events; ``fields`` describe the latest."""
         self.unreported += count
         now = self.now()

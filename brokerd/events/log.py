@@ -27,7 +27,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring  # the escaping of schema.encode (ensure_ascii=False)
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypedDict, Unpack, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
@@ -87,6 +87,18 @@ class IEventRecorder(Interface):
                  reason=None, latency_us=None):
         """A per-recipient outcome (delivered, dropped, acked, redelivered, expired,
         trashed) for ``session`` (an ISubscriber)."""
+
+
+class DeliveryFields(TypedDict, total=False):
+    """The fields of a per-recipient outcome (:meth:`IEventRecorder.delivery`), for what
+    hands them on."""
+
+    topic: bytes | str | None
+    sender: bytes | str | None
+    message_id: bytes | str | None
+    size: int | None
+    reason: str | None
+    latency_us: int | None
 
 
 def peer_text(address: object) -> str | None:
@@ -596,7 +608,7 @@ class EventLog(Service):
 
     # ------------------------------------------------------------------ IEventRecorder
 
-    def record(self, kind: str, protocol: str, **fields: Any) -> None:
+    def record(self, kind: str, protocol: str, **fields: object) -> None:
         if kind not in schema.KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         if not _RECORD_FIELDS.issuperset(fields):
@@ -690,14 +702,14 @@ class NullEventLog:
     def unsubscribed(self, session: ISubscriber, topic: bytes) -> None:
         pass
 
-    def record(self, kind: str, protocol: str, **fields: Any) -> None:
+    def record(self, kind: str, protocol: str, **fields: object) -> None:
         pass
 
     def auth_failure(self, protocol: str, identity: bytes | str | None, source: str | None = None,
                      scheme: bytes | str | None = None, reason: str | None = None) -> None:
         pass
 
-    def delivery(self, kind: str, session: ISubscriber, **fields: Any) -> None:
+    def delivery(self, kind: str, session: ISubscriber, **fields: Unpack[DeliveryFields]) -> None:
         pass
 
 

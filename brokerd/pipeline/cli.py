@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from brokerd import __version__
 from brokerd.pipeline.localfs import COMPACTED_DIR, local_path
@@ -157,7 +158,11 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _timed(function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> tuple[_T, float]:
     started = time.monotonic()
     return function(*args, **kwargs), time.monotonic() - started
 

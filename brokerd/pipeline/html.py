@@ -13,8 +13,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 PROTOCOLS = ("ssmp", "mcchat", "socketmq", "smqp")
 """Every front end: the report has a latency section for each, with or without data."""
@@ -27,7 +31,7 @@ SERIES = (("pending", "pending (never sent)", "#1f77b4"), ("unacknowledged", "se
 """The ``queue_gauges`` columns: their labels and colours in the plot."""
 
 
-def literal(text: Any) -> str:
+def literal(text: object) -> str:
     """``text`` as matplotlib must show it: literally.  matplotlib reads a string with an even
     number of unescaped ``$`` as mathtext, where ``_``, ``^`` and ``\\`` are commands and a bad
     one fails the whole figure (a topic ``$\\nope$`` stopped the report); an escaped ``\\$``
@@ -45,7 +49,7 @@ OTHER_PROTOCOL_COLOUR = "#7f7f7f"
 which is SSMP's."""
 
 
-def png(figure: Any) -> str:
+def png(figure: Figure) -> str:
     """``figure`` as a ``data:`` URI of a PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -55,26 +59,28 @@ def png(figure: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _figure(width: float = 9.0, height: float = 3.6) -> tuple[Any, Any]:
+def _figure(width: float = 9.0, height: float = 3.6) -> tuple[Figure, Any]:
+    """A figure and its one plot.  The plot is untyped: matplotlib's hints leave out the
+    datetimes its unit converters take (the time axes' step lines)."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(width, height))
     return figure, figure.add_subplot(1, 1, 1)
 
 
-def _no_data(axes: Any, what: str) -> None:
+def _no_data(axes: Axes, what: str) -> None:
     axes.text(0.5, 0.5, f"no {what} in this log", ha="center", va="center", transform=axes.transAxes, color="#666")
     axes.set_xticks([])
     axes.set_yticks([])
 
 
-def legend_beside(axes: Any) -> None:
+def legend_beside(axes: Axes) -> None:
     """The legend right of the plot, outside it, so that it never covers a line or a bar (the
     PNG is cut to fit with ``bbox_inches="tight"``, which keeps it)."""
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
-def axis_from_zero(axes: Any, values: list[float]) -> None:
+def axis_from_zero(axes: Axes, values: list[float]) -> None:
     """A vertical axis from zero; when every value is zero, from 0 to 1 with whole ticks
     (matplotlib would otherwise span a hair's width around zero: 0.00 to 0.05)."""
     from matplotlib.ticker import MaxNLocator
@@ -86,11 +92,9 @@ def axis_from_zero(axes: Any, values: list[float]) -> None:
         axes.set_ylim(bottom=0)
 
 
-def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> Any:
+def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds: int) -> Figure:
     """Messages per second over time, one step line per protocol: a bucket's rate is drawn
     flat across the bucket, so a few buckets read as bars, not as a line between points."""
-    from datetime import timedelta
-
     figure, axes = _figure()
     if not any(series.values()):
         _no_data(axes, "accepted messages")
@@ -110,7 +114,7 @@ def rate_figure(series: dict[str, list[tuple[datetime, float]]], bucket_seconds:
     return figure
 
 
-def _steps(points: list[tuple[datetime, float]], width: Any) -> tuple[list[datetime], list[float]]:
+def _steps(points: list[tuple[datetime, float]], width: timedelta) -> tuple[list[datetime], list[float]]:
     """Corners of a ``where="post"`` step line: each bucket's rate held across the bucket, zero
     in the buckets without messages (which the table leaves out) and after the last one."""
     times: list[datetime] = []
@@ -131,7 +135,7 @@ LOG_FLOOR = 0.5
 """The bottom of a log axis: below 1 µs, so that a bar of 0 (drawn 1 µs tall) shows."""
 
 
-def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Any:
+def latency_figure(rows: list[dict[str, Any]], title: str = "Latency percentiles, by protocol and kind") -> Figure:
     """p50/p90/p99/max per protocol and kind: a linear axis from zero, or a log axis when the
     values span orders of magnitude (said in the axis label)."""
     figure, axes = _figure()
@@ -186,7 +190,7 @@ def cross_protocol_table(rows: list[dict[str, Any]]) -> str:
     return f'<table class="matrix" id="cross-protocol"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def topics_figure(rows: list[tuple[str, int]]) -> Any:
+def topics_figure(rows: list[tuple[str, int]]) -> Figure:
     """The busiest topics by accepted messages."""
     figure, axes = _figure(height=max(2.5, 0.35 * len(rows) + 1))
     if not rows:
@@ -211,7 +215,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str], headers: list[str] | 
     return f"<table{attributes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "—"
     if isinstance(value, datetime):
@@ -291,7 +295,7 @@ acknowledgements count from acceptance, time queued while the subscriber was awa
 """
 
 
-def queue_figure(rows: list[dict[str, Any]]) -> Any:
+def queue_figure(rows: list[dict[str, Any]]) -> Figure:
     """Pending, unacknowledged and Trash counts over time, as steps (axis from zero)."""
     figure, axes = _figure()
     if not rows:

@@ -224,7 +224,7 @@ def write_outputs(summary: dict[str, Any], series: dict[str, list[tuple[datetime
     (target / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", "utf-8")
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> str:
     if isinstance(value, datetime):
         return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")

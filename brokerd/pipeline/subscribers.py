@@ -10,8 +10,8 @@ the per-hour sums are numpy running sums looked up by binary search.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,10 @@ FAR_FUTURE_US = 1 << 62
 """Stands for "still subscribed at the end of the log"."""
 
 
-def _add(totals: dict[Any, list[int]], key: Any, n: int, nb: int) -> None:
+_K = TypeVar("_K", bound=Hashable)
+
+
+def _add(totals: dict[_K, list[int]], key: _K, n: int, nb: int) -> None:
     """Add a count of messages and bytes to ``totals[key]``."""
     counted = totals.setdefault(key, [0, 0])
     counted[0] += n

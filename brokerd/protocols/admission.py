@@ -8,13 +8,17 @@ peer's IP address.  A UNIX socket's peer has no address and is counted by its li
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+
+from twisted.internet.interfaces import ITransport
 
 from brokerd.core.admission import Admission
+from brokerd.core.broker import Broker
 
 
-def listener_key(transport: Any) -> Hashable | None:
+def listener_key(transport: ITransport | None) -> Hashable | None:
     """The listener a connection came in on, as a key (None when the transport cannot tell)."""
+    if transport is None:
+        return None
     try:
         host = transport.getHost()
     except Exception:
@@ -26,8 +30,10 @@ def listener_key(transport: Any) -> Hashable | None:
     return ("UNIX", name) if name is not None else None
 
 
-def source_key(transport: Any) -> Hashable | None:
+def source_key(transport: ITransport | None) -> Hashable | None:
     """The IP address a connection comes from (None for UNIX sockets and unknown peers)."""
+    if transport is None:
+        return None
     try:
         peer = transport.getPeer()
     except Exception:
@@ -35,7 +41,7 @@ def source_key(transport: Any) -> Hashable | None:
     return getattr(peer, "host", None)
 
 
-def admit(broker: Any, transport: Any) -> Admission | None:
+def admit(broker: Broker, transport: ITransport | None) -> Admission | None:
     """``broker.admit`` for a new connection on ``transport``: an Admission, or None when a
     connection limit is full (the front end refuses the connection in its own words)."""
     return broker.admit(listener_key(transport), source_key(transport))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
 from twisted.internet.interfaces import IStreamClientEndpoint
+
+from brokerd.interfaces import IBrokerReactor
 
 
 def client_endpoint(
-    reactor: Any,
+    reactor: IBrokerReactor | None,
     description: str,
     *,
     tls: bool = False,
@@ -55,10 +55,11 @@ DEFAULT_SOCKS_PORT = 9050
 """A system tor's SOCKS port: where ``tor:`` connects without ``socksPort``."""
 
 
-def client_from_string(reactor: Any, description: str) -> IStreamClientEndpoint:
+def client_from_string(reactor: IBrokerReactor | None, description: str) -> IStreamClientEndpoint:
     """Twisted's ``clientFromString``, except for ``tor:HOST:PORT[:socksPort=N]`` (txtorcon's
     syntax): a connection through Tor's SOCKS port (socksHostname 127.0.0.1, socksPort 9050
-    unless given) with brokerd's own SOCKS5 client (brokerd.protocols.socks says why)."""
+    unless given) with brokerd's own SOCKS5 client (brokerd.protocols.socks says why).
+    ``reactor`` None: an endpoint to check the description with, never to connect."""
     from twisted.internet.endpoints import clientFromString
 
     if description.split(":", 1)[0].lower() != "tor":

@@ -34,12 +34,14 @@ Every timer is taken from an injected clock (the factory's ``clock``: the reacto
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 
 from brokerd.core.admission import Admission
+from brokerd.core.broker import Broker
 from brokerd.protocols.admission import admit
 from brokerd.protocols.nodelay import no_delay
 from brokerd.twistedio import limit_output_buffer
@@ -64,7 +66,7 @@ class ConnectionLifecycle:
     _registered = False
     """Whether this connection is its transport's producer (see :meth:`register_producer`)."""
 
-    def lifecycle_broker(self) -> Any:
+    def lifecycle_broker(self) -> Broker:
         """The Broker that admits this connection."""
         return self.factory.broker
 
@@ -124,7 +126,7 @@ class ConnectionLifecycle:
             self._registered = False
             self.transport.unregisterProducer()
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> DelayedCall:
+    def call_later(self, delay: float, callback: Callable[..., object], *args: object) -> DelayedCall:
         """A one-shot timer on the connection's clock, cancelled by :meth:`release_connection`
         if it is still pending then."""
         call = self.lifecycle_clock().callLater(delay, callback, *args)
@@ -170,7 +172,10 @@ class Silent(Protocol):
     """When the sweep last saw ``heard`` set (or the connection began to be watched)."""
 
 
-class LivenessSweep:
+_Watched = TypeVar("_Watched", bound=Silent)
+
+
+class LivenessSweep(Generic[_Watched]):
     """A factory's watch over its connections' silence: one ``LoopingCall`` on the factory's
     clock, every ``interval`` seconds, calls ``visit(connection, now)`` for each watched
     connection that sent nothing since the previous sweep (``now - connection.last_heard``
@@ -181,19 +186,19 @@ class LivenessSweep:
     closed during a sweep is simply gone from the next one).
     """
 
-    def __init__(self, clock: Any, interval: float, visit: Callable[[Any, float], None]) -> None:
+    def __init__(self, clock: IReactorTime, interval: float, visit: Callable[[_Watched, float], None]) -> None:
         self.clock = clock
         self.interval = interval
         self.visit = visit
-        self.live: dict[Any, None] = {}
+        self.live: dict[_Watched, None] = {}
         self._call: LoopingCall | None = None
 
-    def watch(self, connection: Silent) -> None:
+    def watch(self, connection: _Watched) -> None:
         """Watch ``connection`` from now on; its silence counts from now."""
         connection.last_heard = self.clock.seconds()
         self.live[connection] = None
 
-    def forget(self, connection: Silent) -> None:
+    def forget(self, connection: _Watched) -> None:
         """Stop watching ``connection`` (it ended); harmless if it was not watched."""
         self.live.pop(connection, None)
 

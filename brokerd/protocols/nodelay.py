@@ -11,12 +11,10 @@ Shared here because the front ends never import each other.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.interfaces import ITCPTransport
 
 
-def no_delay(transport: Any) -> None:
+def no_delay(transport: object) -> None:
     """Set TCP_NODELAY on ``transport``'s TCP connection, as twisted.web does for HTTP.
 
     A TLS layer provides the interfaces of the TCP transport it wraps and passes the call

@@ -7,13 +7,12 @@ to the proxy unresolved (an onion address never leaves Tor); no authentication i
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.address import HostnameAddress
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError
-from twisted.internet.interfaces import IStreamClientEndpoint, ITransport
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint, ITransport
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 REPLIES = {
@@ -39,11 +38,11 @@ class _Handshake(Protocol):
     """Speaks SOCKS5 on the proxy connection, then hands it to the application's protocol
     (bytes that came with the reply included)."""
 
-    def __init__(self, host: str, port: int, factory: Any, done: Deferred) -> None:
+    def __init__(self, host: str, port: int, factory: IProtocolFactory, done: Deferred[IProtocol]) -> None:
         self.host, self.port, self.done = host, port, done
         self.application_factory = factory  # not self.factory: Factory.buildProtocol sets that
         self.buffer = b""
-        self.application: Any = None
+        self.application: IProtocol | None = None
         self.step = "method"
 
     def _made(self) -> ITransport:
@@ -81,14 +80,15 @@ class _Handshake(Protocol):
         if len(self.buffer) < length:
             return
         rest, self.buffer = self.buffer[length:], b""
-        self.application = self.application_factory.buildProtocol(HostnameAddress(self.host.encode("idna"), self.port))
-        if self.application is None:
+        application = self.application_factory.buildProtocol(HostnameAddress(self.host.encode("idna"), self.port))
+        self.application = application
+        if application is None:
             self._made().loseConnection()
             return self.done.errback(ConnectError(string="the factory built no protocol"))
-        self.application.makeConnection(self.transport)
-        self.done.callback(self.application)
+        application.makeConnection(self._made())
+        self.done.callback(application)
         if rest:
-            self.application.dataReceived(rest)
+            application.dataReceived(rest)
 
     def _fail(self, reason: str) -> None:
         self.step = "failed"
@@ -96,7 +96,7 @@ class _Handshake(Protocol):
         if not self.done.called:
             self.done.errback(SOCKSError(string=f"{self.host}:{self.port}: {reason}"))
 
-    def connectionLost(self, reason: Any = None) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self.application is not None:
             self.application.connectionLost(reason)
         elif not self.done.called:
@@ -107,11 +107,11 @@ class _Handshake(Protocol):
 class SOCKS5ClientEndpoint:
     """``host:port`` through the SOCKS5 proxy ``proxy`` (a client endpoint)."""
 
-    def __init__(self, proxy: Any, host: str, port: int) -> None:
+    def __init__(self, proxy: IStreamClientEndpoint, host: str, port: int) -> None:
         self.proxy, self.host, self.port = proxy, host, port
 
-    def connect(self, factory: Any) -> Deferred:
-        done: Deferred = Deferred()
+    def connect(self, factory: IProtocolFactory) -> Deferred[IProtocol]:
+        done: Deferred[IProtocol] = Deferred()
         handshake = Factory.forProtocol(lambda: _Handshake(self.host, self.port, factory, done))
         connecting = self.proxy.connect(handshake)
         connecting.addErrback(lambda failure: done.errback(failure) if not done.called else None)

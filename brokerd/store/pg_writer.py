@@ -185,7 +185,7 @@ class PostgresWriter:
     def stop(self) -> None:
         self._pool.stop()
 
-    def submit(self, operation: Operation, *args: Any) -> Deferred:
+    def submit(self, operation: Operation, *args: object) -> Deferred:
         if len(self._queue) >= MAX_QUEUE:
             return fail(StoreUnavailable(f"{MAX_QUEUE} store operations are waiting for the database"))
         if not self.available and self._connection is None and time.monotonic() < self._retry_at:

@@ -189,7 +189,7 @@ class PostgreSQLStore:
         if isinstance(result, Failure) and not result.check(StoreUnavailable):
             self._log.failure("Closing the store {url}", result, url=self.url)
 
-    def _submit(self, operation: Operation, *args: Any) -> Deferred:
+    def _submit(self, operation: Operation, *args: object) -> Deferred:
         if self._state != "open":
             return fail(StoreClosed(f"the store is {self._state}"))
         if self._waiting is not None:  # not connected yet: wait for it

@@ -343,7 +343,7 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ the writer
 
-    def _submit(self, operation: Operation, *args: Any) -> Deferred:
+    def _submit(self, operation: Operation, *args: object) -> Deferred:
         if self._state != "open":
             return fail(StoreClosed(f"the store is {self._state}"))
         d: Deferred = Deferred()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionClosed
@@ -123,7 +123,7 @@ class MCChatClientProtocol(ClosedNotifier, Protocol):
             self.transport.loseConnection()
         return d
 
-    def _violation(self, why: str, **fields: Any) -> None:
+    def _violation(self, why: str, **fields: object) -> None:
         self._log.warn("MCCHAT server broke the protocol, closing: " + why, **fields)
         self._usable = False
         self._reading = False

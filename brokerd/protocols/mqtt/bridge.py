@@ -29,15 +29,17 @@ The state of each bridge and its counts are :meth:`Bridge.status` (``brokerd-ctl
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TypedDict, TypeVar, cast
 
 from twisted.internet.defer import Deferred, fail, gatherResults
+from twisted.internet.interfaces import IDelayedCall, IProtocol, IStreamClientEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.config import Settings
 from brokerd.core.access import system_topic
+from brokerd.core.broker import Broker
 from brokerd.core.subscriber import SubscriberId
 from brokerd.core.filters import matches
 from brokerd.core.message import Message
@@ -45,7 +47,7 @@ from brokerd.core.principal import SERVICE, Principal
 from brokerd.core.publication import Multicast
 from brokerd.core.subscriptions import ADD, FILTER
 from brokerd.errors import AlreadySubscribed, BrokerError, ConfigurationError
-from brokerd.interfaces import ISubscriber
+from brokerd.interfaces import IBrokerReactor, ISubscriber
 from brokerd.protocols.mqtt.bridgequeue import BridgeQueue, BridgeWireFormat
 from brokerd.protocols.mqtt.bridges import BridgeSpec, TopicRule
 from brokerd.protocols.mqtt.client import (
@@ -61,6 +63,7 @@ from brokerd.protocols.mqtt.packets import (
     RETAIN_SEND_IF_NEW,
     Properties,
     Publish,
+    Suback,
     Subscription,
 )
 from brokerd.protocols.mqtt.topics import topic_name_problem
@@ -80,10 +83,31 @@ UNACCEPTABLE_PROTOCOL_VERSION = 1
 """The 3.1.1 CONNACK return code of a broker that does not take the bridge flag."""
 
 
-def bridge_endpoint(reactor: Any, spec: BridgeSpec) -> Any:
+_T = TypeVar("_T")
+
+
+class BridgeStatus(TypedDict):
+    """A bridge as ``brokerd-ctl status``, ``/metrics`` and the ``~sys`` topics show it."""
+
+    name: str
+    address: str
+    state: str
+    reason: str
+    connects: int
+    sent: int
+    received: int
+    dropped: int
+    refused: int
+    queued: int
+    queued_bytes: int
+    queue_dropped: int
+
+
+def bridge_endpoint(reactor: IBrokerReactor | None, spec: BridgeSpec) -> IStreamClientEndpoint:
     """The client endpoint of ``spec``'s address, with its TLS: ConfigurationError (naming the
     bridge) for an address that is no endpoint or an unusable certificate file, so that the
-    broker does not start rather than the bridge failing later."""
+    broker does not start rather than the bridge failing later.  The start-up check builds it
+    without a reactor (parsing and certificate files only)."""
     try:
         return client_endpoint(reactor, spec.address, tls=spec.tls, hostname=spec.tls_hostname, ca=spec.tls_ca,
                                cert=spec.tls_cert, key=spec.tls_key)
@@ -106,7 +130,7 @@ class Bridge:
     address = None
     _log = Logger()
 
-    def __init__(self, spec: BridgeSpec, broker: Any, settings: Settings, reactor: Any) -> None:
+    def __init__(self, spec: BridgeSpec, broker: Broker, settings: Settings, reactor: IBrokerReactor) -> None:
         self.spec = spec
         self.broker = broker
         self.settings = settings
@@ -130,7 +154,7 @@ class Bridge:
         self._endpoint = bridge_endpoint(reactor, spec)
         self._private = spec.try_private and spec.protocol == MQTT_311
         self._delay = FIRST_DELAY
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._running = False
 
     # ------------------------------------------------------------------ life
@@ -214,10 +238,11 @@ class Bridge:
         self._log.warn("MQTT bridge {name}: the store did not open ({error}); nothing is kept for the other broker",
                        name=self.spec.name, error=failure.getErrorMessage())
 
-    def status(self) -> dict[str, Any]:
-        queue = self.queue
+    def status(self) -> BridgeStatus:
+        queue, counts = self.queue, self.counts
         return {"name": self.spec.name, "address": self.spec.address, "state": self.state, "reason": self.reason,
-                **self.counts,
+                "connects": counts["connects"], "sent": counts["sent"], "received": counts["received"],
+                "dropped": counts["dropped"], "refused": counts["refused"],
                 "queued": queue.queued if queue is not None else 0,
                 "queued_bytes": queue.counted_bytes if queue is not None else 0,
                 "queue_dropped": queue.dropped if queue is not None else 0}
@@ -250,11 +275,12 @@ class Bridge:
         d.addCallback(self._accepted)
         d.addCallbacks(self._connected, self._failed)
 
-    def _accepted(self, client: MQTTClientProtocol) -> Deferred:
+    def _accepted(self, built: IProtocol) -> Deferred[MQTTClientProtocol]:
         """Wait for the CONNACK, at most :data:`CONNACK_TIMEOUT` seconds."""
+        client = cast(MQTTClientProtocol, built)  # what MQTTClientFactory builds
         timer = self.reactor.callLater(CONNACK_TIMEOUT, client.abort)
 
-        def answered(result: Any) -> Any:
+        def answered(result: _T) -> _T:
             if timer.active():
                 timer.cancel()
             return result
@@ -276,7 +302,7 @@ class Bridge:
             wanted[rule.remote_filter] = max(rule.qos, wanted.get(rule.remote_filter, 0))
         if wanted:
             if self.spec.protocol == MQTT_5:
-                filters: list[Any] = [Subscription(topic_filter, qos, no_local=True, retain_as_published=True,
+                filters: list[tuple[str, int] | Subscription] = [Subscription(topic_filter, qos, no_local=True, retain_as_published=True,
                                                    retain_handling=RETAIN_SEND_IF_NEW)
                                       for topic_filter, qos in wanted.items()]
             else:
@@ -286,7 +312,7 @@ class Bridge:
         else:
             self._set_state("up")
 
-    def _subscribed(self, suback: Any, client: MQTTClientProtocol, filters: list[str]) -> None:
+    def _subscribed(self, suback: Suback, client: MQTTClientProtocol, filters: list[str]) -> None:
         """The other broker answered the subscriptions of the ``in`` patterns: the bridge is up."""
         if client is self.client:
             self._set_state("up")
@@ -310,7 +336,7 @@ class Bridge:
             self._set_state("down", failure.getErrorMessage())
         self._retry()
 
-    def _lost(self, result: Any, client: MQTTClientProtocol) -> None:
+    def _lost(self, result: object, client: MQTTClientProtocol) -> None:
         if client is not self.client:
             return
         self.client = None
@@ -451,7 +477,7 @@ class Bridge:
                        errbackArgs=(delivery, client))
         return True
 
-    def _acknowledged(self, _answer: Any, delivery: Delivery) -> None:
+    def _acknowledged(self, _answer: object, delivery: Delivery) -> None:
         self.inflight.pop(delivery.seq, None)
         self.counts["sent"] += 1
         queue = self.queue

@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from brokerd.core import stored
+from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
 from brokerd.interfaces import ISubscriber, IWireFormat, WireFormat
 from brokerd.protocols.mqtt.stored import StoredDeliveries
@@ -68,7 +69,7 @@ class BridgeQueue(StoredDeliveries):
 
     _log = Logger()
 
-    def __init__(self, session: Any, durable: Any, page_bytes: int, max_count: int, max_bytes: int) -> None:
+    def __init__(self, session: Any, durable: DurableService, page_bytes: int, max_count: int, max_bytes: int) -> None:
         super().__init__(session, durable, page_bytes)
         self.max_count = max_count
         self.max_bytes = max_bytes

@@ -163,7 +163,7 @@ _NUMBER_KEYS = {"keepalive": (int, 0, 65_535), "session-expiry": (int, 0, 0xFFFF
 KEYS = frozenset((*_TEXT_KEYS, *_PATH_KEYS, *_FLAG_KEYS, *_NUMBER_KEYS, "topic", "protocol"))
 
 
-def _flag(value: Any, where: str) -> bool:
+def _flag(value: object, where: str) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()

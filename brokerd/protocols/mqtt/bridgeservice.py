@@ -3,14 +3,12 @@
 services (the bridges themselves: :mod:`.bridge`; their configuration: :mod:`.bridges`)."""
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, gatherResults
 
 from brokerd.config import Settings
 from brokerd.frontend import Services
-from brokerd.protocols.mqtt.bridge import Bridge, bridge_endpoint
+from brokerd.protocols.mqtt.bridge import Bridge, BridgeStatus, bridge_endpoint
 from brokerd.protocols.mqtt.bridges import parse_bridges
 
 
@@ -34,7 +32,7 @@ class Bridges(Service):
         waits = [d for d in (bridge.stop() for bridge in self.bridges) if d is not None]
         return gatherResults(waits, consumeErrors=True).addErrback(lambda _failure: None) if waits else None
 
-    def status(self) -> dict[str, dict[str, Any]]:
+    def status(self) -> dict[str, BridgeStatus]:
         """Each bridge's state and counts, by name."""
         return {bridge.spec.name: bridge.status() for bridge in self.bridges}
 

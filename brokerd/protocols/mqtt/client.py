@@ -52,6 +52,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.errors import BrokerError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.mqtt import reasons
@@ -686,7 +687,7 @@ class MQTTClientFactory(ClientFactory):
         return protocol
 
 
-def connect(reactor: Any, endpoint: str | IStreamClientEndpoint, **options: Any) -> Deferred:
+def connect(reactor: IBrokerReactor, endpoint: str | IStreamClientEndpoint, **options: Any) -> Deferred[MQTTClientProtocol]:
     """Connect to the MQTT server at ``endpoint`` (a Twisted client endpoint string, such as
     ``tcp:127.0.0.1:1883``, or an endpoint) and fire with the :class:`MQTTClientProtocol`
     once its CONNACK accepted the connection.
@@ -714,7 +715,7 @@ async def _connected(endpoint: IStreamClientEndpoint, factory: MQTTClientFactory
 
 
 def client_endpoint(
-    reactor: Any,
+    reactor: IBrokerReactor | None,
     description: str,
     *,
     tls: bool = False,

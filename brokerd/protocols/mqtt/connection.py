@@ -88,6 +88,8 @@ class MQTTConnection(Protocol):
     _connect: Connect | None = None
     _will: Will | None = None
     _client_id: str = ""
+    _normal_end: bool = False
+    """The client ended with a DISCONNECT that asks for no will: none is published."""
     _assigned: str | None = None
     """The client identifier the server made up for a CONNECT with none."""
     _logging_in: bool = False
@@ -116,6 +118,10 @@ class MQTTConnection(Protocol):
     def _problem_information(self) -> bool: ...
 
     def write_now(self, data: bytes) -> None: ...
+
+    def closed_by_operator(self) -> None: ...
+
+    def taken_over(self) -> None: ...
 
     # -- provided by ConnectionLifecycle (brokerd.protocols.lifecycle)
 

@@ -15,14 +15,16 @@ refusals cannot flood the log.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TypedDict
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from brokerd.config import Settings
 from brokerd.core.subscriber import SubscriberId
 from brokerd.core.principal import ANONYMOUS, Principal
 from brokerd.core.throttled import ThrottledWarning
+from brokerd.protocols.mqtt.session import MQTTSession
 
 SESSIONS = "sessions"
 """The quota of a refusal for ``--mqtt-max-sessions``."""
@@ -47,12 +49,19 @@ def stored_owner(name: str) -> Owner | None:
     return identity.owner, identity.session
 
 
+class QuotaFigures(TypedDict):
+    """What /metrics and the JSON API show of the MQTT quotas."""
+
+    persistent_sessions: int
+    refused: dict[str, int]
+
+
 class SessionQuotas:
     """The persistent sessions of the node by owner, and the refusals of the quotas."""
 
     _log = Logger()
 
-    def __init__(self, settings: Settings, clock: Any) -> None:
+    def __init__(self, settings: Settings, clock: IReactorTime) -> None:
         self.settings = settings
         self.clock = clock
         self.owners: dict[Owner, None] = {}
@@ -109,7 +118,7 @@ class SessionQuotas:
                 beyond.append(name)
         return beyond
 
-    def subscriptions_exceeded(self, session: Any, topic_filter: str) -> bool:
+    def subscriptions_exceeded(self, session: MQTTSession, topic_filter: str) -> bool:
         """Whether a new subscription ``topic_filter`` would take persistent ``session``
         past ``--mqtt-max-session-subscriptions`` (counted when it would)."""
         if session.expiry <= 0 or topic_filter in session.subscriptions:
@@ -126,7 +135,7 @@ class SessionQuotas:
         self.refused[quota] += 1
         self._warning.happened(quota=quota)
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> QuotaFigures:
         """What /metrics shows: the persistent sessions and the refusals by quota."""
         return {"persistent_sessions": len(self.owners),
                 "refused": {quota: self.refused[quota] for quota in QUOTAS}}

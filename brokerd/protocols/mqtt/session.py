@@ -20,15 +20,19 @@ build their copy from the message's shared frame.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, Protocol
 
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, ITransport
 from zope.interface import implementer
 
 from brokerd.core.filters import matches
+from brokerd.core.message import Message
 from brokerd.core.principal import Principal
 from brokerd.interfaces import ISubscriber
-from brokerd.protocols.mqtt.packets import MQTT_5
+from brokerd.protocols.mqtt.packets import MQTT_5, Will
 from brokerd.protocols.mqtt.publish import PublishFrame
 from brokerd.protocols.mqtt.wire import MQTTPublishes, MQTTWireFormat, Rendered
 from brokerd.store.records import Delivery
@@ -74,6 +78,59 @@ class Outgoing:
         """The stored Delivery it is (a persistent session's), until the client has it."""
 
 
+class BoundConnection(Protocol):
+    """The connection a session is bound to (an MQTTServerProtocol, which imports this
+    module), as the session and the session registry use it."""
+
+    @property
+    def transport(self) -> ITransport | None: ...
+
+    @property
+    def congested(self) -> bool: ...
+
+    @property
+    def _normal_end(self) -> bool: ...
+
+    _will: Will | None
+
+    def write_now(self, data: bytes) -> None: ...
+
+    def closed_by_operator(self) -> None: ...
+
+    def taken_over(self) -> None: ...
+
+    def hold_reading(self) -> Callable[[], None]: ...
+
+
+class SessionStoredDeliveries(Protocol):
+    """The stored deliveries of a durable session while a connection is bound
+    (:class:`.stored.StoredDeliveries`, which imports this module)."""
+
+    def open(self, resumed: Callable[[], object] | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+    def pump(self) -> None: ...
+
+    def released(self, packet_id: int, delivery: Delivery) -> Deferred[object]: ...
+
+    def settle(self, delivery: Delivery, packet_id: int | None = None) -> None: ...
+
+
+class RetainedPages(Protocol):
+    """The bound connection's replay of retained messages, which waits for the session's
+    window to free (:class:`.retaining.RetainedDelivery`, which imports this module)."""
+
+    @property
+    def connection(self) -> object: ...
+
+    def add(self, topic_filter: str) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @implementer(ISubscriber)
 class MQTTSession:
     """One client identifier's session (see the module docstring)."""
@@ -89,7 +146,7 @@ class MQTTSession:
         self.wire_format = wire_format
         self.version = wire_format.version
         self.subscriptions: dict[str, SubscriptionOptions] = {}
-        self.connection: Any = None
+        self.connection: BoundConnection | None = None
         """The bound MQTTServerProtocol, None while the client is away."""
         self.window = max_inflight
         """QoS 1 and 2 messages sent and unacknowledged at most: the smaller of the client's
@@ -114,14 +171,14 @@ class MQTTSession:
         """Taken up from the store at this CONNECT: its QoS 2 exchanges are read back."""
         self.expiry: float = 0.0
         """Seconds the session outlives its connection (0: it ends with it)."""
-        self.expiry_timer: Any = None
+        self.expiry_timer: IDelayedCall | None = None
         self.dropped = 0
         """Messages not delivered: QoS 0 while away or congested, the queue full, too large."""
         self._next_id = 1
         self._matching: dict[str, tuple[int, bool, tuple[int, ...], bool, bool] | None] = {}
-        self.will_timer: Any = None
+        self.will_timer: IDelayedCall | None = None
         """A v5 will waiting for its Will Delay Interval (cancelled if the client comes back)."""
-        self.delayed_will: Any = None
+        self.delayed_will: Will | None = None
         """The Will that :attr:`will_timer` publishes."""
         self.durable_name: str | None = None
         """The core's durable subscriber this session is (:mod:`.stored`); None when its
@@ -129,9 +186,9 @@ class MQTTSession:
         self.kept: set[str] = set()
         """Filters of subscriptions that collect messages in the store (QoS 1 and 2 of a
         durable session): their messages come through :attr:`stored`, never live."""
-        self.stored: Any = None
+        self.stored: SessionStoredDeliveries | None = None
         """The StoredDeliveries while a connection is bound to a durable session."""
-        self.retained_out: Any = None
+        self.retained_out: RetainedPages | None = None
         """The RetainedDelivery (:mod:`.retaining`) of the bound connection's subscriptions,
         told when the window frees."""
         self._plain = True
@@ -217,7 +274,7 @@ class MQTTSession:
             self.connection.write_now(b"".join(out))
 
     @property
-    def transport(self) -> Any:
+    def transport(self) -> ITransport | None:
         """The bound connection's transport (the admin listener shows its source and queue);
         None while the client is away."""
         connection = self.connection
@@ -230,7 +287,7 @@ class MQTTSession:
         if connection is not None:
             connection.closed_by_operator()
 
-    on_replaced: Any = None
+    on_replaced: Callable[[MQTTSession], None] | None = None
     """Called with the session when :meth:`replaced` (set by the front end's registry)."""
 
     def replaced(self) -> None:
@@ -299,7 +356,7 @@ class MQTTSession:
             return None
         return frame, qos, retained
 
-    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Any = None,
+    def _send_numbered(self, frame: PublishFrame, qos: int, retain: bool, delivery: Delivery | None = None,
                        out: list[bytes] | None = None, resumed: int | None = None) -> int:
         """Send a QoS 1 or 2 PUBLISH with a new Packet Identifier, or (``resumed``) again
         with the one it had before a restart, DUP set; the identifier."""
@@ -312,7 +369,9 @@ class MQTTSession:
         if self.topic_aliases is not None:
             frame = self._aliased(frame, qos)
         if out is None:
-            self.connection.write_now(frame.head(qos, retain, packet_id, dup) + frame.tail)
+            connection = self.connection
+            assert connection is not None  # send_queued, the one caller without ``out``, sends to a bound one
+            connection.write_now(frame.head(qos, retain, packet_id, dup) + frame.tail)
         else:
             out += (frame.head(qos, retain, packet_id, dup), frame.tail)
         return packet_id
@@ -349,7 +408,8 @@ class MQTTSession:
         """Seqs of the stored messages sent and not acknowledged yet (on any connection)."""
         return {outgoing.delivery.seq for outgoing in self.inflight.values() if outgoing.delivery is not None}
 
-    def send_stored(self, message: Any, delivery: Any, out: list[bytes], resumed: int | None = None) -> int | None:
+    def send_stored(self, message: Message, delivery: Delivery, out: list[bytes],
+                    resumed: int | None = None) -> int | None:
         """Add stored ``message`` (call when :meth:`can_send_stored`) to ``out`` as the
         subscriptions ask (``resumed``: the Packet Identifier it was sent with before a
         restart, which it is sent again with); the Packet Identifier when it went at QoS 1
@@ -395,7 +455,7 @@ class MQTTSession:
         self.send_queued()
         return True
 
-    def received(self, packet_id: int) -> Any:
+    def received(self, packet_id: int) -> bool | Deferred[object]:
         """PUBREC for ``packet_id``: the client has it; the caller sends PUBREL.  False when
         no such QoS 2 message is in flight; for a stored one, a Deferred that fires once the
         store has it released, before which no PUBREL may go (after a restart the message
@@ -455,7 +515,7 @@ class MQTTSession:
                 packets.append(frame.packet(outgoing.qos, outgoing.retain, packet_id, dup=True))
         return packets
 
-    def bind(self, connection: Any, window: int, max_packet_size: int | None, topic_alias_maximum: int = 0) -> None:
+    def bind(self, connection: BoundConnection, window: int, max_packet_size: int | None, topic_alias_maximum: int = 0) -> None:
         self.connection = connection
         self.window = window
         self.max_packet_size = max_packet_size
@@ -470,7 +530,7 @@ class MQTTSession:
         self.will_timer = None
         self.delayed_will = None
 
-    def unbind(self, connection: Any) -> bool:
+    def unbind(self, connection: object) -> bool:
         """``connection`` ended; whether it was this session's."""
         if self.connection is not connection:
             return False

@@ -12,8 +12,6 @@ cluster) and takes its subscriptions and pending messages up.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -30,7 +28,7 @@ from brokerd.protocols.mqtt.packets import (
     Will,
 )
 from brokerd.protocols.mqtt.quotas import SessionQuotas, stored_owner
-from brokerd.protocols.mqtt.session import MQTTSession, SubscriptionOptions
+from brokerd.protocols.mqtt.session import BoundConnection, MQTTSession, SubscriptionOptions
 from brokerd.protocols.mqtt.stored import (
     StoredDeliveries,
     subscription_options,
@@ -83,7 +81,8 @@ class MQTTSessions:
         return f"brokerd-{id(self) & 0xFFFFFF:06x}-{self._assigned}"
 
     def open(self, client_id: str, principal: Principal, version: int,
-             clean_start: bool, expiry: float = 0, connection: Any = None) -> tuple[MQTTSession | None, bool]:
+             clean_start: bool, expiry: float = 0,
+             connection: BoundConnection | None = None) -> tuple[MQTTSession | None, bool]:
         """The session a CONNECT binds to and whether it existed (Session Present); None
         when the identifier is another principal's.  ``expiry``: seconds the session is to
         outlive its connection (above 0: it is stored, on a node with a store);
@@ -270,7 +269,9 @@ class MQTTSessions:
             session.stored = StoredDeliveries(session, durable, self.settings.max_output_buffer)
             if session.from_store:  # its QoS 2 exchanges are read before the client's packets
                 session.from_store = False
-                session.stored.open(session.connection.hold_reading())
+                connection = session.connection
+                assert connection is not None  # connected() follows the bind
+                session.stored.open(connection.hold_reading())
             else:
                 session.stored.open()
 
@@ -307,10 +308,11 @@ class MQTTSessions:
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
         self.quotas.remove((session.principal, session.client_id))
-        timer = session.will_timer
+        timer, will = session.will_timer, session.delayed_will
         if timer is not None and timer.active():  # the session ends before the will's delay
             timer.cancel()
-            self._will_due(session, session.delayed_will)
+            assert will is not None  # set with the timer
+            self._will_due(session, will)
         if session.expiry_timer is not None and session.expiry_timer.active():
             session.expiry_timer.cancel()
         session.expiry_timer = None

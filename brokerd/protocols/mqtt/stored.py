@@ -31,15 +31,20 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from brokerd.core import stored
+from brokerd.core.durable import DurableService
+from brokerd.core.message import Message
 from brokerd.core.outcomes import FORBIDDEN
 from brokerd.core.publication import StoredPage
 from brokerd.core.storedtopics import EVERY
 from brokerd.core.subscriber import owner_of
 from brokerd.core.subscriptions import ADD, FILTER
-from brokerd.protocols.mqtt.session import Outgoing, pubrel
+from brokerd.interfaces import IWireFormat
+from brokerd.protocols.mqtt.session import Outgoing, SubscriptionOptions, pubrel
 from brokerd.store.base import log_unless_outage
 from brokerd.store.records import Delivery, PacketFlow, SubscriptionRecord
 
@@ -47,7 +52,7 @@ PAGE = 256
 """Pending deliveries read from the store at a time, at most (and the session's window)."""
 
 
-def subscription_record(subscriber: str, topic_filter: str, options: Any) -> SubscriptionRecord:
+def subscription_record(subscriber: str, topic_filter: str, options: SubscriptionOptions) -> SubscriptionRecord:
     """The core's FILTER subscription for one MQTT subscription of session ``subscriber``:
     its options kept in ``changes`` (``ADD`` when it collects messages, i.e. QoS 1 or 2)."""
     changes = [ADD] if options.qos else []
@@ -88,8 +93,8 @@ class StoredDeliveries:
 
     _log = Logger()
 
-    def __init__(self, session: Any, durable: Any, max_bytes: int) -> None:
-        self.session = session
+    def __init__(self, session: Any, durable: DurableService, max_bytes: int) -> None:
+        self.session = session  # an MQTTSession, or a bridge (BridgeQueue): they share no type
         self.durable = durable
         self.name: str = session.durable_name
         self.owner = owner_of(self.name)
@@ -108,7 +113,7 @@ class StoredDeliveries:
         """seq -> Packet Identifier of the messages sent before a restart and not released."""
 
     @property
-    def wire_format(self) -> Any:
+    def wire_format(self) -> IWireFormat:
         return self.session.wire_format
 
     def open(self, resumed: Callable[[], object] | None = None) -> None:
@@ -143,7 +148,7 @@ class StoredDeliveries:
             session.connection.write_now(b"".join(packets))
         self.refresh()
 
-    def _not_resumed(self, failure: Any) -> None:
+    def _not_resumed(self, failure: Failure) -> None:
         log_unless_outage(failure, self._log, "Reading the QoS 2 exchanges of MQTT session {name}", name=self.name)
         self.refresh()
 
@@ -240,7 +245,7 @@ class StoredDeliveries:
             self.durable.remove_flow(self.name, False, packet_id).addErrback(
                 log_unless_outage, self._log, "Ending a QoS 2 exchange of MQTT session {name}", name=self.name)
 
-    def _not_read(self, failure: Any) -> None:
+    def _not_read(self, failure: Failure) -> None:
         self._reading = False
         log_unless_outage(failure, self._log, "Reading the stored messages of MQTT session {name}", name=self.name)
 
@@ -277,7 +282,7 @@ class StoredDeliveries:
         if not waiting and self._behind and not self._reading:
             self.refresh()
 
-    def message_of(self, delivery: Delivery) -> Any:
+    def message_of(self, delivery: Delivery) -> Message | None:
         """The core Message ``delivery`` stores, or None: another front end's own row, or
         one that cannot be read (logged; the caller settles it)."""
         if not stored.is_stored_message(delivery.data):
@@ -298,7 +303,7 @@ class StoredDeliveries:
         connection.write_now(b"".join(out))
         self.pump()
 
-    def released(self, packet_id: int, delivery: Delivery) -> Any:
+    def released(self, packet_id: int, delivery: Delivery) -> Deferred[object]:
         """PUBREC came for stored ``delivery`` sent with ``packet_id``: a Deferred that fires
         once the store has it released (the caller's PUBREL waits for it)."""
         d = self.durable.put_flows([PacketFlow(self.name, False, packet_id, delivery.seq, True)])

@@ -9,21 +9,61 @@ the options of ``--tor-config``, a torrc (without it: Tor's defaults, the public
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, inlineCallbacks, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectError
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from brokerd.config import Settings
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 
 _log = Logger()
 
 _OPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class TorControlConnection(Protocol):
+    """What brokerd asks of txtorcon's control connection (a TorControlProtocol): commands,
+    the events that tell when an onion service's descriptor is uploaded, and quitting."""
+
+    def queue_command(self, command: str) -> Deferred[str]: ...
+
+    def add_event_listener(self, event: str, listener: Callable[[str], None]) -> Deferred[object]: ...
+
+    def remove_event_listener(self, event: str, listener: Callable[[str], None]) -> Deferred[object]: ...
+
+    def quit(self) -> Deferred[object]: ...
+
+
+class ReachedTor(Protocol):
+    """What brokerd asks of txtorcon's ``Tor`` (reached or launched): its control connection,
+    and, for a launched one, to stop it."""
+
+    @property
+    def protocol(self) -> TorControlConnection: ...
+
+    def quit(self) -> Deferred[object]: ...
+
+
+class OnionStatus(TypedDict):
+    """An onion service as the admin API and ``brokerd-ctl status`` show it."""
+
+    address: str
+    port: int
+    tls: bool
+
+
+class PublishedService(Protocol):
+    """A published onion service as the TorControl keeps it (an onion listener's port)."""
+
+    def status(self) -> OnionStatus: ...
 
 
 def torrc_options(path: Path) -> dict[str, list[str]]:
@@ -62,30 +102,30 @@ def check_tor_settings(settings: Settings) -> None:
 class TorControl(Service):
     """The broker's Tor: :meth:`tor` gives the txtorcon ``Tor`` (reached or launched once)."""
 
-    def __init__(self, settings: Settings, reactor: Any) -> None:
+    def __init__(self, settings: Settings, reactor: IBrokerReactor) -> None:
         self.settings = settings
         self.reactor = reactor
-        self._tor: Any = None
-        self._waiting: list[Deferred] = []
+        self._tor: ReachedTor | None = None
+        self._waiting: list[Deferred[ReachedTor]] = []
         self._launched = False
-        self.published: list[Any] = []
+        self.published: list[PublishedService] = []
         """The onion listeners' ports (brokerd.protocols.onion.listener.OnionPort), as published."""
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[OnionStatus]:
         """The published onion services, for the admin API and ``brokerd-ctl status``."""
         return [port.status() for port in self.published]
 
-    def tor(self) -> Deferred:
+    def tor(self) -> Deferred[ReachedTor]:
         """Deferred[txtorcon.Tor], within --tor-timeout seconds."""
         if self._tor is not None:
             return succeed(self._tor)
-        d: Deferred = Deferred()
+        d: Deferred[ReachedTor] = Deferred()
         self._waiting.append(d)
         if len(self._waiting) == 1:
             self._reach().addCallbacks(self._reached, self._failed)
         return d
 
-    def _reach(self) -> Deferred:
+    def _reach(self) -> Deferred[ReachedTor]:
         import txtorcon
 
         timeout = self.settings.tor_timeout
@@ -111,11 +151,11 @@ class TorControl(Service):
         socket_path = data_directory.resolve() / "control.socket"
         d = txtorcon.launch(self.reactor, data_directory=str(data_directory), socks_port=socks, timeout=timeout,
                             kill_on_stderr=False, _tor_config=config, control_port=f"unix:{socket_path}",
-                            connection_creator=lambda: self._connect_when_ready(socket_path, timeout))
+                            connection_creator=lambda: Deferred.fromCoroutine(
+                                self._connect_when_ready(socket_path, timeout)))
         return d.addTimeout(timeout, self.reactor)
 
-    @inlineCallbacks
-    def _connect_when_ready(self, socket_path: Path, timeout: float) -> Any:
+    async def _connect_when_ready(self, socket_path: Path, timeout: float) -> TorControlConnection:
         """The control connection to the launched tor.  txtorcon tries once, when tor says
         it opens the control socket, which may be an instant before it exists: tried again
         every 0.1 s, within ``timeout``."""
@@ -125,26 +165,27 @@ class TorControl(Service):
         deadline = self.reactor.seconds() + timeout
         while True:
             try:
-                protocol = yield UNIXClientEndpoint(self.reactor, str(socket_path)).connect(TorProtocolFactory())
+                protocol: TorControlConnection = await UNIXClientEndpoint(self.reactor, str(socket_path)).connect(
+                    TorProtocolFactory())
             except ConnectError:
                 if self.reactor.seconds() > deadline:
                     raise
-                yield deferLater(self.reactor, 0.1, lambda: None)
+                await deferLater(self.reactor, 0.1, lambda: None)
             else:
                 return protocol
 
-    def _reached(self, tor: Any) -> None:
+    def _reached(self, tor: ReachedTor) -> None:
         self._tor = tor
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.callback(tor)
 
-    def _failed(self, failure: Any) -> None:
+    def _failed(self, failure: Failure) -> None:
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.errback(failure)
 
-    def stopService(self) -> Deferred | None:
+    def stopService(self) -> Deferred[object] | None:
         super().stopService()
         self.published.clear()
         tor, self._tor = self._tor, None

@@ -15,15 +15,18 @@ one address (docs/tor.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import SSL4ServerEndpoint, TCP4ServerEndpoint
-from twisted.internet.interfaces import IAddress, IListeningPort, IStreamServerEndpoint
+from twisted.internet.interfaces import IAddress, IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from brokerd.auth.tls import ServerTLS
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
+from brokerd.protocols.onion.control import OnionStatus, TorControl, TorControlConnection
 from brokerd.protocols.onion.keys import authorized_clients, keys_dir, read_service_key, write_private
 
 _log = Logger()
@@ -60,7 +63,8 @@ def parse_onion(description: str) -> tuple[int, bool]:
 class OnionServerEndpoint:
     """One onion listener (see the module docstring); ``control`` is the broker's TorControl."""
 
-    def __init__(self, reactor: Any, description: str, name: str, control: Any, tls: Any = None) -> None:
+    def __init__(self, reactor: IBrokerReactor, description: str, name: str, control: TorControl,
+                 tls: ServerTLS | None = None) -> None:
         self.reactor = reactor
         self.port, self.tls = parse_onion(description)
         if self.tls and tls is None:
@@ -69,22 +73,26 @@ class OnionServerEndpoint:
         self.control = control
         self.server_tls = tls
 
-    def _local(self) -> Any:
-        if self.tls:
+    def _local(self) -> IStreamServerEndpoint:
+        if self.server_tls is not None and self.tls:
             return SSL4ServerEndpoint(self.reactor, 0, self.server_tls.context_factory, interface="127.0.0.1")
         return TCP4ServerEndpoint(self.reactor, 0, interface="127.0.0.1")
 
-    @inlineCallbacks
-    def listen(self, factory: Any) -> Any:
+    def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
+        return Deferred.fromCoroutine(self._publish(factory))
+
+    async def _publish(self, factory: IProtocolFactory) -> IListeningPort:
         settings = self.control.settings
         directory = keys_dir(settings.data_dir)
         key_path = directory / f"{self.name}.key"
         key = read_service_key(key_path)
         clients = authorized_clients(settings.onion_client_auth) if settings.onion_client_auth else {}
-        local = yield self._local().listen(factory)
+        local = await self._local().listen(factory)
+        loopback = local.getHost()
+        assert isinstance(loopback, IPv4Address)  # the TCP4 and SSL4 endpoints of _local() listen on IPv4
         try:
-            tor = yield self.control.tor()
-            service_id, new_key = yield publish(tor.protocol, self.port, local.getHost().port, key, clients,
+            tor = await self.control.tor()
+            service_id, new_key = await publish(tor.protocol, self.port, loopback.port, key, clients,
                                                 self.reactor, settings.tor_timeout)
         except BaseException:
             local.stopListening()
@@ -100,11 +108,11 @@ class OnionServerEndpoint:
         return port
 
 
-def publish(protocol: Any, virtual_port: int, local_port: int, key: str | None, clients: dict[str, str],
-            reactor: Any, timeout: float) -> Deferred:
+def publish(protocol: TorControlConnection, virtual_port: int, local_port: int, key: str | None,
+            clients: dict[str, str], reactor: IBrokerReactor, timeout: float) -> Deferred[tuple[str, str | None]]:
     """ADD_ONION, then wait for the first descriptor upload: Deferred[(service id, the new
     key or None when ``key`` was given)]."""
-    uploaded: Deferred = Deferred()
+    uploaded: Deferred[None] = Deferred()
     service: dict[str, str] = {}
 
     def descriptor_event(text: str) -> None:
@@ -116,28 +124,28 @@ def publish(protocol: Any, virtual_port: int, local_port: int, key: str | None, 
     if clients:
         command += " Flags=V3Auth" + "".join(f" ClientAuthV3={public}" for public in clients.values())
 
-    @inlineCallbacks
-    def run() -> Any:
-        yield protocol.add_event_listener("HS_DESC", descriptor_event)
+    async def run() -> tuple[str, str | None]:
+        await protocol.add_event_listener("HS_DESC", descriptor_event)
         try:
-            answer = yield protocol.queue_command(command)
+            answer = await protocol.queue_command(command)
             for line in answer.splitlines():
                 name, _, value = line.partition("=")
                 service[name.strip()] = value.strip()
             service["id"] = service.get("ServiceID", "")
-            yield uploaded.addTimeout(timeout, reactor)
+            await uploaded.addTimeout(timeout, reactor)
         finally:
-            yield protocol.remove_event_listener("HS_DESC", descriptor_event)
+            await protocol.remove_event_listener("HS_DESC", descriptor_event)
         return service["id"], service.get("PrivateKey")
 
-    return run()
+    return Deferred.fromCoroutine(run())
 
 
 @implementer(IListeningPort)
 class OnionPort:
     """A published onion service over its loopback port."""
 
-    def __init__(self, address: OnionAddress, local: Any, protocol: Any, service_id: str, tls: bool) -> None:
+    def __init__(self, address: OnionAddress, local: IListeningPort, protocol: TorControlConnection, service_id: str,
+                 tls: bool) -> None:
         self.address = address
         self.local = local
         self.protocol = protocol
@@ -147,23 +155,26 @@ class OnionPort:
     def startListening(self) -> None:
         """Already listening (the endpoint started it)."""
 
-    @inlineCallbacks
-    def stopListening(self) -> Any:
+    def stopListening(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._withdraw())
+
+    async def _withdraw(self) -> None:
         try:
-            yield self.protocol.queue_command(f"DEL_ONION {self.service_id}")
+            await self.protocol.queue_command(f"DEL_ONION {self.service_id}")
         except Exception as exc:  # the control connection went first: the service went with it
             _log.debug("DEL_ONION {id}: {reason}", id=self.service_id, reason=str(exc))
-        yield self.local.stopListening()
+        await maybeDeferred(self.local.stopListening)
 
     def getHost(self) -> OnionAddress:
         return self.address
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> OnionStatus:
         """What the admin API shows of this service."""
         return {"address": self.address.host, "port": self.address.port, "tls": self.tls}
 
 
-def onion_listen_endpoint(reactor: Any, description: str, option: str, control: Any, tls: Any) -> OnionServerEndpoint:
+def onion_listen_endpoint(reactor: IBrokerReactor, description: str, option: str, control: TorControl,
+                          tls: ServerTLS | None) -> OnionServerEndpoint:
     """The endpoint of an ``onion:`` listener of ``--OPTION``; ConfigurationError names it."""
     try:
         return OnionServerEndpoint(reactor, description, option, control, tls)

@@ -9,15 +9,19 @@ outbox's state (``sent``, ``settles``, ``known``...), documented in
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.store.base import is_outage
 from brokerd.store.memory import StoreClosed
 from brokerd.store.records import Delivery
+
+
+_T = TypeVar("_T")
 
 
 class NoNotification(Exception):
@@ -32,7 +36,7 @@ class _Sent:
     def __init__(self, delivery: Delivery, parts: list[bytes]) -> None:
         self.delivery = delivery
         self.parts = parts
-        self.call: Any = None
+        self.call: IDelayedCall | None = None
         """The retry timeout's DelayedCall."""
 
     def cancel(self) -> None:
@@ -52,13 +56,13 @@ class Answers:
     window: int
     known: set[int]
     closed: bool
-    durable: Any
+    durable: Any  # the DurableService, which takes the whole Outbox (this mixin alone is no IDurableSession)
     session: Any
     name: str
     _counting: bool
     _resend_attempt: int
     _resending: set[int]
-    _later: dict[int, Any]
+    _later: dict[int, IDelayedCall]
 
     if TYPE_CHECKING:  # the outbox's (brokerd.protocols.smqp.outbox.Outbox)
         def suspend(self, topic: str | None) -> None: ...
@@ -77,7 +81,7 @@ class Answers:
             self.suspend(delivery.topic)
         d = self.durable.acknowledged(self, delivery)
 
-        def done(result: Any) -> Any:
+        def done(result: _T) -> _T:
             self.settles -= 1
             self.known.discard(delivery.seq)
             return result
@@ -218,7 +222,7 @@ class Answers:
             self.durable.release(delivery.seq, self)
         self._counting = True
 
-        def done(result: Any) -> Any:
+        def done(result: _T) -> _T:
             self._counting = False
             self.known.discard(delivery.seq)
             self.pump()

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionClosed
@@ -25,6 +25,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.errors import BrokerError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.nodelay import no_delay
@@ -373,7 +374,7 @@ def connect(endpoint: IStreamClientEndpoint, on_notify: NotifyHandler | None = N
     return endpoint.connect(SMQPClientFactory(on_notify)).addCallback(greeted)
 
 
-def client_endpoint(reactor: Any, description: str, *, tls: bool = False, hostname: str | None = None,
+def client_endpoint(reactor: IBrokerReactor | None, description: str, *, tls: bool = False, hostname: str | None = None,
                     ca: Path | None = None, cert: Path | None = None,
                     key: Path | None = None) -> IStreamClientEndpoint:
     """The endpoint for a Twisted client endpoint string, wrapped in TLS (SMQPS) when

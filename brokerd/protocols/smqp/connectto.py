@@ -32,23 +32,27 @@ failed (:data:`FAILED`).
 from __future__ import annotations
 
 import ipaddress
+import typing
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint
-from twisted.internet.interfaces import IProtocol, IPushProducer
+from twisted.internet.interfaces import IAddress, IProtocol, IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from brokerd.config import Settings
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.twistedio import limit_output_buffer
 from brokerd.protocols.nodelay import no_delay
 from brokerd.protocols.smqp.codec import SMQPParser, encode_reply
-from brokerd.protocols.smqp.events import ClientReply, Command
+from brokerd.protocols.smqp.events import ClientReply, Command, Rejected
+from brokerd.protocols.smqp.outbox import Outbox
 from brokerd.protocols.smqp.refusal import Refused
 
 MAX_GREETING_LINE = 1024
@@ -56,6 +60,8 @@ MAX_GREETING_LINE = 1024
 MAX_PENDING_REPLIES = 16
 """Client replies read from the notification connection and not yet answered; reading
 pauses beyond."""
+
+_T = typing.TypeVar("_T")
 
 FAILED = "Local error: notification connection failed"
 """The one 451 text of a CONNECTTO whose connection or greeting failed, whatever the reason."""
@@ -148,6 +154,47 @@ def permitted(peer: str | None, address: str, port: int, allow: tuple[AllowEntry
 _log = Logger()
 
 
+class NotifyingFrontEnd(typing.Protocol):
+    """The SMQP front end as CONNECTTO uses it (brokerd.protocols.smqp.factory, which
+    imports this module): its settings, the server's SUID the greeting sends, the allow-list
+    and the reactor that connects and times out."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def suid(self) -> str: ...
+
+    @property
+    def connectto_allow(self) -> tuple[AllowEntry, ...]: ...
+
+    @property
+    def clock(self) -> IBrokerReactor: ...
+
+
+class NotifiedSession(typing.Protocol):
+    """The SMQP session that asked for a notification connection (its whole contract,
+    brokerd.protocols.smqp.session, imports this module): its login, its command
+    connection, its outbox, and what it does when the notification connection is lost."""
+
+    @property
+    def factory(self) -> NotifyingFrontEnd: ...
+
+    @property
+    def account(self) -> str | None: ...
+
+    @property
+    def channel(self) -> str | None: ...
+
+    @property
+    def outbox(self) -> Outbox | None: ...
+
+    @property
+    def transport(self) -> Any: ...
+
+    def notifications_lost(self, connection: NotificationConnection) -> None: ...
+
+
 class ConnectionFailed(Exception):
     """Why a notification connection failed: for the log, never for the client."""
 
@@ -162,14 +209,14 @@ class NotificationConnection(Protocol):
     """The TCP connection to the client's listener, also a producer (paused while its
     replies wait): no single Twisted interface describes both."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: NotifiedSession) -> None:
         self.session = session
-        self.ready: Deferred = Deferred()
+        self.ready: Deferred[NotificationConnection] = Deferred()
         """Fires with this connection once greeted; fails with Refused."""
         self._stage = "greeting"
         self._buffer = b""
         self._parser = SMQPParser(max_body=MAX_GREETING_LINE)
-        self._pending: deque[Any] = deque()
+        self._pending: deque[Command | ClientReply | Rejected] = deque()
         self._busy = False
         self.paused = False
         self.closed = False
@@ -260,7 +307,7 @@ class NotificationConnection(Protocol):
             else:
                 self.transport.resumeProducing()
 
-    def _answered(self, _result: Any) -> None:
+    def _answered(self, _result: object) -> None:
         self._busy = False
         self._next()
 
@@ -268,7 +315,7 @@ class NotificationConnection(Protocol):
         self._log.failure("SMQP acknowledgement on a notification connection", failure)
         self.write([encode_reply(451, "Local error in processing")])
 
-    def _answer(self, event: Any) -> Deferred | None:
+    def _answer(self, event: Command | ClientReply | Rejected) -> Deferred | None:
         if not isinstance(event, ClientReply):
             if isinstance(event, Command):
                 self.write([encode_reply(503, "Bad sequence: commands go on the command connection")])
@@ -279,6 +326,9 @@ class NotificationConnection(Protocol):
         if event.code not in (310, 312, 416):
             self.write([encode_reply(400, f"Bad request: {event.code} is not an acknowledgement (310, 312 or 416)")])
             return None
+        if outbox is None:  # the session has no outbox any more
+            self.write([encode_reply(503, "Bad sequence: no notification to acknowledge")])
+            return None
         try:
             if event.code == 416:
                 d = outbox.refuse()
@@ -286,11 +336,11 @@ class NotificationConnection(Protocol):
             else:
                 d = outbox.acknowledge(wait=event.code == 312)
                 reply = encode_reply(310, "ACK")
-        except Exception:  # NoNotification, or no outbox any more
+        except Exception:  # NoNotification, above all
             self.write([encode_reply(503, "Bad sequence: no notification to acknowledge")])
             return None
 
-        def done(_result: Any) -> None:
+        def done(_result: object) -> None:
             self.write([reply])
             if outbox is not None and not outbox.closed:
                 outbox.pump()
@@ -313,16 +363,16 @@ class NotificationConnection(Protocol):
 
 
 class _Connector(Factory):
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: NotifiedSession) -> None:
         self.session = session
 
-    def buildProtocol(self, addr: Any) -> NotificationConnection:
+    def buildProtocol(self, addr: IAddress | None) -> NotificationConnection:
         connection = NotificationConnection(self.session)
         connection.factory = self
         return connection
 
 
-def connect_notifications(session: Any, command: Command) -> Deferred:
+def connect_notifications(session: NotifiedSession, command: Command) -> Deferred[NotificationConnection]:
     """CONNECTTO for ``session``: check, connect, greet; Deferred[NotificationConnection]
     (fails with Refused)."""
     account, channel, address, port_text = command.args
@@ -342,27 +392,25 @@ def connect_notifications(session: Any, command: Command) -> Deferred:
     endpoint = HostnameEndpoint(clock, host, port, timeout=timeout)
     d = endpoint.connect(_Connector(session))
 
-    def connected(built: IProtocol) -> Deferred:
+    def connected(built: IProtocol) -> Deferred[NotificationConnection]:
         connection = cast(NotificationConnection, built)  # what the _Connector built
         timer = clock.callLater(max(0.0, deadline - clock.seconds()), connection._fail,
                                 f"no greeting within {timeout:g} s")
 
-        def settled(result: Any) -> Any:
+        def settled(result: _T) -> _T:
             if timer.active():
                 timer.cancel()
             return result
 
         return connection.ready.addBoth(settled)
 
-    def failed(failure: Failure) -> Deferred:
+    def failed(failure: Failure) -> Deferred[NotificationConnection]:
         """One answer, at the deadline, whatever went wrong (the module docstring says why)."""
         failure.trap(Exception)
         _log.info("SMQP CONNECTTO {host}:{port} for {account}:{channel} failed: {reason}", host=host, port=port,
                   account=session.account, channel=session.channel, reason=failure.getErrorMessage())
-        answer: Deferred = Deferred()
+        answer: Deferred[NotificationConnection] = Deferred()
         clock.callLater(max(0.0, deadline - clock.seconds()), answer.errback, Refused(451, FAILED))
         return answer
 
-    d.addCallback(connected)
-    d.addErrback(failed)
-    return d
+    return d.addCallback(connected).addErrback(failed)

@@ -17,19 +17,21 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from brokerd.config import Settings
+from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService
 from brokerd.core.message import MULTICAST, Message
 from brokerd.core.publication import KEEP_FOR_FILTERS, NEVER_KEEP, Multicast, Unstored
 from brokerd.core.subscriptions import MESSAGE, SUBSCRIBERS, TOPIC
 from brokerd.errors import Forbidden
 from brokerd.events import schema
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder
 from brokerd.protocols.flow import record_drops
 from brokerd.protocols.smqp.codec import encode_body, encode_notify, format_datetime
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.mapping import stored_body
 from brokerd.protocols.smqp.messages import MAX_FOREIGN_BINARY, receipt_body
-from brokerd.protocols.smqp.outbox import Outbox
+from brokerd.protocols.smqp.outbox import Outbox, Session
+from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.records import Delivery, MessageRecord, ReceiptDue
 
 __all__ = ["MessageService", "login_key", "message_id"]
@@ -60,8 +62,8 @@ class MessageService:
 
     _log = Logger()
 
-    def __init__(self, durable: DurableService, broker: Any, wire: Any, display: Callable[[str], str],
-                 events: Any = NULL_EVENT_LOG, domain: str = "localhost") -> None:
+    def __init__(self, durable: DurableService, broker: Broker, wire: SMQPWireFormat, display: Callable[[str], str],
+                 events: IEventRecorder = NULL_EVENT_LOG, domain: str = "localhost") -> None:
         self.durable = durable
         durable.protocol = PROTOCOL
         durable.receipts = self.send_receipt
@@ -106,7 +108,7 @@ class MessageService:
 
     # ------------------------------------------------------------------ sessions
 
-    def attach(self, session: Any) -> Outbox:
+    def attach(self, session: Session) -> Outbox:
         old = self.outboxes.get(session.subscriber)
         if old is not None:
             old.close()
@@ -133,7 +135,7 @@ class MessageService:
         login topic, nothing the other protocols can carry, a receipt) gets one here."""
         d = self.durable.publish(record, deliveries, size)
 
-        def committed(seq: int) -> Any:
+        def committed(seq: int) -> int | Deferred[int]:
             # The core keeps it for the other protocols' durable sessions (MQTT's persistent
             # ones) too, before the publisher is answered: nothing acknowledged is lost.
             publication = None if message is None else self.forward(message, stored=True)

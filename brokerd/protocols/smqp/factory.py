@@ -24,10 +24,12 @@ from brokerd.auth.accounts import GUEST, AccountsChecker, run_inline
 from brokerd.auth.policy import AccessListFile, ual_account
 from brokerd.auth.ual import AccessList, Perm
 from brokerd.config import Settings
+from brokerd.core.broker import Broker
 from brokerd.core.durable import DurableService, server_domain
 from brokerd.core.principal import Principal
 from brokerd.errors import ConfigurationError
-from brokerd.events.log import NULL_EVENT_LOG
+from brokerd.events.log import NULL_EVENT_LOG, IEventRecorder
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.smqp.codec import encode_notify
 from brokerd.protocols.smqp.connectto import parse_allow_list
 from brokerd.protocols.smqp.delivery import MessageService
@@ -35,6 +37,8 @@ from brokerd.protocols.smqp.federation import Forwarded
 from brokerd.protocols.smqp.links import Links, parse_links, read_password
 from brokerd.protocols.smqp.topictree import TopicTree
 from brokerd.protocols.smqp.wire import SMQPWireFormat
+from brokerd.store.base import IStore
+from brokerd.store.disk import DiskSpace
 from brokerd.store.records import TopicRecord, trash_owner
 
 MAX_REDIRECTING = 256
@@ -63,22 +67,22 @@ class SMQPFrontEnd(Factory):
     ``store`` are given, by the front end's plugin from the broker's Services."""
 
     _log = Logger()
-    disk: Any = None
+    disk: DiskSpace | None = None
     """brokerd.store.disk.DiskSpace: below ``--disk-free-limit`` stored publishes are refused."""
 
     def __init__(
         self,
-        broker: Any,
+        broker: Broker,
         settings: Settings,
-        clock: Any,
-        store: Any,
+        clock: IBrokerReactor,
+        store: IStore,
         checker: AccountsChecker,
         *,
         portal: Portal,
         access_list: AccessListFile,
         durable: DurableService,
         run: Callable[..., Deferred] = run_inline,
-        events: Any = NULL_EVENT_LOG,
+        events: IEventRecorder = NULL_EVENT_LOG,
     ) -> None:
         self.broker = broker
         self.events = events
@@ -157,7 +161,7 @@ class SMQPFrontEnd(Factory):
         core's StoredTopics already left out, and logged, any record without a parent)."""
         self.tree, _skipped = TopicTree.from_records(records, max_owned=self.max_topics_per_account)
 
-    def _ready(self, _result: Any) -> None:
+    def _ready(self, _result: object) -> None:
         self.wire.server_id = self.suid
         self.domains.add(self.suid.partition("/")[0].lower())
         if self._factory_started:
@@ -209,7 +213,7 @@ class SMQPFrontEnd(Factory):
         if self.started.called and self.start_error is None:
             self.durable.start_sweeps()
 
-    def _start_links(self, result: Any) -> Any:
+    def _start_links(self, result: object) -> object:
         if self.start_error is None and self._factory_started:
             self.links.start()
         return result

@@ -26,17 +26,21 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Protocol
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from brokerd.core.subscriber import QUEUE_PREFIX, RELAY_CHANNEL_PREFIX
 from brokerd.core.principal import BROKER
 from brokerd.core.stored import encode as encode_message
 from brokerd.protocols.smqp.codec import format_datetime
+from brokerd.protocols.smqp.delivery import MessageService
 from brokerd.protocols.smqp.events import Body
 from brokerd.protocols.smqp.mapping import to_message
-from brokerd.protocols.smqp.messages import ABSENT, Publication, stored_body
+from brokerd.protocols.smqp.messages import Missing, Publication, stored_body
+from brokerd.protocols.smqp.topictree import TopicTree
 from brokerd.store.records import MessageRecord
 
 MAX_SEEN = 65_536
@@ -131,11 +135,30 @@ def _forwarded_body(body: Body, depth: int, hops: tuple[str, ...]) -> Body:
     return Body(tuple(attributes), body.sections)
 
 
+class ForwardingHost(Protocol):
+    """The SMQP factory as :class:`Forwarded` sees it (brokerd.protocols.smqp.factory, which
+    imports this module): the domain, the topic tree and the message service it stores into."""
+
+    @property
+    def domain(self) -> str: ...
+
+    @property
+    def tree(self) -> TopicTree: ...
+
+    @property
+    def service(self) -> MessageService: ...
+
+    @property
+    def clock(self) -> IReactorTime: ...
+
+    def message_timeout_for(self, key: str) -> float | None: ...
+
+
 class Forwarded:
     """Stores messages that links bring in (one per SMQP factory); remembers their origin
     SMUIDs (at most :data:`MAX_SEEN`, oldest forgotten first)."""
 
-    def __init__(self, factory: Any) -> None:
+    def __init__(self, factory: ForwardingHost) -> None:
         self.factory = factory
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.counts = {"stored": 0, "duplicate": 0, "looped": 0, "no_topic": 0, "local_only": 0,
@@ -178,7 +201,7 @@ class Forwarded:
         forwarded = Publication(created=publication.created, priority=publication.priority, depth=depth, hops=hops)
         subscribers = recipients_for(service.recipients(key, "ADD", now), forwarded)
         timeout = publication.timeout
-        if timeout is ABSENT:
+        if isinstance(timeout, Missing):  # ABSENT
             timeout = factory.message_timeout_for(key)
         expires = None if timeout is None else now + timeout
         mode = "ONE" if "ONE" in (node.delivery, publication.delivery) else "ALL"
@@ -196,7 +219,7 @@ class Forwarded:
         def committed(_seq: int) -> None:
             self.counts["stored"] += 1
 
-        def failed(failure: Any) -> Any:
+        def failed(failure: Failure) -> Failure:
             if origin is not None:
                 self.seen.pop(origin, None)  # not stored: the next copy must not be dropped
             return failure

@@ -26,20 +26,24 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from brokerd.core.subscriptions import MESSAGE
 from brokerd.errors import ConfigurationError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols.endpoints import client_from_string
 from brokerd.protocols.smqp.client import SMQPClientProtocol, SMQPError, connect
 from brokerd.protocols.smqp.codec import encode_notify, encode_publish, format_datetime
 from brokerd.protocols.smqp.delivery import login_key
-from brokerd.protocols.smqp.events import Body, Notify
+from brokerd.protocols.smqp.events import Body, Notify, Reply
 from brokerd.protocols.smqp.federation import (
+    Forwarded,
+    ForwardingHost,
     domain_leaf,
     is_outgoing,
     link_channel,
@@ -48,7 +52,7 @@ from brokerd.protocols.smqp.federation import (
 )
 from brokerd.protocols.smqp.mapping import stored_body
 from brokerd.protocols.smqp.messages import read_publication
-from brokerd.protocols.smqp.outbox import NoNotification
+from brokerd.protocols.smqp.outbox import NoNotification, Outbox
 from brokerd.store.records import MessageRecord
 
 MAX_RECEIPTS = 65_536
@@ -82,12 +86,37 @@ def parse_links(value: str | list[str] | None) -> tuple[LinkSpec, ...]:
     return tuple(specs)
 
 
+class LinkHost(ForwardingHost, Protocol):
+    """The SMQP factory as its links see it (brokerd.protocols.smqp.factory, which imports
+    this module): as :class:`Forwarded` sees it, with the reactor the links connect and wait
+    with, and the store of what they bring."""
+
+    @property
+    def clock(self) -> IBrokerReactor: ...
+
+    @property
+    def forwarded(self) -> Forwarded: ...
+
+
+class LinkStatus(TypedDict):
+    """A link as the admin API and the metrics show it."""
+
+    domain: str
+    state: str
+    subscriptions: int
+    connects: int
+    received: int
+    refused: int
+    sent: int
+    undeliverable: int
+
+
 class Link:
     """One link to another domain's server."""
 
     _log = Logger()
 
-    def __init__(self, factory: Any, spec: LinkSpec, account: str, password: str | None) -> None:
+    def __init__(self, factory: LinkHost, spec: LinkSpec, account: str, password: str | None) -> None:
         self.factory = factory
         self.spec = spec
         self.account = account
@@ -102,14 +131,14 @@ class Link:
         """Topics the other server refused (code), not asked again until wanted anew."""
         self.counts = {"connects": 0, "received": 0, "refused": 0}
         self._delay = FIRST_DELAY
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._running = False
         self._syncing = False
         self._again = False
         self._handling: Deferred = succeed(None)
         self.subscriber = out_subscriber(spec.domain)
         """The durable subscriber name of this link's outgoing point-to-point messages."""
-        self.outbox: Any = None
+        self.outbox: Outbox | None = None
         self._pushing: int | None = None
         self.receipts: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         """The other server's Smuid -> (publisher, our Smuid, our topic) of a message sent
@@ -133,9 +162,11 @@ class Link:
         if client is not None and client.transport is not None:
             client.transport.loseConnection()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LinkStatus:
+        counts = self.counts
         return {"domain": self.spec.domain, "state": self.state, "subscriptions": len(self.remote),
-                **self.counts}
+                "connects": counts["connects"], "received": counts["received"], "refused": counts["refused"],
+                "sent": counts["sent"], "undeliverable": counts["undeliverable"]}
 
     def _set_state(self, state: str, reason: str = "") -> None:
         if state != self.state:
@@ -167,20 +198,20 @@ class Link:
         else:
             d = client.login_cert(self.account, channel)
 
-        def logged_in(_info: Any) -> Deferred:
+        def logged_in(_info: object) -> Deferred[Reply]:
             self.counts["connects"] += 1
             self._delay = FIRST_DELAY
             return client.command("LIST", "SUBSCRIPTIONS")
 
-        def listed(reply: Any) -> None:
+        def listed(reply: Reply) -> None:
             # The link's subscriptions there are durable: the ones it has are kept as they
             # are (subscribing again would add every retained message once more).
             self.remote = {line for line in reply.values if line.startswith("/")}
             self.refused.clear()
             self._set_state("up")
             self.changed()
-            self.outbox = self.factory.service.attach(self)
-            self.outbox.pump()
+            outbox = self.outbox = self.factory.service.attach(self)
+            outbox.pump()
 
         return d.addCallback(logged_in).addCallback(listed)
 
@@ -196,7 +227,7 @@ class Link:
         elif client is None:
             self._retry()
 
-    def _lost(self, _result: Any, client: SMQPClientProtocol) -> None:
+    def _lost(self, _result: object, client: SMQPClientProtocol) -> None:
         if client is not self.client:
             return
         self.client = None
@@ -261,7 +292,7 @@ class Link:
             return
         d.addErrback(self._sync_failed)
 
-    def _subscribed(self, _topics: Any, topic: str) -> None:
+    def _subscribed(self, _topics: object, topic: str) -> None:
         self.remote.add(topic)
         self._sync()
 
@@ -276,7 +307,7 @@ class Link:
                        topic=topic, reason=failure.getErrorMessage())
         self._sync()
 
-    def _unsubscribed(self, _result: Any, topic: str) -> None:
+    def _unsubscribed(self, _result: object, topic: str) -> None:
         self.remote.discard(topic)
         self._sync()
 
@@ -313,7 +344,7 @@ class Link:
             return client.acknowledge().addErrback(lambda _: None)
         d = self.factory.forwarded.store(self.spec.domain, topic, body, publication)
 
-        def stored(_: Any) -> Deferred | None:
+        def stored(_: object) -> Deferred | None:
             self.counts["received"] += 1
             if client.transport is None or not client.is_open:
                 return None  # not acknowledged: the other server sends it again
@@ -338,8 +369,10 @@ class Link:
         timeout, ignored while its PUBLISH is unanswered): PUBLISH it to the recipient on
         the other server; acknowledged here once that server answered."""
         outbox, client = self.outbox, self.client
-        delivery = outbox.inflight if outbox is not None else None
-        if delivery is None or client is None or self._pushing == delivery.seq:
+        if outbox is None or client is None:
+            return
+        delivery = outbox.inflight
+        if delivery is None or self._pushing == delivery.seq:
             return
         self._pushing = delivery.seq
         try:
@@ -368,7 +401,7 @@ class Link:
             target = "/" + delivery.topic.partition("/")[2]
         d = client.send_raw(encode_publish(target, f"L{delivery.seq}", Body(tuple(attributes), body.sections)))
 
-        def answered(reply: Any) -> Deferred | None:
+        def answered(reply: Reply) -> Deferred | None:
             if wants_receipt and len(reply.values) >= 2 and publisher:
                 self.receipts[reply.values[1]] = (publisher, local_smuid, delivery.topic)
                 if len(self.receipts) > MAX_RECEIPTS:
@@ -390,7 +423,7 @@ class Link:
         d.addErrback(lambda failure: self._log.failure("SMQP link to {domain}: sending a message", failure,
                                                        domain=self.spec.domain))
 
-    def _settle(self, outbox: Any, seq: int) -> Deferred | None:
+    def _settle(self, outbox: Outbox, seq: int) -> Deferred | None:
         self._pushing = None
         if outbox is not self.outbox or outbox.inflight is None or outbox.inflight.seq != seq:
             return None
@@ -441,7 +474,7 @@ def read_password(path: str | Path | None) -> str | None:
 class Links:
     """Every link of one SMQP factory."""
 
-    def __init__(self, factory: Any, specs: tuple[LinkSpec, ...], account: str | None,
+    def __init__(self, factory: LinkHost, specs: tuple[LinkSpec, ...], account: str | None,
                  password: str | None) -> None:
         if specs and not account:
             raise ConfigurationError("smqp-link needs --smqp-link-account")
@@ -467,7 +500,7 @@ class Links:
         for link in self.links:
             link.changed()
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[LinkStatus]:
         return [link.status() for link in self.links]
 
     def for_key(self, key: str) -> Link | None:

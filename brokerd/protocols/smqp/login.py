@@ -8,6 +8,8 @@ durable service (its outbox); every refused attempt is an ``auth_failure`` in th
 """
 from __future__ import annotations
 
+from typing import cast
+
 from twisted.cred.credentials import UsernamePassword
 from twisted.cred.error import UnauthorizedLogin
 from twisted.internet.defer import Deferred, succeed
@@ -20,6 +22,7 @@ from brokerd.auth.realm import IIdentity
 from brokerd.auth.tls import peer_names
 from brokerd.core.principal import Principal
 from brokerd.events.log import transport_source
+from brokerd.interfaces import ISubscriber
 from brokerd.protocols.smqp.codec import format_datetime, format_timeout
 from brokerd.protocols.smqp.connectto import NotificationConnection, connect_notifications
 from brokerd.protocols.smqp.events import Command
@@ -167,7 +170,7 @@ class LoginCommands(SessionBase):
         self.address = b"smqp:" + self.name
         self.logged_in()
         factory.logged_in(self)
-        factory.broker.attach(self)
+        factory.broker.attach(cast(ISubscriber, self))  # the whole session, SMQPServerProtocol, is the ISubscriber
         self.outbox = factory.service.attach(self)
         self._after_reply(self.outbox.pump)
         now = factory.clock.seconds()

@@ -328,7 +328,7 @@ class MessagingCommands(SessionBase):
                 raise Refused(403, "Forbidden: only the publisher or a topic administrator recalls a message")
             return factory.durable.to_dead_letters(seq, "recalled").addCallback(gone, record)
 
-        def gone(_settled: Any, record: MessageRecord) -> None:
+        def gone(_settled: object, record: MessageRecord) -> None:
             self.service.message_notice(key, "DELETE", record)
             stamp = format_datetime(factory.clock.seconds())
             self._reply(200, "OK", f"{self.subscriber}@{factory.domain}/{command.args[1]}({stamp})", record.message_id)

@@ -53,6 +53,7 @@ import heapq
 from collections import deque
 from typing import Any, Protocol
 
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -60,6 +61,7 @@ from brokerd.core.publication import StoredPage
 from brokerd.core.storedtopics import HELD
 from brokerd.core.subscriber import owner_of
 from brokerd.core.subscriptions import wildcard_covers
+from brokerd.interfaces import IWireFormat
 from brokerd.protocols.smqp.answers import Answers, NoNotification, _Sent  # noqa: F401 (NoNotification: the outbox's error)
 from brokerd.store.base import is_outage
 from brokerd.store.memory import StoreClosed
@@ -75,7 +77,11 @@ BATCH = 64 * 1024
 
 
 class Session(Protocol):
-    subscriber: str
+    """Who an outbox notifies: an SMQP session (or a link to another domain's server), named
+    as a durable subscriber, which writes one notification at a time when it can."""
+
+    @property
+    def subscriber(self) -> str: ...
 
     def write_notify(self, parts: list[bytes]) -> None: ...
 
@@ -120,7 +126,7 @@ class Outbox(Answers):
         """Client answers the session has not written its own answer to yet."""
         self._counting = False
         """A retry's attempt is being counted, or a delivery given up."""
-        self._later: dict[int, Any] = {}
+        self._later: dict[int, IDelayedCall] = {}
         self.waiting_one: dict[int, Delivery] = {}
         self.stale = True
         self.loading = False
@@ -232,7 +238,7 @@ class Outbox(Answers):
         self.pump()
 
     @property
-    def wire_format(self) -> Any:
+    def wire_format(self) -> IWireFormat:
         """How the core renders a message never stored for this session (NOTIFY MESSAGE
         with Guarantee: NO)."""
         return self.service.wire

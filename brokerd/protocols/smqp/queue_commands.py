@@ -3,8 +3,6 @@ GET, REMOVE and MOVE MESSAGE, and the message-number syntax they share (``1845-1
 """
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred, succeed
 
 from brokerd.auth.ual import Perm
@@ -82,7 +80,7 @@ class QueueCommands(SessionBase):
         durable = self.factory.durable
         service = self.service
 
-        def found(record: MessageRecord | None) -> Any:
+        def found(record: MessageRecord | None) -> Deferred:
             if record is None or record.topic != key:
                 raise Refused(404, "Not found: no such message in the topic")
             owner = trash_owner(key) if record.trashed is not None else None
@@ -93,7 +91,7 @@ class QueueCommands(SessionBase):
                 return durable.delete(seq).addCallback(lambda _: self._reply(200, "OK"))
             return durable.to_dead_letters(seq, "removed").addCallback(removed, record)
 
-        def removed(_settled: Any, record: MessageRecord) -> None:
+        def removed(_settled: object, record: MessageRecord) -> None:
             service.message_notice(key, "DELETE", record)
             self._reply(200, "OK")
 
@@ -110,7 +108,7 @@ class QueueCommands(SessionBase):
         durable = self.factory.durable
         service = self.service
 
-        def found(record: MessageRecord | None) -> Any:
+        def found(record: MessageRecord | None) -> Deferred:
             if record is None or record.topic != key or record.trashed is not None:
                 raise Refused(404, "Not found: no such message in the topic")
             if not self._owned(record, key):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.base import DelayedCall
@@ -48,10 +48,12 @@ from brokerd.interfaces import ISubscriber
 from brokerd.protocols.dispatch import command_table, verbs_of
 from brokerd.protocols.lifecycle import ConnectionLifecycle
 from brokerd.protocols.smqp.codec import SMQPParser, encode_greeting, encode_reply
+from brokerd.protocols.smqp.connectto import NotificationConnection
 from brokerd.protocols.smqp.events import ClientReply, Command, Rejected
 from brokerd.protocols.smqp.factory import SMQPFrontEnd
 from brokerd.protocols.smqp.login import LoginCommands
 from brokerd.protocols.smqp.messaging import MessagingCommands, Overlap
+from brokerd.protocols.smqp.outbox import Outbox
 from brokerd.protocols.smqp.queue_commands import QueueCommands
 from brokerd.protocols.smqp.refusal import Refused
 from brokerd.protocols.smqp.streaming import ReplyStream
@@ -60,6 +62,8 @@ from brokerd.protocols.smqp.topic_commands import TopicCommands
 from brokerd.protocols.smqp.topictree import TopicError
 from brokerd.protocols.smqp.wire import SMQPWireFormat
 from brokerd.store.base import is_outage
+
+_T = TypeVar("_T")
 
 SERVER_IDENT = f"brokerd SMQP Server/{__version__}"
 MAX_PIPELINE = 64
@@ -110,8 +114,8 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self.account: str | None = None
         self.channel: str | None = None
         self.closed = False
-        self.outbox: Any = None
-        self.notifier: Any = None
+        self.outbox: Outbox | None = None
+        self.notifier: NotificationConnection | None = None
         """The CONNECTTO notification connection, when the client opened one."""
         self._stream: ReplyStream | None = None
         """The reply being written a piece at a time (GET MESSAGE), if any."""
@@ -158,7 +162,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
             self.transport.pauseProducing()
             factory.started.addBoth(self._greet_later)
 
-    def _greet_later(self, result: Any) -> Any:
+    def _greet_later(self, result: _T) -> _T:
         if not self.closed:
             self.transport.resumeProducing()
             self._greet(self.factory.start_error)
@@ -324,7 +328,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         self._flush()
         self._regulate()
 
-    def _resume(self, _result: Any, slot: _Slot) -> None:
+    def _resume(self, _result: object, slot: _Slot) -> None:
         self._busy = False
         slot.ready = True
         self._slot = None
@@ -448,7 +452,7 @@ class SMQPServerProtocol(LoginCommands, TopicCommands, MessagingCommands, Subscr
         stream = self._stream = slot.stream = ReplyStream(self, source, tail)
         slot.data.append(head)
 
-        def ended(result: Any) -> Any:
+        def ended(result: _T) -> _T:
             slot.stream = None
             if self._stream is stream:
                 self._stream = None

@@ -57,7 +57,7 @@ class SubscriptionCommands(SessionBase):
         record = SubscriptionRecord(name, kind, topic, tuple(sorted(changes)), since, until)
         keys = sorted({node.link or node.key for node in selected})
 
-        def done(_: Any) -> None:
+        def done(_: object) -> None:
             if kind == MESSAGE:
                 self.notifications.refresh()
                 if pattern is None:

@@ -8,8 +8,7 @@ memory when the store fails.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -55,7 +54,7 @@ class TopicCommands(SessionBase):
                                f"permission on {found.node.display}")
         return found
 
-    def _visible(self, nodes: Any) -> list[Node]:
+    def _visible(self, nodes: Iterable[Node]) -> list[Node]:
         return [node for node in nodes if self._permissions(node)]
 
     def _listing(self, node: Node, keywords: bool = False) -> str:
@@ -71,7 +70,7 @@ class TopicCommands(SessionBase):
                  then: Callable[[], None] | None = None) -> Deferred:
         """Answer 200 once the store has the change (and run ``then``: notices); undo it in
         memory if the store fails."""
-        def stored(_result: Any) -> None:
+        def stored(_result: object) -> None:
             self._reply(OK, "OK")
             if then is not None:
                 then()

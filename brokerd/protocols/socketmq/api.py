@@ -63,6 +63,7 @@ from brokerd.protocols.socketmq.codec import (
 )
 from brokerd.protocols.socketmq.events import (
     Auth,
+    ClientMessage,
     Dropped,
     Event,
     Hello,
@@ -80,6 +81,7 @@ from brokerd.protocols.socketmq.incoming import IncomingRequest
 from brokerd.protocols.socketmq.pgp import (
     CONTENT_TYPE,
     SECURITY_METHOD,
+    Certificate,
     Identity,
     PGPError,
     SecretKey,
@@ -361,7 +363,7 @@ class Client:
         if self.server_cert is not None:
             return succeed(self.server_cert)
 
-        def got(armored: str) -> Any:
+        def got(armored: str) -> Certificate:
             cert = parse_cert(armored)
             self._pin(cert)
             self.server_cert = cert
@@ -369,7 +371,7 @@ class Client:
 
         return self.fetch_public_key().addCallback(got)
 
-    def _pin(self, cert: Any) -> None:
+    def _pin(self, cert: Certificate) -> None:
         """Trust on first use: remember the key per host:port; refuse a changed one."""
         if self.known_servers is None:
             return
@@ -612,7 +614,7 @@ class ClientConnection(WebSocketClientProtocol):
         if not self.closed.called:
             self.closed.callback((code, reason))
 
-    def call(self, message: Any) -> Deferred:
+    def call(self, message: ClientMessage) -> Deferred:
         """Send a request with a fresh id; fires with its Result (SocketMQError unless 200)."""
         self._ids += 1
         message = replace(message, id=self._ids)

@@ -149,7 +149,7 @@ class Hub:
         peer at ``address``."""
         self.events.auth_failure(PROTOCOL, identity, source=peer_text(address), scheme=scheme, reason=reason)
 
-    def run_crypto(self, function: Callable[..., Any], *args: Any) -> Deferred:
+    def run_crypto(self, function: Callable[..., object], *args: object) -> Deferred:
         """Run OpenPGP work off the reactor thread (in the reactor's thread pool); fails
         with brokerd.errors.Busy when the work queue is full."""
         return self.work_queue.run(function, *args)

@@ -15,12 +15,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import pysequoia
 from pysequoia.packet import PacketPile, Tag
 
 CONTENT_TYPE = "application/pgp-encrypted"
 SECURITY_METHOD = "OpenPGP"
+
+Certificate: TypeAlias = pysequoia.Cert
+"""An OpenPGP certificate, as the other modules name it (they do not import pysequoia)."""
 
 
 class PGPError(Exception):

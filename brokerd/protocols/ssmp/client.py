@@ -35,6 +35,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from brokerd.errors import BrokerError
+from brokerd.interfaces import IBrokerReactor
 from brokerd.protocols import endpoints
 from brokerd.protocols.closing import ClosedNotifier, abort_connection
 from brokerd.protocols.nodelay import no_delay
@@ -181,7 +182,7 @@ class SSMPClientProtocol(ClosedNotifier, Protocol):
         self._cancel_timers()
         abort_connection(self.transport)
 
-    def _violation(self, why: str, **fields: Any) -> None:
+    def _violation(self, why: str, **fields: object) -> None:
         self._log.warn("SSMP server broke the protocol, closing: " + why, **fields)
         self._abort()
 
@@ -592,7 +593,7 @@ class SSMPClient(Service):
     def _attempt_failed_later(self, failure: Failure) -> None:
         self._later(self._attempt_failed, failure)
 
-    def _later(self, function: Callable[..., object], *args: Any) -> None:
+    def _later(self, function: Callable[..., object], *args: object) -> None:
         reactor = self._reactor
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -619,7 +620,7 @@ class SSMPClient(Service):
 
     # ------------------------------------------------------------------ requests
 
-    def _when_ready(self, method: str, *args: Any) -> Deferred:
+    def _when_ready(self, method: str, *args: object) -> Deferred:
         d = self.whenConnected()
         d.addCallback(lambda protocol: getattr(protocol, method)(*args))
         return d
@@ -659,7 +660,7 @@ class SSMPClient(Service):
 
 
 def client_endpoint(
-    reactor: Any,
+    reactor: IBrokerReactor | None,
     description: str,
     *,
     tls: bool = False,
@@ -679,7 +680,7 @@ def client_endpoint(
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
-        reactor = default_reactor
+        reactor = cast(IBrokerReactor, default_reactor)  # the global reactor has every facet
     return endpoints.client_endpoint(
         reactor,
         description,
