@@ -1,0 +1,322 @@
+"""CPU per durable message on the broker's store path, in process, revisions side by side.
+
+    python benchmarks/durable_cpu.py --commit main --commit HEAD                 # 5 rounds, ns
+    python benchmarks/durable_cpu.py --commit main --commit HEAD --instructions  # callgrind's count
+
+Why: smqp_bench.py measures durable publish and acknowledged delivery through sockets, a real
+reactor and the store's writer thread, whose figures swing with the machine's load; this
+measures what a change does to brokerd's own work on the durable path, as ssmp_cpu.py and
+mqtt_cpu.py do for live delivery.  The broker is built as ``twistd brokerd`` builds it
+(``brokerd.tap.build_service`` with an SMQP and an SSMP listener, never started: no socket),
+its store the embedded SQLite file in a temporary data directory (synchronous=FULL as always),
+the event log off (as ssmp_cpu.py and mqtt_cpu.py run it); connections are StringTransports
+fed to ``dataReceived``, 64-byte payloads:
+
+* ``smqp-pub``: an SMQP session PUBLISHes (guaranteed, one PUBLISH per read) to ``/bench``,
+  whose one durable subscriber is offline: the publish and the store's hand-off, per message;
+* ``smqp-window``: that subscriber comes back with ``SET NOTIFY WINDOW 64`` (brokerd's
+  extension) and drains a stored backlog, answering every read's NOTIFY MESSAGEs with their
+  ``310 ACK``s in one read, per delivered message;
+* ``ssmp-durable``: an SSMP session MCASTs (one per read) to ``bench``, covered by the offline
+  SMQP subscriber's durable subscription, so the core stores each before its ``200``.
+
+The store's writer thread is never started (the store commits on a thread of its own, whose
+group commit batches what arrived while the last transaction committed, which depends on
+timing): the harness runs the store's queued batches itself, on the measuring thread, after
+every read and until none is left, so the transactions are the same in every run and so is
+the count (two runs of one revision agree within 0.2 %).  With ``--instructions`` each
+workload is reported twice: ``<workload>`` counts everything (the writer's part, SQLite's
+statements and commits, included; its fsyncs are the kernel's) and ``<workload> reactor``
+leaves out the writer's part (the store's ``_run_batch``, which the harness calls through
+``operator.call`` so that callgrind's inclusive count of that C function is the writer's
+share): the work of the reactor thread, which is what a change of the core moves.  Time
+stands still (a Clock that is never advanced: no retry or sweep timer fires).
+
+It prints the process CPU time per message (``time.process_time``, the best of several
+repetitions) or, with ``--instructions``, the instructions callgrind counts for one measured
+repetition after an unmeasured one, per message (load-independent; slow: about three minutes
+per revision).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ssmp_cpu import REPO, _dump_number, _instructions, export
+
+KINDS = ("smqp-pub", "smqp-window", "ssmp-durable")
+
+MEASURE = r'''
+import json, operator, os, sys, tempfile, time
+from pathlib import Path
+from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from brokerd.config import Settings
+from brokerd.tap import build_service
+
+config = json.loads(sys.argv[1])
+PAYLOAD = b"x" * 64
+WINDOW = 64
+
+
+class InlinePool:
+    """A thread pool that runs its work at once, on the calling thread (password checks)."""
+
+    def callInThreadWithCallback(self, on_result, f, *args, **kwargs):
+        try:
+            result = f(*args, **kwargs)
+        except BaseException:
+            on_result(False, Failure())
+        else:
+            on_result(True, result)
+
+
+class Reactor(Clock):
+    """The reactor brokerd is built with: time stands still, thread pool work runs inline,
+    and nothing runs "when running": the store's writer thread is never started
+    (:func:`drain` runs its batches)."""
+
+    running = False
+
+    def callWhenRunning(self, f, *args, **kwargs):
+        pass
+
+    def addSystemEventTrigger(self, *args, **kwargs):
+        return object()
+
+    def removeSystemEventTrigger(self, trigger):
+        pass
+
+    def callFromThread(self, f, *args, **kwargs):
+        f(*args, **kwargs)
+
+    def getThreadPool(self):
+        return InlinePool()
+
+
+class Transport(StringTransport):
+    def setTcpNoDelay(self, enabled):
+        pass
+
+
+class Broker:
+    """brokerd as ``twistd brokerd --smqp ... --ssmp ...`` builds it, in a fresh data dir."""
+
+    def __init__(self):
+        data_dir = Path(tempfile.mkdtemp(prefix="durable-cpu-"))
+        settings = Settings(data_dir=data_dir, open_login=True, smqp_guest_permissions="psc",
+                            max_output_buffer=10**12, event_log=False,
+                            listeners={"smqp": [f"unix:{data_dir}/smqp.sock"], "ssmp": [f"unix:{data_dir}/ssmp.sock"]})
+        runtime = build_service(settings, Reactor()).runtime
+        # Where the listeners' factories are kept: Runtime.front_ends since the front ends are
+        # plugins; before, the runtime's resources dict.
+        factories = getattr(runtime, "front_ends", None) or runtime.resources["factories"]
+        self.smqp, self.ssmp = factories["smqp"], factories["ssmp"]
+        self.store = self.smqp.store
+        self.ports = iter(range(40000, 50000))
+        for factory in (self.smqp, self.ssmp):
+            factory.doStart()  # what a listening port does first
+        self.drain()
+        assert self.smqp.started.called and self.smqp.start_error is None, self.smqp.start_error
+
+    def drain(self):
+        """Run the store's queued batches, as its writer thread would, until none is left; the
+        writer's part (``_run_batch``) through ``operator.call``, so that callgrind can tell it."""
+        store = self.store
+        while store._busy:
+            batch = store._inbox.get_nowait()
+            store._batch_done(operator.call(store._run_batch, batch), batch)
+
+    def connect(self, factory, data):
+        address = IPv4Address("TCP", "127.0.0.1", next(self.ports))
+        protocol = factory.buildProtocol(address)
+        transport = Transport(peerAddress=address)
+        protocol.makeConnection(transport)
+        self.send(protocol, data)
+        return protocol, transport
+
+    def send(self, protocol, data):
+        protocol.dataReceived(data)
+        self.drain()
+
+    def smqp_login(self, channel, commands=b""):
+        protocol, out = self.connect(self.smqp, b"LOGIN guest:%s CLEAR/1.0\r\nPASS guest\r\n%s" % (channel, commands))
+        assert b"200 Suid: " in out.value(), out.value()
+        return protocol, out
+
+
+def publish_command(n):
+    return (b"PUBLISH MESSAGE /bench c%08d\r\nCreated: D20261129T00000000Z\r\n\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s\r\n.\r\n" % (n, len(PAYLOAD), PAYLOAD))
+
+
+def offline_subscriber(broker):
+    """Topic /bench and a durable subscriber of it (guest:sub), gone: its messages are stored."""
+    protocol, out = broker.smqp_login(b"sub", b"CREATE TOPIC /bench\r\nSUB MESSAGE /bench\r\n")
+    assert out.value().endswith(b"200 OK\r\n200-OK\r\n200 /bench\r\n"), out.value()
+    broker.send(protocol, b"QUIT\r\n")
+    protocol.connectionLost(Failure(ConnectionDone()))
+
+
+def repetitions(run, repeat, marks):
+    """Call ``run()`` (one repetition, which returns the messages it did) ``repeat`` times; the
+    best CPU time per message in ns and the messages of one repetition.  With ``marks``, the
+    last repetition calls getppid() before and getpgrp() after, where callgrind zeroes and
+    dumps its counts (--zero-before, --dump-before)."""
+    best, done = None, 0
+    for repetition in range(repeat):
+        marked = marks and repetition == repeat - 1
+        if marked:
+            os.getppid()
+        started = time.process_time()
+        done = run()
+        cost = (time.process_time() - started) / done * 1e9
+        if marked:
+            os.getpgrp()
+        best = cost if best is None else min(best, cost)
+    return best, done
+
+
+def publishing(broker, messages, command, reply):
+    """A session that sends ``command(n)`` one per read; each answer holds ``reply`` once."""
+    if command is publish_command:
+        protocol, out = broker.smqp_login(b"pub")
+    else:
+        protocol, out = broker.connect(broker.ssmp, b"LOGIN p open\n")
+    out.clear()
+    sent = [0]
+
+    def run():
+        for _ in range(messages):
+            broker.send(protocol, command(sent[0]))
+            sent[0] += 1
+        assert out.value().count(reply) == messages, out.value()[-300:]
+        out.clear()
+        return messages
+
+    return run
+
+
+def measure(kind, messages, repeat, marks):
+    broker = Broker()
+    offline_subscriber(broker)
+    if kind == "smqp-pub":
+        return repetitions(publishing(broker, messages, publish_command, b"\n200 "), repeat, marks)
+    if kind == "ssmp-durable":
+        mcast = lambda _n: b"MCAST bench " + PAYLOAD + b"\n"
+        return repetitions(publishing(broker, messages, mcast, b"200\n"), repeat, marks)
+    # the backlog: each repetition answers whole windows, up to WINDOW more than ``messages``
+    publishing(broker, repeat * (messages + WINDOW) + WINDOW, publish_command, b"\n200 ")()
+    subscriber, out = broker.smqp_login(
+        b"sub", b"SET NOTIFY SUSPEND\r\nSET NOTIFY WINDOW %d\r\nSET NOTIFY RESUME\r\n" % WINDOW)
+
+    def run():
+        """Answer the NOTIFYs each read brought, in one read, until ``messages`` were."""
+        delivered = 0
+        while delivered < messages:
+            notified = out.value().count(b"NOTIFY MESSAGE ")
+            assert notified, out.value()[-300:]
+            out.clear()
+            broker.send(subscriber, b"310 ACK\r\n" * notified)
+            delivered += notified
+        return delivered
+
+    return repetitions(run, repeat, marks)
+
+
+results = {kind: measure(kind, config["messages"], config["repeat"], config["marks"]) for kind in config["kinds"]}
+print(json.dumps({kind: ns for kind, (ns, _sent) in results.items()}))
+print(json.dumps({"sent": {kind: sent for kind, (_ns, sent) in results.items()}}))
+'''
+
+
+def run_tree(tree: Path, kinds: list[str], messages: int, counting: bool) -> dict[str, float]:
+    """One fresh process measuring ``kinds`` with the brokerd of ``tree``: ns per message, or
+    (``counting``) instructions per message under callgrind, as ``<kind>`` (everything) and
+    ``<kind> reactor`` (the store writer's part left out)."""
+    config = json.dumps({"kinds": kinds, "messages": messages, "repeat": 2 if counting else 5, "marks": counting})
+    command = [sys.executable, "-c", MEASURE, config]
+    env = {"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"}
+    if not counting:
+        return json.loads(_output(command, tree, env).splitlines()[0])
+    with tempfile.TemporaryDirectory(prefix="durable-cpu-callgrind-") as dumps:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out",
+                   "--zero-before=getppid", "--dump-before=getpgrp", *command]
+        out = _output(command, tree, env)
+        sent = json.loads(next(line for line in out.splitlines() if '"sent"' in line))["sent"]
+        paths = sorted(Path(dumps).glob("out.*"), key=_dump_number)
+        figures: dict[str, float] = {}
+        for kind, path in zip(kinds, paths):
+            count = _instructions(path)
+            figures[kind] = count / sent[kind]
+            figures[f"{kind} reactor"] = (count - _writer_instructions(path)) / sent[kind]
+    return figures
+
+
+def _output(command: list[str], tree: Path, env: dict[str, str]) -> str:
+    """The measuring process's output; its traceback when it failed (a revision whose
+    construction or replies the harness does not know)."""
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"measuring {tree} failed:\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def _writer_instructions(dump: Path) -> int:
+    """The inclusive instructions of ``operator.call`` in one dump: the store writer's part,
+    which the measuring process runs through it and nothing else does."""
+    report = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
+                            check=True, capture_output=True, text=True).stdout
+    for line in report.splitlines():
+        if re.search(r":_operator_call\b", line):
+            return int(line.split()[0].replace(",", ""))
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
+    parser.add_argument("--only", default=",".join(KINDS), help=f"workloads [{','.join(KINDS)}]")
+    parser.add_argument("--rounds", type=int, help="rounds over all revisions [5; 1 with --instructions]")
+    parser.add_argument("--messages", type=int, help="messages per repetition [2048; 512 with --instructions]")
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    options = parser.parse_args()
+    counting = options.instructions
+    rounds = options.rounds or (1 if counting else 5)
+    messages = options.messages or (512 if counting else 2048)
+    trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
+    kinds = options.only.split(",")
+    unit = "instructions" if counting else "ns"
+    seen: dict[str, dict[str, list[float]]] = {rev: {} for rev in trees}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for round_ in range(rounds):
+        for rev, tree in trees.items():
+            result = run_tree(tree, kinds, messages, counting)
+            for kind, value in result.items():
+                seen[rev].setdefault(kind, []).append(value)
+            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} {unit}" for k, v in result.items()),
+                  flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    base = next(iter(trees))
+    for kind in seen[base]:
+        cells = []
+        for rev in trees:
+            best, median = min(seen[rev][kind]), statistics.median(seen[rev][kind])
+            change = "" if rev == base else f" ({(best / min(seen[base][kind]) - 1) * 100:+.1f} %)"
+            cells.append(f"{rev} best {best:.0f} {unit}, median {median:.0f} {unit}{change}")
+        print(f"({kind}) " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
