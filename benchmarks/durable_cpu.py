@@ -43,13 +43,13 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import measure_rounds, report
 from ssmp_cpu import REPO, _dump_number, _instructions, export
 
 KINDS = ("smqp-pub", "smqp-window", "ssmp-durable")
@@ -299,24 +299,7 @@ def main() -> None:
     trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
     kinds = options.only.split(",")
     unit = "instructions" if counting else "ns"
-    seen: dict[str, dict[str, list[float]]] = {rev: {} for rev in trees}
-    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    for round_ in range(rounds):
-        for rev, tree in trees.items():
-            result = run_tree(tree, kinds, messages, counting)
-            for kind, value in result.items():
-                seen[rev].setdefault(kind, []).append(value)
-            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} {unit}" for k, v in result.items()),
-                  flush=True)
-    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    base = next(iter(trees))
-    for kind in seen[base]:
-        cells = []
-        for rev in trees:
-            best, median = min(seen[rev][kind]), statistics.median(seen[rev][kind])
-            change = "" if rev == base else f" ({(best / min(seen[base][kind]) - 1) * 100:+.1f} %)"
-            cells.append(f"{rev} best {best:.0f} {unit}, median {median:.0f} {unit}{change}")
-        print(f"({kind}) " + " | ".join(cells))
+    report(measure_rounds(trees, rounds, unit, lambda tree: run_tree(tree, kinds, messages, counting)), unit)
 
 
 if __name__ == "__main__":
