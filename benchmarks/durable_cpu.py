@@ -39,7 +39,6 @@ per revision).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -49,8 +48,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import measure_rounds, report
-from ssmp_cpu import REPO, _dump_number, _instructions, export
+from side_by_side import main
+from ssmp_cpu import _dump_number, _instructions
 
 KINDS = ("smqp-pub", "smqp-window", "ssmp-durable")
 
@@ -285,22 +284,5 @@ def _writer_instructions(dump: Path) -> int:
     return 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
-    parser.add_argument("--only", default=",".join(KINDS), help=f"workloads [{','.join(KINDS)}]")
-    parser.add_argument("--rounds", type=int, help="rounds over all revisions [5; 1 with --instructions]")
-    parser.add_argument("--messages", type=int, help="messages per repetition [2048; 512 with --instructions]")
-    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
-    options = parser.parse_args()
-    counting = options.instructions
-    rounds = options.rounds or (1 if counting else 5)
-    messages = options.messages or (512 if counting else 2048)
-    trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
-    kinds = options.only.split(",")
-    unit = "instructions" if counting else "ns"
-    report(measure_rounds(trees, rounds, unit, lambda tree: run_tree(tree, kinds, messages, counting)), unit)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, run_tree, ",".join(KINDS), (2048, 512))

@@ -20,7 +20,6 @@ repetition, per delivery (load-independent; slow to start).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import measure_rounds, report
-from ssmp_cpu import REPO, _dump_number, _instructions, export
+from side_by_side import main
+from ssmp_cpu import _dump_number, _instructions
 
 MEASURE = r'''
 import json, os, sys, time
@@ -133,22 +132,5 @@ def run_tree(tree: Path, kinds: list[str], messages: int, counting: bool) -> dic
     return {kind: count / sent[kind] for kind, count in zip(kinds, counts)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
-    parser.add_argument("--only", default="q1-ack,q0-1", help="workloads [q1-ack,q0-1]; also q1-win")
-    parser.add_argument("--rounds", type=int, help="rounds over all revisions [5; 1 with --instructions]")
-    parser.add_argument("--messages", type=int, help="deliveries per repetition [16000; 2000 with --instructions]")
-    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
-    options = parser.parse_args()
-    counting = options.instructions
-    rounds = options.rounds or (1 if counting else 5)
-    messages = options.messages or (2000 if counting else 16000)
-    trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
-    kinds = options.only.split(",")
-    unit = "instructions" if counting else "ns"
-    report(measure_rounds(trees, rounds, unit, lambda tree: run_tree(tree, kinds, messages, counting)), unit)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, run_tree, "q1-ack,q0-1", (16000, 2000), also="; also q1-win", per="deliveries")

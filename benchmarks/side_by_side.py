@@ -6,13 +6,40 @@ best's change from the first revision's.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from ssmp_cpu import REPO, export
+
 Figures = dict[str, dict[str, list[float]]]
 """revision -> workload -> the figure of each round."""
+RunTree = Callable[[Path, list[str], int, bool], dict[str, float]]
+"""``run_tree(tree, workloads, messages, counting)``: workload -> figure, of one revision."""
+
+
+def main(description: str, run_tree: RunTree, workloads: str, messages: tuple[int, int],
+         also: str = "", per: str = "messages") -> None:
+    """The command line of such a benchmark: ``--commit`` (repeatable), ``--only``,
+    ``--rounds``, ``--messages`` (``messages``: timed, counted) and ``--instructions``; then
+    the rounds and the summary."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
+    parser.add_argument("--only", default=workloads, help=f"workloads [{workloads}]{also}")
+    parser.add_argument("--rounds", type=int, help="rounds over all revisions [5; 1 with --instructions]")
+    parser.add_argument("--messages", type=int,
+                        help=f"{per} per repetition [{messages[0]}; {messages[1]} with --instructions]")
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    options = parser.parse_args()
+    counting = options.instructions
+    rounds = options.rounds or (1 if counting else 5)
+    count = options.messages or messages[counting]
+    trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
+    kinds = options.only.split(",")
+    unit = "instructions" if counting else "ns"
+    report(measure_rounds(trees, rounds, unit, lambda tree: run_tree(tree, kinds, count, counting)), unit)
 
 
 def measure_rounds(trees: dict[str, Path], rounds: int, unit: str,
