@@ -24,7 +24,7 @@ The store's writer thread is never started (the store commits on a thread of its
 group commit batches what arrived while the last transaction committed, which depends on
 timing): the harness runs the store's queued batches itself, on the measuring thread, after
 every read and until none is left, so the transactions are the same in every run and so is
-the count (two runs of one revision agree within 0.2 %).  With ``--instructions`` each
+the count (two runs of one revision agree within 0.1 %).  With ``--instructions`` each
 workload is reported twice: ``<workload>`` counts everything (the writer's part, SQLite's
 statements and commits, included; its fsyncs are the kernel's) and ``<workload> reactor``
 leaves out the writer's part (the store's ``_run_batch``, which the harness calls through
