@@ -54,7 +54,7 @@ from ssmp_cpu import _dump_number, _instructions
 KINDS = ("smqp-pub", "smqp-window", "ssmp-durable")
 
 MEASURE = r'''
-import json, operator, os, sys, tempfile, time
+import atexit, json, operator, os, shutil, sys, tempfile, time
 from pathlib import Path
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
@@ -114,6 +114,9 @@ class Broker:
 
     def __init__(self):
         data_dir = Path(tempfile.mkdtemp(prefix="durable-cpu-"))
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+        # Only settings every revision measured knows (the smqp_* ones that became durable_*
+        # keep their defaults).
         settings = Settings(data_dir=data_dir, open_login=True, smqp_guest_permissions="psc",
                             max_output_buffer=10**12, event_log=False,
                             listeners={"smqp": [f"unix:{data_dir}/smqp.sock"], "ssmp": [f"unix:{data_dir}/ssmp.sock"]})
