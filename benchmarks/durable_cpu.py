@@ -26,12 +26,11 @@ timing): the harness runs the store's queued batches itself, on the measuring th
 every read and until none is left, so the transactions are the same in every run and so is
 the count (two runs of one revision agree within 0.1 %, separate invocations within 0.4 %).
 With ``--instructions`` each workload is reported twice: ``<workload>`` counts everything
-(the writer's part, SQLite's
-statements and commits, included; its fsyncs are the kernel's) and ``<workload> reactor``
-leaves out the writer's part (the store's ``_run_batch``, which the harness calls through
-``operator.call`` so that callgrind's inclusive count of that C function is the writer's
-share): the work of the reactor thread, which is what a change of the core moves.  Time
-stands still (a Clock that is never advanced: no retry or sweep timer fires).
+(the writer's part, SQLite's statements and commits, included; its fsyncs are the kernel's)
+and ``<workload> reactor`` leaves out the writer's part (the store's ``_run_batch``, which the
+harness calls through ``operator.call`` so that callgrind's inclusive count of that C function
+is the writer's share): the work of the reactor thread, which is what a change of the core
+moves.  Time stands still (a Clock that is never advanced: no retry or sweep timer fires).
 
 It prints the process CPU time per message (``time.process_time``, the best of several
 repetitions) or, with ``--instructions``, the instructions callgrind counts for one measured
