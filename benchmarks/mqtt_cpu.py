@@ -20,17 +20,16 @@ repetition, per delivery (load-independent; slow to start).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ssmp_cpu import REPO, _dump_number, _instructions, export
+from side_by_side import main
+from ssmp_cpu import _dump_number, _instructions
 
 MEASURE = r'''
 import json, os, sys, time
@@ -133,38 +132,5 @@ def run_tree(tree: Path, kinds: list[str], messages: int, counting: bool) -> dic
     return {kind: count / sent[kind] for kind, count in zip(kinds, counts)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commit", metavar="REV", action="append", help="repeatable [the working tree]")
-    parser.add_argument("--only", default="q1-ack,q0-1", help="workloads [q1-ack,q0-1]; also q1-win")
-    parser.add_argument("--rounds", type=int, help="rounds over all revisions [5; 1 with --instructions]")
-    parser.add_argument("--messages", type=int, help="deliveries per repetition [16000; 2000 with --instructions]")
-    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
-    options = parser.parse_args()
-    counting = options.instructions
-    rounds = options.rounds or (1 if counting else 5)
-    messages = options.messages or (2000 if counting else 16000)
-    trees = {rev: export(rev) for rev in options.commit or []} or {"working tree": REPO}
-    kinds = options.only.split(",")
-    unit = "instructions" if counting else "ns"
-    seen: dict[str, dict[str, list[float]]] = {rev: {kind: [] for kind in kinds} for rev in trees}
-    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    for round_ in range(rounds):
-        for rev, tree in trees.items():
-            result = run_tree(tree, kinds, messages, counting)
-            for kind, value in result.items():
-                seen[rev][kind].append(value)
-            print(f"round {round_ + 1} {rev}: " + ", ".join(f"({k}) {v:.0f} {unit}" for k, v in result.items()),
-                  flush=True)
-    base = next(iter(trees))
-    for kind in kinds:
-        cells = []
-        for rev in trees:
-            best, median = min(seen[rev][kind]), statistics.median(seen[rev][kind])
-            change = "" if rev == base else f" ({(best / min(seen[base][kind]) - 1) * 100:+.1f} %)"
-            cells.append(f"{rev} best {best:.0f} {unit}, median {median:.0f} {unit}{change}")
-        print(f"({kind}) " + " | ".join(cells))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, run_tree, "q1-ack,q0-1", (16000, 2000), also="; also q1-win", per="deliveries")
