@@ -23,11 +23,6 @@ class StoreUnavailable(Exception):
     nothing of the call was committed; try again later."""
 
 
-SERVER_ID_META = "suid"
-"""The meta entry that holds the server's id (the durable service's, shared by the nodes of a
-cluster)."""
-
-
 class StoreFull(StoreUnavailable):
     """The data directory is below ``--disk-free-limit`` (brokerd.store.disk): nothing new is
     stored until there is room again (acknowledgements still are).  An outage like the
@@ -47,11 +42,6 @@ def log_unless_outage(failure: Failure, log: Logger, what: str, **fields: Any) -
     errback: ``d.addErrback(log_unless_outage, self._log, "Storing ...")``."""
     if not is_outage(failure):
         log.failure(what, failure, **fields)
-
-
-SERVER_ID_META = "suid"
-"""The meta entry that holds the server's id (the durable service's, shared by the nodes of a
-cluster)."""
 
 
 class IStore(Interface):

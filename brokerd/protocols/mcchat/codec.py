@@ -61,6 +61,10 @@ EOT = 4
 
 _NUL = b"\x00"
 _EOT = b"\x04"
+_NUL_VALUE = 0
+_EOT_VALUE = 4
+"""The two as ints, for ``in`` tests: a bytes needle makes CPython try it as an int first and
+build and clear a TypeError each time (``x in data`` tests run per message)."""
 _TLRQ = TopicListRequest()
 _FIELD_NAMES = {
     SUB: ("topic",),
@@ -94,7 +98,7 @@ def string_problem(what: str, value: bytes, limit: int) -> str | None:
     it early, and the peer would lose the stream), or None when it can."""
     if len(value) > limit:
         return f"{what} longer than {limit} bytes"
-    if _NUL in value:
+    if _NUL_VALUE in value:
         return f"{what} contains a NUL byte"
     if not is_utf8(value):
         return f"{what} is not UTF-8"
@@ -105,7 +109,7 @@ def topic_problem(topic: bytes) -> str | None:
     """Why ``topic`` cannot be an MCCHAT topic name (a string without 0x04, which ends a
     topic list), or None when it can."""
     problem = string_problem("topic", topic, MAX_TOPIC)
-    if problem is None and _EOT in topic:
+    if problem is None and _EOT_VALUE in topic:
         return _EOT_PROBLEM
     return problem
 
@@ -194,7 +198,7 @@ class MCChatParser:
                             topic = data[pos + 1 : topic_end]
                             username = data[topic_end + 1 : user_end]
                             message = data[user_end + 1 : end]
-                            if _EOT in topic or not (
+                            if _EOT_VALUE in topic or not (
                                 valid or (is_utf8(topic) and is_utf8(username) and is_utf8(message))
                             ):
                                 append(_malformed(MSG, (topic, username, message)))
@@ -206,7 +210,7 @@ class MCChatParser:
                 end = find(_NUL, pos + 1, pos + 2 + max_topic)
                 if end >= 0:
                     topic = data[pos + 1 : end]
-                    if _EOT in topic or not (valid or is_utf8(topic)):
+                    if _EOT_VALUE in topic or not (valid or is_utf8(topic)):
                         append(_malformed(op, (topic,)))
                     else:
                         append(_new(Sub, (topic,)) if op == SUB else _new(Unsub, (topic,)))
@@ -277,12 +281,12 @@ class MCChatParser:
         self._op = -1
         if op == TL:
             for topic in fields:
-                if _EOT in topic or not is_utf8(topic):
+                if _EOT_VALUE in topic or not is_utf8(topic):
                     events.append(_malformed(op, fields))
                     return
             events.append(TopicList(tuple(fields)))
             return
-        if _EOT in fields[0] or not all(is_utf8(field) for field in fields):
+        if _EOT_VALUE in fields[0] or not all(is_utf8(field) for field in fields):
             events.append(_malformed(op, fields))
         elif op == MSG:
             events.append(_new(Msg, tuple(fields)))
@@ -293,7 +297,7 @@ class MCChatParser:
 def _malformed(op: int, fields: Iterable[bytes]) -> Malformed:
     fields = tuple(fields)
     topics = fields if op == TL else fields[:1]
-    if any(_EOT in topic for topic in topics):
+    if any(_EOT_VALUE in topic for topic in topics):
         return Malformed(op, EOT_IN_TOPIC)
     return Malformed(op, NOT_UTF8)
 
@@ -314,7 +318,7 @@ def check_string(what: str, value: bytes, limit: int) -> bytes:
 def check_topic(topic: bytes) -> bytes:
     """``topic`` if it can be an MCCHAT topic name, else ValueError (:func:`topic_problem`)."""
     check_string("topic", topic, MAX_TOPIC)
-    if _EOT in topic:
+    if _EOT_VALUE in topic:
         raise ValueError(_EOT_PROBLEM)
     return topic
 

@@ -35,6 +35,8 @@ SERVER_USERNAME = b""
 """The sender (name and username) of the server's announcements."""
 
 _NUL = b"\x00"
+_NUL_VALUE = 0
+"""NUL as an int, for ``in`` tests (a bytes needle costs CPython a TypeError raised and cleared)."""
 _KNOWN_TOPICS: dict[bytes, None] = {}
 _KNOWN_TOPICS_LIMIT = 65_536
 
@@ -67,7 +69,7 @@ def display_name(value: bytes | str) -> bytes:
         data = value.encode("utf-8", "replace")
     else:
         data = bytes(value)
-    if data.isascii() and len(data) <= MAX_USERNAME and _NUL not in data:
+    if data.isascii() and len(data) <= MAX_USERNAME and _NUL_VALUE not in data:
         return data
     text = data.decode("utf-8", "replace").replace("\x00", "_")
     data = text.encode("utf-8", "replace")
@@ -145,7 +147,7 @@ class MCChatWireFormat(WireFormat):
         if len(payload) > MAX_MESSAGE:
             self.too_long += 1
             return None
-        if _NUL in payload or not is_utf8(payload):
+        if _NUL_VALUE in payload or not is_utf8(payload):
             self.not_text += 1
             return None
         username = foreign_username(message)

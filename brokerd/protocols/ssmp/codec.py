@@ -93,7 +93,7 @@ def encode_payload(content: bytes, binary: bool = False) -> bytes | None:
     size = len(content)
     if size == 0 or size > MAX_PAYLOAD:
         return None
-    if not binary and content[0] > 3 and b"\n" not in content:
+    if not binary and content[0] > 3 and 10 not in content:  # 10: LF (an int needle: see _LineFramer.frame)
         return content
     return bytes(((size - 1) >> 8, (size - 1) & 0xFF)) + content
 
@@ -268,8 +268,10 @@ class _LineFramer:
         if self.failed is not None:
             return [], self.failed
         buffer = self._buffer + data if self._buffer else data
-        # Four memchr scans are ~8x faster than one regex search for "any of 0x00-0x03".
-        if not (b"\x00" in buffer or b"\x01" in buffer or b"\x02" in buffer or b"\x03" in buffer):
+        # Four memchr scans are ~8x faster than one regex search for "any of 0x00-0x03"; int
+        # needles, because a bytes needle makes CPython try it as an int first and build and
+        # clear a TypeError each time (674 ns for the four per read, 62 ns with ints).
+        if not (0 in buffer or 1 in buffer or 2 in buffer or 3 in buffer):
             lines = buffer.split(b"\n")
             rest = lines.pop()
             if len(rest) > self._max_line:
