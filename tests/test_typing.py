@@ -4,7 +4,9 @@ zope plugin, unused ignores are errors), except on the modules NOT_YET_TYPED lis
 
 One mypy run over the whole package checks both ways: a module outside the list with an error
 fails, and so does a listed module mypy now passes (take it off the list: a module once typed
-stays typed).  A new module is checked from its first line.
+stays typed).  A new module is checked from its first line.  It is the session's one run
+(tests/support/typecheck.py), which also checks the probes below and those of the SMQP and
+MQTT mixin tests.
 """
 from __future__ import annotations
 
@@ -12,13 +14,10 @@ import ast
 import importlib.util
 import io
 import re
-import subprocess
-import sys
 import tokenize
-from collections import defaultdict
 from pathlib import Path
 
-import pytest
+from tests.support.typecheck import MypyReport, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERD = ROOT / "brokerd"
@@ -42,7 +41,6 @@ return's, a variable's) at most: lower it as modules are typed.  ``Any`` stays o
 third-party API leaves no choice (PySpark and pyarrow objects, txredisapi's replies, Autobahn's
 internals) or a value passes through untouched (``**fields`` handed on to a logger)."""
 
-_ERROR = re.compile(r"^(brokerd/[^:]+\.py):\d+: error: ", re.MULTILINE)
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b")
 _IGNORE_WITH_REASON = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(?:,\s*[a-z-]+)*\]\s*#\s*\S")
 
@@ -51,13 +49,7 @@ def _unchecked(path: str) -> bool:
     return path in NOT_YET_TYPED or (not PIPELINE_EXTRA and path.startswith("brokerd/pipeline/"))
 
 
-def _mypy(*arguments: str) -> subprocess.CompletedProcess[str]:
-    """mypy run from the repository's root, so it reads setup.cfg's configuration."""
-    return subprocess.run([sys.executable, "-m", "mypy", *arguments], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-
-
-SEAMS = """\
+SEAMS = probe("seams", """\
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.cluster.sharing import PlacingEngine
@@ -69,71 +61,53 @@ from brokerd.protocols.socketmq.remote import RequestHub
 
 def seams(broker: Broker, engine: RedisEngine, hub: Hub) -> tuple[LocalBroker, PlacingEngine, ShardsEngine, RequestHub]:
     return broker, engine, engine, hub
-"""
+""")
 """The Protocols that stand for a collaborator, and the class that is it: checked with the rest."""
 
 
-@pytest.fixture(scope="module")
-def errors_by_module(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """mypy's errors over all of brokerd and :data:`SEAMS`, by module path (one run for the
-    tests below)."""
-    seams = tmp_path_factory.mktemp("seams") / "seams.py"
-    seams.write_text(SEAMS)
-    result = _mypy("--cache-dir", str(tmp_path_factory.mktemp("mypy-cache")), "brokerd", str(seams))
-    assert result.returncode in (0, 1), result.stdout + result.stderr  # 2: mypy itself failed
-    found: dict[str, list[str]] = defaultdict(list)
-    for line in result.stdout.splitlines():
-        match = _ERROR.match(line)
-        if match:
-            found[match.group(1)].append(line)
-        elif line.startswith(str(seams)):
-            found["seams"].append(line)
-    return found
+def test_the_broker_and_the_engine_meet_the_protocols_that_stand_for_them(mypy_report: MypyReport) -> None:
+    assert not mypy_report.errors_in(SEAMS), "\n".join(mypy_report.errors_in(SEAMS))
 
 
-def test_the_broker_and_the_engine_meet_the_protocols_that_stand_for_them(
-        errors_by_module: dict[str, list[str]]) -> None:
-    assert not errors_by_module.get("seams"), "\n".join(errors_by_module["seams"])
-
-
-def test_mypy_passes_on_every_module_not_listed(errors_by_module: dict[str, list[str]]) -> None:
-    refused = [line for path, lines in sorted(errors_by_module.items()) if not _unchecked(path) for line in lines]
+def test_mypy_passes_on_every_module_not_listed(mypy_report: MypyReport) -> None:
+    refused = [line for path, lines in sorted(mypy_report.errors.items())
+               if path.startswith("brokerd/") and not _unchecked(path) for line in lines]
     assert not refused, "\n".join(refused)
 
 
-def test_every_listed_module_exists_and_still_has_errors(errors_by_module: dict[str, list[str]]) -> None:
+def test_every_listed_module_exists_and_still_has_errors(mypy_report: MypyReport) -> None:
     """A module mypy passes leaves NOT_YET_TYPED, so that it is checked from then on."""
     missing = sorted(path for path in NOT_YET_TYPED if not (ROOT / path).is_file())
-    typed = sorted(path for path in NOT_YET_TYPED if (ROOT / path).is_file() and not errors_by_module.get(path))
+    typed = sorted(path for path in NOT_YET_TYPED if (ROOT / path).is_file() and not mypy_report.errors_in(path))
     assert not missing and not typed, f"gone: {missing}; now typed, take off NOT_YET_TYPED: {typed}"
 
 
-def test_the_configuration_finds_what_it_is_meant_to(tmp_path: Path) -> None:
+CONFIGURATION_PROBE = probe("configuration_probe", (
+    "from zope.interface import Interface, implementer\n\n\n"
+    "class ISized(Interface):\n"
+    "    def size() -> int:\n"
+    "        \"\"\"How big.\"\"\"\n\n\n"
+    "@implementer(ISized)\n"
+    "class Box:\n"
+    "    def size(self) -> int:\n"
+    "        return 1\n\n\n"
+    "@implementer(ISized)\n"
+    "class Hollow:\n"
+    "    pass\n\n\n"
+    "def measure(thing: ISized) -> int:\n"
+    "    return thing.size()\n\n\n"
+    "measure(Box())\n"
+    "unused: int = 1  # type: ignore[assignment]\n"
+    "bare: int = ''  # type: ignore\n"
+))
+
+
+def test_the_configuration_finds_what_it_is_meant_to(mypy_report: MypyReport) -> None:
     """The checks above can fail: with setup.cfg's configuration mypy reports a class that
     lacks a method of the interface it declares (the zope plugin), an unused ignore and one
     without its code; and it accepts the @implementer class where the interface is expected."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "from zope.interface import Interface, implementer\n\n\n"
-        "class ISized(Interface):\n"
-        "    def size() -> int:\n"
-        "        \"\"\"How big.\"\"\"\n\n\n"
-        "@implementer(ISized)\n"
-        "class Box:\n"
-        "    def size(self) -> int:\n"
-        "        return 1\n\n\n"
-        "@implementer(ISized)\n"
-        "class Hollow:\n"
-        "    pass\n\n\n"
-        "def measure(thing: ISized) -> int:\n"
-        "    return thing.size()\n\n\n"
-        "measure(Box())\n"
-        "unused: int = 1  # type: ignore[assignment]\n"
-        "bare: int = ''  # type: ignore\n"
-    )
-    result = _mypy("--config-file", str(ROOT / "setup.cfg"), "--cache-dir", str(tmp_path / "cache"), str(probe))
-    lines = [line.split(": error: ", 1)[1] for line in result.stdout.splitlines() if ": error: " in line]
-    assert len(lines) == 3, result.stdout + result.stderr
+    lines = [line.split(": error: ", 1)[1] for line in mypy_report.errors_in(CONFIGURATION_PROBE)]
+    assert len(lines) == 3, mypy_report.output
     assert "'Hollow' is missing following 'ISized' interface members: size." in lines[0]
     assert "[unused-ignore]" in lines[1] and "[ignore-without-code]" in lines[2]
 
