@@ -17,6 +17,8 @@ import re
 import tokenize
 from pathlib import Path
 
+import pytest
+
 from tests.support.typecheck import MypyReport, probe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,18 +121,20 @@ def _ignores(source: str) -> list[tuple[int, str]]:
             if token.type == tokenize.COMMENT and _IGNORE.search(token.string)]
 
 
-def _brokerd_ignores() -> list[tuple[str, int, str]]:
+@pytest.fixture(scope="module")
+def brokerd_ignores() -> list[tuple[str, int, str]]:
+    """Every ``type: ignore`` of brokerd as (path, line, comment): read once for the tests below."""
     return [(str(path.relative_to(ROOT)), line, comment)
             for path in sorted(BROKERD.rglob("*.py")) for line, comment in _ignores(path.read_text(encoding="utf-8"))]
 
 
-def test_type_ignores_in_brokerd_stay_under_the_ceiling() -> None:
-    count = len(_brokerd_ignores())
+def test_type_ignores_in_brokerd_stay_under_the_ceiling(brokerd_ignores: list[tuple[str, int, str]]) -> None:
+    count = len(brokerd_ignores)
     assert count <= IGNORE_CEILING, f"{count} type: ignore in brokerd, more than {IGNORE_CEILING}"
 
 
-def test_every_type_ignore_names_its_code_and_says_why() -> None:
-    unexplained = [(path, f"{path}:{line}: {comment}") for path, line, comment in _brokerd_ignores()
+def test_every_type_ignore_names_its_code_and_says_why(brokerd_ignores: list[tuple[str, int, str]]) -> None:
+    unexplained = [(path, f"{path}:{line}: {comment}") for path, line, comment in brokerd_ignores
                    if not _IGNORE_WITH_REASON.search(comment)]
     new = [where for path, where in unexplained if path not in IGNORES_WITHOUT_A_REASON_YET]
     assert not new, "a type: ignore needs [its-code] and a reason after it:\n" + "\n".join(new)
