@@ -104,7 +104,10 @@ class PostgresServer:
     def start(self) -> None:
         log = open(self.log_path, "wb")  # a fresh log per start: "ready" below is this start's
         args = ["postgres", "-D", str(self.data), "-p", str(self.port), "-k", str(self.root),
-                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=100"]
+                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=100",
+                # a lock wait is checked for a deadlock after this (the default, 1 s, is the
+                # time the racing-acknowledgement tests spent waiting for one to be found)
+                "-c", "deadlock_timeout=100ms"]
         self.process = subprocess.Popen(self._command(args), stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         log.close()
