@@ -12,8 +12,9 @@ from tests.support import processes
 # Fixtures of servers the tests start themselves, for any test module: postgres_server,
 # postgres_url, own_postgres (tests/support/postgres.py); tor_network, the private Tor network
 # (tests/support/tor.py).  Registered here once: a session fixture imported into several
-# modules would be a fixture of each, built once per module.
-pytest_plugins = ["tests.support.postgres", "tests.support.tor"]
+# modules would be a fixture of each, built once per module.  mypy_report, the session's one
+# mypy run over brokerd (tests/support/typecheck.py).
+pytest_plugins = ["tests.support.postgres", "tests.support.tor", "tests.support.typecheck"]
 
 # Hypothesis' deadline and too_slow health check time each example: a busy CI machine fails
 # them for no fault of the code.  What a property test asserts is the property.

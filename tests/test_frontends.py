@@ -28,6 +28,7 @@ from brokerd.runtime import Runtime
 from brokerd.store.memory import MemoryStore
 from tests.support.broker import REPO, repo_env
 from tests.support.live import LOOPBACK, Waiter, reactor
+from tests.support.sources import brokerd_modules
 from tests.support.services import services_for
 
 MQTT_CONNECT = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c"
@@ -103,12 +104,12 @@ def test_no_front_end_is_found_by_module_path():
     import-linter sees: brokerd imports no module by a name computed at run time (but for
     the check that an optional extra is installed)."""
     dynamic = []
-    for path in sorted((REPO / "brokerd").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for path, tree in brokerd_modules():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if called in DYNAMIC_IMPORTS:
-                    dynamic.append((str(path.relative_to(REPO)), called))
+                    dynamic.append((path, called))
     assert dynamic == [("brokerd/pipeline/cli.py", "__import__")]
     tree = ast.parse((REPO / "brokerd" / "frontends.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -15,6 +15,7 @@ from brokerd.config import PROTOCOLS, Settings, former_names, setting_fields, se
 from brokerd.optiontable import COMMAND_OPTIONS, markdown, table_in
 from brokerd.settingspec import command_line_name, kind, option_of
 from brokerd.tap import FORMER_OPTIONS, NEGATIVE_FLAGS, Options
+from tests.support.sources import brokerd_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -177,10 +178,10 @@ def settings_reads_with_a_fallback(tree: ast.AST) -> list[int]:
 
 def test_no_module_reads_a_setting_with_its_own_default() -> None:
     offenders = {}
-    for path in sorted((ROOT / "brokerd").rglob("*.py")):
-        lines = settings_reads_with_a_fallback(ast.parse(path.read_text(), str(path)))
+    for path, tree in brokerd_modules():
+        lines = settings_reads_with_a_fallback(tree)
         if lines:
-            offenders[str(path.relative_to(ROOT))] = lines
+            offenders[path] = lines
     assert offenders == {}
 
 

@@ -4,7 +4,9 @@ zope plugin, unused ignores are errors), except on the modules NOT_YET_TYPED lis
 
 One mypy run over the whole package checks both ways: a module outside the list with an error
 fails, and so does a listed module mypy now passes (take it off the list: a module once typed
-stays typed).  A new module is checked from its first line.
+stays typed).  A new module is checked from its first line.  It is the session's one run
+(tests/support/typecheck.py), which also checks the probes below and those of the SMQP and
+MQTT mixin tests.
 """
 from __future__ import annotations
 
@@ -12,13 +14,13 @@ import ast
 import importlib.util
 import io
 import re
-import subprocess
-import sys
 import tokenize
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from tests.support.sources import brokerd_modules
+from tests.support.typecheck import MypyReport, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERD = ROOT / "brokerd"
@@ -42,7 +44,6 @@ return's, a variable's) at most: lower it as modules are typed.  ``Any`` stays o
 third-party API leaves no choice (PySpark and pyarrow objects, txredisapi's replies, Autobahn's
 internals) or a value passes through untouched (``**fields`` handed on to a logger)."""
 
-_ERROR = re.compile(r"^(brokerd/[^:]+\.py):\d+: error: ", re.MULTILINE)
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b")
 _IGNORE_WITH_REASON = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(?:,\s*[a-z-]+)*\]\s*#\s*\S")
 
@@ -51,13 +52,7 @@ def _unchecked(path: str) -> bool:
     return path in NOT_YET_TYPED or (not PIPELINE_EXTRA and path.startswith("brokerd/pipeline/"))
 
 
-def _mypy(*arguments: str) -> subprocess.CompletedProcess[str]:
-    """mypy run from the repository's root, so it reads setup.cfg's configuration."""
-    return subprocess.run([sys.executable, "-m", "mypy", *arguments], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-
-
-SEAMS = """\
+SEAMS = probe("seams", """\
 from brokerd.cluster.localbroker import LocalBroker
 from brokerd.cluster.redis_engine import RedisEngine
 from brokerd.cluster.sharing import PlacingEngine
@@ -69,71 +64,53 @@ from brokerd.protocols.socketmq.remote import RequestHub
 
 def seams(broker: Broker, engine: RedisEngine, hub: Hub) -> tuple[LocalBroker, PlacingEngine, ShardsEngine, RequestHub]:
     return broker, engine, engine, hub
-"""
+""")
 """The Protocols that stand for a collaborator, and the class that is it: checked with the rest."""
 
 
-@pytest.fixture(scope="module")
-def errors_by_module(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """mypy's errors over all of brokerd and :data:`SEAMS`, by module path (one run for the
-    tests below)."""
-    seams = tmp_path_factory.mktemp("seams") / "seams.py"
-    seams.write_text(SEAMS)
-    result = _mypy("--cache-dir", str(tmp_path_factory.mktemp("mypy-cache")), "brokerd", str(seams))
-    assert result.returncode in (0, 1), result.stdout + result.stderr  # 2: mypy itself failed
-    found: dict[str, list[str]] = defaultdict(list)
-    for line in result.stdout.splitlines():
-        match = _ERROR.match(line)
-        if match:
-            found[match.group(1)].append(line)
-        elif line.startswith(str(seams)):
-            found["seams"].append(line)
-    return found
+def test_the_broker_and_the_engine_meet_the_protocols_that_stand_for_them(mypy_report: MypyReport) -> None:
+    assert not mypy_report.errors_in(SEAMS), "\n".join(mypy_report.errors_in(SEAMS))
 
 
-def test_the_broker_and_the_engine_meet_the_protocols_that_stand_for_them(
-        errors_by_module: dict[str, list[str]]) -> None:
-    assert not errors_by_module.get("seams"), "\n".join(errors_by_module["seams"])
-
-
-def test_mypy_passes_on_every_module_not_listed(errors_by_module: dict[str, list[str]]) -> None:
-    refused = [line for path, lines in sorted(errors_by_module.items()) if not _unchecked(path) for line in lines]
+def test_mypy_passes_on_every_module_not_listed(mypy_report: MypyReport) -> None:
+    refused = [line for path, lines in sorted(mypy_report.errors.items())
+               if path.startswith("brokerd/") and not _unchecked(path) for line in lines]
     assert not refused, "\n".join(refused)
 
 
-def test_every_listed_module_exists_and_still_has_errors(errors_by_module: dict[str, list[str]]) -> None:
+def test_every_listed_module_exists_and_still_has_errors(mypy_report: MypyReport) -> None:
     """A module mypy passes leaves NOT_YET_TYPED, so that it is checked from then on."""
     missing = sorted(path for path in NOT_YET_TYPED if not (ROOT / path).is_file())
-    typed = sorted(path for path in NOT_YET_TYPED if (ROOT / path).is_file() and not errors_by_module.get(path))
+    typed = sorted(path for path in NOT_YET_TYPED if (ROOT / path).is_file() and not mypy_report.errors_in(path))
     assert not missing and not typed, f"gone: {missing}; now typed, take off NOT_YET_TYPED: {typed}"
 
 
-def test_the_configuration_finds_what_it_is_meant_to(tmp_path: Path) -> None:
+CONFIGURATION_PROBE = probe("configuration_probe", (
+    "from zope.interface import Interface, implementer\n\n\n"
+    "class ISized(Interface):\n"
+    "    def size() -> int:\n"
+    "        \"\"\"How big.\"\"\"\n\n\n"
+    "@implementer(ISized)\n"
+    "class Box:\n"
+    "    def size(self) -> int:\n"
+    "        return 1\n\n\n"
+    "@implementer(ISized)\n"
+    "class Hollow:\n"
+    "    pass\n\n\n"
+    "def measure(thing: ISized) -> int:\n"
+    "    return thing.size()\n\n\n"
+    "measure(Box())\n"
+    "unused: int = 1  # type: ignore[assignment]\n"
+    "bare: int = ''  # type: ignore\n"
+))
+
+
+def test_the_configuration_finds_what_it_is_meant_to(mypy_report: MypyReport) -> None:
     """The checks above can fail: with setup.cfg's configuration mypy reports a class that
     lacks a method of the interface it declares (the zope plugin), an unused ignore and one
     without its code; and it accepts the @implementer class where the interface is expected."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "from zope.interface import Interface, implementer\n\n\n"
-        "class ISized(Interface):\n"
-        "    def size() -> int:\n"
-        "        \"\"\"How big.\"\"\"\n\n\n"
-        "@implementer(ISized)\n"
-        "class Box:\n"
-        "    def size(self) -> int:\n"
-        "        return 1\n\n\n"
-        "@implementer(ISized)\n"
-        "class Hollow:\n"
-        "    pass\n\n\n"
-        "def measure(thing: ISized) -> int:\n"
-        "    return thing.size()\n\n\n"
-        "measure(Box())\n"
-        "unused: int = 1  # type: ignore[assignment]\n"
-        "bare: int = ''  # type: ignore\n"
-    )
-    result = _mypy("--config-file", str(ROOT / "setup.cfg"), "--cache-dir", str(tmp_path / "cache"), str(probe))
-    lines = [line.split(": error: ", 1)[1] for line in result.stdout.splitlines() if ": error: " in line]
-    assert len(lines) == 3, result.stdout + result.stderr
+    lines = [line.split(": error: ", 1)[1] for line in mypy_report.errors_in(CONFIGURATION_PROBE)]
+    assert len(lines) == 3, mypy_report.output
     assert "'Hollow' is missing following 'ISized' interface members: size." in lines[0]
     assert "[unused-ignore]" in lines[1] and "[ignore-without-code]" in lines[2]
 
@@ -145,18 +122,20 @@ def _ignores(source: str) -> list[tuple[int, str]]:
             if token.type == tokenize.COMMENT and _IGNORE.search(token.string)]
 
 
-def _brokerd_ignores() -> list[tuple[str, int, str]]:
+@pytest.fixture(scope="module")
+def brokerd_ignores() -> list[tuple[str, int, str]]:
+    """Every ``type: ignore`` of brokerd as (path, line, comment): read once for the tests below."""
     return [(str(path.relative_to(ROOT)), line, comment)
             for path in sorted(BROKERD.rglob("*.py")) for line, comment in _ignores(path.read_text(encoding="utf-8"))]
 
 
-def test_type_ignores_in_brokerd_stay_under_the_ceiling() -> None:
-    count = len(_brokerd_ignores())
+def test_type_ignores_in_brokerd_stay_under_the_ceiling(brokerd_ignores: list[tuple[str, int, str]]) -> None:
+    count = len(brokerd_ignores)
     assert count <= IGNORE_CEILING, f"{count} type: ignore in brokerd, more than {IGNORE_CEILING}"
 
 
-def test_every_type_ignore_names_its_code_and_says_why() -> None:
-    unexplained = [(path, f"{path}:{line}: {comment}") for path, line, comment in _brokerd_ignores()
+def test_every_type_ignore_names_its_code_and_says_why(brokerd_ignores: list[tuple[str, int, str]]) -> None:
+    unexplained = [(path, f"{path}:{line}: {comment}") for path, line, comment in brokerd_ignores
                    if not _IGNORE_WITH_REASON.search(comment)]
     new = [where for path, where in unexplained if path not in IGNORES_WITHOUT_A_REASON_YET]
     assert not new, "a type: ignore needs [its-code] and a reason after it:\n" + "\n".join(new)
@@ -184,10 +163,10 @@ def _is_any(annotation: ast.expr | None) -> bool:
             or isinstance(annotation, ast.Constant) and annotation.value == "Any")
 
 
-def _any_annotations(source: str) -> int:
-    """How many annotations of a module's source are ``Any`` (``dict[str, Any]`` is not one)."""
+def _any_annotations(tree: ast.Module) -> int:
+    """How many annotations of a module are ``Any`` (``dict[str, Any]`` is not one)."""
     found = 0
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             arguments = node.args
             parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
@@ -200,8 +179,7 @@ def _any_annotations(source: str) -> int:
 
 
 def test_any_annotations_in_brokerd_stay_under_the_ceiling() -> None:
-    counts = {str(path.relative_to(ROOT)): _any_annotations(path.read_text(encoding="utf-8"))
-              for path in sorted(BROKERD.rglob("*.py"))}
+    counts = {path: _any_annotations(tree) for path, tree in brokerd_modules()}
     total = sum(counts.values())
     most = sorted(counts.items(), key=lambda item: -item[1])[:10]
     assert total <= ANY_CEILING, f"{total} Any annotations in brokerd, more than {ANY_CEILING}; the most: {most}"
@@ -220,4 +198,4 @@ def test_the_any_count_sees_annotations_only() -> None:
         "async def g(x: 'Any') -> None:\n"
         "    pass\n"
     )
-    assert _any_annotations(source) == 7
+    assert _any_annotations(ast.parse(source)) == 7

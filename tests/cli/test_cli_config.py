@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
@@ -38,6 +39,7 @@ def _commands(config: Path) -> dict[str, subprocess.CompletedProcess]:
     }
 
 
+@pytest.mark.slow  # seven client processes, each importing Twisted and brokerd
 @pytest_twisted.inlineCallbacks
 def test_every_client_reads_the_brokers_config_file(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("ssmp", "mcchat", "smqp", "admin")}

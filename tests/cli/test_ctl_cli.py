@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
@@ -44,6 +45,7 @@ def _session(ssmp: int, admin: str, token: Path, out: Path) -> dict[str, Any]:
     return results
 
 
+@pytest.mark.slow  # eleven brokerd-ctl processes, each importing Twisted and brokerd
 @pytest_twisted.inlineCallbacks
 def test_ctl_commands(tmp_path: Path) -> None:
     ssmp, admin = free_port(), free_port()

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from paho.mqtt.client import MQTTv5
 
 from tests.integration.test_mqtt_paho import ANONYMOUS_SESSIONS, MQTTClient, assert_clean_log
 from tests.support.broker import REPO, free_port, start_broker
+
+pytestmark = pytest.mark.slow  # a real twistd broker per test, and brokerd-ctl processes
 
 LOOPBACK = "tcp:{port}:interface=127.0.0.1"
 

@@ -62,6 +62,7 @@ def test_each_secret_file_open_to_group_or_others_is_refused(tmp_path: Path, kin
         assert problems == [f"{SECRET_FILES[kind]} {path}: the file {LOOSE} (chmod 600 {path})"], problems
 
 
+@pytest.mark.slow  # twistd started twice, as a daemon the second time
 def test_the_broker_refuses_to_start_with_a_world_readable_admin_token(tmp_path: Path) -> None:
     token = write_private(tmp_path / "admin-token", "t0ken\n")
     options = ("--data-dir", "data", "--ssmp", f"tcp:{free_port()}:interface=127.0.0.1",
@@ -77,6 +78,7 @@ def test_the_broker_refuses_to_start_with_a_world_readable_admin_token(tmp_path:
         stop_daemon(tmp_path)
 
 
+@pytest.mark.slow  # twistd --check-config run twice
 def test_check_config_names_every_loose_secret_file(tmp_path: Path) -> None:
     secret = write_private(tmp_path / "secret", "s3cret\n")
     accounts = tmp_path / "accounts"

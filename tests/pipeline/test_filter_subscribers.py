@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
 import pytest
+
+pa = pytest.importorskip("pyarrow", reason="the report needs pyarrow (the 'pipeline' extra)")
 
 from brokerd.pipeline.summaries import merge, record_schema, summarize_table
 from brokerd.pipeline.tables import compute

@@ -44,6 +44,7 @@ def test_a_missing_data_dir_or_one_without_a_log_is_one_line_and_non_zero(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # four brokerd-report processes, each importing pyarrow
 @pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="compaction needs pyarrow (the 'pipeline' extra)")
 def test_compact_with_nothing_to_do_starts_no_jvm(tmp_path: Path) -> None:
     data = tmp_path / "data"

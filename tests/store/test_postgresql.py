@@ -156,6 +156,7 @@ async def test_survives_reopening_and_takes_a_new_block(postgres_url):
         assert connection.execute("SELECT version FROM brokerd_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
+@pytest.mark.slow  # a PostgreSQL server of its own (initdb), stopped and started again
 @pytest_twisted.ensureDeferred
 async def test_an_outage_fails_calls_then_the_store_reconnects(own_postgres):
     """Server stopped (immediate, as a crash): calls fail with StoreUnavailable and the store
@@ -228,6 +229,7 @@ async def test_a_failing_operation_fails_alone_and_calls_share_commits(postgres_
         await store.close()
 
 
+@pytest.mark.slow  # a PostgreSQL server of its own (initdb), stopped and started again
 @pytest_twisted.ensureDeferred
 async def test_a_store_opened_while_the_server_is_down_waits_for_it(own_postgres):
     """A node started during an outage: open() and the calls made meanwhile wait (nothing

@@ -6,6 +6,9 @@ The binaries are looked up on PATH, then in ``/usr/lib/postgresql/*/bin`` (Debia
 fail when ``CI`` is set.  postgres refuses to run as root: under euid 0 the server runs as the
 ``postgres`` user the Debian package creates (through ``runuser``), in a directory it owns.
 
+The server's files are in memory where there is a tmpfs (``/dev/shm``), see
+:func:`memory_directory`.
+
 Fixtures: ``postgres_server`` (one server for the session), ``postgres_url`` (a fresh,
 empty database on it per test) and ``own_postgres`` (a server of the test's own, for tests
 that stop and start it).
@@ -43,6 +46,18 @@ def binaries() -> Path | None:
     return None
 
 
+MEMORY = Path("/dev/shm")
+
+
+def memory_directory() -> Path | None:
+    """Where a server's files go: a directory in memory (tmpfs) where there is one, else the
+    temp directory.  Each test's fresh database is a copy of the template, some 7.5 MB of
+    files and as much WAL, and a session's 40 of them on a disk cost seconds to write and,
+    where the file system discards freed blocks, over 20 s to delete.  The crash tests stop
+    postgres, not the machine, so the data outlives them in memory as on a disk."""
+    return MEMORY if MEMORY.is_dir() and os.access(MEMORY, os.W_OK | os.X_OK) else None
+
+
 def require_binaries() -> Path:
     found = binaries()
     if found is None:
@@ -66,7 +81,7 @@ class PostgresServer:
                 pwd.getpwnam(self.user)
             except KeyError:
                 pytest.fail("running as root needs the 'postgres' user (the postgresql package creates it)")
-        self.root = Path(tempfile.mkdtemp(prefix="brokerd-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="brokerd-pg-", dir=memory_directory()))
         self.data = self.root / "data"
         self.log_path = self.root / "postgres.log"
         if self.user is not None:
@@ -89,7 +104,10 @@ class PostgresServer:
     def start(self) -> None:
         log = open(self.log_path, "wb")  # a fresh log per start: "ready" below is this start's
         args = ["postgres", "-D", str(self.data), "-p", str(self.port), "-k", str(self.root),
-                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=100"]
+                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=100",
+                # a lock wait is checked for a deadlock after this (the default, 1 s, is the
+                # time the racing-acknowledgement tests spent waiting for one to be found)
+                "-c", "deadlock_timeout=100ms"]
         self.process = subprocess.Popen(self._command(args), stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         log.close()
