@@ -19,6 +19,9 @@ pytest_plugins = ["tests.support.postgres", "tests.support.tor", "tests.support.
 # Hypothesis' deadline and too_slow health check time each example: a busy CI machine fails
 # them for no fault of the code.  What a property test asserts is the property.
 settings.register_profile("brokerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The quick loop's (README.md: ``--hypothesis-profile=quick``): a quarter of the examples, of
+# the default and of each test's own count (tests/support/examples.py); the whole suite runs all.
+settings.register_profile("quick", settings.get_profile("brokerd"), max_examples=25)
 settings.load_profile("brokerd")
 
 

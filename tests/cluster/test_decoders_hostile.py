@@ -28,11 +28,12 @@ from brokerd.protocols.mcchat.wire import MCCHAT_WIRE
 from brokerd.protocols.socketmq import remote
 from brokerd.protocols.ssmp.wire import SSMP_WIRE
 from tests.support.sessions import RecordingSession
+from tests.support.examples import examples
 
 TOPIC = b"room"
 OTHER_NODE = b"\x07" * 8
 OTHER_ORIGIN = OTHER_NODE.hex()
-HOSTILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HOSTILE = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 names = st.binary(min_size=0, max_size=12)
 protocols = st.sampled_from(["ssmp", "mcchat", "smqp", "socketmq", "sys", "x-made-up"])

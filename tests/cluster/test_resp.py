@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from brokerd.cluster.connection import MAX_REPLY, ProtocolError, RespReader
+from tests.support.examples import examples
 
 
 class Err(Exception):
@@ -74,7 +75,7 @@ def test_replies_split_into_many_reads_anywhere() -> None:
     stream = STREAM + b"$300\r\n" + b"y" * 300 + b"\r\n"
     expected = [*EXPECTED, b"y" * 300]
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(300), deadline=None)
     @given(st.lists(st.integers(0, len(stream)), max_size=12))
     def check(cuts: list[int]) -> None:
         reader = RespReader(Err)

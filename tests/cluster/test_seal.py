@@ -13,6 +13,7 @@ from brokerd.cluster import seal
 from brokerd.cluster.seal import HEADER_SIZE, OVERHEAD, Sealer, read_secret_file
 from brokerd.errors import ConfigurationError
 from tests.support.redis import cluster_secret
+from tests.support.examples import examples
 
 OLD = b"old-secret-of-the-cluster-0001"
 NEW = b"new-secret-of-the-cluster-0002"
@@ -213,7 +214,7 @@ _GENUINE = _SENDER.seal(ROOM, b"genuine")
     st.tuples(st.integers(0, len(_GENUINE) - 1), st.integers(1, 255)).map(
         lambda flip: _GENUINE[:flip[0]] + bytes([_GENUINE[flip[0]] ^ flip[1]]) + _GENUINE[flip[0] + 1:]),
 ))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_no_bytes_but_a_sealed_frame_open_and_none_raises(data: bytes) -> None:
     receiver = Sealer([OLD], b"B" * 8, 15.0, Clock())
     assert receiver.open(ROOM, data) is None

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from brokerd.core.filters import FilterIndex, has_wildcard, matches
 from brokerd.protocols.mqtt import topics as mqtt_topics
 from tests.support.mqtt_rules import level_by_level
+from tests.support.examples import examples
 
 LEVELS = st.sampled_from(["a", "b", "", "$SYS", "$x", "c1"])
 TOPICS = st.lists(LEVELS, min_size=1, max_size=4).map("/".join).filter(bool)
@@ -26,14 +27,14 @@ def test_the_rules_on_examples():
     assert has_wildcard(b"a/+") and has_wildcard(b"#") and not has_wildcard(b"a/b")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(FILTERS, TOPICS)
 def test_the_core_matches_as_a_level_by_level_reading_of_the_rules(topic_filter: str, topic: str):
     assert mqtt_topics.is_topic_filter(topic_filter) and mqtt_topics.is_topic_name(topic)
     assert matches(topic_filter.encode(), topic.encode()) == level_by_level(topic_filter, topic)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(FILTERS, st.integers(0, 3)), max_size=12), st.lists(TOPICS, min_size=1, max_size=6),
        st.data())
 def test_the_index_finds_what_testing_every_filter_finds(subscriptions, topics, data):

@@ -25,6 +25,7 @@ from brokerd.store.base import StoreUnavailable
 from brokerd.store.memory import MemoryStore
 from brokerd.store.sqlite import FILENAME, SQLiteStore
 from tests.core.test_filters import FILTERS, TOPICS
+from tests.support.examples import examples
 
 
 def publish(topic: bytes, payload: bytes = b"x", **details: object) -> Message:
@@ -337,7 +338,7 @@ def test_a_failing_load_fails_use_store():
 # ---------------------------------------------------------------------- property
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(TOPICS, st.sampled_from([b"", b"p", b"payload"])), max_size=20),
        st.lists(FILTERS, min_size=1, max_size=6))
 def test_matching_is_testing_every_retained_topic(changes, filters):
@@ -357,7 +358,7 @@ def test_matching_is_testing_every_retained_topic(changes, filters):
         assert held.matching(topic_filter) == [m for m in everything if matches(topic_filter, m.target)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(TOPICS, max_size=30), FILTERS, st.integers(1, 4), st.integers(1, 5))
 def test_paging_gives_what_matching_gives_in_order(names, topic_filter, limit, scan):
     held = RetainedMessages()

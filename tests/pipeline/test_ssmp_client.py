@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokerd.pipeline.ssmp import SSMPClientError, SSMPConnection, _parse_message, wire_payload
+from tests.support.examples import examples
 
 STREAM = (
     b"200\n"
@@ -60,7 +61,7 @@ def test_any_chunking_gives_the_same_messages(cuts: list[int]) -> None:
     assert messages == EXPECTED and buffer == b""
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=300))
 def test_any_bytes_parse_or_raise_the_client_error(data: bytes) -> None:
     try:

@@ -39,6 +39,7 @@ from brokerd.protocols.mcchat.events import (
     TopicListRequest,
     Unsub,
 )
+from tests.support.examples import examples
 
 
 def parse(data: bytes, **limits: int) -> tuple[list, MCChatProtocolError | None]:
@@ -310,14 +311,14 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @given(st.lists(packets, max_size=20), st.lists(st.integers(0, 10_000), max_size=30))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_packets_survive_any_chunking(items, cuts) -> None:
     data = b"".join(encode(p) for p in items)
     assert parse_chunks(chunked(data, cuts)) == (items, None)
 
 
 @given(st.binary(max_size=300), st.lists(st.integers(0, 10_000), max_size=30))
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 def test_any_bytes_in_any_chunking_give_the_same_events_or_our_error(data, cuts) -> None:
     limits = {"max_topic": 6, "max_username": 5, "max_message": 9, "max_topics": 3}
     whole_events, whole_error = parse(data, **limits)
@@ -335,7 +336,7 @@ opcode_heavy = st.lists(
 
 
 @given(opcode_heavy, st.lists(st.integers(0, 10_000), max_size=30))
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 def test_streams_made_of_opcodes_parse_the_same_in_any_chunking(data, cuts) -> None:
     limits = {"max_topic": 6, "max_username": 5, "max_message": 9, "max_topics": 3}
     assert parse_chunks(chunked(data, cuts), **limits)[0] == parse(data, **limits)[0]

@@ -31,6 +31,7 @@ from brokerd.protocols.mcchat.plugin import front_end as mcchat
 from brokerd.protocols.ssmp.server import SSMPServerFactory
 from tests.protocols.recording import RecordingEvents
 from tests.support.services import services_for
+from tests.support.examples import examples
 
 TLRQ = b"\x04"
 
@@ -697,7 +698,7 @@ def test_broadcasts_from_other_protocols_cannot_reach_mcchat(server: Server) -> 
     ).map(b"".join),
     st.lists(st.integers(0, 1000), max_size=10),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_any_input_in_any_chunking_has_the_same_effect(data: bytes, cuts: list[int]) -> None:
     """Never an exception; what an observer of topic t receives, what the client itself gets,
     whether it is closed and what the event log gets when it ends do not depend on how the

@@ -29,6 +29,7 @@ from brokerd.protocols.mqtt.packets import (
 )
 from brokerd.protocols.mqtt.publish import PublishFrame
 from tests.protocols.mqtt.strategies import publish
+from tests.support.examples import examples
 
 V4, V5 = MQTT_311, MQTT_5
 ALIAS = Properties(topic_alias=1)
@@ -170,7 +171,7 @@ def test_a_publish_frame_checks_once_at_construction() -> None:
     assert PublishFrame("", b"", V5, ALIAS).packet() == bytes.fromhex("3006 0000 03 230001".replace(" ", ""))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.sampled_from((V4, V5)).flatmap(lambda v: st.tuples(st.just(v), publish(v, from_server=True))))
 def test_frames_and_encode_agree(case) -> None:
     version, packet = case

@@ -14,6 +14,7 @@ from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311
 from brokerd.protocols.mqtt.reasons import MQTTProtocolError
 from tests.protocols.mqtt.strategies import client_stream, server_stream
 from tests.protocols.mqtt.test_vectors import CONNECT_V4, CONNECT_V5
+from tests.support.examples import examples
 
 max_sizes = st.integers(16, 600)
 
@@ -80,31 +81,31 @@ def mutated(draw, stream) -> bytes:
 chunk_points = st.lists(st.integers(0, 5000), max_size=8)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.binary(max_size=300), chunk_points, max_sizes)
 def test_arbitrary_bytes_to_a_server(data, points, max_size) -> None:
     check(lambda: MQTTServerDecoder(max_size), data, points)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.sampled_from((CONNECT_V4, CONNECT_V5)), st.binary(max_size=300), chunk_points, max_sizes)
 def test_arbitrary_bytes_after_a_connect(connect, data, points, max_size) -> None:
     check(lambda: MQTTServerDecoder(max_size), connect + data, points)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.sampled_from((MQTT_311, MQTT_5)), st.binary(max_size=300), chunk_points, max_sizes)
 def test_arbitrary_bytes_to_a_client(version, data, points, max_size) -> None:
     check(lambda: MQTTClientDecoder(version, max_size), data, points)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(mutated(client_stream(max_packets=5)), chunk_points, max_sizes)
 def test_mutated_client_streams(data, points, max_size) -> None:
     check(lambda: MQTTServerDecoder(max_size), data, points)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.sampled_from((MQTT_311, MQTT_5)), mutated(server_stream(max_packets=5)), chunk_points, max_sizes)
 def test_mutated_server_streams(version, data, points, max_size) -> None:
     # The stream's own version or the other one: a client reading the wrong version still

@@ -9,6 +9,7 @@ from brokerd.protocols.mqtt.decoder import MQTTClientDecoder, MQTTServerDecoder
 from brokerd.protocols.mqtt.encoder import encode
 from brokerd.protocols.mqtt.packets import MQTT_5, MQTT_311, Connect, Pingreq, Pingresp
 from tests.protocols.mqtt.strategies import client_stream, server_stream
+from tests.support.examples import examples
 
 
 def feed_chunks(decoder, chunks):
@@ -27,7 +28,7 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(client_stream(), st.lists(st.integers(0, 10_000), max_size=6))
 def test_what_a_client_sends_the_server_decodes(stream, points) -> None:
     version, packets = stream
@@ -42,7 +43,7 @@ def test_what_a_client_sends_the_server_decodes(stream, points) -> None:
         assert encode(packet, version) == raw
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(server_stream(), st.lists(st.integers(0, 10_000), max_size=6))
 def test_what_a_server_sends_the_client_decodes(stream, points) -> None:
     version, packets = stream
@@ -51,7 +52,7 @@ def test_what_a_server_sends_the_client_decodes(stream, points) -> None:
     assert feed_chunks(MQTTClientDecoder(version), cut(data, points)) == packets
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(client_stream(max_packets=3))
 def test_byte_by_byte_equals_one_read(stream) -> None:
     version, packets = stream
@@ -62,7 +63,7 @@ def test_byte_by_byte_equals_one_read(stream) -> None:
     assert decoder.buffered == 0
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(server_stream(max_packets=3))
 def test_byte_by_byte_equals_one_read_on_the_client_side(stream) -> None:
     version, packets = stream

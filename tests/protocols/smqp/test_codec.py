@@ -42,6 +42,7 @@ from brokerd.protocols.smqp.events import (
     Section,
     TopicRef,
 )
+from tests.support.examples import examples
 
 
 def feed(data: bytes, parser: SMQPParser | None = None) -> list:
@@ -448,7 +449,7 @@ def test_publish_round_trip_under_any_chunking(body: Body, data: st.DataObject) 
     assert events[0].body == body
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600), st.data())
 def test_any_bytes_any_chunking_same_events(blob: bytes, data: st.DataObject) -> None:
     """Arbitrary input, seeded with SMQP fragments so the parser gets past line one."""

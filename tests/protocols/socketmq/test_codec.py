@@ -35,6 +35,7 @@ from brokerd.protocols.socketmq.events import (
     Unregister,
     Unsubscribe,
 )
+from tests.support.examples import examples
 
 ids = st.one_of(st.none(), st.integers(-(2**53), 2**53), st.text(min_size=1, max_size=64))
 events = st.text(min_size=1, max_size=60).filter(is_event_name)
@@ -98,7 +99,7 @@ def test_server_messages_round_trip(message: object) -> None:
     assert decode_server(payload, binary) == normalized(message)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=200), st.booleans())
 def test_any_bytes_decode_or_raise_our_errors(data: bytes, binary: bool) -> None:
     for decode in (decode_client, decode_server):
@@ -115,7 +116,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(
     st.sampled_from(["auth", "subscribe", "unsubscribe", "publish", "register", "unregister", "respond", "x"]),
     st.dictionaries(st.sampled_from(["id", "event", "data", "method", "proof", "application", "status", "request", "identity", "secret"]), json_values, max_size=5),

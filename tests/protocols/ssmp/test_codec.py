@@ -21,6 +21,7 @@ from brokerd.protocols.ssmp.codec import (
     payload_content,
 )
 from brokerd.protocols.ssmp.events import Event, Request, Response
+from tests.support.examples import examples
 
 ID_ALPHABET = codec.ID_CHARS.decode()
 
@@ -243,7 +244,7 @@ def encode(req: Request) -> bytes:
     return encode_request(req.verb, *args)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(requests(), max_size=20), st.integers(min_value=0, max_value=50))
 def test_round_trip_under_any_chunking(reqs, chunk):
     data = b"".join(encode(r) for r in reqs)
@@ -252,7 +253,7 @@ def test_round_trip_under_any_chunking(reqs, chunk):
     assert got == reqs
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(max_size=3000), st.integers(min_value=0, max_value=64))
 def test_any_bytes_give_requests_or_our_error(data, chunk):
     whole, whole_error = feed_all(data)
@@ -266,7 +267,7 @@ def test_any_bytes_give_requests_or_our_error(data, chunk):
         assert whole == chunked
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2000), st.integers(min_value=1, max_value=40))
 def test_client_parser_any_bytes(data, chunk):
     parser = SSMPClientParser()

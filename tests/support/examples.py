@@ -1,0 +1,20 @@
+"""How many examples a property test with its own count runs: that count in the whole suite,
+a quarter of it in the quick loop.
+
+The quick loop (README.md) loads the Hypothesis profile ``quick``, which runs a quarter of the
+default's examples; a test that names its own count (``@settings(max_examples=examples(300))``)
+is scaled the same way, so the quick loop stays quick while the whole suite, which CI runs,
+tries every example it always did.
+"""
+from __future__ import annotations
+
+from hypothesis import settings
+
+FULL_EXAMPLES = 100
+"""Hypothesis' default count, which the suite's own profile keeps: the scale's unit."""
+
+
+def examples(count: int) -> int:
+    """``count`` examples in the whole suite; under the ``quick`` profile the same share of
+    its default (at least 10)."""
+    return max(10, count * settings.default.max_examples // FULL_EXAMPLES)
