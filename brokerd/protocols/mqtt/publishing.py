@@ -170,7 +170,8 @@ class Publishing(ConnectionBase):
         if flows:
             self._run_flows = []
         broker = self.factory.broker
-        messages = [message for message, _qos, _packet_id in run]
+        # a run of one (a PUBLISH per read) without the comprehension's frame
+        messages = [run[0][0]] if len(run) == 1 else [message for message, _qos, _packet_id in run]
         publication = Multicast(messages, None, flows or None)
         try:
             broker.route(publication)
