@@ -21,7 +21,8 @@ pytest_plugins = ["tests.support.postgres", "tests.support.tor", "tests.support.
 settings.register_profile("brokerd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The quick loop's (README.md: ``--hypothesis-profile=quick``): a quarter of the examples, of
 # the default and of each test's own count (tests/support/examples.py); the whole suite runs all.
-settings.register_profile("quick", settings.get_profile("brokerd"), max_examples=25)
+settings.register_profile("quick", settings.get_profile("brokerd"),
+                          max_examples=settings.get_profile("brokerd").max_examples // 4)
 settings.load_profile("brokerd")
 
 
